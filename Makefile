@@ -1,0 +1,35 @@
+# Two entry points do all setup on a fresh machine: `make build-matrix` and `make test`.
+# Both create (or refresh) the virtualenv in .venv from pyproject.toml first.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PROFILE ?= local
+OUTPUT ?= wheelhouse
+PYTEST_ARGS ?=
+
+.PHONY: venv plan build-matrix test test-unit index serve publish clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(STAMP)
+
+plan: $(STAMP)
+	$(BIN)/wheelwright plan --profile $(PROFILE)
+
+build-matrix: $(STAMP)
+	$(BIN)/wheelwright plan --profile $(PROFILE)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

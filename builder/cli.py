@@ -1,0 +1,104 @@
+"""The `wheelwright` command: parses arguments and calls one stage per subcommand. Owns all console output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .errors import WheelwrightError
+from .plan import Plan, load_plan
+
+console = Console(stderr=True)
+out = Console(highlight=False, soft_wrap=True)
+
+
+def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), help="the matrix file (default: %(default)s)")
+    parser.add_argument("--profile", help="profile to expand (default: the matrix's default_profile)")
+    parser.add_argument("--select", metavar="PATTERN", help="fnmatch pattern over job identifiers, e.g. '*pt214*cp311*'")
+
+
+def _plan(args: argparse.Namespace) -> Plan:
+    return load_plan(args.matrix, args.profile).select(args.select)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plan = _plan(args)
+    if args.format == "json":
+        out.print_json(json.dumps(plan.as_github_matrix()), indent=None if args.compact else 2)
+        return 0
+    table = Table(title=f"profile {plan.profile}: {len(plan.jobs)} jobs", title_justify="left")
+    for column in ("job", "torch", "toolkit", "python", "abi", "archs", "manylinux"):
+        table.add_column(column, no_wrap=column == "job")
+    for job in plan.jobs:
+        abi = "cxx11" if job.cxx11_abi else "pre-cxx11"
+        toolkit = f"{job.accelerator.kind} {job.accelerator.version}"
+        table.add_row(job.identifier, job.torch, toolkit, job.python, abi, " ".join(job.archs), job.manylinux)
+    out.print(table)
+    if args.explain:
+        dropped = Table(title=f"dropped: {len(plan.dropped)}", title_justify="left")
+        dropped.add_column("combination", no_wrap=True)
+        dropped.add_column("reason")
+        for drop in plan.dropped:
+            dropped.add_row(drop.identifier, drop.reason)
+        out.print(dropped)
+    elif plan.dropped:
+        out.print(f"[dim]{len(plan.dropped)} combinations dropped; --explain lists them with the reason[/dim]")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="wheelwright", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"wheelwright {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    plan = commands.add_parser("plan", help="expand the matrix into build jobs")
+    _add_plan_arguments(plan)
+    plan.add_argument("--format", choices=("table", "json"), default="table")
+    plan.add_argument("--compact", action="store_true", help="one-line JSON (for $GITHUB_OUTPUT)")
+    plan.add_argument("--explain", action="store_true", help="also list dropped combinations and why")
+    plan.set_defaults(func=cmd_plan)
+
+    for register in _stage_commands():
+        register(commands, _add_plan_arguments)
+    return parser
+
+
+def _stage_commands():
+    """Stages add their own subcommands; each module's add_commands(commands, add_plan_arguments)."""
+    from . import build_cli
+    from index_site import cli as index_cli
+
+    return (build_cli.add_commands, index_cli.add_commands)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except WheelwrightError as error:
+        if args.debug:
+            console.print_exception()
+        for line in str(error).splitlines():
+            console.print(f"[bold red]ERROR[/bold red] {line}", highlight=False, soft_wrap=True)
+        if error.tip:
+            console.print(f"[yellow]TIP[/yellow] {error.tip}", highlight=False, soft_wrap=True)
+        return error.exit_code
+    except KeyboardInterrupt:
+        console.print("[bold red]ERROR[/bold red] interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

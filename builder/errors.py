@@ -1,0 +1,56 @@
+"""The one family of user-facing errors. The CLI catches these, prints one ERROR line plus a TIP, and exits
+with the error's code; anything else is a bug and shows a traceback only with --debug."""
+
+from __future__ import annotations
+
+
+class WheelwrightError(Exception):
+    """An error the user can act on."""
+
+    exit_code = 1
+    tip: str | None = None
+
+    def __init__(self, message: str, *, tip: str | None = None) -> None:
+        super().__init__(message)
+        if tip is not None:
+            self.tip = tip
+
+
+class ConfigError(WheelwrightError):
+    """matrix.yaml (or a data file) is invalid."""
+
+    exit_code = 2
+
+
+class FactsError(ConfigError):
+    """builder/data/torch.toml breaks one of its invariants."""
+
+
+class PlanError(WheelwrightError):
+    """The matrix asks for something that cannot be planned (an impossible combination)."""
+
+    exit_code = 3
+
+
+class ToolchainError(WheelwrightError):
+    """A compiler, toolkit or interpreter a job needs is missing or wrong."""
+
+    exit_code = 4
+
+
+class FetchError(WheelwrightError):
+    """An sdist could not be fetched or failed its hash check."""
+
+    exit_code = 5
+
+
+class BuildFailed(WheelwrightError):
+    """One or more jobs failed; the summary says which."""
+
+    exit_code = 6
+
+
+class PublishError(WheelwrightError):
+    """Publishing would overwrite or lose something, or the object store refused."""
+
+    exit_code = 7

@@ -1,0 +1,127 @@
+"""The build job: one wheel for one (package version, torch, accelerator, Python), and its variant label."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from .facts import Accelerator
+
+_LABEL_RE = re.compile(r"^pt(?P<major>\d)(?P<minor>\d+)(?P<accel>cu\d{2,3}|rocm\d{2,3})$")
+
+
+def format_label(torch: str, accelerator: Accelerator) -> str:
+    """``pt{major}{minor}{accelerator}``: torch 2.14.x + CUDA 13.0 -> ``pt214cu130``; 2.4 + ROCm 6.1 -> ``pt24rocm61``.
+
+    Torch's major version is one digit (1 or 2), which is what keeps ``pt214`` unambiguous.
+    """
+    major, minor = Version(torch).release[:2]
+    if major > 9:
+        raise ValueError(f"torch {torch}: the label format assumes a one-digit major version")
+    return f"pt{major}{minor}{accelerator.tag}"
+
+
+def parse_label(label: str) -> tuple[str, Accelerator]:
+    """The inverse of :func:`format_label`: ``pt214cu130`` -> ("2.14", cu130)."""
+    match = _LABEL_RE.match(label)
+    if match is None:
+        raise ValueError(f"{label!r} is not a variant label like 'pt214cu130' or 'pt24rocm61'")
+    accel = match["accel"]
+    if accel.startswith("cu"):
+        accelerator = Accelerator.parse(accel)
+    else:
+        accelerator = Accelerator.rocm(".".join(accel[len("rocm"):]))
+    return f"{match['major']}.{match['minor']}", accelerator
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sdist:
+    filename: str
+    sha256: str
+    url: str | None = None  # None: look it up on the registry by filename
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchRef:
+    """A recipe patch (a function in builder.recipes) and the ranges it applies to."""
+
+    name: str
+    versions: str = ""  # package version specifier, "" = all
+    torch: str = ""  # torch version specifier, "" = all
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    env: tuple[tuple[str, str], ...] = ()
+    abi_env: str | None = None
+    arch_control: str = "gencode-rewrite"
+    patches: tuple[PatchRef, ...] = ()
+    import_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    package: str
+    version: str
+    sdist: Sdist
+    recipe: Recipe
+    torch: str
+    accelerator: Accelerator
+    python: str
+    cxx11_abi: bool
+    archs: tuple[str, ...]
+    manylinux: str
+    platform: str = "x86_64"
+    label: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "label", format_label(self.torch, self.accelerator))
+
+    @property
+    def python_tag(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+    @property
+    def local_version(self) -> str:
+        """The version the wheel carries, in METADATA and filename alike: ``1.7.0+pt214cu130``."""
+        return f"{self.version}+{self.label}"
+
+    @property
+    def identifier(self) -> str:
+        """Stable and selectable with fnmatch: ``causal-conv1d-1.7.0+pt214cu130-cp311-x86_64``."""
+        return f"{self.package}-{self.local_version}-{self.python_tag}-{self.platform}"
+
+    @property
+    def torch_minor(self) -> str:
+        return ".".join(self.torch.split(".")[:2])
+
+    @property
+    def torch_requirement(self) -> str:
+        """What the wheel's Requires-Dist pins: the job's torch minor, any patch or local build."""
+        return f"torch=={self.torch_minor}.*"
+
+    @property
+    def dist_name(self) -> str:
+        """The distribution name as wheel filenames spell it (PEP 427 / binary distribution format)."""
+        return canonicalize_name(self.package).replace("-", "_")
+
+    def as_matrix_entry(self) -> dict[str, object]:
+        """One row of GitHub Actions' ``strategy.matrix.include``."""
+        return {
+            "id": self.identifier,
+            "package": self.package,
+            "version": self.version,
+            "label": self.label,
+            "torch": self.torch,
+            "accelerator": self.accelerator.name,
+            "toolkit": f"{self.accelerator.kind} {self.accelerator.version}",
+            "python": self.python,
+            "python_tag": self.python_tag,
+            "cxx11_abi": self.cxx11_abi,
+            "archs": ";".join(self.archs),
+            "manylinux": self.manylinux,
+            "platform": self.platform,
+        }

@@ -1,0 +1,31 @@
+"""Named source patches. Each takes the unpacked sdist's root and the job, edits files, and returns a list of
+the changes it made (for the job log)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+PatchFunction = Callable[[Path, object], list[str]]
+
+PATCHES: dict[str, PatchFunction] = {}
+
+
+def patch(name: str) -> Callable[[PatchFunction], PatchFunction]:
+    def register(function: PatchFunction) -> PatchFunction:
+        PATCHES[name] = function
+        return function
+
+    return register
+
+
+@patch("cxx20")
+def cxx20(root: Path, job: object) -> list[str]:
+    """torch >= 2.12 headers need C++20; older setup.py files ask nvcc and the host compiler for C++17."""
+    setup = root / "setup.py"
+    text = setup.read_text()
+    changed = text.replace("-std=c++17", "-std=c++20")
+    if changed == text:
+        return []
+    setup.write_text(changed)
+    return ["setup.py: -std=c++17 -> -std=c++20"]

@@ -1,0 +1,15 @@
+"""Unit tests are fast and hermetic: an accidental subprocess call fails the test."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _no_subprocess(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"unit tests must not start processes: {args[:1]}")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
