@@ -1,0 +1,99 @@
+"""The one way wheelwright starts processes: log the command, stream output into the job's log, and raise a
+typed error naming the step and the missing executable or exit status."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ToolchainError, WheelwrightError
+
+log = logging.getLogger(__name__)
+
+
+class StepFailed(WheelwrightError):
+    """A command a job ran exited non-zero."""
+
+    exit_code = 6
+
+    def __init__(self, step: str, command: Sequence[str], returncode: int, log_path: Path | None, tail: str = "") -> None:
+        where = f"; log: {log_path}" if log_path else ""
+        super().__init__(f"{step} failed (exit {returncode}): {shlex.join(command)}{where}")
+        self.step, self.returncode, self.tail = step, returncode, tail
+
+
+@dataclass(frozen=True)
+class Completed:
+    returncode: int
+    output: str
+    seconds: float
+
+
+def which(executable: str, path: str | None = None) -> str:
+    found = shutil.which(executable, path=path)
+    if found is None:
+        raise ToolchainError(f"{executable} not found on PATH", tip=f"install {executable} or put it on PATH")
+    return found
+
+
+def run(
+    command: Sequence[str | os.PathLike[str]],
+    *,
+    step: str,
+    log_path: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    on_line: Callable[[str], None] | None = None,
+    check: bool = True,
+    capture: bool = False,
+) -> Completed:
+    """Run ``command``; append its output to ``log_path``; call ``on_line`` for each line (progress display).
+
+    ``capture`` also keeps the output in memory (for commands whose answer is their output).
+    """
+    argv = [os.fspath(part) for part in command]
+    log.debug("%s: %s", step, shlex.join(argv))
+    if shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None and not Path(argv[0]).exists():
+        raise ToolchainError(f"{step}: executable {argv[0]!r} not found", tip="check the toolchain (see README)")
+    start = time.monotonic()
+    kept: list[str] = []
+    tail: list[str] = []
+    log_file = log_path.open("a", encoding="utf-8") if log_path else None
+    try:
+        if log_file:
+            log_file.write(f"$ {shlex.join(argv)}\n")
+            log_file.flush()
+        process = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+        )
+        assert process.stdout is not None  # noqa: S101 (set by PIPE above)
+        for line in process.stdout:
+            if log_file:
+                log_file.write(line)
+            if capture:
+                kept.append(line)
+            tail = (tail + [line])[-40:]
+            if on_line:
+                on_line(line.rstrip("\n"))
+        returncode = process.wait()
+    finally:
+        if log_file:
+            log_file.close()
+    seconds = time.monotonic() - start
+    if check and returncode != 0:
+        raise StepFailed(step, argv, returncode, log_path, "".join(tail))
+    return Completed(returncode=returncode, output="".join(kept), seconds=seconds)
