@@ -1,7 +1,126 @@
-"""Subcommands of the build stages: build, status. (Filled in by the build issue.)"""
+"""Subcommands of the build stages: `wheelwright build` and `wheelwright status`. Console output lives here."""
 
 from __future__ import annotations
 
+import argparse
+import os
+import threading
+import time
+from pathlib import Path
 
-def add_commands(commands, add_plan_arguments) -> None:
-    pass
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from .errors import BuildFailed
+from .facts import load_facts
+from .job import Job
+from .ledger import Ledger
+from .plan import load_plan
+
+console = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+
+
+def add_commands(commands: argparse._SubParsersAction, add_plan_arguments) -> None:
+    build = commands.add_parser("build", help="build, repair and verify the wheels of a profile")
+    add_plan_arguments(build)
+    build.add_argument("--output", type=Path, default=Path("wheelhouse"), help="output folder (default: %(default)s)")
+    build.add_argument("--retry-failed", action="store_true", help="rebuild jobs that failed with the same inputs")
+    build.add_argument("--parallel", type=int, default=1, metavar="N", help="jobs at once; cores and memory are shared")
+    build.add_argument("--objcache", choices=("use", "verify", "off"), default="use",
+                       help="reuse CUDA objects across Pythons (verify: compile anyway and prove them identical)")
+    build.set_defaults(func=cmd_build)
+
+    status = commands.add_parser("status", help="print the build ledger")
+    status.add_argument("--output", type=Path, default=Path("wheelhouse"))
+    status.set_defaults(func=cmd_status)
+
+
+class _Display:
+    """A live table: job, phase, elapsed, and the translation unit nvcc is on."""
+
+    def __init__(self, jobs: list[Job]) -> None:
+        self.state = {job.identifier: ["queued", None, ""] for job in jobs}
+        self.lock = threading.Lock()
+
+    def phase(self, job: Job, phase: str) -> None:
+        with self.lock:
+            row = self.state[job.identifier]
+            row[0], row[1] = phase, row[1] or time.monotonic()
+
+    def line(self, job: Job, line: str) -> None:
+        from .compile import translation_unit
+
+        unit = translation_unit(line)
+        if unit:
+            with self.lock:
+                self.state[job.identifier][2] = unit
+
+    def __rich__(self) -> Table:
+        table = Table(box=None, pad_edge=False)
+        for column in ("job", "phase", "elapsed", "compiling"):
+            table.add_column(column, no_wrap=True)
+        with self.lock:
+            for identifier, (phase, started, unit) in self.state.items():
+                elapsed = f"{time.monotonic() - started:6.0f}s" if started else ""
+                table.add_row(identifier, phase, elapsed, unit)
+        return table
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from .build import BuildOptions, Builder, Layout  # the build stage's imports are heavy; plan needs none
+
+    plan = load_plan(args.matrix, args.profile).select(args.select)
+    display = _Display(list(plan.jobs))
+    progress = Progress(on_phase=display.phase, on_line=display.line)
+    options = BuildOptions(retry_failed=args.retry_failed, parallel=args.parallel, objcache=args.objcache)
+    builder = Builder(Layout(root=args.output), load_facts(), options, progress)
+    with Live(display, console=console, refresh_per_second=2, transient=not console.is_terminal):
+        outcomes = builder.run(plan.jobs)
+    _summary(outcomes, args.output)
+    failed = [o for o in outcomes if o.entry.status != "built"]
+    if failed:
+        raise BuildFailed(f"{len(failed)} of {len(outcomes)} jobs did not produce a verified wheel",
+                          tip=f"logs are in {args.output / 'logs'}; `wheelwright build --retry-failed` retries them")
+    return 0
+
+
+def _summary(outcomes: list, output: Path) -> None:
+    table = Table(title="build summary", title_justify="left")
+    for column in ("job", "result", "wheel", "size", "sha256", "time"):
+        table.add_column(column, overflow="fold")
+    markdown = ["| job | result | wheel | size | sha256 | time |", "|---|---|---|---|---|---|"]
+    for outcome in outcomes:
+        entry = outcome.entry
+        result = "up to date" if outcome.skipped else entry.status
+        detail = entry.wheel if entry.status == "built" else (entry.reason or "")
+        size = f"{entry.wheel_size / 2**20:.1f} MiB" if entry.wheel_size else ""
+        sha = (entry.wheel_sha256 or "")[:16]
+        seconds = f"{entry.total_seconds:.0f}s" if entry.timings else ""
+        style = "green" if entry.status == "built" else "red"
+        table.add_row(entry.job_id, f"[{style}]{result}[/{style}]", detail, size, sha, seconds)
+        markdown.append(f"| {entry.job_id} | {result} | {detail} | {size} | {sha} | {seconds} |")
+    out.print(table)
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a") as handle:
+            handle.write("\n".join(["## wheelwright build", "", *markdown, ""]))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    path = args.output / "ledger.sqlite"
+    if not path.is_file():
+        console.print(f"no ledger at {path} yet; run `wheelwright build` first")
+        return 1
+    with Ledger(path) as ledger:
+        entries = ledger.entries()
+    table = Table(title=f"{path}: {len(entries)} jobs", title_justify="left")
+    for column in ("job", "status", "phase", "time", "wheel / reason"):
+        table.add_column(column, overflow="fold")
+    for entry in entries:
+        detail = entry.wheel if entry.status == "built" else (entry.reason or "")
+        timing = " ".join(f"{phase} {seconds:.0f}s" for phase, seconds in entry.timings.items())
+        table.add_row(entry.job_id, entry.status, entry.phase or "", timing, detail)
+    out.print(table)
+    return 0

@@ -1,0 +1,140 @@
+"""Compile: build the patched sdist into a wheel with `build` (no isolation) from fixed paths, with the
+job's toolkit, torch, ABI, arch list and a parallelism fitted to free cores and memory."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import shlex
+import shutil
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import build
+
+from .environment import BuildEnv
+from .job import Job
+from .runner import run
+
+log = logging.getLogger(__name__)
+
+# Upper bound of one nvcc translation unit's resident memory, measured: causal-conv1d sm_90 peaked at 3.4 GB,
+# mamba-ssm at 1.6 GB. Overridable because more archs per TU (nvcc --threads) raise it.
+COMPILE_MEMORY_BYTES = int(float(os.environ.get("WHEELWRIGHT_COMPILE_MEMORY_GB", "3.5")) * 2**30)
+FIXED_ROOT = Path(os.environ.get("WHEELWRIGHT_FIXED_ROOT", "/tmp/wheelwright-build"))
+_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\] .*\s-c\s+(\S+\.(?:cu|cpp|cc|c|hip))\b")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parallelism:
+    max_jobs: int  # ninja workers (translation units at once)
+    nvcc_threads: int  # archs compiled at once inside one translation unit
+
+    @classmethod
+    def fit(cls, archs: int, *, share: int = 1) -> Parallelism:
+        """Split this machine's free cores and memory between ``share`` concurrent builds."""
+        cores = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) // share)
+        memory = available_memory() // share
+        max_jobs = max(1, min(cores, memory // COMPILE_MEMORY_BYTES))
+        return cls(max_jobs=max_jobs, nvcc_threads=max(1, min(archs, cores)))
+
+
+def available_memory() -> int:
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 4 * 2**30
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workspace:
+    """Fixed paths shared by every Python of one (package, version, label): same paths, same object bytes."""
+
+    root: Path
+
+    @property
+    def source(self) -> Path:
+        return self.root / "src"
+
+    @property
+    def torch_site(self) -> Path:
+        return self.root / "torch-site"
+
+    @classmethod
+    def for_job(cls, job: Job) -> Workspace:
+        return cls(root=FIXED_ROOT / f"{job.package}-{job.local_version}")
+
+
+@contextmanager
+def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
+    """Lay the patched source and a link to the job's torch at the fixed paths, holding a lock meanwhile."""
+    space = Workspace.for_job(job)
+    space.root.mkdir(parents=True, exist_ok=True)
+    with open(space.root.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(space.source, ignore_errors=True)
+        shutil.copytree(source, space.source, symlinks=True)
+        if space.torch_site.is_symlink() or space.torch_site.exists():
+            space.torch_site.unlink()
+        space.torch_site.symlink_to(torch_site, target_is_directory=True)
+        yield space
+
+
+def build_environ(job: Job, env: BuildEnv, recipe_env: Mapping[str, str], space: Workspace, parallelism: Parallelism, objcache: tuple[Path, str] | None) -> dict[str, str]:
+    toolkit = env.toolkit
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CUDA", "TORCH_", "NVCC_"))}
+    environ.update(recipe_env)
+    environ.update(
+        CUDA_HOME=str(toolkit.root),
+        CUDA_PATH=str(toolkit.root),
+        PATH=os.pathsep.join([str(env.python.parent), str(toolkit.root / "bin"), environ.get("PATH", "")]),
+        PYTHONPATH=str(space.torch_site),  # the fixed path, so torch's header paths inside objects are the same for every Python
+        MAX_JOBS=str(parallelism.max_jobs),
+        NVCC_THREADS=str(parallelism.nvcc_threads),
+        TORCH_CUDA_ARCH_LIST=";".join(job.archs),
+        PIP_NO_BUILD_ISOLATION="1",
+        SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", "315532800"),
+    )
+    if objcache is not None:
+        root, mode = objcache
+        environ["PYTORCH_NVCC"] = shlex.join([sys.executable, "-m", "builder.objcache", str(root), mode, str(toolkit.nvcc)])
+    return environ
+
+
+def compile_wheel(
+    job: Job,
+    env: BuildEnv,
+    space: Workspace,
+    environ: Mapping[str, str],
+    outdir: Path,
+    *,
+    log_path: Path,
+    on_line: Callable[[str], None] | None = None,
+) -> Path:
+    """Run the PEP 517 backend in the job's build environment; returns the wheel it wrote."""
+
+    def runner(cmd: list[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None) -> None:
+        run(cmd, step=f"{job.identifier}: compile", log_path=log_path, cwd=Path(cwd) if cwd else None, env={**environ, **(extra_environ or {})}, on_line=on_line)
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    project = build.ProjectBuilder(space.source, python_executable=str(env.python), runner=runner)
+    wheel = project.build("wheel", outdir)
+    return Path(wheel)
+
+
+def translation_unit(line: str) -> str | None:
+    """The source a ninja progress line is compiling, for the progress display."""
+    match = _NINJA_STEP.match(line)
+    return f"[{match[1]}/{match[2]}] {Path(match[3]).name}" if match else None
+
+
+def objcache_root() -> Path:
+    from .environment import cache_root
+
+    return cache_root() / "objects"

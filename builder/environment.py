@@ -1,0 +1,183 @@
+"""Per-job environments: the interpreter, a runtime environment holding the job's torch (and nothing else we
+add), a build environment with the build tools, and the CUDA toolkit, each checked before anything compiles."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from .errors import ToolchainError, WheelwrightError
+from .facts import Accelerator, TorchFacts
+from .job import Job
+from .runner import run
+
+log = logging.getLogger(__name__)
+
+_PROBE = (
+    "import json, sys, sysconfig\n"
+    "try:\n    import torch\nexcept ImportError:\n    torch = None\n"
+    "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'executable': sys.executable,\n"
+    " 'purelib': sysconfig.get_paths()['purelib'],\n"
+    " 'torch': torch.__version__ if torch else None, 'cuda': getattr(torch, 'version', None) and torch.version.cuda,\n"
+    " 'torch_site': __import__('os').path.dirname(__import__('os').path.dirname(torch.__file__)) if torch else None,\n"
+    " 'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI) if torch else None}))\n"
+)
+
+
+class NotBuildableHere(WheelwrightError):
+    """The job's toolkit, interpreter or torch cannot be had on this machine; reported, never attempted."""
+
+    exit_code = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class Toolkit:
+    accelerator: Accelerator
+    root: Path
+
+    @property
+    def nvcc(self) -> Path:
+        return self.root / "bin" / "nvcc"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeEnv:
+    """Where the job's torch lives: ``site_packages`` holds torch; ``python`` is the base interpreter."""
+
+    python: Path
+    site_packages: Path
+    torch: str
+    system: bool  # the interpreter's own torch (no download), e.g. on a machine with torch preinstalled
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildEnv:
+    python: Path  # a venv with setuptools, wheel, ninja, packaging
+    runtime: RuntimeEnv
+    toolkit: Toolkit
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("WHEELWRIGHT_CACHE", Path.home() / ".cache" / "wheelwright"))
+
+
+# -- interpreters -----------------------------------------------------------------------------------------------
+
+def find_python(version: str) -> Path:
+    """An interpreter of ``version`` (3.11): this one, a pyenv install, or python3.11 on PATH."""
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == version and sys.prefix == sys.base_prefix:
+        return Path(sys.executable)
+    candidates = [Path(sys.base_prefix) / "bin" / f"python{version}"]
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates += sorted(pyenv_root.glob(f"versions/{version}.*/bin/python{version}"), reverse=True)
+    on_path = shutil.which(f"python{version}")
+    candidates += [Path(on_path)] if on_path else []
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK) and "shims" not in candidate.parts:
+            return candidate
+    raise NotBuildableHere(f"no Python {version} interpreter on this machine (looked in pyenv and on PATH)")
+
+
+def probe(python: Path) -> dict:
+    return json.loads(run([python, "-c", _PROBE], step="probe interpreter", capture=True).output.splitlines()[-1])
+
+
+# -- torch ------------------------------------------------------------------------------------------------------
+
+def runtime_env(job: Job, facts: TorchFacts) -> RuntimeEnv:
+    """The job's torch: the interpreter's own when it matches, else a cached venv holding only torch."""
+    python = find_python(job.python)
+    info = probe(python)
+    if _matches(info, job):
+        return RuntimeEnv(python=python, site_packages=Path(info["torch_site"]), torch=info["torch"], system=True)
+    release = facts.release(job.torch)
+    if job.accelerator.kind != "cuda" or job.accelerator.version != release.pypi_cuda:
+        raise NotBuildableHere(
+            f"torch {job.torch} for {job.accelerator} is published only on PyTorch's own index, which this machine "
+            f"cannot reach; the registry wheel of torch {release.minor} is cu{release.pypi_cuda.replace('.', '')}"
+        )
+    venv = cache_root() / "envs" / f"torch-{job.torch}-{job.accelerator.name}-{job.python_tag}"
+    _ensure_venv(venv, python, [f"torch=={job.torch}"], step=f"install torch {job.torch}")
+    info = probe(venv / "bin" / "python")
+    if not _matches(info, job):
+        raise ToolchainError(f"{venv}: expected torch {job.torch}+{job.accelerator}, found {info['torch']} (CUDA {info['cuda']})")
+    return RuntimeEnv(python=python, site_packages=Path(info["torch_site"]), torch=info["torch"], system=False)
+
+
+def _matches(info: dict, job: Job) -> bool:
+    if not info.get("torch"):
+        return False
+    public = info["torch"].split("+")[0]
+    return public == job.torch and info["cuda"] == job.accelerator.version and info["cxx11_abi"] == job.cxx11_abi
+
+
+def _ensure_venv(venv: Path, python: Path, requirements: list[str], *, step: str, log_path: Path | None = None) -> None:
+    """Create ``venv`` with ``requirements`` once; a marker written last makes an interrupted install redo."""
+    marker = venv / ".wheelwright-complete"
+    wanted = "\n".join(requirements)
+    if marker.is_file() and marker.read_text() == wanted:
+        return
+    shutil.rmtree(venv, ignore_errors=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    run([python, "-m", "venv", venv], step=f"{step}: create venv", log_path=log_path)
+    pip = [venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    run([*pip, *requirements], step=step, log_path=log_path)
+    marker.write_text(wanted)
+
+
+def build_env(job: Job, runtime: RuntimeEnv, toolkit: Toolkit, *, log_path: Path | None = None) -> BuildEnv:
+    """A venv per Python with the build tools; torch is put on its path per job (see compile.py)."""
+    requirements = [
+        line for line in resources.files("builder.data").joinpath("build-requirements.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    venv = cache_root() / "envs" / f"build-{job.python_tag}"
+    _ensure_venv(venv, runtime.python, requirements, step="install build tools", log_path=log_path)
+    return BuildEnv(python=venv / "bin" / "python", runtime=runtime, toolkit=toolkit)
+
+
+# -- toolkits ---------------------------------------------------------------------------------------------------
+
+def find_toolkit(accelerator: Accelerator) -> Toolkit:
+    """The CUDA toolkit of the job's version, checked; ROCm cannot be had on this machine yet."""
+    if accelerator.kind != "cuda":
+        raise NotBuildableHere(f"no ROCm {accelerator.version} toolkit on this machine (hipcc not provisioned)")
+    candidates = [os.environ.get("WHEELWRIGHT_CUDA_HOME"), os.environ.get("CUDA_HOME"), f"/usr/local/cuda-{accelerator.version}", "/usr/local/cuda"]
+    candidates += [str(p) for p in sorted((cache_root() / "toolkits").glob(f"cuda-{accelerator.version}*"))]
+    for candidate in filter(None, candidates):
+        root = Path(candidate)
+        if (root / "bin" / "nvcc").is_file() and toolkit_version(root) == accelerator.version:
+            toolkit = Toolkit(accelerator=accelerator, root=root)
+            check_toolkit(toolkit)
+            return toolkit
+    raise NotBuildableHere(
+        f"no CUDA {accelerator.version} toolkit on this machine (looked for bin/nvcc of that version in "
+        f"$WHEELWRIGHT_CUDA_HOME, $CUDA_HOME, /usr/local/cuda-{accelerator.version}, /usr/local/cuda)"
+    )
+
+
+def toolkit_version(root: Path) -> str | None:
+    version_json = root / "version.json"
+    if version_json.is_file():
+        full = json.loads(version_json.read_text()).get("cuda_nvcc", {}).get("version", "")
+        return ".".join(full.split(".")[:2]) or None
+    output = run([root / "bin" / "nvcc", "--version"], step="nvcc --version", capture=True, check=False).output
+    match = re.search(r"release (\d+\.\d+)", output)
+    return match[1] if match else None
+
+
+def check_toolkit(toolkit: Toolkit) -> None:
+    """Fail before compiling, not 40 minutes in: the headers the one .cpp file needs must be there."""
+    for relative in ("bin/nvcc", "bin/ptxas", "bin/fatbinary", "include/cuda_runtime_api.h", "include/cuda.h"):
+        if not (toolkit.root / relative).exists():
+            raise ToolchainError(
+                f"CUDA toolkit at {toolkit.root} lacks {relative}",
+                tip="point WHEELWRIGHT_CUDA_HOME at a complete toolkit root (the directory holding bin/nvcc)",
+            )

@@ -1,0 +1,170 @@
+"""Compile once, link per Python: a cache of nvcc objects, used as torch's PYTORCH_NVCC.
+
+The .cu translation units of these packages include c10/cub headers, never Python.h, so their objects do not
+depend on the Python version. Torch's ninja rule runs ``$nvcc -MD -MF $out.d $cuda_cflags -c $in -o $out ...``;
+this wrapper keys each call on the command line (the per-Python include directory normalised away, the output
+paths removed), the source's bytes and, like ccache's direct mode, the bytes of every header the first compile
+read (from its depfile). A hit copies the object and depfile; a header whose bytes changed is a miss. Builds run
+from fixed paths (see compile.py), so a hit is byte-identical to a fresh compile; ``verify`` mode proves it by
+compiling anyway and comparing.
+
+Usage (what compile.py puts into PYTORCH_NVCC): python -m builder.objcache CACHE_DIR MODE REAL_NVCC ARGS...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODES = ("use", "verify", "off")
+_PYTHON_INCLUDE = re.compile(r"^-I.*/include/python3\.\d+t?/?$")
+
+
+def command_key(args: list[str]) -> tuple[str, str, str | None]:
+    """(key over the normalised command line, the output path, the depfile path)."""
+    normalised, output, depfile = [], "", None
+    skip = False
+    for index, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg in ("-o", "-MF"):
+            value = args[index + 1]
+            output, depfile = (value, depfile) if arg == "-o" else (output, value)
+            skip = True
+            continue
+        normalised.append("-I<python-include>" if _PYTHON_INCLUDE.match(arg) else arg)
+    return _digest(json.dumps(normalised).encode()), output, depfile
+
+
+def source_of(args: list[str]) -> Path:
+    """The translation unit: what follows the last ``-c`` (torch's flags can hold a stray ``-c`` of their own)."""
+    sources = [arg for before, arg in zip(args, args[1:]) if before == "-c" and arg != "-c"]
+    return Path(sources[-1])
+
+
+def headers_of(depfile: Path) -> list[str]:
+    """The prerequisites a make-style depfile lists (the object's own target left out)."""
+    text = depfile.read_text().replace("\\\n", " ")
+    _, _, prerequisites = text.partition(": ")
+    return sorted({p.replace("\\ ", " ") for p in re.split(r"(?<!\\)\s+", prerequisites) if p})
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_digest(path: str) -> str | None:
+    try:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        return digest.hexdigest()
+    except OSError:
+        return None
+
+
+def _atomic_copy(source: Path, destination: Path) -> None:
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=destination.parent, delete=False, prefix=".tmp-") as handle:
+        temporary = Path(handle.name)
+    shutil.copyfile(source, temporary)
+    os.replace(temporary, destination)
+
+
+class ObjectCache:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _manifest(self, key: str) -> Path:
+        return self.root / "manifests" / key[:2] / f"{key}.json"
+
+    def _blob(self, digest: str) -> Path:
+        return self.root / "objects" / digest[:2] / digest
+
+    def lookup(self, key: str) -> dict | None:
+        """The entry whose recorded headers all still have the recorded bytes."""
+        path = self._manifest(key)
+        if not path.is_file():
+            return None
+        for entry in json.loads(path.read_text()):
+            if all(_file_digest(h) == d for h, d in entry["headers"].items()):
+                return entry
+        return None
+
+    def store(self, key: str, output: Path, depfile: Path | None) -> dict:
+        headers = headers_of(depfile) if depfile else []
+        entry = {
+            "object": _file_digest(str(output)),
+            "depfile": _file_digest(str(depfile)) if depfile else None,
+            "headers": {h: _file_digest(h) for h in headers},
+        }
+        _atomic_copy(output, self._blob(entry["object"]))
+        if depfile:
+            _atomic_copy(depfile, self._blob(entry["depfile"]))
+        path = self._manifest(key)
+        entries = json.loads(path.read_text()) if path.is_file() else []
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, prefix=".tmp-") as handle:
+            json.dump([entry, *[e for e in entries if e != entry]], handle)
+        os.replace(handle.name, path)
+        return entry
+
+    def restore(self, entry: dict, output: Path, depfile: Path | None) -> None:
+        _atomic_copy(self._blob(entry["object"]), output)
+        if depfile and entry["depfile"]:
+            _atomic_copy(self._blob(entry["depfile"]), depfile)
+
+
+def _record(cache: ObjectCache, event: dict) -> None:
+    # One JSON line per compile, appended atomically (O_APPEND, one write): the build reads hits and misses here.
+    line = json.dumps(event) + "\n"
+    fd = os.open(cache.root / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def main(argv: list[str]) -> int:
+    root, mode, nvcc, *args = argv
+    if mode not in MODES:
+        sys.stderr.write(f"builder.objcache: mode must be one of {MODES}, not {mode!r}\n")
+        return 2
+    cache = ObjectCache(Path(root))
+    cache.root.mkdir(parents=True, exist_ok=True)
+    if "-c" not in args or "-o" not in args or mode == "off":
+        return subprocess.call([nvcc, *args])
+    key, output, depfile = command_key(args)
+    key = _digest(f"{key}:{_file_digest(str(source_of(args)))}:{_file_digest(nvcc)}".encode())
+    source = str(source_of(args))
+    entry = cache.lookup(key)
+    start = time.monotonic()
+    if entry is not None and mode == "use":
+        cache.restore(entry, Path(output), Path(depfile) if depfile else None)
+        _record(cache, {"source": source, "result": "hit", "seconds": time.monotonic() - start})
+        return 0
+    returncode = subprocess.call([nvcc, *args])
+    if returncode != 0:
+        return returncode
+    fresh = _file_digest(output)
+    if entry is not None:  # verify mode: the cached object must equal the fresh one, byte for byte
+        same = fresh == entry["object"]
+        _record(cache, {"source": source, "result": "verified" if same else "mismatch", "seconds": time.monotonic() - start, "fresh": fresh, "cached": entry["object"]})
+        return 0 if same else 3
+    cache.store(key, Path(output), Path(depfile) if depfile else None)
+    _record(cache, {"source": source, "result": "miss", "seconds": time.monotonic() - start})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
