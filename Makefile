@@ -24,6 +24,7 @@ plan: $(STAMP)
 
 build-matrix: $(STAMP)
 	$(BIN)/wheelwright plan --profile $(PROFILE)
+	$(BIN)/wheelwright build --profile $(PROFILE) --output $(OUTPUT)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -96,7 +96,7 @@ def build_environ(job: Job, env: BuildEnv, recipe_env: Mapping[str, str], space:
         PATH=os.pathsep.join([str(env.python.parent), str(toolkit.root / "bin"), environ.get("PATH", "")]),
         PYTHONPATH=str(space.torch_site),  # the fixed path, so torch's header paths inside objects are the same for every Python
         MAX_JOBS=str(parallelism.max_jobs),
-        NVCC_THREADS=str(parallelism.nvcc_threads),
+        NVCC_APPEND_FLAGS=f"--threads {parallelism.nvcc_threads}",  # last --threads wins over setup.py's hardcoded 4
         TORCH_CUDA_ARCH_LIST=";".join(job.archs),
         PIP_NO_BUILD_ISOLATION="1",
         SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", "315532800"),
@@ -137,4 +137,4 @@ def translation_unit(line: str) -> str | None:
 def objcache_root() -> Path:
     from .environment import cache_root
 
-    return cache_root() / "objects"
+    return Path(os.environ.get("WHEELWRIGHT_OBJCACHE_DIR", cache_root() / "objects"))

@@ -70,19 +70,23 @@ def cache_root() -> Path:
 
 # -- interpreters -----------------------------------------------------------------------------------------------
 
-def find_python(version: str) -> Path:
-    """An interpreter of ``version`` (3.11): this one, a pyenv install, or python3.11 on PATH."""
-    if f"{sys.version_info.major}.{sys.version_info.minor}" == version and sys.prefix == sys.base_prefix:
-        return Path(sys.executable)
-    candidates = [Path(sys.base_prefix) / "bin" / f"python{version}"]
-    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    candidates += sorted(pyenv_root.glob(f"versions/{version}.*/bin/python{version}"), reverse=True)
+def find_pythons(version: str) -> list[Path]:
+    """Interpreters of ``version`` (3.11): this one, ``python3.11`` on PATH, pyenv installs; best first."""
+    candidates = []
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
+        candidates += [Path(sys.executable), Path(sys._base_executable)]
     on_path = shutil.which(f"python{version}")
     candidates += [Path(on_path)] if on_path else []
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK) and "shims" not in candidate.parts:
-            return candidate
-    raise NotBuildableHere(f"no Python {version} interpreter on this machine (looked in pyenv and on PATH)")
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates += sorted(pyenv_root.glob(f"versions/{version}.*/bin/python{version}"), reverse=True)
+    usable = [c for c in candidates if c.is_file() and os.access(c, os.X_OK) and "shims" not in c.parts]
+    if not usable:
+        raise NotBuildableHere(f"no Python {version} interpreter on this machine (looked on PATH and in pyenv)")
+    return list(dict.fromkeys(usable))
+
+
+def _is_venv(python: Path) -> bool:
+    return (python.parent.parent / "pyvenv.cfg").is_file()
 
 
 def probe(python: Path) -> dict:
@@ -93,10 +97,12 @@ def probe(python: Path) -> dict:
 
 def runtime_env(job: Job, facts: TorchFacts) -> RuntimeEnv:
     """The job's torch: the interpreter's own when it matches, else a cached venv holding only torch."""
-    python = find_python(job.python)
-    info = probe(python)
-    if _matches(info, job):
-        return RuntimeEnv(python=python, site_packages=Path(info["torch_site"]), torch=info["torch"], system=True)
+    pythons = find_pythons(job.python)
+    for python in pythons:
+        info = probe(python)
+        if _matches(info, job):
+            return RuntimeEnv(python=python, site_packages=Path(info["torch_site"]), torch=info["torch"], system=True)
+    python = next((p for p in pythons if not _is_venv(p)), pythons[-1])
     release = facts.release(job.torch)
     if job.accelerator.kind != "cuda" or job.accelerator.version != release.pypi_cuda:
         raise NotBuildableHere(
