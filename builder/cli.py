@@ -23,9 +23,13 @@ out = Console(highlight=False, soft_wrap=True)
 
 
 def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), help="the matrix file (default: %(default)s)")
+    parser.add_argument(
+        "--matrix", type=Path, default=Path("matrix.yaml"), help="the matrix file (default: %(default)s)"
+    )
     parser.add_argument("--profile", help="profile to expand (default: the matrix's default_profile)")
-    parser.add_argument("--select", metavar="PATTERN", help="fnmatch pattern over job identifiers, e.g. '*pt214*cp311*'")
+    parser.add_argument(
+        "--select", metavar="PATTERN", help="fnmatch pattern over job identifiers, e.g. '*pt214*cp311*'"
+    )
 
 
 def _plan(args: argparse.Namespace) -> Plan:
@@ -91,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _stage_commands():
     """Stages add their own subcommands; each module's add_commands(commands, add_plan_arguments)."""
-    from . import build_cli
     from index_site import cli as index_cli
+
+    from . import build_cli
 
     return (build_cli.add_commands, index_cli.add_commands)
 
@@ -100,7 +105,9 @@ def _stage_commands():
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         return args.func(args)
     except WheelwrightError as error:

@@ -59,7 +59,6 @@ class PublishError(WheelwrightError):
     exit_code = 7
 
 
-
 def did_you_mean(word: object, choices: Iterable[object]) -> str:
     """`` (did you mean 'env'?)`` when one of ``choices`` is close to ``word``, else ``""``."""
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)

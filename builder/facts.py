@@ -129,26 +129,50 @@ class TorchFacts:
         return tuple(p for r in self.releases for p in r.patches)
 
 
-_RELEASE_FIELDS: Mapping[str, type] = MappingProxyType({
-    "torch": str, "patches": list, "python": list, "cuda": list, "pypi_cuda": str, "rocm": list,
-    "cxx11_abi": bool, "manylinux": str, "abi_override": dict, "manylinux_override": dict,
-})
+_RELEASE_FIELDS: Mapping[str, type] = MappingProxyType(
+    {
+        "torch": str,
+        "patches": list,
+        "python": list,
+        "cuda": list,
+        "pypi_cuda": str,
+        "rocm": list,
+        "cxx11_abi": bool,
+        "manylinux": str,
+        "abi_override": dict,
+        "manylinux_override": dict,
+    }
+)
 _OPTIONAL_FIELDS = ("abi_override", "manylinux_override")
-_ITEM_TYPES: Mapping[str, type] = MappingProxyType({
-    "patches": str, "python": str, "cuda": str, "rocm": str, "abi_override": bool, "manylinux_override": str,
-})
-_TOML_NAMES: Mapping[type, str] = MappingProxyType({
-    str: "string", list: "list", bool: "boolean (true/false)", dict: "table",
-})
+_ITEM_TYPES: Mapping[str, type] = MappingProxyType(
+    {
+        "patches": str,
+        "python": str,
+        "cuda": str,
+        "rocm": str,
+        "abi_override": bool,
+        "manylinux_override": str,
+    }
+)
+_TOML_NAMES: Mapping[type, str] = MappingProxyType(
+    {
+        str: "string",
+        list: "list",
+        bool: "boolean (true/false)",
+        dict: "table",
+    }
+)
 # Labels drop the dots (cu130, rocm624) and parse_label splits them back, so CUDA minors and ROCm components must
 # be single digits; a CUDA 12.10 would need a new label format.
-_SPELLING: Mapping[str, tuple[str, str]] = MappingProxyType({
-    "torch": (r"\d+\.\d+", "a minor release like '2.14'"),
-    "patches": (r"\d+\.\d+\.\d+", "a patch release like '2.14.1'"),
-    "python": (r"3\.\d+", "a CPython version like '3.11'"),
-    "cuda": (r"[1-9]\d?\.\d", "a CUDA version with a one-digit minor like '13.0'"),
-    "rocm": (r"[1-9]\.\d(\.\d)?", "a ROCm version with one-digit parts like '6.2.4'"),
-})
+_SPELLING: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "torch": (r"\d+\.\d+", "a minor release like '2.14'"),
+        "patches": (r"\d+\.\d+\.\d+", "a patch release like '2.14.1'"),
+        "python": (r"3\.\d+", "a CPython version like '3.11'"),
+        "cuda": (r"[1-9]\d?\.\d", "a CUDA version with a one-digit minor like '13.0'"),
+        "rocm": (r"[1-9]\.\d(\.\d)?", "a ROCm version with one-digit parts like '6.2.4'"),
+    }
+)
 # The default lists are plain compute capabilities; suffixes (9.0a, +PTX) are a profile's explicit choice.
 _CUDA_ARCH_RE = re.compile(r"\d+\.\d+")
 _ROCM_ARCH_RE = re.compile(r"gfx[0-9a-f]+")
@@ -194,8 +218,13 @@ def _release_from(raw: Mapping, where: str) -> TorchRelease:
 
 
 def _check_spelling(release: TorchRelease, where: str) -> None:
-    spelled = {"torch": (release.minor,), "patches": release.patches, "python": release.python,
-               "cuda": release.cuda, "rocm": release.rocm}
+    spelled = {
+        "torch": (release.minor,),
+        "patches": release.patches,
+        "python": release.python,
+        "cuda": release.cuda,
+        "rocm": release.rocm,
+    }
     for name, values in spelled.items():
         pattern, example = _SPELLING[name]
         for value in values:

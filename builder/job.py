@@ -34,7 +34,7 @@ def parse_label(label: str) -> tuple[str, Accelerator]:
     if accel.startswith("cu"):
         accelerator = Accelerator.parse(accel)
     else:
-        accelerator = Accelerator.rocm(".".join(accel[len("rocm"):]))
+        accelerator = Accelerator.rocm(".".join(accel[len("rocm") :]))
     return f"{match['major']}.{match['minor']}", accelerator
 
 

@@ -4,7 +4,6 @@ Checks that need the torch facts (does torch 2.1 have CUDA 12.4?) happen when a 
 
 from __future__ import annotations
 
-import datetime
 import re
 import types
 import typing
@@ -24,16 +23,32 @@ from .facts import Accelerator
 HOST_PYTHON = "host"
 ARCH_CONTROLS = ("gencode-rewrite", "torch-arch-list")
 AXES = ("torch", "accelerators", "python", "include", "exclude")
+_AXIS_ITEMS = {
+    "torch": "torch",
+    "accelerators": "accelerator",
+    "python": "python",
+    "include": "selector",
+    "exclude": "selector",
+    "packages": "package",
+}
 
 Loc = tuple[str | int, ...]
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that keeps every unquoted number-like scalar a string: ``python: [3.10]`` is "3.10", not 3.1."""
+    """SafeLoader that reads every unquoted scalar but ``null`` as a string: ``python: [3.10]`` is "3.10", not 3.1;
+    ``FORCE_BUILD: TRUE`` is "TRUE", not a boolean; ``version: 2024-01-01`` is not a date. The schema has no
+    number, boolean or date field, so nothing is lost."""
 
 
+_STRING_TAGS = (
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:timestamp",
+)
 _Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:int")]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _STRING_TAGS]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 
@@ -203,7 +218,9 @@ class Matrix(Axes):
         name = name or self.default_profile
         if name not in self.profiles:
             hint = did_you_mean(name, self.profiles)
-            raise ConfigError(f"no profile {name!r} in {self._source}{hint}", tip=f"profiles: {', '.join(self.profiles)}")
+            raise ConfigError(
+                f"no profile {name!r} in {self._source}{hint}", tip=f"profiles: {', '.join(self.profiles)}"
+            )
         return self.profiles[name]
 
     def axis(self, profile: Profile, name: str) -> Any:
@@ -217,40 +234,49 @@ class Matrix(Axes):
         return ("profiles", profile_name, name) if getattr(profile, name) is not None else (name,)
 
     def locate(self, loc: Loc) -> str:
-        """``matrix.yaml:12: packages.0.recipe.env``: the file, the line the key (or its nearest parent) is on, the key."""
+        """``matrix.yaml:12: packages.0.recipe.env``: the file, the line of the key (or its nearest parent), the key."""
         return _locate(self._source, self._lines, loc)
 
 
 def _locate(source: str, lines: dict[Loc, int], loc: Loc) -> str:
-    line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), 1)
     key = ".".join(str(part) for part in loc)
-    return f"{source}:{line}: {key}" if key else f"{source}:{line}"
+    where = f"{source}:{_line_of(lines, loc)}"
+    return f"{where}: {key}" if key else where
+
+
+def _line_of(lines: dict[Loc, int], loc: Loc) -> int:
+    """The line of ``loc``, or of its nearest parent that is in the file (a missing key is reported at its parent)."""
+    return next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), 1)
 
 
 # Checks across fields, run once the schema holds. Each yields (location, message).
 def _cross_field_problems(matrix: Matrix) -> Iterator[tuple[Loc, str]]:
-    yield from _duplicates([("packages", i, "name") for i in range(len(matrix.packages))],
-                           [p.name for p in matrix.packages], "package")
+    names = [p.name for p in matrix.packages]
+    yield from _duplicates([("packages", i, "name") for i in range(len(names))], names, names, "package")
     for i, package in enumerate(matrix.packages):
         locs = [("packages", i, "versions", j, "version") for j in range(len(package.versions))]
-        yield from _duplicates(locs, [canonicalize_version(pin.version) for pin in package.versions], "version")
+        versions = [pin.version for pin in package.versions]
+        yield from _duplicates(locs, versions, [canonicalize_version(v) for v in versions], "version")
     if matrix.default_profile not in matrix.profiles:
         hint = did_you_mean(matrix.default_profile, matrix.profiles)
         known = ", ".join(matrix.profiles)
         yield ("default_profile",), f"{matrix.default_profile!r} is not a profile{hint}; profiles: {known}"
     yield from _axes_problems((), matrix)
-    names = [p.name for p in matrix.packages]
     for profile_name, profile in matrix.profiles.items():
         yield from _axes_problems(("profiles", profile_name), profile)
         for k, name in enumerate(profile.packages or ()):
             if name not in names:
-                yield ("profiles", profile_name, "packages", k), f"no package {name!r} in packages{did_you_mean(name, names)}"
+                yield (
+                    ("profiles", profile_name, "packages", k),
+                    f"no package {name!r} in packages{did_you_mean(name, names)}",
+                )
 
 
 def _axes_problems(prefix: Loc, axes: Axes) -> Iterator[tuple[Loc, str]]:
     for name in (*AXES, "packages") if isinstance(axes, Profile) else AXES:
         values = getattr(axes, name) or []
-        yield from _duplicates([(*prefix, name, k) for k in range(len(values))], _axis_keys(name, values), name)
+        locs = [(*prefix, name, k) for k in range(len(values))]
+        yield from _duplicates(locs, values, _axis_keys(name, values), _AXIS_ITEMS[name])
     for accel_name, archs in (axes.archs or {}).items():
         kind = Accelerator.parse(accel_name).kind
         for k, arch in enumerate(archs):
@@ -259,33 +285,41 @@ def _axes_problems(prefix: Loc, axes: Axes) -> Iterator[tuple[Loc, str]]:
 
 
 def _axis_keys(name: str, values: Sequence[str]) -> list[str]:
-    """What makes two axis values the same job: torch 2.14 and 2.14.1 both label as pt214."""
+    """What makes two values of an axis give the same jobs: torch 2.14 and 2.14.1 are both labelled pt214."""
     if name == "torch":
-        return ["torch " + ".".join(v.split(".")[:2]) for v in values]
+        return [".".join(v.split(".")[:2]) for v in values]
     if name == "accelerators":
         return [Accelerator.parse(v).name for v in values]
     return list(values)
 
 
-def _duplicates(locs: Sequence[Loc], keys: Sequence[str], what: str) -> Iterator[tuple[Loc, str]]:
-    first: dict[str, Loc] = {}
-    for loc, key in zip(locs, keys):
-        if key in first:
-            where = ".".join(str(part) for part in first[key])
-            yield loc, f"{what} {key!r} is listed twice (first at {where}); each value must give distinct jobs"
-        first.setdefault(key, loc)
+def _duplicates(
+    locs: Sequence[Loc], values: Sequence[str], keys: Sequence[str], what: str
+) -> Iterator[tuple[Loc, str]]:
+    """Values whose keys repeat: ``1.7.0`` twice, or ``1.7`` after ``1.7.0`` (the same version)."""
+    first: dict[str, tuple[Loc, str]] = {}
+    for loc, value, key in zip(locs, values, keys):
+        if key not in first:
+            first[key] = (loc, value)
+            continue
+        where, earlier = ".".join(str(part) for part in first[key][0]), first[key][1]
+        same = "is listed twice" if value == earlier else f"is the same {what} as {earlier!r}"
+        yield loc, f"{what} {value!r} {same} (at {where}); each {what} may appear once"
 
 
 # pydantic's error locations, read back through the schema.
-def _schema_path(loc: Loc) -> tuple[Loc, Any]:
-    """``loc`` without the parts pydantic adds (``[key]`` after a bad dict key, a member name inside a union),
+def _schema_path(loc: Loc, model: type[BaseModel] | None = None) -> tuple[Loc, Any]:
+    """``loc`` without the parts pydantic adds (``[key]`` after a bad dict key, the member's name inside a union),
     and the type found at its parent (for the keys an unknown key could have meant)."""
     clean: list[str | int] = []
     parent: Any = None
-    annotation: Any = Matrix
+    annotation: Any = model or Matrix
     for part in loc:
         annotation = _unwrap(annotation)
-        if part == "[key]" or isinstance(part, str) and _is_union(annotation):
+        if part == "[key]":
+            continue
+        if _is_union(annotation):
+            annotation = next((m for m in typing.get_args(annotation) if part in _member_labels(m)), None)
             continue
         parent = annotation
         clean.append(part)
@@ -298,10 +332,18 @@ def _unwrap(annotation: Any) -> Any:
     while True:
         if typing.get_origin(annotation) is Annotated:
             annotation = typing.get_args(annotation)[0]
-        elif _is_union(annotation) and len(members := [a for a in typing.get_args(annotation) if a is not type(None)]) == 1:
+        elif (
+            _is_union(annotation)
+            and len(members := [a for a in typing.get_args(annotation) if a is not type(None)]) == 1
+        ):
             annotation = members[0]
         else:
             return annotation
+
+
+def _member_labels(member: Any) -> tuple[str, ...]:
+    """How pydantic may name a union member in a location: ``str``, ``Profile``, ``list[Profile]``."""
+    return (getattr(member, "__name__", ""), re.sub(r"\w+\.", "", str(member)))
 
 
 def _is_union(annotation: Any) -> bool:
@@ -332,7 +374,6 @@ _EXPECTED = {
     "dict_type": "a mapping",
     "model_type": "a mapping",
     "model_attributes_type": "a mapping",
-    "bool_type": "true or false",
 }
 
 
@@ -344,11 +385,10 @@ def _explain(item: Any) -> tuple[Loc, str]:
         known = _known_keys(parent)
         hint = did_you_mean(loc[-1], known) or f" (known keys: {', '.join(known)})"
         return loc, f"unknown key {loc[-1]!r}{hint}"
-    if kind == "missing":
-        return loc, f"missing required key {loc[-1]!r}"
+    if kind == "missing":  # reported at the mapping that lacks the key, which is in the file
+        return loc[:-1], f"missing required key {loc[-1]!r}"
     if kind in _EXPECTED:
-        quote = "; quote it to make it a string" if isinstance(value, bool | datetime.date) else ""
-        return loc, f"expected {_EXPECTED[kind]}, got {_yaml_kind(value)}{quote}"
+        return loc, f"expected {_EXPECTED[kind]}, got {_yaml_kind(value)}"
     if kind == "literal_error":
         return loc, f"expected {item['msg'].removeprefix('Input should be ')}, got {value!r}"
     if kind == "too_short":
@@ -359,14 +399,10 @@ def _explain(item: Any) -> tuple[Loc, str]:
 def _yaml_kind(value: object) -> str:
     if value is None:
         return "nothing (an empty value)"
-    if isinstance(value, bool):
-        return f"the boolean {str(value).lower()}"
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    if isinstance(value, datetime.date):
-        return f"the date {value}"
     return f"{value!r}"
 
 
@@ -376,15 +412,18 @@ def _line_map(node: yaml.Node, path: Loc = (), lines: dict[Loc, int] | None = No
     lines = {} if lines is None else lines
     lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
         for key_node, value_node in node.value:
+            line = key_node.start_mark.line + 1
             if not isinstance(key_node, yaml.ScalarNode):
-                raise _YamlProblem(key_node.start_mark.line + 1, "a key must be a plain value, not a list or mapping")
+                raise _YamlProblem(line, path, "a key must be a plain value, not a list or mapping")
             key = key_node.value
-            if key in seen:
-                raise _YamlProblem(key_node.start_mark.line + 1, f"{key!r} appears twice in the same mapping")
-            seen.add(key)
-            lines[(*path, key)] = key_node.start_mark.line + 1
+            if (*path, key) in lines:
+                raise _YamlProblem(
+                    line,
+                    (*path, key),
+                    f"key {key!r} appears twice in the same mapping (first on line {lines[(*path, key)]})",
+                )
+            lines[(*path, key)] = line
             _line_map(value_node, (*path, key), lines)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
@@ -393,18 +432,19 @@ def _line_map(node: yaml.Node, path: Loc = (), lines: dict[Loc, int] | None = No
 
 
 class _YamlProblem(Exception):
-    def __init__(self, line: int, text: str) -> None:
+    def __init__(self, line: int, loc: Loc, text: str) -> None:
         super().__init__(text)
-        self.line, self.text = line, text
+        self.line, self.loc, self.text = line, loc, text
 
 
 def _parse_yaml(text: str, path: Path) -> tuple[Any, dict[Loc, int]]:
     try:
         node = yaml.compose(text, Loader=_Loader)
         lines = _line_map(node) if node is not None else {}
-        raw = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+        raw = yaml.load(text, Loader=_Loader)
     except _YamlProblem as problem:
-        raise ConfigError(f"{path}:{problem.line}: {problem.text}") from None
+        key = ".".join(str(part) for part in problem.loc)
+        raise ConfigError(f"{path}:{problem.line}: {key + ': ' if key else ''}{problem.text}") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
@@ -414,7 +454,9 @@ def _parse_yaml(text: str, path: Path) -> tuple[Any, dict[Loc, int]]:
 
 
 def _report(source: str, lines: dict[Loc, int], problems: Sequence[tuple[Loc, str]]) -> ConfigError:
-    text = "\n".join(f"{_locate(source, lines, loc)}: {message}" for loc, message in problems)
+    """All problems at once, in file order."""
+    located = sorted((_line_of(lines, loc), _locate(source, lines, loc), message) for loc, message in problems)
+    text = "\n".join(f"{where}: {message}" for _, where, message in located)
     return ConfigError(text, tip="the matrix file format is described in README.md, 'The matrix file'")
 
 
@@ -425,7 +467,7 @@ def load_matrix(path: Path) -> Matrix:
         raise ConfigError(f"{path}: cannot read the matrix: {error.strerror}") from None
     raw, lines = _parse_yaml(text, path)
     if not isinstance(raw, dict) or not raw:
-        what = "empty" if not raw else f"a {_yaml_kind(raw).removeprefix('a ')}, not a mapping"
+        what = "empty" if not raw else f"{_yaml_kind(raw)}, not a mapping"
         raise ConfigError(f"{path}: the matrix is {what}; it needs at least 'packages' and 'profiles'")
     try:
         matrix = Matrix.model_validate(raw)

@@ -74,7 +74,8 @@ def _toolkit(accelerator: Accelerator) -> str:
 
 
 def never_built(release: TorchRelease, accelerator: Accelerator) -> str:
-    return f"torch {release.minor} was never built for {_toolkit(accelerator)}; built: {release.describe_accelerators(accelerator.kind)}"
+    built = release.describe_accelerators(accelerator.kind)
+    return f"torch {release.minor} was never built for {_toolkit(accelerator)}; built: {built}"
 
 
 def no_wheels(release: TorchRelease, python: str) -> str:
@@ -116,7 +117,8 @@ class _Resolver:
         values = self.matrix.axis(self.profile, axis)
         loc = self.matrix.axis_loc(self.name, axis)
         if values is None:
-            raise PlanError(f"profile {self.name!r}: no {axis!r} given, neither in the profile nor at the top level")
+            where = self.matrix.locate(("profiles", self.name))
+            raise PlanError(f"{where}: no {axis!r} given, neither in the profile nor at the top level")
         for index, value in enumerate(values):
             yield self.matrix.locate((*loc, index)), value
 
@@ -128,7 +130,10 @@ class _Resolver:
             except KeyError:
                 hint = did_you_mean(text, [*self.facts.torch_versions, *(r.minor for r in self.facts.releases)])
                 known = ", ".join(r.minor for r in self.facts.releases)
-                raise PlanError(f"{where}: torch {text} is not in the torch facts{hint}; known minors: {known}") from None
+                tip = "the torch facts are builder/data/torch.toml; README.md, 'Adding a torch release', says how"
+                raise PlanError(
+                    f"{where}: torch {text} is not in the torch facts{hint}; known minors: {known}", tip=tip
+                ) from None
             resolved.append((text if text.count(".") == 2 else release.latest, release))
         return tuple(resolved)
 
@@ -170,7 +175,9 @@ class _Resolver:
         releases = [release for _, release in torch]
         accelerators = self.accelerators(releases)
         return _Axes(
-            packages=tuple(self.matrix.package(n) for n in self.profile.packages or [p.name for p in self.matrix.packages]),
+            packages=tuple(
+                self.matrix.package(n) for n in self.profile.packages or [p.name for p in self.matrix.packages]
+            ),
             versions=self.matrix.axis(self.profile, "versions") or "latest",
             torch=torch,
             accelerators=accelerators,
@@ -217,7 +224,9 @@ def expand(matrix: Matrix, facts: TorchFacts, profile_name: str | None = None, *
     for combination in _combinations(axes):
         job = _job(combination, axes, facts)
         _, _, _, release, accelerator, python = combination
-        reason = _why_impossible(release, accelerator, python) or (None if _selected(job.identifier, axes) else NOT_SELECTED)
+        reason = _why_impossible(release, accelerator, python) or (
+            None if _selected(job.identifier, axes) else NOT_SELECTED
+        )
         if reason is None:
             jobs.append(job)
         else:
@@ -253,9 +262,15 @@ def _check_selectors(matrix: Matrix, name: str, jobs: Sequence[Job], dropped: Se
                 hint = did_you_mean(pattern, buildable)
                 raise PlanError(f"{where}: selector {pattern!r} matches no job of profile {name!r}{hint}")
             if axis == "include":
-                what = f"asks for {pattern}, which" if not _WILDCARDS.search(pattern) else f"{pattern!r} matches only combinations that"
+                what = (
+                    f"asks for {pattern}, which"
+                    if not _WILDCARDS.search(pattern)
+                    else f"{pattern!r} matches only combinations that"
+                )
                 raise PlanError(f"{where}: include {what} cannot be built: {impossible[example]}")
 
 
-def load_plan(matrix_path: Path, profile: str | None = None, *, facts: TorchFacts | None = None, host: str | None = None) -> Plan:
+def load_plan(
+    matrix_path: Path, profile: str | None = None, *, facts: TorchFacts | None = None, host: str | None = None
+) -> Plan:
     return expand(load_matrix(matrix_path), facts or load_facts(), profile, host=host)
