@@ -76,14 +76,17 @@ def _print_table(table: Table) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="wheelwright", description=__doc__)
+    description = "Build, repair, verify and index PyTorch CUDA/ROCm extension wheels from one matrix file."
+    parser = argparse.ArgumentParser(prog="wheelwright", description=description)
     parser.add_argument("--version", action="version", version=f"wheelwright {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     plan = commands.add_parser("plan", help="expand the matrix into build jobs")
     _add_plan_arguments(plan)
-    plan.add_argument("--format", choices=("table", "json"), default="table")
+    plan.add_argument(
+        "--format", choices=("table", "json"), default="table", help="json: a GitHub Actions strategy.matrix object"
+    )
     plan.add_argument("--compact", action="store_true", help="one-line JSON (for $GITHUB_OUTPUT)")
     plan.add_argument("--explain", action="store_true", help="also list dropped combinations and why")
     plan.set_defaults(func=cmd_plan)

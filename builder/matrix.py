@@ -448,9 +448,17 @@ def _parse_yaml(text: str, path: Path) -> tuple[Any, dict[Loc, int]]:
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
-        problem = getattr(error, "problem", None) or error
-        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
+        raise ConfigError(f"{where}: not valid YAML: {_yaml_problem(error)}") from None
     return raw, lines
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    problem, context = getattr(error, "problem", None), getattr(error, "context", None)
+    if not problem:
+        return str(error)
+    if problem.startswith("but ") and context:  # "expected a single document in the stream but found another document"
+        return f"{context} {problem}"
+    return f"{problem} ({context})" if context else problem
 
 
 def _report(source: str, lines: dict[Loc, int], problems: Sequence[tuple[Loc, str]]) -> ConfigError:

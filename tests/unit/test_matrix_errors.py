@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from builder.cli import main
 from builder.errors import ConfigError, PlanError
@@ -210,6 +210,12 @@ CASES = [
         "    torch: [2.14.1]\n",
         "\ttorch: [2.14.1]  # HERE\n",
         "not valid YAML: found character '\\t' that cannot start any token",
+    ),
+    case(
+        "two-documents",
+        '    python: ["3.11"]\n',
+        '    python: ["3.11"]\n---  # HERE\nprofiles: {}\n',
+        "not valid YAML: expected a single document in the stream but found another document",
     ),
     case("complex-key", "profiles:\n", "? [a, b]  # HERE\n: 1\nprofiles:\n", "a key must be a plain value"),
     case(
@@ -414,7 +420,7 @@ class _Shapes(_Strict):
     """Shapes whose pydantic locations carry extra parts: a real union, and dicts with checked keys."""
 
     choice: str | list[_Sub] = ""
-    table: dict[EnvName, _Sub] = {}
+    table: dict[EnvName, _Sub] = Field(default_factory=dict)
 
 
 @pytest.mark.parametrize(

@@ -253,3 +253,66 @@ def test_table_is_not_squeezed_into_80_columns(small_matrix: Path, capsys: pytes
     ] in rows
     assert "…" not in out
     assert max(len(line) for line in out.splitlines()) > 80
+
+
+AXES_DEFAULTS = """\
+torch: ["2.14"]
+accelerators: [cu130]
+python: ["3.11"]
+packages:
+  - name: causal-conv1d
+    versions:
+      - version: 1.7.0
+        sha256: 3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b
+      - version: 1.6.1
+        sha256: e4a697ec2db3906f012e675125569f8b510b4559bc53e3095143d91369e1221b
+        url: https://example.org/sdists/causal_conv1d-1.6.1.tar.gz
+    recipe:
+      import_names: [causal_conv1d]
+  - name: mamba-ssm
+    versions:
+      - version: 2.3.2.post1
+        sha256: 104cc47e9101e5401a675fa2b784f2952b9b037f3b1dd83b5ac544394e95d028
+    recipe:
+      import_names: [mamba_ssm]
+profiles:
+  local: {}
+  every-version:
+    versions: all
+    packages: [causal-conv1d]
+    archs:
+      cu130: ["9.0a", "12.0+PTX"]
+"""
+
+
+def test_profiles_fall_back_to_the_top_level_axes(tmp_path: Path, facts: TorchFacts) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(AXES_DEFAULTS)
+    plan = load_plan(path, facts=facts)
+    assert [job.identifier for job in plan.jobs] == [
+        "causal-conv1d-1.7.0+pt214cu130-cp311-x86_64",
+        "mamba-ssm-2.3.2.post1+pt214cu130-cp311-x86_64",
+    ]
+    job = plan.jobs[0]
+    assert job.torch == facts.release("2.14").latest  # a minor means its newest patch
+    assert job.archs == facts.default_archs(Accelerator.parse("cu130"))
+    assert job.sdist.filename == "causal_conv1d-1.7.0.tar.gz"
+    assert job.sdist.url is None
+
+
+def test_a_profile_can_build_every_version_of_some_packages_for_its_own_archs(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(AXES_DEFAULTS)
+    plan = load_plan(path, "every-version")
+    assert [(job.version, job.archs, job.sdist.url) for job in plan.jobs] == [
+        ("1.6.1", ("9.0a", "12.0+PTX"), "https://example.org/sdists/causal_conv1d-1.6.1.tar.gz"),
+        ("1.7.0", ("9.0a", "12.0+PTX"), None),
+    ]
+    assert plan.as_github_matrix()["include"][0]["archs"] == "9.0a;12.0+PTX"
+
+
+def test_an_error_in_a_top_level_axis_points_at_the_top_level(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(AXES_DEFAULTS.replace("accelerators: [cu130]", "accelerators: [cu130, cu118]"))
+    with pytest.raises(PlanError, match=r"matrix.yaml:2: accelerators.1: no torch of profile 'local' has cu118"):
+        load_plan(path)
