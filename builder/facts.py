@@ -263,9 +263,10 @@ def _check_release(release: TorchRelease, where: str) -> None:
 def _arch_list(value: object, pattern: re.Pattern[str], where: str) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise FactsError(f"{where}: expected a list of architectures, got {value!r}")
+    example = "'9.0'" if pattern is _CUDA_ARCH_RE else "'gfx942'"
     for arch in value:
         if not isinstance(arch, str) or not pattern.fullmatch(arch):
-            raise FactsError(f"{where}: {arch!r} is not an architecture like {pattern.pattern!r}")
+            raise FactsError(f"{where}: {arch!r} is not an architecture like {example}")
     if pattern is _CUDA_ARCH_RE:
         _check_sorted(value, where)
     return tuple(value)
