@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from . import __version__
@@ -21,9 +23,13 @@ out = Console(highlight=False, soft_wrap=True)
 
 
 def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), help="the matrix file (default: %(default)s)")
+    parser.add_argument(
+        "--matrix", type=Path, default=Path("matrix.yaml"), help="the matrix file (default: %(default)s)"
+    )
     parser.add_argument("--profile", help="profile to expand (default: the matrix's default_profile)")
-    parser.add_argument("--select", metavar="PATTERN", help="fnmatch pattern over job identifiers, e.g. '*pt214*cp311*'")
+    parser.add_argument(
+        "--select", metavar="PATTERN", help="fnmatch pattern over job identifiers, e.g. '*pt214*cp311*'"
+    )
 
 
 def _plan(args: argparse.Namespace) -> Plan:
@@ -33,37 +39,54 @@ def _plan(args: argparse.Namespace) -> Plan:
 def cmd_plan(args: argparse.Namespace) -> int:
     plan = _plan(args)
     if args.format == "json":
-        out.print_json(json.dumps(plan.as_github_matrix()), indent=None if args.compact else 2)
+        # Plain text, never highlighted: this is read by fromJSON() and `jq`, also when colour is forced.
+        sys.stdout.write(json.dumps(plan.as_github_matrix(), indent=None if args.compact else 2) + "\n")
         return 0
-    table = Table(title=f"profile {plan.profile}: {len(plan.jobs)} jobs", title_justify="left")
+    out.print(f"profile {plan.profile}: {len(plan.jobs)} jobs")
+    table = Table()
     for column in ("job", "torch", "toolkit", "python", "abi", "archs", "manylinux"):
-        table.add_column(column, no_wrap=column == "job")
+        table.add_column(column, no_wrap=True)
     for job in plan.jobs:
         abi = "cxx11" if job.cxx11_abi else "pre-cxx11"
         toolkit = f"{job.accelerator.kind} {job.accelerator.version}"
         table.add_row(job.identifier, job.torch, toolkit, job.python, abi, " ".join(job.archs), job.manylinux)
-    out.print(table)
-    if args.explain:
-        dropped = Table(title=f"dropped: {len(plan.dropped)}", title_justify="left")
+    _print_table(table)
+    if args.explain and not plan.dropped:
+        out.print("dropped: none; every combination of the profile's axes is buildable and selected")
+    elif args.explain:
+        out.print(f"dropped: {len(plan.dropped)}")
+        dropped = Table()
         dropped.add_column("combination", no_wrap=True)
-        dropped.add_column("reason")
+        dropped.add_column("reason", no_wrap=True)
         for drop in plan.dropped:
             dropped.add_row(drop.identifier, drop.reason)
-        out.print(dropped)
+        _print_table(dropped)
     elif plan.dropped:
         out.print(f"[dim]{len(plan.dropped)} combinations dropped; --explain lists them with the reason[/dim]")
     return 0
 
 
+def _print_table(table: Table) -> None:
+    """A terminal gets the table at its width; a pipe or CI log gets it whole (rich would squeeze it into 80)."""
+    if out.is_terminal:
+        out.print(table)
+        return
+    width = Measurement.get(out, out.options.update_width(10_000), table).maximum
+    Console(file=out.file, width=width, highlight=False).print(table)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="wheelwright", description=__doc__)
+    description = "Build, repair, verify and index PyTorch CUDA/ROCm extension wheels from one matrix file."
+    parser = argparse.ArgumentParser(prog="wheelwright", description=description)
     parser.add_argument("--version", action="version", version=f"wheelwright {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     plan = commands.add_parser("plan", help="expand the matrix into build jobs")
     _add_plan_arguments(plan)
-    plan.add_argument("--format", choices=("table", "json"), default="table")
+    plan.add_argument(
+        "--format", choices=("table", "json"), default="table", help="json: a GitHub Actions strategy.matrix object"
+    )
     plan.add_argument("--compact", action="store_true", help="one-line JSON (for $GITHUB_OUTPUT)")
     plan.add_argument("--explain", action="store_true", help="also list dropped combinations and why")
     plan.set_defaults(func=cmd_plan)
@@ -75,8 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _stage_commands():
     """Stages add their own subcommands; each module's add_commands(commands, add_plan_arguments)."""
-    from . import build_cli
     from index_site import cli as index_cli
+
+    from . import build_cli
 
     return (build_cli.add_commands, index_cli.add_commands)
 
@@ -84,16 +108,19 @@ def _stage_commands():
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         return args.func(args)
     except WheelwrightError as error:
         if args.debug:
             console.print_exception()
+        # Messages quote selectors and TOML tables ("[archs.cuda]"): escape them, or rich reads them as markup.
         for line in str(error).splitlines():
-            console.print(f"[bold red]ERROR[/bold red] {line}", highlight=False, soft_wrap=True)
+            console.print(f"[bold red]ERROR[/bold red] {escape(line)}", highlight=False, soft_wrap=True)
         if error.tip:
-            console.print(f"[yellow]TIP[/yellow] {error.tip}", highlight=False, soft_wrap=True)
+            console.print(f"[yellow]TIP[/yellow] {escape(error.tip)}", highlight=False, soft_wrap=True)
         return error.exit_code
     except KeyboardInterrupt:
         console.print("[bold red]ERROR[/bold red] interrupted")

@@ -3,6 +3,9 @@ with the error's code; anything else is a bug and shows a traceback only with --
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class WheelwrightError(Exception):
     """An error the user can act on."""
@@ -54,3 +57,9 @@ class PublishError(WheelwrightError):
     """Publishing would overwrite or lose something, or the object store refused."""
 
     exit_code = 7
+
+
+def did_you_mean(word: object, choices: Iterable[object]) -> str:
+    """`` (did you mean 'env'?)`` when one of ``choices`` is close to ``word``, else ``""``."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -5,16 +5,14 @@ from __future__ import annotations
 import functools
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
-from packaging.version import Version
-
-from .errors import ConfigError, FactsError
+from .errors import FactsError, did_you_mean
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -22,7 +20,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 MANYLINUX_POLICIES = ("manylinux2014", "manylinux_2_28", "manylinux_2_34")
-_ACCEL_RE = re.compile(r"^(?:cu(?P<cu>\d{2,3})|rocm(?P<rocm>\d+(?:\.\d+){1,2}))$")
+_ACCEL_RE = re.compile(r"cu(?P<cu>[1-9]\d{1,2})|rocm(?P<rocm>[1-9]\d*(?:\.\d+){1,2})")
 
 
 def version_key(text: str) -> tuple[int, ...]:
@@ -38,7 +36,7 @@ class Accelerator:
 
     @classmethod
     def parse(cls, name: str) -> Accelerator:
-        match = _ACCEL_RE.match(name)
+        match = _ACCEL_RE.fullmatch(name)
         if match is None:
             msg = f"{name!r} is not an accelerator; write CUDA as 'cu130' (13.0) and ROCm as 'rocm6.1'"
             raise ValueError(msg)
@@ -131,12 +129,81 @@ class TorchFacts:
         return tuple(p for r in self.releases for p in r.patches)
 
 
-def _check_release(raw: Mapping, where: str) -> TorchRelease:
-    required = ("torch", "patches", "python", "cuda", "pypi_cuda", "rocm", "cxx11_abi", "manylinux")
-    missing = [k for k in required if k not in raw]
+_RELEASE_FIELDS: Mapping[str, type] = MappingProxyType(
+    {
+        "torch": str,
+        "patches": list,
+        "python": list,
+        "cuda": list,
+        "pypi_cuda": str,
+        "rocm": list,
+        "cxx11_abi": bool,
+        "manylinux": str,
+        "abi_override": dict,
+        "manylinux_override": dict,
+    }
+)
+_OPTIONAL_FIELDS = ("abi_override", "manylinux_override")
+_ITEM_TYPES: Mapping[str, type] = MappingProxyType(
+    {
+        "patches": str,
+        "python": str,
+        "cuda": str,
+        "rocm": str,
+        "abi_override": bool,
+        "manylinux_override": str,
+    }
+)
+_TOML_NAMES: Mapping[type, str] = MappingProxyType(
+    {
+        str: "string",
+        list: "list",
+        bool: "boolean (true/false)",
+        dict: "table",
+    }
+)
+# Labels drop the dots (cu130, rocm624) and parse_label splits them back, so CUDA minors and ROCm components must
+# be single digits; a CUDA 12.10 would need a new label format.
+_SPELLING: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "torch": (r"\d+\.\d+", "a minor release like '2.14'"),
+        "patches": (r"\d+\.\d+\.\d+", "a patch release like '2.14.1'"),
+        "python": (r"3\.\d+", "a CPython version like '3.11'"),
+        "cuda": (r"[1-9]\d?\.\d", "a CUDA version with a one-digit minor like '13.0'"),
+        "rocm": (r"[1-9]\.\d(\.\d)?", "a ROCm version with one-digit parts like '6.2.4'"),
+    }
+)
+# The default lists are plain compute capabilities; suffixes (9.0a, +PTX) are a profile's explicit choice.
+_CUDA_ARCH_RE = re.compile(r"\d+\.\d+")
+_ROCM_ARCH_RE = re.compile(r"gfx[0-9a-f]+")
+
+
+def _check_keys(raw: Mapping, allowed: Iterable[str], where: str) -> None:
+    allowed = list(allowed)
+    for key in raw:
+        if key not in allowed:
+            raise FactsError(f"{where}: unknown key {key!r}{did_you_mean(key, allowed)}")
+
+
+def _check_types(raw: Mapping, where: str) -> None:
+    """Every field has its TOML type, list items and table values included: a typo'd type fails here, not later."""
+    _check_keys(raw, _RELEASE_FIELDS, where)
+    missing = [k for k in _RELEASE_FIELDS if k not in raw and k not in _OPTIONAL_FIELDS]
     if missing:
         raise FactsError(f"{where}: missing {', '.join(missing)}")
-    release = TorchRelease(
+    for key, value in raw.items():
+        expected, item_type = _RELEASE_FIELDS[key], _ITEM_TYPES.get(key)
+        if not isinstance(value, expected):
+            raise FactsError(f"{where}: {key} must be a {_TOML_NAMES[expected]}, got {value!r}")
+        items = value.values() if isinstance(value, dict) else value
+        for item in items if item_type else ():
+            if not isinstance(item, item_type):
+                raise FactsError(f"{where}: {key} holds {item!r}, which is not a {_TOML_NAMES[item_type]}")
+
+
+def _release_from(raw: Mapping, where: str) -> TorchRelease:
+    _check_types(raw, where)
+    return TorchRelease(
         minor=raw["torch"],
         patches=tuple(raw["patches"]),
         python=tuple(raw["python"]),
@@ -148,51 +215,100 @@ def _check_release(raw: Mapping, where: str) -> TorchRelease:
         abi_override=MappingProxyType(dict(raw.get("abi_override", {}))),
         manylinux_override=MappingProxyType(dict(raw.get("manylinux_override", {}))),
     )
-    where = f"{where} (torch {release.minor})"
-    for name in ("python", "cuda", "rocm", "patches"):
-        values = getattr(release, name)
-        if list(values) != sorted(set(values), key=version_key):
-            raise FactsError(f"{where}: {name} must be sorted and free of duplicates, got {list(values)}")
+
+
+def _check_spelling(release: TorchRelease, where: str) -> None:
+    spelled = {
+        "torch": (release.minor,),
+        "patches": release.patches,
+        "python": release.python,
+        "cuda": release.cuda,
+        "rocm": release.rocm,
+    }
+    for name, values in spelled.items():
+        pattern, example = _SPELLING[name]
+        for value in values:
+            if not re.fullmatch(pattern, value):
+                raise FactsError(f"{where}: {name} {value!r} is not {example}")
+        _check_sorted(values, f"{where}: {name}")
+
+
+def _check_sorted(values: Sequence[str], what: str) -> None:
+    if list(values) != sorted(set(values), key=version_key):
+        raise FactsError(f"{what} must be sorted ascending and free of duplicates, got {list(values)}")
+
+
+def _check_release(release: TorchRelease, where: str) -> None:
+    _check_spelling(release, where)
     if not release.patches or any(not p.startswith(release.minor + ".") for p in release.patches):
-        raise FactsError(f"{where}: every patch release must start with {release.minor}.")
+        raise FactsError(f"{where}: patches must be non-empty and each start with {release.minor}.")
+    if not release.python:
+        raise FactsError(f"{where}: python lists no CPython version")
     if release.pypi_cuda not in release.cuda:
-        raise FactsError(f"{where}: pypi_cuda {release.pypi_cuda} is not one of its CUDA variants")
+        raise FactsError(f"{where}: pypi_cuda {release.pypi_cuda} is not one of its CUDA variants {list(release.cuda)}")
     variants = {a.name for a in release.accelerators}
     for name in ("abi_override", "manylinux_override"):
         stray = set(getattr(release, name)) - variants
         if stray:
-            raise FactsError(f"{where}: {name} names variants torch never built: {sorted(stray)}")
-    policies = {release.manylinux, *release.manylinux_override.values()}
-    if not policies <= set(MANYLINUX_POLICIES):
-        raise FactsError(f"{where}: unknown manylinux policy in {sorted(policies)}")
+            raise FactsError(f"{where}: {name} names variants torch {release.minor} never built: {sorted(stray)}")
+    for policy in (release.manylinux, *release.manylinux_override.values()):
+        if policy not in MANYLINUX_POLICIES:
+            raise FactsError(f"{where}: unknown manylinux policy {policy!r}; known: {', '.join(MANYLINUX_POLICIES)}")
     for accel in release.accelerators:
-        abi = release.cxx11_abi_for(accel)
-        if not isinstance(abi, bool):
-            raise FactsError(f"{where}: {accel} has no boolean cxx11_abi")
         # glibc 2.17 (manylinux2014) toolchains build the old ABI only; a cxx11 variant needs 2_28.
-        if abi and release.manylinux_for(accel) == "manylinux2014":
+        if release.cxx11_abi_for(accel) and release.manylinux_for(accel) == "manylinux2014":
             raise FactsError(f"{where}: {accel} claims the cxx11 ABI under manylinux2014")
-    return release
 
 
-def parse_facts(raw: Mapping, source: str) -> TorchFacts:
-    releases = tuple(_check_release(r, f"{source}: release #{i + 1}") for i, r in enumerate(raw.get("release", [])))
-    if not releases:
-        raise FactsError(f"{source}: no [[release]] tables")
-    minors = [r.minor for r in releases]
-    if minors != sorted(set(minors), key=version_key):
-        raise FactsError(f"{source}: releases must be unique and in ascending order, got {minors}")
-    archs = raw.get("archs", {})
-    cuda_archs = {v: tuple(a) for v, a in archs.get("cuda", {}).items()}
+def _arch_list(value: object, pattern: re.Pattern[str], where: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise FactsError(f"{where}: expected a list of architectures, got {value!r}")
+    example = "'9.0'" if pattern is _CUDA_ARCH_RE else "'gfx942'"
+    for arch in value:
+        if not isinstance(arch, str) or not pattern.fullmatch(arch):
+            raise FactsError(f"{where}: {arch!r} is not an architecture like {example}")
+    if pattern is _CUDA_ARCH_RE:
+        _check_sorted(value, where)
+    return tuple(value)
+
+
+def _table(raw: Mapping, key: str, where: str) -> Mapping:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        raise FactsError(f"{where}: {key} must be a table, got {value!r}")
+    return value
+
+
+def _with_archs(releases: Sequence[TorchRelease], raw: Mapping, source: str) -> TorchFacts:
+    """The facts, once [archs] gives a default list for every toolkit some release was built with."""
+    where = f"{source}: [archs]"
+    _check_keys(raw, ("cuda", "rocm"), where)
+    cuda_table, rocm_table = _table(raw, "cuda", where), _table(raw, "rocm", where)
+    _check_keys(rocm_table, ("default",), f"{source}: [archs.rocm]")
+    cuda_archs = {v: _arch_list(a, _CUDA_ARCH_RE, f"{source}: [archs.cuda] {v}") for v, a in cuda_table.items()}
+    rocm_archs = _arch_list(rocm_table.get("default", []), _ROCM_ARCH_RE, f"{source}: [archs.rocm] default")
     for release in releases:
         for cuda in release.cuda:
             if cuda not in cuda_archs:
                 raise FactsError(f"{source}: torch {release.minor} has CUDA {cuda} but [archs.cuda] has no list for it")
-    for cuda, arch_list in cuda_archs.items():
-        if list(arch_list) != sorted(set(arch_list), key=version_key):
-            raise FactsError(f"{source}: [archs.cuda] {cuda} must be sorted and free of duplicates")
-    rocm_archs = tuple(archs.get("rocm", {}).get("default", ()))
-    return TorchFacts(releases=releases, cuda_archs=MappingProxyType(cuda_archs), rocm_archs=rocm_archs)
+    if any(r.rocm for r in releases) and not rocm_archs:
+        raise FactsError(f"{source}: some torch releases have ROCm variants but [archs.rocm] default is empty")
+    return TorchFacts(releases=tuple(releases), cuda_archs=MappingProxyType(cuda_archs), rocm_archs=rocm_archs)
+
+
+def parse_facts(raw: Mapping, source: str) -> TorchFacts:
+    _check_keys(raw, ("release", "archs"), source)
+    tables = raw.get("release", [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables) or not tables:
+        raise FactsError(f"{source}: expected one or more [[release]] tables")
+    releases = []
+    for index, table in enumerate(tables):
+        where = f"{source}: release #{index + 1}"
+        release = _release_from(table, where)
+        _check_release(release, f"{where} (torch {release.minor})")
+        releases.append(release)
+    _check_sorted([r.minor for r in releases], f"{source}: the [[release]] tables' torch minors")
+    return _with_archs(releases, _table(raw, "archs", source), source)
 
 
 def load_facts(path: Path | None = None) -> TorchFacts:
@@ -200,8 +316,10 @@ def load_facts(path: Path | None = None) -> TorchFacts:
         return _default_facts()
     try:
         raw = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path}: {error}") from None
+    except OSError as error:
+        raise FactsError(f"{path}: cannot read the torch facts: {error.strerror}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise FactsError(f"{path}: not valid TOML: {error}") from None
     return parse_facts(raw, str(path))
 
 

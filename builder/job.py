@@ -10,7 +10,8 @@ from packaging.version import Version
 
 from .facts import Accelerator
 
-_LABEL_RE = re.compile(r"^pt(?P<major>\d)(?P<minor>\d+)(?P<accel>cu\d{2,3}|rocm\d{2,3})$")
+# No leading zeros anywhere, so that every label parses back to exactly one (torch minor, accelerator).
+_LABEL_RE = re.compile(r"pt(?P<major>[1-9])(?P<minor>0|[1-9]\d*)(?P<accel>cu[1-9]\d{1,2}|rocm[1-9]\d{1,2})")
 
 
 def format_label(torch: str, accelerator: Accelerator) -> str:
@@ -26,14 +27,14 @@ def format_label(torch: str, accelerator: Accelerator) -> str:
 
 def parse_label(label: str) -> tuple[str, Accelerator]:
     """The inverse of :func:`format_label`: ``pt214cu130`` -> ("2.14", cu130)."""
-    match = _LABEL_RE.match(label)
+    match = _LABEL_RE.fullmatch(label)
     if match is None:
         raise ValueError(f"{label!r} is not a variant label like 'pt214cu130' or 'pt24rocm61'")
     accel = match["accel"]
     if accel.startswith("cu"):
         accelerator = Accelerator.parse(accel)
     else:
-        accelerator = Accelerator.rocm(".".join(accel[len("rocm"):]))
+        accelerator = Accelerator.rocm(".".join(accel[len("rocm") :]))
     return f"{match['major']}.{match['minor']}", accelerator
 
 

@@ -1,42 +1,60 @@
-"""matrix.yaml: the YAML loader (line numbers kept, no float surprises) and the pydantic schema.
-
-Every error names the file, the line and the key, and unknown keys get a "did you mean ...?".
-"""
+"""matrix.yaml: the YAML loader (line numbers kept, no float surprises), the pydantic schema, and the checks that
+span fields. Every error names the file, the line and the key path; unknown keys get a "did you mean ...?".
+Checks that need the torch facts (does torch 2.1 have CUDA 12.4?) happen when a profile is expanded (plan.py)."""
 
 from __future__ import annotations
 
-import difflib
 import re
+import types
+import typing
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, canonicalize_version
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from .errors import ConfigError
+from .errors import ConfigError, did_you_mean
+from .facts import Accelerator
 
 HOST_PYTHON = "host"
 ARCH_CONTROLS = ("gencode-rewrite", "torch-arch-list")
+AXES = ("torch", "accelerators", "python", "include", "exclude")
+_AXIS_ITEMS = {
+    "torch": "torch",
+    "accelerators": "accelerator",
+    "python": "python",
+    "include": "selector",
+    "exclude": "selector",
+    "packages": "package",
+}
+
+Loc = tuple[str | int, ...]
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that keeps every unquoted number-like scalar a string: ``python: [3.10]`` is "3.10", not 3.1."""
+    """SafeLoader that reads every unquoted scalar but ``null`` as a string: ``python: [3.10]`` is "3.10", not 3.1;
+    ``FORCE_BUILD: TRUE`` is "TRUE", not a boolean; ``version: 2024-01-01`` is not a date. The schema has no
+    number, boolean or date field, so nothing is lost."""
 
 
+_STRING_TAGS = (
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:timestamp",
+)
 _Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:int")]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _STRING_TAGS]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-def _check_version(value: str) -> str:
+# Scalar checks. Each is attached to its type with AfterValidator, so an error's location names the list item.
+def _package_version(value: str) -> str:
     try:
         Version(value)
     except InvalidVersion:
@@ -44,7 +62,7 @@ def _check_version(value: str) -> str:
     return value
 
 
-def _check_specifier(value: str) -> str:
+def _specifier(value: str) -> str:
     try:
         SpecifierSet(value)
     except InvalidSpecifier:
@@ -52,109 +70,137 @@ def _check_specifier(value: str) -> str:
     return value
 
 
-class SdistPin(_Strict):
-    version: str
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    url: str | None = Field(default=None, pattern=r"^https?://")
+def _sha256(value: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise ValueError(f"{value!r} is not a sha256 digest: 64 lowercase hex digits ({len(value)} characters given)")
+    return value
 
-    _version = field_validator("version")(_check_version)
+
+def _url(value: str) -> str:
+    if not re.match(r"https?://[^/\s]+/", value):
+        raise ValueError(f"{value!r} is not an http(s) URL")
+    return value
+
+
+def _package_name(value: str) -> str:
+    if value != canonicalize_name(value):
+        raise ValueError(f"write the package name normalised: {canonicalize_name(value)!r}, not {value!r}")
+    return value
+
+
+def _patch_name(value: str) -> str:
+    from .recipes import PATCHES  # recipes import the job types; a top-level import would be circular
+
+    if value not in PATCHES:
+        raise ValueError(f"unknown patch {value!r}{did_you_mean(value, PATCHES)}; known: {', '.join(sorted(PATCHES))}")
+    return value
+
+
+def _env_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise ValueError(f"{value!r} is not an environment variable name")
+    return value
+
+
+def _import_name(value: str) -> str:
+    if not all(part.isidentifier() for part in value.split(".")):
+        raise ValueError(f"{value!r} is not an importable module name")
+    return value
+
+
+def _torch(value: str) -> str:
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", value):
+        raise ValueError(f"torch {value!r} is not a release like '2.14' or '2.14.1'")
+    return value
+
+
+def _python(value: str) -> str:
+    if value != HOST_PYTHON and not re.fullmatch(r"3\.\d+", value):
+        raise ValueError(f"python {value!r} is not a CPython version like '3.11' (or {HOST_PYTHON!r})")
+    return value
+
+
+def _accelerator(value: str) -> str:
+    Accelerator.parse(value)  # its ValueError says how to spell one
+    return value
+
+
+def _arch(value: str) -> str:
+    if not re.fullmatch(r"\d+\.\d+[af]?(\+PTX)?|gfx[0-9a-f]+", value):
+        raise ValueError(f"{value!r} is not a GPU architecture like '9.0', '9.0a', '12.0+PTX' or 'gfx942'")
+    return value
+
+
+def _selector(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.+*?\[\]!-]+", value) or value.count("[") != value.count("]"):
+        raise ValueError(f"selector {value!r} is not an fnmatch pattern over job identifiers")
+    return value
+
+
+PackageVersion = Annotated[str, AfterValidator(_package_version)]
+Specifier = Annotated[str, AfterValidator(_specifier)]
+Sha256 = Annotated[str, AfterValidator(_sha256)]
+Url = Annotated[str, AfterValidator(_url)]
+PackageName = Annotated[str, AfterValidator(_package_name)]
+PatchName = Annotated[str, AfterValidator(_patch_name)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+ImportName = Annotated[str, AfterValidator(_import_name)]
+TorchVersion = Annotated[str, AfterValidator(_torch)]
+PythonVersion = Annotated[str, AfterValidator(_python)]
+AcceleratorName = Annotated[str, AfterValidator(_accelerator)]
+Arch = Annotated[str, AfterValidator(_arch)]
+Selector = Annotated[str, AfterValidator(_selector)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class SdistPin(_Strict):
+    version: PackageVersion
+    sha256: Sha256
+    url: Url | None = None
 
 
 class PatchSpec(_Strict):
-    name: str
-    versions: str = ""
-    torch: str = ""
-
-    _ranges = field_validator("versions", "torch")(_check_specifier)
+    name: PatchName
+    versions: Specifier = ""
+    torch: Specifier = ""
 
 
 class RecipeSpec(_Strict):
-    env: dict[str, str] = {}
-    abi_env: str | None = None
+    env: dict[EnvName, str] = {}
+    abi_env: EnvName | None = None
     arch_control: Literal["gencode-rewrite", "torch-arch-list"] = "gencode-rewrite"
     patches: list[PatchSpec] = []
-    import_names: list[str] = Field(min_length=1)
-
-    @field_validator("patches")
-    @classmethod
-    def _known_patches(cls, patches: list[PatchSpec]) -> list[PatchSpec]:
-        from .recipes import PATCHES
-
-        for patch in patches:
-            if patch.name not in PATCHES:
-                hint = _did_you_mean(patch.name, PATCHES)
-                raise ValueError(f"unknown patch {patch.name!r}{hint}; known: {', '.join(sorted(PATCHES))}")
-        return patches
+    import_names: list[ImportName] = Field(min_length=1)
 
 
 class PackageSpec(_Strict):
-    name: str
+    name: PackageName
     versions: list[SdistPin] = Field(min_length=1)
     recipe: RecipeSpec
-
-    @field_validator("name")
-    @classmethod
-    def _normalised(cls, name: str) -> str:
-        if name != canonicalize_name(name):
-            raise ValueError(f"write the package name normalised: {canonicalize_name(name)!r}, not {name!r}")
-        return name
-
-    @field_validator("versions")
-    @classmethod
-    def _unique_versions(cls, pins: list[SdistPin]) -> list[SdistPin]:
-        seen = [p.version for p in pins]
-        duplicates = sorted({v for v in seen if seen.count(v) > 1})
-        if duplicates:
-            raise ValueError(f"version listed twice: {', '.join(duplicates)}")
-        return pins
 
     @property
     def latest(self) -> SdistPin:
         return max(self.versions, key=lambda pin: Version(pin.version))
 
 
-_SELECTOR_RE = re.compile(r"^[A-Za-z0-9_.+*?\[\]!-]+$")
-
-
 class Axes(_Strict):
     """The axes a profile expands; matrix.yaml's top level gives defaults, each profile overrides."""
 
     versions: Literal["latest", "all"] | None = None
-    torch: list[str] | None = Field(default=None, min_length=1)
-    accelerators: list[str] | None = Field(default=None, min_length=1)
-    python: list[str] | None = Field(default=None, min_length=1)
-    archs: dict[str, list[str]] | None = None
-    include: list[str] | None = None
-    exclude: list[str] | None = None
-
-    @field_validator("torch")
-    @classmethod
-    def _torch_versions(cls, values: list[str]) -> list[str]:
-        for value in values:
-            if not re.fullmatch(r"\d+\.\d+(\.\d+)?", value):
-                raise ValueError(f"torch {value!r} is not a release like '2.14' or '2.14.1'")
-        return values
-
-    @field_validator("python")
-    @classmethod
-    def _pythons(cls, values: list[str]) -> list[str]:
-        for value in values:
-            if value != HOST_PYTHON and not re.fullmatch(r"3\.\d+", value):
-                raise ValueError(f"python {value!r} is not a CPython version like '3.11' (or 'host')")
-        return values
-
-    @field_validator("include", "exclude")
-    @classmethod
-    def _selectors(cls, values: list[str]) -> list[str]:
-        for value in values:
-            if not _SELECTOR_RE.fullmatch(value) or value.count("[") != value.count("]"):
-                raise ValueError(f"selector {value!r} is not an fnmatch pattern over job identifiers")
-        return values
+    torch: list[TorchVersion] | None = Field(default=None, min_length=1)
+    accelerators: list[AcceleratorName] | None = Field(default=None, min_length=1)
+    python: list[PythonVersion] | None = Field(default=None, min_length=1)
+    archs: dict[AcceleratorName, Annotated[list[Arch], Field(min_length=1)]] | None = None
+    include: list[Selector] | None = None
+    exclude: list[Selector] | None = None
 
 
 class Profile(Axes):
     description: str = ""
-    packages: list[str] | None = None  # names; default: every package
+    packages: list[str] | None = Field(default=None, min_length=1)  # names; default: every package
 
 
 class Matrix(Axes):
@@ -162,21 +208,8 @@ class Matrix(Axes):
     packages: list[PackageSpec] = Field(min_length=1)
     profiles: dict[str, Profile] = Field(min_length=1)
 
-    @model_validator(mode="after")
-    def _consistent(self) -> Matrix:
-        names = [p.name for p in self.packages]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"package listed twice: {', '.join(duplicates)}")
-        if self.default_profile not in self.profiles:
-            hint = _did_you_mean(self.default_profile, self.profiles)
-            raise ValueError(f"default_profile {self.default_profile!r} is not a profile{hint}")
-        for profile_name, profile in self.profiles.items():
-            for name in profile.packages or ():
-                if name not in names:
-                    hint = _did_you_mean(name, names)
-                    raise ValueError(f"profile {profile_name!r} names unknown package {name!r}{hint}")
-        return self
+    _source: str = PrivateAttr(default="matrix")
+    _lines: dict[Loc, int] = PrivateAttr(default_factory=dict)
 
     def package(self, name: str) -> PackageSpec:
         return next(p for p in self.packages if p.name == name)
@@ -184,8 +217,10 @@ class Matrix(Axes):
     def profile(self, name: str | None) -> Profile:
         name = name or self.default_profile
         if name not in self.profiles:
-            hint = _did_you_mean(name, self.profiles)
-            raise ConfigError(f"no profile {name!r} in the matrix{hint}", tip=f"profiles: {', '.join(self.profiles)}")
+            hint = did_you_mean(name, self.profiles)
+            raise ConfigError(
+                f"no profile {name!r} in {self._source}{hint}", tip=f"profiles: {', '.join(self.profiles)}"
+            )
         return self.profiles[name]
 
     def axis(self, profile: Profile, name: str) -> Any:
@@ -193,24 +228,202 @@ class Matrix(Axes):
         value = getattr(profile, name)
         return getattr(self, name) if value is None else value
 
+    def axis_loc(self, profile_name: str, name: str) -> Loc:
+        """Where :meth:`axis` found its value: in the profile, or at the top level."""
+        profile = self.profiles[profile_name]
+        return ("profiles", profile_name, name) if getattr(profile, name) is not None else (name,)
 
-def _did_you_mean(word: str, choices: Any) -> str:
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    def locate(self, loc: Loc) -> str:
+        """``matrix.yaml:12: packages.0.recipe.env``: the file, the line of the key (or its nearest parent), the key."""
+        return _locate(self._source, self._lines, loc)
 
 
-def _line_map(node: yaml.Node, path: tuple = (), lines: dict | None = None) -> dict[tuple, int]:
+def _locate(source: str, lines: dict[Loc, int], loc: Loc) -> str:
+    key = ".".join(str(part) for part in loc)
+    where = f"{source}:{_line_of(lines, loc)}"
+    return f"{where}: {key}" if key else where
+
+
+def _line_of(lines: dict[Loc, int], loc: Loc) -> int:
+    """The line of ``loc``, or of its nearest parent that is in the file (a missing key is reported at its parent)."""
+    return next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), 1)
+
+
+# Checks across fields, run once the schema holds. Each yields (location, message).
+def _cross_field_problems(matrix: Matrix) -> Iterator[tuple[Loc, str]]:
+    names = [p.name for p in matrix.packages]
+    yield from _duplicates([("packages", i, "name") for i in range(len(names))], names, names, "package")
+    for i, package in enumerate(matrix.packages):
+        locs = [("packages", i, "versions", j, "version") for j in range(len(package.versions))]
+        versions = [pin.version for pin in package.versions]
+        yield from _duplicates(locs, versions, [canonicalize_version(v) for v in versions], "version")
+    if matrix.default_profile not in matrix.profiles:
+        hint = did_you_mean(matrix.default_profile, matrix.profiles)
+        known = ", ".join(matrix.profiles)
+        yield ("default_profile",), f"{matrix.default_profile!r} is not a profile{hint}; profiles: {known}"
+    yield from _axes_problems((), matrix)
+    for profile_name, profile in matrix.profiles.items():
+        yield from _axes_problems(("profiles", profile_name), profile)
+        for k, name in enumerate(profile.packages or ()):
+            if name not in names:
+                yield (
+                    ("profiles", profile_name, "packages", k),
+                    f"no package {name!r} in packages{did_you_mean(name, names)}",
+                )
+
+
+def _axes_problems(prefix: Loc, axes: Axes) -> Iterator[tuple[Loc, str]]:
+    for name in (*AXES, "packages") if isinstance(axes, Profile) else AXES:
+        values = getattr(axes, name) or []
+        locs = [(*prefix, name, k) for k in range(len(values))]
+        yield from _duplicates(locs, values, _axis_keys(name, values), _AXIS_ITEMS[name])
+    for accel_name, archs in (axes.archs or {}).items():
+        kind = Accelerator.parse(accel_name).kind
+        for k, arch in enumerate(archs):
+            if arch.startswith("gfx") != (kind == "rocm"):
+                yield (*prefix, "archs", accel_name, k), f"{arch!r} is not a {kind.upper()} architecture"
+
+
+def _axis_keys(name: str, values: Sequence[str]) -> list[str]:
+    """What makes two values of an axis give the same jobs: torch 2.14 and 2.14.1 are both labelled pt214."""
+    if name == "torch":
+        return [".".join(v.split(".")[:2]) for v in values]
+    if name == "accelerators":
+        return [Accelerator.parse(v).name for v in values]
+    return list(values)
+
+
+def _duplicates(
+    locs: Sequence[Loc], values: Sequence[str], keys: Sequence[str], what: str
+) -> Iterator[tuple[Loc, str]]:
+    """Values whose keys repeat: ``1.7.0`` twice, or ``1.7`` after ``1.7.0`` (the same version)."""
+    first: dict[str, tuple[Loc, str]] = {}
+    for loc, value, key in zip(locs, values, keys):
+        if key not in first:
+            first[key] = (loc, value)
+            continue
+        where, earlier = ".".join(str(part) for part in first[key][0]), first[key][1]
+        same = "is listed twice" if value == earlier else f"is the same {what} as {earlier!r}"
+        yield loc, f"{what} {value!r} {same} (at {where}); each {what} may appear once"
+
+
+# pydantic's error locations, read back through the schema.
+def _schema_path(loc: Loc, model: type[BaseModel] | None = None) -> tuple[Loc, Any]:
+    """``loc`` without the parts pydantic adds (``[key]`` after a bad dict key, the member's name inside a union),
+    and the type found at its parent (for the keys an unknown key could have meant)."""
+    clean: list[str | int] = []
+    parent: Any = None
+    annotation: Any = model or Matrix
+    for part in loc:
+        annotation = _unwrap(annotation)
+        if part == "[key]":
+            continue
+        if _is_union(annotation):
+            annotation = next((m for m in typing.get_args(annotation) if part in _member_labels(m)), None)
+            continue
+        parent = annotation
+        clean.append(part)
+        annotation = _child(annotation, part)
+    return tuple(clean), parent
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Annotated[...] and Optional[...] (which pydantic does not show in locations)."""
+    while True:
+        if typing.get_origin(annotation) is Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif (
+            _is_union(annotation)
+            and len(members := [a for a in typing.get_args(annotation) if a is not type(None)]) == 1
+        ):
+            annotation = members[0]
+        else:
+            return annotation
+
+
+def _member_labels(member: Any) -> tuple[str, ...]:
+    """How pydantic may name a union member in a location: ``str``, ``Profile``, ``list[Profile]``."""
+    return (getattr(member, "__name__", ""), re.sub(r"\w+\.", "", str(member)))
+
+
+def _is_union(annotation: Any) -> bool:
+    return typing.get_origin(annotation) in (Union, types.UnionType)
+
+
+def _child(annotation: Any, part: str | int) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        info = annotation.model_fields.get(str(part))
+        return info.annotation if info else None
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is list:
+        return args[0]
+    if typing.get_origin(annotation) is dict:
+        return args[1]
+    return None
+
+
+def _known_keys(model: Any) -> list[str]:
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return list(model.model_fields)
+    return []
+
+
+_EXPECTED = {
+    "string_type": "a string",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+}
+
+
+def _explain(item: Any) -> tuple[Loc, str]:
+    """One pydantic error as (location, message a user can act on)."""
+    loc, parent = _schema_path(tuple(item["loc"]))
+    kind, value = item["type"], item.get("input")
+    if kind == "extra_forbidden":
+        known = _known_keys(parent)
+        hint = did_you_mean(loc[-1], known) or f" (known keys: {', '.join(known)})"
+        return loc, f"unknown key {loc[-1]!r}{hint}"
+    if kind == "missing":  # reported at the mapping that lacks the key, which is in the file
+        return loc[:-1], f"missing required key {loc[-1]!r}"
+    if kind in _EXPECTED:
+        return loc, f"expected {_EXPECTED[kind]}, got {_yaml_kind(value)}"
+    if kind == "literal_error":
+        return loc, f"expected {item['msg'].removeprefix('Input should be ')}, got {value!r}"
+    if kind == "too_short":
+        return loc, "must not be empty"
+    return loc, item["msg"].removeprefix("Value error, ")
+
+
+def _yaml_kind(value: object) -> str:
+    if value is None:
+        return "nothing (an empty value)"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"{value!r}"
+
+
+# Reading the file.
+def _line_map(node: yaml.Node, path: Loc = (), lines: dict[Loc, int] | None = None) -> dict[Loc, int]:
     """Map each key path to the 1-based line it starts on; also rejects duplicate mapping keys."""
     lines = {} if lines is None else lines
     lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
         for key_node, value_node in node.value:
+            line = key_node.start_mark.line + 1
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise _YamlProblem(line, path, "a key must be a plain value, not a list or mapping")
             key = key_node.value
-            if key in seen:
-                raise _DuplicateKey(key, key_node.start_mark.line + 1)
-            seen.add(key)
-            lines[(*path, key)] = key_node.start_mark.line + 1
+            if (*path, key) in lines:
+                raise _YamlProblem(
+                    line,
+                    (*path, key),
+                    f"key {key!r} appears twice in the same mapping (first on line {lines[(*path, key)]})",
+                )
+            lines[(*path, key)] = line
             _line_map(value_node, (*path, key), lines)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
@@ -218,53 +431,41 @@ def _line_map(node: yaml.Node, path: tuple = (), lines: dict | None = None) -> d
     return lines
 
 
-class _DuplicateKey(Exception):
-    def __init__(self, key: str, line: int) -> None:
-        self.key, self.line = key, line
+class _YamlProblem(Exception):
+    def __init__(self, line: int, loc: Loc, text: str) -> None:
+        super().__init__(text)
+        self.line, self.loc, self.text = line, loc, text
 
 
-def _allowed_keys(loc: tuple) -> list[str]:
-    """The keys the schema accepts where an unknown key was found, for "did you mean"."""
-    model: Any = Matrix
-    for part in loc[:-1]:
-        if isinstance(part, int) or model is None:
-            continue
-        fields = {f.alias or n: f for n, f in model.model_fields.items()}
-        info = fields.get(part)
-        if info is None:
-            # a dict[str, Model] value: stay on the value model
-            continue
-        model = _inner_model(info.annotation)
-    if model is None:
-        return []
-    return [f.alias or n for n, f in model.model_fields.items()]
+def _parse_yaml(text: str, path: Path) -> tuple[Any, dict[Loc, int]]:
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+        lines = _line_map(node) if node is not None else {}
+        raw = yaml.load(text, Loader=_Loader)
+    except _YamlProblem as problem:
+        key = ".".join(str(part) for part in problem.loc)
+        raise ConfigError(f"{path}:{problem.line}: {key + ': ' if key else ''}{problem.text}") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {_yaml_problem(error)}") from None
+    return raw, lines
 
 
-def _inner_model(annotation: Any) -> Any:
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _inner_model(arg)
-        if found is not None:
-            return found
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    return None
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    problem, context = getattr(error, "problem", None), getattr(error, "context", None)
+    if not problem:
+        return str(error)
+    if problem.startswith("but ") and context:  # "expected a single document in the stream but found another document"
+        return f"{context} {problem}"
+    return f"{problem} ({context})" if context else problem
 
 
-def _format_errors(error: ValidationError, path: Path, lines: dict[tuple, int]) -> str:
-    messages = []
-    for item in error.errors(include_url=False):
-        loc = tuple(item["loc"])
-        key = ".".join(str(p) for p in loc) or "(top level)"
-        line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), 1)
-        if item["type"] == "extra_forbidden":
-            hint = _did_you_mean(loc[-1], _allowed_keys(loc))
-            text = f"unknown key {loc[-1]!r}{hint}"
-        elif item["type"] == "missing":
-            text = f"missing required key {loc[-1]!r}"
-        else:
-            text = item["msg"].removeprefix("Value error, ")
-        messages.append(f"{path}:{line}: {key}: {text}")
-    return "\n".join(messages)
+def _report(source: str, lines: dict[Loc, int], problems: Sequence[tuple[Loc, str]]) -> ConfigError:
+    """All problems at once, in file order."""
+    located = sorted((_line_of(lines, loc), _locate(source, lines, loc), message) for loc, message in problems)
+    text = "\n".join(f"{where}: {message}" for _, where, message in located)
+    return ConfigError(text, tip="the matrix file format is described in README.md, 'The matrix file'")
 
 
 def load_matrix(path: Path) -> Matrix:
@@ -272,19 +473,16 @@ def load_matrix(path: Path) -> Matrix:
         text = path.read_text()
     except OSError as error:
         raise ConfigError(f"{path}: cannot read the matrix: {error.strerror}") from None
-    try:
-        node = yaml.compose(text, Loader=_Loader)
-        lines = _line_map(node) if node is not None else {}
-        raw = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
-    except _DuplicateKey as dup:
-        raise ConfigError(f"{path}:{dup.line}: key {dup.key!r} appears twice in the same mapping") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: not valid YAML: {getattr(error, 'problem', error)}") from None
+    raw, lines = _parse_yaml(text, path)
     if not isinstance(raw, dict) or not raw:
-        raise ConfigError(f"{path}: the matrix is empty; it needs at least 'packages' and 'profiles'")
+        what = "empty" if not raw else f"{_yaml_kind(raw)}, not a mapping"
+        raise ConfigError(f"{path}: the matrix is {what}; it needs at least 'packages' and 'profiles'")
     try:
-        return Matrix.model_validate(raw)
+        matrix = Matrix.model_validate(raw)
     except ValidationError as error:
-        raise ConfigError(_format_errors(error, path, lines), tip="see README.md, 'The matrix'") from None
+        raise _report(str(path), lines, [_explain(item) for item in error.errors(include_url=False)]) from None
+    matrix._source, matrix._lines = str(path), lines
+    problems = list(_cross_field_problems(matrix))
+    if problems:
+        raise _report(str(path), lines, problems)
+    return matrix

@@ -6,18 +6,19 @@ import fnmatch
 import itertools
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import Version
 
-from .errors import PlanError
-from .facts import Accelerator, TorchFacts, TorchRelease, load_facts, version_key
+from .errors import PlanError, did_you_mean
+from .facts import Accelerator, TorchFacts, TorchRelease, load_facts
 from .job import Job, PatchRef, Recipe, Sdist
-from .matrix import HOST_PYTHON, Matrix, PackageSpec, Profile, SdistPin, _did_you_mean, load_matrix
+from .matrix import HOST_PYTHON, Matrix, PackageSpec, SdistPin, load_matrix
 
 _WILDCARDS = re.compile(r"[*?\[]")
+NOT_SELECTED = "not selected by include/exclude"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,7 +38,11 @@ class Plan:
             return self
         jobs = tuple(j for j in self.jobs if fnmatch.fnmatchcase(j.identifier, pattern))
         if not jobs:
-            raise PlanError(f"--select {pattern!r} matches none of the {len(self.jobs)} jobs of profile {self.profile!r}")
+            hint = did_you_mean(pattern, [j.identifier for j in self.jobs])
+            raise PlanError(
+                f"--select {pattern!r} matches none of the {len(self.jobs)} jobs of profile {self.profile!r}{hint}",
+                tip=f"`wheelwright plan --profile {self.profile}` lists the job identifiers",
+            )
         return Plan(profile=self.profile, jobs=jobs, dropped=self.dropped)
 
     def as_github_matrix(self) -> dict[str, list[dict[str, object]]]:
@@ -64,9 +69,30 @@ def _sdist(package: PackageSpec, pin: SdistPin) -> Sdist:
     return Sdist(filename=filename, sha256=pin.sha256, url=pin.url)
 
 
-@dataclass(frozen=True)
+def _toolkit(accelerator: Accelerator) -> str:
+    return f"{'CUDA' if accelerator.kind == 'cuda' else 'ROCm'} {accelerator.version}"
+
+
+def never_built(release: TorchRelease, accelerator: Accelerator) -> str:
+    built = release.describe_accelerators(accelerator.kind)
+    return f"torch {release.minor} was never built for {_toolkit(accelerator)}; built: {built}"
+
+
+def no_wheels(release: TorchRelease, python: str) -> str:
+    return f"torch {release.minor} has no wheels for Python {python}; it supports {', '.join(release.python)}"
+
+
+def _why_impossible(release: TorchRelease, accelerator: Accelerator, python: str) -> str | None:
+    if not release.has(accelerator):
+        return never_built(release, accelerator)
+    if python not in release.python:
+        return no_wheels(release, python)
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
 class _Axes:
-    """A profile's axes, resolved against the facts; raising on values no torch could satisfy."""
+    """A profile's axes, resolved against the facts."""
 
     packages: tuple[PackageSpec, ...]
     versions: str
@@ -78,77 +104,94 @@ class _Axes:
     exclude: tuple[str, ...]
 
 
-def _resolve_axes(matrix: Matrix, name: str, profile: Profile, facts: TorchFacts, host: str) -> _Axes:
-    where = f"profile {name!r}"
+class _Resolver:
+    """Reads one profile's axes against the facts. An axis value no torch of the profile can satisfy is an error
+    that names its line in matrix.yaml; a single impossible combination is only dropped (see --explain)."""
 
-    def required(axis: str) -> list[str]:
-        value = matrix.axis(profile, axis)
-        if value is None:
-            raise PlanError(f"{where}: no {axis!r} given, neither in the profile nor at the matrix's top level")
-        return value
+    def __init__(self, matrix: Matrix, name: str, facts: TorchFacts, host: str) -> None:
+        self.matrix, self.name, self.facts, self.host = matrix, name, facts, host
+        self.profile = matrix.profile(name)
 
-    torch = []
-    for text in required("torch"):
-        try:
-            release = facts.release(text)
-        except KeyError:
-            hint = _did_you_mean(text, [*facts.torch_versions, *(r.minor for r in facts.releases)])
-            raise PlanError(f"{where}: torch {text} does not exist in the facts table{hint}") from None
-        torch.append((text if text.count(".") == 2 else release.latest, release))
-    releases = [release for _, release in torch]
+    def values(self, axis: str) -> Iterator[tuple[str, str]]:
+        """(where, value) for each value of an axis; ``where`` is "matrix.yaml:57: profiles.release.torch.3"."""
+        values = self.matrix.axis(self.profile, axis)
+        loc = self.matrix.axis_loc(self.name, axis)
+        if values is None:
+            where = self.matrix.locate(("profiles", self.name))
+            raise PlanError(f"{where}: no {axis!r} given, neither in the profile nor at the top level")
+        for index, value in enumerate(values):
+            yield self.matrix.locate((*loc, index)), value
 
-    accelerators = []
-    for text in required("accelerators"):
-        try:
+    def torch(self) -> tuple[tuple[str, TorchRelease], ...]:
+        resolved = []
+        for where, text in self.values("torch"):
+            try:
+                release = self.facts.release(text)
+            except KeyError:
+                hint = did_you_mean(text, [*self.facts.torch_versions, *(r.minor for r in self.facts.releases)])
+                known = ", ".join(r.minor for r in self.facts.releases)
+                tip = "the torch facts are builder/data/torch.toml; README.md, 'Adding a torch release', says how"
+                raise PlanError(
+                    f"{where}: torch {text} is not in the torch facts{hint}; known minors: {known}", tip=tip
+                ) from None
+            resolved.append((text if text.count(".") == 2 else release.latest, release))
+        return tuple(resolved)
+
+    def accelerators(self, releases: Sequence[TorchRelease]) -> tuple[Accelerator, ...]:
+        resolved = []
+        for where, text in self.values("accelerators"):
             accelerator = Accelerator.parse(text)
-        except ValueError as error:
-            raise PlanError(f"{where}: {error}") from None
-        if not any(r.has(accelerator) for r in releases):
-            built = "; ".join(f"{r.minor}: {r.describe_accelerators(accelerator.kind)}" for r in releases)
-            raise PlanError(f"{where}: no torch in this profile was built for {accelerator} ({accelerator.kind} versions built: {built})")
-        accelerators.append(accelerator)
+            if not any(r.has(accelerator) for r in releases):
+                reasons = "; ".join(never_built(r, accelerator) for r in releases)
+                raise PlanError(f"{where}: no torch of profile {self.name!r} has {accelerator}: {reasons}")
+            resolved.append(accelerator)
+        return tuple(resolved)
 
-    pythons = []
-    for text in required("python"):
-        python = host if text == HOST_PYTHON else text
-        if not any(python in r.python for r in releases):
-            supported = "; ".join(f"{r.minor}: {r.python[0]}-{r.python[-1]}" for r in releases)
-            raise PlanError(f"{where}: no torch in this profile supports Python {python} ({supported})")
-        pythons.append(python)
+    def pythons(self, releases: Sequence[TorchRelease]) -> tuple[str, ...]:
+        resolved: dict[str, str] = {}
+        for where, text in self.values("python"):
+            python = self.host if text == HOST_PYTHON else text
+            spelled = f"{python} ({HOST_PYTHON!r}, the Python running wheelwright)" if text == HOST_PYTHON else python
+            if not any(python in r.python for r in releases):
+                reasons = "; ".join(no_wheels(r, spelled) for r in releases)
+                raise PlanError(f"{where}: no torch of profile {self.name!r} has Python {spelled}: {reasons}")
+            if python in resolved:
+                raise PlanError(f"{where}: Python {spelled} is already listed at {resolved[python]}")
+            resolved[python] = where
+        return tuple(resolved)
 
-    archs = {}
-    for accel_name, arch_list in (matrix.axis(profile, "archs") or {}).items():
-        try:
-            accelerator = Accelerator.parse(accel_name)
-        except ValueError as error:
-            raise PlanError(f"{where}: archs: {error}") from None
-        _check_archs(where, accelerator, arch_list)
-        archs[accelerator.name] = tuple(arch_list)
+    def archs(self, accelerators: Sequence[Accelerator]) -> dict[str, tuple[str, ...]]:
+        archs = self.matrix.axis(self.profile, "archs") or {}
+        if self.profile.archs is not None:  # the top level may serve many profiles; a profile's own list may not stray
+            for accel_name in archs:
+                if Accelerator.parse(accel_name) not in accelerators:
+                    where = self.matrix.locate(("profiles", self.name, "archs", accel_name))
+                    built = ", ".join(a.name for a in accelerators)
+                    raise PlanError(f"{where}: the profile does not build {accel_name} (its accelerators: {built})")
+        return {Accelerator.parse(name).name: tuple(values) for name, values in archs.items()}
 
-    package_names = profile.packages or [p.name for p in matrix.packages]
-    return _Axes(
-        packages=tuple(matrix.package(n) for n in package_names),
-        versions=matrix.axis(profile, "versions") or "latest",
-        torch=tuple(torch),
-        accelerators=tuple(accelerators),
-        python=tuple(pythons),
-        archs=archs,
-        include=tuple(matrix.axis(profile, "include") or ["*"]),
-        exclude=tuple(matrix.axis(profile, "exclude") or []),
-    )
-
-
-def _check_archs(where: str, accelerator: Accelerator, archs: list[str]) -> None:
-    pattern = r"\d+\.\d+[af]?(\+PTX)?" if accelerator.kind == "cuda" else r"gfx[0-9a-f]+"
-    for arch in archs:
-        if not re.fullmatch(pattern, arch):
-            example = "'9.0'" if accelerator.kind == "cuda" else "'gfx942'"
-            raise PlanError(f"{where}: archs.{accelerator}: {arch!r} is not a {accelerator.kind} arch like {example}")
-    if not archs:
-        raise PlanError(f"{where}: archs.{accelerator}: the list is empty")
+    def resolve(self) -> _Axes:
+        torch = self.torch()
+        releases = [release for _, release in torch]
+        accelerators = self.accelerators(releases)
+        return _Axes(
+            packages=tuple(
+                self.matrix.package(n) for n in self.profile.packages or [p.name for p in self.matrix.packages]
+            ),
+            versions=self.matrix.axis(self.profile, "versions") or "latest",
+            torch=torch,
+            accelerators=accelerators,
+            python=self.pythons(releases),
+            archs=self.archs(accelerators),
+            include=tuple(self.matrix.axis(self.profile, "include") or ["*"]),
+            exclude=tuple(self.matrix.axis(self.profile, "exclude") or []),
+        )
 
 
-def _combinations(axes: _Axes) -> Iterator[tuple[PackageSpec, SdistPin, str, TorchRelease, Accelerator, str]]:
+_Combination = tuple[PackageSpec, SdistPin, str, TorchRelease, Accelerator, str]
+
+
+def _combinations(axes: _Axes) -> Iterator[_Combination]:
     for package in axes.packages:
         pins = package.versions if axes.versions == "all" else [package.latest]
         for pin in sorted(pins, key=lambda p: Version(p.version)):
@@ -156,43 +199,42 @@ def _combinations(axes: _Axes) -> Iterator[tuple[PackageSpec, SdistPin, str, Tor
                 yield package, pin, torch, release, accelerator, python
 
 
-def _why_impossible(release: TorchRelease, accelerator: Accelerator, python: str) -> str | None:
-    if not release.has(accelerator):
-        built = release.describe_accelerators(accelerator.kind)
-        return f"torch {release.minor} was never built for {accelerator.kind.upper() if accelerator.kind == 'cuda' else 'ROCm'} {accelerator.version}; built: {built}"
-    if python not in release.python:
-        return f"torch {release.minor} has no wheels for Python {python}; it supports {', '.join(release.python)}"
-    return None
+def _job(combination: _Combination, axes: _Axes, facts: TorchFacts) -> Job:
+    package, pin, torch, release, accelerator, python = combination
+    return Job(
+        package=package.name,
+        version=pin.version,
+        sdist=_sdist(package, pin),
+        recipe=_recipe(package),
+        torch=torch,
+        accelerator=accelerator,
+        python=python,
+        cxx11_abi=release.cxx11_abi_for(accelerator),
+        archs=axes.archs.get(accelerator.name) or facts.default_archs(accelerator),
+        manylinux=release.manylinux_for(accelerator),
+    )
 
 
 def expand(matrix: Matrix, facts: TorchFacts, profile_name: str | None = None, *, host: str | None = None) -> Plan:
+    """The jobs of a profile (default: the matrix's default_profile); ``host`` stands in for the ``host`` Python."""
     name = profile_name or matrix.default_profile
-    axes = _resolve_axes(matrix, name, matrix.profile(name), facts, host or host_python())
+    axes = _Resolver(matrix, name, facts, host or host_python()).resolve()
     jobs: list[Job] = []
     dropped: list[Dropped] = []
-    for package, pin, torch, release, accelerator, python in _combinations(axes):
-        job = Job(
-            package=package.name,
-            version=pin.version,
-            sdist=_sdist(package, pin),
-            recipe=_recipe(package),
-            torch=torch,
-            accelerator=accelerator,
-            python=python,
-            cxx11_abi=release.cxx11_abi_for(accelerator),
-            archs=axes.archs.get(accelerator.name) or facts.default_archs(accelerator),
-            manylinux=release.manylinux_for(accelerator),
+    for combination in _combinations(axes):
+        job = _job(combination, axes, facts)
+        _, _, _, release, accelerator, python = combination
+        reason = _why_impossible(release, accelerator, python) or (
+            None if _selected(job.identifier, axes) else NOT_SELECTED
         )
-        reason = _why_impossible(release, accelerator, python)
-        if reason is None and _selected(job.identifier, axes):
+        if reason is None:
             jobs.append(job)
-        elif reason is None:
-            dropped.append(Dropped(identifier=job.identifier, reason="not selected by include/exclude"))
         else:
             dropped.append(Dropped(identifier=job.identifier, reason=reason))
-    _check_selectors(name, axes, jobs, dropped)
+    _check_selectors(matrix, name, jobs, dropped)
     if not jobs:
-        raise PlanError(f"profile {name!r} expands to no jobs", tip="run `wheelwright plan --explain` to see why each was dropped")
+        tip = f"`wheelwright plan --profile {name} --explain` says why each combination was dropped"
+        raise PlanError(f"profile {name!r} expands to no jobs", tip=tip)
     return Plan(profile=name, jobs=tuple(jobs), dropped=tuple(dropped))
 
 
@@ -201,20 +243,34 @@ def _selected(identifier: str, axes: _Axes) -> bool:
     return included and not any(fnmatch.fnmatchcase(identifier, p) for p in axes.exclude)
 
 
-def _check_selectors(name: str, axes: _Axes, jobs: list[Job], dropped: list[Dropped]) -> None:
-    """A selector that matches nothing is a typo; a literal include naming an impossible job is an error."""
-    everything = [j.identifier for j in jobs] + [d.identifier for d in dropped]
-    for pattern in (*axes.include, *axes.exclude):
-        if not any(fnmatch.fnmatchcase(i, pattern) for i in everything):
-            hint = _did_you_mean(pattern, everything)
-            raise PlanError(f"profile {name!r}: selector {pattern!r} matches no job{hint}")
-    for pattern in axes.include:
-        if _WILDCARDS.search(pattern):
+def _check_selectors(matrix: Matrix, name: str, jobs: Sequence[Job], dropped: Sequence[Dropped]) -> None:
+    """A selector that matches nothing is a typo; an include that matches only impossible combinations (a literal
+    identifier of one, say) asks for something that cannot be built."""
+    buildable = [j.identifier for j in jobs] + [d.identifier for d in dropped if d.reason == NOT_SELECTED]
+    impossible = {d.identifier: d.reason for d in dropped if d.reason != NOT_SELECTED}
+    profile = matrix.profile(name)
+    for axis in ("include", "exclude"):
+        if matrix.axis(profile, axis) is None:
             continue
-        for drop in dropped:
-            if drop.identifier == pattern and drop.reason != "not selected by include/exclude":
-                raise PlanError(f"profile {name!r}: include asks for {pattern}, which cannot be built: {drop.reason}")
+        loc = matrix.axis_loc(name, axis)
+        for index, pattern in enumerate(matrix.axis(profile, axis)):
+            where = matrix.locate((*loc, index))
+            if any(fnmatch.fnmatchcase(i, pattern) for i in buildable):
+                continue
+            example = next((i for i in impossible if fnmatch.fnmatchcase(i, pattern)), None)
+            if example is None:
+                hint = did_you_mean(pattern, buildable)
+                raise PlanError(f"{where}: selector {pattern!r} matches no job of profile {name!r}{hint}")
+            if axis == "include":
+                what = (
+                    f"asks for {pattern}, which"
+                    if not _WILDCARDS.search(pattern)
+                    else f"{pattern!r} matches only combinations that"
+                )
+                raise PlanError(f"{where}: include {what} cannot be built: {impossible[example]}")
 
 
-def load_plan(matrix_path: Path, profile: str | None = None, *, facts: TorchFacts | None = None, host: str | None = None) -> Plan:
+def load_plan(
+    matrix_path: Path, profile: str | None = None, *, facts: TorchFacts | None = None, host: str | None = None
+) -> Plan:
     return expand(load_matrix(matrix_path), facts or load_facts(), profile, host=host)
