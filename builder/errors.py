@@ -54,3 +54,9 @@ class PublishError(WheelwrightError):
     """Publishing would overwrite or lose something, or the object store refused."""
 
     exit_code = 7
+
+
+class RecipeError(WheelwrightError):
+    """An upstream sdist no longer has the shape its recipe expects (the recipe must be updated, not skipped)."""
+
+    exit_code = 8
