@@ -137,6 +137,7 @@ def _download(url: str, path: Path, expected: str, who: str) -> None:
                 f"{who}: {path.name} from {url} has sha256 {actual}, expected {expected}",
                 tip="the upload changed or the pin in matrix.yaml is wrong; check it against the registry",
             )
+        os.chmod(part, 0o644)  # mkstemp's 0600 would keep the shared cache from other users
         os.replace(part, path)
     finally:
         Path(part).unlink(missing_ok=True)
