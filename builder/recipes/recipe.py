@@ -136,37 +136,53 @@ def _read(path: Path, where: str) -> str:
         raise RecipeError(f"{where}: cannot read {path.name}: {error}") from None
 
 
-def plan_edits(root: Path, job: Job, facts: PackageFacts, where: str) -> dict[Path, tuple[str, str]]:
-    """The new text of each file the recipe rewrites, with a one-line description; checks everything first."""
-    setup_text = _read(root / "setup.py", where)
-    pyproject_path = root / "pyproject.toml"
-    pyproject_text = _read(pyproject_path, where) if pyproject_path.exists() else None
+@dataclass(frozen=True, kw_only=True)
+class _Checked:
+    """What checking the sdist against the recipe found out."""
+
+    shape: setup_py.SetupShape
+    requirements_in: str  # pyproject.SETUP_PY or pyproject.PYPROJECT
+    arch_flags: tuple[str, ...] | None
+
+
+def check_sources(setup_text: str, pyproject_text: str | None, job: Job, facts: PackageFacts, where: str) -> _Checked:
+    """Everything the edits rely on, checked before any file changes."""
     shape = setup_py.read_shape(setup_text, where)
     setup_py.check_env_reads(shape, expected_env_reads(job, facts), where)
     pyproject.check_version_dynamic(pyproject_text, where)
     source = pyproject.requirements_source(pyproject_text, where)
+    if source == pyproject.SETUP_PY:
+        setup_py.check_install_requires_torch(shape, where)
     flags = arch_flags(job, where)
     if flags is not None:
         setup_py.check_arch_flags(shape, job.accelerator.kind, where)
-    if source == pyproject.SETUP_PY:
-        setup_py.check_install_requires_torch(shape, where)
-    values = {
+    return _Checked(shape=shape, requirements_in=source, arch_flags=flags)
+
+
+def prelude_values(job: Job, checked: _Checked) -> dict[str, object]:
+    """WHEELWRIGHT_JOB in the patched setup.py (see prelude.py)."""
+    return {
         "identifier": job.identifier,
         "version": job.local_version,
         "torch_requirement": job.torch_requirement,
-        "torch_in_install_requires": source == pyproject.SETUP_PY,
+        "torch_in_install_requires": checked.requirements_in == pyproject.SETUP_PY,
         "arch_kind": job.accelerator.kind,
-        "arch_flags": list(flags) if flags is not None else None,
+        "arch_flags": list(checked.arch_flags) if checked.arch_flags is not None else None,
     }
+
+
+def plan_edits(root: Path, job: Job, facts: PackageFacts, where: str) -> dict[Path, tuple[str, str]]:
+    """The new text of each file the recipe rewrites, with a one-line description for the job log."""
+    setup_text = _read(root / "setup.py", where)
+    pyproject_path = root / "pyproject.toml"
+    pyproject_text = _read(pyproject_path, where) if pyproject_path.exists() else None
+    checked = check_sources(setup_text, pyproject_text, job, facts, where)
+    flags = checked.arch_flags
     arch_note = " ".join(flags) if flags is not None else f"archs left to torch ({';'.join(job.archs)})"
-    edits = {
-        root / "setup.py": (
-            setup_py.inject_prelude(setup_text, shape, values, where),
-            f"setup.py: setup() routed through {setup_py.WRAPPER}(): version {job.local_version}, "
-            f"{job.torch_requirement}, {arch_note}",
-        )
-    }
-    if source == pyproject.PYPROJECT:
+    patched_setup = setup_py.inject_prelude(setup_text, checked.shape, prelude_values(job, checked), where)
+    summary = f"version {job.local_version}, {job.torch_requirement}, {arch_note}"
+    edits = {root / "setup.py": (patched_setup, f"setup.py: setup() routed through {setup_py.WRAPPER}(): {summary}")}
+    if checked.requirements_in == pyproject.PYPROJECT:
         patched = pyproject.pin_torch(pyproject_text, job.torch_requirement, where)
         edits[pyproject_path] = (patched, f"pyproject.toml: dependencies torch -> {job.torch_requirement}")
     return edits

@@ -17,7 +17,7 @@ from types import ModuleType, SimpleNamespace
 import pytest
 import setuptools
 
-from builder.facts import load_facts
+from builder.facts import Accelerator, load_facts
 from builder.fetch import fetch_sdist, sha256_of, unpack_sdist
 from builder.job import Job
 from builder.matrix import Profile, load_matrix
@@ -73,12 +73,15 @@ class SetupRun:
 
 def stub_modules(job: Job) -> dict[str, ModuleType]:
     """torch as far as these setup.py files use it; CUDAExtension builds the same Extension fields torch's does."""
+    rocm = job.accelerator.kind == "rocm"
     torch = ModuleType("torch")
     torch.__version__ = f"{job.torch}+{job.accelerator.name}"
-    torch.version = SimpleNamespace(cuda=job.accelerator.version, hip=None)
+    version = job.accelerator.version
+    torch.version = SimpleNamespace(cuda=None if rocm else version, hip=f"{version}.0-0" if rocm else None)
     torch._C = SimpleNamespace(_GLIBCXX_USE_CXX11_ABI=False)
     cpp = ModuleType("torch.utils.cpp_extension")
-    cpp.CUDA_HOME, cpp.HIP_HOME = str(CUDA_HOME), None
+    # no HIP toolkit here: HIP_HOME None skips upstream's hipcc version check (it warns instead)
+    cpp.CUDA_HOME, cpp.HIP_HOME = (None if rocm else str(CUDA_HOME)), None
     cpp.BuildExtension = type("BuildExtension", (), {})
 
     def extension(name: str, sources: list[str], extra_compile_args: dict, include_dirs: list) -> setuptools.Extension:
@@ -179,6 +182,21 @@ def test_cxx20_patch_only_for_mamba_under_torch_214(
     setup = run_setup_py(root, job, dict(result.env), monkeypatch)
     stds = sorted({f for f in setup.nvcc_flags + setup.cxx_flags if f.startswith("-std=")})
     assert stds == ([std] if std else [])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_rocm_hipcc_receives_only_the_jobs_offload_archs(
+    version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = job_for(version, accelerator=Accelerator.parse("rocm6.4"), archs=("gfx90a", "gfx942"))
+    root = fresh_tree(job, tmp_path)
+    result = apply_recipe(root, job)
+    assert result.env["HIP_ARCHITECTURES"] == result.env["PYTORCH_ROCM_ARCH"] == "gfx90a;gfx942"
+    with pytest.warns(UserWarning, match="hipcc was not found"):
+        setup = run_setup_py(root, job, dict(result.env), monkeypatch)
+    offload = [flag for flag in setup.nvcc_flags if "offload-arch" in flag or "gfx" in flag]
+    assert offload == ["--offload-arch=gfx90a", "--offload-arch=gfx942"]
+    assert setup.kwargs["version"] == f"{job.version}+pt214rocm64"
 
 
 def stub_torch_package(where: Path) -> Path:

@@ -82,6 +82,11 @@ def test_split_arch_flags_removes_every_spelling_with_its_value() -> None:
     assert len(removed) == 6
 
 
+def test_split_arch_flags_for_rocm() -> None:
+    kept, removed = prelude.wheelwright_split_arch_flags(["-O3", "--offload-arch=native", "-DX"], "rocm")
+    assert kept == ["-O3", "-DX"] and removed == ["--offload-arch=native"]
+
+
 def ext(nvcc: list[str]) -> SimpleNamespace:
     return SimpleNamespace(name="k", extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc})
 
