@@ -34,7 +34,7 @@ _PROBE = (
 class NotBuildableHere(WheelwrightError):
     """The job's toolkit, interpreter or torch cannot be had on this machine; reported, never attempted."""
 
-    exit_code = 8
+    exit_code = 9
 
 
 @dataclass(frozen=True, kw_only=True)

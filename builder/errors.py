@@ -59,6 +59,12 @@ class PublishError(WheelwrightError):
     exit_code = 7
 
 
+class RecipeError(WheelwrightError):
+    """An upstream sdist no longer has the shape its recipe expects (the recipe must be updated, not skipped)."""
+
+    exit_code = 8
+
+
 def did_you_mean(word: object, choices: Iterable[object]) -> str:
     """`` (did you mean 'env'?)`` when one of ``choices`` is close to ``word``, else ``""``."""
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)

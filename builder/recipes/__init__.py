@@ -1,8 +1,10 @@
-"""Recipes: what each package needs done to its unpacked sdist before it builds. Patches are small functions,
-registered by name in PATCHES and applied by version range from matrix.yaml."""
+"""Recipes: what each package needs done to its unpacked sdist before it builds. apply_recipe() makes the job's
+archs, version label and torch pin stick; patches are small functions, registered by name in PATCHES and applied
+by version range from matrix.yaml."""
 
 from __future__ import annotations
 
 from .patches import PATCHES
+from .recipe import RecipeResult, apply_recipe
 
-__all__ = ["PATCHES"]
+__all__ = ["PATCHES", "RecipeResult", "apply_recipe"]

@@ -1,0 +1,195 @@
+"""Fetch stage: a job's sdist from the package registry into a hash-checked cache, and its unpacking.
+
+The registry is read through the PEP 691 JSON simple API only; nothing here runs the sdist's own code (the way
+``pip download`` would, by calling setup.py, which imports torch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO
+from urllib.parse import urljoin
+
+from packaging.utils import canonicalize_name
+
+from .errors import FetchError, ToolchainError
+from .job import Job, Sdist
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INDEX_URL = "https://pypi.org/simple/"
+PEP691_JSON = "application/vnd.pypi.simple.v1+json"
+TIMEOUT_S = 60.0
+_CHUNK = 1 << 16
+
+
+def cache_dir_for_sdists(cache_dir: Path | None = None) -> Path:
+    """``cache_dir`` if given, else ``$WHEELWRIGHT_CACHE/sdists``, else ``~/.cache/wheelwright/sdists``."""
+    if cache_dir is not None:
+        return Path(cache_dir)
+    root = os.environ.get("WHEELWRIGHT_CACHE") or Path.home() / ".cache" / "wheelwright"
+    return Path(root) / "sdists"
+
+
+def index_url() -> str:
+    return os.environ.get("WHEELWRIGHT_INDEX_URL") or DEFAULT_INDEX_URL
+
+
+def open_url(url: str, *, accept: str | None = None) -> IO[bytes]:
+    """The one place this module touches the network (tests replace it to prove a cache hit stays offline)."""
+    headers = {"User-Agent": "wheelwright", **({"Accept": accept} if accept else {})}
+    return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S)  # noqa: S310
+
+
+def fetch_sdist(
+    job_or_sdist: Job | Sdist,
+    package: str | None = None,
+    *,
+    cache_dir: Path | None = None,
+    index: str | None = None,
+) -> Path:
+    """The cached, hash-checked sdist of a job (or of an Sdist of ``package``); downloads it only when needed."""
+    sdist, package, who = _target(job_or_sdist, package)
+    path = cache_dir_for_sdists(cache_dir) / sdist.filename
+    if path.is_file():
+        actual = sha256_of(path)
+        if actual == sdist.sha256:
+            log.debug("%s: cache hit %s", who, path)
+            return path
+        log.warning("%s: cached %s has sha256 %s, not the pinned %s; downloading again", who, path, actual, sdist.sha256)
+    url = sdist.url or find_file_url(sdist, package, index=index, who=who)
+    _download(url, path, sdist.sha256, who)
+    log.info("%s: fetched %s", who, path)
+    return path
+
+
+def _target(job_or_sdist: Job | Sdist, package: str | None) -> tuple[Sdist, str, str]:
+    """The sdist, its project name, and how errors name the job."""
+    if isinstance(job_or_sdist, Job):
+        job = job_or_sdist
+        return job.sdist, job.package, f"{job.identifier} ({job.package} {job.version})"
+    if package is None:
+        raise TypeError("fetch_sdist(Sdist, package): the package name is needed to look the file up")
+    return job_or_sdist, package, package
+
+
+def find_file_url(sdist: Sdist, package: str, *, index: str | None = None, who: str | None = None) -> str:
+    """The download URL of ``sdist.filename`` from the project's PEP 691 JSON page on the index."""
+    who = who or package
+    page_url = urljoin(_with_slash(index or index_url()), canonicalize_name(package) + "/")
+    files = _project_files(page_url, who)
+    for entry in files:
+        if entry.get("filename") == sdist.filename:
+            listed = (entry.get("hashes") or {}).get("sha256")
+            if listed and listed != sdist.sha256:
+                raise FetchError(
+                    f"{who}: the index lists {sdist.filename} with sha256 {listed}, but matrix.yaml pins {sdist.sha256}",
+                    tip="check the sha256 pin in matrix.yaml against the registry",
+                )
+            return urljoin(page_url, entry["url"])
+    sdists = sorted(e.get("filename", "") for e in files if str(e.get("filename", "")).endswith((".tar.gz", ".zip")))
+    raise FetchError(
+        f"{who}: {sdist.filename} is not listed on {page_url} (sdists there: {', '.join(sdists[-5:]) or 'none'})",
+        tip="check the version in matrix.yaml, or give the sdist's url explicitly",
+    )
+
+
+def _with_slash(url: str) -> str:
+    return url if url.endswith("/") else url + "/"
+
+
+def _project_files(page_url: str, who: str) -> list[dict]:
+    try:
+        with open_url(page_url, accept=PEP691_JSON) as response:
+            content_type = response.headers.get_content_type()
+            body = response.read()
+    except (urllib.error.URLError, OSError) as error:
+        raise FetchError(f"{who}: cannot read the index page {page_url}: {error}") from None
+    if content_type != PEP691_JSON:
+        raise FetchError(f"{who}: {page_url} answered {content_type}, not the PEP 691 JSON simple API ({PEP691_JSON})")
+    try:
+        files = json.loads(body)["files"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise FetchError(f"{who}: {page_url} is not a PEP 691 project page: {error!r}") from None
+    if not isinstance(files, list):
+        raise FetchError(f"{who}: {page_url}: 'files' is not a list")
+    return files
+
+
+def _download(url: str, path: Path, expected: str, who: str) -> None:
+    """Stream ``url`` into a temporary file beside ``path``, check its hash, then rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, part = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            actual = _stream(url, out, who)
+        if actual != expected:
+            raise FetchError(
+                f"{who}: {path.name} from {url} has sha256 {actual}, expected {expected}",
+                tip="the upload changed or the pin in matrix.yaml is wrong; check it against the registry",
+            )
+        os.chmod(part, 0o644)  # mkstemp's 0600 would keep the shared cache from other users
+        os.replace(part, path)
+    finally:
+        Path(part).unlink(missing_ok=True)
+
+
+def _stream(url: str, out: IO[bytes], who: str) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open_url(url) as response:
+            while chunk := response.read(_CHUNK):
+                digest.update(chunk)
+                out.write(chunk)
+    except (urllib.error.URLError, OSError) as error:
+        raise FetchError(f"{who}: download of {url} failed: {error}") from None
+    return digest.hexdigest()
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def unpack_sdist(sdist_path: Path, dest: Path) -> Path:
+    """Unpack into ``dest`` and return the source root (the sdist's one top-level directory).
+
+    Each call gives a pristine tree: a previous unpacking of the same sdist in ``dest`` is replaced, because
+    recipes edit the tree in place and must start from upstream's files.
+    """
+    if not hasattr(tarfile, "data_filter"):
+        raise ToolchainError("this Python's tarfile has no 'data' extraction filter", tip="use Python >= 3.10.12 / 3.11.4")
+    dest.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=dest, prefix=".unpack-"))
+    try:
+        _extract(sdist_path, staging)
+        top = [entry for entry in staging.iterdir()]
+        if len(top) != 1 or not top[0].is_dir():
+            raise FetchError(f"{sdist_path.name}: expected one top-level directory, found {sorted(p.name for p in top)}")
+        root = dest / top[0].name
+        if root.exists():
+            shutil.rmtree(root)
+        top[0].rename(root)
+        return root
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _extract(sdist_path: Path, into: Path) -> None:
+    try:
+        with tarfile.open(sdist_path) as archive:
+            archive.extractall(into, filter="data")
+    except (tarfile.TarError, OSError) as error:
+        raise FetchError(f"{sdist_path}: cannot unpack: {error}") from None
