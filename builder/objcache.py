@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 MODES = ("use", "verify", "off")
+_NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
 _PYTHON_INCLUDE = re.compile(r"^-I.*/include/python3\.\d+t?/?$")
 
 
@@ -73,6 +74,11 @@ def _file_digest(path: str) -> str | None:
         return None
 
 
+def comparable_bytes(path: Path) -> bytes:
+    """An object's bytes with nvcc's process-id temp-file name masked: equal for equal compiles."""
+    return _NVCC_TEMP_NAME.sub(b"tmpxft_<pid>", path.read_bytes())
+
+
 def _atomic_copy(source: Path, destination: Path) -> None:
     destination.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=destination.parent, delete=False, prefix=".tmp-") as handle:
@@ -88,7 +94,7 @@ class ObjectCache:
     def _manifest(self, key: str) -> Path:
         return self.root / "manifests" / key[:2] / f"{key}.json"
 
-    def _blob(self, digest: str) -> Path:
+    def blob(self, digest: str) -> Path:
         return self.root / "objects" / digest[:2] / digest
 
     def lookup(self, key: str) -> dict | None:
@@ -108,9 +114,9 @@ class ObjectCache:
             "depfile": _file_digest(str(depfile)) if depfile else None,
             "headers": {h: _file_digest(h) for h in headers},
         }
-        _atomic_copy(output, self._blob(entry["object"]))
+        _atomic_copy(output, self.blob(entry["object"]))
         if depfile:
-            _atomic_copy(depfile, self._blob(entry["depfile"]))
+            _atomic_copy(depfile, self.blob(entry["depfile"]))
         path = self._manifest(key)
         entries = json.loads(path.read_text()) if path.is_file() else []
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,9 +126,9 @@ class ObjectCache:
         return entry
 
     def restore(self, entry: dict, output: Path, depfile: Path | None) -> None:
-        _atomic_copy(self._blob(entry["object"]), output)
+        _atomic_copy(self.blob(entry["object"]), output)
         if depfile and entry["depfile"]:
-            _atomic_copy(self._blob(entry["depfile"]), depfile)
+            _atomic_copy(self.blob(entry["depfile"]), depfile)
 
 
 def _record(cache: ObjectCache, event: dict) -> None:
@@ -156,10 +162,10 @@ def main(argv: list[str]) -> int:
     returncode = subprocess.call([nvcc, *args])
     if returncode != 0:
         return returncode
-    fresh = _file_digest(output)
-    if entry is not None:  # verify mode: the cached object must equal the fresh one, byte for byte
-        same = fresh == entry["object"]
-        _record(cache, {"source": source, "result": "verified" if same else "mismatch", "seconds": time.monotonic() - start, "fresh": fresh, "cached": entry["object"]})
+    if entry is not None:  # verify mode: the cached object must equal the fresh one
+        same = comparable_bytes(Path(output)) == comparable_bytes(cache.blob(entry["object"]))
+        result = "verified" if same else "mismatch"
+        _record(cache, {"source": source, "result": result, "seconds": time.monotonic() - start, "fresh": _file_digest(output), "cached": entry["object"]})
         return 0 if same else 3
     cache.store(key, Path(output), Path(depfile) if depfile else None)
     _record(cache, {"source": source, "result": "miss", "seconds": time.monotonic() - start})
