@@ -54,3 +54,9 @@ class PublishError(WheelwrightError):
     """Publishing would overwrite or lose something, or the object store refused."""
 
     exit_code = 7
+
+
+class WheelError(WheelwrightError):
+    """A built wheel could not be read, repaired or verified (a malformed ELF or fatbin, an unrepairable ABI)."""
+
+    exit_code = 8
