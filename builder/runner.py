@@ -90,6 +90,7 @@ def run(
             if on_line:
                 on_line(line.rstrip("\n"))
         returncode = process.wait()
+        process.stdout.close()  # an unclosed pipe is a ResourceWarning, an error under pytest's filterwarnings
     finally:
         if log_file:
             log_file.close()
