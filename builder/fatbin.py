@@ -153,8 +153,13 @@ def fatbin_archs(path: Path) -> FatbinContents:
     """The GPU code in the shared object at ``path``; empty when it has no ``.nv_fatbin`` section."""
     try:
         with path.open("rb") as stream:
-            section = ELFFile(stream).get_section_by_name(SECTION)
-            data = b"" if section is None else section.data()
+            return elf_fatbin(ELFFile(stream), where=str(path))
     except ELFError as error:
         raise WheelError(f"{path}: not a readable ELF file ({error})") from None
-    return FatbinContents.from_entries(parse_fatbin(data, where=f"{path} {SECTION}"))
+
+
+def elf_fatbin(elf: ELFFile, *, where: str) -> FatbinContents:
+    """The GPU code of an ELF file already open (``where`` names it in errors)."""
+    section = elf.get_section_by_name(SECTION)
+    data = b"" if section is None else section.data()
+    return FatbinContents.from_entries(parse_fatbin(data, where=f"{where} {SECTION}"))
