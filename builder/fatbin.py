@@ -79,7 +79,7 @@ class FatbinContents:
 
     @property
     def empty(self) -> bool:
-        return not self.entries
+        return not (self.entries or self.sass or self.ptx)
 
     def describe(self) -> str:
         """``SASS 7.5, 9.0; PTX 9.0`` (or ``no GPU code``), sorted by arch."""
