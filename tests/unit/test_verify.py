@@ -195,7 +195,7 @@ def test_glibc_newer_than_the_tag_fails() -> None:
     elf = extension(versions={"libc.so.6": {"GLIBC_2.2.5", "GLIBC_2.34", "GLIBC_2.32"}})
     check = checks(facts(FILENAME, None, elf))["symbol-versions"]
     assert not check.ok
-    assert check.detail == ("newer than manylinux_2_28_x86_64 allows: GLIBC_2.32, GLIBC_2.34 (allowed up to GLIBC_2.28)")
+    assert check.detail == "newer than manylinux_2_28_x86_64 allows: GLIBC_2.32, GLIBC_2.34 (allowed up to GLIBC_2.28)"
 
 
 def test_glibcxx_and_cxxabi_newer_than_the_tag_fail() -> None:
@@ -322,7 +322,8 @@ def test_import_outcome_with_the_wrong_torch() -> None:
 
 
 def test_report_ok_reasons_and_skips() -> None:
-    report = VerifyReport(wheel="w.whl", job="j", checks=(passed("a", "fine"), failed("b", "broken"), skipped("c", "n/a")))
+    three = (passed("a", "fine"), failed("b", "broken"), skipped("c", "n/a"))
+    report = VerifyReport(wheel="w.whl", job="j", checks=three)
     assert not report.ok
     assert report.reasons == ("b: broken",)
     assert report.skipped == ("c: n/a",)
