@@ -38,8 +38,11 @@ class ElfFacts:
         return self.path.rsplit("/", 1)[-1]
 
 
-def read_elf(path: Path, *, name: str) -> ElfFacts:
-    """The facts of one ELF file on disk; ``name`` is how reports call it (its path inside the wheel)."""
+def read_elf(path: Path, *, name: str, gpu: bool = True) -> ElfFacts:
+    """The facts of one ELF file on disk; ``name`` is how reports call it (its path inside the wheel).
+
+    ``gpu=False`` skips the fatbin, for callers that only need the dynamic linking facts (repair).
+    """
     try:
         with path.open("rb") as stream:
             elf = ELFFile(stream)
@@ -50,11 +53,11 @@ def read_elf(path: Path, *, name: str) -> ElfFacts:
             versions: dict[str, set[str]] = {}
             for library, version in elf_find_versioned_symbols(elf):
                 versions.setdefault(library, set()).add(version)
-            gpu = elf_fatbin(elf, where=name)
+            kernels = elf_fatbin(elf, where=name) if gpu else FatbinContents()
     except ELFError as error:
         raise WheelError(f"{name}: not a readable ELF file ({error})") from None
     frozen = MappingProxyType({lib: frozenset(v) for lib, v in sorted(versions.items())})
-    return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen, gpu=gpu)
+    return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen, gpu=kernels)
 
 
 def is_elf(path: Path) -> bool:
@@ -62,10 +65,10 @@ def is_elf(path: Path) -> bool:
         return stream.read(4) == ELF_MAGIC
 
 
-def tree_elf_facts(root: Path) -> tuple[ElfFacts, ...]:
+def tree_elf_facts(root: Path, *, gpu: bool = True) -> tuple[ElfFacts, ...]:
     """Every ELF file under ``root`` (an unpacked wheel), whatever its name: ``.so``, ``.so.1`` or none."""
     files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
-    return tuple(read_elf(p, name=p.relative_to(root).as_posix()) for p in files if is_elf(p))
+    return tuple(read_elf(p, name=p.relative_to(root).as_posix(), gpu=gpu) for p in files if is_elf(p))
 
 
 @contextmanager
@@ -80,6 +83,6 @@ def unpacked(wheel: Path) -> Iterator[Path]:
         yield Path(tmp)
 
 
-def wheel_elf_facts(wheel: Path) -> tuple[ElfFacts, ...]:
+def wheel_elf_facts(wheel: Path, *, gpu: bool = True) -> tuple[ElfFacts, ...]:
     with unpacked(wheel) as root:
-        return tree_elf_facts(root)
+        return tree_elf_facts(root, gpu=gpu)

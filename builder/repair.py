@@ -227,7 +227,7 @@ def abi_facts(abi: WheelAbIInfo, wheel: Path) -> AbiFacts:
         name: MappingProxyType({s: None if p is None else str(p) for s, p in ref.libs.items()})
         for name, ref in abi.external_refs.items()
     }
-    needed = {elf.path: elf.needed for elf in wheel_elf_facts(wheel)}
+    needed = {elf.path: elf.needed for elf in wheel_elf_facts(wheel, gpu=False)}
     return AbiFacts(
         wheel=wheel.name,
         needed=MappingProxyType(needed),

@@ -3,6 +3,7 @@ archs and its import next to the job's torch all check out; otherwise it is quar
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
@@ -460,12 +461,20 @@ def ensure_torch_runtime(job: Job, python: Path, *, cache: Path = DEFAULT_RUNTIM
     target = cache / f"torch-{job.torch}-{job.python_tag}"
     if not (target / ".complete").is_file():
         cache.mkdir(parents=True, exist_ok=True)
-        with TemporaryDirectory(prefix=f".{target.name}-", dir=cache) as tmp:
-            staging = Path(tmp) / "site-packages"
-            command = [python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
-                       "--target", staging, *extra_pip_args, f"torch=={job.torch}"]
-            run(command, step=f"verify: install torch {job.torch}", log_path=log_path)
-            (staging / ".complete").write_text(f"torch=={job.torch} for {job.python_tag}\n")
-            shutil.rmtree(target, ignore_errors=True)  # a half-written one from an interrupted run
-            staging.rename(target)
+        # several worktrees may run tests at once: one installs, the others wait and then reuse its result
+        with (cache / f"{target.name}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (target / ".complete").is_file():
+                _install_torch(job, python, target, extra_pip_args, log_path)
     return RuntimeEnv(python=python, site_packages=target)
+
+
+def _install_torch(job: Job, python: Path, target: Path, extra_pip_args: Sequence[str], log_path: Path | None) -> None:
+    with TemporaryDirectory(prefix=f".{target.name}-", dir=target.parent) as tmp:
+        staging = Path(tmp) / "site-packages"
+        command = [python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
+                   "--target", staging, *extra_pip_args, f"torch=={job.torch}"]
+        run(command, step=f"verify: install torch {job.torch}", log_path=log_path)
+        (staging / ".complete").write_text(f"torch=={job.torch} for {job.python_tag}\n")
+        shutil.rmtree(target, ignore_errors=True)  # a half-written one from an interrupted run
+        staging.rename(target)

@@ -3,7 +3,6 @@ the wrong arch is quarantined with expected vs found; and the import check in a 
 
 from __future__ import annotations
 
-import os
 import shutil
 import sysconfig
 from pathlib import Path
@@ -143,11 +142,3 @@ def test_native_extension_needing_a_missing_library_fails_with_the_loader_error(
     assert not check.ok
     assert "causal_conv1d_cuda: ImportError: libc10_phantom.so: cannot open shared object file" in check.detail
 
-
-def test_runtime_dir_is_named_by_torch_and_python(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    ready = cache / "torch-2.14.1-cp311"
-    ready.mkdir(parents=True)
-    (ready / ".complete").write_text("torch==2.14.1 for cp311\n")
-    runtime = ensure_torch_runtime(local_job(), Path(os.devnull), cache=cache)  # nothing to install: reused
-    assert runtime == RuntimeEnv(python=Path(os.devnull), site_packages=ready)

@@ -18,6 +18,7 @@ from builder.verify import (
     WheelFacts,
     _import_outcome,
     check_import,
+    ensure_torch_runtime,
     evaluate,
     expected_archs,
     failed,
@@ -382,3 +383,12 @@ def test_gate_reports_a_file_that_is_no_wheel(tmp_path: Path) -> None:
     wheel.write_text("not a zip")
     report = verify_wheel(wheel, JOB, runtime=None)
     assert not report.ok and "not a readable wheel" in report.reasons[0]
+
+
+def test_an_installed_runtime_is_reused_without_any_process(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    ready = cache / "torch-2.14.1-cp311"
+    ready.mkdir(parents=True)
+    (ready / ".complete").write_text("torch==2.14.1 for cp311\n")
+    runtime = ensure_torch_runtime(local_job(), Path("/nonexistent/python3.11"), cache=cache)
+    assert runtime == RuntimeEnv(python=Path("/nonexistent/python3.11"), site_packages=ready)
