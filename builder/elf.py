@@ -31,7 +31,7 @@ class ElfFacts:
     needed: tuple[str, ...] = ()
     # the library that defines them -> versions needed: {"libc.so.6": {"GLIBC_2.2.5", "GLIBC_2.34"}}
     symbol_versions: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
-    gpu: FatbinContents = FatbinContents()
+    gpu: FatbinContents = field(default_factory=FatbinContents)
 
     @property
     def name(self) -> str:

@@ -189,10 +189,11 @@ def _target_warnings(best: Policy, target: Policy, facts: AbiFacts, job: Job) ->
     if not best < target:
         return ()
     capped = ", ".join(why for why, name in facts.limits.items() if name == best.name) or "its dependencies"
-    return (
+    warning = (
         f"{facts.wheel}: tagged {best.name}, newer than the target {target.name} (held back by {capped}); "
-        f"build inside a {job.manylinux} image to reach the target",
+        f"build inside a {job.manylinux} image to reach the target"
     )
+    return (warning,)
 
 
 def analyze(wheel: Path, job: Job, excludes: Excludes) -> WheelAbIInfo:

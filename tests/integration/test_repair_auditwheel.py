@@ -19,8 +19,6 @@ from builder.runner import run
 from tests.jobs import local_job
 from tests.wheels import job_wheel
 
-from .conftest import CompileCu
-
 EXTENSION = "causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so"
 
 
@@ -60,7 +58,7 @@ def test_cuda_extension_keeps_torch_and_cudart_out(tmp_path: Path, fake_c10: Pat
     result = repair_wheel(wheel, job, tmp_path / "repaired")
 
     assert result.wheel.parent == tmp_path / "repaired"
-    name, version, _, tags = parse_wheel_filename(result.wheel.name)
+    _, version, _, tags = parse_wheel_filename(result.wheel.name)
     assert str(version) == job.local_version
     assert {t.platform for t in tags} == set(result.plan.tags)
     assert result.policy.startswith("manylinux_")
