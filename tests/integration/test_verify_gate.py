@@ -64,8 +64,8 @@ def test_wrong_arch_is_quarantined_naming_expected_and_found(tmp_path: Path, com
 
 @pytest.fixture(scope="session")
 def torch_runtime() -> RuntimeEnv:
-    """torch 2.14.1 for cp311, installed once under ~/.cache/wheelwright/runtime/ (about a minute, 5 GiB) and
-    reused by every later run; each import check then takes a few seconds, so these tests are not marked slow."""
+    """torch 2.14.1 for cp311, installed once under ~/.cache/wheelwright/runtime/ (a minute or more, 5 GiB) and
+    reused by every later run, where each import check takes a few seconds. Marked slow for that first run."""
     python = shutil.which("python3.11")
     if python is None:
         pytest.skip("no python3.11 interpreter on PATH for the torch 2.14.1 runtime")
@@ -81,6 +81,7 @@ def pure_wheel(tmp_path: Path, job: Job, native_module: str) -> Path:
                       python_tag="py3", platform="any", pure=True)
 
 
+@pytest.mark.slow
 def test_import_passes_next_to_the_jobs_torch(tmp_path: Path, torch_runtime: RuntimeEnv) -> None:
     job = local_job()
     wheel = pure_wheel(tmp_path, job, "import torch\nfrom torch import nn\nLayer = nn.Linear\n")
@@ -90,6 +91,7 @@ def test_import_passes_next_to_the_jobs_torch(tmp_path: Path, torch_runtime: Run
     assert "causal_conv1d, causal_conv1d_cuda" in check.detail
 
 
+@pytest.mark.slow
 def test_broken_import_fails_with_the_import_error_text(tmp_path: Path, torch_runtime: RuntimeEnv) -> None:
     job = local_job()
     wheel = pure_wheel(tmp_path, job, "from torch import no_such_thing_in_torch\n")
@@ -115,6 +117,7 @@ def c_extension(tmp_path: Path, *link: str) -> Path:
     return output
 
 
+@pytest.mark.slow
 def test_native_extension_needing_libc10_imports_after_torch(tmp_path: Path, torch_runtime: RuntimeEnv) -> None:
     # torch's libc10.so is not on any library path: the extension finds it because `import torch` loaded it first,
     # which is exactly why repair may leave it out
@@ -128,6 +131,7 @@ def test_native_extension_needing_libc10_imports_after_torch(tmp_path: Path, tor
     assert check.ok, check.detail
 
 
+@pytest.mark.slow
 def test_native_extension_needing_a_missing_library_fails_with_the_loader_error(
     tmp_path: Path, torch_runtime: RuntimeEnv
 ) -> None:
