@@ -59,6 +59,12 @@ class PublishError(WheelwrightError):
     exit_code = 7
 
 
+class WheelError(WheelwrightError):
+    """A built wheel could not be read, repaired or verified (a malformed ELF or fatbin, an unrepairable ABI)."""
+
+    exit_code = 10
+
+
 class RecipeError(WheelwrightError):
     """An upstream sdist no longer has the shape its recipe expects (the recipe must be updated, not skipped)."""
 

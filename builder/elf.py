@@ -1,0 +1,88 @@
+"""What the ELF files inside a wheel declare: the libraries they need, the symbol versions they need from them, and
+the GPU code they carry. Read once here; repair decides and verify judges on these facts."""
+
+from __future__ import annotations
+
+import logging
+import zipfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from types import MappingProxyType
+
+from auditwheel.elfutils import elf_find_versioned_symbols
+from elftools.common.exceptions import ELFError
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+
+from .errors import WheelError
+from .fatbin import FatbinContents, elf_fatbin
+
+log = logging.getLogger(__name__)
+
+ELF_MAGIC = b"\x7fELF"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ElfFacts:
+    path: str  # inside the wheel: "causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so"
+    needed: tuple[str, ...] = ()
+    # the library that defines them -> versions needed: {"libc.so.6": {"GLIBC_2.2.5", "GLIBC_2.34"}}
+    symbol_versions: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
+    gpu: FatbinContents = field(default_factory=FatbinContents)
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+def read_elf(path: Path, *, name: str, gpu: bool = True) -> ElfFacts:
+    """The facts of one ELF file on disk; ``name`` is how reports call it (its path inside the wheel).
+
+    ``gpu=False`` skips the fatbin, for callers that only need the dynamic linking facts (repair).
+    """
+    try:
+        with path.open("rb") as stream:
+            elf = ELFFile(stream)
+            dynamic = elf.get_section_by_name(".dynamic")
+            needed = [] if not isinstance(dynamic, DynamicSection) else [
+                tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"
+            ]
+            versions: dict[str, set[str]] = {}
+            for library, version in elf_find_versioned_symbols(elf):
+                versions.setdefault(library, set()).add(version)
+            kernels = elf_fatbin(elf, where=name) if gpu else FatbinContents()
+    except ELFError as error:
+        raise WheelError(f"{name}: not a readable ELF file ({error})") from None
+    frozen = MappingProxyType({lib: frozenset(v) for lib, v in sorted(versions.items())})
+    return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen, gpu=kernels)
+
+
+def is_elf(path: Path) -> bool:
+    with path.open("rb") as stream:
+        return stream.read(4) == ELF_MAGIC
+
+
+def tree_elf_facts(root: Path, *, gpu: bool = True) -> tuple[ElfFacts, ...]:
+    """Every ELF file under ``root`` (an unpacked wheel), whatever its name: ``.so``, ``.so.1`` or none."""
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+    return tuple(read_elf(p, name=p.relative_to(root).as_posix(), gpu=gpu) for p in files if is_elf(p))
+
+
+@contextmanager
+def unpacked(wheel: Path) -> Iterator[Path]:
+    """The wheel's files in a temporary directory, removed afterwards."""
+    with TemporaryDirectory(prefix="wheelwright-unpack-") as tmp:
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                archive.extractall(tmp)
+        except (zipfile.BadZipFile, OSError) as error:
+            raise WheelError(f"{wheel}: not a readable wheel ({error})") from None
+        yield Path(tmp)
+
+
+def wheel_elf_facts(wheel: Path, *, gpu: bool = True) -> tuple[ElfFacts, ...]:
+    with unpacked(wheel) as root:
+        return tree_elf_facts(root, gpu=gpu)

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Build benchmarks, measured side by side in one run on this machine (README, "Performance"):
+
+(a) `wheelwright build` of one job vs plain `pip wheel --no-build-isolation` on the same patched source with the
+    same environment (toolkit, torch, arch list, MAX_JOBS, nvcc threads); target <= 1.05x.
+(b) the 2nd Python of the same job (same package version, torch, toolkit, archs) relative to the 1st, with the
+    CUDA objects reused; target <= 0.3x.
+(c) --full: causal-conv1d for the whole CUDA 13 arch list: wall time vs the sum of per-translation-unit compile
+    times and the longest one (the critical path), on the cores available.
+
+Usage: .venv/bin/python scripts/bench_build.py [--full] [--python 3.11 --second-python 3.12] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from builder import compile as compile_stage  # noqa: E402
+from builder.environment import build_env, find_toolkit, runtime_env  # noqa: E402
+from builder.facts import load_facts  # noqa: E402
+from builder.fetch import fetch_sdist, unpack_sdist  # noqa: E402
+from builder.plan import load_plan  # noqa: E402
+from builder.recipes import apply_recipe  # noqa: E402
+
+PACKAGE = "causal-conv1d"
+
+
+def bench_matrix(workdir: Path, pythons: list[str], archs: list[str]) -> Path:
+    """matrix.yaml plus a `bench` profile: the local job, for the given Pythons and archs."""
+    matrix = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    matrix["profiles"]["bench"] = {
+        "torch": ["2.14.1"], "accelerators": ["cu130"], "python": pythons, "archs": {"cu130": archs}, "packages": [PACKAGE],
+    }
+    path = workdir / "matrix-bench.yaml"
+    path.write_text(yaml.safe_dump(matrix, sort_keys=False))
+    return path
+
+
+def wheelwright_build(matrix: Path, select: str, output: Path, objcache: Path, *, mode: str = "use") -> float:
+    env = {**os.environ, "WHEELWRIGHT_OBJCACHE_DIR": str(objcache)}
+    command = [sys.executable, "-m", "builder.cli", "build", "--matrix", str(matrix), "--profile", "bench",
+               "--select", select, "--output", str(output), "--objcache", mode]
+    start = time.monotonic()
+    subprocess.run(command, check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return time.monotonic() - start
+
+
+def plain_pip_wheel(matrix: Path, select: str, workdir: Path) -> float:
+    """The same job by hand: same patched source, same environment, `pip wheel --no-build-isolation`."""
+    job = load_plan(matrix, "bench").select(select).jobs[0]
+    toolkit = find_toolkit(job.accelerator)
+    runtime = runtime_env(job, load_facts())
+    env = build_env(job, runtime, toolkit)
+    source = unpack_sdist(fetch_sdist(job), workdir / "plain-src")
+    recipe = apply_recipe(source, job)
+    with compile_stage.workspace(job, source, runtime.site_packages) as space:
+        parallelism = compile_stage.Parallelism.fit(len(job.archs))
+        environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, None)
+        start = time.monotonic()
+        subprocess.run([str(env.python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w",
+                        str(workdir / "plain-dist"), str(space.source)], check=True, env=environ, stdout=subprocess.DEVNULL)
+        return time.monotonic() - start
+
+
+def compile_events(objcache: Path) -> list[dict]:
+    path = objcache / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--python", default="3.11")
+    parser.add_argument("--second-python", default="3.12")
+    parser.add_argument("--full", action="store_true", help="also (c): the full CUDA 13 arch list (~40 min on 2 cores)")
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-build-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    first, second = args.python, args.second_python
+    matrix = bench_matrix(workdir, [first, second], ["9.0"])
+    id_first, id_second = f"*-{'cp' + first.replace('.', '')}-*", f"*-{'cp' + second.replace('.', '')}-*"
+    objcache = workdir / "objcache"
+    print(f"bench_build: {PACKAGE}, torch 2.14.1+cu130, sm_90, {os.cpu_count()} cores, workdir {workdir}", flush=True)
+
+    plain = plain_pip_wheel(matrix, id_first, workdir)
+    print(f"(a) plain pip wheel --no-build-isolation ({first}): {plain:7.1f} s", flush=True)
+    ours = wheelwright_build(matrix, id_first, workdir / "out", objcache)
+    print(f"(a) wheelwright build, cold ({first}):                {ours:7.1f} s   ratio {ours / plain:.3f} (target <= 1.05)", flush=True)
+    again = wheelwright_build(matrix, id_second, workdir / "out", objcache)
+    hits = sum(e["result"] == "hit" for e in compile_events(objcache))
+    print(f"(b) wheelwright build, 2nd Python ({second}):         {again:7.1f} s   ratio {again / ours:.3f} (target <= 0.3), {hits} CUDA objects reused", flush=True)
+    if args.full:
+        full_archs = list(load_facts().cuda_archs["13.0"])
+        (workdir / "full").mkdir(exist_ok=True)
+        full_matrix = bench_matrix(workdir / "full", [first], full_archs)
+        full_cache = workdir / "objcache-full"
+        wall = wheelwright_build(full_matrix, id_first, workdir / "out-full", full_cache)
+        units = [e for e in compile_events(full_cache) if e["result"] == "miss"]
+        total, longest = sum(e["seconds"] for e in units), max(e["seconds"] for e in units)
+        cores = len(os.sched_getaffinity(0))
+        ideal = max(longest, total / cores)
+        print(f"(c) full arch list ({len(full_archs)} archs): wall {wall:.0f} s; sum of {len(units)} CUDA TUs {total:.0f} s; "
+              f"longest TU {longest:.0f} s; ideal on {cores} cores max(longest, sum/cores) = {ideal:.0f} s; wall/ideal {wall / ideal:.2f}", flush=True)
+        for unit in sorted(units, key=lambda e: -e["seconds"]):
+            print(f"      {Path(unit['source']).name:32s} {unit['seconds']:7.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
