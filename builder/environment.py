@@ -3,12 +3,14 @@ add), a build environment with the build tools, and the CUDA toolkit, each check
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import re
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -95,7 +97,7 @@ def probe(python: Path) -> dict:
 
 # -- torch ------------------------------------------------------------------------------------------------------
 
-def runtime_env(job: Job, facts: TorchFacts) -> RuntimeEnv:
+def runtime_env(job: Job, facts: TorchFacts, *, log_path: Path | None = None) -> RuntimeEnv:
     """The job's torch: the interpreter's own when it matches, else a cached venv holding only torch."""
     pythons = find_pythons(job.python)
     for python in pythons:
@@ -109,12 +111,32 @@ def runtime_env(job: Job, facts: TorchFacts) -> RuntimeEnv:
             f"torch {job.torch} for {job.accelerator} is published only on PyTorch's own index, which this machine "
             f"cannot reach; the registry wheel of torch {release.minor} is cu{release.pypi_cuda.replace('.', '')}"
         )
-    venv = cache_root() / "envs" / f"torch-{job.torch}-{job.accelerator.name}-{job.python_tag}"
-    _ensure_venv(venv, python, [f"torch=={job.torch}"], step=f"install torch {job.torch}")
-    info = probe(venv / "bin" / "python")
-    if not _matches(info, job):
-        raise ToolchainError(f"{venv}: expected torch {job.torch}+{job.accelerator}, found {info['torch']} (CUDA {info['cuda']})")
-    return RuntimeEnv(python=python, site_packages=Path(info["torch_site"]), torch=info["torch"], system=False)
+    site_packages = installed_torch(job, python, log_path=log_path)
+    return RuntimeEnv(python=python, site_packages=site_packages, torch=job.torch, system=False)
+
+
+def installed_torch(job: Job, python: Path, *, log_path: Path | None = None) -> Path:
+    """The job's torch, installed once (``pip install --target``) under ``<cache>/runtime/`` and reused.
+
+    Staged beside its final place and renamed into it, under a lock: concurrent builds and test sessions wait for
+    one install, and a killed one leaves no half-installed torch behind.
+    """
+    runtime = cache_root() / "runtime"
+    target = runtime / f"torch-{job.torch}-{job.python_tag}"
+    if (target / ".complete").is_file():
+        return target
+    runtime.mkdir(parents=True, exist_ok=True)
+    with (runtime / f"{target.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / ".complete").is_file():
+            with tempfile.TemporaryDirectory(prefix=f".{target.name}-", dir=runtime) as tmp:
+                staging = Path(tmp) / "site-packages"
+                run([python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet", "--target", staging, f"torch=={job.torch}"],
+                    step=f"install torch {job.torch} for Python {job.python}", log_path=log_path)
+                (staging / ".complete").write_text(f"torch=={job.torch} for {job.python_tag}\n")
+                shutil.rmtree(target, ignore_errors=True)
+                staging.rename(target)
+    return target
 
 
 def _matches(info: dict, job: Job) -> bool:

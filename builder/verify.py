@@ -20,6 +20,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from .environment import RuntimeEnv
 from .elf import ElfFacts, tree_elf_facts, unpacked
 from .errors import WheelError
 from .fatbin import arch_key
@@ -30,7 +31,6 @@ from .runner import run
 log = logging.getLogger(__name__)
 
 SYMBOL_FAMILIES = ("GLIBC", "GLIBCXX", "CXXABI", "GCC")  # the families recorded in every report
-DEFAULT_RUNTIME_CACHE = Path.home() / ".cache" / "wheelwright" / "runtime"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,14 +55,6 @@ def failed(name: str, detail: str) -> Check:
 
 def skipped(name: str, reason: str) -> Check:
     return Check(name=name, ok=True, detail=reason, skipped=True)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RuntimeEnv:
-    """Where the import check runs: a base interpreter of the job's Python and a directory holding its torch."""
-
-    python: Path
-    site_packages: Path
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -450,31 +442,3 @@ def quarantine(wheel: Path, report: VerifyReport, quarantine_dir: Path) -> Path:
     shutil.move(os.fspath(wheel), destination)
     log.warning("quarantined %s: %s", wheel.name, "; ".join(report.reasons) or "no failed check")
     return destination
-
-
-# --- the runtime -----------------------------------------------------------------------------------------------------
-
-
-def ensure_torch_runtime(job: Job, python: Path, *, cache: Path = DEFAULT_RUNTIME_CACHE,
-                         extra_pip_args: Sequence[str] = (), log_path: Path | None = None) -> RuntimeEnv:
-    """The job's torch installed once under ``cache/torch-<version>-<python tag>/``, reused when already there."""
-    target = cache / f"torch-{job.torch}-{job.python_tag}"
-    if not (target / ".complete").is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        # several worktrees may run tests at once: one installs, the others wait and then reuse its result
-        with (cache / f"{target.name}.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (target / ".complete").is_file():
-                _install_torch(job, python, target, extra_pip_args, log_path)
-    return RuntimeEnv(python=python, site_packages=target)
-
-
-def _install_torch(job: Job, python: Path, target: Path, extra_pip_args: Sequence[str], log_path: Path | None) -> None:
-    with TemporaryDirectory(prefix=f".{target.name}-", dir=target.parent) as tmp:
-        staging = Path(tmp) / "site-packages"
-        command = [python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
-                   "--target", staging, *extra_pip_args, f"torch=={job.torch}"]
-        run(command, step=f"verify: install torch {job.torch}", log_path=log_path)
-        (staging / ".complete").write_text(f"torch=={job.torch} for {job.python_tag}\n")
-        shutil.rmtree(target, ignore_errors=True)  # a half-written one from an interrupted run
-        staging.rename(target)

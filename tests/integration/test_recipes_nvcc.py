@@ -5,15 +5,15 @@ kept in the shared cache)."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
+from builder.environment import build_env, find_toolkit, runtime_env
+from builder.facts import load_facts
 from builder.recipes import apply_recipe
 from builder.runner import run
 
@@ -34,28 +34,21 @@ exec gcc "$@"
 
 
 @pytest.fixture(scope="module")
-def torch_python() -> Path:
-    """A virtual environment with the real torch, made once and shared by worktrees (a lock guards its creation)."""
-    root = Path(os.environ.get("WHEELWRIGHT_CACHE") or Path.home() / ".cache" / "wheelwright") / "test-envs"
-    env = root / f"torch{TORCH}-cp311"
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{env.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (env / ".complete").exists():
-            shutil.rmtree(env, ignore_errors=True)
-            run([sys.executable, "-m", "venv", env], step="torch test env")
-            packages = [f"torch=={TORCH}", "setuptools==84.0.0", "wheel==0.48.0", "packaging==26.4"]
-            run([env / "bin" / "python", "-m", "pip", "install", "--quiet", *packages], step="torch test env")
-            (env / ".complete").touch()
-    return env / "bin" / "python"
+def torch_python() -> tuple[Path, Path]:
+    """The build environment and the real torch the builder itself uses (installed once, shared, under a lock)."""
+    job = job_for("causal-conv1d-1.7.0")
+    runtime = runtime_env(job, load_facts())
+    env = build_env(job, runtime, find_toolkit(job.accelerator))
+    return env.python, runtime.site_packages
 
 
-def dry_run(python: Path, root: Path, env: dict[str, str], tmp_path: Path) -> list[set[tuple[str, str]]]:
+def dry_run(python: tuple[Path, Path], root: Path, env: dict[str, str], tmp_path: Path) -> list[set[tuple[str, str]]]:
     """``setup.py build_ext`` with nvcc --dryrun; the (kind, sm) images each .cu file's fatbinary would embed."""
     skip_cc = tmp_path / "skip-cc"
     skip_cc.write_text(SKIP_CC)
     skip_cc.chmod(0o755)
-    env = {**os.environ, **env, "CUDA_HOME": str(CUDA_HOME), "NVCC_PREPEND_FLAGS": "--dryrun", "MAX_JOBS": "2",
+    python, torch_site = python
+    env = {**os.environ, **env, "PYTHONPATH": str(torch_site), "CUDA_HOME": str(CUDA_HOME), "NVCC_PREPEND_FLAGS": "--dryrun", "MAX_JOBS": "2",
            "CC": str(skip_cc), "CXX": str(skip_cc), "LDSHARED": f"{skip_cc} -shared"}
     output = run([python, "setup.py", "build_ext"], step="dry-run build_ext", env=env, cwd=root, capture=True).output
     return [set(re.findall(r"--image3=kind=(\w+),sm=(\w+)", line)) for line in output.splitlines() if "fatbinary" in line]
@@ -65,7 +58,7 @@ def cuda_sources(root: Path) -> list[Path]:
     return sorted((root / "csrc").rglob("*.cu"))
 
 
-def test_unpatched_upstream_embeds_its_own_arch_list(torch_python: Path, tmp_path: Path) -> None:
+def test_unpatched_upstream_embeds_its_own_arch_list(torch_python: tuple[Path, Path], tmp_path: Path) -> None:
     """The control: TORCH_CUDA_ARCH_LIST alone does not stop upstream's hardcoded list."""
     root = fresh_tree(job_for("causal-conv1d-1.7.0"), tmp_path)
     images = dry_run(torch_python, root, {"TORCH_CUDA_ARCH_LIST": "9.0", "CAUSAL_CONV1D_FORCE_BUILD": "TRUE"}, tmp_path)
@@ -73,7 +66,7 @@ def test_unpatched_upstream_embeds_its_own_arch_list(torch_python: Path, tmp_pat
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_every_cuda_file_embeds_exactly_the_jobs_archs(version: str, torch_python: Path, tmp_path: Path) -> None:
+def test_every_cuda_file_embeds_exactly_the_jobs_archs(version: str, torch_python: tuple[Path, Path], tmp_path: Path) -> None:
     job = job_for(version, archs=("9.0a", "12.0+PTX"))
     root = fresh_tree(job, tmp_path)
     result = apply_recipe(root, job)

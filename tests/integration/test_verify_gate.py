@@ -13,7 +13,9 @@ from builder.elf import wheel_elf_facts
 from builder.job import Job
 from builder.repair import repair_wheel
 from builder.runner import run
-from builder.verify import RuntimeEnv, check_import, ensure_torch_runtime, quarantine, verify_wheel
+from builder.environment import RuntimeEnv, runtime_env
+from builder.facts import load_facts
+from builder.verify import check_import, quarantine, verify_wheel
 from tests.jobs import local_job
 from tests.wheels import job_wheel, make_wheel
 
@@ -66,10 +68,7 @@ def test_wrong_arch_is_quarantined_naming_expected_and_found(tmp_path: Path, com
 def torch_runtime() -> RuntimeEnv:
     """torch 2.14.1 for cp311, installed once under ~/.cache/wheelwright/runtime/ (a minute or more, 5 GiB) and
     reused by every later run, where each import check takes a few seconds. Marked slow for that first run."""
-    python = shutil.which("python3.11")
-    if python is None:
-        pytest.skip("no python3.11 interpreter on PATH for the torch 2.14.1 runtime")
-    return ensure_torch_runtime(local_job(), Path(python))
+    return runtime_env(local_job(), load_facts())
 
 
 def pure_wheel(tmp_path: Path, job: Job, native_module: str) -> Path:

@@ -12,13 +12,12 @@ import pytest
 from builder.elf import ElfFacts
 from builder.fatbin import FatbinContents
 from builder.repair import load_excludes, manylinux_policies
+from builder.environment import RuntimeEnv, installed_torch
 from builder.verify import (
-    RuntimeEnv,
     VerifyReport,
     WheelFacts,
     _import_outcome,
     check_import,
-    ensure_torch_runtime,
     evaluate,
     expected_archs,
     failed,
@@ -290,7 +289,7 @@ def test_import_without_runtime_is_skipped_with_a_reason(tmp_path: Path) -> None
 
 def test_import_with_no_import_names_is_skipped(tmp_path: Path) -> None:
     job = local_job(recipe=local_job().recipe.__class__())
-    runtime = RuntimeEnv(python=Path("/nonexistent/python"), site_packages=tmp_path)
+    runtime = RuntimeEnv(python=Path("/nonexistent/python"), site_packages=tmp_path, torch="2.14.1", system=False)
     assert check_import(tmp_path / "x.whl", job, runtime).skipped
 
 
@@ -385,10 +384,9 @@ def test_gate_reports_a_file_that_is_no_wheel(tmp_path: Path) -> None:
     assert not report.ok and "not a readable wheel" in report.reasons[0]
 
 
-def test_an_installed_runtime_is_reused_without_any_process(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    ready = cache / "torch-2.14.1-cp311"
+def test_an_installed_runtime_is_reused_without_any_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WHEELWRIGHT_CACHE", str(tmp_path))
+    ready = tmp_path / "runtime" / "torch-2.14.1-cp311"
     ready.mkdir(parents=True)
     (ready / ".complete").write_text("torch==2.14.1 for cp311\n")
-    runtime = ensure_torch_runtime(local_job(), Path("/nonexistent/python3.11"), cache=cache)
-    assert runtime == RuntimeEnv(python=Path("/nonexistent/python3.11"), site_packages=ready)
+    assert installed_torch(local_job(), Path("/nonexistent/python3.11")) == ready
