@@ -3,6 +3,7 @@ in the ledger, skip what is already built from the same inputs, and never leave 
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -88,14 +89,17 @@ class Outcome:
 
 
 class PhaseTimer:
-    def __init__(self, job: Job, progress: Progress) -> None:
-        self.job, self.progress = job, progress
+    """Times each phase, and tells the ledger and the display when one starts."""
+
+    def __init__(self, job: Job, progress: Progress, record: Callable[[str, dict[str, float]], None]) -> None:
+        self.job, self.progress, self.record = job, progress, record
         self.timings: dict[str, float] = {}
         self.phase = "fetch"
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
         self.phase = phase
+        self.record(phase, dict(self.timings))
         self.progress.on_phase(self.job, phase)
         start = time.monotonic()
         try:
@@ -155,7 +159,8 @@ class Builder:
         return sorted(outcomes, key=lambda o: order[o.job.identifier])
 
     def _recover(self, ledger: Ledger) -> None:
-        """After a kill: drop work in flight; a wheel that reached dist/ before its ledger row did is kept."""
+        """After a kill: drop work in flight; a wheel that reached dist/ before its ledger row did is kept.
+        Other rows left ``running`` are simply built again (see _up_to_date)."""
         shutil.rmtree(self.layout.tmp, ignore_errors=True)
         self.layout.tmp.mkdir()
         for entry in ledger.entries():
@@ -163,9 +168,7 @@ class Builder:
                 continue
             wheel = self.layout.dist / entry.wheel if entry.wheel else None
             if wheel and wheel.is_file() and sha256_of(wheel) == entry.wheel_sha256:
-                ledger.put(LedgerEntry(**{**entry.__dict__, "status": "built", "phase": "install"}))
-            else:
-                ledger.put(LedgerEntry(**{**entry.__dict__, "status": "failed", "reason": f"interrupted during {entry.phase}"}))
+                ledger.put(dataclasses.replace(entry, status="built", phase="install"))
 
     def _one(self, job: Job, share: int) -> Outcome:
         digest = input_hash(job)
@@ -173,9 +176,9 @@ class Builder:
             previous = ledger.get(job.identifier)
             if self._up_to_date(previous, digest):
                 return Outcome(job=job, entry=previous, skipped=True)
-            timer = PhaseTimer(job, self.progress)
-            ledger.put(_base_entry(job, digest, self.layout, status="running", phase="fetch"))
             self.layout.log_for(job).write_text("")
+            timer = PhaseTimer(job, self.progress, lambda phase, timings: ledger.put(
+                _base_entry(job, digest, self.layout, status="running", phase=phase, timings=timings)))
             try:
                 entry = self._build(job, digest, timer, ledger, share)
             except NotBuildableHere as error:
@@ -218,23 +221,27 @@ class Builder:
             repaired = repair_wheel(built, job, work / "repaired", log_path=log_path)
         with timer("verify"):
             report = verify_wheel(repaired.wheel, job, runtime=runtime, log_path=log_path)
+            with log_path.open("a") as handle:
+                handle.write(report.describe() + "\n")
+        summary = json.dumps(report.as_dict(), sort_keys=True, default=str)
         if not report.ok:
             destination = quarantine(repaired.wheel, report, self.layout.quarantine)
             return _base_entry(job, digest, self.layout, status="quarantined", phase="verify", timings=timer.timings,
                                wheel=destination.name, wheel_sha256=sha256_of(destination), wheel_size=destination.stat().st_size,
-                               reason="; ".join(report.reasons))
+                               reason="; ".join(report.reasons), report=summary)
         with timer("install"):
-            return self._install(job, digest, repaired.wheel, timer, ledger)
+            return self._install(job, digest, repaired.wheel, timer, ledger, summary)
 
-    def _install(self, job: Job, digest: str, wheel: Path, timer: PhaseTimer, ledger: Ledger) -> LedgerEntry:
+    def _install(self, job: Job, digest: str, wheel: Path, timer: PhaseTimer, ledger: Ledger, report: str) -> LedgerEntry:
         """Record the wheel's hash first, then move it into dist/ atomically: a kill between the two is recovered."""
         checksum, size = sha256_of(wheel), wheel.stat().st_size
         destination = self.layout.dist / wheel.name
         if destination.exists() and sha256_of(destination) != checksum:
             log.warning("%s: replacing %s built from older inputs", job.identifier, destination.name)
-        ledger.put(_base_entry(job, digest, self.layout, status="running", phase="install", timings=timer.timings, wheel=wheel.name, wheel_sha256=checksum, wheel_size=size))
+        fields = dict(timings=timer.timings, wheel=wheel.name, wheel_sha256=checksum, wheel_size=size, report=report)
+        ledger.put(_base_entry(job, digest, self.layout, status="running", phase="install", **fields))
         os.replace(wheel, destination)
-        return _base_entry(job, digest, self.layout, status="built", phase="install", timings=timer.timings, wheel=wheel.name, wheel_sha256=checksum, wheel_size=size)
+        return _base_entry(job, digest, self.layout, status="built", phase="install", **fields)
 
 
 @contextmanager

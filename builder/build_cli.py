@@ -69,7 +69,7 @@ class _Display:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from .build import BuildOptions, Builder, Layout  # the build stage's imports are heavy; plan needs none
+    from .build import BuildOptions, Builder, Layout, Progress  # the build stage's imports are heavy; plan needs none
 
     plan = load_plan(args.matrix, args.profile).select(args.select)
     display = _Display(list(plan.jobs))

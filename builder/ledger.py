@@ -29,9 +29,12 @@ CREATE TABLE IF NOT EXISTS jobs (
     wheel_sha256 TEXT,
     wheel_size   INTEGER,
     reason       TEXT,               -- why it failed, was quarantined, or cannot be built here
+    report       TEXT,               -- JSON: the verify gate's checks and recorded facts (GLIBC, NEEDED, archs)
     updated_at   REAL NOT NULL
 );
 """
+# Columns added after the first release of the schema, added to older ledgers on open.
+MIGRATIONS = {"report": "ALTER TABLE jobs ADD COLUMN report TEXT"}
 
 STATUSES = ("running", "built", "failed", "quarantined", "unbuildable")
 
@@ -54,6 +57,7 @@ class LedgerEntry:
     wheel_sha256: str | None = None
     wheel_size: int | None = None
     reason: str | None = None
+    report: str | None = None
     updated_at: float = 0.0
 
     @property
@@ -71,6 +75,10 @@ class Ledger:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
+        columns = {row["name"] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        for column, statement in MIGRATIONS.items():
+            if column not in columns:
+                self._db.execute(statement)
 
     def close(self) -> None:
         self._db.close()

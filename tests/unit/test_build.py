@@ -1,0 +1,170 @@
+"""The build stage's orchestration with its stages replaced by fakes: skipping, failures that don't stop other
+jobs, quarantine, atomic install into dist/, recovery after a kill, and what goes into the input hash."""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from builder import build as build_stage
+from builder.build import BuildOptions, Builder, Layout, input_hash
+from builder.environment import NotBuildableHere
+from builder.errors import WheelwrightError
+from builder.facts import load_facts
+from builder.ledger import Ledger, LedgerEntry
+from builder.plan import load_plan
+from builder.verify import Check, VerifyReport
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def local_jobs():
+    return load_plan(ROOT / "matrix.yaml", "local", host="3.11").jobs
+
+
+class FakeStages:
+    """Stand-ins for fetch/env/patch/compile/repair/verify; `fail` maps a package to the exception its compile raises."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        self.compiled: list[str] = []
+        self.fail: dict[str, Exception] = {}
+        self.verdict: dict[str, bool] = {}
+        self.tmp = tmp_path
+        stub = SimpleNamespace(site_packages=tmp_path)
+        monkeypatch.setattr(build_stage, "fetch_sdist", lambda job: tmp_path / "sdist.tar.gz")
+        monkeypatch.setattr(build_stage, "find_toolkit", lambda accelerator: stub)
+        monkeypatch.setattr(build_stage, "runtime_env", lambda job, facts: stub)
+        monkeypatch.setattr(build_stage, "build_env", lambda job, runtime, toolkit, log_path: stub)
+        monkeypatch.setattr(build_stage, "unpack_sdist", lambda sdist, dest: dest)
+        monkeypatch.setattr(build_stage, "apply_recipe", lambda source, job: SimpleNamespace(changes=("patched",), env={}))
+        monkeypatch.setattr(build_stage.compile_stage, "workspace", self.workspace)
+        monkeypatch.setattr(build_stage.compile_stage, "build_environ", lambda *args: {})
+        monkeypatch.setattr(build_stage.compile_stage, "compile_wheel", self.compile_wheel)
+        monkeypatch.setattr(build_stage, "repair_wheel", lambda wheel, job, out, log_path: SimpleNamespace(wheel=wheel))
+        monkeypatch.setattr(build_stage, "verify_wheel", self.verify)
+
+    @staticmethod
+    @contextmanager
+    def workspace(job, source, torch_site):
+        yield SimpleNamespace(source=source)
+
+    def compile_wheel(self, job, env, space, environ, outdir, *, log_path, on_line=None) -> Path:
+        if job.package in self.fail:
+            raise self.fail[job.package]
+        self.compiled.append(job.identifier)
+        outdir.mkdir(parents=True, exist_ok=True)
+        wheel = outdir / f"{job.dist_name}-{job.local_version}-{job.python_tag}-{job.python_tag}-linux_x86_64.whl"
+        wheel.write_bytes(f"wheel of {job.identifier}".encode())
+        return wheel
+
+    def verify(self, wheel, job, *, runtime, log_path) -> VerifyReport:
+        ok = self.verdict.get(job.package, True)
+        check = Check(name="gpu-archs", ok=ok, detail="SASS 9.0" if ok else "expected SASS 9.0, found SASS 8.0")
+        return VerifyReport(wheel=wheel.name, job=job.identifier, checks=(check,))
+
+
+@pytest.fixture
+def stages(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeStages:
+    return FakeStages(monkeypatch, tmp_path)
+
+
+def run_build(tmp_path: Path, **options: object) -> list:
+    return Builder(Layout(root=tmp_path / "out"), load_facts(), BuildOptions(**options)).run(local_jobs())
+
+
+def test_builds_every_job_into_dist_and_records_it(stages: FakeStages, tmp_path: Path) -> None:
+    outcomes = run_build(tmp_path)
+    assert [o.entry.status for o in outcomes] == ["built", "built"]
+    dist = sorted(p.name for p in (tmp_path / "out" / "dist").iterdir())
+    assert dist == sorted(o.entry.wheel for o in outcomes)
+    with Ledger(tmp_path / "out" / "ledger.sqlite") as ledger:
+        entry = ledger.get(outcomes[0].job.identifier)
+    assert entry.wheel_sha256 == build_stage.sha256_of(tmp_path / "out" / "dist" / entry.wheel)
+    assert set(entry.timings) == {"fetch", "env", "patch", "compile", "repair", "verify", "install"}
+
+
+def test_unchanged_inputs_are_skipped_and_a_missing_wheel_is_rebuilt(stages: FakeStages, tmp_path: Path) -> None:
+    run_build(tmp_path)
+    stages.compiled.clear()
+    assert all(o.skipped for o in run_build(tmp_path)) and stages.compiled == []
+    first = next((tmp_path / "out" / "dist").iterdir())
+    first.unlink()
+    run_build(tmp_path)
+    assert len(stages.compiled) == 1 and first.is_file()
+
+
+def test_a_failing_job_does_not_stop_the_others_and_is_retried_only_on_request(stages: FakeStages, tmp_path: Path) -> None:
+    stages.fail["mamba-ssm"] = WheelwrightError("mamba-ssm: compile failed (exit 1)")
+    causal, mamba = run_build(tmp_path)
+    assert causal.entry.status == "built"
+    assert (mamba.entry.status, mamba.entry.phase, mamba.entry.reason) == ("failed", "compile", "mamba-ssm: compile failed (exit 1)")
+    del stages.fail["mamba-ssm"]
+    assert run_build(tmp_path)[1].skipped
+    assert run_build(tmp_path, retry_failed=True)[1].entry.status == "built"
+
+
+def test_an_unexpected_exception_is_a_failed_job_not_a_crash(stages: FakeStages, tmp_path: Path) -> None:
+    stages.fail["causal-conv1d"] = KeyError("boom")
+    causal, mamba = run_build(tmp_path)
+    assert causal.entry.status == "failed" and "KeyError" in causal.entry.reason
+    assert mamba.entry.status == "built"
+
+
+def test_unbuildable_here_is_reported_not_failed(stages: FakeStages, tmp_path: Path) -> None:
+    stages.fail["causal-conv1d"] = NotBuildableHere("no ROCm 6.1 toolkit on this machine")
+    assert run_build(tmp_path)[0].entry.status == "unbuildable"
+
+
+def test_a_wheel_failing_verification_is_quarantined_never_in_dist(stages: FakeStages, tmp_path: Path) -> None:
+    stages.verdict["causal-conv1d"] = False
+    causal, _ = run_build(tmp_path)
+    assert causal.entry.status == "quarantined" and "found SASS 8.0" in causal.entry.reason
+    assert (tmp_path / "out" / "quarantine" / causal.entry.wheel).is_file()
+    assert causal.entry.wheel not in {p.name for p in (tmp_path / "out" / "dist").iterdir()}
+
+
+def test_recovery_after_a_kill(stages: FakeStages, tmp_path: Path) -> None:
+    """A kill mid-compile leaves a running row (redone); one between dist/ and the ledger is completed."""
+    run_build(tmp_path)
+    layout = Layout(root=tmp_path / "out")
+    causal, mamba = local_jobs()
+    with Ledger(layout.ledger) as ledger:
+        moved = ledger.get(causal.identifier)
+        ledger.put(dataclasses.replace(moved, status="running", phase="install"))
+        ledger.put(dataclasses.replace(ledger.get(mamba.identifier), status="running", phase="compile", wheel=None, wheel_sha256=None))
+    (layout.tmp / "leftover").mkdir()
+    stages.compiled.clear()
+    outcomes = run_build(tmp_path)
+    assert [o.entry.status for o in outcomes] == ["built", "built"]
+    assert stages.compiled == [mamba.identifier]  # the moved wheel was kept, not rebuilt
+    assert not (layout.tmp / "leftover").exists()
+
+
+def test_input_hash_changes_with_what_the_wheel_is_built_from() -> None:
+    job = local_jobs()[0]
+    assert input_hash(job) == input_hash(dataclasses.replace(job))
+    assert input_hash(job) != input_hash(dataclasses.replace(job, archs=("8.0",)))
+    assert input_hash(job) != input_hash(dataclasses.replace(job, torch="2.14.0"))
+    other_sdist = dataclasses.replace(job.sdist, sha256="0" * 64)
+    assert input_hash(job) != input_hash(dataclasses.replace(job, sdist=other_sdist))
+
+
+def test_a_second_build_on_the_same_output_is_refused(stages: FakeStages, tmp_path: Path) -> None:
+    with build_stage._exclusive((tmp_path / "out").mkdir() or tmp_path / "out" / ".lock"):
+        with pytest.raises(WheelwrightError, match="another wheelwright build"):
+            run_build(tmp_path)
+
+
+def test_ledger_rows_round_trip(tmp_path: Path) -> None:
+    entry = LedgerEntry(job_id="j", package="p", version="1", label="pt214cu130", torch="2.14.1", accelerator="cu130",
+                        python="3.11", input_hash="h", status="built", timings={"compile": 1.5}, report='{"ok": true}')
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.put(entry)
+        stored = ledger.get("j")
+    assert dataclasses.replace(stored, updated_at=0.0) == entry
+    with pytest.raises(ValueError, match="unknown ledger status"):
+        Ledger(tmp_path / "ledger.sqlite").put(dataclasses.replace(entry, status="done"))
