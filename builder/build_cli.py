@@ -8,18 +8,16 @@ import threading
 import time
 from pathlib import Path
 
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from .console import console, out, print_table
 from .errors import BuildFailed
 from .facts import load_facts
 from .job import Job
 from .ledger import Ledger
 from .plan import load_plan
 
-console = Console(stderr=True, highlight=False)
-out = Console(highlight=False, soft_wrap=True)
 
 
 def add_commands(commands: argparse._SubParsersAction, add_plan_arguments) -> None:
@@ -101,7 +99,7 @@ def _summary(outcomes: list, output: Path) -> None:
         style = "green" if entry.status == "built" else "red"
         table.add_row(entry.job_id, f"[{style}]{result}[/{style}]", detail, size, sha, seconds)
         markdown.append(f"| {entry.job_id} | {result} | {detail} | {size} | {sha} | {seconds} |")
-    out.print(table)
+    print_table(table)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
         with open(step_summary, "a") as handle:
@@ -122,5 +120,5 @@ def cmd_status(args: argparse.Namespace) -> int:
         detail = entry.wheel if entry.status == "built" else (entry.reason or "")
         timing = " ".join(f"{phase} {seconds:.0f}s" for phase, seconds in entry.timings.items())
         table.add_row(entry.job_id, entry.status, entry.phase or "", timing, detail)
-    out.print(table)
+    print_table(table)
     return 0

@@ -9,17 +9,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
-from rich.measure import Measurement
 from rich.table import Table
 
 from . import __version__
+from .console import console, out, print_table
 from .errors import WheelwrightError
 from .plan import Plan, load_plan
 
-console = Console(stderr=True)
-out = Console(highlight=False, soft_wrap=True)
 
 
 def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +47,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         abi = "cxx11" if job.cxx11_abi else "pre-cxx11"
         toolkit = f"{job.accelerator.kind} {job.accelerator.version}"
         table.add_row(job.identifier, job.torch, toolkit, job.python, abi, " ".join(job.archs), job.manylinux)
-    _print_table(table)
+    print_table(table)
     if args.explain and not plan.dropped:
         out.print("dropped: none; every combination of the profile's axes is buildable and selected")
     elif args.explain:
@@ -60,19 +57,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         dropped.add_column("reason", no_wrap=True)
         for drop in plan.dropped:
             dropped.add_row(drop.identifier, drop.reason)
-        _print_table(dropped)
+        print_table(dropped)
     elif plan.dropped:
         out.print(f"[dim]{len(plan.dropped)} combinations dropped; --explain lists them with the reason[/dim]")
     return 0
-
-
-def _print_table(table: Table) -> None:
-    """A terminal gets the table at its width; a pipe or CI log gets it whole (rich would squeeze it into 80)."""
-    if out.is_terminal:
-        out.print(table)
-        return
-    width = Measurement.get(out, out.options.update_width(10_000), table).maximum
-    Console(file=out.file, width=width, highlight=False).print(table)
 
 
 def build_parser() -> argparse.ArgumentParser:
