@@ -10,6 +10,7 @@ import re
 import shlex
 import shutil
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -124,7 +125,11 @@ def compile_wheel(
 
     outdir.mkdir(parents=True, exist_ok=True)
     project = build.ProjectBuilder(space.source, python_executable=str(env.python), runner=runner)
-    wheel = project.build("wheel", outdir)
+    with warnings.catch_warnings(record=True) as caught:  # the backend's warnings belong in the job's log
+        warnings.simplefilter("always")
+        wheel = project.build("wheel", outdir)
+    with log_path.open("a") as handle:
+        handle.writelines(f"warning: {w.category.__name__}: {w.message}\n" for w in caught)
     return Path(wheel)
 
 
