@@ -1,0 +1,141 @@
+"""Render the catalog into pages: per variant a find-links page, a PEP 503 simple index and a PEP 691 JSON index,
+the same two indexes over all variants, and the landing page. Pure: catalog in, {site path: bytes} out."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+
+import jinja2
+from packaging.version import Version
+
+from . import layout
+from .catalog import Catalog
+from .landing import build_landing
+from .wheels import WheelFile
+
+API_VERSION = "1.1"  # PEP 700: size, upload-time and versions in the JSON form
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("index_site", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    environment.filters["filesize"] = _filesize
+    return environment
+
+
+def _filesize(size: int) -> str:
+    for unit in ("B", "kB", "MB"):
+        if size < 1000:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} GB"
+
+
+def render_site(catalog: Catalog, *, base_url: str) -> dict[str, bytes]:
+    """Every page of the site, keyed by its path under the site root."""
+    pages: dict[str, bytes] = {}
+    by_label: dict[str, list[WheelFile]] = defaultdict(list)
+    for wheel in catalog.wheels:
+        by_label[wheel.name.label].append(wheel)
+    for label, wheels in by_label.items():
+        pages[layout.findlinks_path(label)] = _findlinks_page(label, wheels)
+        pages.update(_indexes(label, wheels))
+    pages.update(_indexes(None, catalog.wheels))
+    landing = build_landing(catalog, base_url=base_url)
+    pages[layout.LANDING] = _render("landing.html", page=layout.LANDING, landing=landing, api_version=API_VERSION)
+    return pages
+
+
+def _indexes(label: str | None, wheels: Iterable[WheelFile]) -> dict[str, bytes]:
+    """The simple (HTML) and JSON indexes of one variant, or of all of them when ``label`` is None."""
+    by_project: dict[str, list[WheelFile]] = defaultdict(list)
+    for wheel in wheels:
+        by_project[wheel.name.project].append(wheel)
+    simple, json_root = layout.simple_root(label), layout.json_root(label)
+    pages = {
+        f"{simple}/index.html": _simple_root_page(f"{simple}/index.html", sorted(by_project), label),
+        f"{json_root}/index.json": _json_bytes({"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in sorted(by_project)]}),
+    }
+    for project, files in by_project.items():
+        page = f"{simple}/{project}/index.html"
+        pages[page] = _render("simple_project.html", page=page, title=f"Links for {project}", links=_links(page, files), api_version=API_VERSION)
+        page = f"{json_root}/{project}/index.json"
+        pages[page] = _json_bytes(_json_project(page, project, files))
+    return pages
+
+
+def _findlinks_page(label: str, wheels: list[WheelFile]) -> bytes:
+    page = layout.findlinks_path(label)
+    first = wheels[0].name
+    title = f"Wheels for torch {first.torch} + {_accelerator_text(first)} ({label})"
+    return _render("simple_project.html", page=page, title=title, links=_links(page, wheels), api_version=API_VERSION)
+
+
+def _simple_root_page(page: str, projects: list[str], label: str | None) -> bytes:
+    links = [{"href": layout.href(page, f"{layout.simple_root(label)}/{p}/index.html"), "name": p} for p in projects]
+    title = f"Simple index ({label})" if label else "Simple index (all variants)"
+    return _render("simple_root.html", page=page, title=title, projects=links, api_version=API_VERSION)
+
+
+def _links(page: str, wheels: Iterable[WheelFile]) -> list[dict[str, str | None]]:
+    return [
+        {
+            "href": f"{layout.href(page, layout.wheel_path(w.name.label, w.filename))}#sha256={w.sha256}",
+            "filename": w.filename,
+            "requires_python": w.metadata.requires_python,
+            "metadata": f"sha256={w.metadata.sha256}",
+        }
+        for w in _ordered(wheels)
+    ]
+
+
+def _json_project(page: str, project: str, wheels: list[WheelFile]) -> dict[str, object]:
+    files = []
+    for wheel in _ordered(wheels):
+        entry: dict[str, object] = {
+            "filename": wheel.filename,
+            "url": layout.href(page, layout.wheel_path(wheel.name.label, wheel.filename)),
+            "hashes": {"sha256": wheel.sha256},
+            "core-metadata": {"sha256": wheel.metadata.sha256},
+            "dist-info-metadata": {"sha256": wheel.metadata.sha256},
+            "size": wheel.size,
+            "upload-time": _iso_time(wheel.upload_time),
+            "yanked": False,
+        }
+        if wheel.metadata.requires_python is not None:
+            entry["requires-python"] = wheel.metadata.requires_python
+        files.append(entry)
+    versions = sorted({w.name.version for w in wheels}, key=Version)
+    return {"meta": {"api-version": API_VERSION}, "name": project, "versions": versions, "files": files}
+
+
+def _ordered(wheels: Iterable[WheelFile]) -> list[WheelFile]:
+    return sorted(wheels, key=lambda w: (w.name.project, Version(w.name.version), w.filename))
+
+
+def _iso_time(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _accelerator_text(name) -> str:
+    kind = "CUDA" if name.accelerator.kind == "cuda" else "ROCm"
+    return f"{kind} {name.accelerator.version}"
+
+
+def _json_bytes(document: Mapping[str, object]) -> bytes:
+    return (json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+
+def _render(template: str, **context: object) -> bytes:
+    return _environment().get_template(template).render(**context).encode()
