@@ -116,7 +116,7 @@ def _parse_names(dist: Path) -> tuple[dict[str, WheelName], list[Rejection]]:
         try:
             names[path.name] = parse_wheel_name(path.name)
         except RejectedWheel as error:
-            log.warning("not indexed: %s", error)
+            log.info("not indexed: %s", error)
             rejected.append(Rejection(filename=path.name, reason=str(error)))
     return names, rejected
 
@@ -137,7 +137,7 @@ def _catalogue(
         try:
             metadata = check_core_metadata(read_core_metadata(path, name), name)
         except RejectedWheel as error:
-            log.warning("not indexed: %s", error)
+            log.info("not indexed: %s", error)
             rejected.append(Rejection(filename=filename, reason=str(error)))
             continue
         known = built.get(filename)

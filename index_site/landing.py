@@ -36,6 +36,7 @@ class Cell:
     wheels: tuple[WheelLink, ...] = ()
     command: str = ""
     status: str = ""  # the ledger status of a failed cell: failed, quarantined, unbuildable
+    phase: str = ""  # the phase it failed in
     reason: str = ""
 
 
@@ -128,7 +129,8 @@ def _cell(project, version, label, python, wheels, failure, base_url) -> Cell:
         command = f"pip install {project}=={version} -f {base_url}/{layout.findlinks_path(label)}"
         return Cell(python=python, state="built", wheels=links, command=command)
     if failure is not None:
-        return Cell(python=python, state="failed", status=failure.status, reason=_reason(failure))
+        reason = failure.reason or "no reason recorded"
+        return Cell(python=python, state="failed", status=failure.status, phase=failure.phase or "", reason=reason)
     return Cell(python=python, state="absent")
 
 
@@ -161,11 +163,6 @@ def _failures_by_cell(entries: Iterable[LedgerEntry]) -> dict[tuple[str, str, st
             continue
         cells[(canonicalize_name(entry.package), entry.version, entry.label, entry.python)] = entry
     return cells
-
-
-def _reason(entry: LedgerEntry) -> str:
-    phase = f" in {entry.phase}" if entry.phase else ""
-    return f"{entry.status}{phase}: {entry.reason}" if entry.reason else f"{entry.status}{phase}"
 
 
 def _label_ok(label: str) -> bool:

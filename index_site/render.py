@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 
 import jinja2
+import markupsafe
 from packaging.version import Version
 
 from . import layout
@@ -31,7 +32,20 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     environment.filters["filesize"] = _filesize
+    environment.filters["wbr"] = _breakable
     return environment
+
+
+def _breakable(command: str) -> markupsafe.Markup:
+    """Escaped ``command`` that wraps between words and after a URL's slashes, never inside a name like
+    ``causal-conv1d==1.7.0``; it still copies as one line."""
+    words = []
+    for word in command.split(" "):
+        if "/" in word:
+            words.append(markupsafe.Markup("/<wbr>").join(markupsafe.escape(part) for part in word.split("/")))
+        else:
+            words.append(markupsafe.Markup('<span class="nowrap">%s</span>') % word)
+    return markupsafe.Markup(" ").join(words)
 
 
 def _filesize(size: int) -> str:

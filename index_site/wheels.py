@@ -76,7 +76,7 @@ class WheelFile:
 def parse_wheel_name(filename: str) -> WheelName:
     """Parse and validate ``filename``; raise :class:`RejectedWheel` with the reason."""
     if not _SAFE_FILENAME.match(filename):
-        raise RejectedWheel(f"{filename!r}: not a wheel filename of letters, digits and ._+!- only")
+        raise RejectedWheel(f"{filename!r}: not a wheel filename (name-version+label-python-abi-platform.whl, of letters, digits and ._+!)")
     try:
         name, version, _build, _tags = parse_wheel_filename(filename)
     except InvalidWheelFilename as error:
