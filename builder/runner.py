@@ -70,7 +70,8 @@ def run(
         if log_file:
             log_file.write(f"$ {shlex.join(argv)}\n")
             log_file.flush()
-        process = subprocess.Popen(
+        # As a context manager, Popen closes the output pipe (else: ResourceWarning, an error under pytest).
+        with subprocess.Popen(
             argv,
             cwd=cwd,
             env=dict(env) if env is not None else None,
@@ -79,17 +80,17 @@ def run(
             stdin=subprocess.DEVNULL,
             text=True,
             errors="replace",
-        )
-        assert process.stdout is not None  # noqa: S101 (set by PIPE above)
-        for line in process.stdout:
-            if log_file:
-                log_file.write(line)
-            if capture:
-                kept.append(line)
-            tail = (tail + [line])[-40:]
-            if on_line:
-                on_line(line.rstrip("\n"))
-        returncode = process.wait()
+        ) as process:
+            assert process.stdout is not None  # noqa: S101 (set by PIPE above)
+            for line in process.stdout:
+                if log_file:
+                    log_file.write(line)
+                if capture:
+                    kept.append(line)
+                tail = (tail + [line])[-40:]
+                if on_line:
+                    on_line(line.rstrip("\n"))
+            returncode = process.wait()
     finally:
         if log_file:
             log_file.close()

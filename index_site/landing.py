@@ -48,6 +48,7 @@ class Variant:
     accelerator_text: str  # CUDA 13.0
     findlinks: str = ""  # href of the variant's find-links page ("" when it has no wheels)
     simple: str = ""
+    json: str = ""
     wheels: int = 0
 
 
@@ -150,6 +151,7 @@ def _variants(catalog: Catalog) -> dict[str, Variant]:
             accelerator_text=_accelerator_text(accelerator),
             findlinks=layout.href(layout.LANDING, layout.findlinks_path(label)) if has_wheels else "",
             simple=layout.href(layout.LANDING, f"{layout.simple_root(label)}/index.html") if has_wheels else "",
+            json=layout.href(layout.LANDING, f"{layout.json_root(label)}/index.json") if has_wheels else "",
             wheels=counts[label],
         )
     return variants
