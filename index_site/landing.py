@@ -90,7 +90,7 @@ def build_landing(catalog: Catalog, *, base_url: str) -> Landing:
         wheels[(wheel.name.project, wheel.name.public_version)].append(wheel)
     releases = _sorted_releases({*wheels, *((p, v) for p, v, _, _ in failures)})
     built = [_release(p, v, wheels.get((p, v), []), failures, variants, base_url) for p, v in releases]
-    example = built[0].rows[0].cells[0].command if built and built[0].rows and built[0].rows[0].cells else ""
+    example = next((c.command for r in built for row in r.rows for c in row.cells if c.command), "")
     shown = [v for v in variants.values() if v.wheels]
     return Landing(
         base_url=base_url,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
@@ -18,7 +19,8 @@ from .catalog import Catalog
 from .landing import build_landing
 from .wheels import WheelFile
 
-API_VERSION = "1.1"  # PEP 700: size, upload-time and versions in the JSON form
+API_VERSION = "1.1"
+_AFTER_PATH_SLASH = re.compile(r"(?<=[^:/]/)(?=[^/])")  # after a path's slashes, not inside "://"  # PEP 700: size, upload-time and versions in the JSON form
 
 
 @functools.cache
@@ -42,7 +44,7 @@ def _breakable(command: str) -> markupsafe.Markup:
     words = []
     for word in command.split(" "):
         if "/" in word:
-            words.append(markupsafe.Markup("/<wbr>").join(markupsafe.escape(part) for part in word.split("/")))
+            words.append(markupsafe.Markup("<wbr>").join(markupsafe.escape(part) for part in _AFTER_PATH_SLASH.split(word)))
         else:
             words.append(markupsafe.Markup('<span class="nowrap">%s</span>') % word)
     return markupsafe.Markup(" ").join(words)

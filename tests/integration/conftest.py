@@ -34,7 +34,7 @@ INDEX_WHEELS = (
     WheelSpec(label="pt213cu130", python=OTHER_TAG),
     WheelSpec(label="pt212cu126", python=PYTHON_TAG),
     WheelSpec(version="1.6.1", label="pt213cu130", python=PYTHON_TAG),
-    WheelSpec(project="mamba-ssm", version="2.3.2.post1", label="pt214cu130", python=PYTHON_TAG, payload_bytes=400_000),
+    WheelSpec(project="mamba-ssm", version="2.3.2.post1", label="pt214cu130", python=PYTHON_TAG, payload_bytes=400_000, summary="Mamba state space model"),
 )
 FAILED_REASON = "nvcc fatal   : Unsupported gpu architecture 'compute_120'"
 
