@@ -6,9 +6,11 @@ the same SQLite file) for everything else, so re-indexing hashes only the wheels
 from __future__ import annotations
 
 import logging
+import os
+import re
 import sqlite3
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.ledger import Ledger, LedgerEntry
@@ -16,6 +18,7 @@ from builder.ledger import Ledger, LedgerEntry
 from .wheels import CoreMetadata, RejectedWheel, WheelFile, WheelName, check_core_metadata, parse_wheel_name, read_core_metadata, sha256_file
 
 log = logging.getLogger(__name__)
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 CACHE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS index_files (
@@ -51,6 +54,7 @@ class Catalog:
     rejected: tuple[Rejection, ...]
     failures: tuple[LedgerEntry, ...]
     stats: ScanStats
+    fresh_metadata: Mapping[str, bytes] = field(default_factory=dict)  # METADATA read this run, by wheel filename
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,31 +104,32 @@ def scan(dist: Path, ledger_path: Path) -> Catalog:
     cache = HashCache(ledger_path)
     try:
         previous = cache.load(names)
-        entries, stats, more_rejected = _catalogue(dist, names, built, previous)
+        entries, stats, more_rejected, fresh = _catalogue(dist, names, built, previous)
         cache.replace(entries)
     finally:
         cache.close()
     wheels = tuple(entry.wheel for entry in entries)
     log.info("catalogued %d wheels (%s); rejected %d", len(wheels), stats, len(rejected) + len(more_rejected))
-    return Catalog(wheels=wheels, rejected=tuple(rejected + more_rejected), failures=failures, stats=stats)
+    return Catalog(wheels=wheels, rejected=tuple(rejected + more_rejected), failures=failures, stats=stats, fresh_metadata=fresh)
 
 
 def _parse_names(dist: Path) -> tuple[dict[str, WheelName], list[Rejection]]:
     names: dict[str, WheelName] = {}
     rejected = []
-    for path in sorted(dist.glob("*.whl")) if dist.is_dir() else ():
+    filenames = sorted(entry.name for entry in os.scandir(dist) if entry.name.endswith(".whl")) if dist.is_dir() else []
+    for filename in filenames:
         try:
-            names[path.name] = parse_wheel_name(path.name)
+            names[filename] = parse_wheel_name(filename)
         except RejectedWheel as error:
             log.info("not indexed: %s", error)
-            rejected.append(Rejection(filename=path.name, reason=str(error)))
+            rejected.append(Rejection(filename=filename, reason=str(error)))
     return names, rejected
 
 
 def _catalogue(
     dist: Path, names: Mapping[str, WheelName], built: Mapping[str, tuple[str, int]], previous: Mapping[str, _Cached]
-) -> tuple[list[_Cached], ScanStats, list[Rejection]]:
-    entries, rejected = [], []
+) -> tuple[list[_Cached], ScanStats, list[Rejection], dict[str, bytes]]:
+    entries, rejected, fresh = [], [], {}
     counts = {"hashed": 0, "from_ledger": 0, "cached": 0}
     for filename, name in names.items():
         path = dist / filename
@@ -135,13 +140,14 @@ def _catalogue(
             counts["cached"] += 1
             continue
         try:
-            metadata = check_core_metadata(read_core_metadata(path, name), name)
+            fresh[filename] = read_core_metadata(path, name)
+            metadata = check_core_metadata(fresh[filename], name)
         except RejectedWheel as error:
             log.info("not indexed: %s", error)
             rejected.append(Rejection(filename=filename, reason=str(error)))
             continue
         known = built.get(filename)
-        if known is not None and known[1] == stat.st_size:
+        if known is not None and known[1] == stat.st_size and _SHA256.match(known[0] or ""):
             sha256, source = known[0], "from_ledger"
         else:
             sha256, source = sha256_file(path), "hashed"
@@ -149,7 +155,7 @@ def _catalogue(
         first_seen = old.wheel.upload_time if old is not None and old.wheel.sha256 == sha256 else stat.st_mtime
         wheel = WheelFile(name=name, sha256=sha256, size=stat.st_size, metadata=metadata, upload_time=first_seen)
         entries.append(_Cached(wheel=wheel, mtime_ns=stat.st_mtime_ns))
-    return entries, ScanStats(**counts), rejected
+    return entries, ScanStats(**counts), rejected, fresh
 
 
 def _row_to_cached(row: tuple, name: WheelName) -> _Cached:

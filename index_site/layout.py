@@ -3,6 +3,7 @@ content type, cache lifetime, mutability and the order in which a publish may ma
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from dataclasses import dataclass
 from enum import IntEnum
@@ -11,7 +12,6 @@ from urllib.parse import quote
 SITE_MARKER = ".wheelwright-site.json"  # also the manifest of what the index wrote, for publish
 JSON_CONTENT_TYPE = "application/vnd.pypi.simple.v1+json"
 LANDING = "index.html"
-JSON_ROOTS = ("json",)  # the all-variants JSON root; per-variant ones are whl/<label>/json
 
 
 class Tier(IntEnum):
@@ -62,13 +62,25 @@ def json_root(label: str | None) -> str:
 def href(page: str, target: str) -> str:
     """A relative, percent-encoded link from the page at ``page`` to ``target`` (both site paths).
 
-    Directory index pages are reached by their directory URL, so their links are relative to that directory.
+    Directory index pages are reached by their directory URL, so links to them end in their directory.
     """
-    base = posixpath.dirname(page)
-    relative = posixpath.relpath(target, base or ".")
-    if target.endswith("/index.html") or target.endswith("/index.json"):
-        relative = posixpath.dirname(relative) + "/" if posixpath.dirname(relative) else "./"
-    return quote(relative)
+    directory, _, name = target.rpartition("/")
+    prefix = _relative_directory(posixpath.dirname(page), directory)
+    if name in ("index.html", "index.json"):
+        return prefix or "./"
+    return prefix + _quote(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _relative_directory(base: str, directory: str) -> str:
+    """``directory`` seen from ``base``, quoted, with a trailing slash ("" when they are the same)."""
+    relative = posixpath.relpath(directory or ".", base or ".")
+    return "" if relative == "." else quote(relative) + "/"
+
+
+@functools.lru_cache(maxsize=65536)
+def _quote(name: str) -> str:
+    return quote(name)  # "+" of a local version becomes %2B: some servers read a literal "+" as a space
 
 
 def kind_of(path: str) -> Kind:

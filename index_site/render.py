@@ -38,6 +38,7 @@ def _environment() -> jinja2.Environment:
     return environment
 
 
+@functools.lru_cache(maxsize=4096)
 def _breakable(command: str) -> markupsafe.Markup:
     """Escaped ``command`` that wraps between words and after a URL's slashes, never inside a name like
     ``causal-conv1d==1.7.0``; it still copies as one line."""
@@ -104,16 +105,23 @@ def _simple_root_page(page: str, projects: list[str], label: str | None) -> byte
     return _render("simple_root.html", page=page, title=title, projects=links, api_version=API_VERSION)
 
 
-def _links(page: str, wheels: Iterable[WheelFile]) -> list[dict[str, str | None]]:
-    return [
-        {
-            "href": f"{layout.href(page, layout.wheel_path(w.name.label, w.filename))}#sha256={w.sha256}",
-            "filename": w.filename,
-            "requires_python": w.metadata.requires_python,
-            "metadata": f"sha256={w.metadata.sha256}",
-        }
-        for w in _ordered(wheels)
-    ]
+def _links(page: str, wheels: Iterable[WheelFile]) -> list[markupsafe.Markup]:
+    """One anchor per wheel: the hash in the URL fragment, Requires-Python and the PEP 658/714 metadata digest."""
+    return [_anchor(layout.href(page, layout.wheel_path(w.name.label, w.filename)), w) for w in _ordered(wheels)]
+
+
+def _anchor(href: str, wheel: WheelFile) -> markupsafe.Markup:
+    head = f'<a href="{markupsafe.escape(href)}#sha256={markupsafe.escape(wheel.sha256)}"'
+    return markupsafe.Markup(head + _anchor_tail(wheel.filename, wheel.metadata.requires_python, wheel.metadata.sha256))
+
+
+@functools.lru_cache(maxsize=65536)
+def _anchor_tail(filename: str, requires_python: str | None, metadata_sha256: str) -> str:
+    """The escaped part of a wheel's anchor that is the same on every page listing it (built once per run)."""
+    escape = markupsafe.escape
+    python = f' data-requires-python="{escape(requires_python)}"' if requires_python is not None else ""
+    metadata = escape(f"sha256={metadata_sha256}")
+    return f'{python} data-core-metadata="{metadata}" data-dist-info-metadata="{metadata}">{escape(filename)}</a><br>'
 
 
 def _json_project(page: str, project: str, wheels: list[WheelFile]) -> dict[str, object]:
@@ -132,14 +140,20 @@ def _json_project(page: str, project: str, wheels: list[WheelFile]) -> dict[str,
         if wheel.metadata.requires_python is not None:
             entry["requires-python"] = wheel.metadata.requires_python
         files.append(entry)
-    versions = sorted({w.name.version for w in wheels}, key=Version)
+    versions = sorted({w.name.version for w in wheels}, key=_version)
     return {"meta": {"api-version": API_VERSION}, "name": project, "versions": versions, "files": files}
 
 
 def _ordered(wheels: Iterable[WheelFile]) -> list[WheelFile]:
-    return sorted(wheels, key=lambda w: (w.name.project, Version(w.name.version), w.filename))
+    return sorted(wheels, key=lambda w: (w.name.project, _version(w.name.version), w.filename))
 
 
+@functools.lru_cache(maxsize=4096)
+def _version(text: str) -> Version:
+    return Version(text)
+
+
+@functools.lru_cache(maxsize=65536)
 def _iso_time(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 

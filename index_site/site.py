@@ -4,6 +4,7 @@ server running over the site never sees a link to a missing file or a half-writt
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ from builder.errors import ConfigError
 from . import layout
 from .catalog import Catalog, Rejection, ScanStats, scan
 from .render import render_site
-from .wheels import WheelFile, read_core_metadata, sha256_file
+from .wheels import WheelFile, read_core_metadata
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +38,14 @@ class FileRecord:
 class SitePlan:
     links: tuple[tuple[Path, str, WheelFile], ...]  # (wheel in dist/, site path, wheel): link or copy
     metadata: tuple[tuple[Path, str, WheelFile], ...]  # (wheel in dist/, site path of its .metadata, wheel)
+    metadata_bytes: Mapping[str, bytes]  # METADATA already read from wheels this run, by filename
     pages: Mapping[str, bytes]  # only pages whose bytes differ from what is on disk
     stale: tuple[str, ...]  # managed files no longer part of the site
-    unchanged: int
-    expected: Mapping[str, str | None]  # every site path -> its sha256 when already known (wheels, metadata)
+    kept: Mapping[str, FileRecord]  # files already right on disk, with what the manifest should say of them
+
+    @property
+    def unchanged(self) -> int:
+        return len(self.kept)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +69,7 @@ def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     pages = render_site(catalog, base_url=base_url)
     manifest = load_manifest(site)
     plan = plan_site(catalog, pages, output / "dist", site, manifest)
-    written, manifest = apply_plan(plan, site, manifest)
+    written, manifest = apply_plan(plan, site)
     return IndexReport(
         site=site,
         wheels=len(catalog.wheels),
@@ -80,51 +85,52 @@ def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
 
 
 def plan_site(catalog: Catalog, pages: Mapping[str, bytes], dist: Path, site: Path, manifest: Mapping[str, FileRecord]) -> SitePlan:
-    links, metadata, expected = [], [], {}
-    unchanged = 0
+    links, metadata, kept = [], [], {}
     for wheel in catalog.wheels:
         source = dist / wheel.filename
         path = layout.wheel_path(wheel.name.label, wheel.filename)
-        meta_path = layout.metadata_path(wheel.name.label, wheel.filename)
-        expected[path], expected[meta_path] = wheel.sha256, wheel.metadata.sha256
-        if _same_file(source, site / path):
-            unchanged += 1
+        record = _placed_wheel(os.fspath(source), os.path.join(site, path), wheel.sha256)
+        if record is not None:
+            kept[path] = record
         else:
             links.append((source, path, wheel))
-        if _recorded(site, meta_path, manifest) == wheel.metadata.sha256:
-            unchanged += 1
+        path = layout.metadata_path(wheel.name.label, wheel.filename)
+        record = _recorded(os.path.join(site, path), manifest.get(path))
+        if record is not None and record.sha256 == wheel.metadata.sha256:
+            kept[path] = record
         else:
-            metadata.append((source, meta_path, wheel))
+            metadata.append((source, path, wheel))
     changed = {}
     for path, content in pages.items():
-        expected[path] = None
         if _current_bytes(site / path) == content:
-            unchanged += 1
+            kept[path] = _record(site / path, hashlib.sha256(content).hexdigest())
         else:
             changed[path] = content
+    expected = kept.keys() | changed.keys() | {path for _, path, _ in links + metadata}
     stale = tuple(sorted(p for p in _managed_files(site) if p not in expected))
-    return SitePlan(links=tuple(links), metadata=tuple(metadata), pages=changed, stale=stale, unchanged=unchanged, expected=expected)
+    return SitePlan(links=tuple(links), metadata=tuple(metadata), metadata_bytes=catalog.fresh_metadata, pages=changed, stale=stale, kept=kept)
 
 
-def apply_plan(plan: SitePlan, site: Path, manifest: Mapping[str, FileRecord]) -> tuple[tuple[str, ...], dict[str, FileRecord]]:
+def apply_plan(plan: SitePlan, site: Path) -> tuple[tuple[str, ...], dict[str, FileRecord]]:
     """Write the plan: files first, then pages tier by tier, then prune; return what was written and the manifest."""
-    written: list[str] = []
+    records = dict(plan.kept)
     for source, path, wheel in plan.links:
         _place_wheel(source, site / path)
-        written.append(path)
+        records[path] = _record(site / path, wheel.sha256)
     for source, path, wheel in plan.metadata:
-        _write_atomic(site / path, read_core_metadata(source, wheel.name))
-        written.append(path)
+        content = plan.metadata_bytes.get(wheel.filename) or read_core_metadata(source, wheel.name)
+        _write_atomic(site / path, content)
+        records[path] = _record(site / path, wheel.metadata.sha256)
     for path in sorted(plan.pages, key=lambda p: (layout.kind_of(p).tier, p)):
         _write_atomic(site / path, plan.pages[path])
-        written.append(path)
+        records[path] = _record(site / path, hashlib.sha256(plan.pages[path]).hexdigest())
     for path in plan.stale:
         (site / path).unlink()
         _remove_empty_parents(site, site / path)
-    records = _manifest_records(site, plan.expected, manifest, set(written))
     _write_manifest(site, records)
+    written = tuple(path for path in records if path not in plan.kept)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
-    return tuple(written), records
+    return written, records
 
 
 def load_manifest(site: Path) -> dict[str, FileRecord]:
@@ -147,19 +153,6 @@ def _check_site(site: Path) -> None:
     site.mkdir(parents=True, exist_ok=True)
 
 
-def _manifest_records(site: Path, expected: Mapping[str, str | None], old: Mapping[str, FileRecord], written: set[str]) -> dict[str, FileRecord]:
-    records = {}
-    for path, sha256 in expected.items():
-        stat = (site / path).stat()
-        previous = old.get(path)
-        if path not in written and previous and (previous.size, previous.mtime_ns) == (stat.st_size, stat.st_mtime_ns):
-            records[path] = previous
-            continue
-        digest = sha256 if sha256 is not None else sha256_file(site / path)
-        records[path] = FileRecord(sha256=digest, size=stat.st_size, mtime_ns=stat.st_mtime_ns)
-    return records
-
-
 def _write_manifest(site: Path, records: Mapping[str, FileRecord]) -> None:
     files = {path: [r.sha256, r.size, r.mtime_ns] for path, r in sorted(records.items())}
     content = (json.dumps({"generator": "wheelwright", "files": files}, separators=(",", ":")) + "\n").encode()
@@ -167,26 +160,33 @@ def _write_manifest(site: Path, records: Mapping[str, FileRecord]) -> None:
         _write_atomic(site / layout.SITE_MARKER, content)
 
 
-def _recorded(site: Path, path: str, manifest: Mapping[str, FileRecord]) -> str | None:
-    """The sha256 the manifest holds for ``path`` if the file on disk still matches it, else None."""
-    record = manifest.get(path)
+def _recorded(path: str, record: FileRecord | None) -> FileRecord | None:
+    """``record`` if the file at ``path`` still has the size and mtime it was recorded with."""
     try:
-        stat = (site / path).stat()
+        stat = os.stat(path)
     except FileNotFoundError:
         return None
     if record is None or (record.size, record.mtime_ns) != (stat.st_size, stat.st_mtime_ns):
         return None
-    return record.sha256
+    return record
 
 
-def _same_file(source: Path, target: Path) -> bool:
+def _placed_wheel(source: str, target: str, sha256: str) -> FileRecord | None:
+    """The record of ``target`` if it is ``source`` (a hard link, or a copy with its size and mtime), else None."""
     try:
-        if os.path.samefile(source, target):
-            return True
-        a, b = source.stat(), target.stat()
+        placed = os.stat(target)
     except FileNotFoundError:
-        return False
-    return (a.st_size, a.st_mtime_ns) == (b.st_size, b.st_mtime_ns)  # a copy made by _place_wheel
+        return None
+    original = os.stat(source)
+    same_inode = (placed.st_ino, placed.st_dev) == (original.st_ino, original.st_dev)
+    if not same_inode and (placed.st_size, placed.st_mtime_ns) != (original.st_size, original.st_mtime_ns):
+        return None
+    return FileRecord(sha256=sha256, size=placed.st_size, mtime_ns=placed.st_mtime_ns)
+
+
+def _record(path: Path, sha256: str) -> FileRecord:
+    stat = path.stat()
+    return FileRecord(sha256=sha256, size=stat.st_size, mtime_ns=stat.st_mtime_ns)
 
 
 def _place_wheel(source: Path, target: Path) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from packaging.metadata import parse_email
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from builder.facts import Accelerator
 from builder.job import parse_label
@@ -77,11 +77,14 @@ def parse_wheel_name(filename: str) -> WheelName:
     """Parse and validate ``filename``; raise :class:`RejectedWheel` with the reason."""
     if not _SAFE_FILENAME.match(filename):
         raise RejectedWheel(f"{filename!r}: not a wheel filename (name-version+label-python-abi-platform.whl, of letters, digits and ._+!)")
-    try:
-        name, version, _build, _tags = parse_wheel_filename(filename)
-    except InvalidWheelFilename as error:
-        raise RejectedWheel(str(error)) from None
     dist, raw_version, *_, python_tag, abi_tag, platform_tag = filename[: -len(".whl")].split("-")
+    if "__" in dist:
+        raise RejectedWheel(f"{filename}: project name {dist!r} has a double underscore")
+    try:
+        version = Version(raw_version)
+    except InvalidVersion:
+        raise RejectedWheel(f"{filename}: {raw_version!r} is not a version") from None
+    name = canonicalize_name(dist)
     if dist != name.replace("-", "_"):
         raise RejectedWheel(f"{filename}: project name {dist!r} is not normalised (expected {name.replace('-', '_')!r})")
     if str(version) != raw_version:

@@ -68,7 +68,8 @@ def make_wheel(directory: Path, spec: WheelSpec | None = None, **fields: object)
     files[f"{dist_info}/RECORD"] = _record(files, f"{dist_info}/RECORD").encode()
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, content in files.items():
-            archive.writestr(zipfile.ZipInfo(name, date_time=_EPOCH), content, compress_type=zipfile.ZIP_DEFLATED)
+            stored = name.endswith("_payload.bin")  # random filler does not compress; don't spend time trying
+            archive.writestr(zipfile.ZipInfo(name, date_time=_EPOCH), content, compress_type=zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED)
     return path
 
 
