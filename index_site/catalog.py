@@ -15,7 +15,16 @@ from pathlib import Path
 
 from builder.ledger import Ledger, LedgerEntry
 
-from .wheels import CoreMetadata, RejectedWheel, WheelFile, WheelName, check_core_metadata, parse_wheel_name, read_core_metadata, sha256_file
+from .wheels import (
+    CoreMetadata,
+    RejectedWheel,
+    WheelFile,
+    WheelName,
+    check_core_metadata,
+    parse_wheel_name,
+    read_core_metadata,
+    sha256_file,
+)
 
 log = logging.getLogger(__name__)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -110,7 +119,9 @@ def scan(dist: Path, ledger_path: Path) -> Catalog:
         cache.close()
     wheels = tuple(entry.wheel for entry in entries)
     log.info("catalogued %d wheels (%s); rejected %d", len(wheels), stats, len(rejected) + len(more_rejected))
-    return Catalog(wheels=wheels, rejected=tuple(rejected + more_rejected), failures=failures, stats=stats, fresh_metadata=fresh)
+    return Catalog(
+        wheels=wheels, rejected=tuple(rejected + more_rejected), failures=failures, stats=stats, fresh_metadata=fresh
+    )
 
 
 def _parse_names(dist: Path) -> tuple[dict[str, WheelName], list[Rejection]]:
@@ -159,7 +170,7 @@ def _catalogue(
 
 
 def _row_to_cached(row: tuple, name: WheelName) -> _Cached:
-    filename, size, mtime_ns, sha256, meta_sha, meta_size, requires_python, summary, upload_time = row
+    _filename, size, mtime_ns, sha256, meta_sha, meta_size, requires_python, summary, upload_time = row
     metadata = CoreMetadata(sha256=meta_sha, size=meta_size, requires_python=requires_python, summary=summary)
     wheel = WheelFile(name=name, sha256=sha256, size=size, metadata=metadata, upload_time=upload_time)
     return _Cached(wheel=wheel, mtime_ns=mtime_ns)

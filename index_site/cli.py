@@ -23,13 +23,14 @@ out = Console(highlight=False, soft_wrap=True)
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
 
-def add_commands(commands, add_plan_arguments) -> None:  # noqa: ANN001 (argparse's private subparsers type)
+def add_commands(commands, add_plan_arguments) -> None:
     index = commands.add_parser("index", help="write the static package index from dist/ and the ledger")
     _add_site_arguments(index)
     index.add_argument(
         "--base-url",
         default=os.environ.get("WHEELWRIGHT_BASE_URL", DEFAULT_BASE_URL),
-        help="public URL of the site, for the landing page's install commands (env WHEELWRIGHT_BASE_URL; default: %(default)s)",
+        help="public URL of the site, for the landing page's install commands "
+        "(env WHEELWRIGHT_BASE_URL; default: %(default)s)",
     )
     index.set_defaults(func=cmd_index)
 
@@ -41,19 +42,31 @@ def add_commands(commands, add_plan_arguments) -> None:  # noqa: ANN001 (argpars
 
     publish_parser = commands.add_parser("publish", help="upload the site to an S3 bucket, changed objects only")
     _add_site_arguments(publish_parser)
-    publish_parser.add_argument("--bucket", default=os.environ.get("WHEELWRIGHT_BUCKET"), help="bucket name (env WHEELWRIGHT_BUCKET)")
-    publish_parser.add_argument("--prefix", default=os.environ.get("WHEELWRIGHT_PREFIX", ""), help="key prefix inside the bucket (env WHEELWRIGHT_PREFIX)")
+    publish_parser.add_argument(
+        "--bucket", default=os.environ.get("WHEELWRIGHT_BUCKET"), help="bucket name (env WHEELWRIGHT_BUCKET)"
+    )
+    publish_parser.add_argument(
+        "--prefix",
+        default=os.environ.get("WHEELWRIGHT_PREFIX", ""),
+        help="key prefix inside the bucket (env WHEELWRIGHT_PREFIX)",
+    )
     publish_parser.add_argument("--endpoint-url", help="S3 API endpoint (default: AWS, or AWS_ENDPOINT_URL)")
     publish_parser.add_argument("--region", help="region (default: the AWS configuration's)")
     publish_parser.add_argument("--dry-run", action="store_true", help="show what would be uploaded and stop")
-    publish_parser.add_argument("--break-lock", action="store_true", help="take the publish lock from a publish that died")
-    publish_parser.add_argument("--allow-delist", action="store_true", help="publish even if published wheels are missing locally")
+    publish_parser.add_argument(
+        "--break-lock", action="store_true", help="take the publish lock from a publish that died"
+    )
+    publish_parser.add_argument(
+        "--allow-delist", action="store_true", help="publish even if published wheels are missing locally"
+    )
     publish_parser.add_argument("--jobs", type=int, default=8, help="parallel uploads (default: %(default)s)")
     publish_parser.set_defaults(func=cmd_publish)
 
 
 def _add_site_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output", type=Path, default=Path("wheelhouse"), help="build output folder (default: %(default)s)")
+    parser.add_argument(
+        "--output", type=Path, default=Path("wheelhouse"), help="build output folder (default: %(default)s)"
+    )
     parser.add_argument("--site", type=Path, help="site folder (default: OUTPUT/site)")
 
 
@@ -75,7 +88,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         server = make_server(site, host=args.host, port=args.port)
     except OSError as error:
-        raise ConfigError(f"cannot listen on {args.host}:{args.port}: {error.strerror}", tip="pick another --port (0 = any free one)") from None
+        raise ConfigError(
+            f"cannot listen on {args.host}:{args.port}: {error.strerror}", tip="pick another --port (0 = any free one)"
+        ) from None
     out.print(f"Serving [bold]{site}[/bold] at [bold]{server.url}/[/bold] (Ctrl-C stops)")
     for page in sorted(site.glob("whl/*.html"))[:3]:
         out.print(f"  pip install PACKAGE -f {server.url}/whl/{page.name}")
@@ -98,7 +113,14 @@ def cmd_publish(args: argparse.Namespace) -> int:
         _print_plan(report, where)
         check_plan(report.plan, allow_delist=args.allow_delist)
         return 0
-    with Progress(TextColumn("uploading"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"), console=console, transient=True) as progress:
+    with Progress(
+        TextColumn("uploading"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+        transient=True,
+    ) as progress:
         task = progress.add_task("", total=None)
         report = publish(
             _site(args),

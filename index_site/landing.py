@@ -114,17 +114,30 @@ def _release(project, version, wheels, failures, variants, base_url) -> Release:
     labels = sorted({label for label, _ in (*built, *failed)}, key=lambda label: _variant_key(variants[label]))
     rows = []
     for label in labels:
-        cells = tuple(_cell(project, version, label, py, built.get((label, py)), failed.get((label, py)), base_url) for py in pythons)
+        cells = tuple(
+            _cell(project, version, label, py, built.get((label, py)), failed.get((label, py)), base_url)
+            for py in pythons
+        )
         rows.append(Row(variant=variants[label], cells=cells))
     shown_failures = tuple(e for (label, py), e in sorted(failed.items()) if (label, py) not in built)
     summary = next((w.metadata.summary for w in wheels if w.metadata.summary), "") or ""
-    return Release(project=project, version=version, summary=summary, pythons=pythons, rows=tuple(rows), failures=shown_failures, built=len(wheels))
+    return Release(
+        project=project,
+        version=version,
+        summary=summary,
+        pythons=pythons,
+        rows=tuple(rows),
+        failures=shown_failures,
+        built=len(wheels),
+    )
 
 
 def _cell(project, version, label, python, wheels, failure, base_url) -> Cell:
     if wheels:
         links = tuple(
-            WheelLink(href=layout.href(layout.LANDING, layout.wheel_path(label, w.filename)), filename=w.filename, size=w.size)
+            WheelLink(
+                href=layout.href(layout.LANDING, layout.wheel_path(label, w.filename)), filename=w.filename, size=w.size
+            )
             for w in sorted(wheels, key=lambda w: w.filename)
         )
         command = f"pip install {project}=={version} -f {base_url}/{layout.findlinks_path(label)}"
@@ -182,7 +195,11 @@ def _accelerator_text(accelerator: Accelerator) -> str:
 def _variant_key(variant: Variant) -> tuple:
     """Newest torch first; within it CUDA before ROCm, newest toolkit first."""
     accelerator = Accelerator.parse(variant.accelerator)
-    return (tuple(-n for n in version_key(variant.torch)), accelerator.kind != "cuda", tuple(-n for n in version_key(accelerator.version)))
+    return (
+        tuple(-n for n in version_key(variant.torch)),
+        accelerator.kind != "cuda",
+        tuple(-n for n in version_key(accelerator.version)),
+    )
 
 
 def _sorted_releases(releases: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

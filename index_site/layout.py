@@ -32,8 +32,18 @@ class Kind:
     tier: Tier
 
 
-WHEEL = Kind(content_type="application/octet-stream", cache_control="public, max-age=31536000, immutable", immutable=True, tier=Tier.FILE)
-METADATA = Kind(content_type="text/plain; charset=utf-8", cache_control="public, max-age=31536000, immutable", immutable=True, tier=Tier.FILE)
+WHEEL = Kind(
+    content_type="application/octet-stream",
+    cache_control="public, max-age=31536000, immutable",
+    immutable=True,
+    tier=Tier.FILE,
+)
+METADATA = Kind(
+    content_type="text/plain; charset=utf-8",
+    cache_control="public, max-age=31536000, immutable",
+    immutable=True,
+    tier=Tier.FILE,
+)
 _PAGE_CACHE = "public, max-age=300"
 
 

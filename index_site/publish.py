@@ -51,7 +51,16 @@ class ObjectStore(Protocol):
     def list(self, prefix: str) -> dict[str, RemoteObject]: ...
     def head(self, key: str) -> RemoteObject | None: ...
     def get(self, key: str) -> bytes | None: ...
-    def put(self, key: str, body: bytes | Path, *, content_type: str, cache_control: str, sha256: str, create_only: bool = False) -> str: ...
+    def put(
+        self,
+        key: str,
+        body: bytes | Path,
+        *,
+        content_type: str,
+        cache_control: str,
+        sha256: str,
+        create_only: bool = False,
+    ) -> str: ...
     def delete(self, key: str) -> None: ...
 
 
@@ -96,7 +105,9 @@ def normalise_prefix(prefix: str) -> str:
 def local_objects(site: Path, prefix: str) -> list[LocalObject]:
     """Every file of the site as the object it becomes, directory index pages also under their directory key."""
     if not (site / layout.SITE_MARKER).is_file():
-        raise ConfigError(f"{site}: not a wheelwright site (no {layout.SITE_MARKER})", tip="run `wheelwright index` first")
+        raise ConfigError(
+            f"{site}: not a wheelwright site (no {layout.SITE_MARKER})", tip="run `wheelwright index` first"
+        )
     manifest = load_manifest(site)
     objects = []
     for path in sorted(_site_files(site)):
@@ -129,7 +140,7 @@ def remote_state(store: ObjectStore, prefix: str, wanted: Iterable[str], *, jobs
         else:
             state[key] = remote
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for key, head in zip(unknown, pool.map(store.head, unknown)):
+        for key, head in zip(unknown, pool.map(store.head, unknown), strict=True):
             if head is not None:
                 state[key] = head
     log.info("remote %s: %d objects, %d looked up", prefix or "(bucket root)", len(listing), len(unknown))
@@ -149,15 +160,21 @@ def plan_publish(local: Iterable[LocalObject], remote: Mapping[str, RemoteObject
         else:
             uploads.append(item)
     local_keys = {item.key for item in local}
-    delisted = sorted(key for key in remote if key.endswith(".whl") and key.startswith(prefix + "whl/") and key not in local_keys)
+    delisted = sorted(
+        key for key in remote if key.endswith(".whl") and key.startswith(prefix + "whl/") and key not in local_keys
+    )
     uploads.sort(key=lambda item: (item.kind.tier, item.key))
-    return PublishPlan(uploads=tuple(uploads), unchanged=tuple(unchanged), conflicts=tuple(conflicts), delisted=tuple(delisted))
+    return PublishPlan(
+        uploads=tuple(uploads), unchanged=tuple(unchanged), conflicts=tuple(conflicts), delisted=tuple(delisted)
+    )
 
 
 def check_plan(plan: PublishPlan, *, allow_delist: bool) -> None:
     """Raise PublishError if applying ``plan`` would overwrite a published file or silently drop wheels."""
     if plan.conflicts:
-        lines = [f"{c.key}: published sha256 {c.remote_sha256 or 'unknown'}, local {c.local_sha256}" for c in plan.conflicts]
+        lines = [
+            f"{c.key}: published sha256 {c.remote_sha256 or 'unknown'}, local {c.local_sha256}" for c in plan.conflicts
+        ]
         raise PublishError(
             f"refusing to overwrite {len(plan.conflicts)} published file(s) with different bytes:\n" + "\n".join(lines),
             tip="installers cache wheels by filename; publish a new version (or build number) instead",
@@ -165,7 +182,8 @@ def check_plan(plan: PublishPlan, *, allow_delist: bool) -> None:
     if plan.delisted and not allow_delist:
         shown = "\n".join(plan.delisted[:10]) + ("\n..." if len(plan.delisted) > 10 else "")
         raise PublishError(
-            f"{len(plan.delisted)} published wheel(s) are not in the local site; the new pages would stop listing them:\n{shown}",
+            f"{len(plan.delisted)} published wheel(s) are not in the local site; "
+            f"the new pages would stop listing them:\n{shown}",
             tip="put those wheels in dist/ and index again, or pass --allow-delist to drop them from the pages",
         )
 
@@ -201,7 +219,11 @@ def publish(
 def publish_lock(store: ObjectStore, key: str, *, break_lock: bool) -> Iterator[None]:
     """Hold the lock object ``key`` (created only if absent) for the duration of the block."""
     token = uuid.uuid4().hex
-    holder = {"owner": f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}", "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "token": token}
+    holder = {
+        "owner": f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}",
+        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "token": token,
+    }
     if break_lock:
         log.warning("breaking the publish lock %s (held by %s)", key, _lock_holder(store, key))
         store.delete(key)
@@ -218,7 +240,9 @@ def publish_lock(store: ObjectStore, key: str, *, break_lock: bool) -> Iterator[
         _release_lock(store, key, token)
 
 
-def _upload(store: ObjectStore, uploads: Iterable[LocalObject], *, jobs: int, on_upload: Callable[[LocalObject], None] | None) -> dict[str, str]:
+def _upload(
+    store: ObjectStore, uploads: Iterable[LocalObject], *, jobs: int, on_upload: Callable[[LocalObject], None] | None
+) -> dict[str, str]:
     """Upload tier by tier: nothing of a tier starts before everything of the tier below is stored."""
     etags: dict[str, str] = {}
     by_tier: dict[layout.Tier, list[LocalObject]] = {}
@@ -226,7 +250,7 @@ def _upload(store: ObjectStore, uploads: Iterable[LocalObject], *, jobs: int, on
         by_tier.setdefault(item.kind.tier, []).append(item)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         for tier in sorted(by_tier):
-            for item, etag in zip(by_tier[tier], pool.map(lambda item: _put(store, item), by_tier[tier])):
+            for item, etag in zip(by_tier[tier], pool.map(lambda item: _put(store, item), by_tier[tier]), strict=True):
                 etags[item.key] = etag
                 if on_upload is not None:
                     on_upload(item)
@@ -259,7 +283,9 @@ def _read_manifest(store: ObjectStore, prefix: str) -> dict[str, list[str]]:
         return {}
 
 
-def _write_manifest(store: ObjectStore, prefix: str, remote: Mapping[str, RemoteObject], plan: PublishPlan, etags: Mapping[str, str]) -> None:
+def _write_manifest(
+    store: ObjectStore, prefix: str, remote: Mapping[str, RemoteObject], plan: PublishPlan, etags: Mapping[str, str]
+) -> None:
     objects = {key: [obj.sha256, obj.etag] for key, obj in remote.items() if obj.sha256 is not None}
     for item in plan.uploads:
         objects[item.key] = [item.sha256, etags[item.key]]
@@ -269,7 +295,9 @@ def _write_manifest(store: ObjectStore, prefix: str, remote: Mapping[str, Remote
 def _put_json(store: ObjectStore, key: str, document: object, *, create_only: bool = False) -> str:
     body = json.dumps(document, separators=(",", ":")).encode()
     sha256 = hashlib.sha256(body).hexdigest()
-    return store.put(key, body, content_type="application/json", cache_control="no-store", sha256=sha256, create_only=create_only)
+    return store.put(
+        key, body, content_type="application/json", cache_control="no-store", sha256=sha256, create_only=create_only
+    )
 
 
 def _lock_holder(store: ObjectStore, key: str) -> str:
@@ -288,7 +316,7 @@ def _release_lock(store: ObjectStore, key: str, token: str) -> None:
         raw = store.get(key)
         if raw is not None and json.loads(raw).get("token") == token:
             store.delete(key)
-    except Exception as error:  # noqa: BLE001 (the publish's own error, if any, matters more)
+    except (PublishError, ValueError) as error:  # the publish's own error, if any, matters more
         log.warning("could not release the publish lock %s: %s", key, error)
 
 

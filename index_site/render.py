@@ -20,7 +20,9 @@ from .landing import build_landing
 from .wheels import WheelFile
 
 API_VERSION = "1.1"
-_AFTER_PATH_SLASH = re.compile(r"(?<=[^:/]/)(?=[^/])")  # after a path's slashes, not inside "://"  # PEP 700: size, upload-time and versions in the JSON form
+_AFTER_PATH_SLASH = re.compile(
+    r"(?<=[^:/]/)(?=[^/])"
+)  # after a path's slashes, not inside "://"  # PEP 700: size, upload-time and versions in the JSON form
 
 
 @functools.cache
@@ -45,7 +47,9 @@ def _breakable(command: str) -> markupsafe.Markup:
     words = []
     for word in command.split(" "):
         if "/" in word:
-            words.append(markupsafe.Markup("<wbr>").join(markupsafe.escape(part) for part in _AFTER_PATH_SLASH.split(word)))
+            words.append(
+                markupsafe.Markup("<wbr>").join(markupsafe.escape(part) for part in _AFTER_PATH_SLASH.split(word))
+            )
         else:
             words.append(markupsafe.Markup('<span class="nowrap">%s</span>') % word)
     return markupsafe.Markup(" ").join(words)
@@ -82,11 +86,19 @@ def _indexes(label: str | None, wheels: Iterable[WheelFile]) -> dict[str, bytes]
     simple, json_root = layout.simple_root(label), layout.json_root(label)
     pages = {
         f"{simple}/index.html": _simple_root_page(f"{simple}/index.html", sorted(by_project), label),
-        f"{json_root}/index.json": _json_bytes({"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in sorted(by_project)]}),
+        f"{json_root}/index.json": _json_bytes(
+            {"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in sorted(by_project)]}
+        ),
     }
     for project, files in by_project.items():
         page = f"{simple}/{project}/index.html"
-        pages[page] = _render("simple_project.html", page=page, title=f"Links for {project}", links=_links(page, files), api_version=API_VERSION)
+        pages[page] = _render(
+            "simple_project.html",
+            page=page,
+            title=f"Links for {project}",
+            links=_links(page, files),
+            api_version=API_VERSION,
+        )
         page = f"{json_root}/{project}/index.json"
         pages[page] = _json_bytes(_json_project(page, project, files))
     return pages

@@ -27,13 +27,17 @@ _MISSING_CODES = {"404", "NoSuchKey", "NotFound"}
 class S3Store:
     """One bucket of an S3 API endpoint (AWS, or any compatible server given by ``endpoint_url``)."""
 
-    def __init__(self, bucket: str, *, endpoint_url: str | None = None, region: str | None = None, connections: int = 10) -> None:
+    def __init__(
+        self, bucket: str, *, endpoint_url: str | None = None, region: str | None = None, connections: int = 10
+    ) -> None:
         if not bucket:
             raise PublishError("no bucket given", tip="pass --bucket or set WHEELWRIGHT_BUCKET")
         self.bucket = bucket
         _quiet_aws_logs()
         config = Config(retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=connections)
-        self._client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, region_name=region, config=config)
+        self._client = boto3.session.Session().client(
+            "s3", endpoint_url=endpoint_url, region_name=region, config=config
+        )
 
     def list(self, prefix: str) -> dict[str, RemoteObject]:
         objects = {}
@@ -59,7 +63,16 @@ class S3Store:
         except _Missing:
             return None
 
-    def put(self, key: str, body: bytes | Path, *, content_type: str, cache_control: str, sha256: str, create_only: bool = False) -> str:
+    def put(
+        self,
+        key: str,
+        body: bytes | Path,
+        *,
+        content_type: str,
+        cache_control: str,
+        sha256: str,
+        create_only: bool = False,
+    ) -> str:
         arguments = {
             "Bucket": self.bucket,
             "Key": key,
@@ -107,7 +120,9 @@ def _errors(operation: str, key: str) -> Iterator[None]:
         message = error.response.get("Error", {}).get("Message", "")
         raise PublishError(f"S3 {operation} {key}: {code} {message}".rstrip(), tip=_tip(code)) from None
     except NoCredentialsError:
-        raise PublishError("no AWS credentials found", tip="set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY") from None
+        raise PublishError(
+            "no AWS credentials found", tip="set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+        ) from None
     except BotoCoreError as error:
         raise PublishError(f"S3 {operation} {key}: {error}", tip="check --endpoint-url and the network") from None
 

@@ -66,11 +66,11 @@ class SiteRequestHandler(SimpleHTTPRequestHandler):
                     return os.path.join(translated, index)
         return translated
 
-    def list_directory(self, path):  # noqa: ANN001 (signature of the base class)
+    def list_directory(self, path: str) -> None:
+        """A directory without an index page is not found, as in a bucket: no listings of the site's files."""
         self.send_error(HTTPStatus.NOT_FOUND, "No index page here")
-        return None
 
-    def guess_type(self, path) -> str:  # noqa: ANN001
+    def guess_type(self, path) -> str:
         relative = Path(os.path.relpath(path, self.directory)).as_posix()
         return layout.kind_of(relative).content_type
 
@@ -89,19 +89,25 @@ class SiteRequestHandler(SimpleHTTPRequestHandler):
             self.send_header("Cache-Control", layout.kind_of(relative or layout.LANDING).cache_control)
         super().end_headers()
         if self.server.on_request is not None:
-            self.server.on_request(Served(method=self.command, path=self.path, status=self._status, length=self._length))
+            self.server.on_request(
+                Served(method=self.command, path=self.path, status=self._status, length=self._length)
+            )
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (name from the base class)
+    def log_message(self, format: str, *args: object) -> None:
         log.info("%s %s", self.address_string(), format % args)
 
 
-def make_server(site: Path, *, host: str = "127.0.0.1", port: int = 8000, on_request: Callable[[Served], None] | None = None) -> SiteServer:
+def make_server(
+    site: Path, *, host: str = "127.0.0.1", port: int = 8000, on_request: Callable[[Served], None] | None = None
+) -> SiteServer:
     """A server bound to ``host:port`` (0 picks a free port), not yet serving."""
     return SiteServer(site, host, port, on_request)
 
 
 @contextmanager
-def serving(site: Path, *, host: str = "127.0.0.1", port: int = 0, on_request: Callable[[Served], None] | None = None) -> Iterator[SiteServer]:
+def serving(
+    site: Path, *, host: str = "127.0.0.1", port: int = 0, on_request: Callable[[Served], None] | None = None
+) -> Iterator[SiteServer]:
     """Serve ``site`` on a background thread for the duration of the block."""
     server = make_server(site, host=host, port=port, on_request=on_request)
     thread = threading.Thread(target=server.serve_forever, name=f"wheelwright-serve-{server.url}", daemon=True)

@@ -84,7 +84,9 @@ def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     )
 
 
-def plan_site(catalog: Catalog, pages: Mapping[str, bytes], dist: Path, site: Path, manifest: Mapping[str, FileRecord]) -> SitePlan:
+def plan_site(
+    catalog: Catalog, pages: Mapping[str, bytes], dist: Path, site: Path, manifest: Mapping[str, FileRecord]
+) -> SitePlan:
     links, metadata, kept = [], [], {}
     for wheel in catalog.wheels:
         source = dist / wheel.filename
@@ -108,7 +110,14 @@ def plan_site(catalog: Catalog, pages: Mapping[str, bytes], dist: Path, site: Pa
             changed[path] = content
     expected = kept.keys() | changed.keys() | {path for _, path, _ in links + metadata}
     stale = tuple(sorted(p for p in _managed_files(site) if p not in expected))
-    return SitePlan(links=tuple(links), metadata=tuple(metadata), metadata_bytes=catalog.fresh_metadata, pages=changed, stale=stale, kept=kept)
+    return SitePlan(
+        links=tuple(links),
+        metadata=tuple(metadata),
+        metadata_bytes=catalog.fresh_metadata,
+        pages=changed,
+        stale=stale,
+        kept=kept,
+    )
 
 
 def apply_plan(plan: SitePlan, site: Path) -> tuple[tuple[str, ...], dict[str, FileRecord]]:
@@ -139,7 +148,9 @@ def load_manifest(site: Path) -> dict[str, FileRecord]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as error:
-        raise ConfigError(f"{site / layout.SITE_MARKER}: unreadable ({error})", tip="delete it and index again") from None
+        raise ConfigError(
+            f"{site / layout.SITE_MARKER}: unreadable ({error})", tip="delete it and index again"
+        ) from None
     return {path: FileRecord(sha256=r[0], size=r[1], mtime_ns=r[2]) for path, r in raw.get("files", {}).items()}
 
 
@@ -230,4 +241,3 @@ def _remove_empty_parents(site: Path, path: Path) -> None:
     while parent != site and not any(parent.iterdir()):
         parent.rmdir()
         parent = parent.parent
-

@@ -18,7 +18,9 @@ from builder.facts import Accelerator
 from builder.job import parse_label
 
 # Stricter than the wheel spec on purpose: every character of a filename ends up in hrefs, S3 keys and HTML.
-_SAFE_FILENAME = re.compile(r"^[A-Za-z0-9_]+-[A-Za-z0-9.+!_]+(?:-[0-9][A-Za-z0-9_]*)?-[a-z0-9_.]+-[a-z0-9_.]+-[a-z0-9_.]+\.whl$")
+_SAFE_FILENAME = re.compile(
+    r"^[A-Za-z0-9_]+-[A-Za-z0-9.+!_]+(?:-[0-9][A-Za-z0-9_]*)?-[a-z0-9_.]+-[a-z0-9_.]+-[a-z0-9_.]+\.whl$"
+)
 _PROJECT_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _CHUNK = 1 << 20
 
@@ -76,7 +78,10 @@ class WheelFile:
 def parse_wheel_name(filename: str) -> WheelName:
     """Parse and validate ``filename``; raise :class:`RejectedWheel` with the reason."""
     if not _SAFE_FILENAME.match(filename):
-        raise RejectedWheel(f"{filename!r}: not a wheel filename (name-version+label-python-abi-platform.whl, of letters, digits and ._+!)")
+        raise RejectedWheel(
+            f"{filename!r}: not a wheel filename "
+            "(name-version+label-python-abi-platform.whl, of letters, digits and ._+!)"
+        )
     dist, raw_version, *_, python_tag, abi_tag, platform_tag = filename[: -len(".whl")].split("-")
     if "__" in dist:
         raise RejectedWheel(f"{filename}: project name {dist!r} has a double underscore")
@@ -86,7 +91,9 @@ def parse_wheel_name(filename: str) -> WheelName:
         raise RejectedWheel(f"{filename}: {raw_version!r} is not a version") from None
     name = canonicalize_name(dist)
     if dist != name.replace("-", "_"):
-        raise RejectedWheel(f"{filename}: project name {dist!r} is not normalised (expected {name.replace('-', '_')!r})")
+        raise RejectedWheel(
+            f"{filename}: project name {dist!r} is not normalised (expected {name.replace('-', '_')!r})"
+        )
     if str(version) != raw_version:
         raise RejectedWheel(f"{filename}: version {raw_version!r} is not normalised (expected {version})")
     if version.local is None:
@@ -121,7 +128,9 @@ def read_core_metadata(path: Path, name: WheelName) -> bytes:
     """The bytes of the wheel's ``.dist-info/METADATA``, served unchanged beside it (PEP 658)."""
     try:
         with zipfile.ZipFile(path) as archive:
-            dist_info = {entry.split("/", 1)[0] for entry in archive.namelist() if entry.endswith(".dist-info/METADATA")}
+            dist_info = {
+                entry.split("/", 1)[0] for entry in archive.namelist() if entry.endswith(".dist-info/METADATA")
+            }
             if len(dist_info) != 1:
                 raise RejectedWheel(f"{name.filename}: expected one .dist-info/METADATA, found {len(dist_info)}")
             data = archive.read(f"{dist_info.pop()}/METADATA")
@@ -145,7 +154,9 @@ def check_core_metadata(data: bytes, name: WheelName) -> CoreMetadata:
         try:
             SpecifierSet(requires_python)
         except InvalidSpecifier:
-            raise RejectedWheel(f"{name.filename}: Requires-Python {requires_python!r} is not a version specifier") from None
+            raise RejectedWheel(
+                f"{name.filename}: Requires-Python {requires_python!r} is not a version specifier"
+            ) from None
     return CoreMetadata(
         sha256=hashlib.sha256(data).hexdigest(),
         size=len(data),

@@ -22,13 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from builder.facts import load_facts  # noqa: E402
-from builder.job import format_label  # noqa: E402
-from builder.runner import run  # noqa: E402
-from index_site.serve import Served, serving  # noqa: E402
-from index_site.site import build_site  # noqa: E402
-from index_site.wheels import sha256_file  # noqa: E402
-from tests.wheelfactory import WheelSpec, make_wheel  # noqa: E402
+from builder.facts import load_facts
+from builder.job import format_label
+from builder.runner import run
+from index_site.serve import Served, serving
+from index_site.site import build_site
+from index_site.wheels import sha256_file
+from tests.wheelfactory import WheelSpec, make_wheel
 
 PROJECTS = {
     "causal-conv1d": [f"1.{minor}.{patch}" for minor in range(8) for patch in range(3)],
@@ -48,10 +48,17 @@ def synthetic_specs(count: int, payload: int) -> Iterator[WheelSpec]:
     releases = [(project, version) for project, versions in PROJECTS.items() for version in versions]
     combos = itertools.product(releases, variants)
     for (project, version), (label, python) in itertools.islice(combos, count):
-        yield WheelSpec(project=project, version=version, label=label, python=python, platform="manylinux_2_28_x86_64", payload_bytes=payload)
+        yield WheelSpec(
+            project=project,
+            version=version,
+            label=label,
+            python=python,
+            platform="manylinux_2_28_x86_64",
+            payload_bytes=payload,
+        )
 
 
-def timed(action, *args, **kwargs):  # noqa: ANN001, ANN201
+def timed(action, *args, **kwargs):
     start = time.perf_counter()
     result = action(*args, **kwargs)
     return result, time.perf_counter() - start
@@ -71,11 +78,23 @@ def pip_dry_run_bytes(site: Path, page: str, requirement: str, workdir: Path) ->
     venv = workdir / f"venv-{len(list(workdir.glob('venv-*')))}"
     run([sys.executable, "-m", "venv", "--without-pip", venv], step="create venv", env=env)
     with serving(site, on_request=record) as server:
-        command = [sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "--dry-run", "--no-deps", "--no-cache-dir"]
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            venv / "bin" / "python",
+            "install",
+            "--dry-run",
+            "--no-deps",
+            "--no-cache-dir",
+        ]
         run([*command, "--no-index", "-f", f"{server.url}/{page}", requirement], step="pip install --dry-run", env=env)
     kinds = {"page": 0, "metadata": 0, "wheel": 0}
     for request in served:
-        kind = "wheel" if request.path.endswith(".whl") else "metadata" if request.path.endswith(".metadata") else "page"
+        kind = (
+            "wheel" if request.path.endswith(".whl") else "metadata" if request.path.endswith(".metadata") else "page"
+        )
         kinds[kind] += request.length
     return {**kinds, "total": sum(kinds.values())}
 
@@ -92,24 +111,43 @@ def bench_big_wheels(count: int, megabytes: float, workdir: Path) -> dict[str, o
     """Cold-index ``count`` wheels of realistic size: the time should be mostly sha256 over their bytes."""
     output = workdir / "big"
     labels = ("pt214cu130", "pt213cu130", "pt212cu126", "pt211cu128")
-    specs = [WheelSpec(version=f"1.{i}.0", label=labels[i % len(labels)], python=PYTHON_TAG, payload_bytes=int(megabytes * 1e6)) for i in range(count)]
+    specs = [
+        WheelSpec(
+            version=f"1.{i}.0", label=labels[i % len(labels)], python=PYTHON_TAG, payload_bytes=int(megabytes * 1e6)
+        )
+        for i in range(count)
+    ]
     paths = [make_wheel(output / "dist", spec) for spec in specs]
     _, hash_seconds = timed(lambda: [sha256_file(path) for path in paths])
     _, cold_seconds = timed(build_site, output, output / "site", base_url="https://wheels.example.org")
     size = sum(path.stat().st_size for path in paths)
-    return {"wheels": count, "bytes": size, "sha256_all_seconds": round(hash_seconds, 3), "cold_seconds": round(cold_seconds, 3)}
+    return {
+        "wheels": count,
+        "bytes": size,
+        "sha256_all_seconds": round(hash_seconds, 3),
+        "cold_seconds": round(cold_seconds, 3),
+    }
 
 
 def bench(count: int, payload: int, resolved_mb: float, workdir: Path) -> dict[str, object]:
     output = workdir / "wheelhouse"
-    specs, generate_seconds = timed(lambda: [make_wheel(output / "dist", spec) for spec in synthetic_specs(count, payload)])
+    specs, generate_seconds = timed(
+        lambda: [make_wheel(output / "dist", spec) for spec in synthetic_specs(count, payload)]
+    )
     total_bytes = sum(path.stat().st_size for path in specs)
     _, hash_seconds = timed(lambda: [sha256_file(path) for path in specs])
     site = output / "site"
     cold, cold_seconds = timed(build_site, output, site, base_url="https://wheels.example.org")
     same, same_seconds = timed(build_site, output, site, base_url="https://wheels.example.org")
     label = "pt214cu130"
-    added = WheelSpec(project="causal-conv1d", version="1.9.0", label=label, python=PYTHON_TAG, platform="manylinux_2_28_x86_64", payload_bytes=int(resolved_mb * 1e6))
+    added = WheelSpec(
+        project="causal-conv1d",
+        version="1.9.0",
+        label=label,
+        python=PYTHON_TAG,
+        platform="manylinux_2_28_x86_64",
+        payload_bytes=int(resolved_mb * 1e6),
+    )
     make_wheel(output / "dist", added)
     incremental, incremental_seconds = timed(build_site, output, site, base_url="https://wheels.example.org")
     page = f"whl/{label}.html"
@@ -137,9 +175,18 @@ def bench(count: int, payload: int, resolved_mb: float, workdir: Path) -> dict[s
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wheels", type=int, default=10_000, help="synthetic wheels to index (default: %(default)s)")
-    parser.add_argument("--payload-bytes", type=int, default=1024, help="filler per synthetic wheel (default: %(default)s)")
-    parser.add_argument("--resolved-wheel-mb", type=float, default=20.0, help="size of the wheel pip resolves (default: %(default)s)")
-    parser.add_argument("--big-wheels", type=int, default=8, help="realistic-size wheels for the hashing-bound cold run (default: %(default)s)")
+    parser.add_argument(
+        "--payload-bytes", type=int, default=1024, help="filler per synthetic wheel (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--resolved-wheel-mb", type=float, default=20.0, help="size of the wheel pip resolves (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--big-wheels",
+        type=int,
+        default=8,
+        help="realistic-size wheels for the hashing-bound cold run (default: %(default)s)",
+    )
     parser.add_argument("--big-wheel-mb", type=float, default=64.0, help="size of each of those (default: %(default)s)")
     parser.add_argument("--workdir", type=Path, help="keep the generated files here (default: a temporary folder)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -158,16 +205,29 @@ def main() -> int:
 
 def _print_results(r: dict) -> None:
     with_658, without = r["pip_bytes_with_pep658"], r["pip_bytes_without_pep658"]
-    print(f"wheels indexed:            {r['wheels']} in {r['variants']} variants ({r['dist_bytes'] / 1e6:.1f} MB; generated in {r['generate_seconds']} s)")
-    print(f"cold index:                {r['cold_seconds']:.2f} s ({r['cold_files_written']} files written; sha256 of every wheel alone: {r['sha256_all_seconds']:.2f} s)")
-    print(f"re-index, nothing changed: {r['unchanged_seconds']:.2f} s ({r['unchanged_files_written']} files written)")
-    print(f"incremental, 1 wheel added: {r['incremental_seconds']:.2f} s (hashed {r['incremental_hashed']}, {r['incremental_files_written']} files written)")
+    lines = [
+        ("wheels indexed", f"{r['wheels']} in {r['variants']} variants ({r['dist_bytes'] / 1e6:.1f} MB)"),
+        ("cold index", f"{r['cold_seconds']:.2f} s ({r['cold_files_written']} files written)"),
+        ("  sha256 of every wheel", f"{r['sha256_all_seconds']:.2f} s"),
+        ("re-index, nothing changed", f"{r['unchanged_seconds']:.2f} s ({r['unchanged_files_written']} files written)"),
+        (
+            "incremental, 1 wheel added",
+            (
+                f"{r['incremental_seconds']:.2f} s (hashed {r['incremental_hashed']}, "
+                f"{r['incremental_files_written']} files written)"
+            ),
+        ),
+    ]
     if r["big"]:
         big = r["big"]
-        share = big["sha256_all_seconds"] / big["cold_seconds"] if big["cold_seconds"] else 0
-        print(f"cold index, {big['wheels']} x {big['bytes'] / big['wheels'] / 1e6:.0f} MB wheels: {big['cold_seconds']:.2f} s (sha256 of them alone: {big['sha256_all_seconds']:.2f} s, {share:.0%} of it)")
-    print(f"pip --dry-run, PEP 658:    {with_658['total']:,} bytes (page {with_658['page']:,} + metadata {with_658['metadata']:,} + wheel {with_658['wheel']:,})")
-    print(f"pip --dry-run, no PEP 658: {without['total']:,} bytes (page {without['page']:,} + metadata {without['metadata']:,} + wheel {without['wheel']:,})")
+        each = big["bytes"] / big["wheels"] / 1e6
+        lines.append((f"cold index, {big['wheels']} x {each:.0f} MB wheels", f"{big['cold_seconds']:.2f} s"))
+        lines.append(("  sha256 of those wheels", f"{big['sha256_all_seconds']:.2f} s"))
+    for name, served in (("pip --dry-run, PEP 658", with_658), ("pip --dry-run, no PEP 658", without)):
+        parts = f"page {served['page']:,} + metadata {served['metadata']:,} + wheel {served['wheel']:,}"
+        lines.append((name, f"{served['total']:,} bytes ({parts})"))
+    for name, value in lines:
+        print(f"{name + ':':<34} {value}")
 
 
 if __name__ == "__main__":

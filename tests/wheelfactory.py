@@ -61,15 +61,21 @@ def make_wheel(directory: Path, spec: WheelSpec | None = None, **fields: object)
     files = {
         f"{spec.dist_name}/__init__.py": _module(spec).encode(),
         f"{dist_info}/METADATA": metadata_text(spec).encode(),
-        f"{dist_info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: wheelwright-tests\nRoot-Is-Purelib: false\nTag: {spec.tag}\n\n".encode(),
+        f"{dist_info}/WHEEL": _wheel_text(spec).encode(),
     }
     if spec.payload_bytes:
-        files[f"{spec.dist_name}/_payload.bin"] = random.Random(spec.wheel_filename + spec.salt).randbytes(spec.payload_bytes)
+        files[f"{spec.dist_name}/_payload.bin"] = random.Random(spec.wheel_filename + spec.salt).randbytes(
+            spec.payload_bytes
+        )
     files[f"{dist_info}/RECORD"] = _record(files, f"{dist_info}/RECORD").encode()
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, content in files.items():
             stored = name.endswith("_payload.bin")  # random filler does not compress; don't spend time trying
-            archive.writestr(zipfile.ZipInfo(name, date_time=_EPOCH), content, compress_type=zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED)
+            archive.writestr(
+                zipfile.ZipInfo(name, date_time=_EPOCH),
+                content,
+                compress_type=zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED,
+            )
     return path
 
 
@@ -87,6 +93,10 @@ def metadata_text(spec: WheelSpec) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def _wheel_text(spec: WheelSpec) -> str:
+    return f"Wheel-Version: 1.0\nGenerator: wheelwright-tests\nRoot-Is-Purelib: false\nTag: {spec.tag}\n\n"
+
+
 def _module(spec: WheelSpec) -> str:
     return f'WHEEL_FILENAME = "{spec.wheel_filename}"\n__version__ = "{spec.local_version}"\nSALT = "{spec.salt}"\n'
 
@@ -100,7 +110,15 @@ def _record(files: dict[str, bytes], record_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def indexed_wheel(filename: str, digit: str, requires_python: str | None = ">=3.9", summary: str = "Causal conv1d") -> WheelFile:
+def indexed_wheel(
+    filename: str, digit: str, requires_python: str | None = ">=3.9", summary: str = "Causal conv1d"
+) -> WheelFile:
     """A catalogue entry without a file behind it, its digests made of ``digit`` so pages are easy to read."""
     metadata = CoreMetadata(sha256=digit * 63 + "m", size=321, requires_python=requires_python, summary=summary)
-    return WheelFile(name=parse_wheel_name(filename), sha256=digit * 64, size=12_345_678, metadata=metadata, upload_time=1_700_000_000.5)
+    return WheelFile(
+        name=parse_wheel_name(filename),
+        sha256=digit * 64,
+        size=12_345_678,
+        metadata=metadata,
+        upload_time=1_700_000_000.5,
+    )

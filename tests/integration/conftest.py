@@ -34,7 +34,14 @@ INDEX_WHEELS = (
     WheelSpec(label="pt213cu130", python=OTHER_TAG),
     WheelSpec(label="pt212cu126", python=PYTHON_TAG),
     WheelSpec(version="1.6.1", label="pt213cu130", python=PYTHON_TAG),
-    WheelSpec(project="mamba-ssm", version="2.3.2.post1", label="pt214cu130", python=PYTHON_TAG, payload_bytes=400_000, summary="Mamba state space model"),
+    WheelSpec(
+        project="mamba-ssm",
+        version="2.3.2.post1",
+        label="pt214cu130",
+        python=PYTHON_TAG,
+        payload_bytes=400_000,
+        summary="Mamba state space model",
+    ),
 )
 FAILED_REASON = "nvcc fatal   : Unsupported gpu architecture 'compute_120'"
 
@@ -46,7 +53,9 @@ class ServedIndex:
     url: str
     requests: list[Served]
 
-    def wheel(self, label: str, *, project: str = "causal-conv1d", version: str = "1.7.0", python: str = PYTHON_TAG) -> str:
+    def wheel(
+        self, label: str, *, project: str = "causal-conv1d", version: str = "1.7.0", python: str = PYTHON_TAG
+    ) -> str:
         spec = WheelSpec(project=project, version=version, label=label, python=python)
         return spec.wheel_filename
 
@@ -57,9 +66,24 @@ def write_wheelhouse(output: Path) -> None:
     with Ledger(output / "ledger.sqlite") as ledger:
         for path in paths[:2]:
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            ledger.put(_ledger_entry(path.name.split("-")[-3], "built", wheel=path.name, wheel_sha256=digest, wheel_size=path.stat().st_size))
+            ledger.put(
+                _ledger_entry(
+                    path.name.split("-")[-3],
+                    "built",
+                    wheel=path.name,
+                    wheel_sha256=digest,
+                    wheel_size=path.stat().st_size,
+                )
+            )
         ledger.put(_ledger_entry("cp313", "failed", phase="compile", reason=FAILED_REASON))
-        ledger.put(_ledger_entry("cp310", "unbuildable", label="pt212cu126", reason="torch 2.12 + CUDA 12.6 published no wheel for Python 3.10"))
+        ledger.put(
+            _ledger_entry(
+                "cp310",
+                "unbuildable",
+                label="pt212cu126",
+                reason="torch 2.12 + CUDA 12.6 published no wheel for Python 3.10",
+            )
+        )
 
 
 def _ledger_entry(python_tag: str, status: str, *, label: str = "pt214cu130", **fields: object) -> LedgerEntry:
@@ -98,7 +122,12 @@ def served_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedInd
 def installer_env(tmp_path: Path) -> dict[str, str]:
     """The environment for pip and uv: no user or machine configuration, no extra find-links, a fresh uv cache."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", UV_NO_CONFIG="1", UV_CACHE_DIR=str(tmp_path / "uv-cache"))
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        UV_NO_CONFIG="1",
+        UV_CACHE_DIR=str(tmp_path / "uv-cache"),
+    )
     return env
 
 
@@ -126,7 +155,12 @@ class S3Endpoint:
         name = f"wheels-{uuid.uuid4().hex[:12]}"
         client = boto3.client("s3", endpoint_url=self.url, region_name="us-east-1")
         client.create_bucket(Bucket=name)
-        statement = {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{name}/*"}
+        statement = {
+            "Effect": "Allow",
+            "Principal": "*",
+            "Action": "s3:GetObject",
+            "Resource": f"arn:aws:s3:::{name}/*",
+        }
         client.put_bucket_policy(Bucket=name, Policy=json.dumps({"Version": "2012-10-17", "Statement": [statement]}))
         return name
 
@@ -137,7 +171,11 @@ def s3_endpoint() -> Iterator[S3Endpoint]:
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     with pytest.MonkeyPatch.context() as patch:
-        for name, value in {"AWS_ACCESS_KEY_ID": "wheelwright-test-key", "AWS_SECRET_ACCESS_KEY": "wheelwright-test-secret", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": "wheelwright-test-key",
+            "AWS_SECRET_ACCESS_KEY": "wheelwright-test-secret",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }.items():
             patch.setenv(name, value)
         for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
             patch.delenv(name, raising=False)

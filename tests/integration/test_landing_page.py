@@ -24,7 +24,9 @@ def browser() -> Iterator[Browser]:
     if not Path(CHROMIUM).exists():
         pytest.fail("Chromium is missing: run scripts/install-system-deps.sh")
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+        )
         yield browser
         browser.close()
 
@@ -42,11 +44,13 @@ def _cell(page: Page, label: str, python: str, release: str = "causal-conv1d-1.7
     return page.locator(f'section[id="{release}"] tr[data-label="{label}"] td[data-python="{python}"]')
 
 
-def _text(locator) -> str:  # noqa: ANN001
+def _text(locator) -> str:
     return " ".join(locator.inner_text().split())
 
 
-def test_grid_shows_built_combos_with_commands_and_failures_with_reasons(page: Page, served_index: ServedIndex, tmp_path: Path) -> None:
+def test_grid_shows_built_combos_with_commands_and_failures_with_reasons(
+    page: Page, served_index: ServedIndex, tmp_path: Path
+) -> None:
     shot = tmp_path / "landing.png"
     page.screenshot(path=shot, full_page=True)
     assert shot.stat().st_size > 20_000

@@ -72,16 +72,37 @@ def test_objects_carry_content_type_cache_control_and_digest(bucket: Bucket) -> 
     for key, (content_type, cache_control) in expected.items():
         head = bucket.head(key)
         assert (head["ContentType"], head["CacheControl"]) == (content_type, cache_control), key
-        local = bucket.site / (key + ("index.json" if key.startswith("json") and key.endswith("/") else "index.html" if key.endswith("/") else ""))
+        local = bucket.site / (
+            key
+            + (
+                "index.json"
+                if key.startswith("json") and key.endswith("/")
+                else "index.html"
+                if key.endswith("/")
+                else ""
+            )
+        )
         assert head["Metadata"]["sha256"] == hashlib.sha256(local.read_bytes()).hexdigest()
     status, content_type, _ = fetch(f"{bucket.url}/{wheel.replace('+', '%2B')}")
     assert (status, content_type) == (200, "application/octet-stream")
 
 
-def test_the_published_bucket_is_an_index_pip_installs_from(bucket: Bucket, fresh_venv: Path, installer_env: dict, tmp_path: Path) -> None:
+def test_the_published_bucket_is_an_index_pip_installs_from(
+    bucket: Bucket, fresh_venv: Path, installer_env: dict, tmp_path: Path
+) -> None:
     publish(bucket.site, bucket.store(), prefix=PREFIX)
     assert crawl(bucket.url + "/").problems == []
-    command = [sys.executable, "-m", "pip", "--python", fresh_venv, "install", "--no-cache-dir", "--no-deps", "--no-index"]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        fresh_venv,
+        "install",
+        "--no-cache-dir",
+        "--no-deps",
+        "--no-index",
+    ]
     run([*command, "-f", f"{bucket.url}/whl/pt212cu126.html", "causal-conv1d"], step="pip install", env=installer_env)
     assert installed_wheel(fresh_venv, installer_env) == WheelSpec(label="pt212cu126", python=PYTHON_TAG).wheel_filename
 
@@ -94,7 +115,12 @@ def test_republish_uploads_only_changed_objects(bucket: Bucket) -> None:
     new = make_wheel(bucket.output / "dist", WheelSpec(label="pt212cu126", python="cp313"))
     bucket.reindex()
     report = publish(bucket.site, bucket.store(), prefix=PREFIX)
-    pages = ("whl/pt212cu126/simple/causal-conv1d/", "whl/pt212cu126/json/causal-conv1d/", "simple/causal-conv1d/", "json/causal-conv1d/")
+    pages = (
+        "whl/pt212cu126/simple/causal-conv1d/",
+        "whl/pt212cu126/json/causal-conv1d/",
+        "simple/causal-conv1d/",
+        "json/causal-conv1d/",
+    )
     expected = {
         f"whl/pt212cu126/{new.name}",
         f"whl/pt212cu126/{new.name}.metadata",
@@ -110,7 +136,10 @@ def test_republish_uploads_only_changed_objects(bucket: Bucket) -> None:
         for version in page.get("Versions", ()):
             versions[version["Key"]] = versions.get(version["Key"], 0) + 1
     site_keys = {key: count for key, count in versions.items() if STATE_DIR not in key}
-    assert {key for key, count in site_keys.items() if count > 1} == set(report.uploaded) - {f"{PREFIX}/whl/pt212cu126/{new.name}", f"{PREFIX}/whl/pt212cu126/{new.name}.metadata"}
+    assert {key for key, count in site_keys.items() if count > 1} == set(report.uploaded) - {
+        f"{PREFIX}/whl/pt212cu126/{new.name}",
+        f"{PREFIX}/whl/pt212cu126/{new.name}.metadata",
+    }
     assert set(site_keys) == set(first.uploaded) | set(report.uploaded)
 
 
@@ -154,7 +183,7 @@ class DyingStore:
         self._alive()
         return self._store.get(key)
 
-    def put(self, key: str, body, **options) -> str:  # noqa: ANN001
+    def put(self, key: str, body, **options) -> str:
         with self._lock:
             self._alive()
             if STATE_DIR not in key:
@@ -172,10 +201,18 @@ class DyingStore:
         self._store.delete(key)
 
 
-def test_a_publish_killed_midway_leaves_the_previous_index_consistent_and_the_next_completes_it(bucket: Bucket, fresh_venv: Path, installer_env: dict) -> None:
+def test_a_publish_killed_midway_leaves_the_previous_index_consistent_and_the_next_completes_it(
+    bucket: Bucket, fresh_venv: Path, installer_env: dict
+) -> None:
     publish(bucket.site, bucket.store(), prefix=PREFIX)
     landing_before = fetch(bucket.url + "/")[2]
-    added = [make_wheel(bucket.output / "dist", spec) for spec in (WheelSpec(label="pt211cu128", python=PYTHON_TAG), WheelSpec(version="1.7.1", label="pt214cu130", python=PYTHON_TAG))]
+    added = [
+        make_wheel(bucket.output / "dist", spec)
+        for spec in (
+            WheelSpec(label="pt211cu128", python=PYTHON_TAG),
+            WheelSpec(version="1.7.1", label="pt214cu130", python=PYTHON_TAG),
+        )
+    ]
     bucket.reindex()
     plan = publish(bucket.site, bucket.store(), prefix=PREFIX, dry_run=True).plan
     files = sum(1 for item in plan.uploads if item.kind.tier == layout.Tier.FILE)
@@ -194,22 +231,36 @@ def test_a_publish_killed_midway_leaves_the_previous_index_consistent_and_the_ne
     assert set(report.uploaded).isdisjoint(dying.uploaded)
     assert crawl(bucket.url + "/").problems == []
     assert b"pt211cu128" in fetch(bucket.url + "/")[2] and b"1.7.1" in fetch(bucket.url + "/")[2]
-    command = [sys.executable, "-m", "pip", "--python", fresh_venv, "install", "--no-cache-dir", "--no-deps", "--no-index"]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        fresh_venv,
+        "install",
+        "--no-cache-dir",
+        "--no-deps",
+        "--no-index",
+    ]
     run([*command, "-f", f"{bucket.url}/whl/pt214cu130.html", "causal-conv1d"], step="pip install", env=installer_env)
     assert installed_wheel(fresh_venv, installer_env) == added[1].name
 
 
 def test_concurrent_publishers_are_serialised_by_a_conditional_write(bucket: Bucket) -> None:
     store = bucket.store()
-    assert store.put(f"{PREFIX}/probe", b"1", content_type="text/plain", cache_control="no-store", sha256="x", create_only=True)
+    assert store.put(
+        f"{PREFIX}/probe", b"1", content_type="text/plain", cache_control="no-store", sha256="x", create_only=True
+    )
     with pytest.raises(AlreadyExists):
-        store.put(f"{PREFIX}/probe", b"2", content_type="text/plain", cache_control="no-store", sha256="y", create_only=True)
+        store.put(
+            f"{PREFIX}/probe", b"2", content_type="text/plain", cache_control="no-store", sha256="y", create_only=True
+        )
     store.delete(f"{PREFIX}/probe")
 
     first_is_uploading, release_first = threading.Event(), threading.Event()
     real_put = store.put
 
-    def slow_put(key: str, body, **options) -> str:  # noqa: ANN001
+    def slow_put(key: str, body, **options) -> str:
         if key.endswith(".whl"):
             first_is_uploading.set()
             release_first.wait(timeout=30)
@@ -217,7 +268,9 @@ def test_concurrent_publishers_are_serialised_by_a_conditional_write(bucket: Buc
 
     store.put = slow_put  # type: ignore[method-assign]
     outcome: dict[str, object] = {}
-    first = threading.Thread(target=lambda: outcome.setdefault("first", publish(bucket.site, store, prefix=PREFIX, jobs=1)))
+    first = threading.Thread(
+        target=lambda: outcome.setdefault("first", publish(bucket.site, store, prefix=PREFIX, jobs=1))
+    )
     first.start()
     assert first_is_uploading.wait(timeout=30)
     with pytest.raises(PublishError, match="another publish holds the lock"):
@@ -230,8 +283,22 @@ def test_concurrent_publishers_are_serialised_by_a_conditional_write(bucket: Buc
 
 def test_cli_publish_shows_a_plan_and_never_logs_credentials(bucket: Bucket) -> None:
     wheelwright = Path(sys.executable).parent / "wheelwright"
-    common = ["--output", bucket.output, "--bucket", bucket.name, "--prefix", PREFIX, "--endpoint-url", bucket.endpoint.url]
-    dry = run([wheelwright, "--debug", "publish", *common, "--dry-run"], step="publish --dry-run", env=dict(os.environ), capture=True).output
+    common = [
+        "--output",
+        bucket.output,
+        "--bucket",
+        bucket.name,
+        "--prefix",
+        PREFIX,
+        "--endpoint-url",
+        bucket.endpoint.url,
+    ]
+    dry = run(
+        [wheelwright, "--debug", "publish", *common, "--dry-run"],
+        step="publish --dry-run",
+        env=dict(os.environ),
+        capture=True,
+    ).output
     assert "would upload" in dry and "index.html" in dry
     assert bucket.client.list_objects_v2(Bucket=bucket.name).get("KeyCount") == 0
     real = run([wheelwright, "--debug", "publish", *common], step="publish", env=dict(os.environ), capture=True).output

@@ -18,7 +18,9 @@ def output(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_index_writes_the_site_and_reports_variants_and_rejects(output: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_index_writes_the_site_and_reports_variants_and_rejects(
+    output: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["index", "--output", str(output), "--base-url", "https://w.example/"]) == 0
     captured = capsys.readouterr()
     assert "Indexed 2 wheels in 2 variants" in captured.out
@@ -33,7 +35,9 @@ def test_serve_without_a_site_is_a_user_error(tmp_path: Path, capsys: pytest.Cap
     assert "ERROR" in err and "no site to serve" in err and "Traceback" not in err
 
 
-def test_publish_needs_a_bucket(output: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_publish_needs_a_bucket(
+    output: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("WHEELWRIGHT_BUCKET", raising=False)
     assert main(["index", "--output", str(output)]) == 0
     assert main(["publish", "--output", str(output)]) == 7

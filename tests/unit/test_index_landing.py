@@ -35,12 +35,17 @@ WHEELS = (
 
 
 def _landing(*failures: LedgerEntry):
-    return build_landing(Catalog(wheels=WHEELS, rejected=(), failures=failures, stats=ScanStats()), base_url="https://w.example/")
+    return build_landing(
+        Catalog(wheels=WHEELS, rejected=(), failures=failures, stats=ScanStats()), base_url="https://w.example/"
+    )
 
 
 def test_rows_newest_torch_first_cuda_before_rocm_and_releases_newest_first() -> None:
     landing = _landing()
-    assert [(r.project, r.version) for r in landing.releases] == [("causal-conv1d", "1.7.0"), ("causal-conv1d", "1.6.1")]
+    assert [(r.project, r.version) for r in landing.releases] == [
+        ("causal-conv1d", "1.7.0"),
+        ("causal-conv1d", "1.6.1"),
+    ]
     labels = [row.variant.label for row in landing.releases[0].rows]
     assert labels == ["pt214cu130", "pt214cu126", "pt213cu130", "pt24rocm61"]
     assert landing.torches == ("2.14", "2.13", "2.4")
@@ -67,7 +72,12 @@ def test_failed_cells_carry_the_ledger_reason_and_a_built_wheel_wins() -> None:
     assert release.pythons == ("3.11", "3.12", "3.13")
     cells = {(row.variant.label, cell.python): cell for row in release.rows for cell in row.cells}
     failed = cells[("pt214cu130", "3.13")]
-    assert (failed.state, failed.status, failed.phase, failed.reason) == ("failed", "failed", "compile", "nvcc fatal: sm_120")
+    assert (failed.state, failed.status, failed.phase, failed.reason) == (
+        "failed",
+        "failed",
+        "compile",
+        "nvcc fatal: sm_120",
+    )
     assert cells[("pt214cu130", "3.12")].state == "built"
     assert cells[("pt212cu118", "3.11")].reason == "no reason recorded"
     assert [e.python for e in release.failures] == ["3.11", "3.13"]

@@ -28,7 +28,11 @@ class MemoryStore:
         self._writes = 0
 
     def list(self, prefix: str) -> dict[str, RemoteObject]:
-        return {k: RemoteObject(key=k, etag=o["etag"], size=len(o["body"])) for k, o in self.objects.items() if k.startswith(prefix)}
+        return {
+            k: RemoteObject(key=k, etag=o["etag"], size=len(o["body"]))
+            for k, o in self.objects.items()
+            if k.startswith(prefix)
+        }
 
     def head(self, key: str) -> RemoteObject | None:
         self.heads.append(key)
@@ -39,14 +43,22 @@ class MemoryStore:
         o = self.objects.get(key)
         return None if o is None else o["body"]
 
-    def put(self, key: str, body, *, content_type: str, cache_control: str, sha256: str, create_only: bool = False) -> str:
+    def put(
+        self, key: str, body, *, content_type: str, cache_control: str, sha256: str, create_only: bool = False
+    ) -> str:
         data = body.read_bytes() if isinstance(body, Path) else body
         with self._lock:
             if create_only and key in self.objects:
                 raise AlreadyExists(key)
             self._writes += 1
-            etag = f'"{hashlib.md5(data).hexdigest()}-{self._writes}"'  # noqa: S324 (an ETag, not security)
-            self.objects[key] = {"body": data, "content_type": content_type, "cache_control": cache_control, "sha256": sha256, "etag": etag}
+            etag = f'"{hashlib.md5(data).hexdigest()}-{self._writes}"'
+            self.objects[key] = {
+                "body": data,
+                "content_type": content_type,
+                "cache_control": cache_control,
+                "sha256": sha256,
+                "etag": etag,
+            }
             self.puts.append(key)
         return etag
 
@@ -67,10 +79,15 @@ def test_first_publish_uploads_everything_files_before_pages_before_lists(site: 
     report = publish(site, store, prefix="idx", jobs=1)
     files = [p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file() and not p.name.startswith(".")]
     assert {f"idx/{f}" for f in files} <= set(report.uploaded)
-    tiers = [layout.kind_of(_site_path(site, key.removeprefix("idx/"))).tier for key in store.puts if STATE_DIR not in key]
+    tiers = [
+        layout.kind_of(_site_path(site, key.removeprefix("idx/"))).tier for key in store.puts if STATE_DIR not in key
+    ]
     assert tiers == sorted(tiers) and tiers[0] == layout.Tier.FILE and tiers[-1] == layout.Tier.LANDING
     wheel = store.objects["idx/whl/pt213cu130/causal_conv1d-1.7.0+pt213cu130-cp311-cp311-linux_x86_64.whl"]
-    assert (wheel["content_type"], wheel["cache_control"]) == ("application/octet-stream", "public, max-age=31536000, immutable")
+    assert (wheel["content_type"], wheel["cache_control"]) == (
+        "application/octet-stream",
+        "public, max-age=31536000, immutable",
+    )
     assert wheel["sha256"] == hashlib.sha256(wheel["body"]).hexdigest()
     # Directory URLs exist as keys of their own, with the page's type (JSON under a JSON root).
     assert store.objects["idx/simple/causal-conv1d/"]["body"] == (site / "simple/causal-conv1d/index.html").read_bytes()
@@ -158,7 +175,9 @@ def test_wheels_missing_locally_are_not_silently_delisted(site: Path, tmp_path: 
 def test_a_held_lock_stops_a_second_publisher_until_broken(site: Path) -> None:
     store = MemoryStore()
     holder = {"owner": "ci@runner-7 pid 42", "since": "2026-01-01T00:00:00Z", "token": "t"}
-    store.put(f"{STATE_DIR}lock", json.dumps(holder).encode(), content_type="application/json", cache_control="", sha256="")
+    store.put(
+        f"{STATE_DIR}lock", json.dumps(holder).encode(), content_type="application/json", cache_control="", sha256=""
+    )
     with pytest.raises(PublishError, match="ci@runner-7 pid 42 since 2026-01-01"):
         publish(site, store)
     assert not any(key.endswith(".whl") for key in store.objects)

@@ -24,7 +24,11 @@ CATALOG = Catalog(
         indexed_wheel("causal_conv1d-1.7.0+pt214cu130-cp312-cp312-linux_x86_64.whl", "b"),
         indexed_wheel("causal_conv1d-1.7.0+pt213cu130-cp311-cp311-linux_x86_64.whl", "c", requires_python="<4,>=3.9"),
         indexed_wheel("causal_conv1d-1.6.1+pt24rocm61-cp311-cp311-linux_x86_64.whl", "d", requires_python=None),
-        indexed_wheel("mamba_ssm-2.3.2.post1+pt214cu130-cp311-cp311-linux_x86_64.whl", "e", summary="<script>alert('mamba')</script>"),
+        indexed_wheel(
+            "mamba_ssm-2.3.2.post1+pt214cu130-cp311-cp311-linux_x86_64.whl",
+            "e",
+            summary="<script>alert('mamba')</script>",
+        ),
     ),
     rejected=(),
     failures=(
@@ -103,7 +107,11 @@ PROJECT_SCHEMA = {
                 "properties": {
                     "filename": {"type": "string"},
                     "url": {"type": "string"},
-                    "hashes": {"type": "object", "required": ["sha256"], "properties": {"sha256": {"pattern": "^[0-9a-f]{64}$"}}},
+                    "hashes": {
+                        "type": "object",
+                        "required": ["sha256"],
+                        "properties": {"sha256": {"pattern": "^[0-9a-f]{64}$"}},
+                    },
                     "requires-python": {"type": "string"},
                     "core-metadata": {"type": "object", "required": ["sha256"]},
                     "dist-info-metadata": {"type": "object", "required": ["sha256"]},

@@ -85,7 +85,11 @@ def test_wheels_the_ledger_built_are_not_hashed_again(output: Path, monkeypatch:
     with Ledger(output / "ledger.sqlite") as ledger:
         for wheel in (output / "dist").iterdir():
             digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-            ledger.put(_entry(wheel.name, status="built", wheel=wheel.name, wheel_sha256=digest, wheel_size=wheel.stat().st_size))
+            ledger.put(
+                _entry(
+                    wheel.name, status="built", wheel=wheel.name, wheel_sha256=digest, wheel_size=wheel.stat().st_size
+                )
+            )
 
     def refuse(path: Path) -> str:
         raise AssertionError(f"{path} was hashed although the ledger knows it")
@@ -122,7 +126,11 @@ def test_hostile_files_in_dist_are_reported_and_never_reach_the_site(output: Pat
     make_wheel(output / "dist", WheelSpec(metadata_name="../../evil", label="pt211cu128"))
     report = build_site(output, output / "site", base_url=BASE)
     assert len(report.rejected) == 2
-    text = "".join(p.read_text() for p in (output / "site").rglob("*") if p.is_file() and not p.name.endswith((".whl", ".metadata")))
+    text = "".join(
+        p.read_text()
+        for p in (output / "site").rglob("*")
+        if p.is_file() and not p.name.endswith((".whl", ".metadata"))
+    )
     assert "<script>" not in text and "evil" not in text and "pt211cu128" not in text
 
 
@@ -136,7 +144,14 @@ def test_refuses_to_take_over_a_folder_it_did_not_create(output: Path) -> None:
 
 def test_failed_builds_from_the_ledger_reach_the_landing_page(output: Path) -> None:
     with Ledger(output / "ledger.sqlite") as ledger:
-        ledger.put(_entry("causal-conv1d-1.7.0+pt214cu130-cp313-x86_64", status="failed", python="3.13", reason="nvcc: <b>no</b> sm_120"))
+        ledger.put(
+            _entry(
+                "causal-conv1d-1.7.0+pt214cu130-cp313-x86_64",
+                status="failed",
+                python="3.13",
+                reason="nvcc: <b>no</b> sm_120",
+            )
+        )
     build_site(output, output / "site", base_url=BASE)
     landing = (output / "site/index.html").read_text()
     assert "nvcc: &lt;b&gt;no&lt;/b&gt; sm_120" in landing

@@ -12,7 +12,12 @@ from tests.wheelfactory import WheelSpec, make_wheel, metadata_text
 
 def test_parses_a_labelled_wheel_name() -> None:
     name = parse_wheel_name("causal_conv1d-1.7.0+pt214cu130-cp311-cp311-linux_x86_64.whl")
-    assert (name.project, name.version, name.public_version, name.label) == ("causal-conv1d", "1.7.0+pt214cu130", "1.7.0", "pt214cu130")
+    assert (name.project, name.version, name.public_version, name.label) == (
+        "causal-conv1d",
+        "1.7.0+pt214cu130",
+        "1.7.0",
+        "pt214cu130",
+    )
     assert (name.torch, name.accelerator.name, name.pythons) == ("2.14", "cu130", ("3.11",))
 
 
