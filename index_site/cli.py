@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -15,7 +16,7 @@ from builder.errors import ConfigError
 from . import layout
 from .publish import PublishReport, check_plan, publish
 from .serve import make_server
-from .site import IndexReport, build_site
+from .site import IndexReport, build_site, site_base_url
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False, soft_wrap=True)
@@ -106,6 +107,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_publish(args: argparse.Namespace) -> int:
     from .s3 import S3Store  # boto3 is slow to import; only publish needs it
 
+    _warn_if_indexed_for_loopback(_site(args))
     store = S3Store(args.bucket, endpoint_url=args.endpoint_url, region=args.region, connections=args.jobs + 2)
     where = f"s3://{args.bucket}/{args.prefix.strip('/')}"
     if args.dry_run:
@@ -164,6 +166,16 @@ def _print_plan(report: PublishReport, where: str) -> None:
         console.print(f"[red]CONFLICT[/red] {conflict.key}: published bytes differ (sha256 {conflict.remote_sha256})")
     for key in plan.delisted:
         console.print(f"[yellow]WARN[/yellow] published wheel not in the local site: {key}")
+
+
+def _warn_if_indexed_for_loopback(site: Path) -> None:
+    base_url = site_base_url(site) if (site / layout.SITE_MARKER).is_file() else None
+    if base_url and urlsplit(base_url).hostname in ("127.0.0.1", "localhost", "::1"):
+        console.print(
+            f"[yellow]WARN[/yellow] the site was indexed for {base_url}, so its landing page's install commands "
+            "point there; run `wheelwright index --base-url <public URL>` before publishing",
+            soft_wrap=True,
+        )
 
 
 def _step_summary(report: IndexReport) -> None:

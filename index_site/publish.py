@@ -15,7 +15,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -135,19 +135,19 @@ def remote_state(store: ObjectStore, prefix: str, wanted: Iterable[str], *, jobs
         entry = recorded.get(key)
         if entry is not None and entry[1] == remote.etag:
             state[key] = RemoteObject(key=key, etag=remote.etag, size=remote.size, sha256=entry[0])
-        elif key in wanted or key.endswith(".whl"):
+        elif key in wanted:
             unknown.append(key)
         else:
             state[key] = remote
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         for key, head in zip(unknown, pool.map(store.head, unknown), strict=True):
             if head is not None:
-                state[key] = head
+                state[key] = head if head.sha256 or not layout.kind_of(key).immutable else _hashed(store, head)
     log.info("remote %s: %d objects, %d looked up", prefix or "(bucket root)", len(listing), len(unknown))
     return state
 
 
-def plan_publish(local: Iterable[LocalObject], remote: Mapping[str, RemoteObject], prefix: str) -> PublishPlan:
+def plan_publish(local: Sequence[LocalObject], remote: Mapping[str, RemoteObject], prefix: str) -> PublishPlan:
     uploads, unchanged, conflicts = [], [], []
     for item in local:
         published = remote.get(item.key)
@@ -270,6 +270,12 @@ def _put(store: ObjectStore, item: LocalObject) -> str:
             f"{item.key} appeared in the bucket with different bytes while publishing",
             tip="another publisher uploaded a different build under this name; rebuild with a new version",
         ) from None
+
+
+def _hashed(store: ObjectStore, remote: RemoteObject) -> RemoteObject:
+    """A published file without our sha256 metadata (put there by another tool): hash its bytes to compare."""
+    body = store.get(remote.key) or b""
+    return RemoteObject(key=remote.key, etag=remote.etag, size=remote.size, sha256=hashlib.sha256(body).hexdigest())
 
 
 def _read_manifest(store: ObjectStore, prefix: str) -> dict[str, list[str]]:

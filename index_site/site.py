@@ -10,7 +10,7 @@ import logging
 import os
 import shutil
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from builder.errors import ConfigError
@@ -59,7 +59,6 @@ class IndexReport:
     written: tuple[str, ...]  # site paths written this run (wheels linked, metadata, pages)
     deleted: tuple[str, ...]
     unchanged: int
-    manifest: Mapping[str, FileRecord] = field(default_factory=dict)
 
 
 def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
@@ -69,7 +68,7 @@ def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     pages = render_site(catalog, base_url=base_url)
     manifest = load_manifest(site)
     plan = plan_site(catalog, pages, output / "dist", site, manifest)
-    written, manifest = apply_plan(plan, site)
+    written = apply_plan(plan, site, base_url=base_url)
     return IndexReport(
         site=site,
         wheels=len(catalog.wheels),
@@ -80,7 +79,6 @@ def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
         written=written,
         deleted=plan.stale,
         unchanged=plan.unchanged,
-        manifest=manifest,
     )
 
 
@@ -120,8 +118,8 @@ def plan_site(
     )
 
 
-def apply_plan(plan: SitePlan, site: Path) -> tuple[tuple[str, ...], dict[str, FileRecord]]:
-    """Write the plan: files first, then pages tier by tier, then prune; return what was written and the manifest."""
+def apply_plan(plan: SitePlan, site: Path, *, base_url: str) -> tuple[str, ...]:
+    """Write the plan: files first, then pages tier by tier, then prune, then the manifest; return what was written."""
     records = dict(plan.kept)
     for source, path, wheel in plan.links:
         _place_wheel(source, site / path)
@@ -136,26 +134,36 @@ def apply_plan(plan: SitePlan, site: Path) -> tuple[tuple[str, ...], dict[str, F
     for path in plan.stale:
         (site / path).unlink()
         _remove_empty_parents(site, site / path)
-    _write_manifest(site, records)
+    _write_manifest(site, records, base_url)
     written = tuple(path for path in records if path not in plan.kept)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
-    return written, records
+    return written
 
 
 def load_manifest(site: Path) -> dict[str, FileRecord]:
+    """What the last index run wrote into ``site``: {site path: FileRecord}."""
+    raw = _read_marker(site)
+    return {path: FileRecord(sha256=r[0], size=r[1], mtime_ns=r[2]) for path, r in raw.get("files", {}).items()}
+
+
+def site_base_url(site: Path) -> str | None:
+    """The public URL the site was indexed for (its landing page's install commands point there)."""
+    return _read_marker(site).get("base_url")
+
+
+def _read_marker(site: Path) -> dict:
     try:
-        raw = json.loads((site / layout.SITE_MARKER).read_text())
+        return json.loads((site / layout.SITE_MARKER).read_text())
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as error:
-        raise ConfigError(
-            f"{site / layout.SITE_MARKER}: unreadable ({error})", tip="delete it and index again"
-        ) from None
-    return {path: FileRecord(sha256=r[0], size=r[1], mtime_ns=r[2]) for path, r in raw.get("files", {}).items()}
+        raise ConfigError(f"{site / layout.SITE_MARKER}: unreadable ({error})", tip="delete it and index again") from None
 
 
 def _check_site(site: Path) -> None:
     """Refuse to write into (and prune) a folder the index did not create."""
+    if site.exists() and not site.is_dir():
+        raise ConfigError(f"{site}: not a folder", tip="pass --site with an empty or new folder")
     if site.exists() and any(site.iterdir()) and not (site / layout.SITE_MARKER).exists():
         raise ConfigError(
             f"{site}: not empty and not a wheelwright site (no {layout.SITE_MARKER})",
@@ -164,9 +172,10 @@ def _check_site(site: Path) -> None:
     site.mkdir(parents=True, exist_ok=True)
 
 
-def _write_manifest(site: Path, records: Mapping[str, FileRecord]) -> None:
+def _write_manifest(site: Path, records: Mapping[str, FileRecord], base_url: str) -> None:
     files = {path: [r.sha256, r.size, r.mtime_ns] for path, r in sorted(records.items())}
-    content = (json.dumps({"generator": "wheelwright", "files": files}, separators=(",", ":")) + "\n").encode()
+    document = {"generator": "wheelwright", "base_url": base_url, "files": files}
+    content = (json.dumps(document, separators=(",", ":")) + "\n").encode()
     if _current_bytes(site / layout.SITE_MARKER) != content:
         _write_atomic(site / layout.SITE_MARKER, content)
 

@@ -220,6 +220,18 @@ def test_a_racing_publisher_with_the_same_bytes_is_fine_with_other_bytes_refused
     assert store.objects[key]["body"] == b"other bytes"
 
 
+def test_a_wheel_published_by_another_tool_is_compared_by_its_bytes(site: Path) -> None:
+    wheel = next(site.glob("whl/pt214cu130/*.whl"))
+    key = f"whl/pt214cu130/{wheel.name}"
+    store = MemoryStore()
+    store.put(key, wheel, content_type="", cache_control="", sha256="")  # no digest in its metadata
+    assert key not in publish(site, store).uploaded  # same bytes: left alone
+    other = MemoryStore()
+    other.put(key, b"not the same wheel", content_type="", cache_control="", sha256="")
+    with pytest.raises(PublishError, match="refusing to overwrite 1"):
+        publish(site, other)
+
+
 def test_dry_run_writes_nothing(site: Path) -> None:
     store = MemoryStore()
     report = publish(site, store, dry_run=True)
