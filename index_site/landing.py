@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from packaging.utils import canonicalize_name
@@ -104,7 +104,17 @@ def build_landing(catalog: Catalog, *, base_url: str) -> Landing:
     )
 
 
-def _release(project, version, wheels, failures, variants, base_url) -> Release:
+_CellKey = tuple[str, str, str, str]  # project, version, label, python
+
+
+def _release(
+    project: str,
+    version: str,
+    wheels: list[WheelFile],
+    failures: Mapping[_CellKey, LedgerEntry],
+    variants: Mapping[str, Variant],
+    base_url: str,
+) -> Release:
     built: dict[tuple[str, str], list[WheelFile]] = defaultdict(list)
     for wheel in wheels:
         for python in wheel.name.pythons:
@@ -132,7 +142,15 @@ def _release(project, version, wheels, failures, variants, base_url) -> Release:
     )
 
 
-def _cell(project, version, label, python, wheels, failure, base_url) -> Cell:
+def _cell(
+    project: str,
+    version: str,
+    label: str,
+    python: str,
+    wheels: list[WheelFile] | None,
+    failure: LedgerEntry | None,
+    base_url: str,
+) -> Cell:
     if wheels:
         links = tuple(
             WheelLink(
@@ -161,7 +179,7 @@ def _variants(catalog: Catalog) -> dict[str, Variant]:
             label=label,
             torch=torch,
             accelerator=accelerator.name,
-            accelerator_text=_accelerator_text(accelerator),
+            accelerator_text=accelerator_text(accelerator),
             findlinks=layout.href(layout.LANDING, layout.findlinks_path(label)) if has_wheels else "",
             simple=layout.href(layout.LANDING, f"{layout.simple_root(label)}/index.html") if has_wheels else "",
             json=layout.href(layout.LANDING, f"{layout.json_root(label)}/index.json") if has_wheels else "",
@@ -170,7 +188,7 @@ def _variants(catalog: Catalog) -> dict[str, Variant]:
     return variants
 
 
-def _failures_by_cell(entries: Iterable[LedgerEntry]) -> dict[tuple[str, str, str, str], LedgerEntry]:
+def _failures_by_cell(entries: Iterable[LedgerEntry]) -> dict[_CellKey, LedgerEntry]:
     cells = {}
     for entry in entries:
         if not _label_ok(entry.label):
@@ -188,7 +206,7 @@ def _label_ok(label: str) -> bool:
     return True
 
 
-def _accelerator_text(accelerator: Accelerator) -> str:
+def accelerator_text(accelerator: Accelerator) -> str:
     return f"{'CUDA' if accelerator.kind == 'cuda' else 'ROCm'} {accelerator.version}"
 
 

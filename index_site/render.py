@@ -16,13 +16,11 @@ from packaging.version import Version
 
 from . import layout
 from .catalog import Catalog
-from .landing import build_landing
+from .landing import accelerator_text, build_landing
 from .wheels import WheelFile
 
-API_VERSION = "1.1"
-_AFTER_PATH_SLASH = re.compile(
-    r"(?<=[^:/]/)(?=[^/])"
-)  # after a path's slashes, not inside "://"  # PEP 700: size, upload-time and versions in the JSON form
+API_VERSION = "1.1"  # PEP 700: size, upload-time and versions in the JSON form
+_AFTER_PATH_SLASH = re.compile(r"(?<=[^:/]/)(?=[^/])")  # after a path's slashes, not inside "://"
 
 
 @functools.cache
@@ -107,7 +105,7 @@ def _indexes(label: str | None, wheels: Iterable[WheelFile]) -> dict[str, bytes]
 def _findlinks_page(label: str, wheels: list[WheelFile]) -> bytes:
     page = layout.findlinks_path(label)
     first = wheels[0].name
-    title = f"Wheels for torch {first.torch} + {_accelerator_text(first)} ({label})"
+    title = f"Wheels for torch {first.torch} + {accelerator_text(first.accelerator)} ({label})"
     return _render("simple_project.html", page=page, title=title, links=_links(page, wheels), api_version=API_VERSION)
 
 
@@ -168,11 +166,6 @@ def _version(text: str) -> Version:
 @functools.lru_cache(maxsize=65536)
 def _iso_time(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _accelerator_text(name) -> str:
-    kind = "CUDA" if name.accelerator.kind == "cuda" else "ROCm"
-    return f"{kind} {name.accelerator.version}"
 
 
 def _json_bytes(document: Mapping[str, object]) -> bytes:

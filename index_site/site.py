@@ -85,21 +85,8 @@ def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
 def plan_site(
     catalog: Catalog, pages: Mapping[str, bytes], dist: Path, site: Path, manifest: Mapping[str, FileRecord]
 ) -> SitePlan:
-    links, metadata, kept = [], [], {}
-    for wheel in catalog.wheels:
-        source = dist / wheel.filename
-        path = layout.wheel_path(wheel.name.label, wheel.filename)
-        record = _placed_wheel(os.fspath(source), os.path.join(site, path), wheel.sha256)
-        if record is not None:
-            kept[path] = record
-        else:
-            links.append((source, path, wheel))
-        path = layout.metadata_path(wheel.name.label, wheel.filename)
-        record = _recorded(os.path.join(site, path), manifest.get(path))
-        if record is not None and record.sha256 == wheel.metadata.sha256:
-            kept[path] = record
-        else:
-            metadata.append((source, path, wheel))
+    """Compare what the site should hold with what it holds; nothing is written here."""
+    links, metadata, kept = _plan_files(catalog, dist, site, manifest)
     changed = {}
     for path, content in pages.items():
         if _current_bytes(site / path) == content:
@@ -116,6 +103,28 @@ def plan_site(
         stale=stale,
         kept=kept,
     )
+
+
+def _plan_files(
+    catalog: Catalog, dist: Path, site: Path, manifest: Mapping[str, FileRecord]
+) -> tuple[list, list, dict]:
+    """Wheels to link and .metadata files to write, and the records of those already in place."""
+    links, metadata, kept = [], [], {}
+    for wheel in catalog.wheels:
+        source = dist / wheel.filename
+        path = layout.wheel_path(wheel.name.label, wheel.filename)
+        record = _placed_wheel(os.fspath(source), os.path.join(site, path), wheel.sha256)
+        if record is not None:
+            kept[path] = record
+        else:
+            links.append((source, path, wheel))
+        path = layout.metadata_path(wheel.name.label, wheel.filename)
+        record = _recorded(os.path.join(site, path), manifest.get(path))
+        if record is not None and record.sha256 == wheel.metadata.sha256:
+            kept[path] = record
+        else:
+            metadata.append((source, path, wheel))
+    return links, metadata, kept
 
 
 def apply_plan(plan: SitePlan, site: Path, *, base_url: str) -> tuple[str, ...]:
@@ -157,7 +166,9 @@ def _read_marker(site: Path) -> dict:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as error:
-        raise ConfigError(f"{site / layout.SITE_MARKER}: unreadable ({error})", tip="delete it and index again") from None
+        raise ConfigError(
+            f"{site / layout.SITE_MARKER}: unreadable ({error})", tip="delete it and index again"
+        ) from None
 
 
 def _check_site(site: Path) -> None:

@@ -83,19 +83,7 @@ def parse_wheel_name(filename: str) -> WheelName:
             "(name-version+label-python-abi-platform.whl, of letters, digits and ._+!)"
         )
     dist, raw_version, *_, python_tag, abi_tag, platform_tag = filename[: -len(".whl")].split("-")
-    if "__" in dist:
-        raise RejectedWheel(f"{filename}: project name {dist!r} has a double underscore")
-    try:
-        version = Version(raw_version)
-    except InvalidVersion:
-        raise RejectedWheel(f"{filename}: {raw_version!r} is not a version") from None
-    name = canonicalize_name(dist)
-    if dist != name.replace("-", "_"):
-        raise RejectedWheel(
-            f"{filename}: project name {dist!r} is not normalised (expected {name.replace('-', '_')!r})"
-        )
-    if str(version) != raw_version:
-        raise RejectedWheel(f"{filename}: version {raw_version!r} is not normalised (expected {version})")
+    project, version = _normalised(filename, dist, raw_version)
     if version.local is None:
         raise RejectedWheel(f"{filename}: no variant label (expected a version like {version}+pt214cu130)")
     try:
@@ -104,7 +92,7 @@ def parse_wheel_name(filename: str) -> WheelName:
         raise RejectedWheel(f"{filename}: {error}") from None
     return WheelName(
         filename=filename,
-        project=name,
+        project=project,
         version=str(version),
         public_version=version.public,
         label=version.local,
@@ -114,6 +102,22 @@ def parse_wheel_name(filename: str) -> WheelName:
         abi_tag=abi_tag,
         platform_tag=platform_tag,
     )
+
+
+def _normalised(filename: str, dist: str, raw_version: str) -> tuple[str, Version]:
+    """The canonical project name and the version, both required to be written in normal form already."""
+    try:
+        version = Version(raw_version)
+    except InvalidVersion:
+        raise RejectedWheel(f"{filename}: {raw_version!r} is not a version") from None
+    project = canonicalize_name(dist)
+    if "__" in dist or dist != project.replace("-", "_"):
+        raise RejectedWheel(
+            f"{filename}: project name {dist!r} is not normalised (expected {project.replace('-', '_')!r})"
+        )
+    if str(version) != raw_version:
+        raise RejectedWheel(f"{filename}: version {raw_version!r} is not normalised (expected {version})")
+    return project, version
 
 
 def sha256_file(path: Path) -> str:
