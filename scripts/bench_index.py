@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import re
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from builder.runner import run
 from index_site.serve import Served, serving
 from index_site.site import build_site
 from index_site.wheels import sha256_file
+from tests.index_checks import installer_environment, pip_install
 from tests.wheelfactory import WheelSpec, make_wheel
 
 PROJECTS = {
@@ -73,23 +73,11 @@ def pip_dry_run_bytes(site: Path, page: str, requirement: str, workdir: Path) ->
         with lock:
             served.append(request)
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env = installer_environment(workdir / "uv-cache")
     venv = workdir / f"venv-{len(list(workdir.glob('venv-*')))}"
     run([sys.executable, "-m", "venv", "--without-pip", venv], step="create venv", env=env)
     with serving(site, on_request=record) as server:
-        command = [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            venv / "bin" / "python",
-            "install",
-            "--dry-run",
-            "--no-deps",
-            "--no-cache-dir",
-        ]
-        run([*command, "--no-index", "-f", f"{server.url}/{page}", requirement], step="pip install --dry-run", env=env)
+        pip_install(venv / "bin" / "python", env, "--dry-run", "--no-index", "-f", f"{server.url}/{page}", requirement)
     kinds = {"page": 0, "metadata": 0, "wheel": 0}
     for request in served:
         kind = (

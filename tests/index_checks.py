@@ -1,17 +1,38 @@
-"""Checks the index tests share: crawl a published index over HTTP from its entry pages and report every link
-that does not resolve or whose bytes do not match the digest the page gave for it."""
+"""What the index tests (and the index benchmark) share: real pip run hermetically, and a crawl of a published
+index over HTTP from its entry pages that reports every link that does not resolve or whose bytes do not match
+the digest the page gave for it."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from pathlib import Path
 from urllib.parse import urldefrag, urljoin
 
+from builder.runner import run
+
 ENTRY_PAGES = ("", "index.html", "simple/", "json/")
+
+
+def installer_environment(uv_cache: Path) -> dict[str, str]:
+    """pip and uv without user or machine configuration (no extra find-links or indexes), with a fresh uv cache."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    env.update(
+        PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", UV_NO_CONFIG="1", UV_CACHE_DIR=str(uv_cache)
+    )
+    return env
+
+
+def pip_install(python: Path, env: dict[str, str], *args: str | Path) -> str:
+    """This environment's pip (a current release) installing into ``python``'s environment, without dependencies."""
+    command = [sys.executable, "-m", "pip", "--python", python, "install", "--no-cache-dir", "--no-deps", *args]
+    return run(command, step="pip install", env=env, capture=True).output
 
 
 @dataclass

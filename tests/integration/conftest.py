@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import sys
 import threading
 import uuid
@@ -20,6 +19,7 @@ from builder.ledger import Ledger, LedgerEntry
 from builder.runner import run
 from index_site.serve import Served, serving
 from index_site.site import build_site
+from tests.index_checks import installer_environment
 from tests.wheelfactory import WheelSpec, make_wheel
 
 PYTHON_TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
@@ -121,15 +121,7 @@ def served_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedInd
 
 @pytest.fixture
 def installer_env(tmp_path: Path) -> dict[str, str]:
-    """The environment for pip and uv: no user or machine configuration, no extra find-links, a fresh uv cache."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    env.update(
-        PIP_CONFIG_FILE=os.devnull,
-        PIP_DISABLE_PIP_VERSION_CHECK="1",
-        UV_NO_CONFIG="1",
-        UV_CACHE_DIR=str(tmp_path / "uv-cache"),
-    )
-    return env
+    return installer_environment(tmp_path / "uv-cache")
 
 
 @pytest.fixture

@@ -15,16 +15,10 @@ from pypi_simple import ProjectPage
 
 from builder.runner import run
 from index_site.wheels import parse_wheel_name, read_core_metadata
-from tests.index_checks import crawl, fetch
+from tests.index_checks import crawl, fetch, pip_install
 from tests.integration.conftest import PYTHON_TAG, ServedIndex, installed_wheel
 
 LABELS = ("pt214cu130", "pt213cu130", "pt212cu126")
-
-
-def pip(python: Path, env: dict[str, str], *args: str | Path) -> str:
-    """The test environment's pip (a current release) installing into ``python``'s fresh environment."""
-    command = [sys.executable, "-m", "pip", "--python", python, "install", "--no-cache-dir", "--no-deps", *args]
-    return run(command, step="pip install", env=env, capture=True).output
 
 
 def uv(python: Path, env: dict[str, str], *args: str | Path) -> str:
@@ -46,7 +40,9 @@ def test_pip_gets_exactly_the_wheel_of_the_variant_page(
     served_index: ServedIndex, fresh_venv: Path, installer_env: dict, tmp_path: Path, label: str
 ) -> None:
     page = f"{served_index.url}/whl/{label}.html"
-    pip(fresh_venv, installer_env, "--no-index", "-f", page, "causal-conv1d", "--report", tmp_path / "report.json")
+    pip_install(
+        fresh_venv, installer_env, "--no-index", "-f", page, "causal-conv1d", "--report", tmp_path / "report.json"
+    )
     (install,) = _report(tmp_path / "report.json")
     expected = served_index.wheel(label)
     assert install["download_info"]["url"].rsplit("/", 1)[-1].replace("%2B", "+") == expected
@@ -56,7 +52,7 @@ def test_pip_gets_exactly_the_wheel_of_the_variant_page(
 def test_pip_from_a_variant_simple_index_and_an_exact_pin_on_the_all_variants_index(
     served_index: ServedIndex, fresh_venv: Path, installer_env: dict, tmp_path: Path
 ) -> None:
-    pip(
+    pip_install(
         fresh_venv,
         installer_env,
         "--index-url",
@@ -67,7 +63,7 @@ def test_pip_from_a_variant_simple_index_and_an_exact_pin_on_the_all_variants_in
     )
     assert installed_wheel(fresh_venv, installer_env) == served_index.wheel("pt213cu130")
     pinned = "causal-conv1d==1.7.0+pt212cu126"
-    pip(
+    pip_install(
         fresh_venv, installer_env, "--index-url", f"{served_index.url}/simple/", pinned, "--report", tmp_path / "b.json"
     )
     assert installed_wheel(fresh_venv, installer_env) == served_index.wheel("pt212cu126")
@@ -77,7 +73,7 @@ def test_pip_reads_the_json_index(
     served_index: ServedIndex, fresh_venv: Path, installer_env: dict, tmp_path: Path
 ) -> None:
     start = len(served_index.requests)
-    pip(
+    pip_install(
         fresh_venv,
         installer_env,
         "--index-url",
@@ -113,7 +109,9 @@ def test_pip_dry_run_reads_pep_658_metadata_and_never_downloads_the_wheel(
 ) -> None:
     start = len(served_index.requests)
     page = f"{served_index.url}/whl/pt214cu130.html"
-    pip(fresh_venv, installer_env, "--dry-run", "--no-index", "-f", page, "mamba-ssm", "--report", tmp_path / "r.json")
+    pip_install(
+        fresh_venv, installer_env, "--dry-run", "--no-index", "-f", page, "mamba-ssm", "--report", tmp_path / "r.json"
+    )
     (install,) = _report(tmp_path / "r.json")
     assert install["metadata"]["version"] == "2.3.2.post1+pt214cu130"
     assert install["metadata"]["requires_dist"] == ["torch==2.14.*"]

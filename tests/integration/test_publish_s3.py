@@ -19,7 +19,7 @@ from index_site import layout
 from index_site.publish import STATE_DIR, AlreadyExists, RemoteObject, publish
 from index_site.s3 import S3Store
 from index_site.site import build_site
-from tests.index_checks import crawl, fetch
+from tests.index_checks import crawl, fetch, pip_install
 from tests.integration.conftest import PYTHON_TAG, S3Endpoint, installed_wheel, write_wheelhouse
 from tests.wheelfactory import WheelSpec, make_wheel
 
@@ -92,18 +92,7 @@ def test_the_published_bucket_is_an_index_pip_installs_from(
 ) -> None:
     publish(bucket.site, bucket.store(), prefix=PREFIX)
     assert crawl(bucket.url + "/").problems == []
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "--python",
-        fresh_venv,
-        "install",
-        "--no-cache-dir",
-        "--no-deps",
-        "--no-index",
-    ]
-    run([*command, "-f", f"{bucket.url}/whl/pt212cu126.html", "causal-conv1d"], step="pip install", env=installer_env)
+    pip_install(fresh_venv, installer_env, "--no-index", "-f", f"{bucket.url}/whl/pt212cu126.html", "causal-conv1d")
     assert installed_wheel(fresh_venv, installer_env) == WheelSpec(label="pt212cu126", python=PYTHON_TAG).wheel_filename
 
 
@@ -231,18 +220,7 @@ def test_a_publish_killed_midway_leaves_the_previous_index_consistent_and_the_ne
     assert set(report.uploaded).isdisjoint(dying.uploaded)
     assert crawl(bucket.url + "/").problems == []
     assert b"pt211cu128" in fetch(bucket.url + "/")[2] and b"1.7.1" in fetch(bucket.url + "/")[2]
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "--python",
-        fresh_venv,
-        "install",
-        "--no-cache-dir",
-        "--no-deps",
-        "--no-index",
-    ]
-    run([*command, "-f", f"{bucket.url}/whl/pt214cu130.html", "causal-conv1d"], step="pip install", env=installer_env)
+    pip_install(fresh_venv, installer_env, "--no-index", "-f", f"{bucket.url}/whl/pt214cu130.html", "causal-conv1d")
     assert installed_wheel(fresh_venv, installer_env) == added[1].name
 
 
