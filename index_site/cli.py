@@ -107,6 +107,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_publish(args: argparse.Namespace) -> int:
     from .s3 import S3Store  # boto3 is slow to import; only publish needs it
 
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs {args.jobs}: needs at least one upload at a time")
     _warn_if_indexed_for_loopback(_site(args))
     store = S3Store(args.bucket, endpoint_url=args.endpoint_url, region=args.region, connections=args.jobs + 2)
     where = f"s3://{args.bucket}/{args.prefix.strip('/')}"
