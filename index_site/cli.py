@@ -1,7 +1,191 @@
-"""Subcommands of the index stages: index, serve, publish. (Filled in by the index issue.)"""
+"""Subcommands of the index stages: index, serve, publish. Parses arguments, calls the stage, owns the output."""
 
 from __future__ import annotations
 
+import argparse
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from builder.errors import ConfigError
+
+from . import layout
+from .publish import PublishReport, check_plan, publish
+from .serve import make_server
+from .site import IndexReport, build_site, site_base_url
+
+console = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+
 
 def add_commands(commands, add_plan_arguments) -> None:
-    pass
+    index = commands.add_parser("index", help="write the static package index from dist/ and the ledger")
+    _add_site_arguments(index)
+    index.add_argument(
+        "--base-url",
+        default=os.environ.get("WHEELWRIGHT_BASE_URL", DEFAULT_BASE_URL),
+        help="public URL of the site, for the landing page's install commands "
+        "(env WHEELWRIGHT_BASE_URL; default: %(default)s)",
+    )
+    index.set_defaults(func=cmd_index)
+
+    serve = commands.add_parser("serve", help="serve the site over HTTP on this machine")
+    _add_site_arguments(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=8000, help="port, 0 for any free one (default: %(default)s)")
+    serve.set_defaults(func=cmd_serve)
+
+    publish_parser = commands.add_parser("publish", help="upload the site to an S3 bucket, changed objects only")
+    _add_site_arguments(publish_parser)
+    publish_parser.add_argument(
+        "--bucket", default=os.environ.get("WHEELWRIGHT_BUCKET"), help="bucket name (env WHEELWRIGHT_BUCKET)"
+    )
+    publish_parser.add_argument(
+        "--prefix",
+        default=os.environ.get("WHEELWRIGHT_PREFIX", ""),
+        help="key prefix inside the bucket (env WHEELWRIGHT_PREFIX)",
+    )
+    publish_parser.add_argument("--endpoint-url", help="S3 API endpoint (default: AWS, or AWS_ENDPOINT_URL)")
+    publish_parser.add_argument("--region", help="region (default: the AWS configuration's)")
+    publish_parser.add_argument("--dry-run", action="store_true", help="show what would be uploaded and stop")
+    publish_parser.add_argument(
+        "--break-lock", action="store_true", help="take the publish lock from a publish that died"
+    )
+    publish_parser.add_argument(
+        "--allow-delist", action="store_true", help="publish even if published wheels are missing locally"
+    )
+    publish_parser.add_argument("--jobs", type=int, default=8, help="parallel uploads (default: %(default)s)")
+    publish_parser.set_defaults(func=cmd_publish)
+
+
+def _add_site_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--output", type=Path, default=Path("wheelhouse"), help="build output folder (default: %(default)s)"
+    )
+    parser.add_argument("--site", type=Path, help="site folder (default: OUTPUT/site)")
+
+
+def _site(args: argparse.Namespace) -> Path:
+    return args.site if args.site is not None else args.output / "site"
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    report = build_site(args.output, _site(args), base_url=args.base_url)
+    _print_index_report(report, args.base_url)
+    _step_summary(report)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    site = _site(args)
+    if not (site / layout.SITE_MARKER).is_file():
+        raise ConfigError(f"{site}: no site to serve", tip="run `wheelwright index` (or `make index`) first")
+    try:
+        server = make_server(site, host=args.host, port=args.port)
+    except OSError as error:
+        raise ConfigError(
+            f"cannot listen on {args.host}:{args.port}: {error.strerror}", tip="pick another --port (0 = any free one)"
+        ) from None
+    out.print(f"Serving [bold]{site}[/bold] at [bold]{server.url}/[/bold] (Ctrl-C stops)")
+    for page in sorted(site.glob("whl/*.html"))[:3]:
+        out.print(f"  pip install PACKAGE -f {server.url}/whl/{page.name}")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        out.print("stopped")
+    finally:
+        server.server_close()
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from .s3 import S3Store  # boto3 is slow to import; only publish needs it
+
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs {args.jobs}: needs at least one upload at a time")
+    _warn_if_indexed_for_loopback(_site(args))
+    store = S3Store(args.bucket, endpoint_url=args.endpoint_url, region=args.region, connections=args.jobs + 2)
+    where = f"s3://{args.bucket}/{args.prefix.strip('/')}"
+    if args.dry_run:
+        report = publish(_site(args), store, prefix=args.prefix, dry_run=True, jobs=args.jobs)
+        _print_plan(report, where)
+        check_plan(report.plan, allow_delist=args.allow_delist)
+        return 0
+    with Progress(
+        TextColumn("uploading"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("", total=None)
+        report = publish(
+            _site(args),
+            store,
+            prefix=args.prefix,
+            break_lock=args.break_lock,
+            allow_delist=args.allow_delist,
+            jobs=args.jobs,
+            on_upload=lambda item: progress.update(task, advance=1, description=item.key),
+        )
+    _print_plan(report, where)
+    return 0
+
+
+def _print_index_report(report: IndexReport, base_url: str) -> None:
+    stats = report.stats
+    out.print(f"[bold]Indexed {report.wheels} wheels in {len(report.variants)} variants[/bold] -> {report.site}")
+    out.print(
+        f"  hashed {stats.hashed}, from ledger {stats.from_ledger}, cached {stats.cached}; "
+        f"{len(report.written)} files written, {report.unchanged} unchanged, {len(report.deleted)} deleted; "
+        f"{report.failures} failed builds shown"
+    )
+    for rejection in report.rejected:
+        console.print(f"[yellow]WARN[/yellow] not indexed: {rejection.reason}", soft_wrap=True)
+    for label in report.variants:
+        out.print(f"  {label}  pip install PACKAGE -f {base_url.rstrip('/')}/{layout.findlinks_path(label)}")
+
+
+def _print_plan(report: PublishReport, where: str) -> None:
+    plan = report.plan
+    verb = "would upload" if report.dry_run else "uploaded"
+    if plan.uploads:
+        table = Table(title=f"{where}: {verb} {len(plan.uploads)}", title_justify="left")
+        for column in ("key", "type", "bytes"):
+            table.add_column(column, no_wrap=column == "key")
+        for item in plan.uploads:
+            table.add_row(item.key, item.kind.content_type, str(item.size))
+        out.print(table)
+    out.print(f"{where}: {len(plan.uploads)} {verb}, {len(plan.unchanged)} unchanged")
+    for conflict in plan.conflicts:
+        console.print(f"[red]CONFLICT[/red] {conflict.key}: published bytes differ (sha256 {conflict.remote_sha256})")
+    for key in plan.delisted:
+        console.print(f"[yellow]WARN[/yellow] published wheel not in the local site: {key}")
+
+
+def _warn_if_indexed_for_loopback(site: Path) -> None:
+    base_url = site_base_url(site) if (site / layout.SITE_MARKER).is_file() else None
+    if base_url and urlsplit(base_url).hostname in ("127.0.0.1", "localhost", "::1"):
+        console.print(
+            f"[yellow]WARN[/yellow] the site was indexed for {base_url}, so its landing page's install commands "
+            "point there; run `wheelwright index --base-url <public URL>` before publishing",
+            soft_wrap=True,
+        )
+
+
+def _step_summary(report: IndexReport) -> None:
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return
+    lines = [f"### Index: {report.wheels} wheels in {len(report.variants)} variants", ""]
+    lines += [f"- `{label}`" for label in report.variants]
+    lines += [f"- not indexed: `{r.filename}`: {r.reason}" for r in report.rejected]
+    with open(path, "a", encoding="utf-8") as summary:
+        summary.write("\n".join(lines) + "\n")

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# System packages the tests need, installed idempotently (CI runs this from .ci/run; developers may too).
+# System packages the tests need beyond Python: Debian's Chromium for the landing-page test (playwright's own
+# browser download is not reachable from CI) and the fonts it renders with. Idempotent: installs only what is missing.
 set -euo pipefail
-packages=(chromium)
+
+packages=(chromium fonts-dejavu-core)
 missing=()
 for package in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
-if [ ${#missing[@]} -gt 0 ]; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "system packages present: ${packages[*]}"
+  exit 0
 fi
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

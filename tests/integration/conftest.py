@@ -1,15 +1,29 @@
-"""Real toolchains for integration tests: nvcc from the CUDA toolkit, cuobjdump from its PyPI wheel."""
+"""Session-wide real things for integration tests: nvcc from the CUDA toolkit and cuobjdump from its PyPI wheel;
+a wheelhouse of labelled wheels indexed and served over loopback HTTP, an S3 API server (moto's server mode) on
+loopback, and clean environments for real pip and uv."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
-from collections.abc import Callable, Sequence
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
+from builder.ledger import Ledger, LedgerEntry
 from builder.runner import run
+from index_site.serve import Served, serving
+from index_site.site import build_site
+from tests.index_checks import installer_environment
+from tests.wheelfactory import WheelSpec, make_wheel
 
 DATA = Path(__file__).parent / "data"
 TOY_KERNEL = DATA / "scale_kernel.cu"
@@ -56,3 +70,162 @@ def cuobjdump() -> Path:
     if not binaries:
         pytest.fail(f"nvidia-cuda-cuobjdump {dist.version} ships no cuobjdump binary")
     return binaries[0]
+
+
+PYTHON_TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
+OTHER_TAG = "cp312" if PYTHON_TAG != "cp312" else "cp313"
+
+# Three variants of causal-conv1d 1.7.0 for this interpreter (and one other Python), an older version in one
+# variant, and a second project: enough for an installer to pick the wrong file if the index let it.
+INDEX_WHEELS = (
+    WheelSpec(label="pt214cu130", python=PYTHON_TAG),
+    WheelSpec(label="pt214cu130", python=OTHER_TAG),
+    WheelSpec(label="pt213cu130", python=PYTHON_TAG),
+    WheelSpec(label="pt213cu130", python=OTHER_TAG),
+    WheelSpec(label="pt212cu126", python=PYTHON_TAG),
+    WheelSpec(version="1.6.1", label="pt213cu130", python=PYTHON_TAG),
+    WheelSpec(
+        project="mamba-ssm",
+        version="2.3.2.post1",
+        label="pt214cu130",
+        python=PYTHON_TAG,
+        payload_bytes=400_000,
+        summary="Mamba state space model",
+    ),
+)
+# The failed combos use Pythons older than any interpreter that runs the tests (no fixture wheel is built for them).
+FAILED_REASON = "nvcc fatal   : Unsupported gpu architecture 'compute_120'"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServedIndex:
+    output: Path
+    site: Path
+    url: str
+    requests: list[Served]
+
+    def wheel(
+        self, label: str, *, project: str = "causal-conv1d", version: str = "1.7.0", python: str = PYTHON_TAG
+    ) -> str:
+        spec = WheelSpec(project=project, version=version, label=label, python=python)
+        return spec.wheel_filename
+
+
+def write_wheelhouse(output: Path) -> None:
+    """The index fixture: wheels in dist/, a ledger that built some of them and failed on two more combos."""
+    paths = [make_wheel(output / "dist", spec) for spec in INDEX_WHEELS]
+    with Ledger(output / "ledger.sqlite") as ledger:
+        for path in paths[:2]:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            ledger.put(
+                _ledger_entry(
+                    path.name.split("-")[-3],
+                    "built",
+                    wheel=path.name,
+                    wheel_sha256=digest,
+                    wheel_size=path.stat().st_size,
+                )
+            )
+        ledger.put(_ledger_entry("cp39", "failed", phase="compile", reason=FAILED_REASON))
+        ledger.put(
+            _ledger_entry(
+                "cp38",
+                "unbuildable",
+                label="pt212cu126",
+                reason="torch 2.12 + CUDA 12.6 published no wheel for Python 3.8",
+            )
+        )
+
+
+def _ledger_entry(python_tag: str, status: str, *, label: str = "pt214cu130", **fields: object) -> LedgerEntry:
+    python = f"{python_tag[2]}.{python_tag[3:]}"
+    return LedgerEntry(
+        job_id=f"causal-conv1d-1.7.0+{label}-{python_tag}-x86_64",
+        package="causal-conv1d",
+        version="1.7.0",
+        label=label,
+        torch="2." + label[3:5] + ".0",
+        accelerator=label[5:],
+        python=python,
+        input_hash="0" * 64,
+        status=status,
+        **fields,
+    )
+
+
+@pytest.fixture(scope="session")
+def served_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedIndex]:
+    output = tmp_path_factory.mktemp("wheelhouse")
+    write_wheelhouse(output)
+    requests: list[Served] = []
+    lock = threading.Lock()
+
+    def record(served: Served) -> None:
+        with lock:
+            requests.append(served)
+
+    with serving(output / "site", on_request=record) as server:
+        build_site(output, output / "site", base_url=server.url)
+        yield ServedIndex(output=output, site=output / "site", url=server.url, requests=requests)
+
+
+@pytest.fixture
+def installer_env(tmp_path: Path) -> dict[str, str]:
+    return installer_environment(tmp_path / "uv-cache")
+
+
+@pytest.fixture
+def fresh_venv(tmp_path: Path, installer_env: dict[str, str]) -> Path:
+    """A new, empty virtual environment of this interpreter; returns its python."""
+    run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], step="create venv", env=installer_env)
+    return tmp_path / "venv" / "bin" / "python"
+
+
+def installed_wheel(python: Path, env: dict[str, str]) -> str:
+    """The filename of the causal-conv1d wheel installed in ``python``'s environment, as the wheel itself says."""
+    probe = "import causal_conv1d; print(causal_conv1d.WHEEL_FILENAME)"
+    return run([python, "-c", probe], step="probe installed wheel", env=env, capture=True).output.strip()
+
+
+@dataclass(frozen=True, kw_only=True)
+class S3Endpoint:
+    url: str
+
+    def new_bucket(self) -> str:
+        """A fresh bucket whose objects anyone may read, like a public index's."""
+        import boto3
+
+        name = f"wheels-{uuid.uuid4().hex[:12]}"
+        client = boto3.client("s3", endpoint_url=self.url, region_name="us-east-1")
+        client.create_bucket(Bucket=name)
+        statement = {
+            "Effect": "Allow",
+            "Principal": "*",
+            "Action": "s3:GetObject",
+            "Resource": f"arn:aws:s3:::{name}/*",
+        }
+        client.put_bucket_policy(Bucket=name, Policy=json.dumps({"Version": "2012-10-17", "Statement": [statement]}))
+        return name
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[S3Endpoint]:
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": "wheelwright-test-key",
+            "AWS_SECRET_ACCESS_KEY": "wheelwright-test-secret",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }.items():
+            patch.setenv(name, value)
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+            patch.delenv(name, raising=False)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        try:
+            yield S3Endpoint(url=f"http://{host}:{port}")
+        finally:
+            server.stop()

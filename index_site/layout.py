@@ -1,0 +1,130 @@
+"""Where each file of the site lives, what kind of file it is, and what that means for serving and publishing:
+content type, cache lifetime, mutability and the order in which a publish may make it visible."""
+
+from __future__ import annotations
+
+import functools
+import posixpath
+from dataclasses import dataclass
+from enum import IntEnum
+from urllib.parse import quote
+
+SITE_MARKER = ".wheelwright-site.json"  # also the manifest of what the index wrote, for publish
+JSON_CONTENT_TYPE = "application/vnd.pypi.simple.v1+json"
+LANDING = "index.html"
+
+
+class Tier(IntEnum):
+    """Publish order: a file may only link to files of a lower tier, so uploading tier by tier never exposes a
+    link to something not yet uploaded."""
+
+    FILE = 0  # wheels and their .metadata
+    PROJECT = 1  # per-project pages and variant find-links pages (link to files)
+    ROOT = 2  # project lists (link to project pages)
+    LANDING = 3  # the landing page (links to everything)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kind:
+    content_type: str
+    cache_control: str
+    immutable: bool  # never overwritten once published: clients cache these by filename
+    tier: Tier
+
+
+WHEEL = Kind(
+    content_type="application/octet-stream",
+    cache_control="public, max-age=31536000, immutable",
+    immutable=True,
+    tier=Tier.FILE,
+)
+METADATA = Kind(
+    content_type="text/plain; charset=utf-8",
+    cache_control="public, max-age=31536000, immutable",
+    immutable=True,
+    tier=Tier.FILE,
+)
+_PAGE_CACHE = "public, max-age=300"
+
+
+def wheel_path(label: str, filename: str) -> str:
+    return f"whl/{label}/{filename}"
+
+
+def metadata_path(label: str, filename: str) -> str:
+    return f"whl/{label}/{filename}.metadata"
+
+
+def findlinks_path(label: str) -> str:
+    return f"whl/{label}.html"
+
+
+def simple_root(label: str | None) -> str:
+    """The PEP 503 root of one variant, or of all variants when ``label`` is None."""
+    return f"whl/{label}/simple" if label else "simple"
+
+
+def json_root(label: str | None) -> str:
+    """The PEP 691 root: its own tree, because static hosting cannot negotiate content types."""
+    return f"whl/{label}/json" if label else "json"
+
+
+def href(page: str, target: str) -> str:
+    """A relative, percent-encoded link from the page at ``page`` to ``target`` (both site paths).
+
+    Directory index pages are reached by their directory URL, so links to them end in their directory.
+    """
+    directory, _, name = target.rpartition("/")
+    prefix = _relative_directory(posixpath.dirname(page), directory)
+    if name in ("index.html", "index.json"):
+        return prefix or "./"
+    return prefix + _quote(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _relative_directory(base: str, directory: str) -> str:
+    """``directory`` seen from ``base``, quoted, with a trailing slash ("" when they are the same)."""
+    relative = posixpath.relpath(directory or ".", base or ".")
+    return "" if relative == "." else quote(relative) + "/"
+
+
+@functools.lru_cache(maxsize=65536)
+def _quote(name: str) -> str:
+    return quote(name)  # "+" of a local version becomes %2B: some servers read a literal "+" as a space
+
+
+def kind_of(path: str) -> Kind:
+    """The kind of the site file at ``path`` (a POSIX path relative to the site root)."""
+    if path.endswith(".whl"):
+        return WHEEL
+    if path.endswith(".whl.metadata"):
+        return METADATA
+    content_type = JSON_CONTENT_TYPE if path.endswith(".json") else _suffix_type(path)
+    return Kind(content_type=content_type, cache_control=_PAGE_CACHE, immutable=False, tier=_page_tier(path))
+
+
+def _suffix_type(path: str) -> str:
+    if path.endswith(".html"):
+        return "text/html; charset=utf-8"
+    if path.endswith(".css"):
+        return "text/css; charset=utf-8"
+    if path.endswith(".png"):
+        return "image/png"
+    return "application/octet-stream"
+
+
+def _page_tier(path: str) -> Tier:
+    if path == LANDING:
+        return Tier.LANDING
+    parts = path.split("/")
+    if parts[-1] in ("index.html", "index.json") and parts[-2] in ("simple", "json"):
+        return Tier.ROOT
+    return Tier.PROJECT
+
+
+def directory_index(path: str) -> str | None:
+    """For a directory index page, the directory it stands for (``simple/foo/index.html`` -> ``simple/foo/``)."""
+    head, _, tail = path.rpartition("/")
+    if tail in ("index.html", "index.json"):
+        return head + "/" if head else ""
+    return None

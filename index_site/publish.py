@@ -1,0 +1,332 @@
+"""The publish stage: mirror the site into an object store so that readers always see a consistent index.
+
+Plan first, then apply. The plan compares each file's sha256 with the one stored in the object's metadata (cached
+in a manifest object, trusted while the object's ETag is unchanged) and refuses to replace a published wheel with
+different bytes. Applying uploads tier by tier (wheels, then the pages that link them, then the lists of pages),
+under a lock object created with a conditional write, so a publish that dies midway leaves every link resolving."""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from builder.errors import ConfigError, PublishError
+
+from . import layout
+from .site import load_manifest
+from .wheels import sha256_file
+
+log = logging.getLogger(__name__)
+
+STATE_DIR = ".wheelwright/"  # under the prefix: the lock and the manifest of published objects
+
+
+class AlreadyExists(Exception):
+    """A create-only write found the key taken."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemoteObject:
+    key: str
+    etag: str
+    size: int
+    sha256: str | None = None  # from the object's metadata, when known
+
+
+class ObjectStore(Protocol):
+    """The few operations publish needs; S3Store is the real one, tests may wrap it."""
+
+    def list(self, prefix: str) -> dict[str, RemoteObject]: ...
+    def head(self, key: str) -> RemoteObject | None: ...
+    def get(self, key: str) -> bytes | None: ...
+    def put(
+        self,
+        key: str,
+        body: bytes | Path,
+        *,
+        content_type: str,
+        cache_control: str,
+        sha256: str,
+        create_only: bool = False,
+    ) -> str: ...
+    def delete(self, key: str) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalObject:
+    key: str
+    path: Path
+    sha256: str
+    size: int
+    kind: layout.Kind
+
+
+@dataclass(frozen=True, kw_only=True)
+class Conflict:
+    key: str
+    local_sha256: str
+    remote_sha256: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishPlan:
+    uploads: tuple[LocalObject, ...]  # in publish order
+    unchanged: tuple[LocalObject, ...]
+    conflicts: tuple[Conflict, ...]  # published immutable objects whose bytes differ: never overwritten
+    delisted: tuple[str, ...]  # published wheels the new pages would stop linking
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishReport:
+    plan: PublishPlan
+    uploaded: tuple[str, ...]
+    dry_run: bool
+
+
+def normalise_prefix(prefix: str) -> str:
+    parts = [part for part in prefix.split("/") if part]
+    if any(part in (".", "..") for part in parts):
+        raise ConfigError(f"--prefix {prefix!r}: '.' and '..' are not allowed in a key prefix")
+    return "/".join(parts) + "/" if parts else ""
+
+
+def local_objects(site: Path, prefix: str) -> list[LocalObject]:
+    """Every file of the site as the object it becomes, directory index pages also under their directory key."""
+    if not (site / layout.SITE_MARKER).is_file():
+        raise ConfigError(
+            f"{site}: not a wheelwright site (no {layout.SITE_MARKER})", tip="run `wheelwright index` first"
+        )
+    manifest = load_manifest(site)
+    objects = []
+    for path in sorted(_site_files(site)):
+        relative = path.relative_to(site).as_posix()
+        stat = path.stat()
+        record = manifest.get(relative)
+        known = record is not None and (record.size, record.mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+        sha256 = record.sha256 if known else sha256_file(path)
+        kind = layout.kind_of(relative)
+        objects.append(LocalObject(key=prefix + relative, path=path, sha256=sha256, size=stat.st_size, kind=kind))
+        directory = layout.directory_index(relative)
+        if directory is not None and (directory or prefix):
+            # Object stores resolve no directory URLs; store the page under the directory's own key too.
+            objects.append(LocalObject(key=prefix + directory, path=path, sha256=sha256, size=stat.st_size, kind=kind))
+    return objects
+
+
+def remote_state(store: ObjectStore, prefix: str, wanted: Iterable[str], *, jobs: int = 8) -> dict[str, RemoteObject]:
+    """What is published under ``prefix``, with the sha256 of every object in ``wanted`` (and every wheel)."""
+    listing = store.list(prefix)
+    recorded = _read_manifest(store, prefix)
+    wanted = set(wanted)
+    state, unknown = {}, []
+    for key, remote in listing.items():
+        entry = recorded.get(key)
+        if entry is not None and entry[1] == remote.etag:
+            state[key] = RemoteObject(key=key, etag=remote.etag, size=remote.size, sha256=entry[0])
+        elif key in wanted:
+            unknown.append(key)
+        else:
+            state[key] = remote
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for key, head in zip(unknown, pool.map(store.head, unknown), strict=True):
+            if head is not None:
+                state[key] = head if head.sha256 or not layout.kind_of(key).immutable else _hashed(store, head)
+    log.info("remote %s: %d objects, %d looked up", prefix or "(bucket root)", len(listing), len(unknown))
+    return state
+
+
+def plan_publish(local: Sequence[LocalObject], remote: Mapping[str, RemoteObject], prefix: str) -> PublishPlan:
+    uploads, unchanged, conflicts = [], [], []
+    for item in local:
+        published = remote.get(item.key)
+        if published is None:
+            uploads.append(item)
+        elif published.sha256 == item.sha256:
+            unchanged.append(item)
+        elif item.kind.immutable:
+            conflicts.append(Conflict(key=item.key, local_sha256=item.sha256, remote_sha256=published.sha256))
+        else:
+            uploads.append(item)
+    local_keys = {item.key for item in local}
+    delisted = sorted(
+        key for key in remote if key.endswith(".whl") and key.startswith(prefix + "whl/") and key not in local_keys
+    )
+    uploads.sort(key=lambda item: (item.kind.tier, item.key))
+    return PublishPlan(
+        uploads=tuple(uploads), unchanged=tuple(unchanged), conflicts=tuple(conflicts), delisted=tuple(delisted)
+    )
+
+
+def check_plan(plan: PublishPlan, *, allow_delist: bool) -> None:
+    """Raise PublishError if applying ``plan`` would overwrite a published file or silently drop wheels."""
+    if plan.conflicts:
+        lines = [
+            f"{c.key}: published sha256 {c.remote_sha256 or 'unknown'}, local {c.local_sha256}" for c in plan.conflicts
+        ]
+        raise PublishError(
+            f"refusing to overwrite {len(plan.conflicts)} published file(s) with different bytes:\n" + "\n".join(lines),
+            tip="installers cache wheels by filename; publish a new version (or build number) instead",
+        )
+    if plan.delisted and not allow_delist:
+        shown = "\n".join(plan.delisted[:10]) + ("\n..." if len(plan.delisted) > 10 else "")
+        raise PublishError(
+            f"{len(plan.delisted)} published wheel(s) are not in the local site; "
+            f"the new pages would stop listing them:\n{shown}",
+            tip="put those wheels in dist/ and index again, or pass --allow-delist to drop them from the pages",
+        )
+
+
+def publish(
+    site: Path,
+    store: ObjectStore,
+    *,
+    prefix: str = "",
+    dry_run: bool = False,
+    break_lock: bool = False,
+    allow_delist: bool = False,
+    jobs: int = 8,
+    on_upload: Callable[[LocalObject], None] | None = None,
+) -> PublishReport:
+    """Publish ``site`` under ``prefix``: plan, check, then upload only what changed, in tier order."""
+    prefix = normalise_prefix(prefix)
+    local = local_objects(site, prefix)
+    wanted = [item.key for item in local]
+    if dry_run:
+        plan = plan_publish(local, remote_state(store, prefix, wanted, jobs=jobs), prefix)
+        return PublishReport(plan=plan, uploaded=(), dry_run=True)
+    with publish_lock(store, prefix + STATE_DIR + "lock", break_lock=break_lock):
+        remote = remote_state(store, prefix, wanted, jobs=jobs)
+        plan = plan_publish(local, remote, prefix)
+        check_plan(plan, allow_delist=allow_delist)
+        etags = _upload(store, plan.uploads, jobs=jobs, on_upload=on_upload)
+        _write_manifest(store, prefix, remote, plan, etags)
+    return PublishReport(plan=plan, uploaded=tuple(item.key for item in plan.uploads), dry_run=False)
+
+
+@contextmanager
+def publish_lock(store: ObjectStore, key: str, *, break_lock: bool) -> Iterator[None]:
+    """Hold the lock object ``key`` (created only if absent) for the duration of the block."""
+    token = uuid.uuid4().hex
+    holder = {
+        "owner": f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}",
+        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "token": token,
+    }
+    if break_lock:
+        log.warning("breaking the publish lock %s (held by %s)", key, _lock_holder(store, key))
+        store.delete(key)
+    try:
+        _put_json(store, key, holder, create_only=True)
+    except AlreadyExists:
+        raise PublishError(
+            f"another publish holds the lock {key} ({_lock_holder(store, key)})",
+            tip="wait for it to finish; if it died, rerun with --break-lock",
+        ) from None
+    try:
+        yield
+    finally:
+        _release_lock(store, key, token)
+
+
+def _upload(
+    store: ObjectStore, uploads: Iterable[LocalObject], *, jobs: int, on_upload: Callable[[LocalObject], None] | None
+) -> dict[str, str]:
+    """Upload tier by tier: nothing of a tier starts before everything of the tier below is stored."""
+    etags: dict[str, str] = {}
+    by_tier: dict[layout.Tier, list[LocalObject]] = {}
+    for item in uploads:
+        by_tier.setdefault(item.kind.tier, []).append(item)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for tier in sorted(by_tier):
+            for item, etag in zip(by_tier[tier], pool.map(lambda item: _put(store, item), by_tier[tier]), strict=True):
+                etags[item.key] = etag
+                if on_upload is not None:
+                    on_upload(item)
+    return etags
+
+
+def _put(store: ObjectStore, item: LocalObject) -> str:
+    options = {"content_type": item.kind.content_type, "cache_control": item.kind.cache_control, "sha256": item.sha256}
+    try:
+        return store.put(item.key, item.path, create_only=item.kind.immutable, **options)
+    except AlreadyExists:
+        # Another publisher stored this name since we looked: fine if the bytes are the same, refused otherwise.
+        published = store.head(item.key)
+        if published is not None and published.sha256 == item.sha256:
+            return published.etag
+        raise PublishError(
+            f"{item.key} appeared in the bucket with different bytes while publishing",
+            tip="another publisher uploaded a different build under this name; rebuild with a new version",
+        ) from None
+
+
+def _hashed(store: ObjectStore, remote: RemoteObject) -> RemoteObject:
+    """A published file without our sha256 metadata (put there by another tool): hash its bytes to compare."""
+    body = store.get(remote.key) or b""
+    return RemoteObject(key=remote.key, etag=remote.etag, size=remote.size, sha256=hashlib.sha256(body).hexdigest())
+
+
+def _read_manifest(store: ObjectStore, prefix: str) -> dict[str, list[str]]:
+    raw = store.get(prefix + STATE_DIR + "manifest.json")
+    if raw is None:
+        return {}
+    try:
+        return dict(json.loads(raw)["objects"])
+    except (ValueError, KeyError, TypeError):
+        log.warning("ignoring an unreadable %smanifest.json; looking objects up instead", prefix + STATE_DIR)
+        return {}
+
+
+def _write_manifest(
+    store: ObjectStore, prefix: str, remote: Mapping[str, RemoteObject], plan: PublishPlan, etags: Mapping[str, str]
+) -> None:
+    objects = {key: [obj.sha256, obj.etag] for key, obj in remote.items() if obj.sha256 is not None}
+    for item in plan.uploads:
+        objects[item.key] = [item.sha256, etags[item.key]]
+    _put_json(store, prefix + STATE_DIR + "manifest.json", {"objects": dict(sorted(objects.items()))})
+
+
+def _put_json(store: ObjectStore, key: str, document: object, *, create_only: bool = False) -> str:
+    body = json.dumps(document, separators=(",", ":")).encode()
+    sha256 = hashlib.sha256(body).hexdigest()
+    return store.put(
+        key, body, content_type="application/json", cache_control="no-store", sha256=sha256, create_only=create_only
+    )
+
+
+def _lock_holder(store: ObjectStore, key: str) -> str:
+    raw = store.get(key)
+    if raw is None:
+        return "nobody now"
+    try:
+        holder = json.loads(raw)
+        return f"{holder['owner']} since {holder['since']}"
+    except (ValueError, KeyError, TypeError):
+        return "an unreadable lock object"
+
+
+def _release_lock(store: ObjectStore, key: str, token: str) -> None:
+    try:
+        raw = store.get(key)
+        if raw is not None and json.loads(raw).get("token") == token:
+            store.delete(key)
+    except (PublishError, ValueError) as error:  # the publish's own error, if any, matters more
+        log.warning("could not release the publish lock %s: %s", key, error)
+
+
+def _site_files(site: Path) -> Iterator[Path]:
+    for directory, dirs, files in os.walk(site):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        yield from (Path(directory) / name for name in files if not name.startswith("."))

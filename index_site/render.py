@@ -1,0 +1,176 @@
+"""Render the catalog into pages: per variant a find-links page, a PEP 503 simple index and a PEP 691 JSON index,
+the same two indexes over all variants, and the landing page. Pure: catalog in, {site path: bytes} out."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+
+import jinja2
+import markupsafe
+from packaging.version import Version
+
+from . import layout
+from .catalog import Catalog
+from .landing import accelerator_text, build_landing
+from .wheels import WheelFile
+
+API_VERSION = "1.1"  # PEP 700: size, upload-time and versions in the JSON form
+_AFTER_PATH_SLASH = re.compile(r"(?<=[^:/]/)(?=[^/])")  # after a path's slashes, not inside "://"
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("index_site", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    environment.filters["filesize"] = _filesize
+    environment.filters["wbr"] = _breakable
+    return environment
+
+
+@functools.lru_cache(maxsize=4096)
+def _breakable(command: str) -> markupsafe.Markup:
+    """Escaped ``command`` that wraps between words and after a URL's slashes, never inside a name like
+    ``causal-conv1d==1.7.0``; it still copies as one line."""
+    words = []
+    for word in command.split(" "):
+        if "/" in word:
+            words.append(
+                markupsafe.Markup("<wbr>").join(markupsafe.escape(part) for part in _AFTER_PATH_SLASH.split(word))
+            )
+        else:
+            words.append(markupsafe.Markup('<span class="nowrap">%s</span>') % word)
+    return markupsafe.Markup(" ").join(words)
+
+
+def _filesize(size: int) -> str:
+    for unit in ("B", "kB", "MB"):
+        if size < 1000:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} GB"
+
+
+def render_site(catalog: Catalog, *, base_url: str) -> dict[str, bytes]:
+    """Every page of the site, keyed by its path under the site root."""
+    pages: dict[str, bytes] = {}
+    by_label: dict[str, list[WheelFile]] = defaultdict(list)
+    for wheel in catalog.wheels:
+        by_label[wheel.name.label].append(wheel)
+    for label, wheels in by_label.items():
+        pages[layout.findlinks_path(label)] = _findlinks_page(label, wheels)
+        pages.update(_indexes(label, wheels))
+    pages.update(_indexes(None, catalog.wheels))
+    landing = build_landing(catalog, base_url=base_url)
+    pages[layout.LANDING] = _render("landing.html", page=layout.LANDING, landing=landing, api_version=API_VERSION)
+    return pages
+
+
+def _indexes(label: str | None, wheels: Iterable[WheelFile]) -> dict[str, bytes]:
+    """The simple (HTML) and JSON indexes of one variant, or of all of them when ``label`` is None."""
+    by_project: dict[str, list[WheelFile]] = defaultdict(list)
+    for wheel in wheels:
+        by_project[wheel.name.project].append(wheel)
+    simple, json_root = layout.simple_root(label), layout.json_root(label)
+    pages = {
+        f"{simple}/index.html": _simple_root_page(f"{simple}/index.html", sorted(by_project), label),
+        f"{json_root}/index.json": _json_bytes(
+            {"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in sorted(by_project)]}
+        ),
+    }
+    for project, files in by_project.items():
+        page = f"{simple}/{project}/index.html"
+        pages[page] = _render(
+            "simple_project.html",
+            page=page,
+            title=f"Links for {project}",
+            links=_links(page, files),
+            api_version=API_VERSION,
+        )
+        page = f"{json_root}/{project}/index.json"
+        pages[page] = _json_bytes(_json_project(page, project, files))
+    return pages
+
+
+def _findlinks_page(label: str, wheels: list[WheelFile]) -> bytes:
+    page = layout.findlinks_path(label)
+    first = wheels[0].name
+    title = f"Wheels for torch {first.torch} + {accelerator_text(first.accelerator)} ({label})"
+    return _render("simple_project.html", page=page, title=title, links=_links(page, wheels), api_version=API_VERSION)
+
+
+def _simple_root_page(page: str, projects: list[str], label: str | None) -> bytes:
+    links = [{"href": layout.href(page, f"{layout.simple_root(label)}/{p}/index.html"), "name": p} for p in projects]
+    title = f"Simple index ({label})" if label else "Simple index (all variants)"
+    return _render("simple_root.html", page=page, title=title, projects=links, api_version=API_VERSION)
+
+
+def _links(page: str, wheels: Iterable[WheelFile]) -> list[markupsafe.Markup]:
+    """One anchor per wheel: the hash in the URL fragment, Requires-Python and the PEP 658/714 metadata digest."""
+    return [_anchor(layout.href(page, layout.wheel_path(w.name.label, w.filename)), w) for w in _ordered(wheels)]
+
+
+def _anchor(href: str, wheel: WheelFile) -> markupsafe.Markup:
+    head = f'<a href="{markupsafe.escape(href)}#sha256={markupsafe.escape(wheel.sha256)}"'
+    return markupsafe.Markup(head + _anchor_tail(wheel.filename, wheel.metadata.requires_python, wheel.metadata.sha256))
+
+
+@functools.lru_cache(maxsize=65536)
+def _anchor_tail(filename: str, requires_python: str | None, metadata_sha256: str) -> str:
+    """The escaped part of a wheel's anchor that is the same on every page listing it (built once per run)."""
+    escape = markupsafe.escape
+    python = f' data-requires-python="{escape(requires_python)}"' if requires_python is not None else ""
+    metadata = escape(f"sha256={metadata_sha256}")
+    return f'{python} data-core-metadata="{metadata}" data-dist-info-metadata="{metadata}">{escape(filename)}</a><br>'
+
+
+def _json_project(page: str, project: str, wheels: list[WheelFile]) -> dict[str, object]:
+    files = []
+    for wheel in _ordered(wheels):
+        entry: dict[str, object] = {
+            "filename": wheel.filename,
+            "url": layout.href(page, layout.wheel_path(wheel.name.label, wheel.filename)),
+            "hashes": {"sha256": wheel.sha256},
+            "core-metadata": {"sha256": wheel.metadata.sha256},
+            "dist-info-metadata": {"sha256": wheel.metadata.sha256},
+            "size": wheel.size,
+            "upload-time": _iso_time(wheel.upload_time),
+            "yanked": False,
+        }
+        if wheel.metadata.requires_python is not None:
+            entry["requires-python"] = wheel.metadata.requires_python
+        files.append(entry)
+    versions = sorted({w.name.version for w in wheels}, key=_version)
+    return {"meta": {"api-version": API_VERSION}, "name": project, "versions": versions, "files": files}
+
+
+def _ordered(wheels: Iterable[WheelFile]) -> list[WheelFile]:
+    return sorted(wheels, key=lambda w: (w.name.project, _version(w.name.version), w.filename))
+
+
+@functools.lru_cache(maxsize=4096)
+def _version(text: str) -> Version:
+    return Version(text)
+
+
+@functools.lru_cache(maxsize=65536)
+def _iso_time(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _json_bytes(document: Mapping[str, object]) -> bytes:
+    return (json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+
+def _render(template: str, **context: object) -> bytes:
+    return _environment().get_template(template).render(**context).encode()

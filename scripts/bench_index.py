@@ -1,0 +1,222 @@
+"""Benchmark the index stage: index N synthetic wheels (realistic names across the torch x accelerator x Python
+variants of builder/data/torch.toml) cold, again unchanged, and after one wheel is added; then measure the bytes
+real pip downloads for `install --dry-run` with PEP 658 metadata and without it.
+
+    .venv/bin/python scripts/bench_index.py              # 10,000 wheels
+    .venv/bin/python scripts/bench_index.py --wheels 300 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import re
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from builder.facts import load_facts
+from builder.job import format_label
+from builder.runner import run
+from index_site.serve import Served, serving
+from index_site.site import build_site
+from index_site.wheels import sha256_file
+from tests.index_checks import installer_environment, pip_install
+from tests.wheelfactory import WheelSpec, make_wheel
+
+PROJECTS = {
+    "causal-conv1d": [f"1.{minor}.{patch}" for minor in range(8) for patch in range(3)],
+    "mamba-ssm": [f"2.{minor}.{patch}" for minor in range(4) for patch in range(6)],
+}
+PYTHON_TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
+
+
+def synthetic_specs(count: int, payload: int) -> Iterator[WheelSpec]:
+    """``count`` distinct wheels: every variant torch built, for each of its Pythons, across many versions."""
+    variants = [
+        (format_label(release.latest, accelerator), "cp" + python.replace(".", ""))
+        for release in load_facts().releases
+        for accelerator in release.accelerators
+        for python in release.python
+    ]
+    releases = [(project, version) for project, versions in PROJECTS.items() for version in versions]
+    combos = itertools.product(releases, variants)
+    for (project, version), (label, python) in itertools.islice(combos, count):
+        yield WheelSpec(
+            project=project,
+            version=version,
+            label=label,
+            python=python,
+            platform="manylinux_2_28_x86_64",
+            payload_bytes=payload,
+        )
+
+
+def timed(action, *args, **kwargs):
+    start = time.perf_counter()
+    result = action(*args, **kwargs)
+    return result, time.perf_counter() - start
+
+
+def pip_dry_run_bytes(site: Path, page: str, requirement: str, workdir: Path) -> dict[str, int]:
+    """Bytes served to pip resolving ``requirement`` from the find-links page ``page`` (site path)."""
+    served: list[Served] = []
+    lock = threading.Lock()
+
+    def record(request: Served) -> None:
+        with lock:
+            served.append(request)
+
+    env = installer_environment(workdir / "uv-cache")
+    venv = workdir / f"venv-{len(list(workdir.glob('venv-*')))}"
+    run([sys.executable, "-m", "venv", "--without-pip", venv], step="create venv", env=env)
+    with serving(site, on_request=record) as server:
+        pip_install(venv / "bin" / "python", env, "--dry-run", "--no-index", "-f", f"{server.url}/{page}", requirement)
+    kinds = {"page": 0, "metadata": 0, "wheel": 0}
+    for request in served:
+        kind = (
+            "wheel" if request.path.endswith(".whl") else "metadata" if request.path.endswith(".metadata") else "page"
+        )
+        kinds[kind] += request.length
+    return {**kinds, "total": sum(kinds.values())}
+
+
+def without_pep658(site: Path, page: str) -> str:
+    """A copy of the find-links page ``page`` without PEP 658/714 attributes, beside it; returns its site path."""
+    stripped = re.sub(r' data-(?:core|dist-info)-metadata="[^"]*"', "", (site / page).read_text())
+    copy = page.replace(".html", "-no658.html")
+    (site / copy).write_text(stripped)
+    return copy
+
+
+def bench_big_wheels(count: int, megabytes: float, workdir: Path) -> dict[str, object]:
+    """Cold-index ``count`` wheels of realistic size: the time should be mostly sha256 over their bytes."""
+    output = workdir / "big"
+    labels = ("pt214cu130", "pt213cu130", "pt212cu126", "pt211cu128")
+    specs = [
+        WheelSpec(
+            version=f"1.{i}.0", label=labels[i % len(labels)], python=PYTHON_TAG, payload_bytes=int(megabytes * 1e6)
+        )
+        for i in range(count)
+    ]
+    paths = [make_wheel(output / "dist", spec) for spec in specs]
+    _, hash_seconds = timed(lambda: [sha256_file(path) for path in paths])
+    _, cold_seconds = timed(build_site, output, output / "site", base_url="https://wheels.example.org")
+    size = sum(path.stat().st_size for path in paths)
+    return {
+        "wheels": count,
+        "bytes": size,
+        "sha256_all_seconds": round(hash_seconds, 3),
+        "cold_seconds": round(cold_seconds, 3),
+    }
+
+
+def bench(count: int, payload: int, resolved_mb: float, workdir: Path) -> dict[str, object]:
+    output = workdir / "wheelhouse"
+    specs, generate_seconds = timed(
+        lambda: [make_wheel(output / "dist", spec) for spec in synthetic_specs(count, payload)]
+    )
+    total_bytes = sum(path.stat().st_size for path in specs)
+    _, hash_seconds = timed(lambda: [sha256_file(path) for path in specs])
+    site = output / "site"
+    cold, cold_seconds = timed(build_site, output, site, base_url="https://wheels.example.org")
+    same, same_seconds = timed(build_site, output, site, base_url="https://wheels.example.org")
+    label = "pt214cu130"
+    added = WheelSpec(
+        project="causal-conv1d",
+        version="1.9.0",
+        label=label,
+        python=PYTHON_TAG,
+        platform="manylinux_2_28_x86_64",
+        payload_bytes=int(resolved_mb * 1e6),
+    )
+    make_wheel(output / "dist", added)
+    incremental, incremental_seconds = timed(build_site, output, site, base_url="https://wheels.example.org")
+    page = f"whl/{label}.html"
+    with_658 = pip_dry_run_bytes(site, page, "causal-conv1d", workdir)
+    without_658 = pip_dry_run_bytes(site, without_pep658(site, page), "causal-conv1d", workdir)
+    return {
+        "wheels": cold.wheels,
+        "variants": len(cold.variants),
+        "dist_bytes": total_bytes,
+        "generate_seconds": round(generate_seconds, 2),
+        "sha256_all_seconds": round(hash_seconds, 3),
+        "cold_seconds": round(cold_seconds, 3),
+        "cold_files_written": len(cold.written),
+        "unchanged_seconds": round(same_seconds, 3),
+        "unchanged_files_written": len(same.written),
+        "incremental_seconds": round(incremental_seconds, 3),
+        "incremental_hashed": incremental.stats.hashed,
+        "incremental_files_written": len(incremental.written),
+        "resolved_wheel_bytes": (output / "dist" / added.wheel_filename).stat().st_size,
+        "pip_bytes_with_pep658": with_658,
+        "pip_bytes_without_pep658": without_658,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--wheels", type=int, default=10_000, help="synthetic wheels to index (default: %(default)s)")
+    parser.add_argument(
+        "--payload-bytes", type=int, default=1024, help="filler per synthetic wheel (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--resolved-wheel-mb", type=float, default=20.0, help="size of the wheel pip resolves (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--big-wheels",
+        type=int,
+        default=8,
+        help="realistic-size wheels for the hashing-bound cold run (default: %(default)s)",
+    )
+    parser.add_argument("--big-wheel-mb", type=float, default=64.0, help="size of each of those (default: %(default)s)")
+    parser.add_argument("--workdir", type=Path, help="keep the generated files here (default: a temporary folder)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-index-") as temporary:
+        workdir = args.workdir or Path(temporary)
+        workdir.mkdir(parents=True, exist_ok=True)
+        results = bench(args.wheels, args.payload_bytes, args.resolved_wheel_mb, workdir)
+        results["big"] = bench_big_wheels(args.big_wheels, args.big_wheel_mb, workdir) if args.big_wheels else None
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        _print_results(results)
+    return 0
+
+
+def _print_results(r: dict) -> None:
+    with_658, without = r["pip_bytes_with_pep658"], r["pip_bytes_without_pep658"]
+    lines = [
+        ("wheels indexed", f"{r['wheels']} in {r['variants']} variants ({r['dist_bytes'] / 1e6:.1f} MB)"),
+        ("cold index", f"{r['cold_seconds']:.2f} s ({r['cold_files_written']} files written)"),
+        ("  sha256 of every wheel", f"{r['sha256_all_seconds']:.2f} s"),
+        ("re-index, nothing changed", f"{r['unchanged_seconds']:.2f} s ({r['unchanged_files_written']} files written)"),
+        (
+            "incremental, 1 wheel added",
+            (
+                f"{r['incremental_seconds']:.2f} s (hashed {r['incremental_hashed']}, "
+                f"{r['incremental_files_written']} files written)"
+            ),
+        ),
+    ]
+    if r["big"]:
+        big = r["big"]
+        each = big["bytes"] / big["wheels"] / 1e6
+        lines.append((f"cold index, {big['wheels']} x {each:.0f} MB wheels", f"{big['cold_seconds']:.2f} s"))
+        lines.append(("  sha256 of those wheels", f"{big['sha256_all_seconds']:.2f} s"))
+    for name, served in (("pip --dry-run, PEP 658", with_658), ("pip --dry-run, no PEP 658", without)):
+        parts = f"page {served['page']:,} + metadata {served['metadata']:,} + wheel {served['wheel']:,}"
+        lines.append((name, f"{served['total']:,} bytes ({parts})"))
+    for name, value in lines:
+        print(f"{name + ':':<34} {value}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""scripts/bench_index.py runs end to end on a small scale, and its numbers say what the index promises:
+one added wheel is one hash and a handful of files, and pip with PEP 658 metadata never fetches the wheel."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from builder.runner import run
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_index.py"
+
+
+def test_bench_index_small(tmp_path: Path) -> None:
+    arguments = [
+        "--wheels",
+        "300",
+        "--big-wheels",
+        "2",
+        "--big-wheel-mb",
+        "4",
+        "--resolved-wheel-mb",
+        "2",
+        "--workdir",
+        tmp_path,
+        "--json",
+    ]
+    output = run([sys.executable, SCRIPT, *arguments], step="bench_index", env=dict(os.environ), capture=True).output
+    results = json.loads(output[output.index("{") :])
+    assert results["wheels"] == 300
+    assert (
+        results["unchanged_files_written"],
+        results["incremental_hashed"],
+        results["incremental_files_written"],
+    ) == (0, 1, 8)
+    with_658, without = results["pip_bytes_with_pep658"], results["pip_bytes_without_pep658"]
+    assert with_658["wheel"] == 0 and with_658["metadata"] > 0
+    assert without["wheel"] == results["resolved_wheel_bytes"] and without["metadata"] == 0
+    assert with_658["total"] * 10 < without["total"]
+    assert results["big"]["cold_seconds"] > 0 and results["big"]["bytes"] > 8_000_000

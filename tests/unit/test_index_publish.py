@@ -1,0 +1,248 @@
+"""Publish decisions against an in-memory object store: what is uploaded, in which order, what is refused, and
+how the lock behaves. The real S3 API (moto's server over HTTP) is exercised in tests/integration."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from builder.errors import ConfigError, PublishError
+from index_site import layout
+from index_site.publish import STATE_DIR, AlreadyExists, RemoteObject, normalise_prefix, publish
+from index_site.site import build_site
+from tests.wheelfactory import WheelSpec, make_wheel
+
+
+class MemoryStore:
+    """Just enough of an S3 bucket: ETags change on every write, create-only writes fail on existing keys."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict] = {}
+        self.puts: list[str] = []
+        self.heads: list[str] = []
+        self._lock = threading.Lock()
+        self._writes = 0
+
+    def list(self, prefix: str) -> dict[str, RemoteObject]:
+        return {
+            k: RemoteObject(key=k, etag=o["etag"], size=len(o["body"]))
+            for k, o in self.objects.items()
+            if k.startswith(prefix)
+        }
+
+    def head(self, key: str) -> RemoteObject | None:
+        self.heads.append(key)
+        o = self.objects.get(key)
+        return None if o is None else RemoteObject(key=key, etag=o["etag"], size=len(o["body"]), sha256=o["sha256"])
+
+    def get(self, key: str) -> bytes | None:
+        o = self.objects.get(key)
+        return None if o is None else o["body"]
+
+    def put(
+        self, key: str, body, *, content_type: str, cache_control: str, sha256: str, create_only: bool = False
+    ) -> str:
+        data = body.read_bytes() if isinstance(body, Path) else body
+        with self._lock:
+            if create_only and key in self.objects:
+                raise AlreadyExists(key)
+            self._writes += 1
+            etag = f'"{hashlib.md5(data).hexdigest()}-{self._writes}"'
+            self.objects[key] = {
+                "body": data,
+                "content_type": content_type,
+                "cache_control": cache_control,
+                "sha256": sha256,
+                "etag": etag,
+            }
+            self.puts.append(key)
+        return etag
+
+    def delete(self, key: str) -> None:
+        self.objects.pop(key, None)
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    for label in ("pt214cu130", "pt213cu130", "pt212cu126"):
+        make_wheel(tmp_path / "dist", WheelSpec(label=label))
+    build_site(tmp_path, tmp_path / "site", base_url="https://w.example")
+    return tmp_path / "site"
+
+
+def test_first_publish_uploads_everything_files_before_pages_before_lists(site: Path) -> None:
+    store = MemoryStore()
+    report = publish(site, store, prefix="idx", jobs=1)
+    files = [p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    assert {f"idx/{f}" for f in files} <= set(report.uploaded)
+    tiers = [
+        layout.kind_of(_site_path(site, key.removeprefix("idx/"))).tier for key in store.puts if STATE_DIR not in key
+    ]
+    assert tiers == sorted(tiers) and tiers[0] == layout.Tier.FILE and tiers[-1] == layout.Tier.LANDING
+    wheel = store.objects["idx/whl/pt213cu130/causal_conv1d-1.7.0+pt213cu130-cp311-cp311-linux_x86_64.whl"]
+    assert (wheel["content_type"], wheel["cache_control"]) == (
+        "application/octet-stream",
+        "public, max-age=31536000, immutable",
+    )
+    assert wheel["sha256"] == hashlib.sha256(wheel["body"]).hexdigest()
+    # Directory URLs exist as keys of their own, with the page's type (JSON under a JSON root).
+    assert store.objects["idx/simple/causal-conv1d/"]["body"] == (site / "simple/causal-conv1d/index.html").read_bytes()
+    assert store.objects["idx/json/causal-conv1d/"]["content_type"] == "application/vnd.pypi.simple.v1+json"
+    assert store.objects["idx/"]["content_type"] == "text/html; charset=utf-8"
+    assert f"idx/{STATE_DIR}lock" not in store.objects  # released
+
+
+def _site_path(site: Path, key: str) -> str:
+    """The site file a key holds: a directory key holds its index page."""
+    if key == "" or key.endswith("/"):
+        return next(key + name for name in ("index.html", "index.json") if (site / key / name).exists())
+    return key
+
+
+def test_republish_uploads_nothing_and_trusts_the_manifest_while_etags_hold(site: Path) -> None:
+    store = MemoryStore()
+    publish(site, store)
+    store.puts.clear()
+    store.heads.clear()
+    report = publish(site, store)
+    assert report.uploaded == ()
+    assert store.heads == []
+    assert store.puts == [f"{STATE_DIR}lock", f"{STATE_DIR}manifest.json"]
+
+
+def test_an_object_changed_behind_our_back_is_looked_up_and_replaced(site: Path) -> None:
+    store = MemoryStore()
+    publish(site, store)
+    store.put("simple/index.html", b"vandalised", content_type="text/html", cache_control="", sha256="x")
+    store.heads.clear()
+    report = publish(site, store)
+    assert store.heads == ["simple/index.html"]
+    assert report.uploaded == ("simple/index.html",)
+    assert store.objects["simple/index.html"]["body"] == (site / "simple/index.html").read_bytes()
+
+
+def test_only_changed_objects_after_a_new_wheel(site: Path, tmp_path: Path) -> None:
+    store = MemoryStore()
+    publish(site, store)
+    new = make_wheel(tmp_path / "dist", WheelSpec(label="pt213cu130", python="cp312"))
+    build_site(tmp_path, site, base_url="https://w.example")
+    report = publish(site, store)
+    assert set(report.uploaded) == {
+        f"whl/pt213cu130/{new.name}",
+        f"whl/pt213cu130/{new.name}.metadata",
+        "whl/pt213cu130.html",
+        "whl/pt213cu130/simple/causal-conv1d/index.html",
+        "whl/pt213cu130/simple/causal-conv1d/",
+        "whl/pt213cu130/json/causal-conv1d/index.json",
+        "whl/pt213cu130/json/causal-conv1d/",
+        "simple/causal-conv1d/index.html",
+        "simple/causal-conv1d/",
+        "json/causal-conv1d/index.json",
+        "json/causal-conv1d/",
+        "index.html",
+    }
+
+
+def test_a_published_wheel_is_never_overwritten_with_other_bytes(site: Path, tmp_path: Path) -> None:
+    store = MemoryStore()
+    publish(site, store)
+    make_wheel(tmp_path / "dist", WheelSpec(label="pt212cu126", salt="rebuilt"))
+    build_site(tmp_path, site, base_url="https://w.example")
+    before = {k: o["etag"] for k, o in store.objects.items()}
+    with pytest.raises(PublishError, match="refusing to overwrite 1 published file"):
+        publish(site, store)
+    after = {k: o["etag"] for k, o in store.objects.items()}
+    assert after == before  # nothing at all was written, the lock came and went
+
+
+def test_wheels_missing_locally_are_not_silently_delisted(site: Path, tmp_path: Path) -> None:
+    store = MemoryStore()
+    publish(site, store)
+    for wheel in (tmp_path / "dist").glob("*pt212cu126*"):
+        wheel.unlink()
+    build_site(tmp_path, site, base_url="https://w.example")
+    with pytest.raises(PublishError, match="1 published wheel"):
+        publish(site, store)
+    report = publish(site, store, allow_delist=True)
+    assert "whl/pt212cu126.html" not in report.uploaded
+    assert any(key.startswith("whl/pt212cu126/") for key in store.objects)  # delisted, never deleted
+
+
+def test_a_held_lock_stops_a_second_publisher_until_broken(site: Path) -> None:
+    store = MemoryStore()
+    holder = {"owner": "ci@runner-7 pid 42", "since": "2026-01-01T00:00:00Z", "token": "t"}
+    store.put(
+        f"{STATE_DIR}lock", json.dumps(holder).encode(), content_type="application/json", cache_control="", sha256=""
+    )
+    with pytest.raises(PublishError, match="ci@runner-7 pid 42 since 2026-01-01"):
+        publish(site, store)
+    assert not any(key.endswith(".whl") for key in store.objects)
+    publish(site, store, break_lock=True)
+    assert any(key.endswith(".whl") for key in store.objects)
+    assert f"{STATE_DIR}lock" not in store.objects
+
+
+def test_a_failed_publish_releases_its_lock(site: Path) -> None:
+    store = MemoryStore()
+    original = store.put
+
+    def failing_put(key: str, body, **options) -> str:
+        if key.endswith(".html"):
+            raise PublishError("S3 put: InternalError")
+        return original(key, body, **options)
+
+    store.put = failing_put  # type: ignore[method-assign]
+    with pytest.raises(PublishError, match="InternalError"):
+        publish(site, store)
+    assert f"{STATE_DIR}lock" not in store.objects
+    assert store.objects  # the wheels went up ...
+    assert not {"simple/", "simple/index.html", "json/", "index.html"} & set(store.objects)  # ... no list of pages did
+
+
+def test_a_racing_publisher_with_the_same_bytes_is_fine_with_other_bytes_refused(site: Path) -> None:
+    store = MemoryStore()
+    wheel = next(site.glob("whl/pt214cu130/*.whl"))
+    key = f"whl/pt214cu130/{wheel.name}"
+    original_list = store.list
+
+    def list_then_race(prefix: str) -> dict[str, RemoteObject]:
+        listing = original_list(prefix)  # the plan sees an empty bucket; then someone else stores the wheel
+        store.put(key, b"other bytes", content_type="", cache_control="", sha256="f" * 64)
+        return listing
+
+    store.list = list_then_race  # type: ignore[method-assign]
+    with pytest.raises(PublishError, match="appeared in the bucket with different bytes"):
+        publish(site, store)
+    assert store.objects[key]["body"] == b"other bytes"
+
+
+def test_a_wheel_published_by_another_tool_is_compared_by_its_bytes(site: Path) -> None:
+    wheel = next(site.glob("whl/pt214cu130/*.whl"))
+    key = f"whl/pt214cu130/{wheel.name}"
+    store = MemoryStore()
+    store.put(key, wheel, content_type="", cache_control="", sha256="")  # no digest in its metadata
+    assert key not in publish(site, store).uploaded  # same bytes: left alone
+    other = MemoryStore()
+    other.put(key, b"not the same wheel", content_type="", cache_control="", sha256="")
+    with pytest.raises(PublishError, match="refusing to overwrite 1"):
+        publish(site, other)
+
+
+def test_dry_run_writes_nothing(site: Path) -> None:
+    store = MemoryStore()
+    report = publish(site, store, dry_run=True)
+    assert report.dry_run and report.uploaded == () and len(report.plan.uploads) > 10
+    assert store.objects == {}
+
+
+def test_prefix_is_normalised_and_checked(site: Path) -> None:
+    assert normalise_prefix("/a//b/") == "a/b/"
+    assert normalise_prefix("") == ""
+    with pytest.raises(ConfigError, match="not allowed"):
+        normalise_prefix("a/../b")
+    with pytest.raises(ConfigError, match="not a wheelwright site"):
+        publish(site.parent / "dist", MemoryStore())

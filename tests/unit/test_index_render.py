@@ -1,0 +1,136 @@
+"""Rendered pages: golden files (review their diffs; `pytest --update-golden` rewrites them), the attributes
+PEP 503/592/658/714 clients read, escaping, and the PEP 691 JSON form against a schema of the spec."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from builder.ledger import LedgerEntry
+from index_site.catalog import Catalog, ScanStats
+from index_site.render import render_site
+from tests.wheelfactory import indexed_wheel
+
+GOLDEN = Path(__file__).parent.parent / "golden" / "index_site"
+BASE = "https://wheels.example.org/"
+
+
+CATALOG = Catalog(
+    wheels=(
+        indexed_wheel("causal_conv1d-1.7.0+pt214cu130-cp311-cp311-linux_x86_64.whl", "a"),
+        indexed_wheel("causal_conv1d-1.7.0+pt214cu130-cp312-cp312-linux_x86_64.whl", "b"),
+        indexed_wheel("causal_conv1d-1.7.0+pt213cu130-cp311-cp311-linux_x86_64.whl", "c", requires_python="<4,>=3.9"),
+        indexed_wheel("causal_conv1d-1.6.1+pt24rocm61-cp311-cp311-linux_x86_64.whl", "d", requires_python=None),
+        indexed_wheel(
+            "mamba_ssm-2.3.2.post1+pt214cu130-cp311-cp311-linux_x86_64.whl",
+            "e",
+            summary="<script>alert('mamba')</script>",
+        ),
+    ),
+    rejected=(),
+    failures=(
+        LedgerEntry(
+            job_id="causal-conv1d-1.7.0+pt214cu130-cp313-x86_64",
+            package="causal-conv1d",
+            version="1.7.0",
+            label="pt214cu130",
+            torch="2.14.1",
+            accelerator="cu130",
+            python="3.13",
+            input_hash="0" * 64,
+            status="failed",
+            phase="compile",
+            reason='nvcc fatal: "<script>" unsupported',
+        ),
+    ),
+    stats=ScanStats(),
+)
+
+
+@pytest.fixture(scope="module")
+def pages() -> dict[str, bytes]:
+    return render_site(CATALOG, base_url=BASE)
+
+
+def test_pages_match_golden_files(pages: dict[str, bytes], update_golden: bool) -> None:
+    if update_golden:
+        for path, content in pages.items():
+            (GOLDEN / path).parent.mkdir(parents=True, exist_ok=True)
+            (GOLDEN / path).write_bytes(content)
+    golden = {p.relative_to(GOLDEN).as_posix() for p in GOLDEN.rglob("*") if p.is_file()}
+    assert golden == set(pages), "pages added or removed; rerun with --update-golden and review the diff"
+    for path, content in pages.items():
+        assert content == (GOLDEN / path).read_bytes(), f"{path} differs from its golden file (--update-golden)"
+
+
+def test_one_find_links_page_and_one_index_per_variant(pages: dict[str, bytes]) -> None:
+    page = pages["whl/pt213cu130.html"].decode()
+    assert page.count("<a ") == 1 and "pt214cu130" not in page
+    assert "whl/pt214cu130/simple/causal-conv1d/index.html" in pages
+    assert "whl/pt214cu130/simple/mamba-ssm/index.html" in pages
+    assert "whl/pt213cu130/simple/mamba-ssm/index.html" not in pages
+    assert pages["simple/causal-conv1d/index.html"].decode().count("<a ") == 4
+
+
+def test_links_carry_hash_metadata_and_escaped_requires_python(pages: dict[str, bytes]) -> None:
+    page = pages["whl/pt213cu130/simple/causal-conv1d/index.html"].decode()
+    href = "../../causal_conv1d-1.7.0%2Bpt213cu130-cp311-cp311-linux_x86_64.whl#sha256=" + "c" * 64
+    assert f'<a href="{href}"' in page
+    assert 'data-requires-python="&lt;4,&gt;=3.9"' in page
+    assert f'data-core-metadata="sha256={"c" * 63}m" data-dist-info-metadata="sha256={"c" * 63}m"' in page
+    assert '<meta name="pypi:repository-version" content="1.1">' in page
+    assert "data-requires-python" not in pages["whl/pt24rocm61.html"].decode()
+
+
+def test_hostile_metadata_and_reasons_are_escaped_on_the_landing_page(pages: dict[str, bytes]) -> None:
+    landing = pages["index.html"].decode()
+    assert "<script>" not in landing
+    assert "&lt;script&gt;alert(&#39;mamba&#39;)&lt;/script&gt;" in landing
+    assert "nvcc fatal: &#34;&lt;script&gt;&#34; unsupported" in landing
+
+
+PROJECT_SCHEMA = {
+    "type": "object",
+    "required": ["meta", "name", "files", "versions"],
+    "properties": {
+        "meta": {"type": "object", "required": ["api-version"], "properties": {"api-version": {"const": "1.1"}}},
+        "name": {"type": "string", "pattern": "^[a-z0-9]+(-[a-z0-9]+)*$"},
+        "versions": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        "files": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["filename", "url", "hashes", "size", "upload-time"],
+                "properties": {
+                    "filename": {"type": "string"},
+                    "url": {"type": "string"},
+                    "hashes": {
+                        "type": "object",
+                        "required": ["sha256"],
+                        "properties": {"sha256": {"pattern": "^[0-9a-f]{64}$"}},
+                    },
+                    "requires-python": {"type": "string"},
+                    "core-metadata": {"type": "object", "required": ["sha256"]},
+                    "dist-info-metadata": {"type": "object", "required": ["sha256"]},
+                    "size": {"type": "integer", "minimum": 0},
+                    "upload-time": {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z$"},
+                    "yanked": {"type": ["boolean", "string"]},
+                },
+            },
+        },
+    },
+}
+
+
+def test_json_pages_follow_pep_691_and_700(pages: dict[str, bytes]) -> None:
+    project = json.loads(pages["json/causal-conv1d/index.json"])
+    jsonschema.validate(project, PROJECT_SCHEMA)
+    assert project["versions"] == ["1.6.1+pt24rocm61", "1.7.0+pt213cu130", "1.7.0+pt214cu130"]
+    first = project["files"][0]
+    assert first["url"] == "../../whl/pt24rocm61/causal_conv1d-1.6.1%2Bpt24rocm61-cp311-cp311-linux_x86_64.whl"
+    assert first["upload-time"] == "2023-11-14T22:13:20.500000Z" and first["size"] == 12_345_678
+    root = json.loads(pages["whl/pt214cu130/json/index.json"])
+    assert root == {"meta": {"api-version": "1.1"}, "projects": [{"name": "causal-conv1d"}, {"name": "mamba-ssm"}]}

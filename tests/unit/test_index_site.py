@@ -1,0 +1,174 @@
+"""The index stage on a real folder of hand-made wheels: what it writes, what it leaves alone when re-run, what it
+takes from the ledger instead of hashing, and what it prunes or refuses."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from builder.errors import ConfigError
+from builder.ledger import Ledger, LedgerEntry
+from index_site import catalog as catalog_module
+from index_site.site import build_site
+from tests.wheelfactory import WheelSpec, make_wheel
+
+BASE = "https://wheels.example.org"
+SPECS = [
+    WheelSpec(label="pt214cu130", python="cp311"),
+    WheelSpec(label="pt214cu130", python="cp312"),
+    WheelSpec(label="pt213cu130", python="cp311"),
+    WheelSpec(label="pt212cu126", python="cp311"),
+    WheelSpec(project="mamba-ssm", version="2.3.2.post1", label="pt214cu130", python="cp311"),
+]
+
+
+@pytest.fixture
+def output(tmp_path: Path) -> Path:
+    for spec in SPECS:
+        make_wheel(tmp_path / "dist", spec)
+    return tmp_path
+
+
+def _snapshot(site: Path) -> dict[str, int]:
+    return {p.relative_to(site).as_posix(): p.stat().st_mtime_ns for p in site.rglob("*") if p.is_file()}
+
+
+def test_cold_index_links_wheels_and_writes_their_metadata(output: Path) -> None:
+    report = build_site(output, output / "site", base_url=BASE)
+    assert report.stats.hashed == len(SPECS) and report.wheels == len(SPECS)
+    assert report.variants == ("pt212cu126", "pt213cu130", "pt214cu130")
+    for wheel in (output / "dist").iterdir():
+        label = wheel.name.split("+")[1].split("-")[0]
+        published = output / "site" / "whl" / label / wheel.name
+        assert os.path.samefile(wheel, published)  # hard-linked, not copied
+        metadata = (published.parent / (wheel.name + ".metadata")).read_bytes()
+        assert metadata.startswith(b"Metadata-Version: 2.1\nName: ")
+        digest = hashlib.sha256(metadata).hexdigest()
+        assert f'data-core-metadata="sha256={digest}"' in (output / "site" / f"whl/{label}.html").read_text()
+
+
+def test_reindex_without_changes_writes_nothing(output: Path) -> None:
+    build_site(output, output / "site", base_url=BASE)
+    before = _snapshot(output / "site")
+    report = build_site(output, output / "site", base_url=BASE)
+    assert report.stats.hashed == 0 and report.stats.cached == len(SPECS)
+    assert report.written == () and report.deleted == ()
+    assert _snapshot(output / "site") == before
+
+
+def test_one_new_wheel_hashes_one_file_and_rewrites_only_the_pages_that_list_it(output: Path) -> None:
+    build_site(output, output / "site", base_url=BASE)
+    before = _snapshot(output / "site")
+    new = make_wheel(output / "dist", WheelSpec(label="pt213cu130", python="cp312"))
+    report = build_site(output, output / "site", base_url=BASE)
+    assert (report.stats.hashed, report.stats.cached) == (1, len(SPECS))
+    expected = {
+        f"whl/pt213cu130/{new.name}",
+        f"whl/pt213cu130/{new.name}.metadata",
+        "whl/pt213cu130.html",
+        "whl/pt213cu130/simple/causal-conv1d/index.html",
+        "whl/pt213cu130/json/causal-conv1d/index.json",
+        "simple/causal-conv1d/index.html",
+        "json/causal-conv1d/index.json",
+        "index.html",
+    }
+    assert set(report.written) == expected
+    after = _snapshot(output / "site")
+    changed = {path for path in after if before.get(path) != after[path]}
+    assert changed == expected | {".wheelwright-site.json"}
+
+
+def test_wheels_the_ledger_built_are_not_hashed_again(output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Ledger(output / "ledger.sqlite") as ledger:
+        for wheel in (output / "dist").iterdir():
+            digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+            ledger.put(
+                _entry(
+                    wheel.name, status="built", wheel=wheel.name, wheel_sha256=digest, wheel_size=wheel.stat().st_size
+                )
+            )
+
+    def refuse(path: Path) -> str:
+        raise AssertionError(f"{path} was hashed although the ledger knows it")
+
+    monkeypatch.setattr(catalog_module, "sha256_file", refuse)
+    report = build_site(output, output / "site", base_url=BASE)
+    assert (report.stats.from_ledger, report.stats.hashed) == (len(SPECS), 0)
+
+
+def test_a_rebuilt_wheel_with_the_same_name_is_hashed_again(output: Path) -> None:
+    build_site(output, output / "site", base_url=BASE)
+    replaced = make_wheel(output / "dist", WheelSpec(label="pt212cu126", python="cp311", salt="rebuilt"))
+    report = build_site(output, output / "site", base_url=BASE)
+    assert report.stats.hashed == 1
+    digest = hashlib.sha256(replaced.read_bytes()).hexdigest()
+    assert f"#sha256={digest}" in (output / "site/whl/pt212cu126.html").read_text()
+    assert os.path.samefile(replaced, output / "site/whl/pt212cu126" / replaced.name)
+
+
+def test_removed_wheels_and_emptied_variants_are_pruned(output: Path) -> None:
+    build_site(output, output / "site", base_url=BASE)
+    (output / "site" / "CNAME").write_text("wheels.example.org\n")  # not the index's: left alone
+    for wheel in (output / "dist").glob("*pt212cu126*"):
+        wheel.unlink()
+    report = build_site(output, output / "site", base_url=BASE)
+    assert "whl/pt212cu126.html" in report.deleted
+    assert not (output / "site/whl/pt212cu126").exists()
+    assert (output / "site/CNAME").exists()
+    assert "pt212cu126" not in (output / "site/simple/causal-conv1d/index.html").read_text()
+
+
+def test_hostile_files_in_dist_are_reported_and_never_reach_the_site(output: Path) -> None:
+    make_wheel(output / "dist", WheelSpec(filename="x<script>-1.0+pt214cu130-cp311-cp311-linux_x86_64.whl"))
+    make_wheel(output / "dist", WheelSpec(metadata_name="../../evil", label="pt211cu128"))
+    report = build_site(output, output / "site", base_url=BASE)
+    assert len(report.rejected) == 2
+    text = "".join(
+        p.read_text()
+        for p in (output / "site").rglob("*")
+        if p.is_file() and not p.name.endswith((".whl", ".metadata"))
+    )
+    assert "<script>" not in text and "evil" not in text and "pt211cu128" not in text
+
+
+def test_refuses_to_take_over_a_folder_it_did_not_create(output: Path) -> None:
+    (output / "mine").mkdir()
+    (output / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="not a wheelwright site"):
+        build_site(output, output / "mine", base_url=BASE)
+    assert (output / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_failed_builds_from_the_ledger_reach_the_landing_page(output: Path) -> None:
+    with Ledger(output / "ledger.sqlite") as ledger:
+        ledger.put(
+            _entry(
+                "causal-conv1d-1.7.0+pt214cu130-cp313-x86_64",
+                status="failed",
+                python="3.13",
+                reason="nvcc: <b>no</b> sm_120",
+            )
+        )
+    build_site(output, output / "site", base_url=BASE)
+    landing = (output / "site/index.html").read_text()
+    assert "nvcc: &lt;b&gt;no&lt;/b&gt; sm_120" in landing
+    assert "<b>no</b>" not in landing
+
+
+def _entry(job_id: str, *, status: str, python: str = "3.11", **fields: object) -> LedgerEntry:
+    return LedgerEntry(
+        job_id=job_id,
+        package="causal-conv1d",
+        version="1.7.0",
+        label="pt214cu130",
+        torch="2.14.1",
+        accelerator="cu130",
+        python=python,
+        input_hash="0" * 64,
+        status=status,
+        phase="compile" if status == "failed" else "verify",
+        **fields,
+    )
