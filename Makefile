@@ -8,6 +8,9 @@ STAMP := $(VENV)/.installed
 PROFILE ?= local
 OUTPUT ?= wheelhouse
 PYTEST_ARGS ?=
+BASE_URL ?=
+PORT ?= 8000
+PUBLISH_ARGS ?=
 
 .PHONY: venv plan build-matrix test test-unit index serve publish clean
 
@@ -25,6 +28,16 @@ plan: $(STAMP)
 build-matrix: $(STAMP)
 	$(BIN)/wheelwright plan --profile $(PROFILE)
 	$(BIN)/wheelwright build --profile $(PROFILE) --output $(OUTPUT)
+	$(BIN)/wheelwright index --output $(OUTPUT) $(if $(BASE_URL),--base-url $(BASE_URL))
+
+index: $(STAMP)
+	$(BIN)/wheelwright index --output $(OUTPUT) $(if $(BASE_URL),--base-url $(BASE_URL))
+
+serve: $(STAMP)
+	$(BIN)/wheelwright serve --output $(OUTPUT) --port $(PORT)
+
+publish: $(STAMP)
+	$(BIN)/wheelwright publish --output $(OUTPUT) $(PUBLISH_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

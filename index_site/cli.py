@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from builder.console import console, out, print_table
 from builder.errors import ConfigError
 
 from . import layout
@@ -18,8 +18,6 @@ from .publish import PublishReport, check_plan, publish
 from .serve import make_server
 from .site import IndexReport, build_site, site_base_url
 
-console = Console(stderr=True, highlight=False)
-out = Console(highlight=False, soft_wrap=True)
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
@@ -162,7 +160,7 @@ def _print_plan(report: PublishReport, where: str) -> None:
             table.add_column(column, no_wrap=column == "key")
         for item in plan.uploads:
             table.add_row(item.key, item.kind.content_type, str(item.size))
-        out.print(table)
+        print_table(table)
     out.print(f"{where}: {len(plan.uploads)} {verb}, {len(plan.unchanged)} unchanged")
     for conflict in plan.conflicts:
         console.print(f"[red]CONFLICT[/red] {conflict.key}: published bytes differ (sha256 {conflict.remote_sha256})")
