@@ -18,6 +18,7 @@ from pathlib import Path
 
 import build
 
+from . import objcache
 from .environment import BuildEnv
 from .job import Job
 from .runner import run
@@ -95,7 +96,9 @@ def build_environ(job: Job, env: BuildEnv, recipe_env: Mapping[str, str], space:
         CUDA_HOME=str(toolkit.root),
         CUDA_PATH=str(toolkit.root),
         PATH=os.pathsep.join([str(env.python.parent), str(toolkit.root / "bin"), environ.get("PATH", "")]),
-        PYTHONPATH=str(space.torch_site),  # the fixed path, so torch's header paths inside objects are the same for every Python
+        # the build venv's own tools first (a system torch's site-packages may hold other setuptools), then torch at
+        # the fixed path, so torch's header paths inside objects are the same for every Python
+        PYTHONPATH=os.pathsep.join([str(env.site_packages), str(space.torch_site)]),
         MAX_JOBS=str(parallelism.max_jobs),
         NVCC_APPEND_FLAGS=f"--threads {parallelism.nvcc_threads}",  # last --threads wins over setup.py's hardcoded 4
         TORCH_CUDA_ARCH_LIST=";".join(job.archs),
@@ -104,7 +107,8 @@ def build_environ(job: Job, env: BuildEnv, recipe_env: Mapping[str, str], space:
     )
     if objcache is not None:
         root, mode = objcache
-        environ["PYTORCH_NVCC"] = shlex.join([sys.executable, "-m", "builder.objcache", str(root), mode, str(toolkit.nvcc)])
+        # run as a script (it needs only the standard library): PYTHONPATH above does not lead to wheelwright
+        environ["PYTORCH_NVCC"] = shlex.join([sys.executable, objcache.__file__, str(root), mode, str(toolkit.nvcc)])
     return environ
 
 

@@ -65,6 +65,10 @@ class BuildEnv:
     runtime: RuntimeEnv
     toolkit: Toolkit
 
+    @property
+    def site_packages(self) -> Path:
+        return next(self.python.parent.parent.glob("lib/python3*/site-packages"))
+
 
 def cache_root() -> Path:
     return Path(os.environ.get("WHEELWRIGHT_CACHE", Path.home() / ".cache" / "wheelwright"))
@@ -154,8 +158,9 @@ def _ensure_venv(venv: Path, python: Path, requirements: list[str], *, step: str
         return
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
-    run([python, "-m", "venv", venv], step=f"{step}: create venv", log_path=log_path)
-    pip = [venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    # --without-pip + our own pip pointed at it: works where the interpreter has no ensurepip (Debian's python3)
+    run([python, "-m", "venv", "--without-pip", venv], step=f"{step}: create venv", log_path=log_path)
+    pip = [sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "--quiet", "--disable-pip-version-check"]
     run([*pip, *requirements], step=step, log_path=log_path)
     marker.write_text(wanted)
 
