@@ -70,7 +70,10 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_skip_rest(args: argparse.Namespace) -> int:
-    record.skip_remaining(args.summary, args.config.stages, args.reason)
+    reason = args.reason
+    if args.reason_of:
+        reason = record.load(args.summary)["stages"].get(args.reason_of, {}).get("detail") or f"skipped after {args.reason_of}"
+    record.skip_remaining(args.summary, args.config.stages, reason)
     return EXIT_PASSED
 
 
@@ -150,8 +153,9 @@ def cmd_build_report(args: argparse.Namespace) -> int:
         checks.append(Check(name="wheelwright build", status=FAILED, detail=f"exited {args.exit_code}"))
     status = record.status_of(checks)
     built = [c.data["wheel"] for c in checks if c.status == PASSED and "wheel" in c.data]
-    record.record_stage(args.summary, "build", status=status, seconds=args.seconds, checks=checks,
-                        detail=f"{len(built)} wheels built: {', '.join(built) or 'none'}", data={"wheels": built})
+    detail = f"{len(built)} wheels {'reused from ' + str(args.wheelhouse) if args.reused else 'built'}: {', '.join(built) or 'none'}"
+    record.record_stage(args.summary, "build", status=record.REUSED if args.reused and status == PASSED else status,
+                        seconds=args.seconds, checks=checks, detail=detail, data={"wheels": built})
     return EXIT_PASSED if status == PASSED else EXIT_FAILED
 
 
@@ -267,7 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.set_defaults(func=cmd_record)
 
     sub = commands.add_parser("skip-rest", help="mark every stage without a result as skipped")
-    sub.add_argument("--reason", required=True)
+    reasons = sub.add_mutually_exclusive_group(required=True)
+    reasons.add_argument("--reason", help="why they were skipped")
+    reasons.add_argument("--reason-of", metavar="STAGE", help="skipped for the reason recorded as STAGE's detail")
     sub.set_defaults(func=cmd_skip_rest)
 
     sub = commands.add_parser("preflight", help="record this machine's GPU, torch and toolkit; exit 3 without a GPU")
@@ -278,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--wheelhouse", type=Path, required=True)
     sub.add_argument("--exit-code", type=int, required=True, help="wheelwright build's exit status")
     sub.add_argument("--seconds", type=float)
+    sub.add_argument("--reused", action="store_true", help="an earlier run's build, taken over (--skip-build)")
     sub.set_defaults(func=cmd_build_report)
 
     sub = commands.add_parser("installed", help="check pip's installation report against the index and dist/")
