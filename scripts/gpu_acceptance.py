@@ -65,7 +65,7 @@ def _gpu_stage(args: argparse.Namespace, name: str, planned: Sequence[str], run:
 
 def cmd_record(args: argparse.Namespace) -> int:
     record.record_stage(args.summary, args.stage, status=args.status, seconds=args.seconds, detail=args.detail,
-                        if_missing=args.if_missing)
+                        keep_result=args.keep_result)
     return EXIT_PASSED
 
 
@@ -267,7 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--status", required=True, choices=record.STATUSES)
     sub.add_argument("--seconds", type=float)
     sub.add_argument("--detail", default="")
-    sub.add_argument("--if-missing", action="store_true", help="only if the stage has no result yet")
+    sub.add_argument("--keep-result", action="store_true",
+                     help="if the stage already has a result, keep it and only set its seconds")
     sub.set_defaults(func=cmd_record)
 
     sub = commands.add_parser("skip-rest", help="mark every stage without a result as skipped")

@@ -107,7 +107,8 @@ cleanup() {
 }
 
 # run_stage NAME FUNCTION: FUNCTION runs in a subshell where its first failing command ends it; the stage is timed
-# and recorded (unless the Python part recorded it already). Never fails itself: $stage_status says how it went.
+# and recorded (a result the Python part recorded stands; only the time is the whole stage's). Never fails itself:
+# $stage_status says how it went.
 run_stage() {
     local name=$1 fn=$2 start=$EPOCHREALTIME status=passed
     say "=== stage $name"
@@ -121,7 +122,7 @@ run_stage() {
     detail=$(cat "$WORK/stage-detail" 2>/dev/null || true)
     [ "$stage_status" -eq 0 ] || detail="exit $stage_status${detail:+; $detail}"
     py record --stage "$name" --status "$status" --seconds "$(awk "BEGIN {print $EPOCHREALTIME - $start}")" \
-        --detail "$detail" --if-missing
+        --detail "$detail" --keep-result
     say "=== stage $name: $status (exit $stage_status)"
 }
 
@@ -177,6 +178,7 @@ stage_carry() {
     "$PY" -m pip install --quiet --no-index --no-deps --no-compile --target "$WW_SITE" "${wheels[@]}"
     mkdir -p "$WHEELWRIGHT_CACHE/sdists"
     cp "$CARRY"/cache/sdists/*.tar.gz "$WHEELWRIGHT_CACHE/sdists/"
+    PYTHONPATH="$WW_SITE" "$PY" scripts/gpu_carry.py satisfied  # the image's own packages stand in for the rest
     if ! "$PY" -c 'import ensurepip' 2>/dev/null; then
         seed_build_env
     fi
@@ -208,7 +210,7 @@ stage_build() {
     local budget=$(($(remaining) - 60)) status=0 start=$EPOCHREALTIME
     [ "$budget" -gt 60 ] || budget=60
     say "wheelwright build --profile gpu-box --parallel 2 (stopped after ${budget}s)"
-    timeout --kill-after=15 "$budget" env PYTHONPATH="$WW_SITE:$ROOT" PATH="$WW_SITE/bin:$PATH" \
+    timeout --kill-after=15 "$budget" env PYTHONPATH="$WW_SITE:$ROOT" PATH="$WW_SITE/bin:$PATH" COLUMNS=160 \
         "$PY" -m builder.cli build --profile gpu-box --output "$WH" --parallel 2 --objcache off || status=$?
     # one Python per job here, so the object cache has nothing to share; it is also not importable from the
     # compiler's environment unless wheelwright is installed into the interpreter, which the box's is not
@@ -246,7 +248,7 @@ stage_install() {
     site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     "$PY" -c 'import site, sys; print("import site; " + "; ".join(f"site.addsitedir({d!r})" for d in site.getsitepackages()))' \
         >"$site/box-site-packages.pth"
-    "$PY" -m pip --python "$VENV/bin/python" install --no-index --no-deps --no-cache-dir \
+    env -u PIP_FIND_LINKS "$PY" -m pip --python "$VENV/bin/python" install --no-index --no-deps --no-cache-dir \
         --find-links "$URL/whl/$LABEL.html" --report "$WORK/pip-report.json" causal-conv1d mamba-ssm
     vpy installed --report "$WORK/pip-report.json" --index-url "$URL" --dist "$WH/dist"
 }

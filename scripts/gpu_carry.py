@@ -146,6 +146,34 @@ def _applies(marker: Marker | None, environment: dict[str, str]) -> bool:
     return marker is None or marker.evaluate(environment)  # extra="" drops optional extras' requirements
 
 
+def unmet(
+    requirements: Iterable[Requirement],
+    *,
+    environment: dict[str, str],
+    version_of: Callable[[str], str | None] = installed_version,
+    requires_of: Callable[[str], list[str]] = installed_requires,
+) -> tuple[list[str], list[str]]:
+    """(missing, other versions): what this interpreter lacks of the requirements and theirs, and where the version
+    it has is not the one asked for (on the box, the image's own packages against wheelwright's pins)."""
+    missing, mismatched, seen = [], [], set()
+    queue = list(requirements)
+    while queue:
+        requirement = queue.pop(0)
+        name = canonicalize_name(requirement.name)
+        if not _applies(requirement.marker, environment):
+            continue
+        version = version_of(name)
+        if version is None:
+            missing.append(str(requirement))
+            continue
+        if not requirement.specifier.contains(version, prereleases=True):
+            mismatched.append(f"{requirement} (found {name} {version})")
+        if name not in seen:
+            seen.add(name)
+            queue += [Requirement(line) for line in requires_of(name)]
+    return sorted(set(missing)), sorted(set(mismatched))
+
+
 def build_requirements(path: Path = BUILD_REQUIREMENTS) -> dict[str, str]:
     """The build environment's pins: every job's build venv pip-installs these, so the box needs them as wheels."""
     pins: dict[str, str] = {}
@@ -245,6 +273,19 @@ def cmd_sdists(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_satisfied(args: argparse.Namespace) -> int:
+    """On the box, with the carried wheels on the path: can wheelwright's requirements all be imported?"""
+    from packaging.markers import default_environment
+
+    missing, mismatched = unmet(project_requirements(args.pyproject), environment={**default_environment(), "extra": ""})
+    for line in mismatched:
+        print(f"WARN installed at a version outside the requirement: {line}")
+    for line in missing:
+        print(f"{'ERROR' if args.strict else 'WARN'} not installed: {line}")
+    print(f"requirements: {len(missing)} missing, {len(mismatched)} outside their requirement")
+    return EXIT_CARRY_ERROR if missing and args.strict else 0
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     box = load_box(args.box)
     carry: Path = args.carry
@@ -275,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("wheels", help="print name==version of each wheelwright dependency the box lacks").set_defaults(func=cmd_wheels)
     commands.add_parser("build-wheels", help="print the build environment's pins").set_defaults(func=cmd_build_wheels)
     commands.add_parser("platforms", help="print pip download's target options for the box").set_defaults(func=cmd_platforms)
+    satisfied = commands.add_parser("satisfied", help="list wheelwright's requirements this interpreter lacks or has at other versions")
+    satisfied.add_argument("--strict", action="store_true", help="fail when one is missing")
+    satisfied.set_defaults(func=cmd_satisfied)
     sdists = commands.add_parser("sdists", help="put the box profile's sdists into DEST (fetch cache layout)")
     sdists.add_argument("--dest", type=Path, required=True, help="the cache's sdists folder, e.g. .carry/cache/sdists")
     sdists.set_defaults(func=cmd_sdists)

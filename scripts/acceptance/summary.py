@@ -74,14 +74,18 @@ def record_stage(
     detail: str = "",
     checks: Sequence[Check] = (),
     data: dict | None = None,
-    if_missing: bool = False,
+    keep_result: bool = False,
 ) -> dict:
-    """Write one stage's result; with ``if_missing``, only when the stage has none yet (the shell's fallback for a
-    Python part that died before recording)."""
+    """Write one stage's result. With ``keep_result``, a result already there (the Python part's, with its checks)
+    stands and only takes ``seconds``: the shell times the whole stage, and records it itself only when the
+    Python part died before recording."""
     if status not in STATUSES:
         raise ValueError(f"stage status {status!r} is not one of {STATUSES}")
     summary = load(path)
-    if if_missing and name in summary["stages"]:
+    if keep_result and name in summary["stages"]:
+        if seconds is not None:
+            summary["stages"][name]["seconds"] = round(seconds, 2)
+            save(path, summary)
         return summary
     entry: dict = {"status": status, "detail": detail}
     if seconds is not None:
