@@ -120,17 +120,24 @@ def _json_float(value: float) -> float | str:
 class _Random:
     """Seeded inputs on the device, the same for every run of a case."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, device: str) -> None:
         import torch
 
-        self.torch = torch
-        self.generator = torch.Generator(device="cuda").manual_seed(seed)
+        self.torch, self.device = torch, device
+        self.generator = torch.Generator(device=device).manual_seed(seed)
 
     def normal(self, *shape: int, dtype):
-        return self.torch.randn(*shape, generator=self.generator, device="cuda", dtype=dtype)
+        return self.torch.randn(*shape, generator=self.generator, device=self.device, dtype=dtype)
 
     def uniform(self, *shape: int, dtype):
-        return self.torch.rand(*shape, generator=self.generator, device="cuda", dtype=dtype)
+        return self.torch.rand(*shape, generator=self.generator, device=self.device, dtype=dtype)
+
+
+def _synchronize(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def _twins(inputs: dict) -> tuple[dict, dict]:
@@ -143,11 +150,11 @@ def _gradients(mine: dict, ref: dict, tolerances: dict[str, Tolerance]) -> list[
     return [compare(f"d{name}", mine[name].grad, ref[name].grad, tolerances[f"d{name}"]) for name in mine]
 
 
-def run_scan_case(case: ScanCase, cases: ScanCases, tolerances: dict[str, Tolerance]) -> Check:
+def run_scan_case(case: ScanCase, cases: ScanCases, tolerances: dict[str, Tolerance], *, device: str = "cuda") -> Check:
     import torch
     from mamba_ssm.ops.selective_scan_interface import selective_scan_fn, selective_scan_ref
 
-    itype, rand = getattr(torch, case.dtype), _Random(seed=case.seqlen + case.groups)
+    itype, rand = getattr(torch, case.dtype), _Random(case.seqlen + case.groups, device)
     batch, dim, dstate, length = cases.batch, cases.dim, cases.dstate, case.seqlen
     bc_shape = (batch, dstate, length) if case.groups == 1 else (batch, case.groups, dstate, length)
     inputs = {
@@ -166,17 +173,17 @@ def run_scan_case(case: ScanCase, cases: ScanCases, tolerances: dict[str, Tolera
     grad = rand.normal(*out.shape, dtype=out.dtype)
     out.backward(grad)
     out_ref.backward(grad)
-    torch.cuda.synchronize()
+    _synchronize(device)
     wanted = scan_tolerances(case.dtype, tolerances)
     comparisons = [compare("out", out, out_ref, wanted["out"]), compare("last_state", state, state_ref, wanted["last_state"])]
     return as_check(case.name, comparisons + _gradients(mine, ref, wanted))
 
 
-def run_inner_case(case: InnerCase, cases: InnerCases, tolerances: dict[str, Tolerance]) -> Check:
+def run_inner_case(case: InnerCase, cases: InnerCases, tolerances: dict[str, Tolerance], *, device: str = "cuda") -> Check:
     import torch
     from mamba_ssm.ops.selective_scan_interface import mamba_inner_fn, mamba_inner_ref
 
-    itype, rand = getattr(torch, case.dtype), _Random(seed=case.seqlen + 2 * case.variable_bc + case.complex_a)
+    itype, rand = getattr(torch, case.dtype), _Random(case.seqlen + 2 * case.variable_bc + case.complex_a, device)
     wtype = torch.complex64 if case.complex_a else torch.float32
     batch, dim, dstate, rank = cases.batch, cases.dim, cases.dstate, cases.dt_rank
     projected = 2 * dstate * (2 if case.complex_a else 1) if case.variable_bc else 0  # B and C columns of x_proj
@@ -199,7 +206,7 @@ def run_inner_case(case: InnerCase, cases: InnerCases, tolerances: dict[str, Tol
     grad = rand.normal(*out.shape, dtype=out.dtype)
     out.backward(grad)
     out_ref.backward(grad)
-    torch.cuda.synchronize()
+    _synchronize(device)
     wanted = inner_tolerances(case.dtype, tolerances, variable_bc=case.variable_bc)
     return as_check(case.name, [compare("out", out, out_ref, wanted["out"]), *_gradients(mine, ref, wanted)])
 

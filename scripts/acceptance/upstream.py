@@ -91,7 +91,8 @@ def imported_from(python: str, module: str, cwd: Path) -> str:
 
 def run_suite(python: str, root: Path, tests: str, *, workers: int, select: str | None, timeout: float, log: Path) -> SuiteRun:
     """pytest on the test file, output to ``log``; stopped with its workers (one process group) at ``timeout``."""
-    command = [python, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-n", str(workers), tests]
+    command = [python, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", tests]
+    command += ["-n", str(workers)] if workers > 1 else []  # pytest-xdist; one worker needs no plugin
     command += ["-k", select] if select else []
     start = time.monotonic()
     with log.open("w") as out:
