@@ -41,13 +41,16 @@ def _report(check: Check) -> Check:
     return check
 
 
-def _stage(args: argparse.Namespace, name: str, checks: list[Check], started: float, *, data: dict | None = None) -> int:
+def _stage(
+    args: argparse.Namespace, name: str, checks: list[Check], started: float, *, data: dict | None = None
+) -> int:
     """Record a stage of checks; the exit code says whether it passed, failed, or lacked a GPU."""
     status = record.status_of(checks)
     failed = sum(check.status == FAILED for check in checks)
     detail = f"{len(checks) - failed} of {len(checks)} checks passed" if status != SKIPPED else checks[0].detail
-    record.record_stage(args.summary, name, status=status, seconds=time.monotonic() - started, detail=detail,
-                        checks=checks, data=data)
+    record.record_stage(
+        args.summary, name, status=status, seconds=time.monotonic() - started, detail=detail, checks=checks, data=data
+    )
     _say(f"{name}: {status} ({detail})")
     return {PASSED: EXIT_PASSED, FAILED: EXIT_FAILED}.get(status, EXIT_NO_GPU)
 
@@ -63,16 +66,26 @@ def _gpu_stage(args: argparse.Namespace, name: str, planned: Sequence[str], run:
 
 # -- subcommands ------------------------------------------------------------------------------------------------
 
+
 def cmd_record(args: argparse.Namespace) -> int:
-    record.record_stage(args.summary, args.stage, status=args.status, seconds=args.seconds, detail=args.detail,
-                        keep_result=args.keep_result)
+    record.record_stage(
+        args.summary,
+        args.stage,
+        status=args.status,
+        seconds=args.seconds,
+        detail=args.detail,
+        keep_result=args.keep_result,
+    )
     return EXIT_PASSED
 
 
 def cmd_skip_rest(args: argparse.Namespace) -> int:
     reason = args.reason
     if args.reason_of:
-        reason = record.load(args.summary)["stages"].get(args.reason_of, {}).get("detail") or f"skipped after {args.reason_of}"
+        reason = (
+            record.load(args.summary)["stages"].get(args.reason_of, {}).get("detail")
+            or f"skipped after {args.reason_of}"
+        )
     record.skip_remaining(args.summary, args.config.stages, reason)
     return EXIT_PASSED
 
@@ -90,11 +103,17 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     reason = unavailable_reason()
     checks = [
         _fact_check("CUDA device", reason is None, f"{facts.get('device')} (sm {facts.get('capability')})"),
-        _fact_check(f"torch {torch_minor} + CUDA {accelerator.version}",
-                    str(facts.get("torch", "")).startswith(torch_minor + ".") and facts.get("torch_cuda") == accelerator.version,
-                    f"torch {facts.get('torch')} built with CUDA {facts.get('torch_cuda')}"),
-        _fact_check(f"nvcc {accelerator.version}", facts.get("nvcc_release") == accelerator.version,
-                    f"{facts.get('cuda_home')}: release {facts.get('nvcc_release')}"),
+        _fact_check(
+            f"torch {torch_minor} + CUDA {accelerator.version}",
+            str(facts.get("torch", "")).startswith(torch_minor + ".")
+            and facts.get("torch_cuda") == accelerator.version,
+            f"torch {facts.get('torch')} built with CUDA {facts.get('torch_cuda')}",
+        ),
+        _fact_check(
+            f"nvcc {accelerator.version}",
+            facts.get("nvcc_release") == accelerator.version,
+            f"{facts.get('cuda_home')}: release {facts.get('nvcc_release')}",
+        ),
     ]
     if reason:  # nothing else matters on a machine without a GPU; the facts stay in the stage's data
         checks = record.skipped_checks([c.name for c in checks], reason)
@@ -102,8 +121,15 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         _report(check)
     status = record.status_of(checks)
     detail = reason or f"{facts.get('device')}, torch {facts.get('torch')}, nvcc {facts.get('nvcc_release')}"
-    record.record_stage(args.summary, "preflight", status=status, seconds=time.monotonic() - started, detail=detail,
-                        checks=checks, data={"cuda_available": reason is None, **facts})
+    record.record_stage(
+        args.summary,
+        "preflight",
+        status=status,
+        seconds=time.monotonic() - started,
+        detail=detail,
+        checks=checks,
+        data={"cuda_available": reason is None, **facts},
+    )
     _say(f"preflight: {status} ({detail})")
     return EXIT_NO_GPU if reason else EXIT_FAILED if status == FAILED else EXIT_PASSED
 
@@ -118,15 +144,23 @@ def _toolchain_facts() -> dict:
     release = None
     if cuda_home and nvcc.is_file():
         output = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
-        release = next((line.split("release ")[1].split(",")[0] for line in output.splitlines() if "release " in line), None)
-    return {"python": sys.version.split()[0], "python_executable": sys.executable, "cuda_home": cuda_home or None,
-            "nvcc_release": release, "cpus": len(os.sched_getaffinity(0)), "mem_available_gib": _mem_available_gib(),
-            "ensurepip": _importable("ensurepip")}
+        release = next(
+            (line.split("release ")[1].split(",")[0] for line in output.splitlines() if "release " in line), None
+        )
+    return {
+        "python": sys.version.split()[0],
+        "python_executable": sys.executable,
+        "cuda_home": cuda_home or None,
+        "nvcc_release": release,
+        "cpus": len(os.sched_getaffinity(0)),
+        "mem_available_gib": _mem_available_gib(),
+        "ensurepip": _importable("ensurepip"),
+    }
 
 
 def _mem_available_gib() -> float | None:
     try:
-        line = next(l for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("MemAvailable:"))
+        line = next(row for row in Path("/proc/meminfo").read_text().splitlines() if row.startswith("MemAvailable:"))
     except (OSError, StopIteration):
         return None
     return round(int(line.split()[1]) / 2**20, 1)
@@ -146,16 +180,31 @@ def cmd_build_report(args: argparse.Namespace) -> int:
     checks: list[Check] = []
     if path.is_file():
         with Ledger(path) as ledger:
-            checks = [_report(_job_check(entry, args.wheelhouse)) for entry in ledger.entries()]
+            entries = [entry for entry in ledger.entries() if entry.label == args.config.label]
+            checks = [_report(_job_check(entry, args.wheelhouse)) for entry in entries]
     if not checks:
-        checks = [Check(name="wheelwright build", status=FAILED, detail=f"no ledger entries in {path} (exit {args.exit_code})")]
+        checks = [
+            Check(
+                name="wheelwright build",
+                status=FAILED,
+                detail=f"no {args.config.label} jobs in {path} (exit {args.exit_code})",
+            )
+        ]
     elif args.exit_code != 0 and record.status_of(checks) == PASSED:
         checks.append(Check(name="wheelwright build", status=FAILED, detail=f"exited {args.exit_code}"))
     status = record.status_of(checks)
     built = [c.data["wheel"] for c in checks if c.status == PASSED and "wheel" in c.data]
-    detail = f"{len(built)} wheels {'reused from ' + str(args.wheelhouse) if args.reused else 'built'}: {', '.join(built) or 'none'}"
-    record.record_stage(args.summary, "build", status=record.REUSED if args.reused and status == PASSED else status,
-                        seconds=args.seconds, checks=checks, detail=detail, data={"wheels": built})
+    how = f"reused from {args.wheelhouse}" if args.reused else "built"
+    detail = f"{len(built)} wheels {how}: {', '.join(built) or 'none'}"
+    record.record_stage(
+        args.summary,
+        "build",
+        status=record.REUSED if args.reused and status == PASSED else status,
+        seconds=args.seconds,
+        checks=checks,
+        detail=detail,
+        data={"wheels": built},
+    )
     return EXIT_PASSED if status == PASSED else EXIT_FAILED
 
 
@@ -163,8 +212,14 @@ def _job_check(entry, wheelhouse: Path) -> Check:
     built = entry.status == "built" and (wheelhouse / "dist" / str(entry.wheel)).is_file()
     timings = ", ".join(f"{phase} {seconds:.0f}s" for phase, seconds in entry.timings.items())
     detail = f"{entry.wheel} ({timings})" if built else f"{entry.status} in {entry.phase}: {entry.reason}"
-    data = {"job": entry.job_id, "status": entry.status, "timings": entry.timings, "sha256": entry.wheel_sha256,
-            "size": entry.wheel_size, **({"wheel": entry.wheel} if built else {})}
+    data = {
+        "job": entry.job_id,
+        "status": entry.status,
+        "timings": entry.timings,
+        "sha256": entry.wheel_sha256,
+        "size": entry.wheel_size,
+        **({"wheel": entry.wheel} if built else {}),
+    }
     return Check(name=entry.job_id, status=PASSED if built else FAILED, detail=detail, data=data)
 
 
@@ -173,7 +228,9 @@ def cmd_installed(args: argparse.Namespace) -> int:
     _say("== install")
     report = json.loads(args.report.read_text())
     config: Config = args.config
-    checks = install_checks(report, packages=config.packages, label=config.label, index_url=args.index_url, dist=args.dist)
+    checks = install_checks(
+        report, packages=config.packages, label=config.label, index_url=args.index_url, dist=args.dist
+    )
     checks += environment_checks(config.packages, report)
     for check in checks:
         _report(check)
@@ -185,8 +242,10 @@ def cmd_installed(args: argparse.Namespace) -> int:
 def cmd_seed(args: argparse.Namespace) -> int:
     def run() -> list[Check]:
         tolerance = args.config.conv_tolerance["float32"]
-        return [_report(record.guarded(seed.CONV_CHECK, lambda: seed.causal_conv1d_seed(tolerance))),
-                _report(record.guarded(seed.MAMBA_CHECK, seed.mamba_seed))]
+        return [
+            _report(record.guarded(seed.CONV_CHECK, lambda: seed.causal_conv1d_seed(tolerance))),
+            _report(record.guarded(seed.MAMBA_CHECK, seed.mamba_seed)),
+        ]
 
     return _gpu_stage(args, "seed", seed.NAMES, run)
 
@@ -207,9 +266,15 @@ def _upstream_check(args: argparse.Namespace) -> Check:
     try:
         root = upstream.unpack_tests(sdist, config.upstream.tests, scratch)
         imported = upstream.imported_from(sys.executable, "causal_conv1d", root)
-        suite = upstream.run_suite(sys.executable, root, config.upstream.tests, workers=args.workers,
-                                   select=config.upstream.quick_select if args.quick else None,
-                                   timeout=args.timeout, log=args.log)
+        suite = upstream.run_suite(
+            sys.executable,
+            root,
+            config.upstream.tests,
+            workers=args.workers,
+            select=config.upstream.quick_select if args.quick else None,
+            timeout=args.timeout,
+            log=args.log,
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     _say(suite.output_tail)
@@ -221,8 +286,14 @@ def cmd_mamba(args: argparse.Namespace) -> int:
     scans, inners = numerics.scan_cases(config.scan), numerics.inner_cases(config.inner)
 
     def run() -> list[Check]:
-        checks = [_report(record.guarded(c.name, lambda c=c: numerics.run_scan_case(c, config.scan, config.tolerance))) for c in scans]
-        return checks + [_report(record.guarded(c.name, lambda c=c: numerics.run_inner_case(c, config.inner, config.tolerance))) for c in inners]
+        checks = [
+            _report(record.guarded(c.name, lambda c=c: numerics.run_scan_case(c, config.scan, config.tolerance)))
+            for c in scans
+        ]
+        return checks + [
+            _report(record.guarded(c.name, lambda c=c: numerics.run_inner_case(c, config.inner, config.tolerance)))
+            for c in inners
+        ]
 
     return _gpu_stage(args, "mamba", [c.name for c in scans + inners], run)
 
@@ -233,8 +304,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     def run() -> list[Check]:
         conv_tol, scan_tol = args.config.conv_tolerance, args.config.tolerance
-        checks = [_report(record.guarded(bench.conv_name(s), lambda s=s: bench.bench_causal_conv1d(s, settings, conv_tol[s["dtype"]]))) for s in convs]
-        return checks + [_report(record.guarded(bench.scan_name(s), lambda s=s: bench.bench_selective_scan(s, settings, scan_tol[s["dtype"]]))) for s in scans]
+        checks = [
+            _report(
+                record.guarded(
+                    bench.conv_name(s), lambda s=s: bench.bench_causal_conv1d(s, settings, conv_tol[s["dtype"]])
+                )
+            )
+            for s in convs
+        ]
+        return checks + [
+            _report(
+                record.guarded(
+                    bench.scan_name(s), lambda s=s: bench.bench_selective_scan(s, settings, scan_tol[s["dtype"]])
+                )
+            )
+            for s in scans
+        ]
 
     return _gpu_stage(args, "bench", [bench.conv_name(s) for s in convs] + [bench.scan_name(s) for s in scans], run)
 
@@ -248,6 +333,7 @@ def cmd_finish(args: argparse.Namespace) -> int:
 
 # -- command line -----------------------------------------------------------------------------------------------
 
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -256,10 +342,15 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpu_acceptance.py", description=__doc__.split("\n\n")[0],
-                                     epilog="exit codes: 0 passed, 1 a check failed, 2 bad arguments, 3 no CUDA device")
+    parser = argparse.ArgumentParser(
+        prog="gpu_acceptance.py",
+        description=__doc__.split("\n\n")[0],
+        epilog="exit codes: 0 passed, 1 a check failed, 2 bad arguments, 3 no CUDA device",
+    )
     parser.add_argument("--summary", type=Path, required=True, help="the summary JSON to add to (created if missing)")
-    parser.add_argument("--config", type=Path, default=None, help="the checks' data file (default: scripts/data/gpu_acceptance.toml)")
+    parser.add_argument(
+        "--config", type=Path, default=None, help="the checks' data file (default: scripts/data/gpu_acceptance.toml)"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sub = commands.add_parser("record", help="record a stage's result (for the shell's own stages)")
@@ -267,8 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--status", required=True, choices=record.STATUSES)
     sub.add_argument("--seconds", type=float)
     sub.add_argument("--detail", default="")
-    sub.add_argument("--keep-result", action="store_true",
-                     help="if the stage already has a result, keep it and only set its seconds")
+    sub.add_argument(
+        "--keep-result", action="store_true", help="if the stage already has a result, keep it and only set its seconds"
+    )
     sub.set_defaults(func=cmd_record)
 
     sub = commands.add_parser("skip-rest", help="mark every stage without a result as skipped")
@@ -300,13 +392,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--sdist-dir", type=Path, required=True, help="the fetch cache's sdists folder")
     sub.add_argument("--workers", type=_positive, default=16, help="pytest-xdist workers (default: %(default)s)")
     sub.add_argument("--quick", action="store_true", help="a subset; counts are not compared with upstream's")
-    sub.add_argument("--timeout", type=float, default=300.0, help="seconds before the suite is stopped (default: %(default)s)")
+    sub.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds before the suite is stopped (default: %(default)s)"
+    )
     sub.add_argument("--log", type=Path, required=True, help="pytest's full output")
     sub.set_defaults(func=cmd_upstream)
 
-    commands.add_parser("mamba", help="mamba-ssm kernels vs its references, every dtype (GPU)").set_defaults(func=cmd_mamba)
+    commands.add_parser("mamba", help="mamba-ssm kernels vs its references, every dtype (GPU)").set_defaults(
+        func=cmd_mamba
+    )
     commands.add_parser("bench", help="kernel benchmarks (GPU)").set_defaults(func=cmd_bench)
-    commands.add_parser("finish", help="print the table; exit 0 passed, 1 failed or incomplete, 3 no GPU").set_defaults(func=cmd_finish)
+    commands.add_parser("finish", help="print the table; exit 0 passed, 1 failed or incomplete, 3 no GPU").set_defaults(
+        func=cmd_finish
+    )
     return parser
 
 

@@ -33,7 +33,7 @@ die_usage() {
 is_count() { [[ $1 =~ ^[0-9]+$ ]]; }
 
 parse_args() {  # sets the options' globals; bad arguments exit 2 with a message
-    outdir="" wheelhouse_reuse="" quick=0 work=.gpu-work carry=.carry workers=16 port=0 deadline=570
+    outdir="" wheelhouse_reuse="" quick=0 work="" carry="" workers=16 port=0 deadline=570
     while [ $# -gt 0 ]; do
         case "$1" in
             -h|--help) usage; exit 0 ;;
@@ -61,21 +61,21 @@ parse_args() {  # sets the options' globals; bad arguments exit 2 with a message
 }
 
 setup() {  # absolute paths, the log, and the environment every stage shares
+    # paths given are taken from where the script was started; the defaults live in the repository
     ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+    OUTDIR=$(mkdir -p "$outdir" && cd "$outdir" && pwd)
+    WORK=$(mkdir -p "${work:-$ROOT/.gpu-work}" && cd "${work:-$ROOT/.gpu-work}" && pwd)
+    CARRY=$(mkdir -p "${carry:-$ROOT/.carry}" && cd "${carry:-$ROOT/.carry}" && pwd)
+    WH=$WORK/wheelhouse
+    if [ -n "$wheelhouse_reuse" ]; then WH=$(cd "$wheelhouse_reuse" && pwd); fi
     cd "$ROOT"
     PY=${PYTHON:-python3}
-    mkdir -p "$outdir" "$work"
-    OUTDIR=$(cd "$outdir" && pwd)
-    WORK=$(cd "$work" && pwd)
-    CARRY=$(mkdir -p "$carry" && cd "$carry" && pwd)
-    WH=${wheelhouse_reuse:+$(cd "$wheelhouse_reuse" && pwd)}
-    WH=${WH:-$WORK/wheelhouse}
     SUMMARY=$OUTDIR/summary.json
     LOG=$OUTDIR/acceptance.log
     WW_SITE=$WORK/ww-site          # the carried wheels, on wheelwright's path only
     VENV=$WORK/venv                # where pip installs our wheels; sees the box's torch
     LABEL=$("$PY" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["label"])' scripts/data/gpu_acceptance.toml)
-    rm -f "$SUMMARY" "$OUTDIR"/build-*.log "$OUTDIR/upstream-pytest.log"
+    rm -f "$SUMMARY" "$OUTDIR"/build-*.log "$OUTDIR"/build-status.txt "$OUTDIR/upstream-pytest.log" "$OUTDIR/pip-report.json"
     : >"$LOG"
     exec > >(tee -a "$LOG") 2>&1
     tee_pid=$!

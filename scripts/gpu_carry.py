@@ -67,9 +67,13 @@ def load_box(path: Path = BOX_FILE) -> Box:
         box, carry = data["box"], data["carry"]
         packages = [str(name) for name in box["packages"]]
         loaded = Box(
-            profile=str(box["profile"]), python=str(box["python"]), python_full=str(box["python_full"]),
-            implementation=str(box["implementation"]), machine=str(box["machine"]),
-            platforms=tuple(str(p) for p in box["platforms"]), packages=frozenset(map(canonicalize_name, packages)),
+            profile=str(box["profile"]),
+            python=str(box["python"]),
+            python_full=str(box["python_full"]),
+            implementation=str(box["implementation"]),
+            machine=str(box["machine"]),
+            platforms=tuple(str(p) for p in box["platforms"]),
+            packages=frozenset(map(canonicalize_name, packages)),
             limit_mib=int(carry["limit_mib"]),
         )
     except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as error:
@@ -82,6 +86,7 @@ def load_box(path: Path = BOX_FILE) -> Box:
 
 
 # -- which wheels -----------------------------------------------------------------------------------------------
+
 
 def project_requirements(pyproject: Path = ROOT / "pyproject.toml") -> list[Requirement]:
     try:
@@ -130,11 +135,15 @@ def carry_closure(
         here = version_of(name)
         version = pinned(requirement) or here
         if version is None:
-            raise CarryError(f"{requirement} is needed on the box but not pinned, and this interpreter has no {name} "
-                             f"to read a version from (run `make venv` and use .venv/bin/python)")
+            raise CarryError(
+                f"{requirement} is needed on the box but not pinned, and this interpreter has no {name} "
+                f"to read a version from (run `make venv` and use .venv/bin/python)"
+            )
         if here != version:
-            raise CarryError(f"{requirement} is pinned, but this interpreter has {name} {here}: its dependencies "
-                             f"cannot be read for the pinned version (run `make venv` and use .venv/bin/python)")
+            raise CarryError(
+                f"{requirement} is pinned, but this interpreter has {name} {here}: its dependencies "
+                f"cannot be read for the pinned version (run `make venv` and use .venv/bin/python)"
+            )
         if not requirement.specifier.contains(version, prereleases=True):
             raise CarryError(f"{name} {version} installed here does not satisfy {requirement}")
         carried[name] = version
@@ -190,6 +199,7 @@ def build_requirements(path: Path = BUILD_REQUIREMENTS) -> dict[str, str]:
 
 # -- sdists -----------------------------------------------------------------------------------------------------
 
+
 def profile_jobs(box: Box, matrix: Path = ROOT / "matrix.yaml") -> list:
     from builder.plan import load_plan
 
@@ -213,6 +223,7 @@ def carry_sdists(jobs: Sequence, destination: Path) -> list[Path]:
 
 
 # -- checking what was carried ----------------------------------------------------------------------------------
+
 
 def wheels_in(folder: Path) -> dict[str, list[str]]:
     """Canonical name -> versions of the wheels in ``folder``."""
@@ -244,6 +255,7 @@ def folder_bytes(folder: Path) -> int:
 
 # -- command line -----------------------------------------------------------------------------------------------
 
+
 def _print_pins(pins: dict[str, str]) -> None:
     for name, version in pins.items():
         print(f"{name}=={version}")
@@ -251,7 +263,9 @@ def _print_pins(pins: dict[str, str]) -> None:
 
 def cmd_wheels(args: argparse.Namespace) -> int:
     box = load_box(args.box)
-    _print_pins(carry_closure(project_requirements(args.pyproject), present=box.packages, environment=box.marker_environment()))
+    _print_pins(
+        carry_closure(project_requirements(args.pyproject), present=box.packages, environment=box.marker_environment())
+    )
     return 0
 
 
@@ -262,8 +276,15 @@ def cmd_build_wheels(args: argparse.Namespace) -> int:
 
 def cmd_platforms(args: argparse.Namespace) -> int:
     box = load_box(args.box)
-    print(" ".join([f"--python-version {box.python}", f"--implementation {box.implementation}",
-                    *(f"--platform {platform}" for platform in box.platforms)]))
+    print(
+        " ".join(
+            [
+                f"--python-version {box.python}",
+                f"--implementation {box.implementation}",
+                *(f"--platform {platform}" for platform in box.platforms),
+            ]
+        )
+    )
     return 0
 
 
@@ -277,7 +298,9 @@ def cmd_satisfied(args: argparse.Namespace) -> int:
     """On the box, with the carried wheels on the path: can wheelwright's requirements all be imported?"""
     from packaging.markers import default_environment
 
-    missing, mismatched = unmet(project_requirements(args.pyproject), environment={**default_environment(), "extra": ""})
+    missing, mismatched = unmet(
+        project_requirements(args.pyproject), environment={**default_environment(), "extra": ""}
+    )
     for line in mismatched:
         print(f"WARN installed at a version outside the requirement: {line}")
     for line in missing:
@@ -289,7 +312,9 @@ def cmd_satisfied(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     box = load_box(args.box)
     carry: Path = args.carry
-    wanted = carry_closure(project_requirements(args.pyproject), present=box.packages, environment=box.marker_environment())
+    wanted = carry_closure(
+        project_requirements(args.pyproject), present=box.packages, environment=box.marker_environment()
+    )
     problems = missing_wheels(carry / "wheels", wanted) + missing_wheels(carry / "build-wheels", build_requirements())
     from builder.fetch import sha256_of
 
@@ -299,8 +324,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             problems.append(f"{sdist}: missing or not sha256 {job.sdist.sha256} ({job.identifier})")
     size = folder_bytes(carry) if carry.is_dir() else 0
     total = size + args.tree_bytes
-    print(f"carry: {carry} holds {size / 2**20:.1f} MiB; with the repository's {args.tree_bytes / 2**20:.1f} MiB, "
-          f"{total / 2**20:.1f} MiB of the {box.limit_mib} MiB that may travel")
+    print(
+        f"carry: {carry} holds {size / 2**20:.1f} MiB; with the repository's {args.tree_bytes / 2**20:.1f} MiB, "
+        f"{total / 2**20:.1f} MiB of the {box.limit_mib} MiB that may travel"
+    )
     if total > box.limit_mib * 2**20:
         problems.append(f"{total / 2**20:.1f} MiB would travel, over the {box.limit_mib} MiB limit")
     for problem in problems:
@@ -313,10 +340,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--box", type=Path, default=BOX_FILE, help="box facts (default: %(default)s)")
     parser.add_argument("--pyproject", type=Path, default=ROOT / "pyproject.toml")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser("wheels", help="print name==version of each wheelwright dependency the box lacks").set_defaults(func=cmd_wheels)
+    commands.add_parser("wheels", help="print name==version of each wheelwright dependency the box lacks").set_defaults(
+        func=cmd_wheels
+    )
     commands.add_parser("build-wheels", help="print the build environment's pins").set_defaults(func=cmd_build_wheels)
-    commands.add_parser("platforms", help="print pip download's target options for the box").set_defaults(func=cmd_platforms)
-    satisfied = commands.add_parser("satisfied", help="list wheelwright's requirements this interpreter lacks or has at other versions")
+    commands.add_parser("platforms", help="print pip download's target options for the box").set_defaults(
+        func=cmd_platforms
+    )
+    satisfied = commands.add_parser(
+        "satisfied", help="list wheelwright's requirements this interpreter lacks or has at other versions"
+    )
     satisfied.add_argument("--strict", action="store_true", help="fail when one is missing")
     satisfied.set_defaults(func=cmd_satisfied)
     sdists = commands.add_parser("sdists", help="put the box profile's sdists into DEST (fetch cache layout)")

@@ -23,17 +23,21 @@ die() {
     exit 2
 }
 
-cd "$(dirname "$0")/.."
-carry=.carry
-python=.venv/bin/python
+root=$(cd "$(dirname "$0")/.." && pwd)
+carry=$root/.carry
+python=$root/.venv/bin/python
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
-        --carry) [ $# -ge 2 ] || die "--carry needs a folder"; carry=$2; shift 2 ;;
-        --python) [ $# -ge 2 ] || die "--python needs an interpreter"; python=$2; shift 2 ;;
+        --carry) [ $# -ge 2 ] || die "--carry needs a folder"; carry=$(mkdir -p "$2" && cd "$2" && pwd); shift 2 ;;
+        --python)
+            [ $# -ge 2 ] || die "--python needs an interpreter"
+            case "$2" in */*) python=$(realpath -m "$2") ;; *) python=$(command -v "$2" || echo "$2") ;; esac
+            shift 2 ;;
         *) usage >&2; die "unknown argument: $1" ;;
     esac
 done
+cd "$root"
 [ -x "$python" ] || die "$python is not an interpreter (run \`make venv\` first, or pass --python)"
 
 # pip download for the box's interpreter and platform, not this machine's; no dependencies, since the list is whole

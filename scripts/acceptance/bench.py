@@ -20,8 +20,12 @@ class Timing:
     calls_per_sample: int  # fast calls are looped inside one sample so that the events' resolution does not matter
 
     def as_dict(self) -> dict:
-        return {"median_ms": round(self.median_ms, 4), "min_ms": round(self.min_ms, 4), "samples": self.samples,
-                "calls_per_sample": self.calls_per_sample}
+        return {
+            "median_ms": round(self.median_ms, 4),
+            "min_ms": round(self.min_ms, 4),
+            "samples": self.samples,
+            "calls_per_sample": self.calls_per_sample,
+        }
 
 
 def calls_per_sample(single_ms: float, min_sample_ms: float) -> int:
@@ -55,10 +59,17 @@ def speedup_check(name: str, kernel: Timing, reference: Timing, agreement: tuple
     """Passes when both ran and agree (a speedup over different work would mean nothing)."""
     agrees, max_abs = agreement
     speedup = reference.median_ms / kernel.median_ms
-    detail = (f"kernel {kernel.median_ms:.3f} ms, reference {reference.median_ms:.3f} ms, speedup {speedup:.1f}x"
-              + ("" if agrees else f"; outputs DISAGREE (max |diff| {max_abs:.3g})"))
-    data = {"size": size, "kernel": kernel.as_dict(), "reference": reference.as_dict(), "speedup": round(speedup, 2),
-            "agrees": agrees, "max_abs_diff": max_abs}
+    detail = f"kernel {kernel.median_ms:.3f} ms, reference {reference.median_ms:.3f} ms, speedup {speedup:.1f}x" + (
+        "" if agrees else f"; outputs DISAGREE (max |diff| {max_abs:.3g})"
+    )
+    data = {
+        "size": size,
+        "kernel": kernel.as_dict(),
+        "reference": reference.as_dict(),
+        "speedup": round(speedup, 2),
+        "agrees": agrees,
+        "max_abs_diff": max_abs,
+    }
     return Check(name=name, status=PASSED if agrees else FAILED, detail=detail, data=data)
 
 
@@ -102,7 +113,9 @@ def bench_causal_conv1d(size: dict, settings: Bench, tolerance: Tolerance) -> Ch
     with torch.no_grad():
         agreement = _agreement(kernel(), reference(), tolerance)
         mine = time_cuda(kernel, warmup=settings.warmup, repeats=settings.repeats, min_sample_ms=settings.min_sample_ms)
-        theirs = time_cuda(reference, warmup=settings.warmup, repeats=settings.repeats, min_sample_ms=settings.min_sample_ms)
+        theirs = time_cuda(
+            reference, warmup=settings.warmup, repeats=settings.repeats, min_sample_ms=settings.min_sample_ms
+        )
     return speedup_check(conv_name(size), mine, theirs, agreement, size)
 
 
@@ -118,16 +131,31 @@ def bench_selective_scan(size: dict, settings: Bench, tolerance: Tolerance) -> C
         return torch.randn(*shape, device="cuda", dtype=dtype, generator=generator)
 
     inputs = {
-        "u": normal(batch, dim, length), "delta": normal(batch, dim, length),
+        "u": normal(batch, dim, length),
+        "delta": normal(batch, dim, length),
         "A": -torch.rand(dim, dstate, device="cuda", generator=generator) - 0.5,
-        "B": normal(batch, dstate, length), "C": normal(batch, dstate, length),
-        "D": normal(dim, dtype=torch.float32), "z": normal(batch, dim, length),
+        "B": normal(batch, dstate, length),
+        "C": normal(batch, dstate, length),
+        "D": normal(dim, dtype=torch.float32),
+        "z": normal(batch, dim, length),
         "delta_bias": normal(dim, dtype=torch.float32),
     }
     with torch.no_grad():
-        agreement = _agreement(selective_scan_fn(**inputs, delta_softplus=True), selective_scan_ref(**inputs, delta_softplus=True), tolerance)
-        mine = time_cuda(lambda: selective_scan_fn(**inputs, delta_softplus=True), warmup=settings.warmup,
-                         repeats=settings.repeats, min_sample_ms=settings.min_sample_ms)
-        theirs = time_cuda(lambda: selective_scan_ref(**inputs, delta_softplus=True), warmup=1,
-                           repeats=settings.reference_repeats, min_sample_ms=settings.min_sample_ms)
+        agreement = _agreement(
+            selective_scan_fn(**inputs, delta_softplus=True),
+            selective_scan_ref(**inputs, delta_softplus=True),
+            tolerance,
+        )
+        mine = time_cuda(
+            lambda: selective_scan_fn(**inputs, delta_softplus=True),
+            warmup=settings.warmup,
+            repeats=settings.repeats,
+            min_sample_ms=settings.min_sample_ms,
+        )
+        theirs = time_cuda(
+            lambda: selective_scan_ref(**inputs, delta_softplus=True),
+            warmup=1,
+            repeats=settings.reference_repeats,
+            min_sample_ms=settings.min_sample_ms,
+        )
     return speedup_check(scan_name(size), mine, theirs, agreement, size)

@@ -107,19 +107,42 @@ def _config(data: dict) -> Config:
         packages=tuple(data["packages"]),
         stages=tuple(data["stages"]),
         upstream=Upstream(
-            package=upstream["package"], tests=upstream["tests"], quick_select=upstream["quick_select"],
-            expected={version: Expected(passed=int(v["passed"]), skipped=int(v["skipped"])) for version, v in upstream["expected"].items()},
+            package=upstream["package"],
+            tests=upstream["tests"],
+            quick_select=upstream["quick_select"],
+            expected={
+                version: Expected(passed=int(v["passed"]), skipped=int(v["skipped"]))
+                for version, v in upstream["expected"].items()
+            },
         ),
         conv_tolerance=_tolerances(data["causal_conv1d"]["tolerance"]),
         tolerance=_tolerances(mamba["tolerance"]),
-        scan=ScanCases(batch=int(scan["batch"]), dim=int(scan["dim"]), dstate=int(scan["dstate"]), dtypes=tuple(scan["dtypes"]),
-                       seqlens=tuple(map(int, scan["seqlens"])), groups=tuple(map(int, scan["groups"]))),
-        inner=InnerCases(batch=int(inner["batch"]), dim=int(inner["dim"]), dstate=int(inner["dstate"]), dt_rank=int(inner["dt_rank"]),
-                         dtypes=tuple(inner["dtypes"]), seqlens=tuple(map(int, inner["seqlens"])),
-                         variable_bc=tuple(map(bool, inner["variable_bc"])), complex_dtypes=tuple(inner["complex_dtypes"])),
-        bench=Bench(warmup=int(bench["warmup"]), repeats=int(bench["repeats"]), reference_repeats=int(bench["reference_repeats"]),
-                    min_sample_ms=float(bench["min_sample_ms"]),
-                    causal_conv1d=tuple(bench["causal_conv1d"]), selective_scan=tuple(bench["selective_scan"])),
+        scan=ScanCases(
+            batch=int(scan["batch"]),
+            dim=int(scan["dim"]),
+            dstate=int(scan["dstate"]),
+            dtypes=tuple(scan["dtypes"]),
+            seqlens=tuple(map(int, scan["seqlens"])),
+            groups=tuple(map(int, scan["groups"])),
+        ),
+        inner=InnerCases(
+            batch=int(inner["batch"]),
+            dim=int(inner["dim"]),
+            dstate=int(inner["dstate"]),
+            dt_rank=int(inner["dt_rank"]),
+            dtypes=tuple(inner["dtypes"]),
+            seqlens=tuple(map(int, inner["seqlens"])),
+            variable_bc=tuple(map(bool, inner["variable_bc"])),
+            complex_dtypes=tuple(inner["complex_dtypes"]),
+        ),
+        bench=Bench(
+            warmup=int(bench["warmup"]),
+            repeats=int(bench["repeats"]),
+            reference_repeats=int(bench["reference_repeats"]),
+            min_sample_ms=float(bench["min_sample_ms"]),
+            causal_conv1d=tuple(bench["causal_conv1d"]),
+            selective_scan=tuple(bench["selective_scan"]),
+        ),
     )
 
 
@@ -143,7 +166,9 @@ def _check(config: Config, path: Path) -> None:
         problems.append("mamba.selective_scan: dim must divide into every group count")
     for kind, sizes in (("causal_conv1d", config.bench.causal_conv1d), ("selective_scan", config.bench.selective_scan)):
         for size in sizes:
-            if size.get("dtype") not in DTYPES or any(not isinstance(v, int) or v < 1 for k, v in size.items() if k != "dtype"):
+            if size.get("dtype") not in DTYPES or any(
+                not isinstance(v, int) or v < 1 for k, v in size.items() if k != "dtype"
+            ):
                 problems.append(f"bench.{kind}: {size} needs positive integer sizes and a dtype of {DTYPES}")
     if problems:
         raise ConfigError(f"{path}: " + "; ".join(problems))

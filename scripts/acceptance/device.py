@@ -31,6 +31,7 @@ def torch_facts() -> dict:
     }
     if facts["cuda_available"]:
         major, minor = torch.cuda.get_device_capability(0)
-        facts.update(device=torch.cuda.get_device_name(0), capability=f"{major}.{minor}",
-                     device_count=torch.cuda.device_count())
+        facts.update(
+            device=torch.cuda.get_device_name(0), capability=f"{major}.{minor}", device_count=torch.cuda.device_count()
+        )
     return facts

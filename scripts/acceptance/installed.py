@@ -23,7 +23,10 @@ def file_sha256(path: Path) -> str:
 
 def install_checks(report: dict, *, packages: tuple[str, ...], label: str, index_url: str, dist: Path) -> list[Check]:
     installs = {canonicalize_name(item["metadata"]["name"]): item for item in report.get("install", [])}
-    return [_package_check(installs.get(canonicalize_name(p)), p, label=label, index_url=index_url, dist=dist) for p in packages]
+    return [
+        _package_check(installs.get(canonicalize_name(p)), p, label=label, index_url=index_url, dist=dist)
+        for p in packages
+    ]
 
 
 def _package_check(item: dict | None, package: str, *, label: str, index_url: str, dist: Path) -> Check:
@@ -39,8 +42,12 @@ def _package_check(item: dict | None, package: str, *, label: str, index_url: st
         problems.append(f"fetched from {url}, not from {index_url}")
     problems += _same_as_built(dist / filename, item["download_info"].get("archive_info", {}))
     detail = "; ".join(problems) or f"{filename} from {url}"
-    return Check(name=name, status=FAILED if problems else PASSED, detail=detail,
-                 data={"version": version, "wheel": filename, "url": url})
+    return Check(
+        name=name,
+        status=FAILED if problems else PASSED,
+        detail=detail,
+        data={"version": version, "wheel": filename, "url": url},
+    )
 
 
 def _same_as_built(built: Path, archive_info: dict) -> list[str]:
@@ -54,7 +61,9 @@ def _same_as_built(built: Path, archive_info: dict) -> list[str]:
 
 def environment_checks(packages: tuple[str, ...], report: dict) -> list[Check]:
     """The interpreter running this (the test venv's) sees exactly the versions pip reported installing."""
-    reported = {canonicalize_name(item["metadata"]["name"]): item["metadata"]["version"] for item in report.get("install", [])}
+    reported = {
+        canonicalize_name(item["metadata"]["name"]): item["metadata"]["version"] for item in report.get("install", [])
+    }
     checks = []
     for package in packages:
         try:
@@ -63,6 +72,11 @@ def environment_checks(packages: tuple[str, ...], report: dict) -> list[Check]:
             seen = None
         wanted = reported.get(canonicalize_name(package))
         ok = seen is not None and seen == wanted
-        checks.append(Check(name=f"{package} visible to the test interpreter", status=PASSED if ok else FAILED,
-                            detail=f"importlib.metadata sees {seen}, pip installed {wanted}"))
+        checks.append(
+            Check(
+                name=f"{package} visible to the test interpreter",
+                status=PASSED if ok else FAILED,
+                detail=f"importlib.metadata sees {seen}, pip installed {wanted}",
+            )
+        )
     return checks

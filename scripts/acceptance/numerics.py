@@ -42,7 +42,11 @@ def inner_cases(cases: InnerCases) -> list[InnerCase]:
     found = []
     for dtype in cases.dtypes:
         for complex_a in (False, True) if dtype in cases.complex_dtypes else (False,):
-            found += [InnerCase(dtype=dtype, seqlen=s, variable_bc=v, complex_a=complex_a) for s in cases.seqlens for v in cases.variable_bc]
+            found += [
+                InnerCase(dtype=dtype, seqlen=s, variable_bc=v, complex_a=complex_a)
+                for s in cases.seqlens
+                for v in cases.variable_bc
+            ]
     return found
 
 
@@ -53,9 +57,16 @@ def scan_tolerances(dtype: str, tolerances: dict[str, Tolerance]) -> dict[str, T
     base = tolerances[dtype]
     weight = tolerances["weight"].widened(base)
     return {
-        "out": base, "last_state": base,
-        "du": base.scaled(2, 2), "ddelta": base.scaled(5, 10), "dA": weight.scaled(atol=5),
-        "dB": base, "dC": base, "dD": weight, "dz": weight, "ddelta_bias": weight,
+        "out": base,
+        "last_state": base,
+        "du": base.scaled(2, 2),
+        "ddelta": base.scaled(5, 10),
+        "dA": weight.scaled(atol=5),
+        "dB": base,
+        "dC": base,
+        "dD": weight,
+        "dz": weight,
+        "ddelta_bias": weight,
     }
 
 
@@ -65,8 +76,18 @@ def inner_tolerances(dtype: str, tolerances: dict[str, Tolerance], *, variable_b
     base = tolerances[dtype]
     weight = tolerances["weight"].widened(base)
     found = {"out": base, "dxz": base.scaled(2, 2), "dA": weight.scaled(atol=5)}
-    found |= {f"d{name}": weight for name in ("D", "delta_bias", "conv1d_weight", "conv1d_bias", "x_proj_weight",
-                                                "delta_proj_weight", "out_proj_weight")}
+    found |= {
+        f"d{name}": weight
+        for name in (
+            "D",
+            "delta_bias",
+            "conv1d_weight",
+            "conv1d_bias",
+            "x_proj_weight",
+            "delta_proj_weight",
+            "out_proj_weight",
+        )
+    }
     if not variable_bc:
         found |= {"dB": weight, "dC": weight}
     return found
@@ -81,8 +102,14 @@ class Comparison:
     ok: bool
 
     def as_dict(self) -> dict:
-        return {"tensor": self.tensor, "max_abs": _json_float(self.max_abs), "worst": _json_float(self.worst),
-                "rtol": self.tolerance.rtol, "atol": self.tolerance.atol, "ok": self.ok}
+        return {
+            "tensor": self.tensor,
+            "max_abs": _json_float(self.max_abs),
+            "worst": _json_float(self.worst),
+            "rtol": self.tolerance.rtol,
+            "atol": self.tolerance.atol,
+            "ok": self.ok,
+        }
 
 
 def compare(tensor: str, actual, expected, tolerance: Tolerance) -> Comparison:
@@ -95,20 +122,32 @@ def compare(tensor: str, actual, expected, tolerance: Tolerance) -> Comparison:
     wide = torch.complex128 if actual.is_complex() else torch.float64
     difference = (actual.to(wide) - expected.to(wide)).abs()
     bound = tolerance.atol + tolerance.rtol * expected.to(wide).abs()
-    return Comparison(tensor=tensor, max_abs=difference.max().item(), worst=(difference / bound).max().item(),
-                      tolerance=tolerance, ok=ok)
+    return Comparison(
+        tensor=tensor,
+        max_abs=difference.max().item(),
+        worst=(difference / bound).max().item(),
+        tolerance=tolerance,
+        ok=ok,
+    )
 
 
 def as_check(name: str, comparisons: list[Comparison]) -> Check:
     failures = [c for c in comparisons if not c.ok]
     closest = max(comparisons, key=lambda c: c.worst if math.isfinite(c.worst) else math.inf)
     if failures:
-        detail = "; ".join(f"{c.tensor}: max |diff| {c.max_abs:.3g}, {c.worst:.3g}x the tolerance "
-                           f"(rtol {c.tolerance.rtol:g}, atol {c.tolerance.atol:g})" for c in failures)
+        detail = "; ".join(
+            f"{c.tensor}: max |diff| {c.max_abs:.3g}, {c.worst:.3g}x the tolerance "
+            f"(rtol {c.tolerance.rtol:g}, atol {c.tolerance.atol:g})"
+            for c in failures
+        )
     else:
         detail = f"{len(comparisons)} tensors within tolerance; closest {closest.tensor} at {closest.worst:.3g}x"
-    return Check(name=name, status=FAILED if failures else PASSED, detail=detail,
-                 data={"comparisons": [c.as_dict() for c in comparisons]})
+    return Check(
+        name=name,
+        status=FAILED if failures else PASSED,
+        detail=detail,
+        data={"comparisons": [c.as_dict() for c in comparisons]},
+    )
 
 
 def _json_float(value: float) -> float | str:
@@ -116,6 +155,7 @@ def _json_float(value: float) -> float | str:
 
 
 # -- the cases on the device ------------------------------------------------------------------------------------
+
 
 class _Random:
     """Seeded inputs on the device, the same for every run of a case."""
@@ -142,8 +182,10 @@ def _synchronize(device: str) -> None:
 
 def _twins(inputs: dict) -> tuple[dict, dict]:
     """Two independent leaf copies of every input, one for the kernel and one for the reference."""
-    return ({k: v.clone().requires_grad_() for k, v in inputs.items()},
-            {k: v.clone().requires_grad_() for k, v in inputs.items()})
+    return (
+        {k: v.clone().requires_grad_() for k, v in inputs.items()},
+        {k: v.clone().requires_grad_() for k, v in inputs.items()},
+    )
 
 
 def _gradients(mine: dict, ref: dict, tolerances: dict[str, Tolerance]) -> list[Comparison]:
@@ -175,11 +217,16 @@ def run_scan_case(case: ScanCase, cases: ScanCases, tolerances: dict[str, Tolera
     out_ref.backward(grad)
     _synchronize(device)
     wanted = scan_tolerances(case.dtype, tolerances)
-    comparisons = [compare("out", out, out_ref, wanted["out"]), compare("last_state", state, state_ref, wanted["last_state"])]
+    comparisons = [
+        compare("out", out, out_ref, wanted["out"]),
+        compare("last_state", state, state_ref, wanted["last_state"]),
+    ]
     return as_check(case.name, comparisons + _gradients(mine, ref, wanted))
 
 
-def run_inner_case(case: InnerCase, cases: InnerCases, tolerances: dict[str, Tolerance], *, device: str = "cuda") -> Check:
+def run_inner_case(
+    case: InnerCase, cases: InnerCases, tolerances: dict[str, Tolerance], *, device: str = "cuda"
+) -> Check:
     import torch
     from mamba_ssm.ops.selective_scan_interface import mamba_inner_fn, mamba_inner_ref
 
@@ -209,4 +256,3 @@ def run_inner_case(case: InnerCase, cases: InnerCases, tolerances: dict[str, Tol
     _synchronize(device)
     wanted = inner_tolerances(case.dtype, tolerances, variable_bc=case.variable_bc)
     return as_check(case.name, [compare("out", out, out_ref, wanted["out"]), *_gradients(mine, ref, wanted)])
-

@@ -25,9 +25,16 @@ def causal_conv1d_seed(tolerance: Tolerance) -> Check:
     shape_ok = tuple(out.shape) == (2, 256, 64)
     close = bool(torch.allclose(out, expected, rtol=tolerance.rtol, atol=tolerance.atol))
     max_abs = (out - expected).abs().max().item()
-    detail = f"shape {tuple(out.shape)}; max |kernel - causal_conv1d_ref| {max_abs:.3g} (rtol {tolerance.rtol}, atol {tolerance.atol})"
-    return Check(name=CONV_CHECK, status=PASSED if shape_ok and close else FAILED, detail=detail,
-                 data={"shape": list(out.shape), "max_abs_diff": max_abs})
+    detail = (
+        f"shape {tuple(out.shape)}; max |kernel - causal_conv1d_ref| {max_abs:.3g} "
+        f"(rtol {tolerance.rtol}, atol {tolerance.atol})"
+    )
+    return Check(
+        name=CONV_CHECK,
+        status=PASSED if shape_ok and close else FAILED,
+        detail=detail,
+        data={"shape": list(out.shape), "max_abs_diff": max_abs},
+    )
 
 
 def mamba_seed() -> Check:
@@ -42,6 +49,12 @@ def mamba_seed() -> Check:
     torch.cuda.synchronize()
     shape_ok = tuple(y.shape) == (1, 1024, 512)
     finite = bool(torch.isfinite(y).all())
-    detail = f"shape {tuple(y.shape)}, {'all finite' if finite else 'NOT all finite'}, mean |y| {y.abs().mean().item():.3g}"
-    return Check(name=MAMBA_CHECK, status=PASSED if shape_ok and finite else FAILED, detail=detail,
-                 data={"shape": list(y.shape), "finite": finite})
+    detail = (
+        f"shape {tuple(y.shape)}, {'all finite' if finite else 'NOT all finite'}, mean |y| {y.abs().mean().item():.3g}"
+    )
+    return Check(
+        name=MAMBA_CHECK,
+        status=PASSED if shape_ok and finite else FAILED,
+        detail=detail,
+        data={"shape": list(y.shape), "finite": finite},
+    )

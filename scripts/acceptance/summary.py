@@ -26,7 +26,12 @@ class Check:
     data: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "status": self.status, "detail": self.detail, **({"data": self.data} if self.data else {})}
+        return {
+            "name": self.name,
+            "status": self.status,
+            "detail": self.detail,
+            **({"data": self.data} if self.data else {}),
+        }
 
 
 def skipped_checks(names: Iterable[str], reason: str) -> list[Check]:
@@ -149,8 +154,12 @@ def render(summary: dict, stages: Sequence[str]) -> list[str]:
         entry = summary["stages"].get(name, {"status": "-", "detail": "not reached"})
         seconds = f"{entry['seconds']:.1f}" if "seconds" in entry else ""
         lines.append(f"{name:<10} {entry['status']:<8} {seconds:>8}  {entry.get('detail', '')}")
-        lines += [f"{'':<10}   FAILED {c['name']}: {c['detail']}" for c in entry.get("checks", []) if c["status"] == FAILED]
-    lines.append(f"outcome: {summary.get('outcome', 'incomplete')}; acceptance: {'yes' if summary.get('acceptance') else 'no'}")
+        lines += [
+            f"{'':<10}   FAILED {c['name']}: {c['detail']}" for c in entry.get("checks", []) if c["status"] == FAILED
+        ]
+    lines.append(
+        f"outcome: {summary.get('outcome', 'incomplete')}; acceptance: {'yes' if summary.get('acceptance') else 'no'}"
+    )
     return lines
 
 

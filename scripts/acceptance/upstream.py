@@ -45,7 +45,11 @@ def judge(counts: dict[str, int] | None, expected: Expected | None, *, quick: bo
     if broken:
         return FAILED, f"{got}: {broken} failed or errored"
     if quick:
-        return (PASSED, f"{got} (--quick subset; counts not compared)") if counts.get("passed") else (FAILED, f"{got}: nothing passed")
+        return (
+            (PASSED, f"{got} (--quick subset; counts not compared)")
+            if counts.get("passed")
+            else (FAILED, f"{got}: nothing passed")
+        )
     if expected is None:
         return FAILED, f"{got}; no upstream counts recorded for this version to compare with"
     wanted = f"upstream: {expected.passed} passed, {expected.skipped} skipped"
@@ -60,7 +64,7 @@ def unpack_tests(sdist: Path, tests: str, into: Path) -> Path:
     with tarfile.open(sdist) as archive:
         members = archive.getmembers()
         top = PurePosixPath(members[0].name).parts[0]
-        wanted = [m for m in members if PurePosixPath(m.name).parent.parts[1:len(folder.parts) + 1] == folder.parts]
+        wanted = [m for m in members if PurePosixPath(m.name).parent.parts[1 : len(folder.parts) + 1] == folder.parts]
         archive.extractall(into, members=wanted, filter="data")
     root = into / top
     if not (root / tests).is_file():
@@ -84,20 +88,29 @@ def clean_environment() -> dict[str, str]:
 
 def imported_from(python: str, module: str, cwd: Path) -> str:
     """Where ``module`` is imported from when the tests run (from ``cwd``, in their environment)."""
-    done = subprocess.run([python, "-c", f"import {module}; print({module}.__file__)"], cwd=cwd, env=clean_environment(),
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [python, "-c", f"import {module}; print({module}.__file__)"],
+        cwd=cwd,
+        env=clean_environment(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return done.stdout.strip() if done.returncode == 0 else f"import failed: {done.stderr.strip().splitlines()[-1:]}"
 
 
-def run_suite(python: str, root: Path, tests: str, *, workers: int, select: str | None, timeout: float, log: Path) -> SuiteRun:
+def run_suite(
+    python: str, root: Path, tests: str, *, workers: int, select: str | None, timeout: float, log: Path
+) -> SuiteRun:
     """pytest on the test file, output to ``log``; stopped with its workers (one process group) at ``timeout``."""
     command = [python, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", tests]
     command += ["-n", str(workers)] if workers > 1 else []  # pytest-xdist; one worker needs no plugin
     command += ["-k", select] if select else []
     start = time.monotonic()
     with log.open("w") as out:
-        process = subprocess.Popen(command, cwd=root, env=clean_environment(), stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            command, cwd=root, env=clean_environment(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             returncode: int | None = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -116,6 +129,13 @@ def suite_check(run: SuiteRun, expected: Expected | None, *, quick: bool, import
         status, detail = judge(counts, expected, quick=quick)
     if "site-packages" not in imported:
         status, detail = FAILED, f"{detail}; but causal_conv1d was imported from {imported}, not an installed wheel"
-    data = {"counts": counts, "expected": expected.__dict__ if expected else None, "quick": quick,
-            "returncode": run.returncode, "seconds": round(run.seconds, 1), "imported_from": imported, "command": run.command}
+    data = {
+        "counts": counts,
+        "expected": expected.__dict__ if expected else None,
+        "quick": quick,
+        "returncode": run.returncode,
+        "seconds": round(run.seconds, 1),
+        "imported_from": imported,
+        "command": run.command,
+    }
     return Check(name="causal-conv1d tests/test_causal_conv1d.py", status=status, detail=detail, data=data)

@@ -44,13 +44,22 @@ def load_references(mamba_root: Path, causal_root: Path) -> types.ModuleType:
     sys.modules[cpp.__name__] = cpp
     conv = _load("causal_conv1d.causal_conv1d_interface", causal_root / "causal_conv1d" / "causal_conv1d_interface.py")
     conv_package.causal_conv1d_fn = conv.causal_conv1d_ref
-    for name, sub in (("mamba_ssm", ""), ("mamba_ssm.ops", "ops"), ("mamba_ssm.ops.triton", "ops/triton"), ("mamba_ssm.utils", "utils")):
+    for name, sub in (
+        ("mamba_ssm", ""),
+        ("mamba_ssm.ops", "ops"),
+        ("mamba_ssm.ops.triton", "ops/triton"),
+        ("mamba_ssm.utils", "utils"),
+    ):
         _package(name, mamba_root / "mamba_ssm" / sub)
     _load("mamba_ssm.utils.torch", mamba_root / "mamba_ssm" / "utils" / "torch.py")
     layer_norm = types.ModuleType("mamba_ssm.ops.triton.layer_norm")
-    layer_norm._layer_norm_fwd = None  # a Triton kernel; mamba_inner_fn's optional RMS norms need it, these cases do not
+    layer_norm._layer_norm_fwd = (
+        None  # a Triton kernel; mamba_inner_fn's optional RMS norms need it, these cases do not
+    )
     sys.modules[layer_norm.__name__] = layer_norm
-    interface = _load("mamba_ssm.ops.selective_scan_interface", mamba_root / "mamba_ssm" / "ops" / "selective_scan_interface.py")
+    interface = _load(
+        "mamba_ssm.ops.selective_scan_interface", mamba_root / "mamba_ssm" / "ops" / "selective_scan_interface.py"
+    )
     interface.selective_scan_fn = interface.selective_scan_ref
     interface.mamba_inner_fn = interface.mamba_inner_ref
     return interface
@@ -64,8 +73,16 @@ def main(mamba_root: str, causal_root: str, out: str) -> int:
 
     config = load_config()
     scan = ScanCases(batch=2, dim=4, dstate=8, dtypes=config.scan.dtypes, seqlens=(33,), groups=(1, 2))
-    inner = InnerCases(batch=2, dim=16, dstate=4, dt_rank=4, dtypes=config.inner.dtypes, seqlens=(17,),
-                       variable_bc=(True, False), complex_dtypes=config.inner.complex_dtypes)
+    inner = InnerCases(
+        batch=2,
+        dim=16,
+        dstate=4,
+        dt_rank=4,
+        dtypes=config.inner.dtypes,
+        seqlens=(17,),
+        variable_bc=(True, False),
+        complex_dtypes=config.inner.complex_dtypes,
+    )
     checks = [numerics.run_scan_case(c, scan, config.tolerance, device="cpu") for c in numerics.scan_cases(scan)]
     checks += [numerics.run_inner_case(c, inner, config.tolerance, device="cpu") for c in numerics.inner_cases(inner)]
     Path(out).write_text(json.dumps([check.as_dict() for check in checks], indent=1))

@@ -33,10 +33,13 @@ NO_GPU_EXIT = 3
 
 
 def run(command: list[str], *, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(command, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        command, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout
+    )
 
 
 # -- the shell scripts' arguments -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("script", ["gpu_acceptance.sh", "prepare_gpu_carry.sh"])
 def test_scripts_parse_and_print_their_usage(script: str) -> None:
@@ -67,8 +70,11 @@ def test_acceptance_script_refuses_bad_arguments(args: list[str], message: str) 
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--carry"], "--carry needs a folder"), (["--python", "/nonexistent/python"], "/nonexistent/python is not an interpreter"),
-     (["extra"], "unknown argument: extra")],
+    [
+        (["--carry"], "--carry needs a folder"),
+        (["--python", "/nonexistent/python"], "/nonexistent/python is not an interpreter"),
+        (["extra"], "unknown argument: extra"),
+    ],
 )
 def test_carry_script_refuses_bad_arguments(args: list[str], message: str) -> None:
     done = run(["bash", str(SCRIPTS / "prepare_gpu_carry.sh"), *args])
@@ -76,6 +82,7 @@ def test_carry_script_refuses_bad_arguments(args: list[str], message: str) -> No
 
 
 # -- without a GPU ----------------------------------------------------------------------------------------------
+
 
 def _assert_all_skipped_for_no_device(summary: dict, stages: list[str]) -> str:
     reasons = {summary["stages"][stage]["detail"] for stage in stages}
@@ -86,7 +93,9 @@ def _assert_all_skipped_for_no_device(summary: dict, stages: list[str]) -> str:
 
 def test_box_script_without_a_gpu_skips_every_stage_with_the_reason(tmp_path: Path) -> None:
     out, work = tmp_path / "out", tmp_path / "work"
-    done = run(["bash", str(SCRIPTS / "gpu_acceptance.sh"), str(out), "--work", str(work)], env={"PYTHON": sys.executable})
+    done = run(
+        ["bash", str(SCRIPTS / "gpu_acceptance.sh"), str(out), "--work", str(work)], env={"PYTHON": sys.executable}
+    )
     assert done.returncode == NO_GPU_EXIT, done.stdout + done.stderr
     summary = json.loads((out / "summary.json").read_text())
     _assert_all_skipped_for_no_device(summary, list(CONFIG.stages))
@@ -132,6 +141,7 @@ def test_with_a_real_torch_the_reason_is_that_torch_sees_no_device(tmp_path: Pat
 
 # -- the upstream suite's runner --------------------------------------------------------------------------------
 
+
 def _sdist_with_tests(path: Path, tests: str) -> Path:
     with tarfile.open(path, "w:gz") as archive:
         for name, text in {"pkg-1.0/pkg/__init__.py": "", "pkg-1.0/tests/test_pkg.py": tests}.items():
@@ -143,38 +153,58 @@ def _sdist_with_tests(path: Path, tests: str) -> Path:
 
 def test_suite_runs_pytest_from_the_sdists_tests_and_counts(tmp_path: Path) -> None:
     tests = "import pytest\n\ndef test_a(): pass\n\ndef test_b(): pass\n\ndef test_c(): pytest.skip('no GPU')\n"
-    root = upstream.unpack_tests(_sdist_with_tests(tmp_path / "pkg-1.0.tar.gz", tests), "tests/test_pkg.py", tmp_path / "u")
+    root = upstream.unpack_tests(
+        _sdist_with_tests(tmp_path / "pkg-1.0.tar.gz", tests), "tests/test_pkg.py", tmp_path / "u"
+    )
     log = tmp_path / "pytest.log"
     suite = upstream.run_suite(sys.executable, root, "tests/test_pkg.py", workers=1, select=None, timeout=120, log=log)
     assert suite.returncode == 0 and upstream.parse_counts(log.read_text()) == {"passed": 2, "skipped": 1}
-    check = upstream.suite_check(suite, Expected(passed=2, skipped=1), quick=False, imported="/v/site-packages/pkg/__init__.py")
+    check = upstream.suite_check(
+        suite, Expected(passed=2, skipped=1), quick=False, imported="/v/site-packages/pkg/__init__.py"
+    )
     assert check.status == "passed", check.detail
-    selected = upstream.run_suite(sys.executable, root, "tests/test_pkg.py", workers=1, select="test_a", timeout=120, log=log)
+    selected = upstream.run_suite(
+        sys.executable, root, "tests/test_pkg.py", workers=1, select="test_a", timeout=120, log=log
+    )
     assert upstream.parse_counts(selected.output_tail) == {"passed": 1, "deselected": 2}
 
 
 def test_suite_is_stopped_at_its_time_limit(tmp_path: Path) -> None:
     tests = "import time\n\ndef test_slow(): time.sleep(600)\n"
-    root = upstream.unpack_tests(_sdist_with_tests(tmp_path / "pkg-1.0.tar.gz", tests), "tests/test_pkg.py", tmp_path / "u")
-    suite = upstream.run_suite(sys.executable, root, "tests/test_pkg.py", workers=1, select=None, timeout=3, log=tmp_path / "log")
+    root = upstream.unpack_tests(
+        _sdist_with_tests(tmp_path / "pkg-1.0.tar.gz", tests), "tests/test_pkg.py", tmp_path / "u"
+    )
+    suite = upstream.run_suite(
+        sys.executable, root, "tests/test_pkg.py", workers=1, select=None, timeout=3, log=tmp_path / "log"
+    )
     assert suite.returncode is None and suite.seconds < 30
 
 
 # -- mamba-ssm's cases on the CPU, against the real reference implementations -----------------------------------
 
+
 @pytest.fixture(scope="module")
 def reference_sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The gpu-box profile's sdists, through the fetch stage's hash-checked cache, unpacked."""
     into = tmp_path_factory.mktemp("sdists")
-    return {job.package: unpack_sdist(fetch_sdist(job), into) for job in load_plan(ROOT / "matrix.yaml", "gpu-box").jobs}
+    return {
+        job.package: unpack_sdist(fetch_sdist(job), into) for job in load_plan(ROOT / "matrix.yaml", "gpu-box").jobs
+    }
 
 
 @pytest.mark.slow
-def test_mamba_cases_run_end_to_end_with_the_references(tmp_path: Path, torch_runtime: RuntimeEnv,
-                                                        reference_sources: dict[str, Path]) -> None:
+def test_mamba_cases_run_end_to_end_with_the_references(
+    tmp_path: Path, torch_runtime: RuntimeEnv, reference_sources: dict[str, Path]
+) -> None:
     out = tmp_path / "checks.json"
     harness = Path(__file__).parent / "acceptance_cpu_harness.py"
-    command = [sys.executable, str(harness), str(reference_sources["mamba-ssm"]), str(reference_sources["causal-conv1d"]), str(out)]
+    command = [
+        sys.executable,
+        str(harness),
+        str(reference_sources["mamba-ssm"]),
+        str(reference_sources["causal-conv1d"]),
+        str(out),
+    ]
     done = run(command, env={"PYTHONPATH": str(torch_runtime.site_packages)}, timeout=600)
     assert done.returncode == 0, done.stderr
     checks = json.loads(out.read_text())
@@ -182,9 +212,21 @@ def test_mamba_cases_run_end_to_end_with_the_references(tmp_path: Path, torch_ru
     # every input's gradient was compared, in every dtype, with complex A where upstream tests it
     scan = next(c for c in checks if c["name"].startswith("selective_scan_fn bfloat16"))
     assert [x["tensor"] for x in scan["data"]["comparisons"]] == [
-        "out", "last_state", "du", "ddelta", "dA", "dB", "dC", "dD", "dz", "ddelta_bias"]
+        "out",
+        "last_state",
+        "du",
+        "ddelta",
+        "dA",
+        "dB",
+        "dC",
+        "dD",
+        "dz",
+        "ddelta_bias",
+    ]
     fixed = next(c for c in checks if c["name"] == "mamba_inner_fn float16 seqlen=17 B,C fixed")
-    assert {"dxz", "dB", "dC", "dx_proj_weight", "dout_proj_weight"} <= {x["tensor"] for x in fixed["data"]["comparisons"]}
+    assert {"dxz", "dB", "dC", "dx_proj_weight", "dout_proj_weight"} <= {
+        x["tensor"] for x in fixed["data"]["comparisons"]
+    }
     assert any("complex A" in c["name"] for c in checks)
 
 

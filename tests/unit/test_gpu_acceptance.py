@@ -11,7 +11,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -34,6 +33,7 @@ BOX = gpu_carry.load_box()
 
 # -- the profile ------------------------------------------------------------------------------------------------
 
+
 def test_gpu_box_profile_plans_both_packages_for_the_boxs_torch() -> None:
     plan = load_plan(ROOT / "matrix.yaml", "gpu-box")
     assert len(plan.jobs) == 2
@@ -46,6 +46,7 @@ def test_gpu_box_profile_plans_both_packages_for_the_boxs_torch() -> None:
 
 
 # -- the carry --------------------------------------------------------------------------------------------------
+
 
 def _applicable(requirement: Requirement) -> bool:
     return requirement.marker is None or requirement.marker.evaluate(BOX.marker_environment())
@@ -67,11 +68,16 @@ def test_carry_covers_every_wheelwright_dependency_the_box_lacks() -> None:
         for line in gpu_carry.installed_requires(name):
             needed = Requirement(line)
             if _applicable(needed):
-                assert canonicalize_name(needed.name) in carried or canonicalize_name(needed.name) in BOX.packages, (name, line)
+                assert canonicalize_name(needed.name) in carried or canonicalize_name(needed.name) in BOX.packages, (
+                    name,
+                    line,
+                )
 
 
 def test_carry_includes_what_pydantic_needs_and_not_what_the_box_has() -> None:
-    carried = gpu_carry.carry_closure(gpu_carry.project_requirements(), present=BOX.packages, environment=BOX.marker_environment())
+    carried = gpu_carry.carry_closure(
+        gpu_carry.project_requirements(), present=BOX.packages, environment=BOX.marker_environment()
+    )
     assert {"pydantic", "pydantic-core", "auditwheel", "pyelftools", "boto3", "botocore"} <= set(carried)
     assert not {"rich", "jinja2", "pyyaml", "packaging", "tomli", "typing-extensions"} & set(carried)
 
@@ -80,8 +86,11 @@ def _closure(lines: list[str], *, present=(), installed=None, requires=None) -> 
     installed = installed or {}
     requires = requires or {}
     return gpu_carry.carry_closure(
-        [Requirement(line) for line in lines], present=frozenset(present), environment=BOX.marker_environment(),
-        version_of=installed.get, requires_of=lambda name: requires.get(name, []),
+        [Requirement(line) for line in lines],
+        present=frozenset(present),
+        environment=BOX.marker_environment(),
+        version_of=installed.get,
+        requires_of=lambda name: requires.get(name, []),
     )
 
 
@@ -126,7 +135,12 @@ def test_build_requirements_are_the_builders_exact_pins(tmp_path: Path) -> None:
 
 
 def test_missing_wheels_names_absent_duplicate_and_unwanted(tmp_path: Path) -> None:
-    for name in ("alpha-1.0-py3-none-any.whl", "beta-1.0-py3-none-any.whl", "beta-2.0-py3-none-any.whl", "junk-0.1-py3-none-any.whl"):
+    for name in (
+        "alpha-1.0-py3-none-any.whl",
+        "beta-1.0-py3-none-any.whl",
+        "beta-2.0-py3-none-any.whl",
+        "junk-0.1-py3-none-any.whl",
+    ):
         (tmp_path / name).write_bytes(b"")
     problems = gpu_carry.missing_wheels(tmp_path, {"alpha": "1.0", "beta": "2.0", "gamma": "3.0"})
     assert problems == [
@@ -134,7 +148,9 @@ def test_missing_wheels_names_absent_duplicate_and_unwanted(tmp_path: Path) -> N
         f"{tmp_path}: want gamma==3.0, found nothing",
         f"{tmp_path}: junk 0.1 is not wanted",
     ]
-    assert gpu_carry.missing_wheels(tmp_path / "absent", {"alpha": "1.0"}) == [f"{tmp_path / 'absent'}: want alpha==1.0, found nothing"]
+    assert gpu_carry.missing_wheels(tmp_path / "absent", {"alpha": "1.0"}) == [
+        f"{tmp_path / 'absent'}: want alpha==1.0, found nothing"
+    ]
 
 
 def test_box_facts_are_checked_when_loaded(tmp_path: Path) -> None:
@@ -163,6 +179,7 @@ def test_check_refuses_a_carry_over_the_limit(tmp_path: Path, capsys: pytest.Cap
 
 # -- the checks' data -------------------------------------------------------------------------------------------
 
+
 def test_config_is_complete() -> None:
     assert set(CONFIG.tolerance) == {*DTYPES, "weight"}
     assert CONFIG.upstream.expected["1.7.0"] == Expected(passed=9485, skipped=3888)
@@ -172,8 +189,8 @@ def test_config_is_complete() -> None:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (('bfloat16 = { rtol = 3e-2, atol = 5e-2 }', ""), "'bfloat16' is not one of"),
-        (('groups = [1, 2]', "groups = [1, 3]"), "dim must divide"),
+        (("bfloat16 = { rtol = 3e-2, atol = 5e-2 }", ""), "'bfloat16' is not one of"),
+        (("groups = [1, 2]", "groups = [1, 3]"), "dim must divide"),
         (('"bench"]', '"bench", "bench"]'), "stages names a stage twice"),
         (('label = "pt211cu130"', ""), "missing key 'label'"),
         (("seqlen = 8192", "seqlen = 0"), "needs positive integer sizes"),
@@ -190,6 +207,7 @@ def test_config_errors_name_the_problem(tmp_path: Path, edit: tuple[str, str], m
 
 # -- mamba-ssm's tolerances and cases ---------------------------------------------------------------------------
 
+
 def test_scan_tolerances_follow_upstreams_test() -> None:
     wanted = numerics.scan_tolerances("float16", CONFIG.tolerance)
     assert wanted["out"] == Tolerance(rtol=3e-3, atol=5e-3)
@@ -205,7 +223,9 @@ def test_inner_tolerances_cover_every_input() -> None:
     variable = numerics.inner_tolerances("bfloat16", CONFIG.tolerance, variable_bc=True)
     fixed = numerics.inner_tolerances("bfloat16", CONFIG.tolerance, variable_bc=False)
     assert set(fixed) - set(variable) == {"dB", "dC"}
-    assert {"out", "dxz", "dA", "dD", "ddelta_bias", "dconv1d_weight", "dx_proj_weight", "dout_proj_weight"} <= set(variable)
+    assert {"out", "dxz", "dA", "dD", "ddelta_bias", "dconv1d_weight", "dx_proj_weight", "dout_proj_weight"} <= set(
+        variable
+    )
     assert variable["dxz"] == Tolerance(rtol=6e-2, atol=1e-1)
 
 
@@ -218,6 +238,7 @@ def test_cases_cover_every_dtype_and_complex_only_where_upstream_tests_it() -> N
 
 
 # -- the summary ------------------------------------------------------------------------------------------------
+
 
 def _record_all(path: Path, status: str = PASSED) -> None:
     for stage in CONFIG.stages:
@@ -253,7 +274,9 @@ def test_verdict(tmp_path: Path) -> None:
 
 def test_no_gpu_verdict_and_skip_rest(tmp_path: Path) -> None:
     path = tmp_path / "summary.json"
-    record.record_stage(path, "preflight", status=SKIPPED, detail="no CUDA device (none here)", data={"cuda_available": False})
+    record.record_stage(
+        path, "preflight", status=SKIPPED, detail="no CUDA device (none here)", data={"cuda_available": False}
+    )
     record.skip_remaining(path, CONFIG.stages, "no CUDA device (none here)")
     summary = record.load(path)
     assert {entry["status"] for entry in summary["stages"].values()} == {SKIPPED}
@@ -269,7 +292,10 @@ def test_status_of_and_guarded() -> None:
         raise RuntimeError("CUDA error: no kernel image is available for execution on the device\nmore")
 
     check = record.guarded("selective scan", no_kernel)
-    assert (check.status, check.detail) == (FAILED, "RuntimeError: CUDA error: no kernel image is available for execution on the device")
+    assert (check.status, check.detail) == (
+        FAILED,
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+    )
 
 
 def test_render_shows_failed_checks_and_the_outcome(tmp_path: Path) -> None:
@@ -283,11 +309,14 @@ def test_render_shows_failed_checks_and_the_outcome(tmp_path: Path) -> None:
 
 # -- causal-conv1d's suite --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("output", "counts"),
     [
-        ("16 workers [13373 items]\n....\n9485 passed, 3888 skipped, 2 warnings in 97.31s (0:01:37)\n",
-         {"passed": 9485, "skipped": 3888, "warnings": 2}),
+        (
+            "16 workers [13373 items]\n....\n9485 passed, 3888 skipped, 2 warnings in 97.31s (0:01:37)\n",
+            {"passed": 9485, "skipped": 3888, "warnings": 2},
+        ),
         ("===== 1 failed, 5 passed, 1 error in 0.52s =====", {"failed": 1, "passed": 5, "errors": 1}),
         ("no tests ran in 0.01s", None),
         ("collected 5 items / 1 error\n1 error in 0.3s", {"errors": 1}),
@@ -304,7 +333,10 @@ def test_judge_compares_with_upstreams_counts() -> None:
     status, detail = upstream.judge({"passed": 9484, "skipped": 3889}, expected, quick=False)
     assert status == FAILED and "DIFFERS from upstream: 9485 passed, 3888 skipped" in detail
     assert upstream.judge({"passed": 9484, "skipped": 3888, "failed": 1}, expected, quick=False)[0] == FAILED
-    assert upstream.judge({"passed": 12}, expected, quick=True) == (PASSED, "12 passed (--quick subset; counts not compared)")
+    assert upstream.judge({"passed": 12}, expected, quick=True) == (
+        PASSED,
+        "12 passed (--quick subset; counts not compared)",
+    )
     assert upstream.judge({"passed": 9485, "skipped": 3888}, None, quick=False)[0] == FAILED
     assert upstream.judge(None, expected, quick=False) == (FAILED, "pytest printed no summary line")
 
@@ -319,13 +351,19 @@ def _tarball(path: Path, files: dict[str, bytes]) -> Path:
 
 
 def test_unpack_tests_leaves_the_package_source_behind(tmp_path: Path) -> None:
-    sdist = _tarball(tmp_path / "causal_conv1d-1.7.0.tar.gz", {
-        "causal_conv1d-1.7.0/causal_conv1d/__init__.py": b"",
-        "causal_conv1d-1.7.0/tests/test_causal_conv1d.py": b"def test_x(): pass\n",
-        "causal_conv1d-1.7.0/setup.py": b"",
-    })
+    sdist = _tarball(
+        tmp_path / "causal_conv1d-1.7.0.tar.gz",
+        {
+            "causal_conv1d-1.7.0/causal_conv1d/__init__.py": b"",
+            "causal_conv1d-1.7.0/tests/test_causal_conv1d.py": b"def test_x(): pass\n",
+            "causal_conv1d-1.7.0/setup.py": b"",
+        },
+    )
     root = upstream.unpack_tests(sdist, "tests/test_causal_conv1d.py", tmp_path / "out")
-    assert sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) == ["pytest.ini", "tests/test_causal_conv1d.py"]
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) == [
+        "pytest.ini",
+        "tests/test_causal_conv1d.py",
+    ]
     with pytest.raises(FileNotFoundError, match="has no tests/test_other.py"):
         upstream.unpack_tests(sdist, "tests/test_other.py", tmp_path / "again")
 
@@ -333,28 +371,49 @@ def test_unpack_tests_leaves_the_package_source_behind(tmp_path: Path) -> None:
 def test_sdist_filename_is_the_fetch_caches() -> None:
     assert upstream.sdist_filename("causal-conv1d", "1.7.0") == "causal_conv1d-1.7.0.tar.gz"
     jobs = {job.package: job for job in load_plan(ROOT / "matrix.yaml", "gpu-box").jobs}
-    assert upstream.sdist_filename("causal-conv1d", jobs["causal-conv1d"].version) == jobs["causal-conv1d"].sdist.filename
+    assert (
+        upstream.sdist_filename("causal-conv1d", jobs["causal-conv1d"].version) == jobs["causal-conv1d"].sdist.filename
+    )
 
 
 def test_suite_check_fails_when_the_tests_saw_the_source_not_the_wheel() -> None:
-    run = upstream.SuiteRun(command=["pytest"], returncode=0, seconds=1.0, output_tail="9485 passed, 3888 skipped in 9.0s")
+    run = upstream.SuiteRun(
+        command=["pytest"], returncode=0, seconds=1.0, output_tail="9485 passed, 3888 skipped in 9.0s"
+    )
     expected = Expected(passed=9485, skipped=3888)
-    good = upstream.suite_check(run, expected, quick=False, imported="/w/venv/lib/python3.12/site-packages/causal_conv1d/__init__.py")
-    bad = upstream.suite_check(run, expected, quick=False, imported="/tmp/x/causal_conv1d-1.7.0/causal_conv1d/__init__.py")
+    good = upstream.suite_check(
+        run, expected, quick=False, imported="/w/venv/lib/python3.12/site-packages/causal_conv1d/__init__.py"
+    )
+    bad = upstream.suite_check(
+        run, expected, quick=False, imported="/tmp/x/causal_conv1d-1.7.0/causal_conv1d/__init__.py"
+    )
     assert good.status == PASSED and bad.status == FAILED and "not an installed wheel" in bad.detail
-    stopped = upstream.suite_check(upstream.SuiteRun(command=[], returncode=None, seconds=300.0, output_tail=""), expected,
-                                   quick=False, imported=good.data["imported_from"])
+    stopped = upstream.suite_check(
+        upstream.SuiteRun(command=[], returncode=None, seconds=300.0, output_tail=""),
+        expected,
+        quick=False,
+        imported=good.data["imported_from"],
+    )
     assert stopped.status == FAILED and "time limit" in stopped.detail
 
 
 # -- what pip installed -----------------------------------------------------------------------------------------
 
+
 def _pip_report(dist: Path, url: str, *, version: str = "1.7.0+pt211cu130", sha: str | None = None) -> dict:
     wheel = dist / "causal_conv1d-1.7.0+pt211cu130-cp312-cp312-linux_x86_64.whl"
     digest = sha or hashlib.sha256(wheel.read_bytes()).hexdigest()
-    return {"install": [{"metadata": {"name": "causal-conv1d", "version": version},
-                         "download_info": {"url": f"{url}/whl/pt211cu130/causal_conv1d-1.7.0%2Bpt211cu130-cp312-cp312-linux_x86_64.whl",
-                                           "archive_info": {"hashes": {"sha256": digest}}}}]}
+    return {
+        "install": [
+            {
+                "metadata": {"name": "causal-conv1d", "version": version},
+                "download_info": {
+                    "url": f"{url}/whl/pt211cu130/causal_conv1d-1.7.0%2Bpt211cu130-cp312-cp312-linux_x86_64.whl",
+                    "archive_info": {"hashes": {"sha256": digest}},
+                },
+            }
+        ]
+    }
 
 
 @pytest.mark.parametrize(
@@ -370,7 +429,9 @@ def test_install_checks(tmp_path: Path, change: dict, problem: str | None) -> No
     (tmp_path / "causal_conv1d-1.7.0+pt211cu130-cp312-cp312-linux_x86_64.whl").write_bytes(b"wheel bytes")
     url = change.pop("url", "http://127.0.0.1:8123")
     report = _pip_report(tmp_path, url, **change)
-    conv, mamba = install_checks(report, packages=CONFIG.packages, label=CONFIG.label, index_url="http://127.0.0.1:8123", dist=tmp_path)
+    conv, mamba = install_checks(
+        report, packages=CONFIG.packages, label=CONFIG.label, index_url="http://127.0.0.1:8123", dist=tmp_path
+    )
     assert (mamba.status, mamba.detail) == (FAILED, "pip's report does not list it as installed")
     if problem is None:
         assert conv.status == PASSED and conv.data["wheel"].startswith("causal_conv1d-1.7.0+pt211cu130")
@@ -379,6 +440,7 @@ def test_install_checks(tmp_path: Path, change: dict, problem: str | None) -> No
 
 
 # -- benchmarks -------------------------------------------------------------------------------------------------
+
 
 def test_fast_calls_are_looped_within_a_sample() -> None:
     assert bench.calls_per_sample(0.05, 2.0) == 40
@@ -396,29 +458,95 @@ def test_speedup_needs_agreeing_outputs() -> None:
 
 # -- the command line -------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("command", ["seed", "mamba", "bench"])
-def test_gpu_subcommands_skip_every_check_without_a_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+def test_gpu_subcommands_skip_every_check_without_a_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
     monkeypatch.setattr(gpu_acceptance, "unavailable_reason", lambda: "no CUDA device (none here)")
     summary = tmp_path / "summary.json"
     assert gpu_acceptance.main(["--summary", str(summary), command]) == gpu_acceptance.EXIT_NO_GPU
     stage = json.loads(summary.read_text())["stages"][command]
     assert stage["status"] == SKIPPED and stage["detail"] == "no CUDA device (none here)"
-    assert stage["checks"] and all(c["status"] == SKIPPED and c["detail"] == "no CUDA device (none here)" for c in stage["checks"])
+    assert stage["checks"] and all(
+        c["status"] == SKIPPED and c["detail"] == "no CUDA device (none here)" for c in stage["checks"]
+    )
 
 
 def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
-        gpu_acceptance.main(["--summary", str(tmp_path / "s.json"), "upstream", "--sdist-dir", "x", "--log", "l", "--workers", "0"])
+        gpu_acceptance.main(
+            ["--summary", str(tmp_path / "s.json"), "upstream", "--sdist-dir", "x", "--log", "l", "--workers", "0"]
+        )
     assert exit_.value.code == gpu_acceptance.EXIT_USAGE and "0 is not a positive number" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
         gpu_acceptance.main(["seed"])
     assert exit_.value.code == gpu_acceptance.EXIT_USAGE and "--summary" in capsys.readouterr().err
-    assert gpu_acceptance.main(["--summary", str(tmp_path / "s.json"), "--config", str(tmp_path / "none.toml"), "finish"]) == gpu_acceptance.EXIT_USAGE
+    assert (
+        gpu_acceptance.main(["--summary", str(tmp_path / "s.json"), "--config", str(tmp_path / "none.toml"), "finish"])
+        == gpu_acceptance.EXIT_USAGE
+    )
 
 
 def test_finish_exit_codes(tmp_path: Path) -> None:
     summary = tmp_path / "summary.json"
     _record_all(summary)
     assert gpu_acceptance.main(["--summary", str(summary), "finish"]) == gpu_acceptance.EXIT_PASSED
-    gpu_acceptance.main(["--summary", str(summary), "record", "--stage", "seed", "--status", "failed", "--detail", "shape"])
+    gpu_acceptance.main(
+        ["--summary", str(summary), "record", "--stage", "seed", "--status", "failed", "--detail", "shape"]
+    )
     assert gpu_acceptance.main(["--summary", str(summary), "finish"]) == gpu_acceptance.EXIT_FAILED
+
+
+def _ledger_entry(job_id: str, label: str, status: str, wheel: str | None = None):
+    from builder.ledger import LedgerEntry
+
+    return LedgerEntry(
+        job_id=job_id,
+        package=job_id.split("-1")[0],
+        version="1",
+        label=label,
+        torch="2.11.0",
+        accelerator="cu130",
+        python="3.12",
+        input_hash="h",
+        status=status,
+        phase="install" if wheel else "compile",
+        timings={"compile": 300.0},
+        wheel=wheel,
+        reason=None if wheel else "nvcc failed",
+    )
+
+
+def test_build_report_reads_the_ledger_of_the_label(tmp_path: Path) -> None:
+    from builder.ledger import Ledger
+
+    (tmp_path / "dist").mkdir()
+    (tmp_path / "dist" / "a.whl").write_bytes(b"")
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.put(_ledger_entry("causal-conv1d-1.7.0+pt211cu130", "pt211cu130", "built", "a.whl"))
+        ledger.put(_ledger_entry("causal-conv1d-1.7.0+pt214cu130", "pt214cu130", "failed"))  # another profile's
+    summary = tmp_path / "summary.json"
+    args = ["--summary", str(summary), "build-report", "--wheelhouse", str(tmp_path), "--exit-code", "0"]
+    assert gpu_acceptance.main(args) == gpu_acceptance.EXIT_PASSED
+    stage = json.loads(summary.read_text())["stages"]["build"]
+    assert (stage["status"], stage["data"]["wheels"]) == (PASSED, ["a.whl"])
+    assert gpu_acceptance.main([*args, "--reused"]) == gpu_acceptance.EXIT_PASSED
+    assert json.loads(summary.read_text())["stages"]["build"]["status"] == record.REUSED
+
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.put(_ledger_entry("mamba-ssm-2.3.2+pt211cu130", "pt211cu130", "failed"))
+    assert gpu_acceptance.main([*args[:-1], "6"]) == gpu_acceptance.EXIT_FAILED
+    stage = json.loads(summary.read_text())["stages"]["build"]
+    assert stage["status"] == FAILED and "failed in compile: nvcc failed" in stage["checks"][1]["detail"]
+
+
+def test_build_report_without_a_ledger_fails(tmp_path: Path) -> None:
+    summary = tmp_path / "summary.json"
+    assert (
+        gpu_acceptance.main(
+            ["--summary", str(summary), "build-report", "--wheelhouse", str(tmp_path), "--exit-code", "1"]
+        )
+        == 1
+    )
+    assert "no pt211cu130 jobs in" in json.loads(summary.read_text())["stages"]["build"]["checks"][0]["detail"]
