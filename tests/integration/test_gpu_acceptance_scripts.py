@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -16,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from builder.environment import RuntimeEnv, runtime_env
+from builder.facts import load_facts
 from builder.fetch import fetch_sdist, unpack_sdist
 from builder.plan import load_plan
-from builder.verify import RuntimeEnv, ensure_torch_runtime
 from tests.jobs import local_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,12 +119,9 @@ def test_python_part_skips_gpu_checks_with_a_distinct_exit(tmp_path: Path, comma
 
 @pytest.fixture(scope="session")
 def torch_runtime() -> RuntimeEnv:
-    """torch 2.14.1 (a CUDA build) for cp311, installed once under ~/.cache/wheelwright/runtime/, as the verify tests
-    use it: a real torch that finds no device here."""
-    python = shutil.which("python3.11")
-    if python is None:
-        pytest.skip("no python3.11 interpreter on PATH for the torch 2.14.1 runtime")
-    return ensure_torch_runtime(local_job(), Path(python))
+    """torch 2.14.1 (a CUDA build) for cp311 in the builder's cached runtime venv, as the verify tests use it: a real
+    torch that finds no device here. Its first creation takes minutes, hence the slow mark on its users."""
+    return runtime_env(local_job(), load_facts())
 
 
 @pytest.mark.slow
