@@ -1,0 +1,167 @@
+"""The run's summary JSON: one entry per stage (status, seconds, detail, checks, data), rewritten whole and atomically
+after every stage, so that a run cut short still leaves everything it had done."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PASSED, FAILED, SKIPPED, REUSED = "passed", "failed", "skipped", "reused"
+STATUSES = (PASSED, FAILED, SKIPPED, REUSED)  # reused: a stage's earlier result taken over (--skip-build)
+SCHEMA = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    """One check inside a stage; ``detail`` says what was compared, or why it was skipped."""
+
+    name: str
+    status: str
+    detail: str = ""
+    data: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "detail": self.detail,
+            **({"data": self.data} if self.data else {}),
+        }
+
+
+def skipped_checks(names: Iterable[str], reason: str) -> list[Check]:
+    return [Check(name=name, status=SKIPPED, detail=reason) for name in names]
+
+
+def guarded(name: str, run: Callable[[], Check]) -> Check:
+    """A check that raises (no kernel image for this GPU, an illegal address) fails with the error, not the run."""
+    try:
+        return run()
+    except Exception as error:  # noqa: BLE001 (any error of the check is its result)
+        return Check(name=name, status=FAILED, detail=f"{type(error).__name__}: {error}".splitlines()[0][:500])
+
+
+def status_of(checks: Sequence[Check]) -> str:
+    """A stage fails if any check failed, is skipped if every check was, and passes otherwise."""
+    if any(check.status == FAILED for check in checks):
+        return FAILED
+    if not checks or all(check.status == SKIPPED for check in checks):
+        return SKIPPED
+    return PASSED
+
+
+def load(path: Path) -> dict:
+    if path.is_file():
+        return json.loads(path.read_text())
+    return {"schema": SCHEMA, "started_at": _now(), "stages": {}, "environment": {}}
+
+
+def save(path: Path, summary: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "w") as out:
+        json.dump(summary, out, indent=2, sort_keys=False)
+        out.write("\n")
+    os.replace(temporary, path)
+
+
+def record_stage(
+    path: Path,
+    name: str,
+    *,
+    status: str,
+    seconds: float | None = None,
+    detail: str = "",
+    checks: Sequence[Check] = (),
+    data: dict | None = None,
+    keep_result: bool = False,
+) -> dict:
+    """Write one stage's result. With ``keep_result``, a result already there (the Python part's, with its checks)
+    stands and only takes ``seconds``: the shell times the whole stage, and records it itself only when the
+    Python part died before recording."""
+    if status not in STATUSES:
+        raise ValueError(f"stage status {status!r} is not one of {STATUSES}")
+    summary = load(path)
+    if keep_result and name in summary["stages"]:
+        if seconds is not None:
+            summary["stages"][name]["seconds"] = round(seconds, 2)
+            save(path, summary)
+        return summary
+    entry: dict = {"status": status, "detail": detail}
+    if seconds is not None:
+        entry["seconds"] = round(seconds, 2)
+    if checks:
+        entry["checks"] = [check.as_dict() for check in checks]
+    if data:
+        entry["data"] = data
+    summary["stages"][name] = entry
+    save(path, summary)
+    return summary
+
+
+def update(path: Path, **fields: object) -> dict:
+    """Merge top-level fields (``environment`` is merged key by key)."""
+    summary = load(path)
+    for key, value in fields.items():
+        if key == "environment" and isinstance(value, dict):
+            summary.setdefault("environment", {}).update(value)
+        else:
+            summary[key] = value
+    save(path, summary)
+    return summary
+
+
+def skip_remaining(path: Path, stages: Sequence[str], reason: str) -> dict:
+    """Mark every stage that has no result yet as skipped, with the reason."""
+    summary = load(path)
+    for name in stages:
+        summary["stages"].setdefault(name, {"status": SKIPPED, "detail": reason})
+    save(path, summary)
+    return summary
+
+
+def verdict(summary: dict, stages: Sequence[str]) -> tuple[str, bool]:
+    """(outcome, acceptance): the outcome is passed, failed, incomplete or no-gpu; acceptance also needs a full run
+    that built its own wheels."""
+    results = {name: summary["stages"].get(name, {}).get("status") for name in stages}
+    if summary["stages"].get("preflight", {}).get("data", {}).get("cuda_available") is False:
+        outcome = "no-gpu"
+    elif FAILED in results.values():
+        outcome = FAILED
+    elif all(status in (PASSED, REUSED) for status in results.values()):
+        outcome = PASSED
+    else:
+        outcome = "incomplete"
+    full = summary.get("mode", "full") == "full" and results.get("build") == PASSED
+    return outcome, outcome == PASSED and full
+
+
+def finish(path: Path, stages: Sequence[str]) -> dict:
+    summary = load(path)
+    outcome, acceptance = verdict(summary, stages)
+    return update(path, outcome=outcome, acceptance=acceptance, finished_at=_now())
+
+
+def render(summary: dict, stages: Sequence[str]) -> list[str]:
+    """The end-of-run table, one line per stage, then its failed checks."""
+    lines = [f"{'stage':<10} {'status':<8} {'seconds':>8}  detail"]
+    for name in stages:
+        entry = summary["stages"].get(name, {"status": "-", "detail": "not reached"})
+        seconds = f"{entry['seconds']:.1f}" if "seconds" in entry else ""
+        lines.append(f"{name:<10} {entry['status']:<8} {seconds:>8}  {entry.get('detail', '')}")
+        lines += [
+            f"{'':<10}   FAILED {c['name']}: {c['detail']}" for c in entry.get("checks", []) if c["status"] == FAILED
+        ]
+    lines.append(
+        f"outcome: {summary.get('outcome', 'incomplete')}; acceptance: {'yes' if summary.get('acceptance') else 'no'}"
+    )
+    return lines
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -1,0 +1,422 @@
+#!/usr/bin/env python3
+"""The Python part of the GPU acceptance run (scripts/gpu_acceptance.sh drives it; docs/gpu-acceptance.md).
+
+Each subcommand runs one stage and records it in the summary JSON given by --summary; the checks that need a GPU
+record themselves as "skipped: no CUDA device" where there is none, and exit 3. `finish` prints the table and exits
+0 when every stage passed, 1 otherwise, 3 when there was no CUDA device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # builder's torch-free modules (job labels, the ledger) are read from the checkout
+
+from acceptance import bench, numerics, seed, upstream  # noqa: E402
+from acceptance import summary as record  # noqa: E402
+from acceptance.config import Config, ConfigError, load_config  # noqa: E402
+from acceptance.device import torch_facts, unavailable_reason  # noqa: E402
+from acceptance.installed import environment_checks, install_checks  # noqa: E402
+from acceptance.summary import FAILED, PASSED, SKIPPED, Check  # noqa: E402
+
+EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _report(check: Check) -> Check:
+    _say(f"  {check.status.upper():<7} {check.name}: {check.detail}")
+    return check
+
+
+def _stage(
+    args: argparse.Namespace, name: str, checks: list[Check], started: float, *, data: dict | None = None
+) -> int:
+    """Record a stage of checks; the exit code says whether it passed, failed, or lacked a GPU."""
+    status = record.status_of(checks)
+    failed = sum(check.status == FAILED for check in checks)
+    detail = f"{len(checks) - failed} of {len(checks)} checks passed" if status != SKIPPED else checks[0].detail
+    record.record_stage(
+        args.summary, name, status=status, seconds=time.monotonic() - started, detail=detail, checks=checks, data=data
+    )
+    _say(f"{name}: {status} ({detail})")
+    return {PASSED: EXIT_PASSED, FAILED: EXIT_FAILED}.get(status, EXIT_NO_GPU)
+
+
+def _gpu_stage(args: argparse.Namespace, name: str, planned: Sequence[str], run: Callable[[], list[Check]]) -> int:
+    """A stage that needs a CUDA device: without one, every planned check is skipped with the reason."""
+    started = time.monotonic()
+    _say(f"== {name}")
+    reason = unavailable_reason()
+    checks = record.skipped_checks(planned, reason) if reason else run()
+    return _stage(args, name, checks, started)
+
+
+# -- subcommands ------------------------------------------------------------------------------------------------
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    record.record_stage(
+        args.summary,
+        args.stage,
+        status=args.status,
+        seconds=args.seconds,
+        detail=args.detail,
+        keep_result=args.keep_result,
+    )
+    return EXIT_PASSED
+
+
+def cmd_skip_rest(args: argparse.Namespace) -> int:
+    reason = args.reason
+    if args.reason_of:
+        reason = (
+            record.load(args.summary)["stages"].get(args.reason_of, {}).get("detail")
+            or f"skipped after {args.reason_of}"
+        )
+    record.skip_remaining(args.summary, args.config.stages, reason)
+    return EXIT_PASSED
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    """What this machine is; the run goes on only with a CUDA device and the toolkit the profile needs."""
+    from builder.job import parse_label
+
+    started = time.monotonic()
+    _say("== preflight")
+    record.update(args.summary, label=args.config.label, mode="quick" if args.quick else "full")
+    facts = torch_facts() | _toolchain_facts()
+    record.update(args.summary, environment=facts)
+    torch_minor, accelerator = parse_label(args.config.label)
+    reason = unavailable_reason()
+    checks = [
+        _fact_check("CUDA device", reason is None, f"{facts.get('device')} (sm {facts.get('capability')})"),
+        _fact_check(
+            f"torch {torch_minor} + CUDA {accelerator.version}",
+            str(facts.get("torch", "")).startswith(torch_minor + ".")
+            and facts.get("torch_cuda") == accelerator.version,
+            f"torch {facts.get('torch')} built with CUDA {facts.get('torch_cuda')}",
+        ),
+        _fact_check(
+            f"nvcc {accelerator.version}",
+            facts.get("nvcc_release") == accelerator.version,
+            f"{facts.get('cuda_home')}: release {facts.get('nvcc_release')}",
+        ),
+    ]
+    if reason:  # nothing else matters on a machine without a GPU; the facts stay in the stage's data
+        checks = record.skipped_checks([c.name for c in checks], reason)
+    for check in checks:
+        _report(check)
+    status = record.status_of(checks)
+    detail = reason or f"{facts.get('device')}, torch {facts.get('torch')}, nvcc {facts.get('nvcc_release')}"
+    record.record_stage(
+        args.summary,
+        "preflight",
+        status=status,
+        seconds=time.monotonic() - started,
+        detail=detail,
+        checks=checks,
+        data={"cuda_available": reason is None, **facts},
+    )
+    _say(f"preflight: {status} ({detail})")
+    return EXIT_NO_GPU if reason else EXIT_FAILED if status == FAILED else EXIT_PASSED
+
+
+def _fact_check(name: str, ok: bool, detail: str) -> Check:
+    return Check(name=name, status=PASSED if ok else FAILED, detail=detail)
+
+
+def _toolchain_facts() -> dict:
+    cuda_home = os.environ.get("CUDA_HOME", "")
+    nvcc = Path(cuda_home) / "bin" / "nvcc"
+    release = None
+    if cuda_home and nvcc.is_file():
+        output = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
+        release = next(
+            (line.split("release ")[1].split(",")[0] for line in output.splitlines() if "release " in line), None
+        )
+    return {
+        "python": sys.version.split()[0],
+        "python_executable": sys.executable,
+        "cuda_home": cuda_home or None,
+        "nvcc_release": release,
+        "cpus": len(os.sched_getaffinity(0)),
+        "mem_available_gib": _mem_available_gib(),
+        "ensurepip": _importable("ensurepip"),
+    }
+
+
+def _mem_available_gib() -> float | None:
+    try:
+        line = next(row for row in Path("/proc/meminfo").read_text().splitlines() if row.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return None
+    return round(int(line.split()[1]) / 2**20, 1)
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def cmd_build_report(args: argparse.Namespace) -> int:
+    """The build stage from the ledger: one check per job, passed when it produced a verified wheel in dist/."""
+    from builder.ledger import Ledger
+
+    path = args.wheelhouse / "ledger.sqlite"
+    checks: list[Check] = []
+    if path.is_file():
+        with Ledger(path) as ledger:
+            entries = [entry for entry in ledger.entries() if entry.label == args.config.label]
+            checks = [_report(_job_check(entry, args.wheelhouse)) for entry in entries]
+    if not checks:
+        checks = [
+            Check(
+                name="wheelwright build",
+                status=FAILED,
+                detail=f"no {args.config.label} jobs in {path} (exit {args.exit_code})",
+            )
+        ]
+    elif args.exit_code != 0 and record.status_of(checks) == PASSED:
+        checks.append(Check(name="wheelwright build", status=FAILED, detail=f"exited {args.exit_code}"))
+    status = record.status_of(checks)
+    built = [c.data["wheel"] for c in checks if c.status == PASSED and "wheel" in c.data]
+    how = f"reused from {args.wheelhouse}" if args.reused else "built"
+    detail = f"{len(built)} wheels {how}: {', '.join(built) or 'none'}"
+    record.record_stage(
+        args.summary,
+        "build",
+        status=record.REUSED if args.reused and status == PASSED else status,
+        seconds=args.seconds,
+        checks=checks,
+        detail=detail,
+        data={"wheels": built},
+    )
+    return EXIT_PASSED if status == PASSED else EXIT_FAILED
+
+
+def _job_check(entry, wheelhouse: Path) -> Check:
+    built = entry.status == "built" and (wheelhouse / "dist" / str(entry.wheel)).is_file()
+    timings = ", ".join(f"{phase} {seconds:.0f}s" for phase, seconds in entry.timings.items())
+    detail = f"{entry.wheel} ({timings})" if built else f"{entry.status} in {entry.phase}: {entry.reason}"
+    data = {
+        "job": entry.job_id,
+        "status": entry.status,
+        "timings": entry.timings,
+        "sha256": entry.wheel_sha256,
+        "size": entry.wheel_size,
+        **({"wheel": entry.wheel} if built else {}),
+    }
+    return Check(name=entry.job_id, status=PASSED if built else FAILED, detail=detail, data=data)
+
+
+def cmd_installed(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    _say("== install")
+    report = json.loads(args.report.read_text())
+    config: Config = args.config
+    checks = install_checks(
+        report, packages=config.packages, label=config.label, index_url=args.index_url, dist=args.dist
+    )
+    checks += environment_checks(config.packages, report)
+    for check in checks:
+        _report(check)
+    wheels = [c.data["wheel"] for c in checks if "wheel" in c.data]
+    record.update(args.summary, wheels=wheels)
+    return _stage(args, "install", checks, started, data={"wheels": wheels, "index_url": args.index_url})
+
+
+def cmd_seed(args: argparse.Namespace) -> int:
+    def run() -> list[Check]:
+        tolerance = args.config.conv_tolerance["float32"]
+        return [
+            _report(record.guarded(seed.CONV_CHECK, lambda: seed.causal_conv1d_seed(tolerance))),
+            _report(record.guarded(seed.MAMBA_CHECK, seed.mamba_seed)),
+        ]
+
+    return _gpu_stage(args, "seed", seed.NAMES, run)
+
+
+def cmd_upstream(args: argparse.Namespace) -> int:
+    name = "causal-conv1d tests/test_causal_conv1d.py"
+    return _gpu_stage(args, "upstream", [name], lambda: [_report(record.guarded(name, lambda: _upstream_check(args)))])
+
+
+def _upstream_check(args: argparse.Namespace) -> Check:
+    """The installed causal-conv1d's version picks the sdist (and upstream's counts) the tests come from."""
+    from importlib import metadata
+
+    config: Config = args.config
+    version = metadata.version(config.upstream.package).split("+")[0]
+    sdist = args.sdist_dir / upstream.sdist_filename(config.upstream.package, version)
+    scratch = Path(tempfile.mkdtemp(prefix="ww-upstream-tests-"))  # outside the checkout: no pytest config of ours
+    try:
+        root = upstream.unpack_tests(sdist, config.upstream.tests, scratch)
+        imported = upstream.imported_from(sys.executable, "causal_conv1d", root)
+        suite = upstream.run_suite(
+            sys.executable,
+            root,
+            config.upstream.tests,
+            workers=args.workers,
+            select=config.upstream.quick_select if args.quick else None,
+            timeout=args.timeout,
+            log=args.log,
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    _say(suite.output_tail)
+    return upstream.suite_check(suite, config.upstream.expected.get(version), quick=args.quick, imported=imported)
+
+
+def cmd_mamba(args: argparse.Namespace) -> int:
+    config: Config = args.config
+    scans, inners = numerics.scan_cases(config.scan), numerics.inner_cases(config.inner)
+
+    def run() -> list[Check]:
+        checks = [
+            _report(record.guarded(c.name, lambda c=c: numerics.run_scan_case(c, config.scan, config.tolerance)))
+            for c in scans
+        ]
+        return checks + [
+            _report(record.guarded(c.name, lambda c=c: numerics.run_inner_case(c, config.inner, config.tolerance)))
+            for c in inners
+        ]
+
+    return _gpu_stage(args, "mamba", [c.name for c in scans + inners], run)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    settings = args.config.bench
+    convs, scans = settings.causal_conv1d, settings.selective_scan
+
+    def run() -> list[Check]:
+        conv_tol, scan_tol = args.config.conv_tolerance, args.config.tolerance
+        checks = [
+            _report(
+                record.guarded(
+                    bench.conv_name(s), lambda s=s: bench.bench_causal_conv1d(s, settings, conv_tol[s["dtype"]])
+                )
+            )
+            for s in convs
+        ]
+        return checks + [
+            _report(
+                record.guarded(
+                    bench.scan_name(s), lambda s=s: bench.bench_selective_scan(s, settings, scan_tol[s["dtype"]])
+                )
+            )
+            for s in scans
+        ]
+
+    return _gpu_stage(args, "bench", [bench.conv_name(s) for s in convs] + [bench.scan_name(s) for s in scans], run)
+
+
+def cmd_finish(args: argparse.Namespace) -> int:
+    summary = record.finish(args.summary, args.config.stages)
+    for line in record.render(summary, args.config.stages):
+        _say(line)
+    return {"passed": EXIT_PASSED, "no-gpu": EXIT_NO_GPU}.get(summary["outcome"], EXIT_FAILED)
+
+
+# -- command line -----------------------------------------------------------------------------------------------
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu_acceptance.py",
+        description=__doc__.split("\n\n")[0],
+        epilog="exit codes: 0 passed, 1 a check failed, 2 bad arguments, 3 no CUDA device",
+    )
+    parser.add_argument("--summary", type=Path, required=True, help="the summary JSON to add to (created if missing)")
+    parser.add_argument(
+        "--config", type=Path, default=None, help="the checks' data file (default: scripts/data/gpu_acceptance.toml)"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub = commands.add_parser("record", help="record a stage's result (for the shell's own stages)")
+    sub.add_argument("--stage", required=True)
+    sub.add_argument("--status", required=True, choices=record.STATUSES)
+    sub.add_argument("--seconds", type=float)
+    sub.add_argument("--detail", default="")
+    sub.add_argument(
+        "--keep-result", action="store_true", help="if the stage already has a result, keep it and only set its seconds"
+    )
+    sub.set_defaults(func=cmd_record)
+
+    sub = commands.add_parser("skip-rest", help="mark every stage without a result as skipped")
+    reasons = sub.add_mutually_exclusive_group(required=True)
+    reasons.add_argument("--reason", help="why they were skipped")
+    reasons.add_argument("--reason-of", metavar="STAGE", help="skipped for the reason recorded as STAGE's detail")
+    sub.set_defaults(func=cmd_skip_rest)
+
+    sub = commands.add_parser("preflight", help="record this machine's GPU, torch and toolkit; exit 3 without a GPU")
+    sub.add_argument("--quick", action="store_true", help="mark the run as a --quick one")
+    sub.set_defaults(func=cmd_preflight)
+
+    sub = commands.add_parser("build-report", help="record the build stage from the build's ledger")
+    sub.add_argument("--wheelhouse", type=Path, required=True)
+    sub.add_argument("--exit-code", type=int, required=True, help="wheelwright build's exit status")
+    sub.add_argument("--seconds", type=float)
+    sub.add_argument("--reused", action="store_true", help="an earlier run's build, taken over (--skip-build)")
+    sub.set_defaults(func=cmd_build_report)
+
+    sub = commands.add_parser("installed", help="check pip's installation report against the index and dist/")
+    sub.add_argument("--report", type=Path, required=True, help="pip install --report's JSON")
+    sub.add_argument("--index-url", required=True, help="the served site's root URL")
+    sub.add_argument("--dist", type=Path, required=True, help="the build's dist/ folder")
+    sub.set_defaults(func=cmd_installed)
+
+    commands.add_parser("seed", help="the seed checks (GPU)").set_defaults(func=cmd_seed)
+
+    sub = commands.add_parser("upstream", help="causal-conv1d's own test file from its sdist (GPU)")
+    sub.add_argument("--sdist-dir", type=Path, required=True, help="the fetch cache's sdists folder")
+    sub.add_argument("--workers", type=_positive, default=16, help="pytest-xdist workers (default: %(default)s)")
+    sub.add_argument("--quick", action="store_true", help="a subset; counts are not compared with upstream's")
+    sub.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds before the suite is stopped (default: %(default)s)"
+    )
+    sub.add_argument("--log", type=Path, required=True, help="pytest's full output")
+    sub.set_defaults(func=cmd_upstream)
+
+    commands.add_parser("mamba", help="mamba-ssm kernels vs its references, every dtype (GPU)").set_defaults(
+        func=cmd_mamba
+    )
+    commands.add_parser("bench", help="kernel benchmarks (GPU)").set_defaults(func=cmd_bench)
+    commands.add_parser("finish", help="print the table; exit 0 passed, 1 failed or incomplete, 3 no GPU").set_defaults(
+        func=cmd_finish
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.config = load_config(args.config) if args.config else load_config()
+    except ConfigError as error:
+        print(f"ERROR {error}", file=sys.stderr)
+        return EXIT_USAGE
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

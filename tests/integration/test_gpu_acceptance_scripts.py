@@ -1,0 +1,247 @@
+"""The GPU acceptance scripts run for real on a machine without a GPU: their argument handling, the whole box
+script ending early with every stage skipped for the reason, the Python part's GPU checks skipped with exit 3 (also
+next to a real torch that sees no device), pytest run on a test file taken from an sdist, and mamba-ssm's cases
+end to end on the CPU against the packages' real reference implementations."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from builder.environment import RuntimeEnv, runtime_env
+from builder.facts import load_facts
+from builder.fetch import fetch_sdist, unpack_sdist
+from builder.plan import load_plan
+from tests.jobs import local_job
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+from acceptance import upstream  # noqa: E402
+from acceptance.config import Expected, load_config  # noqa: E402
+
+CONFIG = load_config()
+NO_GPU_EXIT = 3
+
+
+def run(command: list[str], *, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout
+    )
+
+
+# -- the shell scripts' arguments -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", ["gpu_acceptance.sh", "prepare_gpu_carry.sh"])
+def test_scripts_parse_and_print_their_usage(script: str) -> None:
+    assert run(["bash", "-n", str(SCRIPTS / script)]).returncode == 0
+    done = run(["bash", str(SCRIPTS / script), "--help"])
+    assert done.returncode == 0 and done.stdout.startswith(f"usage: scripts/{script}")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "OUTDIR is required"),
+        (["out", "--bogus"], "unknown option: --bogus"),
+        (["out", "other"], "one OUTDIR only (got 'out' and 'other')"),
+        (["out", "--workers", "0"], "--workers wants a positive number, not '0'"),
+        (["out", "--workers", "many"], "--workers wants a positive number, not 'many'"),
+        (["out", "--port", "70000"], "--port wants 0..65535, not '70000'"),
+        (["out", "--deadline", "30"], "--deadline wants seconds >= 60, not '30'"),
+        (["out", "--work"], "--work needs a value"),
+        (["out", "--skip-build", "/nonexistent"], "--skip-build /nonexistent: no dist/ and ledger.sqlite there"),
+    ],
+)
+def test_acceptance_script_refuses_bad_arguments(args: list[str], message: str) -> None:
+    done = run(["bash", str(SCRIPTS / "gpu_acceptance.sh"), *args])
+    assert done.returncode == 2
+    assert f"ERROR {message}" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--carry"], "--carry needs a folder"),
+        (["--python", "/nonexistent/python"], "/nonexistent/python is not an interpreter"),
+        (["extra"], "unknown argument: extra"),
+    ],
+)
+def test_carry_script_refuses_bad_arguments(args: list[str], message: str) -> None:
+    done = run(["bash", str(SCRIPTS / "prepare_gpu_carry.sh"), *args])
+    assert done.returncode == 2 and f"ERROR {message}" in done.stderr
+
+
+# -- without a GPU ----------------------------------------------------------------------------------------------
+
+
+def _assert_all_skipped_for_no_device(summary: dict, stages: list[str]) -> str:
+    reasons = {summary["stages"][stage]["detail"] for stage in stages}
+    assert {summary["stages"][stage]["status"] for stage in stages} == {"skipped"}
+    assert len(reasons) == 1 and next(iter(reasons)).startswith("no CUDA device (")
+    return next(iter(reasons))
+
+
+def test_box_script_without_a_gpu_skips_every_stage_with_the_reason(tmp_path: Path) -> None:
+    out, work = tmp_path / "out", tmp_path / "work"
+    done = run(
+        ["bash", str(SCRIPTS / "gpu_acceptance.sh"), str(out), "--work", str(work)], env={"PYTHON": sys.executable}
+    )
+    assert done.returncode == NO_GPU_EXIT, done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    _assert_all_skipped_for_no_device(summary, list(CONFIG.stages))
+    assert (summary["outcome"], summary["acceptance"]) == ("no-gpu", False)
+    log = (out / "acceptance.log").read_text()
+    assert "outcome: no-gpu; acceptance: no" in log and log == done.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["acceptance.log", "summary.json"]
+
+
+@pytest.mark.parametrize("command", ["seed", "mamba", "bench", "upstream"])
+def test_python_part_skips_gpu_checks_with_a_distinct_exit(tmp_path: Path, command: str) -> None:
+    summary_path = tmp_path / "summary.json"
+    extra = ["--sdist-dir", str(tmp_path), "--log", str(tmp_path / "pytest.log")] if command == "upstream" else []
+    done = run([sys.executable, str(SCRIPTS / "gpu_acceptance.py"), "--summary", str(summary_path), command, *extra])
+    assert done.returncode == NO_GPU_EXIT, done.stderr
+    stage = json.loads(summary_path.read_text())["stages"][command]
+    assert stage["status"] == "skipped" and stage["detail"].startswith("no CUDA device")
+    assert stage["checks"] and all(c["status"] == "skipped" and c["detail"] == stage["detail"] for c in stage["checks"])
+    assert f"{command}: skipped (no CUDA device" in done.stdout
+
+
+@pytest.fixture(scope="session")
+def torch_runtime() -> RuntimeEnv:
+    """torch 2.14.1 (a CUDA build) for cp311 in the builder's cached runtime venv, as the verify tests use it: a real
+    torch that finds no device here. Its first creation takes minutes, hence the slow mark on its users."""
+    return runtime_env(local_job(), load_facts())
+
+
+@pytest.mark.slow
+def test_with_a_real_torch_the_reason_is_that_torch_sees_no_device(tmp_path: Path, torch_runtime: RuntimeEnv) -> None:
+    out = tmp_path / "out"
+    env = {"PYTHON": sys.executable, "PYTHONPATH": str(torch_runtime.site_packages)}
+    done = run(["bash", str(SCRIPTS / "gpu_acceptance.sh"), str(out), "--work", str(tmp_path / "work")], env=env)
+    assert done.returncode == NO_GPU_EXIT, done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    reason = _assert_all_skipped_for_no_device(summary, list(CONFIG.stages))
+    assert "torch 2.14.1" in reason and "torch.cuda.is_available() is False" in reason
+    assert summary["environment"]["torch"].startswith("2.14.1")
+
+
+# -- the upstream suite's runner --------------------------------------------------------------------------------
+
+
+def _sdist_with_tests(path: Path, tests: str) -> Path:
+    with tarfile.open(path, "w:gz") as archive:
+        for name, text in {"pkg-1.0/pkg/__init__.py": "", "pkg-1.0/tests/test_pkg.py": tests}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            archive.addfile(info, io.BytesIO(text.encode()))
+    return path
+
+
+def test_suite_runs_pytest_from_the_sdists_tests_and_counts(tmp_path: Path) -> None:
+    tests = "import pytest\n\ndef test_a(): pass\n\ndef test_b(): pass\n\ndef test_c(): pytest.skip('no GPU')\n"
+    root = upstream.unpack_tests(
+        _sdist_with_tests(tmp_path / "pkg-1.0.tar.gz", tests), "tests/test_pkg.py", tmp_path / "u"
+    )
+    log = tmp_path / "pytest.log"
+    suite = upstream.run_suite(sys.executable, root, "tests/test_pkg.py", workers=1, select=None, timeout=120, log=log)
+    assert suite.returncode == 0 and upstream.parse_counts(log.read_text()) == {"passed": 2, "skipped": 1}
+    check = upstream.suite_check(
+        suite, Expected(passed=2, skipped=1), quick=False, imported="/v/site-packages/pkg/__init__.py"
+    )
+    assert check.status == "passed", check.detail
+    selected = upstream.run_suite(
+        sys.executable, root, "tests/test_pkg.py", workers=1, select="test_a", timeout=120, log=log
+    )
+    assert upstream.parse_counts(selected.output_tail) == {"passed": 1, "deselected": 2}
+
+
+def test_suite_is_stopped_at_its_time_limit(tmp_path: Path) -> None:
+    tests = "import time\n\ndef test_slow(): time.sleep(600)\n"
+    root = upstream.unpack_tests(
+        _sdist_with_tests(tmp_path / "pkg-1.0.tar.gz", tests), "tests/test_pkg.py", tmp_path / "u"
+    )
+    suite = upstream.run_suite(
+        sys.executable, root, "tests/test_pkg.py", workers=1, select=None, timeout=3, log=tmp_path / "log"
+    )
+    assert suite.returncode is None and suite.seconds < 30
+
+
+# -- mamba-ssm's cases on the CPU, against the real reference implementations -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def reference_sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The gpu-box profile's sdists, through the fetch stage's hash-checked cache, unpacked."""
+    into = tmp_path_factory.mktemp("sdists")
+    return {
+        job.package: unpack_sdist(fetch_sdist(job), into) for job in load_plan(ROOT / "matrix.yaml", "gpu-box").jobs
+    }
+
+
+@pytest.mark.slow
+def test_mamba_cases_run_end_to_end_with_the_references(
+    tmp_path: Path, torch_runtime: RuntimeEnv, reference_sources: dict[str, Path]
+) -> None:
+    out = tmp_path / "checks.json"
+    harness = Path(__file__).parent / "acceptance_cpu_harness.py"
+    command = [
+        sys.executable,
+        str(harness),
+        str(reference_sources["mamba-ssm"]),
+        str(reference_sources["causal-conv1d"]),
+        str(out),
+    ]
+    done = run(command, env={"PYTHONPATH": str(torch_runtime.site_packages)}, timeout=600)
+    assert done.returncode == 0, done.stderr
+    checks = json.loads(out.read_text())
+    assert {c["status"] for c in checks} == {"passed"}, [c for c in checks if c["status"] != "passed"]
+    # every input's gradient was compared, in every dtype, with complex A where upstream tests it
+    scan = next(c for c in checks if c["name"].startswith("selective_scan_fn bfloat16"))
+    assert [x["tensor"] for x in scan["data"]["comparisons"]] == [
+        "out",
+        "last_state",
+        "du",
+        "ddelta",
+        "dA",
+        "dB",
+        "dC",
+        "dD",
+        "dz",
+        "ddelta_bias",
+    ]
+    fixed = next(c for c in checks if c["name"] == "mamba_inner_fn float16 seqlen=17 B,C fixed")
+    assert {"dxz", "dB", "dC", "dx_proj_weight", "dout_proj_weight"} <= {
+        x["tensor"] for x in fixed["data"]["comparisons"]
+    }
+    assert any("complex A" in c["name"] for c in checks)
+
+
+@pytest.mark.slow
+def test_comparison_fails_past_the_tolerance_in_the_kernels_dtype(torch_runtime: RuntimeEnv) -> None:
+    code = """
+import sys, json, torch
+sys.path.insert(0, sys.argv[1])
+from acceptance.config import Tolerance
+from acceptance.numerics import compare, as_check
+tol = Tolerance(rtol=3e-3, atol=5e-3)
+ref = torch.linspace(-4, 4, 101)
+half = compare("du", ref.half(), ref, tol)                       # rounding to fp16 only: within
+off = compare("du", (ref + 0.05).half(), ref, tol)               # 0.05 off everywhere: out
+cplx = compare("dA", torch.complex(ref, ref) * (1 + 1e-2), torch.complex(ref, ref), tol)
+nan = compare("out", torch.full((3,), float("nan")), torch.zeros(3), tol)
+print(json.dumps([half.ok, off.ok, off.worst > 1, cplx.ok, nan.ok, as_check("case", [half, off]).status]))
+"""
+    done = run([sys.executable, "-c", code, str(SCRIPTS)], env={"PYTHONPATH": str(torch_runtime.site_packages)})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [True, False, True, False, False, "failed"]
