@@ -180,9 +180,6 @@ stage_carry() {
     cp "$CARRY"/cache/sdists/*.tar.gz "$WHEELWRIGHT_CACHE/sdists/"
     # informational: the image's own packages stand in for the rest, maybe at other versions than pinned
     PYTHONPATH="$WW_SITE" "$PY" scripts/gpu_carry.py satisfied || say "could not compare the requirements"
-    if ! "$PY" -c 'import ensurepip' 2>/dev/null; then
-        seed_build_env
-    fi
     ww plan --profile gpu-box --format json >"$WORK/plan.json"
     "$PY" - "$WORK/plan.json" "$LABEL" "${#wheels[@]}" >"$WORK/stage-detail" <<'EOF'
 import json, sys
@@ -193,28 +190,13 @@ sys.exit(0 if labels == {sys.argv[2]} and len(jobs) == 2 else 1)
 EOF
 }
 
-seed_build_env() {
-    # The builder makes its build venv with `python -m venv`, whose pip comes from ensurepip, which this
-    # interpreter lacks; make that venv here the way the builder would (environment.py's layout and marker).
-    local tag requirements env_dir
-    tag=$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
-    requirements=$(grep -v -e '^#' -e '^$' builder/data/build-requirements.txt)
-    env_dir=$WHEELWRIGHT_CACHE/envs/build-$tag
-    say "no ensurepip here: creating the build environment $env_dir without it"
-    rm -rf "$env_dir"
-    "$PY" -m venv --without-pip "$env_dir"
-    "$PY" -m pip --python "$env_dir/bin/python" install --quiet --no-index --find-links "$CARRY/build-wheels" $requirements
-    printf '%s' "$requirements" >"$env_dir/.wheelwright-complete"
-}
-
 stage_build() {
     local budget=$(($(remaining) - 60)) status=0 start=$EPOCHREALTIME
     [ "$budget" -gt 60 ] || budget=60
     say "wheelwright build --profile gpu-box --parallel 2 (stopped after ${budget}s)"
     timeout --kill-after=15 "$budget" env PYTHONPATH="$WW_SITE:$ROOT" PATH="$WW_SITE/bin:$PATH" COLUMNS=160 \
         "$PY" -m builder.cli build --profile gpu-box --output "$WH" --parallel 2 --objcache off || status=$?
-    # one Python per job here, so the object cache has nothing to share; it is also not importable from the
-    # compiler's environment unless wheelwright is installed into the interpreter, which the box's is not
+    # one Python per job here, so the object cache has nothing to share
     py build-report --wheelhouse "$WH" --exit-code "$status" --seconds "$(awk "BEGIN {print $EPOCHREALTIME - $start}")"
 }
 
