@@ -18,7 +18,7 @@ from pathlib import Path
 
 import build
 
-from . import objcache
+from . import objcache as nvcc_cache
 from .environment import BuildEnv
 from .job import Job
 from .runner import run
@@ -108,7 +108,7 @@ def build_environ(job: Job, env: BuildEnv, recipe_env: Mapping[str, str], space:
     if objcache is not None:
         root, mode = objcache
         # run as a script (it needs only the standard library): PYTHONPATH above does not lead to wheelwright
-        environ["PYTORCH_NVCC"] = shlex.join([sys.executable, objcache.__file__, str(root), mode, str(toolkit.nvcc)])
+        environ["PYTORCH_NVCC"] = shlex.join([sys.executable, nvcc_cache.__file__, str(root), mode, str(toolkit.nvcc)])
     return environ
 
 

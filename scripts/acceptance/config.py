@@ -80,6 +80,7 @@ class Config:
     upstream: Upstream
     conv_tolerance: dict[str, Tolerance]  # causal-conv1d's, by dtype name
     tolerance: dict[str, Tolerance]  # mamba-ssm's, by dtype name, plus "weight"
+    gradient_error: dict[str, float]  # mamba-ssm's gradients: normwise relative error bound, by dtype name
     scan: ScanCases
     inner: InnerCases
     bench: Bench
@@ -117,6 +118,7 @@ def _config(data: dict) -> Config:
         ),
         conv_tolerance=_tolerances(data["causal_conv1d"]["tolerance"]),
         tolerance=_tolerances(mamba["tolerance"]),
+        gradient_error={name: float(bound) for name, bound in mamba["gradient_relative_error"].items()},
         scan=ScanCases(
             batch=int(scan["batch"]),
             dim=int(scan["dim"]),
@@ -158,6 +160,8 @@ def _check(config: Config, path: Path) -> None:
             problems.append(f"dtype {dtype!r} is not one of {DTYPES} with a [mamba.tolerance] entry")
     if set(config.conv_tolerance) != set(DTYPES):
         problems.append(f"[causal_conv1d.tolerance] must give exactly {DTYPES}")
+    if set(config.gradient_error) != set(DTYPES):
+        problems.append(f"[mamba.gradient_relative_error] must give exactly {DTYPES}")
     if "weight" not in config.tolerance:
         problems.append("[mamba.tolerance] has no 'weight' entry")
     if len(set(config.stages)) != len(config.stages):

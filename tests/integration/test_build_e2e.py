@@ -83,7 +83,7 @@ def built(workdir: Path) -> Path:
     first = wheelwright(workdir, "build", "--profile", "e2e", "--output", str(output), start_new_session=True)
     wait_for_nvcc(output, CAUSAL)
     os.killpg(first.pid, signal.SIGKILL)
-    first.wait()
+    first.communicate()
 
     assert list((output / "dist").iterdir()) == []
     interrupted = ledger_row(output, CAUSAL)
