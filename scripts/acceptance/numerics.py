@@ -90,13 +90,25 @@ def compare(tensor: str, actual, expected, tolerance: Tolerance) -> Comparison:
 
 
 def compare_norm(tensor: str, actual, expected, bound: float) -> Comparison:
-    """||actual - expected|| / ||expected||, in float64; NaN or inf anywhere fails."""
+    """||actual - expected|| / ||expected|| in float64 over the finite positions. Non-finite values must sit where
+    the reference has the same ones (fp16 overflowing alike on both sides, as torch.testing's equal_nan); anywhere
+    else, one NaN or inf fails the comparison."""
+    import torch
+
     mine, ref = _wide(actual, expected)
-    difference = mine - ref
-    error = (difference.norm() / ref.norm()).item() if ref.norm().item() > 0 else difference.norm().item()
-    ok = math.isfinite(error) and error <= bound
-    return Comparison(tensor=tensor, rule="normwise", max_abs=difference.abs().max().item(), worst=error / bound,
-                      bound=f"relative error {bound:g} (found {error:.3g})", ok=ok)
+    finite = torch.isfinite(ref)
+    same_kind = torch.where(torch.isnan(ref), torch.isnan(mine), mine == ref)
+    if not bool(torch.equal(torch.isfinite(mine), finite)) or not bool(same_kind[~finite].all()):
+        counts = f"kernel {int((~torch.isfinite(mine)).sum())}, reference {int((~finite).sum())} non-finite values"
+        return Comparison(tensor=tensor, rule="normwise", max_abs=math.inf, worst=math.inf,
+                          bound=f"relative error {bound:g} ({counts}, not at the same positions)", ok=False)
+    difference = (mine - ref)[finite]
+    scale = ref[finite].norm().item()
+    error = difference.norm().item() / scale if scale > 0 else difference.norm().item()
+    overflow = int((~finite).sum())
+    note = f"; {overflow} values non-finite alike in kernel and reference" if overflow else ""
+    return Comparison(tensor=tensor, rule="normwise", max_abs=difference.abs().max().item() if difference.numel() else 0.0,
+                      worst=error / bound, bound=f"relative error {bound:g} (found {error:.3g}{note})", ok=error <= bound)
 
 
 def as_check(name: str, comparisons: list[Comparison]) -> Check:
