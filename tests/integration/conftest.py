@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import uuid
@@ -17,11 +18,13 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+import yaml
 
 from builder.ledger import Ledger, LedgerEntry
 from builder.runner import run
 from index_site.serve import Served, serving
 from index_site.site import build_site
+from tests.build_helpers import ledger_row, wait_for_nvcc, wheelwright
 from tests.index_checks import installer_environment
 from tests.wheelfactory import WheelSpec, make_wheel
 
@@ -229,3 +232,48 @@ def s3_endpoint() -> Iterator[S3Endpoint]:
             yield S3Endpoint(url=f"http://{host}:{port}")
         finally:
             server.stop()
+
+
+# -- the real build, shared ------------------------------------------------------------------------------------
+
+E2E_ROOT = Path(__file__).resolve().parents[2]
+E2E_CUDA_HOME = Path("/usr/local/cuda-13.0")
+E2E_CAUSAL = "causal-conv1d-1.7.0+pt214cu130-cp311-x86_64"
+
+
+@pytest.fixture(scope="session")
+def e2e_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """matrix.yaml plus two test profiles; a private object cache so every session compiles for real."""
+    work = tmp_path_factory.mktemp("e2e")
+    matrix = yaml.safe_load((E2E_ROOT / "matrix.yaml").read_text())
+    axes = {"torch": ["2.14.1"], "accelerators": ["cu130"], "python": ["3.11"], "archs": {"cu130": ["9.0"]}}
+    matrix["profiles"]["e2e"] = {**axes, "packages": ["causal-conv1d"]}
+    # mamba-ssm without its C++20 patch: torch 2.14's headers reject -std=c++17, so this job cannot compile
+    broken = next(p for p in matrix["packages"] if p["name"] == "mamba-ssm")
+    broken["recipe"]["patches"] = []
+    matrix["profiles"]["broken"] = axes
+    (work / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
+    return work
+
+
+@pytest.fixture(scope="session")
+def real_build(e2e_workdir: Path) -> Path:
+    """The real build of causal-conv1d (sm_90, torch 2.14.1), once per session: killed mid-compile (SIGKILL to its
+    whole process group), checked that nothing leaked, then resumed. The e2e and the index tests use its output."""
+    if not (E2E_CUDA_HOME / "bin" / "nvcc").is_file():
+        pytest.skip(f"no CUDA 13.0 toolkit at {E2E_CUDA_HOME}")
+    workdir = e2e_workdir
+    output = workdir / "out"
+    first = wheelwright(workdir, "build", "--profile", "e2e", "--output", str(output), start_new_session=True)
+    wait_for_nvcc(output, E2E_CAUSAL)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.communicate()
+
+    assert list((output / "dist").iterdir()) == []
+    interrupted = ledger_row(output, E2E_CAUSAL)
+    assert (interrupted["status"], interrupted["phase"], interrupted["wheel"]) == ("running", "compile", None)
+
+    second = wheelwright(workdir, "build", "--profile", "e2e", "--output", str(output))
+    log, _ = second.communicate()
+    assert second.returncode == 0, log
+    return output

@@ -1,6 +1,7 @@
 """The build stage for real: causal-conv1d (latest) compiled with the real nvcc for one arch against torch 2.14.1,
 killed mid-compile and resumed, then repaired, verified, pip-installed into a fresh venv and imported; and a job
-that cannot compile fails with its reason while the other job still produces its wheel.
+that cannot compile fails with its reason while the other job still produces its wheel. The build itself is the
+session fixture `real_build` (tests/integration/conftest.py), which the index tests use too.
 
 Minutes, not seconds: one real compile (sm_90) plus a failing one. The CUDA objects go to a cache private to this
 test session, so the compile is real every time.
@@ -8,103 +9,37 @@ test session, so the compile is real every time.
 
 from __future__ import annotations
 
-import os
-import signal
-import sqlite3
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from builder.environment import cache_root, runtime_env
+from builder.environment import runtime_env
 from builder.facts import load_facts
 from builder.fatbin import fatbin_archs
 from builder.plan import load_plan
+from tests.build_helpers import ledger_row, wheelwright
 
 ROOT = Path(__file__).resolve().parents[2]
-CUDA_HOME = Path("/usr/local/cuda-13.0")
 pytestmark = [
     pytest.mark.nvcc,
     pytest.mark.slow,
-    pytest.mark.skipif(not (CUDA_HOME / "bin" / "nvcc").is_file(), reason=f"no CUDA 13.0 toolkit at {CUDA_HOME}"),
     pytest.mark.timeout(3600),
 ]
 CAUSAL = "causal-conv1d-1.7.0+pt214cu130-cp311-x86_64"
 MAMBA = "mamba-ssm-2.3.2.post1+pt214cu130-cp311-x86_64"
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """matrix.yaml plus two test profiles; a private object cache so every session compiles for real."""
-    work = tmp_path_factory.mktemp("e2e")
-    matrix = yaml.safe_load((ROOT / "matrix.yaml").read_text())
-    axes = {"torch": ["2.14.1"], "accelerators": ["cu130"], "python": ["3.11"], "archs": {"cu130": ["9.0"]}}
-    matrix["profiles"]["e2e"] = {**axes, "packages": ["causal-conv1d"]}
-    # mamba-ssm without its C++20 patch: torch 2.14's headers reject -std=c++17, so this job cannot compile
-    broken = next(p for p in matrix["packages"] if p["name"] == "mamba-ssm")
-    broken["recipe"]["patches"] = []
-    matrix["profiles"]["broken"] = axes
-    (work / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
-    return work
-
-
-def wheelwright(work: Path, *args: str, **popen: object) -> subprocess.Popen:
-    env = {**os.environ, "WHEELWRIGHT_OBJCACHE_DIR": str(work / "objcache"), "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "builder.cli", *args, "--matrix", str(work / "matrix.yaml")] if args[0] == "build" else [sys.executable, "-m", "builder.cli", *args]
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
-
-
-def ledger_row(output: Path, job_id: str) -> dict:
-    with sqlite3.connect(output / "ledger.sqlite") as db:
-        db.row_factory = sqlite3.Row
-        row = db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-    return dict(row) if row else {}
-
-
-def wait_for_nvcc(output: Path, job_id: str, timeout: float = 900) -> None:
-    """Until the job's log shows nvcc running (the compile phase, past fetch, env and patch)."""
-    log = output / "logs" / f"{job_id}.log"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if log.is_file() and "nvcc" in log.read_text(errors="replace") and ledger_row(output, job_id).get("phase") == "compile":
-            time.sleep(20)  # well inside the first translation unit
-            return
-        time.sleep(2)
-    pytest.fail(f"{job_id} never reached nvcc within {timeout} s")
-
-
-@pytest.fixture(scope="module")
-def built(workdir: Path) -> Path:
-    """Kill a build mid-compile (SIGKILL to its whole process group), check nothing leaked, then resume it."""
-    output = workdir / "out"
-    first = wheelwright(workdir, "build", "--profile", "e2e", "--output", str(output), start_new_session=True)
-    wait_for_nvcc(output, CAUSAL)
-    os.killpg(first.pid, signal.SIGKILL)
-    first.communicate()
-
-    assert list((output / "dist").iterdir()) == []
-    interrupted = ledger_row(output, CAUSAL)
-    assert (interrupted["status"], interrupted["phase"], interrupted["wheel"]) == ("running", "compile", None)
-
-    second = wheelwright(workdir, "build", "--profile", "e2e", "--output", str(output))
-    log, _ = second.communicate()
-    assert second.returncode == 0, log
-    return output
-
-
-def test_kill_leaves_nothing_partial_and_the_rerun_completes(built: Path) -> None:
-    wheels = list((built / "dist").iterdir())
+def test_kill_leaves_nothing_partial_and_the_rerun_completes(real_build: Path) -> None:
+    wheels = list((real_build / "dist").iterdir())
     assert len(wheels) == 1 and wheels[0].name.startswith("causal_conv1d-1.7.0+pt214cu130-cp311-cp311-manylinux_")
-    row = ledger_row(built, CAUSAL)
+    row = ledger_row(real_build, CAUSAL)
     assert row["status"] == "built" and row["wheel"] == wheels[0].name and row["wheel_size"] == wheels[0].stat().st_size
-    assert not list((built / "tmp").iterdir()), "work in flight is cleaned up"
+    assert not list((real_build / "tmp").iterdir()), "work in flight is cleaned up"
 
 
-def test_the_wheel_installs_into_a_fresh_venv_with_torch_and_imports(built: Path, tmp_path: Path) -> None:
-    wheel = next((built / "dist").iterdir())
+def test_the_wheel_installs_into_a_fresh_venv_with_torch_and_imports(real_build: Path, tmp_path: Path) -> None:
+    wheel = next((real_build / "dist").iterdir())
     job = load_plan(ROOT / "matrix.yaml", "local", host="3.11").select(CAUSAL).jobs[0]
     runtime = runtime_env(job, load_facts())
     venv = tmp_path / "venv"
@@ -123,9 +58,9 @@ def test_the_wheel_installs_into_a_fresh_venv_with_torch_and_imports(built: Path
     assert contents.sass == frozenset({"9.0"}) and not contents.ptx
 
 
-def test_a_job_that_cannot_compile_fails_with_its_reason_and_the_other_finishes(built: Path, workdir: Path) -> None:
-    output = workdir / "broken-out"
-    run = wheelwright(workdir, "build", "--profile", "broken", "--output", str(output))
+def test_a_job_that_cannot_compile_fails_with_its_reason_and_the_other_finishes(real_build: Path, e2e_workdir: Path) -> None:
+    output = e2e_workdir / "broken-out"
+    run = wheelwright(e2e_workdir, "build", "--profile", "broken", "--output", str(output))
     log, _ = run.communicate()
     assert run.returncode == 6, log
     failed = ledger_row(output, MAMBA)

@@ -1,9 +1,6 @@
-"""Wheels the builder made (wheelhouse/dist after `make build-matrix`, or $WHEELWRIGHT_BUILDER_DIST), indexed
-next to hand-made wheels of the same project, version, Python and platform under other labels: real pip,
-resolving for the wheel's own interpreter and platform, gets exactly the wheel of the variant page it reads.
-
-Hand-made wheels cover the same paths in test_index_install.py; this adds the builder's real files when a
-build has run on this machine, and says so when none has."""
+"""The wheel the builder made in this session (the `real_build` fixture: causal-conv1d, torch 2.14.1, sm_90),
+indexed next to hand-made wheels of the same project, version, Python and platform under other labels: real pip,
+resolving for the wheel's own interpreter and platform, gets exactly the wheel of the variant page it reads."""
 
 from __future__ import annotations
 
@@ -24,8 +21,6 @@ from index_site.wheels import RejectedWheel, WheelName, parse_wheel_name
 from tests.index_checks import crawl
 from tests.wheelfactory import WheelSpec, make_wheel
 
-REPO = Path(__file__).resolve().parents[2]
-BUILDER_DIST = Path(os.environ.get("WHEELWRIGHT_BUILDER_DIST") or REPO / "wheelhouse" / "dist")
 OTHER_LABELS = ("pt213cu130", "pt212cu126", "pt211cu128", "pt214cu130")
 
 
@@ -36,9 +31,9 @@ class MixedIndex:
     builder_wheels: tuple[str, ...]
 
 
-def _builder_wheels() -> list[Path]:
+def _builder_wheels(dist: Path) -> list[Path]:
     wheels = []
-    for path in sorted(BUILDER_DIST.glob("*.whl")) if BUILDER_DIST.is_dir() else ():
+    for path in sorted(dist.glob("*.whl")):
         try:
             parse_wheel_name(path.name)
         except RejectedWheel:
@@ -56,10 +51,9 @@ def _place(source: Path, dist: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def mixed_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MixedIndex]:
-    real = _builder_wheels()
-    if not real:
-        pytest.skip(f"no builder wheels in {BUILDER_DIST}: run `make build-matrix` (or set WHEELWRIGHT_BUILDER_DIST)")
+def mixed_index(tmp_path_factory: pytest.TempPathFactory, real_build: Path) -> Iterator[MixedIndex]:
+    real = _builder_wheels(real_build / "dist")
+    assert real, f"the session's build left no wheel in {real_build / 'dist'}"
     output = tmp_path_factory.mktemp("mixed")
     for path in real:
         _place(path, output / "dist")
