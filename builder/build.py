@@ -24,7 +24,7 @@ from . import compile as compile_stage
 from .environment import NotBuildableHere, build_env, find_toolkit, runtime_env
 from .errors import WheelwrightError
 from .facts import TorchFacts
-from .fetch import fetch_sdist, unpack_sdist
+from .fetch import fetch_sdist, sha256_of, unpack_sdist
 from .job import Job
 from .ledger import Ledger, LedgerEntry
 from .recipes import apply_recipe
@@ -121,13 +121,6 @@ def input_hash(job: Job) -> str:
     }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _base_entry(job: Job, digest: str, layout: Layout, **fields: object) -> LedgerEntry:

@@ -15,6 +15,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.facts import Accelerator
+from builder.fetch import sha256_of as sha256_file
 from builder.job import parse_label
 
 # Stricter than the wheel spec on purpose: every character of a filename ends up in hrefs, S3 keys and HTML.
@@ -22,7 +23,6 @@ _SAFE_FILENAME = re.compile(
     r"^[A-Za-z0-9_]+-[A-Za-z0-9.+!_]+(?:-[0-9][A-Za-z0-9_]*)?-[a-z0-9_.]+-[a-z0-9_.]+-[a-z0-9_.]+\.whl$"
 )
 _PROJECT_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-_CHUNK = 1 << 20
 
 
 class RejectedWheel(ValueError):
@@ -119,13 +119,6 @@ def _normalised(filename: str, dist: str, raw_version: str) -> tuple[str, Versio
         raise RejectedWheel(f"{filename}: version {raw_version!r} is not normalised (expected {version})")
     return project, version
 
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        while chunk := stream.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def read_core_metadata(path: Path, name: WheelName) -> bytes:
