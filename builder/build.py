@@ -173,7 +173,8 @@ class Builder:
             timer = PhaseTimer(job, self.progress, lambda phase, timings: ledger.put(
                 _base_entry(job, digest, self.layout, status="running", phase=phase, timings=timings)))
             try:
-                entry = self._build(job, digest, timer, ledger, share)
+                with tempfile.TemporaryDirectory(prefix=f"{job.package}-", dir=self.layout.tmp) as work:
+                    entry = self._build(job, digest, timer, ledger, share, Path(work))
             except NotBuildableHere as error:
                 entry = _base_entry(job, digest, self.layout, status="unbuildable", phase=timer.phase, timings=timer.timings, reason=str(error))
             except WheelwrightError as error:
@@ -191,9 +192,8 @@ class Builder:
             return bool(previous.wheel) and (self.layout.dist / previous.wheel).is_file()
         return previous.status in ("failed", "quarantined", "unbuildable") and not self.options.retry_failed
 
-    def _build(self, job: Job, digest: str, timer: PhaseTimer, ledger: Ledger, share: int) -> LedgerEntry:
+    def _build(self, job: Job, digest: str, timer: PhaseTimer, ledger: Ledger, share: int, work: Path) -> LedgerEntry:
         log_path = self.layout.log_for(job)
-        work = Path(tempfile.mkdtemp(prefix=f"{job.package}-", dir=self.layout.tmp))
         with timer("fetch"):
             sdist = fetch_sdist(job)
         with timer("env"):

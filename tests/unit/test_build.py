@@ -168,3 +168,9 @@ def test_ledger_rows_round_trip(tmp_path: Path) -> None:
     assert dataclasses.replace(stored, updated_at=0.0) == entry
     with pytest.raises(ValueError, match="unknown ledger status"):
         Ledger(tmp_path / "ledger.sqlite").put(dataclasses.replace(entry, status="done"))
+
+
+def test_work_in_flight_is_removed_after_each_job(stages: FakeStages, tmp_path: Path) -> None:
+    stages.fail["mamba-ssm"] = WheelwrightError("mamba-ssm: compile failed (exit 1)")
+    run_build(tmp_path)
+    assert list((tmp_path / "out" / "tmp").iterdir()) == []
