@@ -109,6 +109,8 @@ def build_environ(job: Job, env: BuildEnv, recipe_env: Mapping[str, str], space:
         root, mode = objcache
         # run as a script (it needs only the standard library): PYTHONPATH above does not lead to wheelwright
         environ["PYTORCH_NVCC"] = shlex.join([sys.executable, nvcc_cache.__file__, str(root), mode, str(toolkit.nvcc)])
+        # setuptools adds the build venv's include directory: per Python, like the interpreter's own
+        environ[nvcc_cache.PER_PYTHON_ENV] = str(env.python.parent.parent / "include")
     return environ
 
 

@@ -25,12 +25,17 @@ import time
 from pathlib import Path
 
 MODES = ("use", "verify", "off")
+PER_PYTHON_ENV = "WHEELWRIGHT_OBJCACHE_PER_PYTHON"  # os.pathsep-separated include directories, set by compile.py
 _NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
 _PYTHON_INCLUDE = re.compile(r"^-I.*/include/python3\.\d+t?/?$")
 
 
-def command_key(args: list[str]) -> tuple[str, str, str | None]:
-    """(key over the normalised command line, the output path, the depfile path)."""
+def command_key(args: list[str], per_python: frozenset[str] = frozenset()) -> tuple[str, str, str | None]:
+    """(key over the normalised command line, the output path, the depfile path).
+
+    ``per_python`` names further include directories that differ only by Python (a venv's ``include``); like the
+    interpreter's own include directory they are keyed by role, and the depfile's headers key their contents.
+    """
     normalised, output, depfile = [], "", None
     skip = False
     for index, arg in enumerate(args):
@@ -42,7 +47,8 @@ def command_key(args: list[str]) -> tuple[str, str, str | None]:
             output, depfile = (value, depfile) if arg == "-o" else (output, value)
             skip = True
             continue
-        normalised.append("-I<python-include>" if _PYTHON_INCLUDE.match(arg) else arg)
+        per_python_include = _PYTHON_INCLUDE.match(arg) or (arg.startswith("-I") and arg[2:].rstrip("/") in per_python)
+        normalised.append("-I<python-include>" if per_python_include else arg)
     return _digest(json.dumps(normalised).encode()), output, depfile
 
 
@@ -150,7 +156,8 @@ def main(argv: list[str]) -> int:
     cache.root.mkdir(parents=True, exist_ok=True)
     if "-c" not in args or "-o" not in args or mode == "off":
         return subprocess.call([nvcc, *args])
-    key, output, depfile = command_key(args)
+    per_python = frozenset(filter(None, os.environ.get(PER_PYTHON_ENV, "").split(os.pathsep)))
+    key, output, depfile = command_key(args, per_python)
     key = _digest(f"{key}:{_file_digest(str(source_of(args)))}:{_file_digest(nvcc)}".encode())
     source = str(source_of(args))
     entry = cache.lookup(key)

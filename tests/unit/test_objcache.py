@@ -68,3 +68,11 @@ def test_restore_writes_the_stored_bytes(tmp_path: Path) -> None:
     cache.restore(entry, restored, restored_dep)
     assert restored.read_bytes() == b"object bytes"
     assert restored_dep.read_text() == "x.o:\n"
+
+
+def test_key_ignores_the_per_python_include_directories_it_is_told_of() -> None:
+    with_venv = [*NVCC_ARGS[:3], "-I/cache/envs/build-cp311/include", *NVCC_ARGS[3:]]
+    other = [a.replace("build-cp311", "build-cp312") for a in for_python(with_venv, "312", "3.12.1")]
+    told = frozenset({"/cache/envs/build-cp311/include", "/cache/envs/build-cp312/include"})
+    assert command_key(with_venv, told)[0] == command_key(other, told)[0]
+    assert command_key(with_venv)[0] != command_key(other)[0]
