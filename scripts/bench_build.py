@@ -85,6 +85,9 @@ def main() -> int:
     parser.add_argument("--second-python", default="3.12")
     parser.add_argument("--full", action="store_true", help="also (c): the full CUDA 13 arch list (~40 min on 2 cores)")
     parser.add_argument("--skip-ab", action="store_true", help="only (c): skip the one-job and second-Python runs")
+    parser.add_argument("--prove-reuse", action="store_true",
+                        help="after (b): build the 2nd Python again with --objcache verify, which compiles every reused "
+                             "object afresh and compares")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-build-"))
@@ -103,6 +106,12 @@ def main() -> int:
         again = wheelwright_build(matrix, id_second, workdir / "out", objcache)
         hits = sum(e["result"] == "hit" for e in compile_events(objcache))
         print(f"(b) wheelwright build, 2nd Python ({second}):         {again:7.1f} s   ratio {again / ours:.3f} (target <= 0.3), {hits} CUDA objects reused", flush=True)
+    if args.prove_reuse:
+        before = len(compile_events(objcache))
+        wheelwright_build(matrix, id_second, workdir / "out-verify", objcache, mode="verify")
+        results = [e["result"] for e in compile_events(objcache)[before:]]
+        print(f"(b) proof: {results.count('verified')} of {len(results)} reused CUDA objects equal to a fresh compile "
+              f"({results.count('mismatch')} mismatches; nvcc's process-id temp name masked)", flush=True)
     if args.full:
         full_archs = list(load_facts().cuda_archs["13.0"])
         (workdir / "full").mkdir(exist_ok=True)
