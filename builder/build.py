@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -135,6 +136,7 @@ class Builder:
     def __init__(self, layout: Layout, facts: TorchFacts, options: BuildOptions, progress: Progress | None = None) -> None:
         self.layout, self.facts, self.options = layout, facts, options
         self.progress = progress or Progress()
+        self._repair_lock = threading.Lock()  # auditwheel changes the process's working directory while it repairs
 
     def run(self, jobs: Sequence[Job]) -> list[Outcome]:
         for folder in (self.layout.dist, self.layout.quarantine, self.layout.logs, self.layout.tmp):
@@ -210,7 +212,7 @@ class Builder:
             objcache = None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache)
             built = compile_stage.compile_wheel(job, env, space, environ, work / "built", log_path=log_path, on_line=lambda line: self.progress.on_line(job, line))
-        with timer("repair"):
+        with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired", log_path=log_path)
         with timer("verify"):
             report = verify_wheel(repaired.wheel, job, runtime=runtime, log_path=log_path)
