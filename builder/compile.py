@@ -21,7 +21,8 @@ import build
 from . import objcache as nvcc_cache
 from .environment import BuildEnv
 from .job import Job
-from .runner import run
+from .errors import WheelwrightError
+from .runner import StepFailed, run
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,12 @@ def compile_wheel(
     project = build.ProjectBuilder(space.source, python_executable=str(env.python), runner=runner)
     with warnings.catch_warnings(record=True) as caught:  # the backend's warnings belong in the job's log
         warnings.simplefilter("always")
-        wheel = project.build("wheel", outdir)
+        try:
+            wheel = project.build("wheel", outdir)
+        except build.BuildBackendException as error:  # build wraps our runner's StepFailed; unwrap it
+            if isinstance(error.exception, WheelwrightError):
+                raise error.exception from None
+            raise StepFailed(f"{job.identifier}: compile", ["build_wheel"], 1, log_path, str(error)) from None
     with log_path.open("a") as handle:
         handle.writelines(f"warning: {w.category.__name__}: {w.message}\n" for w in caught)
     return Path(wheel)
