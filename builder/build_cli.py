@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.live import Live
 from rich.table import Table
 
-from .console import console, out, print_table
+from .console import console, print_table
 from .errors import BuildFailed
 from .facts import load_facts
 from .job import Job

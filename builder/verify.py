@@ -3,12 +3,11 @@ archs and its import next to the job's torch all check out; otherwise it is quar
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import shutil
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from tempfile import TemporaryDirectory

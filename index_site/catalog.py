@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from builder.fetch import sha256_of as sha256_file
 from builder.ledger import Ledger, LedgerEntry
 
 from .wheels import (
@@ -23,7 +24,6 @@ from .wheels import (
     check_core_metadata,
     parse_wheel_name,
     read_core_metadata,
-    sha256_file,
 )
 
 log = logging.getLogger(__name__)

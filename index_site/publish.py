@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Protocol
 
 from builder.errors import ConfigError, PublishError
+from builder.fetch import sha256_of as sha256_file
 
 from . import layout
 from .site import load_manifest
-from .wheels import sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,6 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.facts import Accelerator
-from builder.fetch import sha256_of as sha256_file
 from builder.job import parse_label
 
 # Stricter than the wheel spec on purpose: every character of a filename ends up in hrefs, S3 keys and HTML.

@@ -26,7 +26,7 @@ from builder.job import format_label
 from builder.runner import run
 from index_site.serve import Served, serving
 from index_site.site import build_site
-from index_site.wheels import sha256_file
+from builder.fetch import sha256_of as sha256_file
 from tests.index_checks import installer_environment, pip_install
 from tests.wheelfactory import WheelSpec, make_wheel
 

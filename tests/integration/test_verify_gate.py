@@ -3,7 +3,6 @@ the wrong arch is quarantined with expected vs found; and the import check in a 
 
 from __future__ import annotations
 
-import shutil
 import sysconfig
 from pathlib import Path
 
