@@ -22,15 +22,21 @@ from .runner import run
 
 log = logging.getLogger(__name__)
 
-_PROBE = (
-    "import json, sys, sysconfig\n"
-    "try:\n    import torch\nexcept ImportError:\n    torch = None\n"
-    "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'executable': sys.executable,\n"
-    " 'purelib': sysconfig.get_paths()['purelib'],\n"
-    " 'torch': torch.__version__ if torch else None, 'cuda': getattr(torch, 'version', None) and torch.version.cuda,\n"
-    " 'torch_site': __import__('os').path.dirname(__import__('os').path.dirname(torch.__file__)) if torch else None,\n"
-    " 'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI) if torch else None}))\n"
-)
+# What an interpreter's own torch is, if it has one (one JSON line).
+_PROBE = """
+import json, os
+try:
+    import torch
+except ImportError:
+    print(json.dumps({"torch": None}))
+else:
+    print(json.dumps({
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+        "torch_site": os.path.dirname(os.path.dirname(torch.__file__)),
+    }))
+"""
 
 
 class NotBuildableHere(WheelwrightError):
@@ -183,7 +189,6 @@ def find_toolkit(accelerator: Accelerator) -> Toolkit:
     if accelerator.kind != "cuda":
         raise NotBuildableHere(f"no ROCm {accelerator.version} toolkit on this machine (hipcc not provisioned)")
     candidates = [os.environ.get("WHEELWRIGHT_CUDA_HOME"), os.environ.get("CUDA_HOME"), f"/usr/local/cuda-{accelerator.version}", "/usr/local/cuda"]
-    candidates += [str(p) for p in sorted((cache_root() / "toolkits").glob(f"cuda-{accelerator.version}*"))]
     for candidate in filter(None, candidates):
         root = Path(candidate)
         if (root / "bin" / "nvcc").is_file() and toolkit_version(root) == accelerator.version:
