@@ -13,10 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.fetch import sha256_of as sha256_file
-from builder.ledger import Ledger, LedgerEntry
-
-from .wheels import (
+from builder.core.hashing import sha256_of as sha256_file
+from builder.core.ledger import Ledger, LedgerEntry
+from index_site.wheels import (
     CoreMetadata,
     RejectedWheel,
     WheelFile,

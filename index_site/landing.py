@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from builder.facts import Accelerator, version_key
-from builder.job import parse_label
-from builder.ledger import LedgerEntry
-
-from . import layout
-from .catalog import Catalog
-from .wheels import WheelFile
+from builder.core.ledger import LedgerEntry
+from builder.plan.facts import Accelerator, version_key
+from builder.plan.job import parse_label
+from index_site import layout
+from index_site.catalog import Catalog
+from index_site.wheels import WheelFile
 
 log = logging.getLogger(__name__)
 

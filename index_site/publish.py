@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from builder.errors import ConfigError, PublishError
-from builder.fetch import sha256_of as sha256_file
-
-from . import layout
-from .site import load_manifest
+from builder.core.errors import ConfigError, PublishError
+from builder.core.hashing import sha256_of as sha256_file
+from index_site import layout
+from index_site.site import load_manifest
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ import jinja2
 import markupsafe
 from packaging.version import Version
 
-from . import layout
-from .catalog import Catalog
-from .landing import accelerator_text, build_landing
-from .wheels import WheelFile
+from index_site import layout
+from index_site.catalog import Catalog
+from index_site.landing import accelerator_text, build_landing
+from index_site.wheels import WheelFile
 
 API_VERSION = "1.1"  # PEP 700: size, upload-time and versions in the JSON form
 _AFTER_PATH_SLASH = re.compile(r"(?<=[^:/]/)(?=[^/])")  # after a path's slashes, not inside "://"

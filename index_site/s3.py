@@ -14,9 +14,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-from builder.errors import PublishError
-
-from .publish import AlreadyExists, RemoteObject
+from builder.core.errors import PublishError
+from index_site.publish import AlreadyExists, RemoteObject
 
 log = logging.getLogger(__name__)
 

@@ -13,12 +13,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.errors import ConfigError
-
-from . import layout
-from .catalog import Catalog, Rejection, ScanStats, scan
-from .render import render_site
-from .wheels import WheelFile, read_core_metadata
+from builder.core.errors import ConfigError
+from index_site import layout
+from index_site.catalog import Catalog, Rejection, ScanStats, scan
+from index_site.render import render_site
+from index_site.wheels import WheelFile, read_core_metadata
 
 log = logging.getLogger(__name__)
 

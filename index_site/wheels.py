@@ -14,8 +14,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from builder.facts import Accelerator
-from builder.job import parse_label
+from builder.plan.facts import Accelerator
+from builder.plan.job import parse_label
 
 # Stricter than the wheel spec on purpose: every character of a filename ends up in hrefs, S3 keys and HTML.
 _SAFE_FILENAME = re.compile(

@@ -28,11 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from builder import compile as compile_stage  # noqa: E402
-from builder.environment import build_env, find_toolkit, runtime_env  # noqa: E402
-from builder.facts import load_facts  # noqa: E402
-from builder.fetch import fetch_sdist, unpack_sdist  # noqa: E402
-from builder.plan import load_plan  # noqa: E402
-from builder.recipes import apply_recipe  # noqa: E402
+from builder.plan.expand import load_plan  # noqa: E402
+from builder.plan.facts import load_facts  # noqa: E402
+from builder.steps.environment import build_env, find_toolkit, runtime_env  # noqa: E402
+from builder.steps.fetch import fetch_sdist, unpack_sdist  # noqa: E402
+from builder.steps.recipes import apply_recipe  # noqa: E402
 
 PACKAGE = "causal-conv1d"
 
@@ -50,7 +50,7 @@ def bench_matrix(workdir: Path, pythons: list[str], archs: list[str]) -> Path:
 
 def wheelwright_build(matrix: Path, select: str, output: Path, objcache: Path, *, mode: str = "use") -> float:
     env = {**os.environ, "WHEELWRIGHT_OBJCACHE_DIR": str(objcache)}
-    command = [sys.executable, "-m", "builder.cli", "build", "--matrix", str(matrix), "--profile", "bench",
+    command = [sys.executable, "-m", "builder.cli.main", "build", "--matrix", str(matrix), "--profile", "bench",
                "--select", select, "--output", str(output), "--objcache", mode]
     start = time.monotonic()
     subprocess.run(command, check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)

@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from builder.facts import load_facts
-from builder.job import format_label
-from builder.runner import run
+from builder.core.hashing import sha256_of as sha256_file
+from builder.core.runner import run
+from builder.plan.facts import load_facts
+from builder.plan.job import format_label
 from index_site.serve import Served, serving
 from index_site.site import build_site
-from builder.fetch import sha256_of as sha256_file
 from tests.index_checks import installer_environment, pip_install
 from tests.wheelfactory import WheelSpec, make_wheel
 

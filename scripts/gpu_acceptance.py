@@ -92,7 +92,7 @@ def cmd_skip_rest(args: argparse.Namespace) -> int:
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     """What this machine is; the run goes on only with a CUDA device and the toolkit the profile needs."""
-    from builder.job import parse_label
+    from builder.plan.job import parse_label
 
     started = time.monotonic()
     _say("== preflight")
@@ -174,7 +174,7 @@ def _importable(module: str) -> bool:
 
 def cmd_build_report(args: argparse.Namespace) -> int:
     """The build stage from the ledger: one check per job, passed when it produced a verified wheel in dist/."""
-    from builder.ledger import Ledger
+    from builder.core.ledger import Ledger
 
     path = args.wheelhouse / "ledger.sqlite"
     checks: list[Check] = []

@@ -91,7 +91,7 @@ setup() {  # absolute paths, the log, and the environment every stage shares
 
 py() { "$PY" "$ROOT/scripts/gpu_acceptance.py" --summary "$SUMMARY" "$@"; }
 vpy() { env -u PYTHONPATH "$VENV/bin/python" "$ROOT/scripts/gpu_acceptance.py" --summary "$SUMMARY" "$@"; }
-ww() { PYTHONPATH="$WW_SITE:$ROOT" PATH="$WW_SITE/bin:$PATH" "$PY" -m builder.cli "$@"; }
+ww() { PYTHONPATH="$WW_SITE:$ROOT" PATH="$WW_SITE/bin:$PATH" "$PY" -m builder.cli.main "$@"; }
 remaining() { echo $((deadline - SECONDS)); }
 say() { echo "[$(date +%H:%M:%S) +${SECONDS}s] $*"; }
 
@@ -195,7 +195,7 @@ stage_build() {
     [ "$budget" -gt 60 ] || budget=60
     say "wheelwright build --profile gpu-box --parallel 2 (stopped after ${budget}s)"
     timeout --kill-after=15 "$budget" env PYTHONPATH="$WW_SITE:$ROOT" PATH="$WW_SITE/bin:$PATH" COLUMNS=160 \
-        "$PY" -m builder.cli build --profile gpu-box --output "$WH" --parallel 2 --objcache off || status=$?
+        "$PY" -m builder.cli.main build --profile gpu-box --output "$WH" --parallel 2 --objcache off || status=$?
     # one Python per job here, so the object cache has nothing to share
     py build-report --wheelhouse "$WH" --exit-code "$status" --seconds "$(awk "BEGIN {print $EPOCHREALTIME - $start}")"
 }

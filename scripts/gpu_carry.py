@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import tomllib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+import tomllib
 from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -23,7 +23,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the builder package lives in the repository root
 
-from builder.errors import WheelwrightError  # noqa: E402
+from builder.core.errors import WheelwrightError  # noqa: E402
 
 BOX_FILE = ROOT / "scripts" / "data" / "gpu_box.toml"
 BUILD_REQUIREMENTS = ROOT / "builder" / "data" / "build-requirements.txt"
@@ -201,7 +201,7 @@ def build_requirements(path: Path = BUILD_REQUIREMENTS) -> dict[str, str]:
 
 
 def profile_jobs(box: Box, matrix: Path = ROOT / "matrix.yaml") -> list:
-    from builder.plan import load_plan
+    from builder.plan.expand import load_plan
 
     return list(load_plan(matrix, box.profile).jobs)
 
@@ -209,7 +209,8 @@ def profile_jobs(box: Box, matrix: Path = ROOT / "matrix.yaml") -> list:
 def carry_sdists(jobs: Sequence, destination: Path) -> list[Path]:
     """The jobs' sdists in ``destination`` (the fetch cache's ``sdists/`` layout), hash-checked by the fetch stage:
     copied from this machine's cache when it holds them, otherwise downloaded."""
-    from builder.fetch import cache_dir_for_sdists, fetch_sdist, sha256_of
+    from builder.core.hashing import sha256_of
+    from builder.steps.fetch import cache_dir_for_sdists, fetch_sdist
 
     paths = []
     for job in {job.sdist.filename: job for job in jobs}.values():
@@ -316,7 +317,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         project_requirements(args.pyproject), present=box.packages, environment=box.marker_environment()
     )
     problems = missing_wheels(carry / "wheels", wanted) + missing_wheels(carry / "build-wheels", build_requirements())
-    from builder.fetch import sha256_of
+    from builder.core.hashing import sha256_of
 
     for job in profile_jobs(box):
         sdist = carry / "cache" / "sdists" / job.sdist.filename

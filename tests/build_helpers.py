@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def wheelwright(work: Path, *args: str, **popen: object) -> subprocess.Popen:
     env = {**os.environ, "WHEELWRIGHT_OBJCACHE_DIR": str(work / "objcache"), "PYTHONUNBUFFERED": "1"}
     """`wheelwright ARGS --matrix WORK/matrix.yaml`, with an object cache private to WORK (so compiles are real)."""
-    command = [sys.executable, "-m", "builder.cli", *args, "--matrix", str(work / "matrix.yaml")]
+    command = [sys.executable, "-m", "builder.cli.main", *args, "--matrix", str(work / "matrix.yaml")]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
 
 

@@ -15,7 +15,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urldefrag, urljoin
 
-from builder.runner import run
+from builder.core.runner import run
 
 ENTRY_PAGES = ("", "index.html", "simple/", "json/")
 

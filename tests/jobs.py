@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from builder.facts import Accelerator
-from builder.job import Job
-from builder.plan import load_plan
+from builder.plan.expand import load_plan
+from builder.plan.facts import Accelerator
+from builder.plan.job import Job
 
 MATRIX = Path(__file__).parent.parent / "matrix.yaml"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from builder.job import parse_label
+from builder.plan.job import parse_label
 from index_site.wheels import CoreMetadata, WheelFile, parse_wheel_name
 
 _EPOCH = (2024, 1, 1, 0, 0, 0)

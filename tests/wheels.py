@@ -8,7 +8,7 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from builder.job import Job
+from builder.plan.job import Job
 
 
 def record_line(path: str, data: bytes) -> str:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+import tomllib
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "gpu_acceptance.toml"
 DTYPES = ("float32", "float16", "bfloat16")

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder.ledger import Ledger, LedgerEntry
-from builder.runner import run
+from builder.core.ledger import Ledger, LedgerEntry
+from builder.core.runner import run
 from index_site.serve import Served, serving
 from index_site.site import build_site
 from tests.build_helpers import ledger_row, wait_for_nvcc, wheelwright

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import FetchError
-from builder.fetch import PEP691_JSON, fetch_sdist, sha256_of, unpack_sdist
-from builder.job import Sdist
-from builder.matrix import load_matrix
+from builder.core.errors import FetchError
+from builder.core.hashing import sha256_of
+from builder.plan.job import Sdist
+from builder.plan.matrix import load_matrix
+from builder.steps.fetch import PEP691_JSON, fetch_sdist, unpack_sdist
 
 
 def tarball() -> bytes:

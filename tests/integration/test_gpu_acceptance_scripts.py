@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.environment import RuntimeEnv, runtime_env
-from builder.facts import load_facts
-from builder.fetch import fetch_sdist, unpack_sdist
-from builder.plan import load_plan
+from builder.plan.expand import load_plan
+from builder.plan.facts import load_facts
+from builder.steps.environment import RuntimeEnv, runtime_env
+from builder.steps.fetch import fetch_sdist, unpack_sdist
 from tests.jobs import local_job
 
 ROOT = Path(__file__).resolve().parents[2]

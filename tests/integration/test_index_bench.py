@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from builder.runner import run
+from builder.core.runner import run
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_index.py"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.runner import run
+from builder.core.runner import run
 from index_site.serve import serving
 from index_site.site import build_site
 from index_site.wheels import RejectedWheel, WheelName, parse_wheel_name

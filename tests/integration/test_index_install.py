@@ -13,7 +13,7 @@ import pytest
 from packaging.utils import parse_wheel_filename
 from pypi_simple import ProjectPage
 
-from builder.runner import run
+from builder.core.runner import run
 from index_site.wheels import parse_wheel_name, read_core_metadata
 from tests.index_checks import crawl, fetch, pip_install
 from tests.integration.conftest import PYTHON_TAG, ServedIndex, installed_wheel

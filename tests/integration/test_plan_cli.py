@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from builder.errors import ConfigError, PlanError
+from builder.core.errors import ConfigError, PlanError
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEELWRIGHT = Path(sys.executable).with_name("wheelwright")

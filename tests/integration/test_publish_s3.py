@@ -13,8 +13,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from builder.errors import PublishError
-from builder.runner import run
+from builder.core.errors import PublishError
+from builder.core.runner import run
 from index_site import layout
 from index_site.publish import STATE_DIR, AlreadyExists, RemoteObject, publish
 from index_site.s3 import S3Store

@@ -17,13 +17,14 @@ from types import ModuleType, SimpleNamespace
 import pytest
 import setuptools
 
-from builder.facts import Accelerator, load_facts
-from builder.fetch import fetch_sdist, sha256_of, unpack_sdist
-from builder.job import Job
-from builder.matrix import Profile, load_matrix
-from builder.plan import expand
-from builder.recipes import apply_recipe
-from builder.runner import run
+from builder.core.hashing import sha256_of
+from builder.core.runner import run
+from builder.plan.expand import expand
+from builder.plan.facts import Accelerator, load_facts
+from builder.plan.job import Job
+from builder.plan.matrix import Profile, load_matrix
+from builder.steps.fetch import fetch_sdist, unpack_sdist
+from builder.steps.recipes import apply_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 CUDA_HOME = Path("/usr/local/cuda-13.0")

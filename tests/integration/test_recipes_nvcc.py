@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.environment import build_env, find_toolkit, runtime_env
-from builder.facts import load_facts
-from builder.recipes import apply_recipe
-from builder.runner import run
+from builder.core.runner import run
+from builder.plan.facts import load_facts
+from builder.steps.environment import build_env, find_toolkit, runtime_env
+from builder.steps.recipes import apply_recipe
 
 from .test_recipes import CUDA_HOME, VERSIONS, fresh_tree, job_for
 

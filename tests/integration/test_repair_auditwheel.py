@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from packaging.utils import parse_wheel_filename
 
-from builder.elf import unpacked, wheel_elf_facts
-from builder.errors import WheelError
-from builder.fatbin import fatbin_archs
-from builder.repair import parse_excludes, repair_wheel
-from builder.runner import run
+from builder.core.errors import WheelError
+from builder.core.runner import run
+from builder.steps.elf import unpacked, wheel_elf_facts
+from builder.steps.fatbin import fatbin_archs
+from builder.steps.repair import parse_excludes, repair_wheel
 from tests.jobs import local_job
 from tests.wheels import job_wheel
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from builder.elf import wheel_elf_facts
-from builder.job import Job
-from builder.repair import repair_wheel
-from builder.runner import run
-from builder.environment import RuntimeEnv, runtime_env
-from builder.facts import load_facts
-from builder.verify import check_import, quarantine, verify_wheel
+from builder.core.runner import run
+from builder.plan.facts import load_facts
+from builder.plan.job import Job
+from builder.steps.elf import wheel_elf_facts
+from builder.steps.environment import RuntimeEnv, runtime_env
+from builder.steps.repair import repair_wheel
+from builder.steps.verify import check_import, quarantine, verify_wheel
 from tests.jobs import local_job
 from tests.wheels import job_wheel, make_wheel
 

@@ -10,14 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from builder import build as build_stage
-from builder.build import BuildOptions, Builder, Layout, input_hash
-from builder.environment import NotBuildableHere
-from builder.errors import WheelwrightError
-from builder.facts import load_facts
-from builder.ledger import Ledger, LedgerEntry
-from builder.plan import load_plan
-from builder.verify import Check, VerifyReport
+from builder.core.errors import WheelwrightError
+from builder.core.ledger import Ledger, LedgerEntry
+from builder.farm import build as build_stage
+from builder.farm.build import Builder, BuildOptions, Layout, input_hash
+from builder.plan.expand import load_plan
+from builder.plan.facts import load_facts
+from builder.steps.environment import NotBuildableHere
+from builder.steps.verify import Check, VerifyReport
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from builder.errors import FactsError
-from builder.facts import Accelerator, TorchFacts, load_facts, parse_facts
+from builder.core.errors import FactsError
+from builder.plan.facts import Accelerator, TorchFacts, load_facts, parse_facts
 
 if sys.version_info >= (3, 11):
     import tomllib

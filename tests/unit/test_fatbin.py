@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import WheelError
-from builder.fatbin import FatbinContents, arch_key, arch_name, fatbin_archs, parse_fatbin
+from builder.core.errors import WheelError
+from builder.steps.fatbin import FatbinContents, arch_key, arch_name, fatbin_archs, parse_fatbin
 from tests.synth import (
     ARCH_SPECIFIC,
     COMPRESSED_DEFAULT,

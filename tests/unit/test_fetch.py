@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from builder import fetch
-from builder.errors import FetchError
-from builder.facts import Accelerator
-from builder.job import Job, Recipe, Sdist
+from builder.core.errors import FetchError
+from builder.plan.facts import Accelerator
+from builder.plan.job import Job, Recipe, Sdist
+from builder.steps import fetch
 
 PAYLOAD = b"not really a tarball, but bytes with a known hash " * 5000
 PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()

@@ -14,7 +14,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from builder.plan import load_plan
+from builder.plan.expand import load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -484,7 +484,7 @@ def test_finish_exit_codes(tmp_path: Path) -> None:
 
 
 def _ledger_entry(job_id: str, label: str, status: str, wheel: str | None = None):
-    from builder.ledger import LedgerEntry
+    from builder.core.ledger import LedgerEntry
 
     return LedgerEntry(
         job_id=job_id,
@@ -504,7 +504,7 @@ def _ledger_entry(job_id: str, label: str, status: str, wheel: str | None = None
 
 
 def test_build_report_reads_the_ledger_of_the_label(tmp_path: Path) -> None:
-    from builder.ledger import Ledger
+    from builder.core.ledger import Ledger
 
     (tmp_path / "dist").mkdir()
     (tmp_path / "dist" / "a.whl").write_bytes(b"")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.cli import main
+from builder.cli.main import main
 from tests.wheelfactory import WheelSpec, make_wheel
 
 

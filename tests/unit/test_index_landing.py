@@ -3,7 +3,7 @@ built with its install command, failed with the ledger's reason, or absent."""
 
 from __future__ import annotations
 
-from builder.ledger import LedgerEntry
+from builder.core.ledger import LedgerEntry
 from index_site.catalog import Catalog, ScanStats
 from index_site.landing import build_landing
 from tests.wheelfactory import indexed_wheel

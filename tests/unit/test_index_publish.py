@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import ConfigError, PublishError
+from builder.core.errors import ConfigError, PublishError
 from index_site import layout
 from index_site.publish import STATE_DIR, AlreadyExists, RemoteObject, normalise_prefix, publish
 from index_site.site import build_site

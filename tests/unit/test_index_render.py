@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from builder.ledger import LedgerEntry
+from builder.core.ledger import LedgerEntry
 from index_site.catalog import Catalog, ScanStats
 from index_site.render import render_site
 from tests.wheelfactory import indexed_wheel

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import ConfigError
-from builder.ledger import Ledger, LedgerEntry
+from builder.core.errors import ConfigError
+from builder.core.ledger import Ledger, LedgerEntry
 from index_site import catalog as catalog_module
 from index_site.site import build_site
 from tests.wheelfactory import WheelSpec, make_wheel

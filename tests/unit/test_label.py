@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from builder.facts import Accelerator, load_facts
-from builder.job import format_label, parse_label
-from builder.plan import Plan, load_plan
+from builder.plan.expand import Plan, load_plan
+from builder.plan.facts import Accelerator, load_facts
+from builder.plan.job import format_label, parse_label
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from pydantic import Field, ValidationError
 
-from builder.cli import main
-from builder.errors import ConfigError, PlanError
-from builder.matrix import EnvName, _schema_path, _Strict
-from builder.plan import load_plan
+from builder.cli.main import main
+from builder.core.errors import ConfigError, PlanError
+from builder.plan.expand import load_plan
+from builder.plan.matrix import EnvName, _schema_path, _Strict
 
 # A valid one-package, one-profile matrix; the cases below edit it. The integration tests use it too.
 VALID = (Path(__file__).resolve().parents[1] / "data" / "matrix-minimal.yaml").read_text()

@@ -10,11 +10,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from builder.cli import main
-from builder.errors import PlanError
-from builder.facts import Accelerator, TorchFacts, load_facts
-from builder.matrix import Matrix, load_matrix
-from builder.plan import Plan, expand, load_plan
+from builder.cli.main import main
+from builder.core.errors import PlanError
+from builder.plan.expand import Plan, expand, load_plan
+from builder.plan.facts import Accelerator, TorchFacts, load_facts
+from builder.plan.matrix import Matrix, load_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = ROOT / "matrix.yaml"

@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from builder.errors import ConfigError, RecipeError
-from builder.facts import Accelerator
-from builder.job import Job, PatchRef, Recipe, Sdist
-from builder.recipes import prelude, pyproject, recipe, setup_py
-from builder.recipes.facts import package_facts, parse_package_facts
+from builder.core.errors import ConfigError, RecipeError
+from builder.plan.facts import Accelerator
+from builder.plan.job import Job, PatchRef, Recipe, Sdist
+from builder.steps.recipes import prelude, pyproject, recipe, setup_py
+from builder.steps.recipes.facts import package_facts, parse_package_facts
 
 W = "pkg 1.0"
 

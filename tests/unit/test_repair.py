@@ -10,8 +10,8 @@ from types import MappingProxyType
 import pytest
 from auditwheel.patcher import ElfUpdateInfo
 
-from builder.errors import ConfigError, WheelError
-from builder.repair import (
+from builder.core.errors import ConfigError, WheelError
+from builder.steps.repair import (
     AbiFacts,
     Excludes,
     RunnerPatchelf,

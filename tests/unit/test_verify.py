@@ -9,11 +9,11 @@ from types import MappingProxyType
 
 import pytest
 
-from builder.elf import ElfFacts
-from builder.fatbin import FatbinContents
-from builder.repair import load_excludes, manylinux_policies
-from builder.environment import RuntimeEnv, installed_torch
-from builder.verify import (
+from builder.steps.elf import ElfFacts
+from builder.steps.environment import RuntimeEnv, installed_torch
+from builder.steps.fatbin import FatbinContents
+from builder.steps.repair import load_excludes, manylinux_policies
+from builder.steps.verify import (
     VerifyReport,
     WheelFacts,
     _import_outcome,

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from .errors import PlanError, did_you_mean
-from .facts import Accelerator, TorchFacts, TorchRelease, load_facts
-from .job import Job, PatchRef, Recipe, Sdist
-from .matrix import HOST_PYTHON, Matrix, PackageSpec, SdistPin, load_matrix
+from builder.core.errors import PlanError, did_you_mean
+from builder.plan.facts import Accelerator, TorchFacts, TorchRelease, load_facts
+from builder.plan.job import Job, PatchRef, Recipe, Sdist
+from builder.plan.matrix import HOST_PYTHON, Matrix, PackageSpec, SdistPin, load_matrix
 
 _WILDCARDS = re.compile(r"[*?\[]")
 NOT_SELECTED = "not selected by include/exclude"

@@ -38,7 +38,7 @@ from typing import Literal
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from .errors import WheelError
+from builder.core.errors import WheelError
 
 SECTION = ".nv_fatbin"
 MAGIC = 0xBA55ED50

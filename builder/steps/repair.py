@@ -24,10 +24,10 @@ from auditwheel.policy import Policy, WheelPolicies
 from auditwheel.repair import repair_wheel as auditwheel_repair
 from auditwheel.wheel_abi import WheelAbIInfo, analyze_wheel_abi, get_wheel_elfdata
 
-from .elf import wheel_elf_facts
-from .errors import ConfigError, WheelError
-from .job import Job
-from .runner import run, which
+from builder.core.errors import ConfigError, WheelError
+from builder.core.runner import run, which
+from builder.plan.job import Job
+from builder.steps.elf import wheel_elf_facts
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -289,7 +289,7 @@ def patchelf_arguments(update: ElfUpdateInfo) -> list[str]:
 
 class RunnerPatchelf(ElfPatcher):
     """auditwheel's ElfPatcher records the edits its repair decides on; this applies them with patchelf through
-    builder.runner, like every other process. patchelf is looked up only once there is something to patch."""
+    builder.core.runner, like every other process. patchelf is looked up only once there is something to patch."""
 
     def __init__(self, platform: str, *, log_path: Path | None = None) -> None:
         super().__init__(platform)

@@ -17,8 +17,8 @@ from packaging.utils import canonicalize_name, canonicalize_version
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from .errors import ConfigError, did_you_mean
-from .facts import Accelerator
+from builder.core.errors import ConfigError, did_you_mean
+from builder.plan.facts import Accelerator
 
 HOST_PYTHON = "host"
 ARCH_CONTROLS = ("gencode-rewrite", "torch-arch-list")
@@ -89,7 +89,7 @@ def _package_name(value: str) -> str:
 
 
 def _patch_name(value: str) -> str:
-    from .recipes import PATCHES  # recipes import the job types; a top-level import would be circular
+    from builder.steps.recipes import PATCHES  # recipes import the job types; a top-level import would be circular
 
     if value not in PATCHES:
         raise ValueError(f"unknown patch {value!r}{did_you_mean(value, PATCHES)}; known: {', '.join(sorted(PATCHES))}")

@@ -11,13 +11,12 @@ from pathlib import Path
 from rich.live import Live
 from rich.table import Table
 
-from .console import console, print_table
-from .errors import BuildFailed
-from .facts import load_facts
-from .job import Job
-from .ledger import Ledger
-from .plan import load_plan
-
+from builder.cli.console import console, print_table
+from builder.core.errors import BuildFailed
+from builder.core.ledger import Ledger
+from builder.plan.expand import load_plan
+from builder.plan.facts import load_facts
+from builder.plan.job import Job
 
 
 def add_commands(commands: argparse._SubParsersAction, add_plan_arguments) -> None:
@@ -48,7 +47,7 @@ class _Display:
             row[0], row[1] = phase, row[1] or time.monotonic()
 
     def line(self, job: Job, line: str) -> None:
-        from .compile import translation_unit
+        from builder.steps.compile import translation_unit
 
         unit = translation_unit(line)
         if unit:
@@ -67,7 +66,12 @@ class _Display:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from .build import BuildOptions, Builder, Layout, Progress  # the build stage's imports are heavy; plan needs none
+    from builder.farm.build import (  # the build stage's imports are heavy; plan needs none
+        Builder,
+        BuildOptions,
+        Layout,
+        Progress,
+    )
 
     plan = load_plan(args.matrix, args.profile).select(args.select)
     display = _Display(list(plan.jobs))

@@ -17,8 +17,8 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
-from .errors import WheelError
-from .fatbin import FatbinContents, elf_fatbin
+from builder.core.errors import WheelError
+from builder.steps.fatbin import FatbinContents, elf_fatbin
 
 log = logging.getLogger(__name__)
 

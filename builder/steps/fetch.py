@@ -21,8 +21,9 @@ from urllib.parse import urljoin
 
 from packaging.utils import canonicalize_name
 
-from .errors import FetchError, ToolchainError
-from .job import Job, Sdist
+from builder.core.errors import FetchError, ToolchainError
+from builder.core.hashing import sha256_of
+from builder.plan.job import Job, Sdist
 
 log = logging.getLogger(__name__)
 
@@ -152,14 +153,6 @@ def _stream(url: str, out: IO[bytes], who: str) -> str:
                 out.write(chunk)
     except (urllib.error.URLError, OSError) as error:
         raise FetchError(f"{who}: download of {url} failed: {error}") from None
-    return digest.hexdigest()
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        while chunk := file.read(_CHUNK):
-            digest.update(chunk)
     return digest.hexdigest()
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from .facts import Accelerator
+from builder.plan.facts import Accelerator
 
 # No leading zeros anywhere, so that every label parses back to exactly one (torch minor, accelerator).
 _LABEL_RE = re.compile(r"pt(?P<major>[1-9])(?P<minor>0|[1-9]\d*)(?P<accel>cu[1-9]\d{1,2}|rocm[1-9]\d{1,2})")
@@ -47,7 +47,7 @@ class Sdist:
 
 @dataclass(frozen=True, kw_only=True)
 class PatchRef:
-    """A recipe patch (a function in builder.recipes) and the ranges it applies to."""
+    """A recipe patch (a function in builder.steps.recipes) and the ranges it applies to."""
 
     name: str
     versions: str = ""  # package version specifier, "" = all

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import build
 
-from . import objcache as nvcc_cache
-from .environment import BuildEnv
-from .job import Job
-from .errors import WheelwrightError
-from .runner import StepFailed, run
+from builder.core.errors import WheelwrightError
+from builder.core.runner import StepFailed, run
+from builder.plan.job import Job
+from builder.steps import objcache as nvcc_cache
+from builder.steps.environment import BuildEnv
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,6 @@ def translation_unit(line: str) -> str | None:
 
 
 def objcache_root() -> Path:
-    from .environment import cache_root
+    from builder.steps.environment import cache_root
 
     return Path(os.environ.get("WHEELWRIGHT_OBJCACHE_DIR", cache_root() / "objects"))

@@ -1,5 +1,5 @@
 """An upstream setup.py, read as a syntax tree: check it has the shape its recipe expects, then inject the
-wheelwright prelude (builder/recipes/prelude.py) and route its setup() call through wheelwright_setup()."""
+wheelwright prelude (builder/steps/recipes/prelude.py) and route its setup() call through wheelwright_setup()."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 
-from ..errors import RecipeError
+from builder.core.errors import RecipeError
 
 PRELUDE_BEGIN = "# >>> wheelwright recipe prelude >>>"
 PRELUDE_END = "# <<< wheelwright recipe prelude <<<"
@@ -123,7 +123,7 @@ def check_install_requires_torch(shape: SetupShape, where: str) -> None:
 
 
 def prelude_source() -> str:
-    return resources.files("builder.recipes").joinpath("prelude.py").read_text(encoding="utf-8")
+    return resources.files("builder.steps.recipes").joinpath("prelude.py").read_text(encoding="utf-8")
 
 
 def inject_prelude(text: str, shape: SetupShape, job_values: Mapping[str, object], where: str) -> str:

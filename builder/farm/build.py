@@ -21,16 +21,17 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
-from . import compile as compile_stage
-from .environment import NotBuildableHere, build_env, find_toolkit, runtime_env
-from .errors import WheelwrightError
-from .facts import TorchFacts
-from .fetch import fetch_sdist, sha256_of, unpack_sdist
-from .job import Job
-from .ledger import Ledger, LedgerEntry
-from .recipes import apply_recipe
-from .repair import repair_wheel
-from .verify import quarantine, verify_wheel
+from builder.core.errors import WheelwrightError
+from builder.core.hashing import sha256_of
+from builder.core.ledger import Ledger, LedgerEntry
+from builder.plan.facts import TorchFacts
+from builder.plan.job import Job
+from builder.steps import compile as compile_stage
+from builder.steps.environment import NotBuildableHere, build_env, find_toolkit, runtime_env
+from builder.steps.fetch import fetch_sdist, unpack_sdist
+from builder.steps.recipes import apply_recipe
+from builder.steps.repair import repair_wheel
+from builder.steps.verify import quarantine, verify_wheel
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class Layout:
 class BuildOptions:
     retry_failed: bool = False
     parallel: int = 1  # jobs at once (groups of one package version + label run their Pythons in turn)
-    objcache: str = "use"  # use | verify | off (see builder/objcache.py)
+    objcache: str = "use"  # use | verify | off (see builder/steps/objcache.py)
 
 
 @dataclass(kw_only=True)
@@ -112,8 +113,8 @@ class PhaseTimer:
 def input_hash(job: Job) -> str:
     """What a wheel is built from: sdist, recipe and recipe code, torch, toolkit, flags. Same hash, same wheel."""
     recipe_code = hashlib.sha256()
-    for name in sorted(p.name for p in resources.files("builder.recipes").iterdir() if p.name.endswith(".py")):
-        recipe_code.update(resources.files("builder.recipes").joinpath(name).read_bytes())
+    for name in sorted(p.name for p in resources.files("builder.steps.recipes").iterdir() if p.name.endswith(".py")):
+        recipe_code.update(resources.files("builder.steps.recipes").joinpath(name).read_bytes())
     recipe_code.update(resources.files("builder.data").joinpath("build-requirements.txt").read_bytes())
     inputs = {
         "job": {k: v for k, v in asdict(job).items() if k != "sdist"},

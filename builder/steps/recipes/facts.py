@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 from packaging.utils import canonicalize_name
 
-from ..errors import ConfigError, RecipeError
+from builder.core.errors import ConfigError, RecipeError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ToolchainError, WheelwrightError
+from builder.core.errors import ToolchainError, WheelwrightError
 
 log = logging.getLogger(__name__)
 

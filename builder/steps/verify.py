@@ -19,13 +19,13 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .environment import RuntimeEnv
-from .elf import ElfFacts, tree_elf_facts, unpacked
-from .errors import WheelError
-from .fatbin import arch_key
-from .job import Job
-from .repair import Excludes, load_excludes, manylinux_policies, target_policy
-from .runner import run
+from builder.core.errors import WheelError
+from builder.core.runner import run
+from builder.plan.job import Job
+from builder.steps.elf import ElfFacts, tree_elf_facts, unpacked
+from builder.steps.environment import RuntimeEnv
+from builder.steps.fatbin import arch_key
+from builder.steps.repair import Excludes, load_excludes, manylinux_policies, target_policy
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ read (from its depfile). A hit copies the object and depfile; a header whose byt
 from fixed paths (see compile.py), so a hit is byte-identical to a fresh compile; ``verify`` mode proves it by
 compiling anyway and comparing.
 
-Usage (what compile.py puts into PYTORCH_NVCC): python -m builder.objcache CACHE_DIR MODE REAL_NVCC ARGS...
+Usage (what compile.py puts into PYTORCH_NVCC): python -m builder.steps.objcache CACHE_DIR MODE REAL_NVCC ARGS...
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def _record(cache: ObjectCache, event: dict) -> None:
 def main(argv: list[str]) -> int:
     root, mode, nvcc, *args = argv
     if mode not in MODES:
-        sys.stderr.write(f"builder.objcache: mode must be one of {MODES}, not {mode!r}\n")
+        sys.stderr.write(f"builder.steps.objcache: mode must be one of {MODES}, not {mode!r}\n")
         return 2
     cache = ObjectCache(Path(root))
     cache.root.mkdir(parents=True, exist_ok=True)

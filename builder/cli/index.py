@@ -10,14 +10,12 @@ from urllib.parse import urlsplit
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from builder.console import console, out, print_table
-from builder.errors import ConfigError
-
-from . import layout
-from .publish import PublishReport, check_plan, publish
-from .serve import make_server
-from .site import IndexReport, build_site, site_base_url
-
+from builder.cli.console import console, out, print_table
+from builder.core.errors import ConfigError
+from index_site import layout
+from index_site.publish import PublishReport, check_plan, publish
+from index_site.serve import make_server
+from index_site.site import IndexReport, build_site, site_base_url
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
@@ -103,7 +101,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from .s3 import S3Store  # boto3 is slow to import; only publish needs it
+    from index_site.s3 import S3Store  # boto3 is slow to import; only publish needs it
 
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs}: needs at least one upload at a time")

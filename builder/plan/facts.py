@@ -12,7 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
-from .errors import FactsError, did_you_mean
+from builder.core.errors import FactsError, did_you_mean
 
 if sys.version_info >= (3, 11):
     import tomllib

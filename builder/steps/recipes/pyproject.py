@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from ..errors import RecipeError
+from builder.core.errors import RecipeError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .errors import ToolchainError, WheelwrightError
-from .facts import Accelerator, TorchFacts
-from .job import Job
-from .runner import run
+from builder.core.errors import ToolchainError, WheelwrightError
+from builder.core.runner import run
+from builder.plan.facts import Accelerator, TorchFacts
+from builder.plan.job import Job
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,10 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from . import __version__
-from .console import console, out, print_table
-from .errors import WheelwrightError
-from .plan import Plan, load_plan
-
+from builder import __version__
+from builder.cli.console import console, out, print_table
+from builder.core.errors import WheelwrightError
+from builder.plan.expand import Plan, load_plan
 
 
 def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,11 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _stage_commands():
     """Stages add their own subcommands; each module's add_commands(commands, add_plan_arguments)."""
-    from index_site import cli as index_cli
+    from builder.cli import build, index
 
-    from . import build_cli
-
-    return (build_cli.add_commands, index_cli.add_commands)
+    return (build.add_commands, index.add_commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,11 +15,11 @@ from types import MappingProxyType
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ..errors import RecipeError
-from ..job import Job, PatchRef
-from . import pyproject, setup_py
-from .facts import PackageFacts, package_facts
-from .patches import PATCHES
+from builder.core.errors import RecipeError
+from builder.plan.job import Job, PatchRef
+from builder.steps.recipes import pyproject, setup_py
+from builder.steps.recipes.facts import PackageFacts, package_facts
+from builder.steps.recipes.patches import PATCHES
 
 log = logging.getLogger(__name__)
 

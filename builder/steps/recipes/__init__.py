@@ -4,7 +4,7 @@ by version range from matrix.yaml."""
 
 from __future__ import annotations
 
-from .patches import PATCHES
-from .recipe import RecipeResult, apply_recipe
+from builder.steps.recipes.patches import PATCHES
+from builder.steps.recipes.recipe import RecipeResult, apply_recipe
 
 __all__ = ["PATCHES", "RecipeResult", "apply_recipe"]
