@@ -14,6 +14,7 @@ import jinja2
 import markupsafe
 from packaging.version import Version
 
+from builder.doctor.standalone import standalone_source
 from index_site import layout
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text, build_landing
@@ -72,6 +73,7 @@ def render_site(catalog: Catalog, *, base_url: str) -> dict[str, bytes]:
         pages.update(_indexes(label, wheels))
     pages.update(_indexes(None, catalog.wheels))
     landing = build_landing(catalog, base_url=base_url)
+    pages[layout.DOCTOR] = standalone_source(base_url).encode()
     pages[layout.LANDING] = _render("landing.html", page=layout.LANDING, landing=landing, api_version=API_VERSION)
     return pages
 

@@ -18,7 +18,8 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
 from builder.core.errors import WheelError
-from builder.steps.fatbin import FatbinContents, elf_fatbin
+from builder.core.elfread import ElfFile
+from builder.core.fatbin import FatbinContents, elf_fatbin
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +54,17 @@ def read_elf(path: Path, *, name: str, gpu: bool = True) -> ElfFacts:
             versions: dict[str, set[str]] = {}
             for library, version in elf_find_versioned_symbols(elf):
                 versions.setdefault(library, set()).add(version)
-            kernels = elf_fatbin(elf, where=name) if gpu else FatbinContents()
     except ELFError as error:
         raise WheelError(f"{name}: not a readable ELF file ({error})") from None
+    kernels = _kernels(path, name) if gpu else FatbinContents()
     frozen = MappingProxyType({lib: frozenset(v) for lib, v in sorted(versions.items())})
     return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen, gpu=kernels)
+
+
+def _kernels(path: Path, name: str) -> FatbinContents:
+    """The GPU code, read by the standard-library reader that doctor.py shares."""
+    with path.open("rb") as stream:
+        return elf_fatbin(ElfFile(stream, where=name), where=name)
 
 
 def is_elf(path: Path) -> bool:

@@ -24,7 +24,7 @@ from builder.core.runner import run
 from builder.plan.job import Job
 from builder.steps.elf import ElfFacts, tree_elf_facts, unpacked
 from builder.steps.environment import RuntimeEnv
-from builder.steps.fatbin import arch_key
+from builder.core.fatbin import arch_key
 from builder.steps.repair import Excludes, load_excludes, manylinux_policies, target_policy
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import WheelError
-from builder.steps.fatbin import FatbinContents, arch_key, arch_name, fatbin_archs, parse_fatbin
+from builder.core.fatbin import FatbinContents, arch_key, arch_name, fatbin_archs, parse_fatbin
 from tests.synth import (
     ARCH_SPECIFIC,
     COMPRESSED_DEFAULT,
