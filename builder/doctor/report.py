@@ -43,7 +43,7 @@ def _fix_lines(fix: Fix | None) -> list[str]:
         return []
     if fix.pip is None:
         return [f"  fix: none to print: {fix.note}"]
-    return [f"  fix ({fix.note})", f"    {fix.pip}", f"  or with uv:", f"    {fix.uv}"]
+    return [f"  fix ({fix.note})", f"    {fix.pip}", "  or with uv:", f"    {fix.uv}"]
 
 
 def evidence(env: Environment) -> list[str]:
@@ -61,8 +61,8 @@ def evidence(env: Environment) -> list[str]:
     lines = [
         "what doctor read:",
         f"  python {env.python} ({env.python_tag}, {env.machine}) {env.executable}",
-        f"  glibc {env.glibc or '?'}; libstdc++ {env.libstdcxx or '?'}: GLIBCXX_{env.libstdcxx_glibcxx or '?'}, "
-        f"CXXABI_{env.libstdcxx_cxxabi or '?'}",
+        (f"  glibc {env.glibc or '?'}; libstdc++ {env.libstdcxx or '?'}: GLIBCXX_{env.libstdcxx_glibcxx or '?'}, "
+         f"CXXABI_{env.libstdcxx_cxxabi or '?'}"),
         f"  {torch_line}",
         f"  {gpu_line}",
     ]

@@ -17,8 +17,8 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
-from builder.core.errors import WheelError
 from builder.core.elfread import ElfFile
+from builder.core.errors import WheelError
 from builder.core.fatbin import FatbinContents, elf_fatbin
 
 log = logging.getLogger(__name__)
