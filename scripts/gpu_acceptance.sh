@@ -75,7 +75,8 @@ setup() {  # absolute paths, the log, and the environment every stage shares
     WW_SITE=$WORK/ww-site          # the carried wheels, on wheelwright's path only
     VENV=$WORK/venv                # where pip installs our wheels; sees the box's torch
     LABEL=$("$PY" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["label"])' scripts/data/gpu_acceptance.toml)
-    rm -f "$SUMMARY" "$OUTDIR"/build-*.log "$OUTDIR"/build-status.txt "$OUTDIR/upstream-pytest.log" "$OUTDIR/pip-report.json"
+    rm -f "$SUMMARY" "$OUTDIR"/build-*.log "$OUTDIR"/build-status.txt "$OUTDIR/upstream-pytest.log" "$OUTDIR/pip-report.json" \
+        "$OUTDIR/doctor.json"
     : >"$LOG"
     exec > >(tee -a "$LOG") 2>&1
     tee_pid=$!
@@ -236,6 +237,16 @@ stage_install() {
     vpy installed --report "$WORK/pip-report.json" --index-url "$URL" --dist "$WH/dist"
 }
 
+stage_doctor() {
+    # the site's standalone doctor.py piped into the venv's python, as `curl -s URL/doctor.py | python -` does
+    # (urllib: the box may lack curl), and wheelwright's own subcommand on the same venv; both must say OK
+    "$PY" -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=30).read())' \
+        "$URL/doctor.py" >"$WORK/doctor.py"
+    env -u PYTHONPATH "$VENV/bin/python" - --json <"$WORK/doctor.py" >"$OUTDIR/doctor.json" || true
+    ww doctor --python "$VENV/bin/python" --index-url "$URL" --json >"$WORK/doctor-cli.json" || true
+    py doctor --report "$OUTDIR/doctor.json" --cli-report "$WORK/doctor-cli.json"
+}
+
 stage_seed() { vpy seed; }
 
 stage_upstream() {
@@ -290,6 +301,7 @@ main() {
         [ "$stage_status" -eq 0 ] || stop_here --reason "skipped: the $stage stage failed"
     done
 
+    run_stage doctor stage_doctor
     run_stage seed stage_seed
     run_stage upstream stage_upstream
     for stage in mamba:40 bench:25; do  # name:seconds it needs at least

@@ -78,6 +78,7 @@ class Config:
     label: str
     packages: tuple[str, ...]
     stages: tuple[str, ...]
+    gpu_arch: str  # the box GPU's compute capability, as doctor must read it
     upstream: Upstream
     conv_tolerance: dict[str, Tolerance]  # causal-conv1d's, by dtype name
     tolerance: dict[str, Tolerance]  # mamba-ssm's, by dtype name, plus "weight"
@@ -108,6 +109,7 @@ def _config(data: dict) -> Config:
         label=str(data["label"]),
         packages=tuple(data["packages"]),
         stages=tuple(data["stages"]),
+        gpu_arch=str(data["gpu_arch"]),
         upstream=Upstream(
             package=upstream["package"],
             tests=upstream["tests"],
