@@ -28,7 +28,7 @@ GPU_TIMEOUT = 30.0
 SCHEMA = 1
 
 _PYTHON_PROBE = r"""
-import ctypes, json, os, platform, sys, sysconfig
+import ctypes, json, os, platform, sys
 try:
     ctypes.CDLL("libstdc++.so.6")
 except OSError:
@@ -43,7 +43,6 @@ print(json.dumps({
     "machine": platform.machine(),
     "glibc": libc.split()[-1] if libc and libc.startswith("glibc") else None,
     "libstdcxx_path": libstdcxx,
-    "site_packages": sysconfig.get_paths()["purelib"],
 }))
 """
 
@@ -88,6 +87,7 @@ for name in sys.argv[1:]:
     files = [str(dist.locate_file(f)) for f in dist.files or () if ".so" in f.name]
     installer = (dist.read_text("INSTALLER") or "").strip() or None
     found.append({"name": name, "version": dist.version, "requires": dist.requires or [], "files": files,
+                  "root": str(dist.locate_file("")),
                   "installer": installer, "direct_url": dist.read_text("direct_url.json")})
 print(json.dumps(found))
 """
@@ -235,7 +235,7 @@ def collect(python: str, *, packages: tuple[str, ...] = tuple(PACKAGES)) -> Envi
         libstdcxx_glibcxx=glibcxx,
         libstdcxx_cxxabi=cxxabi,
         torch=Torch(**torch),
-        packages=tuple(_read_package(python, p, base["site_packages"], imports=imports) for p in found),
+        packages=tuple(_read_package(python, p, imports=imports) for p in found),
         notes=tuple(notes) + gpu.pop("notes"),
         **gpu,
     )
@@ -301,9 +301,11 @@ def parse_smi_cuda(summary: str) -> str | None:
     return summary.split(marker, 1)[1].split()[0].strip("|") or None
 
 
-def _read_package(python: str, found: dict, site_packages: str, *, imports: bool) -> Package:
-    modules = [Path(f) for f in found["files"] if _is_module(Path(f), site_packages)]
-    extensions = tuple(_read_extension(python, path, site_packages, imports=imports) for path in modules)
+def _read_package(python: str, found: dict, *, imports: bool) -> Package:
+    """``root`` is the directory the distribution's RECORD paths are relative to (its site-packages)."""
+    root = found["root"]
+    modules = [Path(f) for f in found["files"] if _is_module(Path(f), root)]
+    extensions = tuple(_read_extension(python, path, root, imports=imports) for path in modules)
     return Package(
         name=found["name"],
         version=found["version"],

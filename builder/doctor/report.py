@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from builder.doctor.explain import Finding
 from builder.doctor.fix import Fix
-from builder.doctor.probe import SCHEMA, Environment, Extension
+from builder.doctor.labels import parse_variant, split_local
+from builder.doctor.probe import SCHEMA, Environment, Extension, Package
 from builder.doctor.verdicts import Diagnosis
 
 HEADLINES = {
@@ -67,10 +68,18 @@ def evidence(env: Environment) -> list[str]:
         f"  {gpu_line}",
     ]
     for package in env.packages:
-        lines += [f"  {package.name} {package.version}: {_extension_line(e)}" for e in package.extensions]
-        if not package.extensions:
-            lines.append(f"  {package.name} {package.version}: no compiled extension")
+        lines.append(f"  {package.name} {package.version}: {_built_for(package)}")
+        lines += [f"    {_extension_line(e)}" for e in package.extensions] or ["    no compiled extension"]
     return lines + [f"  note: {note}" for note in env.notes]
+
+
+def _built_for(package: Package) -> str:
+    variant = parse_variant(split_local(package.version)[1])
+    if variant is None:
+        pins = [r for r in package.requires if r.replace(" ", "").startswith("torch")]
+        return f"no variant label; requires {', '.join(pins)}" if pins else "no variant label, no torch pin"
+    toolkit = f"CUDA {variant.cuda}" if variant.cuda else variant.accelerator
+    return f"built for torch {variant.torch}, {toolkit}"
 
 
 def _extension_line(ext: Extension) -> str:

@@ -85,7 +85,7 @@ def doctor_setup(tmp_path_factory: pytest.TempPathFactory, real_build: Path, e2e
     with serving(output / "site") as server:
         build_site(output, output / "site", base_url=server.url)
         python = work / "venv" / "bin" / "python"
-        run([python, "-m", "pip", "install", "--no-deps", "causal-conv1d==1.7.0+pt213cu130",
+        run([python, "-m", "pip", "install", "--no-deps", "--no-index", "causal-conv1d==1.7.0+pt213cu130",
              "-f", f"{server.url}/whl/pt213cu130.html"], step="install the wrong wheel", env=env)
         yield DoctorSetup(url=server.url, python=python, env=env, right=real.name, wrong=wrong.name)
 
@@ -106,6 +106,11 @@ def standalone(setup: DoctorSetup, *args: str) -> tuple[int, str]:
     completed = subprocess.run(command, input=source, env=setup.env, capture_output=True, timeout=600, cwd="/", check=False)
     assert not completed.stderr.strip(), completed.stderr.decode()
     return completed.returncode, completed.stdout.decode()
+
+
+def installed_version(setup: DoctorSetup) -> str:
+    probe = "from importlib import metadata; print(metadata.version('causal-conv1d'))"
+    return run([setup.python, "-c", probe], step="installed version", env=setup.env, capture=True).output.strip()
 
 
 def verdicts(report: dict) -> list[tuple[str, str, list[tuple[str, str]]]]:
@@ -143,7 +148,9 @@ def test_doctor_finds_the_mismatch_prints_the_fix_that_works_and_then_says_ok(do
     assert code == 1 and verdicts(json.loads(out)) == verdicts(before)
     assert json.loads(out)["diagnoses"][0]["fix"] == fix
 
-    run(shlex.split(fix["pip"]), step="the printed fix", env=doctor_setup.env)
+    # the printed command as it is; PIP_NO_INDEX keeps this test's pip off the network (the wheel is on our page)
+    run(shlex.split(fix["pip"]), step="the printed fix", env={**doctor_setup.env, "PIP_NO_INDEX": "1"})
+    assert installed_version(doctor_setup) == "1.7.0+pt214cu130"
 
     code, out = doctor(doctor_setup, "--json")
     after = json.loads(out)

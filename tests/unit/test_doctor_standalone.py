@@ -4,6 +4,7 @@ URL as the default index, and the same answers as builder.doctor when loaded as 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import sys
 import types
@@ -16,8 +17,8 @@ from builder.core.errors import WheelwrightError
 from builder.doctor import standalone
 from builder.doctor.explain import explain
 from builder.doctor.probe import Environment
-from builder.doctor.verdicts import diagnose
 from builder.doctor.standalone import standalone_source
+from builder.doctor.verdicts import diagnose
 
 DATA = Path(__file__).parent / "data" / "doctor"
 
@@ -42,15 +43,18 @@ def test_the_default_index_is_the_sites() -> None:
 
 
 @pytest.fixture
-def doctor_py() -> Iterator[types.ModuleType]:
-    """doctor.py loaded as a module of its own (registered, as dataclasses need), not run."""
-    module = types.ModuleType("doctor_py_under_test")
-    sys.modules[module.__name__] = module
+def doctor_py(tmp_path: Path) -> Iterator[types.ModuleType]:
+    """doctor.py imported as a module of its own (registered, as dataclasses need), not run."""
+    path = tmp_path / "doctor_py_under_test.py"
+    path.write_text(standalone_source(""))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
     try:
-        exec(compile(standalone_source(""), "doctor.py", "exec"), module.__dict__)
+        spec.loader.exec_module(module)
         yield module
     finally:
-        del sys.modules[module.__name__]
+        del sys.modules[path.stem]
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.json")))

@@ -454,6 +454,7 @@ def test_doctor_checks_pass_on_the_h200_report() -> None:
          "does not import: boom"),
         (lambda r: r["diagnoses"].pop(1), 2, "did not find it installed"),
     ],
+    ids=["gpu-from-torch", "gpu-arch", "no-sass", "verdict", "import", "missing"],
 )
 def test_doctor_checks_fail_with_the_reason(edit, failed: int, problem: str) -> None:
     report = _doctor_report()
