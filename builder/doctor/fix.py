@@ -125,8 +125,12 @@ def _variant(wheel):
 
 def _distance(variant, wanted, wheel) -> tuple:
     """Same torch minor first, then the closest CUDA (older before newer: an older toolkit runs on the driver)."""
-    cuda_gap = (release(wanted.cuda or "0")[0] * 10 + (release(wanted.cuda or "0") + (0,))[1]) - (
-        release(variant.cuda or "0")[0] * 10 + (release(variant.cuda or "0") + (0,))[1]
-    )
-    return (variant.torch != wanted.torch, abs(release(variant.torch)[1] - release(wanted.torch)[1]),
-            cuda_gap < 0, abs(cuda_gap), tuple(-n for n in release(wheel.version)))
+    gap = _cuda_number(wanted.cuda) - _cuda_number(variant.cuda)
+    torch_gap = abs(release(variant.torch)[1] - release(wanted.torch)[1])
+    return (variant.torch != wanted.torch, torch_gap, gap < 0, abs(gap), tuple(-n for n in release(wheel.version)))
+
+
+def _cuda_number(cuda: str | None) -> int:
+    """"13.0" -> 130, upstream's "12" -> 120, ROCm (None) -> 0."""
+    numbers = (*release(cuda or "0"), 0)
+    return numbers[0] * 10 + numbers[1]

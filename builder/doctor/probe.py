@@ -202,7 +202,7 @@ def run_probe(python: str, source: str, *args: str, timeout: float = PROBE_TIMEO
 
 def _run(command: list[str], *, timeout: float) -> subprocess.CompletedProcess:
     log.debug("running %s", command[:2])
-    env = {**os.environ, "PYTHONNOUSERSITE": os.environ.get("PYTHONNOUSERSITE", ""), "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}  # a deprecation warning is not an answer
     try:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=False)
     except subprocess.TimeoutExpired:

@@ -36,6 +36,8 @@ def render_text(env: Environment, diagnoses: tuple[Diagnosis, ...], fixes: dict[
         lines += [f"  {verdict.message}" for verdict in diagnosis.verdicts]
         lines += _fix_lines(fixes.get(package.name))
     lines += [f"{name}: not installed" for name in missing]
+    if not diagnoses:
+        lines.append(f"(read {env.executable}; to read another environment, pass --python PATH of the one that fails)")
     return "\n".join([*lines, "", *evidence(env)]) + "\n"
 
 

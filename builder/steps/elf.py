@@ -1,5 +1,7 @@
 """What the ELF files inside a wheel declare: the libraries they need, the symbol versions they need from them, and
-the GPU code they carry. Read once here; repair decides and verify judges on these facts."""
+the GPU code they carry. Read once here; repair decides and verify judges on these facts. The GPU code is read by
+builder.core.fatbin through the standard-library ELF reader that doctor.py shares; the linking facts by pyelftools
+and auditwheel, which tests/integration/test_elfread_twin.py holds that reader to."""
 
 from __future__ import annotations
 

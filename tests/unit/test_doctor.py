@@ -95,7 +95,8 @@ def test_no_packages_installed() -> None:
     env = env_of(document["environment"])
     assert diagnose(env) == ()
     text = render_text(env, (), {}, ("causal-conv1d", "mamba-ssm"))
-    assert text.startswith("causal-conv1d: not installed\nmamba-ssm: not installed\n\nwhat doctor read:\n")
+    assert text.startswith("causal-conv1d: not installed\nmamba-ssm: not installed\n(read /tmp/i12-venv/bin/python; ")
+    assert "\n\nwhat doctor read:\n" in text
 
 
 # -- edited variants: one per verdict -----------------------------------------------------------------------------
