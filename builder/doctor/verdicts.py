@@ -34,6 +34,9 @@ from builder.doctor.labels import (
 )
 from builder.doctor.probe import Environment, Extension, Package
 
+# What stops the loader before what stops torch before what stops the GPU: the first is the one to act on.
+_ROOT_FIRST = (EXTENSION_MISSING, TORCH_MISSING, GLIBC_TOO_OLD, LIBSTDCXX_TOO_OLD, TORCH_MINOR, CXX_ABI, DRIVER_TOO_OLD,
+               NO_KERNEL, IMPORT_FAILED)
 # A different wheel of ours fixes these; a driver or a system upgrade fixes the others.
 WHEEL_FIXES = frozenset({EXTENSION_MISSING, TORCH_MINOR, CXX_ABI, NO_KERNEL, IMPORT_FAILED, LIBSTDCXX_TOO_OLD,
                          GLIBC_TOO_OLD})
@@ -73,10 +76,10 @@ def package_verdicts(env: Environment, package: Package) -> tuple[Verdict, ...]:
         return (missing,)
     found = [v for ext in package.extensions for v in _extension_verdicts(env, package, ext)]
     found += _torch_verdicts(env, package)
-    problems = _unique(v for v in found if not v.ok)
-    if problems:
-        return problems
-    return (*_unique(found), _ok(env, package)) if found else (_ok(env, package),)
+    problems = tuple(sorted(_unique(v for v in found if not v.ok), key=lambda v: _ROOT_FIRST.index(v.code)))
+    if not problems:  # a failed import the facts do not explain: say what the error says
+        problems = _unique(_import_verdict(package, ext) for ext in package.extensions if ext.imports is False)
+    return problems or (*_unique(found), _ok(env, package))
 
 
 def _unique(verdicts) -> tuple[Verdict, ...]:
@@ -162,8 +165,6 @@ def _extension_verdicts(env: Environment, package: Package, ext: Extension) -> l
     if ext.cxx11_abi is not None and torch_abi is not None and ext.cxx11_abi != torch_abi and env.torch.version:
         verdicts.append(_abi_verdict(package, ext.cxx11_abi, torch_abi, env.torch.version))
     verdicts += [_arch_verdict(package, ext, gpu.name, gpu.arch) for gpu in env.gpus]
-    if ext.imports is False and not any(not v.ok for v in verdicts):
-        verdicts.append(_import_verdict(package, ext))
     return [v for v in verdicts if v is not None]
 
 
