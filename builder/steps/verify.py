@@ -20,11 +20,11 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import WheelError
+from builder.core.fatbin import arch_key
 from builder.core.runner import run
 from builder.plan.job import Job
 from builder.steps.elf import ElfFacts, tree_elf_facts, unpacked
 from builder.steps.environment import RuntimeEnv
-from builder.core.fatbin import arch_key
 from builder.steps.repair import Excludes, load_excludes, manylinux_policies, target_policy
 
 log = logging.getLogger(__name__)

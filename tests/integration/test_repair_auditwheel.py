@@ -12,9 +12,9 @@ import pytest
 from packaging.utils import parse_wheel_filename
 
 from builder.core.errors import WheelError
+from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
 from builder.steps.elf import unpacked, wheel_elf_facts
-from builder.core.fatbin import fatbin_archs
 from builder.steps.repair import parse_excludes, repair_wheel
 from tests.jobs import local_job
 from tests.wheels import job_wheel
