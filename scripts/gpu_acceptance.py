@@ -249,6 +249,7 @@ def cmd_build_report(args: argparse.Namespace) -> int:
         checks=checks,
         detail=detail,
         data={"wheels": built},
+        own_seconds=args.state is not None,
     )
     return EXIT_PASSED if status == PASSED else EXIT_FAILED
 

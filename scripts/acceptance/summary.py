@@ -83,15 +83,17 @@ def record_stage(
     checks: Sequence[Check] = (),
     data: dict | None = None,
     keep_result: bool = False,
+    own_seconds: bool = False,
 ) -> dict:
-    """Write one stage's result. With ``keep_result``, a result already there (the Python part's, with its checks)
-    stands and only takes ``seconds``: the shell times the whole stage, and records it itself only when the
-    Python part died before recording."""
+    """Write one stage's result. With ``keep_result``, a result this command already recorded (the Python part's,
+    with its checks) stands and only takes ``seconds``: the shell times the whole stage, and records it itself only
+    when the Python part died before recording. A result recorded with ``own_seconds`` keeps its time too: the
+    detached build's wall time spans commands, of which the shell saw only its own."""
     if status not in STATUSES:
         raise ValueError(f"stage status {status!r} is not one of {STATUSES}")
     summary = load(path)
     if keep_result and _ran_here(summary, name):
-        if seconds is not None:
+        if seconds is not None and not summary["stages"][name].get("own_seconds"):
             summary["stages"][name]["seconds"] = round(seconds, 2)
             save(path, summary)
         return summary
@@ -102,6 +104,8 @@ def record_stage(
         entry["checks"] = [check.as_dict() for check in checks]
     if data:
         entry["data"] = data
+    if own_seconds:
+        entry["own_seconds"] = True
     summary["stages"][name] = entry
     if summary.get("commands") and status != PENDING:
         ran = summary["commands"][-1].setdefault("ran", [])
