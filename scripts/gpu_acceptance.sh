@@ -300,8 +300,8 @@ stage_install() {
 
 stage_checklist() { vpy checklist ${leak_seconds:+--leak-seconds "$leak_seconds"}; }
 
-stage_upstream() {
-    local budget=$(($(remaining) - 90))
+stage_upstream() {  # started only with [stage_seconds] left; what it leaves is enough to record and finish
+    local budget=$(($(remaining) - 20))
     [ "$budget" -gt 60 ] || budget=60
     vpy upstream --sdist-dir "$WHEELWRIGHT_CACHE/sdists" --workers "$workers" --timeout "$budget" \
         --log "$OUTDIR/upstream-pytest.log" ${quick_flag:+--quick}

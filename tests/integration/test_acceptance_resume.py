@@ -79,7 +79,7 @@ def test_a_proof_across_commands_detached_build_then_deadline_then_the_rest(tmp_
     assert got["build"] == "running" and {got[s] for s in ("index", "checklist", "bench")} == {"pending"}
     assert ran(work) == [] and "run the same command again with --resume" in first.stdout
 
-    # 2: collect it; 170 s are left of the 570 s deadline, too few for the checklist (it needs 240), enough for the rest
+    # 2: collect it; 170 s are left of the 570 s deadline, too few for the checklist (it needs 300), enough for the rest
     second = command(tmp_path / "out2", work, "--resume", start_at=400)
     assert second.returncode == EXIT_PENDING, second.stdout + second.stderr
     got = statuses(tmp_path / "out2")
