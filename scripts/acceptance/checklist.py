@@ -249,8 +249,12 @@ def greedy_comparisons(network, prompt, total: int) -> list[numerics.Comparison]
     for graphs in (False, True):
         sequence = network.generate(input_ids=prompt, max_length=total, cg=graphs)
         with torch.inference_mode():
-            picked = network(sequence).logits[:, length - 1 : -1].argmax(dim=-1)
-        found.append(_token_comparison(f"greedy tokens {_graphs(graphs)} vs forward", sequence[:, length:], picked))
+            logits = network(sequence).logits[:, length - 1 : -1].float()
+        generated, picked = sequence[:, length:], logits.argmax(dim=-1)
+        # where they differ, how far the forward's own choice was ahead: a near-tie tells rounding from a wrong state
+        margin = (logits.gather(-1, picked[..., None]) - logits.gather(-1, generated[..., None])).max().item()
+        name = f"greedy tokens {_graphs(graphs)} vs forward"
+        found.append(_token_comparison(name, generated, picked, margin=margin))
         sequences.append(sequence)
     found.append(_token_comparison("greedy tokens with vs without CUDA graphs", sequences[1], sequences[0]))
     return found
@@ -283,14 +287,18 @@ def _graphs(graphs: bool) -> str:
     return "with CUDA graphs" if graphs else "without CUDA graphs"
 
 
-def _token_comparison(tensor: str, actual, expected) -> numerics.Comparison:
+def _token_comparison(tensor: str, actual, expected, *, margin: float | None = None) -> numerics.Comparison:
+    """Tokens must be equal; ``margin`` (the reference's logit lead where they differ) goes into the report."""
     mismatches = int((actual != expected).sum()) if actual.shape == expected.shape else actual.numel()
+    lead = (
+        f"; the forward's largest logit lead at a difference {margin:.3g}" if mismatches and margin is not None else ""
+    )
     return numerics.Comparison(
         tensor=tensor,
         rule="equal",
         max_abs=float(mismatches),
         worst=float(mismatches),
-        bound=f"equal ({mismatches} of {expected.numel()} differ)",
+        bound=f"equal ({mismatches} of {expected.numel()} differ{lead})",
         ok=mismatches == 0,
     )
 
