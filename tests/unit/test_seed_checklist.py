@@ -396,3 +396,10 @@ def test_seed_checklist_without_a_gpu_says_so_and_exits_3(
     out = capsys.readouterr()
     assert out.out.startswith("seed checklist: causal-conv1d ")
     assert "ERROR no CUDA device (none here): the checklist runs the kernels" in out.err
+
+
+def test_perf_detail_reads_like_the_table() -> None:
+    assert checklist.perf_detail(_perf_row("130M-shaped")) == (
+        "129M params; train 412.3k tok/s (batch 8 x 2048, peak 20.00 GiB); prefill 1.23M tok/s (peak 3.00 GiB); "
+        "decode 1.23 ms/token with CUDA graphs, 9.88 without (peak 0.50 GiB)"
+    )
