@@ -207,10 +207,16 @@ stage_preflight() { py preflight ${quick_flag:+--quick}; }
 stage_carry() {
     local wheels=("$CARRY"/wheels/*.whl)
     [ -f "${wheels[0]}" ] || { echo "no wheels in $CARRY/wheels: run scripts/prepare_gpu_carry.sh here first" >"$WORK/stage-detail"; return 1; }
-    rm -rf "$WW_SITE"
-    "$PY" -m pip install --quiet --no-index --no-deps --no-compile --target "$WW_SITE" "${wheels[@]}"
+    # installed once per set of wheels: a detached build still running from an earlier command imports from it
+    local carried
+    carried=$(cd "$CARRY/wheels" && ls -- *.whl)
+    if [ "$(cat "$WW_SITE/.carried" 2>/dev/null)" != "$carried" ]; then
+        rm -rf "$WW_SITE"
+        "$PY" -m pip install --quiet --no-index --no-deps --no-compile --target "$WW_SITE" "${wheels[@]}"
+        echo "$carried" >"$WW_SITE/.carried"
+    fi
     mkdir -p "$WHEELWRIGHT_CACHE/sdists"
-    cp "$CARRY"/cache/sdists/*.tar.gz "$WHEELWRIGHT_CACHE/sdists/"
+    cp -n "$CARRY"/cache/sdists/*.tar.gz "$WHEELWRIGHT_CACHE/sdists/"  # never rewrites a file a build may read
     # informational: the image's own packages stand in for the rest, maybe at other versions than pinned
     PYTHONPATH="$WW_SITE" "$PY" scripts/gpu_carry.py satisfied || say "could not compare the requirements"
     ww plan --profile gpu-box --format json >"$WORK/plan.json"

@@ -28,9 +28,18 @@ def main(wheelhouse: str, label: str, seconds: str) -> int:
             (out / "dist" / wheel).write_bytes(b"not a real wheel")
             ledger.put(
                 LedgerEntry(
-                    job_id=f"{package}-{version}+{label}-cp312-x86_64", package=package, version=version,
-                    label=label, torch="2.11.0", accelerator="cu130", python="3.12", input_hash="h",
-                    status="built", phase="verify", timings={"compile": float(seconds)}, wheel=wheel,
+                    job_id=f"{package}-{version}+{label}-cp312-x86_64",
+                    package=package,
+                    version=version,
+                    label=label,
+                    torch="2.11.0",
+                    accelerator="cu130",
+                    python="3.12",
+                    input_hash="h",
+                    status="built",
+                    phase="verify",
+                    timings={"compile": float(seconds)},
+                    wheel=wheel,
                 )
             )
     print("fake build: done", flush=True)

@@ -46,11 +46,24 @@ main "$@"
 """
 
 
-def command(out: Path, work: Path, *args: str, start_at: int = 0, build_seconds: float = 2) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ROOT": str(ROOT), "PYTHON": sys.executable, "START_AT": str(start_at),
-           "FAKE_BUILD_SECONDS": str(build_seconds)}
-    return subprocess.run(["bash", "-c", HARNESS, "harness", str(out), "--work", str(work), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=180)
+def command(
+    out: Path, work: Path, *args: str, start_at: int = 0, build_seconds: float = 2
+) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "ROOT": str(ROOT),
+        "PYTHON": sys.executable,
+        "START_AT": str(start_at),
+        "FAKE_BUILD_SECONDS": str(build_seconds),
+    }
+    return subprocess.run(
+        ["bash", "-c", HARNESS, "harness", str(out), "--work", str(work), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def statuses(out: Path) -> dict[str, str]:
@@ -86,7 +99,11 @@ def test_a_proof_across_commands_detached_build_then_deadline_then_the_rest(tmp_
     assert got["build"] == "passed" and got["checklist"] == "pending"
     assert ran(work) == ["upstream", "mamba", "bench"]
     assert "collecting the build an earlier command started" in second.stdout and "fake build: done" in second.stdout
-    assert sorted(p.name for p in (tmp_path / "out2").iterdir()) == ["acceptance.log", "build-status.txt", "summary.json"]
+    assert sorted(p.name for p in (tmp_path / "out2").iterdir()) == [
+        "acceptance.log",
+        "build-status.txt",
+        "summary.json",
+    ]
 
     # 3: the checklist, after the setup stages again; the proof is whole
     third = command(tmp_path / "out3", work, "--resume")
@@ -188,10 +205,16 @@ def test_wait_gives_up_at_its_time_and_ticks_meanwhile(tmp_path: Path) -> None:
 
 
 def test_seed_checklist_script_without_a_gpu(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(SCRIPTS / "seed_checklist.py"), "--parts", "seed"], capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": ""})
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "seed_checklist.py"), "--parts", "seed"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
     assert done.returncode == 3 and "ERROR no CUDA device" in done.stderr
-    usage = subprocess.run([sys.executable, str(SCRIPTS / "seed_checklist.py"), "--help"], capture_output=True, text=True)
+    usage = subprocess.run(
+        [sys.executable, str(SCRIPTS / "seed_checklist.py"), "--help"], capture_output=True, text=True
+    )
     assert usage.returncode == 0 and "--leak-seconds" in usage.stdout
 
 
@@ -228,11 +251,63 @@ def torch_runtime():
 
 @pytest.mark.slow
 def test_batch_comparisons_catch_a_model_that_mixes_samples(torch_runtime) -> None:
-    done = subprocess.run([sys.executable, "-c", CPU_COMPARISONS, str(SCRIPTS)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(torch_runtime.site_packages)}, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", CPU_COMPARISONS, str(SCRIPTS)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(torch_runtime.site_packages)},
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.splitlines()[-1])
     assert found["per_sample"] == [True, True, True, True]  # a per-sample model: every size agrees with batch 1
     assert found["mixing"] == [True, False, False, False] and found["mixing_worst"] > 1  # batch statistics leak in
     assert found["half"] == [True, True]
     assert found["tokens"] == [True, False, "equal (4 of 6 differ)"]
+
+
+def _wheel(folder: Path) -> Path:
+    """A minimal pure wheel, standing in for the carried ones."""
+    import zipfile
+
+    folder.mkdir(parents=True)
+    path = folder / "demo-1.0-py3-none-any.whl"
+    files = {
+        "demo/__init__.py": "",
+        "demo-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n",
+        "demo-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+        archive.writestr(
+            "demo-1.0.dist-info/RECORD", "".join(f"{name},,\n" for name in [*files, "demo-1.0.dist-info/RECORD"])
+        )
+    return path
+
+
+def test_the_carry_stage_leaves_an_installed_carry_alone_for_a_build_still_using_it(tmp_path: Path) -> None:
+    carry, work = tmp_path / "carry", tmp_path / "work"
+    _wheel(carry / "wheels")
+    (carry / "cache" / "sdists").mkdir(parents=True)
+    (carry / "cache" / "sdists" / "pkg-1.0.tar.gz").write_bytes(b"sdist")
+    script = r"""
+source "$ROOT/scripts/gpu_acceptance.sh"
+parse_args "$1" --work "$2" --carry "$3"
+setup
+run_stage carry stage_carry
+touch "$WW_SITE/in-use-by-the-build"
+run_stage carry stage_carry
+[ -f "$WW_SITE/in-use-by-the-build" ] && [ -f "$WW_SITE/demo/__init__.py" ] && echo "carry kept"
+"""
+    done = subprocess.run(
+        ["bash", "-c", script, "harness", str(tmp_path / "out"), str(work), str(carry)],
+        cwd=ROOT,
+        env={**os.environ, "ROOT": str(ROOT), "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "carry kept" in done.stdout, done.stdout + done.stderr
+    assert done.stdout.count("=== stage carry: passed") == 2
+    assert (work / "cache" / "sdists" / "pkg-1.0.tar.gz").read_bytes() == b"sdist"
