@@ -61,6 +61,7 @@ def command(
         cwd=ROOT,
         env=env,
         capture_output=True,
+        check=False,
         text=True,
         timeout=180,
     )
@@ -154,7 +155,9 @@ def test_resume_without_an_earlier_run_and_unknown_stages_are_refused(tmp_path: 
     ],
 )
 def test_new_options_are_checked(args: list[str], message: str) -> None:
-    done = subprocess.run(["bash", str(SCRIPTS / "gpu_acceptance.sh"), "out", *args], capture_output=True, text=True)
+    done = subprocess.run(
+        ["bash", str(SCRIPTS / "gpu_acceptance.sh"), "out", *args], capture_output=True, check=False, text=True
+    )
     assert done.returncode == 2 and f"ERROR {message}" in done.stderr
 
 
@@ -208,12 +211,13 @@ def test_seed_checklist_script_without_a_gpu(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPTS / "seed_checklist.py"), "--parts", "seed"],
         capture_output=True,
+        check=False,
         text=True,
         env={**os.environ, "PYTHONPATH": ""},
     )
     assert done.returncode == 3 and "ERROR no CUDA device" in done.stderr
     usage = subprocess.run(
-        [sys.executable, str(SCRIPTS / "seed_checklist.py"), "--help"], capture_output=True, text=True
+        [sys.executable, str(SCRIPTS / "seed_checklist.py"), "--help"], capture_output=True, check=False, text=True
     )
     assert usage.returncode == 0 and "--leak-seconds" in usage.stdout
 
@@ -254,6 +258,7 @@ def test_batch_comparisons_catch_a_model_that_mixes_samples(torch_runtime) -> No
     done = subprocess.run(
         [sys.executable, "-c", CPU_COMPARISONS, str(SCRIPTS)],
         capture_output=True,
+        check=False,
         text=True,
         env={**os.environ, "PYTHONPATH": str(torch_runtime.site_packages)},
         timeout=300,
@@ -305,6 +310,7 @@ run_stage carry stage_carry
         cwd=ROOT,
         env={**os.environ, "ROOT": str(ROOT), "PYTHON": sys.executable},
         capture_output=True,
+        check=False,
         text=True,
         timeout=300,
     )
