@@ -23,6 +23,7 @@ PARTS = ("seed", "batch", "decode", "perf", "leak")
 BATCH_MODELS = ("Mamba", "Mamba2", "MambaLMHeadModel Mamba1", "MambaLMHeadModel Mamba2")
 DECODE_MODELS = ("MambaLMHeadModel Mamba1", "MambaLMHeadModel Mamba2")
 PERF_DTYPE = "bfloat16"
+DEVICE = "cuda"  # where the checks run: the CUDA device; tests/integration's CPU harness points it at the CPU
 
 
 # -- names ------------------------------------------------------------------------------------------------------
@@ -156,7 +157,7 @@ def block(kind: str, checklist: Checklist, dtype: str):
 
     cls, options = (Mamba, checklist.mamba) if kind == "Mamba" else (Mamba2, checklist.mamba2)
     torch.manual_seed(0)
-    return cls(d_model=checklist.d_model, **options, device="cuda", dtype=_dtype(dtype))
+    return cls(d_model=checklist.d_model, **options, device=DEVICE, dtype=_dtype(dtype))
 
 
 def language_model(layer: str, *, d_model: int, n_layer: int, vocab_size: int, dtype: str):
@@ -167,7 +168,7 @@ def language_model(layer: str, *, d_model: int, n_layer: int, vocab_size: int, d
 
     torch.manual_seed(0)
     config = MambaConfig(d_model=d_model, n_layer=n_layer, vocab_size=vocab_size, ssm_cfg={"layer": layer})
-    return MambaLMHeadModel(config, device="cuda", dtype=_dtype(dtype))
+    return MambaLMHeadModel(config, device=DEVICE, dtype=_dtype(dtype))
 
 
 def _small_lm(model: str, checklist: Checklist, dtype: str):
@@ -177,8 +178,8 @@ def _small_lm(model: str, checklist: Checklist, dtype: str):
 def _tokens(batch: int, length: int, vocab_size: int, seed_value: int = 0):
     import torch
 
-    generator = torch.Generator(device="cuda").manual_seed(seed_value)
-    return torch.randint(0, vocab_size, (batch, length), device="cuda", generator=generator)
+    generator = torch.Generator(device=DEVICE).manual_seed(seed_value)
+    return torch.randint(0, vocab_size, (batch, length), device=DEVICE, generator=generator)
 
 
 # -- 2a: batch sizes --------------------------------------------------------------------------------------------
@@ -196,9 +197,9 @@ def batch_check(model: str, dtype: str, checklist: Checklist) -> Check:
             return network(x).logits
     else:
         network = block(model, checklist, dtype)
-        generator = torch.Generator(device="cuda").manual_seed(0)
+        generator = torch.Generator(device=DEVICE).manual_seed(0)
         inputs = torch.randn(
-            samples, length, checklist.d_model, device="cuda", dtype=_dtype(dtype), generator=generator
+            samples, length, checklist.d_model, device=DEVICE, dtype=_dtype(dtype), generator=generator
         )
         forward = network
     comparisons = batch_comparisons(forward, inputs, checklist.batch_sizes, checklist.batch_tolerance[dtype])
@@ -379,7 +380,7 @@ def perf_check(model: PerfModel, checklist: Checklist) -> Check:
     data = {key: round(value, 3) if isinstance(value, float) else value for key, value in data.items()}
     numbers = [value for value in data.values() if isinstance(value, float | int) and not isinstance(value, bool)]
     ok = data.pop("finite") and all(math.isfinite(value) and value >= 0 for value in numbers)
-    detail = perf_detail(data) + ("" if ok else "; NOT all finite (loss, logits or a timing)")
+    detail = perf_detail(data) + ("" if ok else "; NOT all finite and non-negative (the loss, the logits or a timing)")
     return Check(name=perf_name(model), status=PASSED if ok else FAILED, detail=detail, data=data)
 
 
@@ -427,19 +428,23 @@ def _decode_phase(network, model: PerfModel, perf) -> dict:
 
 def decode_latency(network, perf) -> dict:
     """Per-token decode latency at batch 1: generate's time for ``decode_tokens`` new tokens less its time for one
-    (the prefill and the first token), over the tokens between; with CUDA graphs and without."""
+    (the prefill and the first token), over the tokens between; with CUDA graphs and without. The two are timed in
+    pairs, back to back, and the median difference is taken, so that drift between them cancels."""
     prompt = _tokens(1, perf.decode_prompt, perf.vocab_size)
     full, one = perf.decode_prompt + perf.decode_tokens, perf.decode_prompt + 1
     found = {}
     for graphs, key in ((True, "decode_ms_per_token_cuda_graphs"), (False, "decode_ms_per_token_eager")):
-        network.generate(input_ids=prompt, max_length=full, cg=graphs)  # captures the graphs, at the longest length
-        long = _seconds(
-            lambda g=graphs: network.generate(input_ids=prompt, max_length=full, cg=g), warmup=1, repeats=perf.repeats
-        )
-        short = _seconds(
-            lambda g=graphs: network.generate(input_ids=prompt, max_length=one, cg=g), warmup=1, repeats=perf.repeats
-        )
-        found[key] = (long - short) / (perf.decode_tokens - 1) * 1e3
+
+        def generate(length: int, graphs: bool = graphs) -> object:
+            return network.generate(input_ids=prompt, max_length=length, cg=graphs)
+
+        generate(full)  # captures the graphs, at the longest length, and warms up
+        generate(one)
+        differences = [
+            _seconds(lambda: generate(full), warmup=0, repeats=1) - _seconds(lambda: generate(one), warmup=0, repeats=1)
+            for _ in range(perf.repeats)
+        ]
+        found[key] = statistics.median(differences) / (perf.decode_tokens - 1) * 1e3
     return found
 
 
