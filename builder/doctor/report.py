@@ -46,7 +46,7 @@ def _fix_lines(fix: Fix | None) -> list[str]:
         return []
     if fix.pip is None:
         return [f"  fix: none to print: {fix.note}"]
-    return [f"  fix ({fix.note})", f"    {fix.pip}", "  or with uv:", f"    {fix.uv}"]
+    return [f"  fix: {fix.note.rstrip('.')}:", f"    {fix.pip}", "  or with uv:", f"    {fix.uv}"]
 
 
 def evidence(env: Environment) -> list[str]:

@@ -321,7 +321,8 @@ def test_text_says_the_answer_first_then_the_evidence(cpu_ok: dict) -> None:
     fixes = {"causal-conv1d": find_fix(env, diagnoses[0], INDEX, fetch)}
     lines = render_text(env, diagnoses, fixes, ("mamba-ssm",)).splitlines()
     assert lines[0] == "causal-conv1d 1.7.0+pt213cu130: built for another torch minor"
-    assert lines[2].startswith("  fix (installs causal_conv1d-1.7.0+pt214cu130-cp311-")
+    assert lines[2].startswith("  fix: installs causal_conv1d-1.7.0+pt214cu130-cp311-")
+    assert lines[2].endswith(", built for torch 2.14 (pt214cu130):")
     assert lines[3] == "    " + fixes["causal-conv1d"].pip
     assert lines[6] == "mamba-ssm: not installed"
     assert "what doctor read:" in lines and any(line.startswith("  torch 2.14.1+cu130 (CUDA 13.0, C++11 ABI)")
