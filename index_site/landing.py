@@ -34,6 +34,11 @@ class Variant:
     accelerator: str  # cu130, rocm6.1
     accelerator_text: str  # CUDA 13.0
     pythons: tuple[str, ...]  # what torch shipped for it (the facts), plus anything the site holds for it
+    shipped: frozenset[str] | None  # the Pythons torch shipped it for; None when the facts do not know the torch
+
+    def ships(self, python: str) -> bool | None:
+        """Whether torch published this variant for ``python``; None when the facts cannot say."""
+        return None if self.shipped is None else python in self.shipped
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +84,10 @@ class Coverage:
         """The newest version of each project: what the landing page shows in full."""
         return tuple({r.project: r for r in reversed(self.releases)}[p] for p in self.projects)
 
+    def older(self, project: str) -> tuple[Release, ...]:
+        """The project's other versions, newest first."""
+        return tuple(r for r in self.releases if r.project == project)[1:]
+
 
 _CellKey = tuple[str, str, str, str]  # project, version, label, python
 
@@ -90,39 +99,32 @@ def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverag
     for wheel in catalog.wheels:
         for python in wheel.name.pythons:
             built[(wheel.name.project, wheel.name.public_version, wheel.name.label, python)].append(wheel)
-    held = {*built, *failures}
-    variants = _variants({(label, py) for _, _, label, py in held}, facts)
-    pythons = tuple(sorted({py for *_, py in held}, key=python_key))
+    labels: dict[tuple[str, str], set[str]] = defaultdict(set)  # the rows of each release
+    for project, version, label, _ in (*built, *failures):
+        labels[(project, version)].add(label)
+    variants = _variants({(label, py) for _, _, label, py in (*built, *failures)}, facts)
+    pythons = tuple(sorted({py for *_, py in (*built, *failures)}, key=python_key))
     counts: dict[tuple[str, str], int] = defaultdict(int)
     for wheel in catalog.wheels:
         counts[(wheel.name.project, wheel.name.public_version)] += 1
-    releases = tuple(
-        _release(project, version, built, failures, variants, pythons, counts[(project, version)], facts)
-        for project, version in _sorted_releases({(p, v) for p, v, _, _ in held})
-    )
+    releases = []
+    for project, version in _sorted_releases(labels):
+        rows = []
+        for label in (label for label in variants if label in labels[(project, version)]):
+            keys = ((project, version, label, python) for python in pythons)
+            cells = tuple(_cell(key[3], built.get(key), failures.get(key), variants[label]) for key in keys)
+            rows.append(Row(variant=variants[label], cells=cells))
+        releases.append(_release(project, version, pythons, rows, counts[(project, version)]))
     return Coverage(
-        variants=variants, releases=releases, pythons=pythons, archs=catalog.archs, wheel_count=len(catalog.wheels)
+        variants=variants,
+        releases=tuple(releases),
+        pythons=pythons,
+        archs=catalog.archs,
+        wheel_count=len(catalog.wheels),
     )
 
 
-def _release(
-    project: str,
-    version: str,
-    built: Mapping[_CellKey, list[WheelFile]],
-    failures: Mapping[_CellKey, LedgerEntry],
-    variants: Mapping[str, Variant],
-    pythons: tuple[str, ...],
-    wheel_count: int,
-    facts: TorchFacts,
-) -> Release:
-    mine = {label for p, v, label, _ in (*built, *failures) if (p, v) == (project, version)}
-    rows = []
-    for label in (label for label in variants if label in mine):
-        cells = []
-        for python in pythons:
-            key = (project, version, label, python)
-            cells.append(_cell(python, built.get(key), failures.get(key), variants[label], facts))
-        rows.append(Row(variant=variants[label], cells=tuple(cells)))
+def _release(project: str, version: str, pythons: tuple[str, ...], rows: list[Row], wheel_count: int) -> Release:
     failed = tuple(c.failure for row in rows for c in row.cells if c.failure is not None and c.state == FAILED)
     wheels = (w for row in rows for c in row.cells for w in c.wheels)
     summary = next((w.metadata.summary for w in wheels if w.metadata.summary), "") or ""
@@ -137,29 +139,13 @@ def _release(
     )
 
 
-def _cell(
-    python: str,
-    wheels: list[WheelFile] | None,
-    failure: LedgerEntry | None,
-    variant: Variant,
-    facts: TorchFacts,
-) -> Cell:
+def _cell(python: str, wheels: list[WheelFile] | None, failure: LedgerEntry | None, variant: Variant) -> Cell:
     """A wheel in dist/ wins over an older failure; a ledger row wins over what the facts say."""
     if wheels:
         return Cell(python=python, state=BUILT, wheels=tuple(sorted(wheels, key=lambda w: w.filename)))
     if failure is not None:
         return Cell(python=python, state=FAILED, failure=failure)
-    state = NOT_PLANNED if shipped(facts, variant.torch, variant.accelerator, python) is not False else NOT_SHIPPED
-    return Cell(python=python, state=state)
-
-
-def shipped(facts: TorchFacts, torch: str, accelerator: str, python: str) -> bool | None:
-    """Whether torch published wheels for this combination; None when the facts do not know that torch."""
-    try:
-        release = facts.release(torch)
-    except KeyError:
-        return None
-    return release.has(Accelerator.parse(accelerator)) and python in release.python
+    return Cell(python=python, state=NOT_SHIPPED if variant.ships(python) is False else NOT_PLANNED)
 
 
 def _variants(held: set[tuple[str, str]], facts: TorchFacts) -> dict[str, Variant]:
@@ -171,16 +157,17 @@ def _variants(held: set[tuple[str, str]], facts: TorchFacts) -> dict[str, Varian
         torch, accelerator = parse_label(label)
         try:
             release = facts.release(torch)
-            offered = set(release.python) if release.has(accelerator) else set()
+            shipped: frozenset[str] | None = frozenset(release.python if release.has(accelerator) else ())
         except KeyError:
-            offered = set()
+            shipped = None
         variants.append(
             Variant(
                 label=label,
                 torch=torch,
                 accelerator=accelerator.name,
                 accelerator_text=accelerator_text(accelerator),
-                pythons=tuple(sorted(seen | offered, key=python_key)),
+                pythons=tuple(sorted(seen | (shipped or set()), key=python_key)),
+                shipped=shipped,
             )
         )
     return {v.label: v for v in sorted(variants, key=_variant_key)}

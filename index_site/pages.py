@@ -25,17 +25,17 @@ def render_pages(catalog: Catalog, *, base_url: str, render: Render) -> dict[str
     """``render(template, **context)`` is the site's template renderer (render.py owns the environment)."""
     coverage = build_coverage(catalog)
     setups = build_setups(coverage, base_url=base_url)
-    render = functools.partial(render, base_url=base_url.rstrip("/"))
-    pages = {path: _page(render, "setup.html", path, coverage, setup=setup) for path, setup in setups.items()}
-    newest = coverage.newest()
-    for project in coverage.projects:
-        older = tuple(r for r in coverage.releases if r.project == project and r not in newest)
-        if older:
+    base_url = base_url.rstrip("/")
+    render = functools.partial(render, base_url=base_url)
+    pages = {path: _setup_page(render, setup, coverage, base_url) for path, setup in setups.items()}
+    older = {project: coverage.older(project) for project in coverage.projects}
+    for project, releases in older.items():
+        if releases:
             path = layout.coverage_path(project)
-            pages[path] = _page(render, "coverage.html", path, coverage, project=project, releases=older)
+            pages[path] = _page(render, "coverage.html", path, coverage, project=project, releases=releases)
+    setup = default_setup(coverage, setups)
     pages[layout.LANDING] = _page(
-        render, "landing.html", layout.LANDING, coverage, setup=default_setup(coverage, setups), releases=newest,
-        older={p: [r for r in coverage.releases if r.project == p and r not in newest] for p in coverage.projects},
+        render, "landing.html", layout.LANDING, coverage, setup=setup, releases=coverage.newest(), older=older
     )
     pages[layout.MANIFEST] = manifest(catalog.wheels, catalog.archs, base_url=base_url)
     return pages
@@ -43,7 +43,7 @@ def render_pages(catalog: Catalog, *, base_url: str, render: Render) -> dict[str
 
 def _page(render: Render, template: str, page: str, coverage: Coverage, **context: object) -> bytes:
     def link(target: str) -> str:
-        return layout.href(page, target)
+        return _href(page, target)
 
     def matrix(release: Release) -> markupsafe.Markup:
         return matrix_html(release, link, coverage.archs)
@@ -66,6 +66,59 @@ def _page(render: Render, template: str, page: str, coverage: Coverage, **contex
     )
 
 
+def _setup_page(render: Render, setup: Setup, coverage: Coverage, base_url: str) -> bytes:
+    """A setup page, rendered only when what it shows differs from the last time this process rendered it: a
+    re-index after one new wheel re-renders one of a few hundred."""
+    key = (base_url, _fingerprint(setup, coverage.archs))
+    page = _SETUP_PAGES.get(key)
+    if page is None:
+        page = _SETUP_PAGES[key] = _page(render, "setup.html", setup.path, coverage, setup=setup)
+        while len(_SETUP_PAGES) > _SETUP_PAGES_KEPT:
+            del _SETUP_PAGES[next(iter(_SETUP_PAGES))]
+    return page
+
+
+def _fingerprint(setup: Setup, archs: Mapping[str, GpuArchs]) -> tuple:
+    """Everything a setup page shows, as plain values."""
+    choices = tuple(
+        (c.text, c.path, c.current) for axis in (setup.torches, setup.accelerators, setup.pythons) for c in axis
+    )
+    offers = tuple(
+        (
+            o.project,
+            o.pip,
+            o.uv,
+            o.note,
+            o.more,
+            o.wheel.name.version if o.wheel else "",
+            tuple(
+                (
+                    r.version,
+                    r.state,
+                    _failure_key(r.failure),
+                    tuple(
+                        (w.filename, w.sha256, w.size, w.metadata.requires_python, archs.get(w.filename))
+                        for w in r.wheels
+                    ),
+                )
+                for r in o.records
+            ),
+        )
+        for o in setup.offers
+    )
+    return (setup.path, setup.variant, choices, offers)
+
+
+def _failure_key(failure: LedgerEntry | None) -> tuple:
+    return () if failure is None else (failure.job_id, failure.status, failure.phase, failure.reason)
+
+
+_SETUP_PAGES: dict[tuple, bytes] = {}  # a bounded memo (oldest out first), like the lru_caches of render.py
+_SETUP_PAGES_KEPT = 4096
+
+_href = functools.lru_cache(maxsize=65536)(layout.href)  # every matrix links the same few hundred setup pages
+
+
 # The matrices are most of the landing page's bytes and most of its rendering time, so they are built here,
 # terse (no indentation, optional end tags left out) and cell by cell from a cache, rather than in a template.
 
@@ -74,8 +127,8 @@ def matrix_html(release: Release, link: Callable[[str], str], archs: Mapping[str
     """One release's table: a row group per torch, a row per accelerator, a cell per Python."""
     anchor = f"{release.project}-{release.version}"
     head = "".join(f"<th scope=col>{markupsafe.escape(py)}" for py in release.pythons)
-    parts = [f'<table class=cov aria-labelledby="h-{markupsafe.escape(anchor)}"><thead><tr>'
-             f"<th scope=col>torch<th scope=col>build{head}</thead>"]
+    table = f'<table class=cov aria-labelledby="h-{markupsafe.escape(anchor)}">'
+    parts = [f"{table}<thead><tr><th scope=col>torch<th scope=col>build{head}</thead>"]
     failures = 0
     for group in _by_torch(release.rows):
         parts.append("<tbody>")
@@ -111,9 +164,11 @@ def _built_cell(href: str, title: str) -> str:
 
 
 def _failed_cell(href: str, tip: str, reason: str) -> str:
-    return (f'<td><a class=f href="{markupsafe.escape(href)}" aria-describedby="{markupsafe.escape(tip)}">'
-            f'{SYMBOLS[FAILED]}</a><span class=tip id="{markupsafe.escape(tip)}" role=tooltip>'
-            f"{markupsafe.escape(reason)}</span>")
+    return (
+        f'<td><a class=f href="{markupsafe.escape(href)}" aria-describedby="{markupsafe.escape(tip)}">'
+        f'{SYMBOLS[FAILED]}</a><span class=tip id="{markupsafe.escape(tip)}" role=tooltip>'
+        f"{markupsafe.escape(reason)}</span>"
+    )
 
 
 @functools.cache

@@ -9,10 +9,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from builder.core.ledger import LedgerEntry
-from builder.plan.facts import TorchFacts, load_facts, version_key
+from builder.plan.facts import version_key
 from index_site import layout
-from index_site.landing import BUILT, FAILED, NOT_SHIPPED, Coverage, Variant, python_key, shipped
+from index_site.landing import BUILT, FAILED, NOT_SHIPPED, Coverage, Release, Variant, python_key
 from index_site.wheels import WheelFile
+
+SHOWN = 4  # versions of a project a setup page details; a farm's long history would make every page heavy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +43,8 @@ class Offer:
     pip: str = ""
     uv: str = ""
     note: str = ""  # why the newest version recorded here has no wheel, or why nothing is
-    records: tuple[Record, ...] = ()  # newest version first
+    records: tuple[Record, ...] = ()  # the newest SHOWN versions recorded here, newest first
+    more: int = 0  # older versions recorded here beyond those (the find-links page lists every wheel)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,10 +63,9 @@ class Setup:
         return self.path.rsplit("/", 1)[1].removesuffix(".html")
 
 
-def build_setups(coverage: Coverage, *, base_url: str, facts: TorchFacts | None = None) -> dict[str, Setup]:
+def build_setups(coverage: Coverage, *, base_url: str) -> dict[str, Setup]:
     """Every setup page, by site path: each Python torch shipped for a variant of the site, and any other the
     site holds a wheel or a failure for."""
-    facts = facts or load_facts()
     base_url = base_url.rstrip("/")
     records = _records(coverage)
     navigator = _Navigator(coverage)
@@ -72,7 +74,7 @@ def build_setups(coverage: Coverage, *, base_url: str, facts: TorchFacts | None 
         for python in variant.pythons:
             path = layout.setup_path(variant.label, python)
             offers = tuple(
-                _offer(project, variant, python, records.get((project, variant.label, python), []), base_url, facts)
+                _offer(project, variant, python, records.get((project, variant.label, python), []), base_url)
                 for project in coverage.projects
             )
             setups[path] = Setup(
@@ -82,11 +84,12 @@ def build_setups(coverage: Coverage, *, base_url: str, facts: TorchFacts | None 
 
 
 def default_setup(coverage: Coverage, setups: Mapping[str, Setup]) -> Setup | None:
-    """What the landing page shows first: the newest torch with wheels, its variant with the most of them, and
-    the Python with the most wheels there (then across the site, then the newest)."""
+    """What the landing page shows first: the newest torch with wheels of the projects' newest versions, its
+    variant with the most of them, and the Python with the most of them there (then across the site, then the
+    newest)."""
     if not setups:
         return None
-    per_setup = Counter((w.name.label, py) for w in _wheels(coverage) for py in w.name.pythons)
+    per_setup = Counter((w.name.label, py) for w in _wheels(coverage, coverage.newest()) for py in w.name.pythons)
     per_label: Counter[str] = Counter()
     per_python: Counter[str] = Counter()
     for (label, python), count in per_setup.items():
@@ -108,8 +111,9 @@ def default_setup(coverage: Coverage, setups: Mapping[str, Setup]) -> Setup | No
     return max(setups.values(), key=rank)
 
 
-def _wheels(coverage: Coverage) -> list[WheelFile]:
-    return [w for r in coverage.releases for row in r.rows for c in row.cells for w in c.wheels]
+def _wheels(coverage: Coverage, releases: tuple[Release, ...] | None = None) -> list[WheelFile]:
+    releases = coverage.releases if releases is None else releases
+    return [w for r in releases for row in r.rows for c in row.cells for w in c.wheels]
 
 
 class _Navigator:
@@ -117,9 +121,12 @@ class _Navigator:
 
     def __init__(self, coverage: Coverage) -> None:
         self._variants = list(coverage.variants.values())
+        self._by_build = {(v.torch, v.accelerator): v for v in self._variants}
         self._torches = list(dict.fromkeys(v.torch for v in self._variants))
         built = Counter(w.name.label for w in _wheels(coverage))
-        self._main: dict[str, Variant] = {}  # torch -> its variant with the most wheels (the first in row order on a tie)
+        self._main: dict[
+            str, Variant
+        ] = {}  # torch -> its variant with the most wheels (the first in row order on a tie)
         for variant in self._variants:
             best = self._main.get(variant.torch)
             if best is None or built[variant.label] > built[best.label]:
@@ -135,18 +142,20 @@ class _Navigator:
             "accelerators": tuple(
                 self._choice(v.accelerator_text, v, python, v.label == variant.label) for v in siblings
             ),
-            "pythons": tuple(Choice(text=py, path=layout.setup_path(variant.label, py), current=py == python)
-                             for py in variant.pythons),
+            "pythons": tuple(
+                Choice(text=py, path=layout.setup_path(variant.label, py), current=py == python)
+                for py in variant.pythons
+            ),
         }
 
     def _variant(self, torch: str, accelerator: str) -> Variant:
-        same = [v for v in self._variants if v.torch == torch and v.accelerator == accelerator]
-        return same[0] if same else self._main[torch]
+        return self._by_build.get((torch, accelerator)) or self._main[torch]
 
     @staticmethod
     def _choice(text: str, variant: Variant, python: str, current: bool) -> Choice:
-        return Choice(text=text, path=layout.setup_path(variant.label, _nearest(variant.pythons, python)),
-                      current=current)
+        return Choice(
+            text=text, path=layout.setup_path(variant.label, _nearest(variant.pythons, python)), current=current
+        )
 
 
 def _nearest(pythons: tuple[str, ...], python: str) -> str:
@@ -173,19 +182,17 @@ def _records(coverage: Coverage) -> dict[_RecordKey, list[Record]]:
         for row in release.rows:
             for cell in row.cells:
                 if cell.state in (BUILT, FAILED):
-                    record = Record(version=release.version, state=cell.state, wheels=cell.wheels,
-                                    failure=cell.failure)
+                    record = Record(version=release.version, state=cell.state, wheels=cell.wheels, failure=cell.failure)
                     records.setdefault((release.project, row.variant.label, cell.python), []).append(record)
     return records
 
 
-def _offer(
-    project: str, variant: Variant, python: str, records: list[Record], base_url: str, facts: TorchFacts
-) -> Offer:
+def _offer(project: str, variant: Variant, python: str, records: list[Record], base_url: str) -> Offer:
     built = next((r for r in records if r.state == BUILT), None)
-    note = _note(project, variant, python, records, built, facts)
+    note = _note(project, variant, python, records, built)
+    shown, more = tuple(records[:SHOWN]), max(0, len(records) - SHOWN)
     if built is None:
-        return Offer(project=project, wheel=None, note=note, records=tuple(records))
+        return Offer(project=project, wheel=None, note=note, records=shown, more=more)
     wheel = built.wheels[0]
     pin = f"{project}=={wheel.name.version}"
     findlinks = f"{base_url}/{layout.findlinks_path(variant.label)}"
@@ -195,13 +202,12 @@ def _offer(
         pip=f"pip install {pin} -f {findlinks}",
         uv=f"uv pip install {pin} -f {findlinks}",
         note=note,
-        records=tuple(records),
+        records=shown,
+        more=more,
     )
 
 
-def _note(
-    project: str, variant: Variant, python: str, records: list[Record], built: Record | None, facts: TorchFacts
-) -> str:
+def _note(project: str, variant: Variant, python: str, records: list[Record], built: Record | None) -> str:
     setup = f"torch {variant.torch} + {variant.accelerator_text}, Python {python}"
     failure = records[0].failure if records else None
     if failure is not None:
@@ -210,6 +216,6 @@ def _note(
         return f"{project} {records[0].version} {why}{older}"
     if built is not None:
         return ""
-    if shipped(facts, variant.torch, variant.accelerator, python) is False:
+    if variant.ships(python) is False:
         return f"no {project} wheel: torch published no build for {setup} ({NOT_SHIPPED})"
     return f"no {project} wheel for {setup}: not in the build plan"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -185,6 +186,7 @@ def check_core_metadata(data: bytes, name: WheelName) -> CoreMetadata:
     )
 
 
+@functools.lru_cache(maxsize=256)  # a site has a handful of distinct tags and asks for them per wheel
 def _python_of(tag: str) -> str:
     match = re.match(r"^(?:cp|py|pp)(\d)(\d*)$", tag)
     if match is None:

@@ -113,7 +113,7 @@ class Ledger:
         columns = ", ".join(values)
         marks = ", ".join(f":{name}" for name in values)
         with self._transaction() as db:
-            db.execute(f"INSERT OR REPLACE INTO jobs ({columns}) VALUES ({marks})", values)  # noqa: S608
+            db.execute(f"INSERT OR REPLACE INTO jobs ({columns}) VALUES ({marks})", values)
 
     def wheel_hashes(self) -> dict[str, tuple[str, int]]:
         """{wheel filename: (sha256, size)} of every built wheel, so the index need not re-hash them."""
