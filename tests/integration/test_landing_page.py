@@ -86,6 +86,11 @@ def _command(page: Page) -> str:
     return " ".join(shown.inner_text().split())
 
 
+def _expect_command(page: Page, command: str) -> None:
+    """Wait for the selector to show ``command`` (the script swaps setups in asynchronously)."""
+    expect(page.locator("#selector .cmd:visible code")).to_have_text(command)
+
+
 def _note(page: Page) -> str:
     return " ".join(page.locator("#selector .note:visible").inner_text().split())
 
@@ -133,8 +138,12 @@ def test_selector_gives_one_command_per_setup(browser: Browser, release_site: Re
     _choose(page, "accel", "ROCm 7.2")
     _choose(page, "python", "3.10")
     assert _command(page) == f"pip install causal-conv1d==1.7.0+pt212rocm72 -f {BASE_URL}/whl/pt212rocm72.html"
-    if javascript:  # swapped in place: still the landing page, coverage and all
-        assert page.url == release_site.url + "/" and page.locator("table.cov").count() >= 2
+    if javascript:  # swapped in place: still the landing page, coverage and all, the choice in the fragment
+        assert page.url == release_site.url + "/#pt212rocm72-cp310" and page.locator("table.cov").count() >= 2
+        page.goto(release_site.url + "/#pt26cu118-cp311")
+        _expect_command(page, f"pip install causal-conv1d==1.7.0+pt26cu118 -f {BASE_URL}/whl/pt26cu118.html")
+        page.reload()  # a fresh load opens on the setup its fragment names, too
+        _expect_command(page, f"pip install causal-conv1d==1.7.0+pt26cu118 -f {BASE_URL}/whl/pt26cu118.html")
     else:  # followed to the static page of that setup
         assert page.url == f"{release_site.url}/select/pt212rocm72-cp310.html"
     # 3. A setup page opened directly (what the doctor prints), then mamba-ssm with uv.
@@ -175,6 +184,18 @@ def _expected_states() -> dict[tuple[str, str, str, str], str]:
     return states
 
 
+def _contrast(ink: str, background: str) -> float:
+    """WCAG contrast ratio of two computed CSS colours (``rgb(r, g, b)``)."""
+
+    def luminance(colour: str) -> float:
+        channels = [int(part) / 255 for part in colour[colour.index("(") + 1 : -1].split(",")[:3]]
+        linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+    light, dark = sorted((luminance(ink), luminance(background)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
 READ_MATRICES = """() => {
   const state = {b: "built", f: "failed", n: "n/a", u: "not planned"};
   const cells = {};
@@ -191,7 +212,7 @@ READ_MATRICES = """() => {
           cells[[release, torch, accelerator, pythons[i]].join("|")] = {
             state: state[mark.className], text: mark.textContent, title: mark.title || "",
             href: mark.getAttribute("href") || "", tip: td.querySelector(".tip")?.textContent || "",
-            color: getComputedStyle(mark).backgroundColor,
+            color: getComputedStyle(mark).backgroundColor, ink: getComputedStyle(mark).color,
           };
         });
       }
@@ -221,6 +242,10 @@ def test_matrices_tell_built_failed_not_shipped_and_not_planned_apart(
         "not planned": {"–"},
     }
     assert len({cs[0]["color"] for cs in by_state.values()}) == 4
+    # axe skips symbols ("non-text characters"), so check their contrast here: WCAG AA for text, 4.5:1.
+    assert {s: _contrast(cs[0]["ink"], cs[0]["color"]) >= 4.5 for s, cs in by_state.items()} == dict.fromkeys(
+        by_state, True
+    )
     built = cells["causal-conv1d-1.7.0|2.14|CUDA 13.0|3.11"]
     assert built["href"] == "select/pt214cu130-cp311.html"
     assert built["title"] == "manylinux_2_28_x86_64; SASS 7.5 8.0 8.7 9.0 10.0 10.3 11.0 12.0 12.1; PTX none"
