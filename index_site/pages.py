@@ -12,7 +12,7 @@ import markupsafe
 from builder.core.ledger import LedgerEntry
 from index_site import layout
 from index_site.catalog import Catalog
-from index_site.landing import BUILT, FAILED, NOT_SHIPPED, Coverage, Release, Row, build_coverage
+from index_site.landing import BUILT, FAILED, NOT_PLANNED, NOT_SHIPPED, Coverage, Release, Row, build_coverage
 from index_site.manifest import manifest
 from index_site.setups import Setup, build_setups, default_setup
 from index_site.wheels import GpuArchs, WheelFile
@@ -142,6 +142,8 @@ def matrix_html(release: Release, link: Callable[[str], str], archs: Mapping[str
                     parts.append(_failed_cell(link(target), f"{anchor}-f{failures}", failure_text(cell.failure)))
                 elif cell.state == BUILT:
                     parts.append(_built_cell(link(target), _built_title(cell.wheels, archs)))
+                elif cell.state == NOT_PLANNED and cell.python in row.variant.pythons:  # its setup page exists
+                    parts.append(_unplanned_cell(link(target)))
                 else:
                     parts.append(_empty_cell(cell.state))
     parts.append("</table>")
@@ -169,6 +171,11 @@ def _failed_cell(href: str, tip: str, reason: str) -> str:
         f'{SYMBOLS[FAILED]}</a><span class=tip id="{markupsafe.escape(tip)}" role=tooltip>'
         f"{markupsafe.escape(reason)}</span>"
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _unplanned_cell(href: str) -> str:
+    return f'<td><a class=u href="{markupsafe.escape(href)}">–</a>'
 
 
 @functools.cache
