@@ -25,6 +25,12 @@ class Fix:
     pip: str | None = None
     uv: str | None = None
     wheel: str | None = None
+    page: str | None = None  # the site's page of this setup (variant x Python), every wheel and command on it
+
+
+def setup_page(root: str, label: str, python_tag: str) -> str:
+    """``<site>/select/pt214cu130-cp311.html``: the shape index_site.layout.setup_path gives it (a test checks)."""
+    return f"{root}/select/{label}-{python_tag}.html"
 
 
 class IndexUnreachable(Exception):
@@ -86,6 +92,7 @@ def _lookup(env: Environment, diagnosis: Diagnosis, root: str, label: str, fetch
         pip=f"{python} -m pip install --force-reinstall --no-deps {pin} -f {links}",
         uv=f"uv pip install --python {python} --reinstall --no-deps {pin} --find-links {links}",
         wheel=wheel.filename,
+        page=setup_page(root, label, env.python_tag),
     )
 
 

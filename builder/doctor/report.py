@@ -46,7 +46,8 @@ def _fix_lines(fix: Fix | None) -> list[str]:
         return []
     if fix.pip is None:
         return [f"  fix: none to print: {fix.note}"]
-    return [f"  fix: {fix.note.rstrip('.')}:", f"    {fix.pip}", "  or with uv:", f"    {fix.uv}"]
+    lines = [f"  fix: {fix.note.rstrip('.')}:", f"    {fix.pip}", "  or with uv:", f"    {fix.uv}"]
+    return lines + ([f"  this setup's page: {fix.page}"] if fix.page else [])
 
 
 def evidence(env: Environment) -> list[str]:
@@ -114,7 +115,7 @@ def as_json(env: Environment, diagnoses: tuple[Diagnosis, ...], fixes: dict[str,
 
 
 def _fix_json(fix: Fix | None) -> dict | None:
-    return None if fix is None else {"note": fix.note, "pip": fix.pip, "uv": fix.uv, "wheel": fix.wheel}
+    return None if fix is None else {"note": fix.note, "pip": fix.pip, "uv": fix.uv, "wheel": fix.wheel, "page": fix.page}
 
 
 def render_findings(findings: tuple[Finding, ...]) -> str:

@@ -260,6 +260,7 @@ def test_the_fix_installs_the_variant_of_this_torch(cpu_ok: dict) -> None:
     assert fix.uv == (f"uv pip install --python {python} --reinstall --no-deps causal-conv1d==1.7.0+pt214cu130 "
                       f"--find-links {INDEX}/whl/pt214cu130.html")
     assert fix.wheel.startswith("causal_conv1d-1.7.0+pt214cu130-cp311-")
+    assert fix.page == f"{INDEX}/{layout.setup_path('pt214cu130', '3.11')}"  # the page index_site writes
 
 
 def test_no_wheel_for_this_python_names_the_nearest_and_the_matrix_line(cpu_ok: dict) -> None:
@@ -324,7 +325,8 @@ def test_text_says_the_answer_first_then_the_evidence(cpu_ok: dict) -> None:
     assert lines[2].startswith("  fix: installs causal_conv1d-1.7.0+pt214cu130-cp311-")
     assert lines[2].endswith(", built for torch 2.14 (pt214cu130):")
     assert lines[3] == "    " + fixes["causal-conv1d"].pip
-    assert lines[6] == "mamba-ssm: not installed"
+    assert lines[6] == f"  this setup's page: {INDEX}/select/pt214cu130-cp311.html"
+    assert lines[7] == "mamba-ssm: not installed"
     assert "what doctor read:" in lines and any(line.startswith("  torch 2.14.1+cu130 (CUDA 13.0, C++11 ABI)")
                                                 for line in lines)
 
