@@ -14,6 +14,7 @@ import jinja2
 import markupsafe
 from packaging.version import Version
 
+from builder.core import resources
 from index_site import layout
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text, build_landing
@@ -26,7 +27,7 @@ _AFTER_PATH_SLASH = re.compile(r"(?<=[^:/]/)(?=[^/])")  # after a path's slashes
 @functools.cache
 def _environment() -> jinja2.Environment:
     environment = jinja2.Environment(
-        loader=jinja2.PackageLoader("index_site", "templates"),
+        loader=jinja2.PackageLoader(resources.TEMPLATE_PACKAGE, resources.TEMPLATE_FOLDER),
         autoescape=True,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -27,6 +27,8 @@ def add_commands(commands: argparse._SubParsersAction, add_plan_arguments) -> No
     build.add_argument("--parallel", type=int, default=1, metavar="N", help="jobs at once; cores and memory are shared")
     build.add_argument("--objcache", choices=("use", "verify", "off"), default="use",
                        help="reuse CUDA objects across Pythons (verify: compile anyway and prove them identical)")
+    build.add_argument("--preflight", action="store_true",
+                       help="check the data files, interpreters and toolkits each job needs; build nothing")
     build.set_defaults(func=cmd_build)
 
     status = commands.add_parser("status", help="print the build ledger")
@@ -74,6 +76,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     )
 
     plan = load_plan(args.matrix, args.profile).select(args.select)
+    if args.preflight:
+        return _preflight(plan.jobs)
     display = _Display(list(plan.jobs))
     progress = Progress(on_phase=display.phase, on_line=display.line)
     options = BuildOptions(retry_failed=args.retry_failed, parallel=args.parallel, objcache=args.objcache)
@@ -85,6 +89,19 @@ def cmd_build(args: argparse.Namespace) -> int:
     if failed:
         raise BuildFailed(f"{len(failed)} of {len(outcomes)} jobs did not produce a verified wheel",
                           tip=f"logs are in {args.output / 'logs'}; `wheelwright build --retry-failed` retries them")
+    return 0
+
+
+def _preflight(jobs: tuple[Job, ...]) -> int:
+    from builder.farm.build import preflight
+
+    table = Table(title=f"preflight: {len(jobs)} jobs", title_justify="left")
+    for column in ("job", "ready", "input hash"):
+        table.add_column(column, overflow="fold")
+    for found in preflight(jobs, load_facts()):
+        ready = "yes" if found.problem is None else f"[red]no[/red]: {found.problem}"
+        table.add_row(found.job.identifier, ready, found.input_hash[:16])
+    print_table(table)
     return 0
 
 

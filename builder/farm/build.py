@@ -24,13 +24,22 @@ from pathlib import Path
 from builder.core.errors import WheelwrightError
 from builder.core.hashing import sha256_of
 from builder.core.ledger import Ledger, LedgerEntry
+from builder.core.resources import BUILD_REQUIREMENTS
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps import compile as compile_stage
-from builder.steps.environment import NotBuildableHere, build_env, find_toolkit, runtime_env
+from builder.steps.environment import (
+    NotBuildableHere,
+    build_env,
+    build_requirements,
+    find_pythons,
+    find_toolkit,
+    runtime_env,
+)
 from builder.steps.fetch import fetch_sdist, unpack_sdist
 from builder.steps.recipes import apply_recipe
-from builder.steps.repair import repair_wheel
+from builder.steps.recipes.facts import package_facts
+from builder.steps.repair import load_excludes, repair_wheel
 from builder.steps.verify import quarantine, verify_wheel
 
 log = logging.getLogger(__name__)
@@ -115,7 +124,7 @@ def input_hash(job: Job) -> str:
     recipe_code = hashlib.sha256()
     for name in sorted(p.name for p in resources.files("builder.steps.recipes").iterdir() if p.name.endswith(".py")):
         recipe_code.update(resources.files("builder.steps.recipes").joinpath(name).read_bytes())
-    recipe_code.update(resources.files("builder.data").joinpath("build-requirements.txt").read_bytes())
+    recipe_code.update(BUILD_REQUIREMENTS.read_bytes())
     inputs = {
         "job": {k: v for k, v in asdict(job).items() if k != "sdist"},
         "sdist": job.sdist.sha256,
@@ -123,6 +132,33 @@ def input_hash(job: Job) -> str:
     }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
+
+@dataclass(frozen=True, kw_only=True)
+class Readiness:
+    """What the preflight found for one job: its input hash, and why it cannot be built here (None: it can)."""
+
+    job: Job
+    input_hash: str
+    problem: str | None
+
+
+def preflight(jobs: Sequence[Job], facts: TorchFacts) -> list[Readiness]:
+    """Everything a build checks before its first download, for each job: the data files it reads load and pass
+    their checks, the recipe knows the package, and the job's interpreter and toolkit are on this machine."""
+    load_excludes()
+    build_requirements()
+    found = []
+    for job in jobs:
+        package_facts(job.package)
+        problem = None
+        try:
+            facts.release(job.torch)
+            find_pythons(job.python)
+            find_toolkit(job.accelerator)
+        except NotBuildableHere as error:
+            problem = str(error)
+        found.append(Readiness(job=job, input_hash=input_hash(job), problem=problem))
+    return found
 
 
 def _base_entry(job: Job, digest: str, layout: Layout, **fields: object) -> LedgerEntry:

@@ -7,12 +7,12 @@ import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
 from builder.core.errors import FactsError, did_you_mean
+from builder.core.resources import TORCH_FACTS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -325,5 +325,4 @@ def load_facts(path: Path | None = None) -> TorchFacts:
 
 @functools.cache
 def _default_facts() -> TorchFacts:
-    text = resources.files("builder.data").joinpath("torch.toml").read_text()
-    return parse_facts(tomllib.loads(text), "builder/data/torch.toml")
+    return parse_facts(tomllib.loads(TORCH_FACTS.read_text()), TORCH_FACTS.source)

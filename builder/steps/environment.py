@@ -12,10 +12,10 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from builder.core.errors import ToolchainError, WheelwrightError
+from builder.core.resources import BUILD_REQUIREMENTS
 from builder.core.runner import run
 from builder.plan.facts import Accelerator, TorchFacts
 from builder.plan.job import Job
@@ -171,12 +171,14 @@ def _ensure_venv(venv: Path, python: Path, requirements: list[str], *, step: str
     marker.write_text(wanted)
 
 
+def build_requirements() -> list[str]:
+    """The build venv's pinned tools (builder/data/build-requirements.txt)."""
+    return [line for line in BUILD_REQUIREMENTS.read_text().splitlines() if line and not line.startswith("#")]
+
+
 def build_env(job: Job, runtime: RuntimeEnv, toolkit: Toolkit, *, log_path: Path | None = None) -> BuildEnv:
     """A venv per Python with the build tools; torch is put on its path per job (see compile.py)."""
-    requirements = [
-        line for line in resources.files("builder.data").joinpath("build-requirements.txt").read_text().splitlines()
-        if line and not line.startswith("#")
-    ]
+    requirements = build_requirements()
     venv = cache_root() / "envs" / f"build-{job.python_tag}"
     _ensure_venv(venv, runtime.python, requirements, step="install build tools", log_path=log_path)
     return BuildEnv(python=venv / "bin" / "python", runtime=runtime, toolkit=toolkit)

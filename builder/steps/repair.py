@@ -12,7 +12,6 @@ import zlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 
@@ -25,6 +24,7 @@ from auditwheel.repair import repair_wheel as auditwheel_repair
 from auditwheel.wheel_abi import WheelAbIInfo, analyze_wheel_abi, get_wheel_elfdata
 
 from builder.core.errors import ConfigError, WheelError
+from builder.core.resources import REPAIR_EXCLUDES
 from builder.core.runner import run, which
 from builder.plan.job import Job
 from builder.steps.elf import wheel_elf_facts
@@ -108,8 +108,7 @@ def load_excludes(path: Path | None = None) -> Excludes:
 
 @functools.cache
 def _default_excludes() -> Excludes:
-    text = resources.files("builder.data").joinpath("repair.toml").read_text()
-    return parse_excludes(tomllib.loads(text), "builder/data/repair.toml")
+    return parse_excludes(tomllib.loads(REPAIR_EXCLUDES.read_text()), REPAIR_EXCLUDES.source)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,9 +8,9 @@ import pprint
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 
 from builder.core.errors import RecipeError
+from builder.core.resources import RECIPE_PRELUDE
 
 PRELUDE_BEGIN = "# >>> wheelwright recipe prelude >>>"
 PRELUDE_END = "# <<< wheelwright recipe prelude <<<"
@@ -123,7 +123,7 @@ def check_install_requires_torch(shape: SetupShape, where: str) -> None:
 
 
 def prelude_source() -> str:
-    return resources.files("builder.steps.recipes").joinpath("prelude.py").read_text(encoding="utf-8")
+    return RECIPE_PRELUDE.read_text()
 
 
 def inject_prelude(text: str, shape: SetupShape, job_values: Mapping[str, object], where: str) -> str:
