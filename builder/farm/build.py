@@ -24,7 +24,7 @@ from pathlib import Path
 from builder.core.errors import WheelwrightError
 from builder.core.hashing import sha256_of
 from builder.core.ledger import Ledger, LedgerEntry
-from builder.core.resources import BUILD_REQUIREMENTS
+from builder.core.resources import BUILD_DATA
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps import compile as compile_stage
@@ -120,17 +120,24 @@ class PhaseTimer:
 
 
 def input_hash(job: Job) -> str:
-    """What a wheel is built from: sdist, recipe and recipe code, torch, toolkit, flags. Same hash, same wheel."""
-    recipe_code = hashlib.sha256()
-    for name in sorted(p.name for p in resources.files("builder.steps.recipes").iterdir() if p.name.endswith(".py")):
-        recipe_code.update(resources.files("builder.steps.recipes").joinpath(name).read_bytes())
-    recipe_code.update(BUILD_REQUIREMENTS.read_bytes())
+    """What a wheel is built from: sdist, recipe and recipe code, torch, toolkit, flags, and every data file the
+    build reads (resources.BUILD_DATA). Same hash, same wheel."""
     inputs = {
         "job": {k: v for k, v in asdict(job).items() if k != "sdist"},
         "sdist": job.sdist.sha256,
-        "recipe_code": recipe_code.hexdigest(),
+        "recipe_code": _recipe_code_digest(),
+        "data": {resource.source: hashlib.sha256(resource.read_bytes()).hexdigest() for resource in BUILD_DATA},
     }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _recipe_code_digest() -> str:
+    """The recipe modules' bytes: a changed patch or setup.py rewrite changes what every wheel is built from."""
+    digest = hashlib.sha256()
+    package = resources.files("builder.steps.recipes")
+    for name in sorted(p.name for p in package.iterdir() if p.name.endswith(".py")):
+        digest.update(package.joinpath(name).read_bytes())
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from builder.core import resources
 from builder.core.errors import WheelwrightError
 from builder.core.ledger import Ledger, LedgerEntry
 from builder.farm import build as build_stage
@@ -151,6 +152,28 @@ def test_input_hash_changes_with_what_the_wheel_is_built_from() -> None:
     assert input_hash(job) != input_hash(dataclasses.replace(job, torch="2.14.0"))
     other_sdist = dataclasses.replace(job.sdist, sha256="0" * 64)
     assert input_hash(job) != input_hash(dataclasses.replace(job, sdist=other_sdist))
+
+
+@pytest.mark.parametrize("resource", resources.BUILD_DATA, ids=lambda r: r.source)
+def test_editing_a_data_file_the_build_reads_rebuilds_the_job(
+    resource: resources.Resource, stages: FakeStages, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_build(tmp_path)
+    stages.compiled.clear()
+    assert all(o.skipped for o in run_build(tmp_path))
+    edited = tmp_path / "edited" / resource.name
+    edited.parent.mkdir(parents=True)
+    edited.write_bytes(resource.read_bytes() + b"\n# one more line\n")
+    original = resources.Resource.traversable
+    monkeypatch.setattr(resources.Resource, "traversable", lambda self: edited if self == resource else original(self))
+    outcomes = run_build(tmp_path)
+    assert [o.skipped for o in outcomes] == [False, False]
+    assert stages.compiled == [job.identifier for job in local_jobs()]
+
+
+def test_the_resume_hash_reads_repair_toml() -> None:
+    """The issue's own case, spelled out: repair.toml's exclude list decides what a wheel bundles."""
+    assert resources.REPAIR_EXCLUDES in resources.BUILD_DATA
 
 
 def test_a_second_build_on_the_same_output_is_refused(stages: FakeStages, tmp_path: Path) -> None:
