@@ -1,5 +1,5 @@
-"""The one way wheelwright starts processes: log the command, stream output into the job's log, and raise a
-typed error naming the step and the missing executable or exit status."""
+"""The one way wheelwright starts processes: log the command, stream output into the active job's log (see
+builder.core.context), and raise a typed error naming the step and the missing executable or exit status."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.core import context
 from builder.core.errors import ToolchainError, WheelwrightError
 
 log = logging.getLogger(__name__)
@@ -54,10 +55,15 @@ def run(
     check: bool = True,
     capture: bool = False,
 ) -> Completed:
-    """Run ``command``; append its output to ``log_path``; call ``on_line`` for each line (progress display).
+    """Run ``command``; append its output to the log; call ``on_line`` for each line (progress display).
 
+    The log is ``log_path`` if given, else the active job's log; the active job's progress sees every line too.
     ``capture`` also keeps the output in memory (for commands whose answer is their output).
     """
+    job = context.current()
+    if log_path is None and job is not None:
+        log_path = job.log
+    listeners = [f for f in (on_line, job.on_line if job else None) if f is not None]
     argv = [os.fspath(part) for part in command]
     log.debug("%s: %s", step, shlex.join(argv))
     if shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None and not Path(argv[0]).exists():
@@ -87,8 +93,8 @@ def run(
                 if capture:
                     kept.append(line)
                 tail = (tail + [line])[-40:]
-                if on_line:
-                    on_line(line.rstrip("\n"))
+                for listener in listeners:
+                    listener(line.rstrip("\n"))
             returncode = process.wait()
     finally:
         if log_file:

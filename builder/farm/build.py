@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
+from builder.core.context import job_context, log_note
 from builder.core.errors import WheelwrightError
 from builder.core.hashing import sha256_of
 from builder.core.ledger import Ledger, LedgerEntry
@@ -218,8 +220,10 @@ class Builder:
             self.layout.log_for(job).write_text("")
             timer = PhaseTimer(job, self.progress, lambda phase, timings: ledger.put(
                 _base_entry(job, digest, self.layout, status="running", phase=phase, timings=timings)))
+            on_line = functools.partial(self.progress.on_line, job)
             try:
-                with tempfile.TemporaryDirectory(prefix=f"{job.package}-", dir=self.layout.tmp) as work:
+                with job_context(job, self.layout.log_for(job), on_line), \
+                        tempfile.TemporaryDirectory(prefix=f"{job.package}-", dir=self.layout.tmp) as work:
                     entry = self._build(job, digest, timer, ledger, share, Path(work))
             except NotBuildableHere as error:
                 entry = _base_entry(job, digest, self.layout, status="unbuildable", phase=timer.phase, timings=timer.timings, reason=str(error))
@@ -239,29 +243,27 @@ class Builder:
         return previous.status in ("failed", "quarantined", "unbuildable") and not self.options.retry_failed
 
     def _build(self, job: Job, digest: str, timer: PhaseTimer, ledger: Ledger, share: int, work: Path) -> LedgerEntry:
-        log_path = self.layout.log_for(job)
         with timer("fetch"):
             sdist = fetch_sdist(job)
         with timer("env"):
             toolkit = find_toolkit(job.accelerator)
             runtime = runtime_env(job, self.facts)
-            env = build_env(job, runtime, toolkit, log_path=log_path)
+            env = build_env(job, runtime, toolkit)
         with timer("patch"):
             source = unpack_sdist(sdist, work / "unpacked")
             recipe = apply_recipe(source, job)
-            with log_path.open("a") as handle:
-                handle.writelines(f"recipe: {change}\n" for change in recipe.changes)
+            for change in recipe.changes:
+                log_note(f"recipe: {change}")
         with timer("compile"), compile_stage.workspace(job, source, runtime.site_packages) as space:
             parallelism = compile_stage.Parallelism.fit(len(job.archs), share=share)
             objcache = None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache)
-            built = compile_stage.compile_wheel(job, env, space, environ, work / "built", log_path=log_path, on_line=lambda line: self.progress.on_line(job, line))
+            built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
         with timer("repair"), self._repair_lock:
-            repaired = repair_wheel(built, job, work / "repaired", log_path=log_path)
+            repaired = repair_wheel(built, job, work / "repaired")
         with timer("verify"):
-            report = verify_wheel(repaired.wheel, job, runtime=runtime, log_path=log_path)
-            with log_path.open("a") as handle:
-                handle.write(report.describe() + "\n")
+            report = verify_wheel(repaired.wheel, job, runtime=runtime)
+            log_note(report.describe())
         summary = json.dumps(report.as_dict(), sort_keys=True, default=str)
         if not report.ok:
             destination = quarantine(repaired.wheel, report, self.layout.quarantine)

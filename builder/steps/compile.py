@@ -11,13 +11,14 @@ import shlex
 import shutil
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import build
 
+from builder.core import context
 from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, run
 from builder.plan.job import Job
@@ -121,14 +122,13 @@ def compile_wheel(
     space: Workspace,
     environ: Mapping[str, str],
     outdir: Path,
-    *,
-    log_path: Path,
-    on_line: Callable[[str], None] | None = None,
 ) -> Path:
-    """Run the PEP 517 backend in the job's build environment; returns the wheel it wrote."""
+    """Run the PEP 517 backend in the job's build environment; returns the wheel it wrote. Its output goes to the
+    active job's log and progress (builder.core.context)."""
 
     def runner(cmd: list[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None) -> None:
-        run(cmd, step=f"{job.identifier}: compile", log_path=log_path, cwd=Path(cwd) if cwd else None, env={**environ, **(extra_environ or {})}, on_line=on_line)
+        run(cmd, step=f"{job.identifier}: compile", cwd=Path(cwd) if cwd else None,
+            env={**environ, **(extra_environ or {})})
 
     outdir.mkdir(parents=True, exist_ok=True)
     project = build.ProjectBuilder(space.source, python_executable=str(env.python), runner=runner)
@@ -139,9 +139,11 @@ def compile_wheel(
         except build.BuildBackendException as error:  # build wraps our runner's StepFailed; unwrap it
             if isinstance(error.exception, WheelwrightError):
                 raise error.exception from None
+            active = context.current()
+            log_path = active.log if active else None
             raise StepFailed(f"{job.identifier}: compile", ["build_wheel"], 1, log_path, str(error)) from None
-    with log_path.open("a") as handle:
-        handle.writelines(f"warning: {w.category.__name__}: {w.message}\n" for w in caught)
+    for warning in caught:
+        context.log_note(f"warning: {warning.category.__name__}: {warning.message}")
     return Path(wheel)
 
 

@@ -107,7 +107,7 @@ def probe(python: Path) -> dict:
 
 # -- torch ------------------------------------------------------------------------------------------------------
 
-def runtime_env(job: Job, facts: TorchFacts, *, log_path: Path | None = None) -> RuntimeEnv:
+def runtime_env(job: Job, facts: TorchFacts) -> RuntimeEnv:
     """The job's torch: the interpreter's own when it matches, else a cached venv holding only torch."""
     pythons = find_pythons(job.python)
     for python in pythons:
@@ -121,11 +121,11 @@ def runtime_env(job: Job, facts: TorchFacts, *, log_path: Path | None = None) ->
             f"torch {job.torch} for {job.accelerator} is published only on PyTorch's own index, which this machine "
             f"cannot reach; the registry wheel of torch {release.minor} is cu{release.pypi_cuda.replace('.', '')}"
         )
-    site_packages = installed_torch(job, python, log_path=log_path)
+    site_packages = installed_torch(job, python)
     return RuntimeEnv(python=python, site_packages=site_packages, torch=job.torch, system=False)
 
 
-def installed_torch(job: Job, python: Path, *, log_path: Path | None = None) -> Path:
+def installed_torch(job: Job, python: Path) -> Path:
     """The job's torch, installed once (``pip install --target``) under ``<cache>/runtime/`` and reused.
 
     Staged beside its final place and renamed into it, under a lock: concurrent builds and test sessions wait for
@@ -141,8 +141,9 @@ def installed_torch(job: Job, python: Path, *, log_path: Path | None = None) -> 
         if not (target / ".complete").is_file():
             with tempfile.TemporaryDirectory(prefix=f".{target.name}-", dir=runtime) as tmp:
                 staging = Path(tmp) / "site-packages"
-                run([python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet", "--target", staging, f"torch=={job.torch}"],
-                    step=f"install torch {job.torch} for Python {job.python}", log_path=log_path)
+                # not --quiet: what pip downloaded and installed belongs in the job's log
+                run([python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
+                     "--target", staging, f"torch=={job.torch}"], step=f"install torch {job.torch} for Python {job.python}")
                 (staging / ".complete").write_text(f"torch=={job.torch} for {job.python_tag}\n")
                 shutil.rmtree(target, ignore_errors=True)
                 staging.rename(target)
@@ -156,7 +157,7 @@ def _matches(info: dict, job: Job) -> bool:
     return public == job.torch and info["cuda"] == job.accelerator.version and info["cxx11_abi"] == job.cxx11_abi
 
 
-def _ensure_venv(venv: Path, python: Path, requirements: list[str], *, step: str, log_path: Path | None = None) -> None:
+def _ensure_venv(venv: Path, python: Path, requirements: list[str], *, step: str) -> None:
     """Create ``venv`` with ``requirements`` once; a marker written last makes an interrupted install redo."""
     marker = venv / ".wheelwright-complete"
     wanted = "\n".join(requirements)
@@ -165,9 +166,9 @@ def _ensure_venv(venv: Path, python: Path, requirements: list[str], *, step: str
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
     # --without-pip + our own pip pointed at it: works where the interpreter has no ensurepip (Debian's python3)
-    run([python, "-m", "venv", "--without-pip", venv], step=f"{step}: create venv", log_path=log_path)
+    run([python, "-m", "venv", "--without-pip", venv], step=f"{step}: create venv")
     pip = [sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "--quiet", "--disable-pip-version-check"]
-    run([*pip, *requirements], step=step, log_path=log_path)
+    run([*pip, *requirements], step=step)
     marker.write_text(wanted)
 
 
@@ -176,11 +177,11 @@ def build_requirements() -> list[str]:
     return [line for line in BUILD_REQUIREMENTS.read_text().splitlines() if line and not line.startswith("#")]
 
 
-def build_env(job: Job, runtime: RuntimeEnv, toolkit: Toolkit, *, log_path: Path | None = None) -> BuildEnv:
+def build_env(job: Job, runtime: RuntimeEnv, toolkit: Toolkit) -> BuildEnv:
     """A venv per Python with the build tools; torch is put on its path per job (see compile.py)."""
     requirements = build_requirements()
     venv = cache_root() / "envs" / f"build-{job.python_tag}"
-    _ensure_venv(venv, runtime.python, requirements, step="install build tools", log_path=log_path)
+    _ensure_venv(venv, runtime.python, requirements, step="install build tools")
     return BuildEnv(python=venv / "bin" / "python", runtime=runtime, toolkit=toolkit)
 
 

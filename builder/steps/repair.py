@@ -237,8 +237,7 @@ def abi_facts(abi: WheelAbIInfo, wheel: Path) -> AbiFacts:
     )
 
 
-def repair_wheel(wheel: Path, job: Job, out_dir: Path, *, excludes: Excludes | None = None,
-                 log_path: Path | None = None) -> RepairResult:
+def repair_wheel(wheel: Path, job: Job, out_dir: Path, *, excludes: Excludes | None = None) -> RepairResult:
     """Repair ``wheel`` into ``out_dir`` (the caller's temporary directory): plan, log the plan, apply it."""
     excludes = excludes or load_excludes()
     abi = analyze(wheel, job, excludes)
@@ -247,11 +246,10 @@ def repair_wheel(wheel: Path, job: Job, out_dir: Path, *, excludes: Excludes | N
              ", ".join(plan.excluded) or "nothing", ", ".join(plan.bundled) or "nothing")
     for warning in plan.warnings:
         log.warning("%s", warning)
-    return RepairResult(wheel=apply_plan(plan, abi, wheel, out_dir, log_path=log_path), plan=plan)
+    return RepairResult(wheel=apply_plan(plan, abi, wheel, out_dir), plan=plan)
 
 
-def apply_plan(plan: RepairPlan, abi: WheelAbIInfo, wheel: Path, out_dir: Path, *,
-               log_path: Path | None = None) -> Path:
+def apply_plan(plan: RepairPlan, abi: WheelAbIInfo, wheel: Path, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     repaired = auditwheel_repair(
         abi,
@@ -260,7 +258,7 @@ def apply_plan(plan: RepairPlan, abi: WheelAbIInfo, wheel: Path, out_dir: Path, 
         lib_sdir=LIB_SDIR,
         out_dir=out_dir,
         update_tags=True,
-        patcher=RunnerPatchelf(plan.policy, log_path=log_path),
+        patcher=RunnerPatchelf(plan.policy),
         strip=False,
         zip_compression_level=zlib.Z_DEFAULT_COMPRESSION,
     )
@@ -290,13 +288,9 @@ class RunnerPatchelf(ElfPatcher):
     """auditwheel's ElfPatcher records the edits its repair decides on; this applies them with patchelf through
     builder.core.runner, like every other process. patchelf is looked up only once there is something to patch."""
 
-    def __init__(self, platform: str, *, log_path: Path | None = None) -> None:
-        super().__init__(platform)
-        self._log_path = log_path
-
     def get_rpath_direct(self, file_name: Path) -> str:
         command = [_patchelf(), "--print-rpath", str(file_name)]
-        output = run(command, step="patchelf --print-rpath", log_path=self._log_path, capture=True).output
+        output = run(command, step="patchelf --print-rpath", capture=True).output
         return output.strip().removesuffix(" (legacy)")
 
     def apply_updates(self) -> None:
@@ -304,7 +298,7 @@ class RunnerPatchelf(ElfPatcher):
         for path, update in updates.items():
             arguments = patchelf_arguments(update)
             if arguments:
-                run([_patchelf(), *arguments, str(path)], step="patchelf", log_path=self._log_path)
+                run([_patchelf(), *arguments, str(path)], step="patchelf")
 
 
 def _patchelf() -> str:

@@ -372,28 +372,28 @@ def _tail(output: str, lines: int = 6) -> str:
     return " | ".join(line.strip() for line in output.strip().splitlines()[-lines:])
 
 
-def _venv_with_torch(runtime: RuntimeEnv, venv: Path, log_path: Path | None) -> Path:
+def _venv_with_torch(runtime: RuntimeEnv, venv: Path) -> Path:
     """A fresh venv of the runtime's interpreter that also sees the runtime's torch through a .pth file."""
-    run([runtime.python, "-m", "venv", "--without-pip", venv], step="verify: create venv", log_path=log_path)
+    run([runtime.python, "-m", "venv", "--without-pip", venv], step="verify: create venv")
     (site_packages,) = venv.glob("lib/python*/site-packages")
     (site_packages / "wheelwright-runtime.pth").write_text(f"{runtime.site_packages}\n")
     return venv / "bin" / "python"
 
 
-def check_import(wheel: Path, job: Job, runtime: RuntimeEnv | None, *, log_path: Path | None = None) -> Check:
+def check_import(wheel: Path, job: Job, runtime: RuntimeEnv | None) -> Check:
     if runtime is None:
         return skipped("import", "no runtime environment (interpreter + torch) was given, so the import is unchecked")
     if not job.recipe.import_names:
         return skipped("import", f"the recipe of {job.package} names no import_names")
     with TemporaryDirectory(prefix="wheelwright-verify-") as tmp:
-        python = _venv_with_torch(runtime, Path(tmp) / "venv", log_path)
+        python = _venv_with_torch(runtime, Path(tmp) / "venv")
         install = [sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index",
                    "--no-cache-dir", "--disable-pip-version-check", "--quiet", wheel]
-        installed = run(install, step="verify: install wheel", log_path=log_path, check=False, capture=True)
+        installed = run(install, step="verify: install wheel", check=False, capture=True)
         if installed.returncode != 0:
             return failed("import", f"pip could not install the wheel into a clean venv: {_tail(installed.output)}")
         probe = [python, "-I", "-c", _PROBE, *job.recipe.import_names]
-        result = run(probe, step="verify: import", log_path=log_path, cwd=Path(tmp), check=False, capture=True)
+        result = run(probe, step="verify: import", cwd=Path(tmp), check=False, capture=True)
     return _import_outcome(result.returncode, result.output, job)
 
 
@@ -413,8 +413,7 @@ def _import_outcome(returncode: int, output: str, job: Job) -> Check:
 # --- the gate --------------------------------------------------------------------------------------------------------
 
 
-def verify_wheel(wheel: Path, job: Job, *, runtime: RuntimeEnv | None, excludes: Excludes | None = None,
-                 log_path: Path | None = None) -> VerifyReport:
+def verify_wheel(wheel: Path, job: Job, *, runtime: RuntimeEnv | None, excludes: Excludes | None = None) -> VerifyReport:
     """Judge ``wheel`` (repaired) for ``job``; never raises for a bad wheel, the report says what is wrong."""
     excludes = excludes or load_excludes()
     policies = manylinux_policies(job.platform)
@@ -423,7 +422,7 @@ def verify_wheel(wheel: Path, job: Job, *, runtime: RuntimeEnv | None, excludes:
     except WheelError as error:
         return VerifyReport(wheel=wheel.name, job=job.identifier, checks=(failed("readable", str(error)),))
     checks = evaluate(facts, job, excludes=excludes, policies=policies)
-    checks += (check_import(wheel, job, runtime, log_path=log_path),)
+    checks += (check_import(wheel, job, runtime),)
     policy = claimed_policy(facts.filename, policies)
     report = VerifyReport(wheel=wheel.name, job=job.identifier, checks=checks,
                           warnings=target_warnings(policy, job, policies), **recorded_facts(facts))

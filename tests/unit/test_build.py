@@ -39,13 +39,13 @@ class FakeStages:
         monkeypatch.setattr(build_stage, "fetch_sdist", lambda job: tmp_path / "sdist.tar.gz")
         monkeypatch.setattr(build_stage, "find_toolkit", lambda accelerator: stub)
         monkeypatch.setattr(build_stage, "runtime_env", lambda job, facts: stub)
-        monkeypatch.setattr(build_stage, "build_env", lambda job, runtime, toolkit, log_path: stub)
+        monkeypatch.setattr(build_stage, "build_env", lambda job, runtime, toolkit: stub)
         monkeypatch.setattr(build_stage, "unpack_sdist", lambda sdist, dest: dest)
         monkeypatch.setattr(build_stage, "apply_recipe", lambda source, job: SimpleNamespace(changes=("patched",), env={}))
         monkeypatch.setattr(build_stage.compile_stage, "workspace", self.workspace)
         monkeypatch.setattr(build_stage.compile_stage, "build_environ", lambda *args: {})
         monkeypatch.setattr(build_stage.compile_stage, "compile_wheel", self.compile_wheel)
-        monkeypatch.setattr(build_stage, "repair_wheel", lambda wheel, job, out, log_path: SimpleNamespace(wheel=wheel))
+        monkeypatch.setattr(build_stage, "repair_wheel", lambda wheel, job, out: SimpleNamespace(wheel=wheel))
         monkeypatch.setattr(build_stage, "verify_wheel", self.verify)
 
     @staticmethod
@@ -53,7 +53,7 @@ class FakeStages:
     def workspace(job, source, torch_site):
         yield SimpleNamespace(source=source)
 
-    def compile_wheel(self, job, env, space, environ, outdir, *, log_path, on_line=None) -> Path:
+    def compile_wheel(self, job, env, space, environ, outdir) -> Path:
         if job.package in self.fail:
             raise self.fail[job.package]
         self.compiled.append(job.identifier)
@@ -62,7 +62,7 @@ class FakeStages:
         wheel.write_bytes(f"wheel of {job.identifier}".encode())
         return wheel
 
-    def verify(self, wheel, job, *, runtime, log_path) -> VerifyReport:
+    def verify(self, wheel, job, *, runtime) -> VerifyReport:
         ok = self.verdict.get(job.package, True)
         check = Check(name="gpu-archs", ok=ok, detail="SASS 9.0" if ok else "expected SASS 9.0, found SASS 8.0")
         return VerifyReport(wheel=wheel.name, job=job.identifier, checks=(check,))
