@@ -32,7 +32,8 @@ while [ $# -gt 0 ]; do
         --carry) [ $# -ge 2 ] || die "--carry needs a folder"; carry=$(mkdir -p "$2" && cd "$2" && pwd); shift 2 ;;
         --python)
             [ $# -ge 2 ] || die "--python needs an interpreter"
-            case "$2" in */*) python=$(realpath -m "$2") ;; *) python=$(command -v "$2" || echo "$2") ;; esac
+            # absolute, but the venv's bin/python link kept: resolved, it is the base interpreter without the venv
+            case "$2" in */*) python=$(realpath -m -s "$2") ;; *) python=$(command -v "$2" || echo "$2") ;; esac
             shift 2 ;;
         *) usage >&2; die "unknown argument: $1" ;;
     esac

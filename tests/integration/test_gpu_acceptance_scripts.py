@@ -81,6 +81,18 @@ def test_carry_script_refuses_bad_arguments(args: list[str], message: str) -> No
     assert done.returncode == 2 and f"ERROR {message}" in done.stderr
 
 
+def test_carry_script_fills_the_carry_with_the_dev_venvs_symlinked_interpreter(tmp_path: Path) -> None:
+    """`--python .venv/bin/python` is a symlink to the base interpreter; followed, the venv's packages are gone."""
+    python = Path(sys.prefix) / "bin" / "python"
+    assert python.is_symlink() and Path(sys.prefix) != Path(sys.base_prefix)
+    carry = tmp_path / "carry"
+    done = run(["bash", str(SCRIPTS / "prepare_gpu_carry.sh"), "--python", str(python), "--carry", str(carry)],
+               timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"carry: {carry} holds" in done.stdout
+    assert any((carry / "build-wheels").glob("setuptools-*.whl")) and any((carry / "cache" / "sdists").iterdir())
+
+
 # -- without a GPU ----------------------------------------------------------------------------------------------
 
 
