@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import threading
-import time
+import sys
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from rich.live import Live
 from rich.table import Table
 
 from builder.cli.console import console, print_table
+from builder.cli.progress import LineReporter, LiveTable, interactive
 from builder.core.errors import BuildFailed
 from builder.core.ledger import Ledger
 from builder.plan.expand import load_plan
@@ -36,37 +37,6 @@ def add_commands(commands: argparse._SubParsersAction, add_plan_arguments) -> No
     status.set_defaults(func=cmd_status)
 
 
-class _Display:
-    """A live table: job, phase, elapsed, and the translation unit nvcc is on."""
-
-    def __init__(self, jobs: list[Job]) -> None:
-        self.state = {job.identifier: ["queued", None, ""] for job in jobs}
-        self.lock = threading.Lock()
-
-    def phase(self, job: Job, phase: str) -> None:
-        with self.lock:
-            row = self.state[job.identifier]
-            row[0], row[1] = phase, row[1] or time.monotonic()
-
-    def line(self, job: Job, line: str) -> None:
-        from builder.steps.compile import translation_unit
-
-        unit = translation_unit(line)
-        if unit:
-            with self.lock:
-                self.state[job.identifier][2] = unit
-
-    def __rich__(self) -> Table:
-        table = Table(box=None, pad_edge=False)
-        for column in ("job", "phase", "elapsed", "compiling"):
-            table.add_column(column, no_wrap=True)
-        with self.lock:
-            for identifier, (phase, started, unit) in self.state.items():
-                elapsed = f"{time.monotonic() - started:6.0f}s" if started else ""
-                table.add_row(identifier, phase, elapsed, unit)
-        return table
-
-
 def cmd_build(args: argparse.Namespace) -> int:
     from builder.farm.build import (  # the build stage's imports are heavy; plan needs none
         Builder,
@@ -78,11 +48,17 @@ def cmd_build(args: argparse.Namespace) -> int:
     plan = load_plan(args.matrix, args.profile).select(args.select)
     if args.preflight:
         return _preflight(plan.jobs)
-    display = _Display(list(plan.jobs))
-    progress = Progress(on_phase=display.phase, on_line=display.line)
     options = BuildOptions(retry_failed=args.retry_failed, parallel=args.parallel, objcache=args.objcache)
+    display: LiveTable | LineReporter
+    if interactive(console.is_terminal):
+        display = LiveTable(list(plan.jobs))
+        shown: AbstractContextManager[object] = Live(display, console=console, refresh_per_second=2)
+    else:  # a pipe, a file or CI: lines, since a live display shows nothing there until the end
+        groups = os.environ.get("GITHUB_ACTIONS") == "true" and options.parallel == 1  # groups cannot interleave
+        display = shown = LineReporter(_write_line, groups=groups)
+    progress = Progress(on_phase=display.phase, on_line=display.line, on_done=display.done)
     builder = Builder(Layout(root=args.output), load_facts(), options, progress)
-    with Live(display, console=console, refresh_per_second=2, transient=not console.is_terminal):
+    with shown:
         outcomes = builder.run(plan.jobs)
     _summary(outcomes, args.output)
     failed = [o for o in outcomes if o.entry.status != "built"]
@@ -90,6 +66,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise BuildFailed(f"{len(failed)} of {len(outcomes)} jobs did not produce a verified wheel",
                           tip=f"logs are in {args.output / 'logs'}; `wheelwright build --retry-failed` retries them")
     return 0
+
+
+def _write_line(text: str) -> None:
+    """One progress line to stderr, unwrapped and at once (a log is read while it grows)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def _preflight(jobs: tuple[Job, ...]) -> int:

@@ -92,6 +92,7 @@ class Progress:
 
     on_phase: Callable[[Job, str], None] = lambda job, phase: None
     on_line: Callable[[Job, str], None] = lambda job, line: None
+    on_done: Callable[[Job, str], None] = lambda job, result: None  # built, failed, ..., or "up to date"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,6 +217,7 @@ class Builder:
         with Ledger(self.layout.ledger) as ledger:
             previous = ledger.get(job.identifier)
             if self._up_to_date(previous, digest):
+                self.progress.on_done(job, "up to date")
                 return Outcome(job=job, entry=previous, skipped=True)
             self.layout.log_for(job).write_text("")
             timer = PhaseTimer(job, self.progress, lambda phase, timings: ledger.put(
@@ -233,6 +235,7 @@ class Builder:
                 log.exception("%s: unexpected error", job.identifier)
                 entry = _base_entry(job, digest, self.layout, status="failed", phase=timer.phase, timings=timer.timings, reason=f"{type(error).__name__}: {error}")
             ledger.put(entry)
+            self.progress.on_done(job, entry.status)
             return Outcome(job=job, entry=entry)
 
     def _up_to_date(self, previous: LedgerEntry | None, digest: str) -> bool:
