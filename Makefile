@@ -16,7 +16,7 @@ PUBLISH_ARGS ?=
 TIMED := scripts/timed.sh
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: venv plan build-matrix test test-unit test-integration test-slow index serve publish clean \
+.PHONY: venv plan build-matrix test check test-unit test-integration test-slow index serve publish clean \
 	system-deps-build system-deps-test
 
 # Each part prints the seconds it took (scripts/timed.sh); .ci/run adds them up against its budget.
@@ -54,11 +54,16 @@ publish: $(STAMP)
 test:
 	@$(MAKE) -s --no-print-directory system-deps-test
 	@$(MAKE) -s --no-print-directory venv
+	@$(MAKE) -s --no-print-directory check
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@$(MAKE) -s --no-print-directory test-unit test-integration test-slow
 else
 	@$(TIMED) pytest $(PYTEST) $(PYTEST_ARGS)
 endif
+
+# The layers' import contracts (pyproject.toml [tool.importlinter]).
+check: $(STAMP)
+	@$(TIMED) checks sh -c '$(BIN)/lint-imports --no-cache'
 
 test-unit: $(STAMP)
 	@$(TIMED) unit $(PYTEST) tests/unit $(PYTEST_ARGS)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,12 +11,8 @@ from types import MappingProxyType
 from typing import Literal
 
 from builder.core.errors import FactsError, did_you_mean
+from builder.core.files import read_toml
 from builder.core.resources import TORCH_FACTS
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 MANYLINUX_POLICIES = ("manylinux2014", "manylinux_2_28", "manylinux_2_34")
 _ACCEL_RE = re.compile(r"cu(?P<cu>[1-9]\d{1,2})|rocm(?P<rocm>[1-9]\d*(?:\.\d+){1,2})")
@@ -314,15 +309,9 @@ def parse_facts(raw: Mapping, source: str) -> TorchFacts:
 def load_facts(path: Path | None = None) -> TorchFacts:
     if path is None:
         return _default_facts()
-    try:
-        raw = tomllib.loads(path.read_text())
-    except OSError as error:
-        raise FactsError(f"{path}: cannot read the torch facts: {error.strerror}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise FactsError(f"{path}: not valid TOML: {error}") from None
-    return parse_facts(raw, str(path))
+    return parse_facts(read_toml(path, what="the torch facts", error=FactsError), str(path))
 
 
 @functools.cache
 def _default_facts() -> TorchFacts:
-    return parse_facts(tomllib.loads(TORCH_FACTS.read_text()), TORCH_FACTS.source)
+    return parse_facts(read_toml(TORCH_FACTS, what="the torch facts", error=FactsError), TORCH_FACTS.source)

@@ -45,6 +45,11 @@ class Sdist:
     url: str | None = None  # None: look it up on the registry by filename
 
 
+# The patches matrix.yaml may name. The plan checks names only; the functions are builder.steps.recipes.patches,
+# which registers exactly these (the plan layer does not import the build steps).
+PATCH_NAMES = frozenset({"cxx20"})
+
+
 @dataclass(frozen=True, kw_only=True)
 class PatchRef:
     """A recipe patch (a function in builder.steps.recipes) and the ranges it applies to."""

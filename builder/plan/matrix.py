@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, 
 
 from builder.core.errors import ConfigError, did_you_mean
 from builder.plan.facts import Accelerator
+from builder.plan.job import PATCH_NAMES
 
 HOST_PYTHON = "host"
 ARCH_CONTROLS = ("gencode-rewrite", "torch-arch-list")
@@ -89,10 +90,9 @@ def _package_name(value: str) -> str:
 
 
 def _patch_name(value: str) -> str:
-    from builder.steps.recipes import PATCHES  # recipes import the job types; a top-level import would be circular
-
-    if value not in PATCHES:
-        raise ValueError(f"unknown patch {value!r}{did_you_mean(value, PATCHES)}; known: {', '.join(sorted(PATCHES))}")
+    if value not in PATCH_NAMES:
+        hint = did_you_mean(value, PATCH_NAMES)
+        raise ValueError(f"unknown patch {value!r}{hint}; known: {', '.join(sorted(PATCH_NAMES))}")
     return value
 
 

@@ -22,6 +22,7 @@ from urllib.parse import urljoin
 from packaging.utils import canonicalize_name
 
 from builder.core.errors import FetchError, ToolchainError
+from builder.core.files import atomic_file
 from builder.core.hashing import sha256_of
 from builder.plan.job import Job, Sdist
 
@@ -128,20 +129,13 @@ def _project_files(page_url: str, who: str) -> list[dict]:
 
 def _download(url: str, path: Path, expected: str, who: str) -> None:
     """Stream ``url`` into a temporary file beside ``path``, check its hash, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, part = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            actual = _stream(url, out, who)
+    with atomic_file(path) as out:
+        actual = _stream(url, out, who)
         if actual != expected:
             raise FetchError(
                 f"{who}: {path.name} from {url} has sha256 {actual}, expected {expected}",
                 tip="the upload changed or the pin in matrix.yaml is wrong; check it against the registry",
             )
-        os.chmod(part, 0o644)  # mkstemp's 0600 would keep the shared cache from other users
-        os.replace(part, path)
-    finally:
-        Path(part).unlink(missing_ok=True)
 
 
 def _stream(url: str, out: IO[bytes], who: str) -> str:

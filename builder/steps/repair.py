@@ -24,15 +24,11 @@ from auditwheel.repair import repair_wheel as auditwheel_repair
 from auditwheel.wheel_abi import WheelAbIInfo, analyze_wheel_abi, get_wheel_elfdata
 
 from builder.core.errors import ConfigError, WheelError
+from builder.core.files import read_toml
 from builder.core.resources import REPAIR_EXCLUDES
 from builder.core.runner import run, which
 from builder.plan.job import Job
 from builder.steps.elf import wheel_elf_facts
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 log = logging.getLogger(__name__)
 
@@ -99,16 +95,12 @@ def _check_pattern(pattern: object, where: str, seen: set[str], allowed: frozens
 def load_excludes(path: Path | None = None) -> Excludes:
     if path is None:
         return _default_excludes()
-    try:
-        raw = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path}: {error}") from None
-    return parse_excludes(raw, str(path))
+    return parse_excludes(read_toml(path, what="the repair excludes"), str(path))
 
 
 @functools.cache
 def _default_excludes() -> Excludes:
-    return parse_excludes(tomllib.loads(REPAIR_EXCLUDES.read_text()), REPAIR_EXCLUDES.source)
+    return parse_excludes(read_toml(REPAIR_EXCLUDES, what="the repair excludes"), REPAIR_EXCLUDES.source)
 
 
 @dataclass(frozen=True, kw_only=True)

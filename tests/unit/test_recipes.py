@@ -309,3 +309,10 @@ def test_sdist_version_must_match_the_job(tmp_path: Path) -> None:
     recipe.check_sdist_version(tmp_path, make_job(version="2.2.6.post3"), W)
     with pytest.raises(RecipeError, match="holds version 2.2.6.post3, not 2.3.2.post1"):
         recipe.check_sdist_version(tmp_path, make_job(), W)
+
+
+def test_the_plan_knows_exactly_the_patches_the_recipes_define() -> None:
+    from builder.plan.job import PATCH_NAMES
+    from builder.steps.recipes import PATCHES
+
+    assert set(PATCHES) == PATCH_NAMES

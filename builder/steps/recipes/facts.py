@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from types import MappingProxyType
@@ -12,12 +11,8 @@ from types import MappingProxyType
 from packaging.utils import canonicalize_name
 
 from builder.core.errors import ConfigError, RecipeError
+from builder.core.files import read_toml
 from builder.core.resources import RECIPE_FACTS
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 SOURCE = RECIPE_FACTS.source
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -50,7 +45,7 @@ def parse_package_facts(raw: Mapping, source: str = SOURCE) -> Mapping[str, Pack
 
 @functools.cache
 def _all_facts() -> Mapping[str, PackageFacts]:
-    return parse_package_facts(tomllib.loads(RECIPE_FACTS.read_text()))
+    return parse_package_facts(read_toml(RECIPE_FACTS, what="the recipe facts"))
 
 
 def package_facts(package: str) -> PackageFacts:
