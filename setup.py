@@ -7,7 +7,9 @@ from pathlib import Path
 
 from setuptools import setup
 
-_spec = importlib.util.spec_from_file_location("_resources", Path(__file__).parent / "builder" / "core" / "resources.py")
+_spec = importlib.util.spec_from_file_location(
+    "_resources", Path(__file__).parent / "builder" / "core" / "resources.py"
+)
 assert _spec is not None and _spec.loader is not None
 _resources = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = _resources  # dataclasses look their module up there

@@ -287,11 +287,20 @@ def cmd_mamba(args: argparse.Namespace) -> int:
 
     def run() -> list[Check]:
         checks = [
-            _report(record.guarded(c.name, lambda c=c: numerics.run_scan_case(c, config.scan, config.tolerance, config.gradient_error)))
+            _report(
+                record.guarded(
+                    c.name, lambda c=c: numerics.run_scan_case(c, config.scan, config.tolerance, config.gradient_error)
+                )
+            )
             for c in scans
         ]
         return checks + [
-            _report(record.guarded(c.name, lambda c=c: numerics.run_inner_case(c, config.inner, config.tolerance, config.gradient_error)))
+            _report(
+                record.guarded(
+                    c.name,
+                    lambda c=c: numerics.run_inner_case(c, config.inner, config.tolerance, config.gradient_error),
+                )
+            )
             for c in inners
         ]
 

@@ -9,11 +9,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from builder.plan.job import Job
 from builder.steps.compile import translation_unit
+
+if TYPE_CHECKING:
+    from typing import Self
 
 HEARTBEAT_SECONDS = 25.0  # under the 30 s a person watching a log waits before wondering whether it hangs
 
@@ -126,10 +130,12 @@ class LineReporter:
                 if row.phase_started is None:
                     continue
                 doing = f", compiling {row.unit}" if row.phase == "compile" and row.unit else ""
-                self._emit(f"{self._stamp(now)} {identifier}: still {row.phase} ({now - row.phase_started:.0f}s){doing}")
+                self._emit(
+                    f"{self._stamp(now)} {identifier}: still {row.phase} ({now - row.phase_started:.0f}s){doing}"
+                )
             self.last_write = now  # also when nothing runs: the next beat comes a heartbeat later
 
-    def __enter__(self) -> LineReporter:
+    def __enter__(self) -> Self:
         self._thread = threading.Thread(target=self._beat_until_stopped, name="wheelwright-heartbeat", daemon=True)
         self._thread.start()
         return self

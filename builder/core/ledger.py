@@ -10,6 +10,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Self
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -83,7 +87,7 @@ class Ledger:
     def close(self) -> None:
         self._db.close()
 
-    def __enter__(self) -> Ledger:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -113,11 +117,13 @@ class Ledger:
         columns = ", ".join(values)
         marks = ", ".join(f":{name}" for name in values)
         with self._transaction() as db:
-            db.execute(f"INSERT OR REPLACE INTO jobs ({columns}) VALUES ({marks})", values)  # noqa: S608
+            db.execute(f"INSERT OR REPLACE INTO jobs ({columns}) VALUES ({marks})", values)
 
     def wheel_hashes(self) -> dict[str, tuple[str, int]]:
         """{wheel filename: (sha256, size)} of every built wheel, so the index need not re-hash them."""
-        rows = self._db.execute("SELECT wheel, wheel_sha256, wheel_size FROM jobs WHERE status = 'built' AND wheel IS NOT NULL")
+        rows = self._db.execute(
+            "SELECT wheel, wheel_sha256, wheel_size FROM jobs WHERE status = 'built' AND wheel IS NOT NULL"
+        )
         return {row["wheel"]: (row["wheel_sha256"], row["wheel_size"]) for row in rows}
 
     def failures(self) -> list[LedgerEntry]:

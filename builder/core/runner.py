@@ -24,7 +24,9 @@ class StepFailed(WheelwrightError):
 
     exit_code = 6
 
-    def __init__(self, step: str, command: Sequence[str], returncode: int, log_path: Path | None, tail: str = "") -> None:
+    def __init__(
+        self, step: str, command: Sequence[str], returncode: int, log_path: Path | None, tail: str = ""
+    ) -> None:
         where = f"; log: {log_path}" if log_path else ""
         super().__init__(f"{step} failed (exit {returncode}): {shlex.join(command)}{where}")
         self.step, self.returncode, self.tail = step, returncode, tail
@@ -86,7 +88,7 @@ def run(
             text=True,
             errors="replace",
         ) as process:  # the context closes the pipe, which would otherwise leak (ResourceWarning)
-            assert process.stdout is not None  # noqa: S101 (set by PIPE above)
+            assert process.stdout is not None
             for line in process.stdout:
                 if log_file:
                     log_file.write(line)

@@ -180,7 +180,9 @@ def _base_entry(job: Job, digest: str, layout: Layout, **fields: object) -> Ledg
 
 
 class Builder:
-    def __init__(self, layout: Layout, facts: TorchFacts, options: BuildOptions, progress: Progress | None = None) -> None:
+    def __init__(
+        self, layout: Layout, facts: TorchFacts, options: BuildOptions, progress: Progress | None = None
+    ) -> None:
         self.layout, self.facts, self.options = layout, facts, options
         self.progress = progress or Progress()
         self._repair_lock = threading.Lock()  # auditwheel changes the process's working directory while it repairs
@@ -228,12 +230,36 @@ class Builder:
                         tempfile.TemporaryDirectory(prefix=f"{job.package}-", dir=self.layout.tmp) as work:
                     entry = self._build(job, digest, timer, ledger, share, Path(work))
             except NotBuildableHere as error:
-                entry = _base_entry(job, digest, self.layout, status="unbuildable", phase=timer.phase, timings=timer.timings, reason=str(error))
+                entry = _base_entry(
+                    job,
+                    digest,
+                    self.layout,
+                    status="unbuildable",
+                    phase=timer.phase,
+                    timings=timer.timings,
+                    reason=str(error),
+                )
             except WheelwrightError as error:
-                entry = _base_entry(job, digest, self.layout, status="failed", phase=timer.phase, timings=timer.timings, reason=str(error))
+                entry = _base_entry(
+                    job,
+                    digest,
+                    self.layout,
+                    status="failed",
+                    phase=timer.phase,
+                    timings=timer.timings,
+                    reason=str(error),
+                )
             except Exception as error:  # a bug or an unexpected failure of one job must not stop the others
                 log.exception("%s: unexpected error", job.identifier)
-                entry = _base_entry(job, digest, self.layout, status="failed", phase=timer.phase, timings=timer.timings, reason=f"{type(error).__name__}: {error}")
+                entry = _base_entry(
+                    job,
+                    digest,
+                    self.layout,
+                    status="failed",
+                    phase=timer.phase,
+                    timings=timer.timings,
+                    reason=f"{type(error).__name__}: {error}",
+                )
             ledger.put(entry)
             self.progress.on_done(job, entry.status)
             return Outcome(job=job, entry=entry)
@@ -259,7 +285,9 @@ class Builder:
                 log_note(f"recipe: {change}")
         with timer("compile"), compile_stage.workspace(job, source, runtime.site_packages) as space:
             parallelism = compile_stage.Parallelism.fit(len(job.archs), share=share)
-            objcache = None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
+            objcache = (
+                None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
+            )
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache)
             built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
         with timer("repair"), self._repair_lock:
@@ -270,13 +298,25 @@ class Builder:
         summary = json.dumps(report.as_dict(), sort_keys=True, default=str)
         if not report.ok:
             destination = quarantine(repaired.wheel, report, self.layout.quarantine)
-            return _base_entry(job, digest, self.layout, status="quarantined", phase="verify", timings=timer.timings,
-                               wheel=destination.name, wheel_sha256=sha256_of(destination), wheel_size=destination.stat().st_size,
-                               reason="; ".join(report.reasons), report=summary)
+            return _base_entry(
+                job,
+                digest,
+                self.layout,
+                status="quarantined",
+                phase="verify",
+                timings=timer.timings,
+                wheel=destination.name,
+                wheel_sha256=sha256_of(destination),
+                wheel_size=destination.stat().st_size,
+                reason="; ".join(report.reasons),
+                report=summary,
+            )
         with timer("install"):
             return self._install(job, digest, repaired.wheel, timer, ledger, summary)
 
-    def _install(self, job: Job, digest: str, wheel: Path, timer: PhaseTimer, ledger: Ledger, report: str) -> LedgerEntry:
+    def _install(
+        self, job: Job, digest: str, wheel: Path, timer: PhaseTimer, ledger: Ledger, report: str
+    ) -> LedgerEntry:
         """Record the wheel's hash first, then move it into dist/ atomically: a kill between the two is recovered."""
         checksum, size = sha256_of(wheel), wheel.stat().st_size
         destination = self.layout.dist / wheel.name
@@ -294,5 +334,7 @@ def _exclusive(path: Path) -> Iterator[None]:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise WheelwrightError(f"another wheelwright build is using {path.parent}", tip="wait for it, or use another --output") from None
+            raise WheelwrightError(
+                f"another wheelwright build is using {path.parent}", tip="wait for it, or use another --output"
+            ) from None
         yield

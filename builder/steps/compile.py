@@ -42,7 +42,9 @@ class Parallelism:
     @classmethod
     def fit(cls, archs: int, *, share: int = 1) -> Parallelism:
         """Split this machine's free cores and memory between ``share`` concurrent builds."""
-        cores = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) // share)
+        cores = max(
+            1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) // share
+        )
         memory = available_memory() // share
         max_jobs = max(1, min(cores, memory // COMPILE_MEMORY_BYTES))
         return cls(max_jobs=max_jobs, nvcc_threads=max(1, min(archs, cores)))
@@ -90,9 +92,18 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
         yield space
 
 
-def build_environ(job: Job, env: BuildEnv, recipe_env: Mapping[str, str], space: Workspace, parallelism: Parallelism, objcache: tuple[Path, str] | None) -> dict[str, str]:
+def build_environ(
+    job: Job,
+    env: BuildEnv,
+    recipe_env: Mapping[str, str],
+    space: Workspace,
+    parallelism: Parallelism,
+    objcache: tuple[Path, str] | None,
+) -> dict[str, str]:
     toolkit = env.toolkit
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CUDA", "TORCH_", "NVCC_"))}
+    environ = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CUDA", "TORCH_", "NVCC_"))
+    }
     environ.update(recipe_env)
     environ.update(
         CUDA_HOME=str(toolkit.root),

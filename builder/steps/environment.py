@@ -142,8 +142,21 @@ def installed_torch(job: Job, python: Path) -> Path:
             with tempfile.TemporaryDirectory(prefix=f".{target.name}-", dir=runtime) as tmp:
                 staging = Path(tmp) / "site-packages"
                 # not --quiet: what pip downloaded and installed belongs in the job's log
-                run([python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
-                     "--target", staging, f"torch=={job.torch}"], step=f"install torch {job.torch} for Python {job.python}")
+                run(
+                    [
+                        python,
+                        "-m",
+                        "pip",
+                        "install",
+                        "--disable-pip-version-check",
+                        "--progress-bar",
+                        "off",
+                        "--target",
+                        staging,
+                        f"torch=={job.torch}",
+                    ],
+                    step=f"install torch {job.torch} for Python {job.python}",
+                )
                 (staging / ".complete").write_text(f"torch=={job.torch} for {job.python_tag}\n")
                 shutil.rmtree(target, ignore_errors=True)
                 staging.rename(target)
@@ -167,7 +180,16 @@ def _ensure_venv(venv: Path, python: Path, requirements: list[str], *, step: str
     venv.parent.mkdir(parents=True, exist_ok=True)
     # --without-pip + our own pip pointed at it: works where the interpreter has no ensurepip (Debian's python3)
     run([python, "-m", "venv", "--without-pip", venv], step=f"{step}: create venv")
-    pip = [sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "--quiet", "--disable-pip-version-check"]
+    pip = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        venv / "bin" / "python",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+    ]
     run([*pip, *requirements], step=step)
     marker.write_text(wanted)
 
@@ -191,7 +213,12 @@ def find_toolkit(accelerator: Accelerator) -> Toolkit:
     """The CUDA toolkit of the job's version, checked; ROCm cannot be had on this machine yet."""
     if accelerator.kind != "cuda":
         raise NotBuildableHere(f"no ROCm {accelerator.version} toolkit on this machine (hipcc not provisioned)")
-    candidates = [os.environ.get("WHEELWRIGHT_CUDA_HOME"), os.environ.get("CUDA_HOME"), f"/usr/local/cuda-{accelerator.version}", "/usr/local/cuda"]
+    candidates = [
+        os.environ.get("WHEELWRIGHT_CUDA_HOME"),
+        os.environ.get("CUDA_HOME"),
+        f"/usr/local/cuda-{accelerator.version}",
+        "/usr/local/cuda",
+    ]
     for candidate in filter(None, candidates):
         root = Path(candidate)
         if (root / "bin" / "nvcc").is_file() and toolkit_version(root) == accelerator.version:

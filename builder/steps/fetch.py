@@ -49,7 +49,7 @@ def index_url() -> str:
 def open_url(url: str, *, accept: str | None = None) -> IO[bytes]:
     """The one place this module touches the network (tests replace it to prove a cache hit stays offline)."""
     headers = {"User-Agent": "wheelwright", **({"Accept": accept} if accept else {})}
-    return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S)  # noqa: S310
+    return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S)
 
 
 def fetch_sdist(
@@ -67,7 +67,9 @@ def fetch_sdist(
         if actual == sdist.sha256:
             log.debug("%s: cache hit %s", who, path)
             return path
-        log.warning("%s: cached %s has sha256 %s, not the pinned %s; downloading again", who, path, actual, sdist.sha256)
+        log.warning(
+            "%s: cached %s has sha256 %s, not the pinned %s; downloading again", who, path, actual, sdist.sha256
+        )
     url = sdist.url or find_file_url(sdist, package, index=index, who=who)
     _download(url, path, sdist.sha256, who)
     log.info("%s: fetched %s", who, path)
@@ -94,7 +96,8 @@ def find_file_url(sdist: Sdist, package: str, *, index: str | None = None, who: 
             listed = (entry.get("hashes") or {}).get("sha256")
             if listed and listed != sdist.sha256:
                 raise FetchError(
-                    f"{who}: the index lists {sdist.filename} with sha256 {listed}, but matrix.yaml pins {sdist.sha256}",
+                    f"{who}: the index lists {sdist.filename} with sha256 {listed}, "
+                    f"but matrix.yaml pins {sdist.sha256}",
                     tip="check the sha256 pin in matrix.yaml against the registry",
                 )
             return urljoin(page_url, entry["url"])
@@ -157,14 +160,18 @@ def unpack_sdist(sdist_path: Path, dest: Path) -> Path:
     recipes edit the tree in place and must start from upstream's files.
     """
     if not hasattr(tarfile, "data_filter"):
-        raise ToolchainError("this Python's tarfile has no 'data' extraction filter", tip="use Python >= 3.10.12 / 3.11.4")
+        raise ToolchainError(
+            "this Python's tarfile has no 'data' extraction filter", tip="use Python >= 3.10.12 / 3.11.4"
+        )
     dest.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=dest, prefix=".unpack-"))
     try:
         _extract(sdist_path, staging)
         top = [entry for entry in staging.iterdir()]
         if len(top) != 1 or not top[0].is_dir():
-            raise FetchError(f"{sdist_path.name}: expected one top-level directory, found {sorted(p.name for p in top)}")
+            raise FetchError(
+                f"{sdist_path.name}: expected one top-level directory, found {sorted(p.name for p in top)}"
+            )
         root = dest / top[0].name
         if root.exists():
             shutil.rmtree(root)

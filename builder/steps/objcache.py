@@ -14,6 +14,7 @@ Usage (what compile.py puts into PYTORCH_NVCC): python -m builder.steps.objcache
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -54,7 +55,7 @@ def command_key(args: list[str], per_python: frozenset[str] = frozenset()) -> tu
 
 def source_of(args: list[str]) -> Path:
     """The translation unit: what follows the last ``-c`` (torch's flags can hold a stray ``-c`` of their own)."""
-    sources = [arg for before, arg in zip(args, args[1:]) if before == "-c" and arg != "-c"]
+    sources = [arg for before, arg in itertools.pairwise(args) if before == "-c" and arg != "-c"]
     return Path(sources[-1])
 
 
@@ -172,7 +173,16 @@ def main(argv: list[str]) -> int:
     if entry is not None:  # verify mode: the cached object must equal the fresh one
         same = comparable_bytes(Path(output)) == comparable_bytes(cache.blob(entry["object"]))
         result = "verified" if same else "mismatch"
-        _record(cache, {"source": source, "result": result, "seconds": time.monotonic() - start, "fresh": _file_digest(output), "cached": entry["object"]})
+        _record(
+            cache,
+            {
+                "source": source,
+                "result": result,
+                "seconds": time.monotonic() - start,
+                "fresh": _file_digest(output),
+                "cached": entry["object"],
+            },
+        )
         return 0 if same else 3
     cache.store(key, Path(output), Path(depfile) if depfile else None)
     _record(cache, {"source": source, "result": "miss", "seconds": time.monotonic() - start})

@@ -413,7 +413,9 @@ def _import_outcome(returncode: int, output: str, job: Job) -> Check:
 # --- the gate --------------------------------------------------------------------------------------------------------
 
 
-def verify_wheel(wheel: Path, job: Job, *, runtime: RuntimeEnv | None, excludes: Excludes | None = None) -> VerifyReport:
+def verify_wheel(
+    wheel: Path, job: Job, *, runtime: RuntimeEnv | None, excludes: Excludes | None = None
+) -> VerifyReport:
     """Judge ``wheel`` (repaired) for ``job``; never raises for a bad wheel, the report says what is wrong."""
     excludes = excludes or load_excludes()
     policies = manylinux_policies(job.platform)

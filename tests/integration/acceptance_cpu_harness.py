@@ -83,8 +83,14 @@ def main(mamba_root: str, causal_root: str, out: str) -> int:
         variable_bc=(True, False),
         complex_dtypes=config.inner.complex_dtypes,
     )
-    checks = [numerics.run_scan_case(c, scan, config.tolerance, config.gradient_error, device="cpu") for c in numerics.scan_cases(scan)]
-    checks += [numerics.run_inner_case(c, inner, config.tolerance, config.gradient_error, device="cpu") for c in numerics.inner_cases(inner)]
+    checks = [
+        numerics.run_scan_case(c, scan, config.tolerance, config.gradient_error, device="cpu")
+        for c in numerics.scan_cases(scan)
+    ]
+    checks += [
+        numerics.run_inner_case(c, inner, config.tolerance, config.gradient_error, device="cpu")
+        for c in numerics.inner_cases(inner)
+    ]
     Path(out).write_text(json.dumps([check.as_dict() for check in checks], indent=1))
     return 0
 

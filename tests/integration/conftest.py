@@ -9,9 +9,9 @@ import json
 import logging
 import os
 import signal
-import time
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass

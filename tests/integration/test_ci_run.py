@@ -10,14 +10,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _ci_run(tmp_path: Path, timings: str, *, budget: int = 3600, exit_code: int = 0) -> subprocess.CompletedProcess[str]:
+def _ci_run(
+    tmp_path: Path, timings: str, *, budget: int = 3600, exit_code: int = 0
+) -> subprocess.CompletedProcess[str]:
     fake = tmp_path / "bin"
     fake.mkdir()
     make = fake / "make"
     make.write_text(f'#!/bin/sh\nprintf "{timings}" >> "$WHEELWRIGHT_TIMINGS"\nexit {exit_code}\n')
     make.chmod(0o755)
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "WHEELWRIGHT_CI_BUDGET": str(budget)}
-    return subprocess.run(["bash", str(ROOT / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(["bash", str(ROOT / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
 
 
 PARTS = "system packages 40.2 0\\nvenv 120.4 0\\nchecks 30.0 0\\nunit 12.6 0\\nintegration 600.0 0\\nslow 700.1 0\\n"

@@ -60,8 +60,10 @@ def test_the_wheel_holds_every_resource(wheel: Path) -> None:
 
 
 def test_installed_copy_is_the_one_that_runs(venv: Path, tmp_path: Path) -> None:
-    where = _run([venv / "bin" / "python", "-c", "import builder, index_site; print(builder.__file__, index_site.__file__)"],
-                 cwd=tmp_path)
+    where = _run(
+        [venv / "bin" / "python", "-c", "import builder, index_site; print(builder.__file__, index_site.__file__)"],
+        cwd=tmp_path,
+    )
     assert where.returncode == 0, where.stderr
     for path in where.stdout.split():
         assert Path(path).is_relative_to(venv), path

@@ -40,9 +40,17 @@ def test_the_code_keeps_its_layers(tmp_path: Path) -> None:
     ("module", "planted", "message"),
     [
         ("builder/plan/job.py", "import builder.steps.fetch", "builder.plan is not allowed to import builder.steps"),
-        ("builder/core/ledger.py", "from builder.plan import facts", "builder.core is not allowed to import builder.plan"),
+        (
+            "builder/core/ledger.py",
+            "from builder.plan import facts",
+            "builder.core is not allowed to import builder.plan",
+        ),
         ("builder/farm/build.py", "import builder.cli.console", "builder.farm is not allowed to import builder.cli"),
-        ("index_site/wheels.py", "from builder.steps import verify", "index_site is not allowed to import builder.steps"),
+        (
+            "index_site/wheels.py",
+            "from builder.steps import verify",
+            "index_site is not allowed to import builder.steps",
+        ),
         ("index_site/site.py", "import builder.farm.build", "index_site is not allowed to import builder.farm"),
     ],
 )

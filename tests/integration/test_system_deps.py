@@ -25,7 +25,8 @@ def _run(tmp_path: Path, *args: str, installed: bool) -> subprocess.CompletedPro
     _fake(fake, "sudo", "exit 1")  # and no password-less sudo
     _fake(fake, "apt-get", f"echo apt-get \"$@\" >> {tmp_path / 'apt.log'}")
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
-    return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
 
 
 def test_nothing_missing_installs_nothing(tmp_path: Path) -> None:

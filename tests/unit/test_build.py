@@ -28,7 +28,8 @@ def local_jobs():
 
 
 class FakeStages:
-    """Stand-ins for fetch/env/patch/compile/repair/verify; `fail` maps a package to the exception its compile raises."""
+    """Stand-ins for fetch/env/patch/compile/repair/verify; `fail` maps a package to the exception its compile
+    raises."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         self.compiled: list[str] = []
@@ -41,7 +42,9 @@ class FakeStages:
         monkeypatch.setattr(build_stage, "runtime_env", lambda job, facts: stub)
         monkeypatch.setattr(build_stage, "build_env", lambda job, runtime, toolkit: stub)
         monkeypatch.setattr(build_stage, "unpack_sdist", lambda sdist, dest: dest)
-        monkeypatch.setattr(build_stage, "apply_recipe", lambda source, job: SimpleNamespace(changes=("patched",), env={}))
+        monkeypatch.setattr(
+            build_stage, "apply_recipe", lambda source, job: SimpleNamespace(changes=("patched",), env={})
+        )
         monkeypatch.setattr(build_stage.compile_stage, "workspace", self.workspace)
         monkeypatch.setattr(build_stage.compile_stage, "build_environ", lambda *args: {})
         monkeypatch.setattr(build_stage.compile_stage, "compile_wheel", self.compile_wheel)
@@ -98,11 +101,17 @@ def test_unchanged_inputs_are_skipped_and_a_missing_wheel_is_rebuilt(stages: Fak
     assert len(stages.compiled) == 1 and first.is_file()
 
 
-def test_a_failing_job_does_not_stop_the_others_and_is_retried_only_on_request(stages: FakeStages, tmp_path: Path) -> None:
+def test_a_failing_job_does_not_stop_the_others_and_is_retried_only_on_request(
+    stages: FakeStages, tmp_path: Path
+) -> None:
     stages.fail["mamba-ssm"] = WheelwrightError("mamba-ssm: compile failed (exit 1)")
     causal, mamba = run_build(tmp_path)
     assert causal.entry.status == "built"
-    assert (mamba.entry.status, mamba.entry.phase, mamba.entry.reason) == ("failed", "compile", "mamba-ssm: compile failed (exit 1)")
+    assert (mamba.entry.status, mamba.entry.phase, mamba.entry.reason) == (
+        "failed",
+        "compile",
+        "mamba-ssm: compile failed (exit 1)",
+    )
     del stages.fail["mamba-ssm"]
     assert run_build(tmp_path)[1].skipped
     assert run_build(tmp_path, retry_failed=True)[1].entry.status == "built"
@@ -136,7 +145,11 @@ def test_recovery_after_a_kill(stages: FakeStages, tmp_path: Path) -> None:
     with Ledger(layout.ledger) as ledger:
         moved = ledger.get(causal.identifier)
         ledger.put(dataclasses.replace(moved, status="running", phase="install"))
-        ledger.put(dataclasses.replace(ledger.get(mamba.identifier), status="running", phase="compile", wheel=None, wheel_sha256=None))
+        ledger.put(
+            dataclasses.replace(
+                ledger.get(mamba.identifier), status="running", phase="compile", wheel=None, wheel_sha256=None
+            )
+        )
     (layout.tmp / "leftover").mkdir()
     stages.compiled.clear()
     outcomes = run_build(tmp_path)
@@ -177,9 +190,9 @@ def test_the_resume_hash_reads_repair_toml() -> None:
 
 
 def test_a_second_build_on_the_same_output_is_refused(stages: FakeStages, tmp_path: Path) -> None:
-    with build_stage._exclusive((tmp_path / "out").mkdir() or tmp_path / "out" / ".lock"):
-        with pytest.raises(WheelwrightError, match="another wheelwright build"):
-            run_build(tmp_path)
+    lock = (tmp_path / "out").mkdir() or tmp_path / "out" / ".lock"
+    with build_stage._exclusive(lock), pytest.raises(WheelwrightError, match="another wheelwright build"):
+        run_build(tmp_path)
 
 
 def test_ledger_rows_round_trip(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ translation unit while nothing else is printed, GitHub log groups per job; a ter
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from builder.core.context import current
 from builder.farm import build as build_stage
 from builder.farm.build import Builder, BuildOptions, Layout, Progress
 from builder.plan.facts import load_facts
-from tests.unit.test_build import FakeStages, local_jobs, stages  # noqa: F401 (the fixture)
+from tests.unit.test_build import FakeStages, local_jobs
 
 NINJA = "[3/12] /usr/local/cuda/bin/nvcc -c /src/csrc/causal_conv1d_fwd.cu -o build/causal_conv1d_fwd.o"
 
@@ -77,13 +78,13 @@ def test_only_a_terminal_outside_ci_is_interactive() -> None:
 
 
 def test_a_slow_compile_through_the_build_gets_a_line_every_heartbeat(
-    stages: FakeStages, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The build stage with a compile that takes 2 s and prints one ninja line: with a 0.3 s heartbeat, no gap
     between printed lines is longer than the heartbeat plus the reporter's polling step."""
     stamped: list[tuple[float, str]] = []
     reporter = LineReporter(lambda text: stamped.append((time.monotonic(), text)), heartbeat=0.3)
-    fast_compile = stages.compile_wheel
+    fast_compile = FakeStages(monkeypatch, tmp_path).compile_wheel
 
     def slow_compile(job, env, space, environ, outdir):
         active = current()  # the job's context: what the runner feeds each output line to
@@ -98,7 +99,7 @@ def test_a_slow_compile_through_the_build_gets_a_line_every_heartbeat(
     with reporter:
         Builder(Layout(root=tmp_path / "out"), load_facts(), BuildOptions(), progress).run(local_jobs())
     times = [started] + [t for t, _ in stamped]
-    assert max(b - a for a, b in zip(times, times[1:])) < 0.3 + 0.06 + 0.2  # heartbeat + polling + scheduling
+    assert max(b - a for a, b in itertools.pairwise(times)) < 0.3 + 0.06 + 0.2  # heartbeat + polling + scheduling
     beats = [text for _, text in stamped if "still compile" in text]
     assert len(beats) >= 8 and all(b.endswith("compiling [3/12] causal_conv1d_fwd.cu") for b in beats)
 

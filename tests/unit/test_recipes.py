@@ -212,7 +212,9 @@ def test_injection_keeps_future_import_first_and_routes_the_call() -> None:
     compile(patched, "setup.py", "exec")
     lines = patched.splitlines()
     assert lines[:3] == SETUP.splitlines()[:3] and lines[3] == setup_py.PRELUDE_BEGIN
-    assert lines[-1] == 'wheelwright_setup(name="pkg", version="1.0", ext_modules=[], install_requires=["torch", "ninja"])'
+    assert (
+        lines[-1] == 'wheelwright_setup(name="pkg", version="1.0", ext_modules=[], install_requires=["torch", "ninja"])'
+    )
     assert "WHEELWRIGHT_JOB = {'identifier': 'x'}" in patched
     with pytest.raises(RecipeError, match="already has the wheelwright prelude"):
         setup_py.read_shape(patched, W)

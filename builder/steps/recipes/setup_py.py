@@ -35,7 +35,9 @@ def read_shape(text: str, where: str) -> SetupShape:
     except SyntaxError as error:
         raise RecipeError(f"{where}: setup.py does not parse: {error}") from None
     if PRELUDE_BEGIN in text:
-        raise RecipeError(f"{where}: setup.py already has the wheelwright prelude", tip="apply recipes to a fresh unpack")
+        raise RecipeError(
+            f"{where}: setup.py already has the wheelwright prelude", tip="apply recipes to a fresh unpack"
+        )
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _is_setup(node.func)]
     if len(calls) != 1:
         raise RecipeError(f"{where}: setup.py has {len(calls)} setup() calls, the recipe expects exactly one")
@@ -44,7 +46,9 @@ def read_shape(text: str, where: str) -> SetupShape:
     if missing:
         raise RecipeError(f"{where}: setup() in setup.py is not given {', '.join(sorted(missing))}")
     constants = frozenset(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str))
-    return SetupShape(setup_call=calls[0], insert_line=_insert_line(tree), constants=constants, env_reads=_env_reads(tree))
+    return SetupShape(
+        setup_call=calls[0], insert_line=_insert_line(tree), constants=constants, env_reads=_env_reads(tree)
+    )
 
 
 def _is_setup(func: ast.expr) -> bool:
