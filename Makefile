@@ -64,7 +64,7 @@ endif
 # Lint (ruff), types (mypy --strict on builder/ and index_site/) and the layers' import contracts
 # (pyproject.toml [tool.ruff], [tool.mypy], [tool.importlinter]).
 check: $(STAMP)
-	@$(TIMED) checks sh -c 'set -e; $(BIN)/ruff check --quiet .; $(BIN)/lint-imports --no-cache'
+	@$(TIMED) checks sh -c 'set -e; $(BIN)/ruff check --quiet .; $(BIN)/mypy; $(BIN)/lint-imports --no-cache'
 
 test-unit: $(STAMP)
 	@$(TIMED) unit $(PYTEST) tests/unit $(PYTEST_ARGS)

@@ -188,7 +188,7 @@ def _variants(catalog: Catalog) -> dict[str, Variant]:
 
 
 def _failures_by_cell(entries: Iterable[LedgerEntry]) -> dict[_CellKey, LedgerEntry]:
-    cells = {}
+    cells: dict[_CellKey, LedgerEntry] = {}
     for entry in entries:
         if not _label_ok(entry.label):
             log.warning("ledger row %s: label %r is not a variant label; not shown", entry.job_id, entry.label)
@@ -209,7 +209,7 @@ def accelerator_text(accelerator: Accelerator) -> str:
     return f"{'CUDA' if accelerator.kind == 'cuda' else 'ROCm'} {accelerator.version}"
 
 
-def _variant_key(variant: Variant) -> tuple:
+def _variant_key(variant: Variant) -> tuple[object, ...]:
     """Newest torch first; within it CUDA before ROCm, newest toolkit first."""
     accelerator = Accelerator.parse(variant.accelerator)
     return (
@@ -232,6 +232,6 @@ def _version(text: str) -> Version:
         return Version("0")
 
 
-def _python_key(python: str) -> tuple:
+def _python_key(python: str) -> tuple[int, tuple[int, ...] | str]:
     parts = python.split(".")
     return (0, tuple(int(p) for p in parts)) if all(p.isdigit() for p in parts) else (1, python)

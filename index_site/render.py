@@ -54,7 +54,7 @@ def _breakable(command: str) -> markupsafe.Markup:
     return markupsafe.Markup(" ").join(words)
 
 
-def _filesize(size: int) -> str:
+def _filesize(size: float) -> str:
     for unit in ("B", "kB", "MB"):
         if size < 1000:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"

@@ -12,6 +12,7 @@ import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder.core.errors import ConfigError
 from builder.core.files import write_atomic
@@ -105,11 +106,16 @@ def plan_site(
     )
 
 
+_Placement = tuple[Path, str, WheelFile]  # (the wheel in dist/, its path in the site, what the catalog knows)
+
+
 def _plan_files(
     catalog: Catalog, dist: Path, site: Path, manifest: Mapping[str, FileRecord]
-) -> tuple[list, list, dict]:
+) -> tuple[list[_Placement], list[_Placement], dict[str, FileRecord]]:
     """Wheels to link and .metadata files to write, and the records of those already in place."""
-    links, metadata, kept = [], [], {}
+    links: list[_Placement] = []
+    metadata: list[_Placement] = []
+    kept: dict[str, FileRecord] = {}
     for wheel in catalog.wheels:
         source = dist / wheel.filename
         path = layout.wheel_path(wheel.name.label, wheel.filename)
@@ -160,9 +166,10 @@ def site_base_url(site: Path) -> str | None:
     return _read_marker(site).get("base_url")
 
 
-def _read_marker(site: Path) -> dict:
+def _read_marker(site: Path) -> dict[str, Any]:
     try:
-        return json.loads((site / layout.SITE_MARKER).read_text())
+        marker: dict[str, Any] = json.loads((site / layout.SITE_MARKER).read_text())
+        return marker
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as error:

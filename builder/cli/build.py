@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.live import Live
 from rich.table import Table
@@ -19,8 +21,14 @@ from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.plan.job import Job
 
+if TYPE_CHECKING:
+    from builder.farm.build import Outcome
 
-def add_commands(commands: argparse._SubParsersAction, add_plan_arguments) -> None:
+
+def add_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    add_plan_arguments: Callable[[argparse.ArgumentParser], None],
+) -> None:
     build = commands.add_parser("build", help="build, repair and verify the wheels of a profile")
     add_plan_arguments(build)
     build.add_argument("--output", type=Path, default=Path("wheelhouse"), help="output folder (default: %(default)s)")
@@ -87,7 +95,7 @@ def _preflight(jobs: tuple[Job, ...]) -> int:
     return 0
 
 
-def _summary(outcomes: list, output: Path) -> None:
+def _summary(outcomes: list[Outcome], output: Path) -> None:
     table = Table(title="build summary", title_justify="left")
     for column in ("job", "result", "wheel", "size", "sha256", "time"):
         table.add_column(column, overflow="fold")

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from builder.core.context import job_context, log_note
 from builder.core.errors import WheelwrightError
@@ -171,7 +172,7 @@ def preflight(jobs: Sequence[Job], facts: TorchFacts) -> list[Readiness]:
     return found
 
 
-def _base_entry(job: Job, digest: str, layout: Layout, **fields: object) -> LedgerEntry:
+def _base_entry(job: Job, digest: str, layout: Layout, **fields: Any) -> LedgerEntry:
     return LedgerEntry(
         job_id=job.identifier, package=job.package, version=job.version, label=job.label, torch=job.torch,
         accelerator=job.accelerator.name, python=job.python, input_hash=digest,
@@ -218,7 +219,7 @@ class Builder:
         digest = input_hash(job)
         with Ledger(self.layout.ledger) as ledger:
             previous = ledger.get(job.identifier)
-            if self._up_to_date(previous, digest):
+            if previous is not None and self._up_to_date(previous, digest):
                 self.progress.on_done(job, "up to date")
                 return Outcome(job=job, entry=previous, skipped=True)
             self.layout.log_for(job).write_text("")
@@ -268,7 +269,7 @@ class Builder:
         if previous is None or previous.input_hash != digest:
             return False
         if previous.status == "built":
-            return bool(previous.wheel) and (self.layout.dist / previous.wheel).is_file()
+            return previous.wheel is not None and (self.layout.dist / previous.wheel).is_file()
         return previous.status in ("failed", "quarantined", "unbuildable") and not self.options.retry_failed
 
     def _build(self, job: Job, digest: str, timer: PhaseTimer, ledger: Ledger, share: int, work: Path) -> LedgerEntry:

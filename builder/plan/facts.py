@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from builder.core.errors import FactsError, did_you_mean
 from builder.core.files import read_toml
@@ -173,14 +173,14 @@ _CUDA_ARCH_RE = re.compile(r"\d+\.\d+")
 _ROCM_ARCH_RE = re.compile(r"gfx[0-9a-f]+")
 
 
-def _check_keys(raw: Mapping, allowed: Iterable[str], where: str) -> None:
+def _check_keys(raw: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
     allowed = list(allowed)
     for key in raw:
         if key not in allowed:
             raise FactsError(f"{where}: unknown key {key!r}{did_you_mean(key, allowed)}")
 
 
-def _check_types(raw: Mapping, where: str) -> None:
+def _check_types(raw: Mapping[str, Any], where: str) -> None:
     """Every field has its TOML type, list items and table values included: a typo'd type fails here, not later."""
     _check_keys(raw, _RELEASE_FIELDS, where)
     missing = [k for k in _RELEASE_FIELDS if k not in raw and k not in _OPTIONAL_FIELDS]
@@ -190,13 +190,15 @@ def _check_types(raw: Mapping, where: str) -> None:
         expected, item_type = _RELEASE_FIELDS[key], _ITEM_TYPES.get(key)
         if not isinstance(value, expected):
             raise FactsError(f"{where}: {key} must be a {_TOML_NAMES[expected]}, got {value!r}")
-        items = value.values() if isinstance(value, dict) else value
-        for item in items if item_type else ():
+        if item_type is None:
+            continue
+        items: list[object] = list(value.values()) if isinstance(value, dict) else list(value)  # type: ignore[call-overload]
+        for item in items:
             if not isinstance(item, item_type):
                 raise FactsError(f"{where}: {key} holds {item!r}, which is not a {_TOML_NAMES[item_type]}")
 
 
-def _release_from(raw: Mapping, where: str) -> TorchRelease:
+def _release_from(raw: Mapping[str, Any], where: str) -> TorchRelease:
     _check_types(raw, where)
     return TorchRelease(
         minor=raw["torch"],
@@ -267,14 +269,14 @@ def _arch_list(value: object, pattern: re.Pattern[str], where: str) -> tuple[str
     return tuple(value)
 
 
-def _table(raw: Mapping, key: str, where: str) -> Mapping:
+def _table(raw: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     value = raw.get(key, {})
     if not isinstance(value, dict):
         raise FactsError(f"{where}: {key} must be a table, got {value!r}")
     return value
 
 
-def _with_archs(releases: Sequence[TorchRelease], raw: Mapping, source: str) -> TorchFacts:
+def _with_archs(releases: Sequence[TorchRelease], raw: Mapping[str, Any], source: str) -> TorchFacts:
     """The facts, once [archs] gives a default list for every toolkit some release was built with."""
     where = f"{source}: [archs]"
     _check_keys(raw, ("cuda", "rocm"), where)
@@ -291,7 +293,7 @@ def _with_archs(releases: Sequence[TorchRelease], raw: Mapping, source: str) -> 
     return TorchFacts(releases=tuple(releases), cuda_archs=MappingProxyType(cuda_archs), rocm_archs=rocm_archs)
 
 
-def parse_facts(raw: Mapping, source: str) -> TorchFacts:
+def parse_facts(raw: Mapping[str, Any], source: str) -> TorchFacts:
     _check_keys(raw, ("release", "archs"), source)
     tables = raw.get("release", [])
     if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables) or not tables:

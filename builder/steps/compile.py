@@ -11,7 +11,7 @@ import shlex
 import shutil
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,7 +137,7 @@ def compile_wheel(
     """Run the PEP 517 backend in the job's build environment; returns the wheel it wrote. Its output goes to the
     active job's log and progress (builder.core.context)."""
 
-    def runner(cmd: list[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None) -> None:
+    def runner(cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None) -> None:
         run(cmd, step=f"{job.identifier}: compile", cwd=Path(cwd) if cwd else None,
             env={**environ, **(extra_environ or {})})
 

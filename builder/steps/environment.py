@@ -13,6 +13,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder.core.errors import ToolchainError, WheelwrightError
 from builder.core.resources import BUILD_REQUIREMENTS
@@ -86,7 +87,8 @@ def find_pythons(version: str) -> list[Path]:
     """Interpreters of ``version`` (3.11): this one, ``python3.11`` on PATH, pyenv installs; best first."""
     candidates = []
     if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
-        candidates += [Path(sys.executable), Path(sys._base_executable)]
+        base = sys._base_executable  # type: ignore[attr-defined]  # the interpreter a venv was made from
+        candidates += [Path(sys.executable), Path(base)]
     on_path = shutil.which(f"python{version}")
     candidates += [Path(on_path)] if on_path else []
     pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
@@ -101,8 +103,10 @@ def _is_venv(python: Path) -> bool:
     return (python.parent.parent / "pyvenv.cfg").is_file()
 
 
-def probe(python: Path) -> dict:
-    return json.loads(run([python, "-c", _PROBE], step="probe interpreter", capture=True).output.splitlines()[-1])
+def probe(python: Path) -> dict[str, Any]:
+    output = run([python, "-c", _PROBE], step="probe interpreter", capture=True).output
+    answer: dict[str, Any] = json.loads(output.splitlines()[-1])
+    return answer
 
 
 # -- torch ------------------------------------------------------------------------------------------------------
@@ -163,11 +167,11 @@ def installed_torch(job: Job, python: Path) -> Path:
     return target
 
 
-def _matches(info: dict, job: Job) -> bool:
+def _matches(info: dict[str, Any], job: Job) -> bool:
     if not info.get("torch"):
         return False
     public = info["torch"].split("+")[0]
-    return public == job.torch and info["cuda"] == job.accelerator.version and info["cxx11_abi"] == job.cxx11_abi
+    return bool(public == job.torch and info["cuda"] == job.accelerator.version and info["cxx11_abi"] == job.cxx11_abi)
 
 
 def _ensure_venv(venv: Path, python: Path, requirements: list[str], *, step: str) -> None:
@@ -180,7 +184,7 @@ def _ensure_venv(venv: Path, python: Path, requirements: list[str], *, step: str
     venv.parent.mkdir(parents=True, exist_ok=True)
     # --without-pip + our own pip pointed at it: works where the interpreter has no ensurepip (Debian's python3)
     run([python, "-m", "venv", "--without-pip", venv], step=f"{step}: create venv")
-    pip = [
+    pip: list[str | os.PathLike[str]] = [
         sys.executable,
         "-m",
         "pip",

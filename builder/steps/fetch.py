@@ -15,8 +15,9 @@ import tarfile
 import tempfile
 import urllib.error
 import urllib.request
+from http.client import HTTPResponse
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 from urllib.parse import urljoin
 
 from packaging.utils import canonicalize_name
@@ -46,10 +47,11 @@ def index_url() -> str:
     return os.environ.get("WHEELWRIGHT_INDEX_URL") or DEFAULT_INDEX_URL
 
 
-def open_url(url: str, *, accept: str | None = None) -> IO[bytes]:
+def open_url(url: str, *, accept: str | None = None) -> HTTPResponse:
     """The one place this module touches the network (tests replace it to prove a cache hit stays offline)."""
     headers = {"User-Agent": "wheelwright", **({"Accept": accept} if accept else {})}
-    return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S)
+    response: HTTPResponse = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S)
+    return response
 
 
 def fetch_sdist(
@@ -100,7 +102,7 @@ def find_file_url(sdist: Sdist, package: str, *, index: str | None = None, who: 
                     f"but matrix.yaml pins {sdist.sha256}",
                     tip="check the sha256 pin in matrix.yaml against the registry",
                 )
-            return urljoin(page_url, entry["url"])
+            return urljoin(page_url, str(entry["url"]))
     sdists = sorted(e.get("filename", "") for e in files if str(e.get("filename", "")).endswith((".tar.gz", ".zip")))
     raise FetchError(
         f"{who}: {sdist.filename} is not listed on {page_url} (sdists there: {', '.join(sdists[-5:]) or 'none'})",
@@ -112,7 +114,7 @@ def _with_slash(url: str) -> str:
     return url if url.endswith("/") else url + "/"
 
 
-def _project_files(page_url: str, who: str) -> list[dict]:
+def _project_files(page_url: str, who: str) -> list[dict[str, Any]]:
     try:
         with open_url(page_url, accept=PEP691_JSON) as response:
             content_type = response.headers.get_content_type()

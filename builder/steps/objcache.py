@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 MODES = ("use", "verify", "off")
 PER_PYTHON_ENV = "WHEELWRIGHT_OBJCACHE_PER_PYTHON"  # os.pathsep-separated include directories, set by compile.py
@@ -94,6 +95,10 @@ def _atomic_copy(source: Path, destination: Path) -> None:
     os.replace(temporary, destination)
 
 
+# A manifest entry: {"object": digest, "depfile": digest or None, "headers": {path: digest}} (JSON, hence Any)
+Entry = dict[str, Any]
+
+
 class ObjectCache:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -104,19 +109,20 @@ class ObjectCache:
     def blob(self, digest: str) -> Path:
         return self.root / "objects" / digest[:2] / digest
 
-    def lookup(self, key: str) -> dict | None:
+    def lookup(self, key: str) -> Entry | None:
         """The entry whose recorded headers all still have the recorded bytes."""
         path = self._manifest(key)
         if not path.is_file():
             return None
-        for entry in json.loads(path.read_text()):
+        entries: list[Entry] = json.loads(path.read_text())
+        for entry in entries:
             if all(_file_digest(h) == d for h, d in entry["headers"].items()):
                 return entry
         return None
 
-    def store(self, key: str, output: Path, depfile: Path | None) -> dict:
+    def store(self, key: str, output: Path, depfile: Path | None) -> Entry:
         headers = headers_of(depfile) if depfile else []
-        entry = {
+        entry: Entry = {
             "object": _file_digest(str(output)),
             "depfile": _file_digest(str(depfile)) if depfile else None,
             "headers": {h: _file_digest(h) for h in headers},
@@ -132,13 +138,13 @@ class ObjectCache:
         os.replace(handle.name, path)
         return entry
 
-    def restore(self, entry: dict, output: Path, depfile: Path | None) -> None:
+    def restore(self, entry: Entry, output: Path, depfile: Path | None) -> None:
         _atomic_copy(self.blob(entry["object"]), output)
         if depfile and entry["depfile"]:
             _atomic_copy(self.blob(entry["depfile"]), depfile)
 
 
-def _record(cache: ObjectCache, event: dict) -> None:
+def _record(cache: ObjectCache, event: dict[str, Any]) -> None:
     # One JSON line per compile, appended atomically (O_APPEND, one write): the build reads hits and misses here.
     line = json.dumps(event) + "\n"
     fd = os.open(cache.root / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

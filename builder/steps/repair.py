@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from auditwheel.architecture import Architecture
 from auditwheel.error import AuditwheelError, NonPlatformWheelError
@@ -60,7 +61,7 @@ def manylinux_policies(platform: str = "x86_64") -> WheelPolicies:
     return WheelPolicies(libc=Libc.GLIBC, arch=architecture)
 
 
-def parse_excludes(raw: Mapping, source: str) -> Excludes:
+def parse_excludes(raw: Mapping[str, Any], source: str) -> Excludes:
     table = raw.get("exclude")
     if not isinstance(table, Mapping):
         raise ConfigError(f"{source}: no [exclude] table")
@@ -256,7 +257,7 @@ def apply_plan(plan: RepairPlan, abi: WheelAbIInfo, wheel: Path, out_dir: Path) 
     )
     if repaired is None:  # auditwheel returns None only for wheels without ELF files, which analyze() refuses
         raise WheelError(f"{wheel.name}: auditwheel wrote no repaired wheel")
-    return repaired
+    return Path(repaired)
 
 
 def patchelf_arguments(update: ElfUpdateInfo) -> list[str]:
@@ -276,7 +277,7 @@ def patchelf_arguments(update: ElfUpdateInfo) -> list[str]:
     return arguments
 
 
-class RunnerPatchelf(ElfPatcher):
+class RunnerPatchelf(ElfPatcher):  # type: ignore[misc]  # auditwheel is untyped
     """auditwheel's ElfPatcher records the edits its repair decides on; this applies them with patchelf through
     builder.core.runner, like every other process. patchelf is looked up only once there is something to patch."""
 
@@ -286,7 +287,8 @@ class RunnerPatchelf(ElfPatcher):
         return output.strip().removesuffix(" (legacy)")
 
     def apply_updates(self) -> None:
-        updates, self._updates = self._updates, defaultdict(ElfUpdateInfo)
+        updates: dict[Path, Any] = self._updates
+        self._updates: defaultdict[Path, Any] = defaultdict(ElfUpdateInfo)
         for path, update in updates.items():
             arguments = patchelf_arguments(update)
             if arguments:

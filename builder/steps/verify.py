@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from types import MappingProxyType
+from typing import Any
 
 from auditwheel.policy import Policy, WheelPolicies
 from packaging.metadata import parse_email
@@ -146,7 +147,7 @@ def required_versions(elves: Iterable[ElfFacts]) -> dict[str, set[str]]:
 
 def highest(versions: Iterable[str]) -> str | None:
     numeric = [v for v in versions if version_key(v) is not None]
-    return max(numeric, key=version_key, default=None)
+    return max(numeric, key=lambda v: version_key(v) or (), default=None)
 
 
 # --- judging ---------------------------------------------------------------------------------------------------------
@@ -168,7 +169,7 @@ def claimed_policy(filename: str, policies: WheelPolicies) -> Policy | None:
     return max(claimed, default=None)
 
 
-def check_name(facts: WheelFacts, metadata: Mapping, job: Job) -> Check:
+def check_name(facts: WheelFacts, metadata: Mapping[str, Any], job: Job) -> Check:
     in_metadata = str(metadata.get("name", ""))
     in_filename = facts.filename.split("-", 1)[0]
     if canonicalize_name(in_metadata) != canonicalize_name(job.package) or in_filename != job.dist_name:
@@ -177,7 +178,7 @@ def check_name(facts: WheelFacts, metadata: Mapping, job: Job) -> Check:
     return passed("name", f"{in_metadata} ({in_filename} in the filename)")
 
 
-def check_version(facts: WheelFacts, metadata: Mapping, job: Job) -> Check:
+def check_version(facts: WheelFacts, metadata: Mapping[str, Any], job: Job) -> Check:
     in_metadata = str(metadata.get("version", ""))
     parts = facts.filename.split("-")
     in_filename = parts[1] if len(parts) > 1 else ""
@@ -191,7 +192,7 @@ def check_version(facts: WheelFacts, metadata: Mapping, job: Job) -> Check:
     return passed("version", detail)
 
 
-def check_requires_torch(metadata: Mapping, job: Job) -> Check:
+def check_requires_torch(metadata: Mapping[str, Any], job: Job) -> Check:
     expected = Requirement(job.torch_requirement)
     found = []
     for line in metadata.get("requires_dist", []):
@@ -336,7 +337,7 @@ def evaluate(facts: WheelFacts, job: Job, *, excludes: Excludes, policies: Wheel
     )
 
 
-def recorded_facts(facts: WheelFacts) -> dict[str, object]:
+def recorded_facts(facts: WheelFacts) -> dict[str, Any]:
     required = required_versions(facts.elves)
     symbols = {f: v for f in SYMBOL_FAMILIES if (v := highest(required.get(f, ())))}
     return {
@@ -387,12 +388,14 @@ def check_import(wheel: Path, job: Job, runtime: RuntimeEnv | None) -> Check:
         return skipped("import", f"the recipe of {job.package} names no import_names")
     with TemporaryDirectory(prefix="wheelwright-verify-") as tmp:
         python = _venv_with_torch(runtime, Path(tmp) / "venv")
-        install = [sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index",
-                   "--no-cache-dir", "--disable-pip-version-check", "--quiet", wheel]
+        install: list[str | os.PathLike[str]] = [
+            sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index",
+            "--no-cache-dir", "--disable-pip-version-check", "--quiet", wheel,
+        ]
         installed = run(install, step="verify: install wheel", check=False, capture=True)
         if installed.returncode != 0:
             return failed("import", f"pip could not install the wheel into a clean venv: {_tail(installed.output)}")
-        probe = [python, "-I", "-c", _PROBE, *job.recipe.import_names]
+        probe: list[str | os.PathLike[str]] = [python, "-I", "-c", _PROBE, *job.recipe.import_names]
         result = run(probe, step="verify: import", cwd=Path(tmp), check=False, capture=True)
     return _import_outcome(result.returncode, result.output, job)
 

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from types import MappingProxyType
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -27,7 +28,7 @@ class PackageFacts:
         return tuple(getattr(self, f.name) for f in fields(self))
 
 
-def parse_package_facts(raw: Mapping, source: str = SOURCE) -> Mapping[str, PackageFacts]:
+def parse_package_facts(raw: Mapping[str, Any], source: str = SOURCE) -> Mapping[str, PackageFacts]:
     known = {f.name for f in fields(PackageFacts)}
     packages = {}
     for name, entry in raw.get("packages", {}).items():

@@ -182,7 +182,7 @@ def plan_edits(root: Path, job: Job, facts: PackageFacts, where: str) -> dict[Pa
     patched_setup = setup_py.inject_prelude(setup_text, checked.shape, prelude_values(job, checked), where)
     summary = f"version {job.local_version}, {job.torch_requirement}, {arch_note}"
     edits = {root / "setup.py": (patched_setup, f"setup.py: setup() routed through {setup_py.WRAPPER}(): {summary}")}
-    if checked.requirements_in == pyproject.PYPROJECT:
+    if checked.requirements_in == pyproject.PYPROJECT and pyproject_text is not None:
         patched = pyproject.pin_torch(pyproject_text, job.torch_requirement, where)
         edits[pyproject_path] = (patched, f"pyproject.toml: dependencies torch -> {job.torch_requirement}")
     return edits

@@ -64,7 +64,7 @@ def _insert_line(tree: ast.Module) -> int:
         future = isinstance(node, ast.ImportFrom) and node.module == "__future__"
         if not (docstring or future):
             return node.lineno - 1
-    return tree.body[-1].end_lineno if tree.body else 0
+    return (tree.body[-1].end_lineno or 0) if tree.body else 0
 
 
 def _env_name(node: ast.AST) -> str | None:
@@ -74,7 +74,8 @@ def _env_name(node: ast.AST) -> str | None:
         if func in ("os.getenv", "getenv", "os.environ.get", "environ.get"):
             return node.args[0].value if isinstance(node.args[0].value, str) else None
     if isinstance(node, ast.Subscript) and ast.unparse(node.value) in ("os.environ", "environ"):
-        return node.slice.value if isinstance(node.slice, ast.Constant) else None
+        value = node.slice.value if isinstance(node.slice, ast.Constant) else None
+        return value if isinstance(value, str) else None
     return None
 
 
@@ -147,7 +148,7 @@ def inject_prelude(text: str, shape: SetupShape, job_values: Mapping[str, object
 
 def _rename_call(lines: list[str], func: ast.expr) -> list[str]:
     """Replace the called name's source span (ast columns count UTF-8 bytes) with the wrapper's name."""
-    first, last = func.lineno - 1, func.end_lineno - 1
+    first, last = func.lineno - 1, (func.end_lineno or func.lineno) - 1
     head = lines[first].encode()[: func.col_offset].decode()
     tail = lines[last].encode()[func.end_col_offset :].decode()
     return lines[:first] + [head + WRAPPER + tail] + lines[last + 1 :]
