@@ -16,7 +16,7 @@ from rich.table import Table
 from builder.cli.console import console, print_table
 from builder.cli.progress import LineReporter, LiveTable, interactive
 from builder.core.errors import BuildFailed
-from builder.core.ledger import Ledger
+from builder.core.ledger import Ledger, Status
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.plan.job import Job
@@ -69,7 +69,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     with shown:
         outcomes = builder.run(plan.jobs)
     _summary(outcomes, args.output)
-    failed = [o for o in outcomes if o.entry.status != "built"]
+    failed = [o for o in outcomes if o.entry.status != Status.BUILT]
     if failed:
         raise BuildFailed(f"{len(failed)} of {len(outcomes)} jobs did not produce a verified wheel",
                           tip=f"logs are in {args.output / 'logs'}; `wheelwright build --retry-failed` retries them")
@@ -103,11 +103,11 @@ def _summary(outcomes: list[Outcome], output: Path) -> None:
     for outcome in outcomes:
         entry = outcome.entry
         result = "up to date" if outcome.skipped else entry.status
-        detail = entry.wheel if entry.status == "built" else (entry.reason or "")
+        detail = entry.wheel if entry.status == Status.BUILT else (entry.reason or "")
         size = f"{entry.wheel_size / 2**20:.1f} MiB" if entry.wheel_size else ""
         sha = (entry.wheel_sha256 or "")[:16]
         seconds = f"{entry.total_seconds:.0f}s" if entry.timings else ""
-        style = "green" if entry.status == "built" else "red"
+        style = "green" if entry.status == Status.BUILT else "red"
         table.add_row(entry.job_id, f"[{style}]{result}[/{style}]", detail, size, sha, seconds)
         markdown.append(f"| {entry.job_id} | {result} | {detail} | {size} | {sha} | {seconds} |")
     print_table(table)
@@ -128,7 +128,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     for column in ("job", "status", "phase", "time", "wheel / reason"):
         table.add_column(column, overflow="fold")
     for entry in entries:
-        detail = entry.wheel if entry.status == "built" else (entry.reason or "")
+        detail = entry.wheel if entry.status == Status.BUILT else (entry.reason or "")
         timing = " ".join(f"{phase} {seconds:.0f}s" for phase, seconds in entry.timings.items())
         table.add_row(entry.job_id, entry.status, entry.phase or "", timing, detail)
     print_table(table)

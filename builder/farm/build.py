@@ -26,7 +26,7 @@ from typing import Any
 from builder.core.context import job_context, log_note
 from builder.core.errors import WheelwrightError
 from builder.core.hashing import sha256_of
-from builder.core.ledger import Ledger, LedgerEntry
+from builder.core.ledger import NOT_BUILT, Ledger, LedgerEntry, Status
 from builder.core.resources import BUILD_DATA
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
@@ -209,11 +209,11 @@ class Builder:
         shutil.rmtree(self.layout.tmp, ignore_errors=True)
         self.layout.tmp.mkdir()
         for entry in ledger.entries():
-            if entry.status != "running":
+            if entry.status != Status.RUNNING:
                 continue
             wheel = self.layout.dist / entry.wheel if entry.wheel else None
             if wheel and wheel.is_file() and sha256_of(wheel) == entry.wheel_sha256:
-                ledger.put(dataclasses.replace(entry, status="built", phase="install"))
+                ledger.put(dataclasses.replace(entry, status=Status.BUILT, phase="install"))
 
     def _one(self, job: Job, share: int) -> Outcome:
         digest = input_hash(job)
@@ -224,7 +224,7 @@ class Builder:
                 return Outcome(job=job, entry=previous, skipped=True)
             self.layout.log_for(job).write_text("")
             timer = PhaseTimer(job, self.progress, lambda phase, timings: ledger.put(
-                _base_entry(job, digest, self.layout, status="running", phase=phase, timings=timings)))
+                _base_entry(job, digest, self.layout, status=Status.RUNNING, phase=phase, timings=timings)))
             on_line = functools.partial(self.progress.on_line, job)
             try:
                 with job_context(job, self.layout.log_for(job), on_line), \
@@ -235,7 +235,7 @@ class Builder:
                     job,
                     digest,
                     self.layout,
-                    status="unbuildable",
+                    status=Status.UNBUILDABLE,
                     phase=timer.phase,
                     timings=timer.timings,
                     reason=str(error),
@@ -245,7 +245,7 @@ class Builder:
                     job,
                     digest,
                     self.layout,
-                    status="failed",
+                    status=Status.FAILED,
                     phase=timer.phase,
                     timings=timer.timings,
                     reason=str(error),
@@ -256,7 +256,7 @@ class Builder:
                     job,
                     digest,
                     self.layout,
-                    status="failed",
+                    status=Status.FAILED,
                     phase=timer.phase,
                     timings=timer.timings,
                     reason=f"{type(error).__name__}: {error}",
@@ -268,9 +268,9 @@ class Builder:
     def _up_to_date(self, previous: LedgerEntry | None, digest: str) -> bool:
         if previous is None or previous.input_hash != digest:
             return False
-        if previous.status == "built":
+        if previous.status == Status.BUILT:
             return previous.wheel is not None and (self.layout.dist / previous.wheel).is_file()
-        return previous.status in ("failed", "quarantined", "unbuildable") and not self.options.retry_failed
+        return previous.status in NOT_BUILT and not self.options.retry_failed
 
     def _build(self, job: Job, digest: str, timer: PhaseTimer, ledger: Ledger, share: int, work: Path) -> LedgerEntry:
         with timer("fetch"):
@@ -303,7 +303,7 @@ class Builder:
                 job,
                 digest,
                 self.layout,
-                status="quarantined",
+                status=Status.QUARANTINED,
                 phase="verify",
                 timings=timer.timings,
                 wheel=destination.name,
@@ -324,9 +324,9 @@ class Builder:
         if destination.exists() and sha256_of(destination) != checksum:
             log.warning("%s: replacing %s built from older inputs", job.identifier, destination.name)
         fields = dict(timings=timer.timings, wheel=wheel.name, wheel_sha256=checksum, wheel_size=size, report=report)
-        ledger.put(_base_entry(job, digest, self.layout, status="running", phase="install", **fields))
+        ledger.put(_base_entry(job, digest, self.layout, status=Status.RUNNING, phase="install", **fields))
         os.replace(wheel, destination)
-        return _base_entry(job, digest, self.layout, status="built", phase="install", **fields)
+        return _base_entry(job, digest, self.layout, status=Status.BUILT, phase="install", **fields)
 
 
 @contextmanager
