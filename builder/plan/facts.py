@@ -13,6 +13,7 @@ from typing import Any, Literal
 from builder.core.errors import FactsError, did_you_mean
 from builder.core.files import read_toml
 from builder.core.resources import TORCH_FACTS
+from builder.plan.arch import Arch
 
 MANYLINUX_POLICIES = ("manylinux2014", "manylinux_2_28", "manylinux_2_34")
 _ACCEL_RE = re.compile(r"cu(?P<cu>[1-9]\d{1,2})|rocm(?P<rocm>[1-9]\d*(?:\.\d+){1,2})")
@@ -169,8 +170,6 @@ _SPELLING: Mapping[str, tuple[str, str]] = MappingProxyType(
     }
 )
 # The default lists are plain compute capabilities; suffixes (9.0a, +PTX) are a profile's explicit choice.
-_CUDA_ARCH_RE = re.compile(r"\d+\.\d+")
-_ROCM_ARCH_RE = re.compile(r"gfx[0-9a-f]+")
 
 
 def _check_keys(raw: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
@@ -257,16 +256,24 @@ def _check_release(release: TorchRelease, where: str) -> None:
             raise FactsError(f"{where}: {accel} claims the cxx11 ABI under manylinux2014")
 
 
-def _arch_list(value: object, pattern: re.Pattern[str], where: str) -> tuple[str, ...]:
+def _arch_list(value: object, kind: str, where: str) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise FactsError(f"{where}: expected a list of architectures, got {value!r}")
-    example = "'9.0'" if pattern is _CUDA_ARCH_RE else "'gfx942'"
+    example = "'9.0'" if kind == "cuda" else "'gfx942'"
     for arch in value:
-        if not isinstance(arch, str) or not pattern.fullmatch(arch):
+        if not isinstance(arch, str) or not _default_arch(arch, kind):
             raise FactsError(f"{where}: {arch!r} is not an architecture like {example}")
-    if pattern is _CUDA_ARCH_RE:
+    if kind == "cuda":
         _check_sorted(value, where)
     return tuple(value)
+
+
+def _default_arch(text: str, kind: str) -> bool:
+    try:
+        arch = Arch.parse(text)
+    except ValueError:
+        return False
+    return arch.kind == kind and (kind == "rocm" or arch.plain)
 
 
 def _table(raw: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
@@ -282,8 +289,8 @@ def _with_archs(releases: Sequence[TorchRelease], raw: Mapping[str, Any], source
     _check_keys(raw, ("cuda", "rocm"), where)
     cuda_table, rocm_table = _table(raw, "cuda", where), _table(raw, "rocm", where)
     _check_keys(rocm_table, ("default",), f"{source}: [archs.rocm]")
-    cuda_archs = {v: _arch_list(a, _CUDA_ARCH_RE, f"{source}: [archs.cuda] {v}") for v, a in cuda_table.items()}
-    rocm_archs = _arch_list(rocm_table.get("default", []), _ROCM_ARCH_RE, f"{source}: [archs.rocm] default")
+    cuda_archs = {v: _arch_list(a, "cuda", f"{source}: [archs.cuda] {v}") for v, a in cuda_table.items()}
+    rocm_archs = _arch_list(rocm_table.get("default", []), "rocm", f"{source}: [archs.rocm] default")
     for release in releases:
         for cuda in release.cuda:
             if cuda not in cuda_archs:

@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from builder.core.errors import ConfigError, did_you_mean
+from builder.plan.arch import Arch as GpuArch
 from builder.plan.facts import Accelerator
 from builder.plan.job import PATCH_NAMES
 
@@ -126,8 +127,7 @@ def _accelerator(value: str) -> str:
 
 
 def _arch(value: str) -> str:
-    if not re.fullmatch(r"\d+\.\d+[af]?(\+PTX)?|gfx[0-9a-f]+", value):
-        raise ValueError(f"{value!r} is not a GPU architecture like '9.0', '9.0a', '12.0+PTX' or 'gfx942'")
+    GpuArch.parse(value)  # its ValueError names the spellings
     return value
 
 

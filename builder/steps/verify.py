@@ -22,6 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import WheelError
 from builder.core.runner import run
+from builder.plan.arch import Arch
 from builder.plan.job import Job
 from builder.steps.elf import ElfFacts, tree_elf_facts, unpacked
 from builder.steps.environment import RuntimeEnv
@@ -272,8 +273,9 @@ def check_symbol_versions(facts: WheelFacts, policy: Policy | None) -> Check:
 
 def expected_archs(job: Job) -> tuple[frozenset[str], frozenset[str]]:
     """(SASS, PTX) the job asks for: "8.0" is SASS only, "9.0+PTX" SASS and PTX for 9.0."""
-    sass = frozenset(arch.removesuffix("+PTX") for arch in job.archs)
-    ptx = frozenset(arch.removesuffix("+PTX") for arch in job.archs if arch.endswith("+PTX"))
+    archs = [Arch.parse(text) for text in job.archs]
+    sass = frozenset(arch.sass for arch in archs)
+    ptx = frozenset(arch.sass for arch in archs if arch.ptx)
     return sass, ptx
 
 

@@ -80,28 +80,28 @@ def test_only_a_terminal_outside_ci_is_interactive() -> None:
 def test_a_slow_compile_through_the_build_gets_a_line_every_heartbeat(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The build stage with a compile that takes 2 s and prints one ninja line: with a 0.3 s heartbeat, no gap
-    between printed lines is longer than the heartbeat plus the reporter's polling step."""
+    """The build stage with a compile that takes 3 s and prints one ninja line: with a 0.5 s heartbeat, no gap
+    between printed lines is much longer than the heartbeat (its polling step, plus slack for a loaded machine)."""
     stamped: list[tuple[float, str]] = []
-    reporter = LineReporter(lambda text: stamped.append((time.monotonic(), text)), heartbeat=0.3)
+    reporter = LineReporter(lambda text: stamped.append((time.monotonic(), text)), heartbeat=0.5)
     fast_compile = FakeStages(monkeypatch, tmp_path).compile_wheel
 
     def slow_compile(job, env, space, environ, outdir):
         active = current()  # the job's context: what the runner feeds each output line to
         assert active is not None
         active.on_line(NINJA)
-        time.sleep(2)
+        time.sleep(3)
         return fast_compile(job, env, space, environ, outdir)
 
     monkeypatch.setattr(build_stage.compile_stage, "compile_wheel", slow_compile)
     progress = Progress(on_phase=reporter.phase, on_line=reporter.line, on_done=reporter.done)
     started = time.monotonic()
     with reporter:
-        Builder(Layout(root=tmp_path / "out"), load_facts(), BuildOptions(), progress).run(local_jobs())
+        Builder(Layout(root=tmp_path / "out"), load_facts(), BuildOptions(), progress).run(local_jobs()[:1])
     times = [started] + [t for t, _ in stamped]
-    assert max(b - a for a, b in itertools.pairwise(times)) < 0.3 + 0.06 + 0.2  # heartbeat + polling + scheduling
+    assert max(b - a for a, b in itertools.pairwise(times)) < 0.5 + 0.1 + 0.9  # heartbeat + polling + slack
     beats = [text for _, text in stamped if "still compile" in text]
-    assert len(beats) >= 8 and all(b.endswith("compiling [3/12] causal_conv1d_fwd.cu") for b in beats)
+    assert len(beats) >= 4 and all(b.endswith("compiling [3/12] causal_conv1d_fwd.cu") for b in beats)
 
 
 def test_the_live_table_shows_the_unit() -> None:
