@@ -19,6 +19,11 @@ MANYLINUX_POLICIES = ("manylinux2014", "manylinux_2_28", "manylinux_2_34")
 _ACCEL_RE = re.compile(r"cu(?P<cu>[1-9]\d{1,2})|rocm(?P<rocm>[1-9]\d*(?:\.\d+){1,2})")
 
 
+def torch_minor(torch: str) -> str:
+    """The minor release a torch version belongs to (the unit of ABI and labels): "2.14" for 2.14.1+cu130."""
+    return ".".join(torch.split("+")[0].split(".")[:2])
+
+
 def version_key(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split("."))
 
@@ -108,7 +113,7 @@ class TorchFacts:
 
     def release(self, torch: str) -> TorchRelease:
         """The release of ``torch``, given as a minor ("2.14") or a patch ("2.14.1")."""
-        minor = ".".join(torch.split(".")[:2])
+        minor = torch_minor(torch)
         for release in self.releases:
             if release.minor == minor and (torch == minor or torch in release.patches):
                 return release

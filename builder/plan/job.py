@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from builder.plan.facts import Accelerator
+from builder.plan.facts import Accelerator, torch_minor
 
 # No leading zeros anywhere, so that every label parses back to exactly one (torch minor, accelerator).
 _LABEL_RE = re.compile(r"pt(?P<major>[1-9])(?P<minor>0|[1-9]\d*)(?P<accel>cu[1-9]\d{1,2}|rocm[1-9]\d{1,2})")
@@ -102,7 +102,7 @@ class Job:
 
     @property
     def torch_minor(self) -> str:
-        return ".".join(self.torch.split(".")[:2])
+        return torch_minor(self.torch)
 
     @property
     def torch_requirement(self) -> str:

@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, 
 
 from builder.core.errors import ConfigError, did_you_mean
 from builder.plan.arch import Arch as GpuArch
-from builder.plan.facts import Accelerator
+from builder.plan.facts import Accelerator, torch_minor
 from builder.plan.job import PATCH_NAMES
 
 HOST_PYTHON = "host"
@@ -287,7 +287,7 @@ def _axes_problems(prefix: Loc, axes: Axes) -> Iterator[tuple[Loc, str]]:
 def _axis_keys(name: str, values: Sequence[str]) -> list[str]:
     """What makes two values of an axis give the same jobs: torch 2.14 and 2.14.1 are both labelled pt214."""
     if name == "torch":
-        return [".".join(v.split(".")[:2]) for v in values]
+        return [torch_minor(v) for v in values]
     if name == "accelerators":
         return [Accelerator.parse(v).name for v in values]
     return list(values)

@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 from builder.core.errors import WheelError
 from builder.core.runner import run
 from builder.plan.arch import Arch
+from builder.plan.facts import torch_minor
 from builder.plan.job import Job
 from builder.steps.elf import ElfFacts, tree_elf_facts, unpacked
 from builder.steps.environment import RuntimeEnv
@@ -408,7 +409,7 @@ def _import_outcome(returncode: int, output: str, job: Job) -> Check:
     failures = [line.removeprefix("IMPORT FAILED ") for line in lines if line.startswith("IMPORT FAILED ")]
     if torch is None:
         return failed("import", f"import torch failed in the runtime: {_tail(output)}")
-    if Version(torch).release[:2] != Version(job.torch).release[:2]:
+    if torch_minor(torch) != job.torch_minor:
         return failed("import", f"the runtime holds torch {torch}, but the wheel was built for torch {job.torch}")
     if returncode != 0 or failures:
         return failed("import", "; ".join(failures) or _tail(output))
