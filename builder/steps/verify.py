@@ -17,11 +17,12 @@ from typing import Any
 from auditwheel.policy import Policy, WheelPolicies
 from packaging.metadata import parse_email
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import WheelError
 from builder.core.runner import run
+from builder.core.wheelname import InvalidWheelFilename, WheelFilename
 from builder.plan.arch import Arch
 from builder.plan.facts import torch_minor
 from builder.plan.job import Job
@@ -158,11 +159,11 @@ def highest(versions: Iterable[str]) -> str | None:
 def claimed_policy(filename: str, policies: WheelPolicies) -> Policy | None:
     """The manylinux policy the filename promises; with several tags, the oldest, as pip on that system reads it."""
     try:
-        _, _, _, tags = parse_wheel_filename(filename)
+        platforms = WheelFilename.parse(filename).platforms
     except InvalidWheelFilename:
         return None
     claimed = []
-    for platform in {tag.platform for tag in tags}:
+    for platform in platforms:
         try:
             claimed.append(policies.get_policy_by_name(platform))
         except LookupError:
@@ -173,7 +174,7 @@ def claimed_policy(filename: str, policies: WheelPolicies) -> Policy | None:
 
 def check_name(facts: WheelFacts, metadata: Mapping[str, Any], job: Job) -> Check:
     in_metadata = str(metadata.get("name", ""))
-    in_filename = facts.filename.split("-", 1)[0]
+    in_filename = _filename_part(facts.filename, "dist")
     if canonicalize_name(in_metadata) != canonicalize_name(job.package) or in_filename != job.dist_name:
         found = f"METADATA Name {in_metadata!r}, filename {in_filename!r}"
         return failed("name", f"{found}; the job builds {job.package!r} (filename {job.dist_name!r})")
@@ -182,8 +183,7 @@ def check_name(facts: WheelFacts, metadata: Mapping[str, Any], job: Job) -> Chec
 
 def check_version(facts: WheelFacts, metadata: Mapping[str, Any], job: Job) -> Check:
     in_metadata = str(metadata.get("version", ""))
-    parts = facts.filename.split("-")
-    in_filename = parts[1] if len(parts) > 1 else ""
+    in_filename = _filename_part(facts.filename, "version_text")
     try:
         same = Version(in_metadata) == Version(in_filename) == Version(job.local_version)
     except InvalidVersion:
@@ -192,6 +192,14 @@ def check_version(facts: WheelFacts, metadata: Mapping[str, Any], job: Job) -> C
     if not same:
         return failed("version", f"{detail}; expected {job.local_version!r} (the label {job.label} included)")
     return passed("version", detail)
+
+
+def _filename_part(filename: str, part: str) -> str:
+    """The name or version as the filename writes it; "" when the filename does not parse (check_tags says why)."""
+    try:
+        return str(getattr(WheelFilename.parse(filename), part))
+    except InvalidWheelFilename:
+        return ""
 
 
 def check_requires_torch(metadata: Mapping[str, Any], job: Job) -> Check:
@@ -212,7 +220,7 @@ def check_requires_torch(metadata: Mapping[str, Any], job: Job) -> Check:
 
 def check_tags(facts: WheelFacts, job: Job, policy: Policy | None) -> Check:
     try:
-        _, _, _, tags = parse_wheel_filename(facts.filename)
+        tags = WheelFilename.parse(facts.filename).tags
     except InvalidWheelFilename as error:
         return failed("tags", str(error))
     shown = ".".join(sorted(str(tag) for tag in tags))
