@@ -24,15 +24,14 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from builder.plan.expand import load_plan
+from builder.plan.facts import load_facts
+from builder.steps import compile as compile_stage
+from builder.steps.environment import build_env, find_toolkit, runtime_env
+from builder.steps.fetch import fetch_sdist, unpack_sdist
+from builder.steps.recipes import apply_recipe
 
-from builder import compile as compile_stage  # noqa: E402
-from builder.plan.expand import load_plan  # noqa: E402
-from builder.plan.facts import load_facts  # noqa: E402
-from builder.steps.environment import build_env, find_toolkit, runtime_env  # noqa: E402
-from builder.steps.fetch import fetch_sdist, unpack_sdist  # noqa: E402
-from builder.steps.recipes import apply_recipe  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PACKAGE = "causal-conv1d"
 

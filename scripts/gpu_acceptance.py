@@ -19,15 +19,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # builder's torch-free modules (job labels, the ledger) are read from the checkout
-
-from acceptance import bench, numerics, seed, upstream  # noqa: E402
-from acceptance import summary as record  # noqa: E402
-from acceptance.config import Config, ConfigError, load_config  # noqa: E402
-from acceptance.device import torch_facts, unavailable_reason  # noqa: E402
-from acceptance.installed import environment_checks, install_checks  # noqa: E402
-from acceptance.summary import FAILED, PASSED, SKIPPED, Check  # noqa: E402
+from scripts.acceptance import bench, numerics, seed, upstream
+from scripts.acceptance import summary as record
+from scripts.acceptance.config import Config, ConfigError, load_config
+from scripts.acceptance.device import torch_facts, unavailable_reason
+from scripts.acceptance.installed import environment_checks, install_checks
+from scripts.acceptance.summary import FAILED, PASSED, SKIPPED, Check
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
 
@@ -352,7 +349,7 @@ def _positive(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gpu_acceptance.py",
+        prog="python -m scripts.gpu_acceptance",
         description=__doc__.split("\n\n")[0],
         epilog="exit codes: 0 passed, 1 a check failed, 2 bad arguments, 3 no CUDA device",
     )

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .config import InnerCases, ScanCases, Tolerance
-from .summary import FAILED, PASSED, Check
+from scripts.acceptance.config import InnerCases, ScanCases, Tolerance
+from scripts.acceptance.summary import FAILED, PASSED, Check
 
 
 @dataclass(frozen=True, kw_only=True)

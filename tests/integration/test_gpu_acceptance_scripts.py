@@ -19,14 +19,12 @@ from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.steps.environment import RuntimeEnv, runtime_env
 from builder.steps.fetch import fetch_sdist, unpack_sdist
+from scripts.acceptance import upstream
+from scripts.acceptance.config import Expected, load_config
 from tests.jobs import local_job
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-
-from acceptance import upstream  # noqa: E402
-from acceptance.config import Expected, load_config  # noqa: E402
 
 CONFIG = load_config()
 NO_GPU_EXIT = 3
@@ -122,7 +120,7 @@ def test_box_script_without_a_gpu_skips_every_stage_with_the_reason(tmp_path: Pa
 def test_python_part_skips_gpu_checks_with_a_distinct_exit(tmp_path: Path, command: str) -> None:
     summary_path = tmp_path / "summary.json"
     extra = ["--sdist-dir", str(tmp_path), "--log", str(tmp_path / "pytest.log")] if command == "upstream" else []
-    done = run([sys.executable, str(SCRIPTS / "gpu_acceptance.py"), "--summary", str(summary_path), command, *extra])
+    done = run([sys.executable, "-m", "scripts.gpu_acceptance", "--summary", str(summary_path), command, *extra])
     assert done.returncode == NO_GPU_EXIT, done.stderr
     stage = json.loads(summary_path.read_text())["stages"][command]
     assert stage["status"] == "skipped" and stage["detail"].startswith("no CUDA device")
@@ -215,7 +213,7 @@ def test_mamba_cases_run_end_to_end_with_the_references(
         str(reference_sources["causal-conv1d"]),
         str(out),
     ]
-    done = run(command, env={"PYTHONPATH": str(torch_runtime.site_packages)}, timeout=600)
+    done = run(command, env={"PYTHONPATH": f"{torch_runtime.site_packages}{os.pathsep}{ROOT}"}, timeout=600)
     assert done.returncode == 0, done.stderr
     checks = json.loads(out.read_text())
     assert {c["status"] for c in checks} == {"passed"}, [c for c in checks if c["status"] != "passed"]
@@ -243,10 +241,9 @@ def test_mamba_cases_run_end_to_end_with_the_references(
 @pytest.mark.slow
 def test_comparison_fails_past_the_tolerance_in_the_kernels_dtype(torch_runtime: RuntimeEnv) -> None:
     code = """
-import sys, json, torch
-sys.path.insert(0, sys.argv[1])
-from acceptance.config import Tolerance
-from acceptance.numerics import compare, as_check
+import json, torch
+from scripts.acceptance.config import Tolerance
+from scripts.acceptance.numerics import compare, as_check
 tol = Tolerance(rtol=3e-3, atol=5e-3)
 ref = torch.linspace(-4, 4, 101)
 half = compare("du", ref.half(), ref, tol)                       # rounding to fp16 only: within
@@ -255,6 +252,6 @@ cplx = compare("dA", torch.complex(ref, ref) * (1 + 1e-2), torch.complex(ref, re
 nan = compare("out", torch.full((3,), float("nan")), torch.zeros(3), tol)
 print(json.dumps([half.ok, off.ok, off.worst > 1, cplx.ok, nan.ok, as_check("case", [half, off]).status]))
 """
-    done = run([sys.executable, "-c", code, str(SCRIPTS)], env={"PYTHONPATH": str(torch_runtime.site_packages)})
+    done = run([sys.executable, "-c", code], env={"PYTHONPATH": f"{torch_runtime.site_packages}{os.pathsep}{ROOT}"})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == [True, False, True, False, False, "failed"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from builder.core.runner import run
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_index.py"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_index_small(tmp_path: Path) -> None:
@@ -27,7 +27,8 @@ def test_bench_index_small(tmp_path: Path) -> None:
         tmp_path,
         "--json",
     ]
-    output = run([sys.executable, SCRIPT, *arguments], step="bench_index", env=dict(os.environ), capture=True).output
+    command = [sys.executable, "-m", "scripts.bench_index", *arguments]
+    output = run(command, step="bench_index", env=dict(os.environ), cwd=ROOT, capture=True).output
     results = json.loads(output[output.index("{") :])
     assert results["wheels"] == 300
     assert (
