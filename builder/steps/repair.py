@@ -23,9 +23,10 @@ from auditwheel.patcher import ElfPatcher, ElfUpdateInfo
 from auditwheel.policy import Policy, WheelPolicies
 from auditwheel.repair import repair_wheel as auditwheel_repair
 from auditwheel.wheel_abi import WheelAbIInfo, analyze_wheel_abi, get_wheel_elfdata
+from pydantic import BaseModel, ConfigDict, model_validator
 
-from builder.core.errors import ConfigError, WheelError
-from builder.core.files import read_toml
+from builder.core.data import load_data, validate
+from builder.core.errors import WheelError
 from builder.core.resources import REPAIR_EXCLUDES
 from builder.core.runner import run, which
 from builder.plan.job import Job
@@ -61,47 +62,64 @@ def manylinux_policies(platform: str = "x86_64") -> WheelPolicies:
     return WheelPolicies(libc=Libc.GLIBC, arch=architecture)
 
 
+class ExcludeFile(BaseModel):
+    """builder/data/repair.toml as validated: [exclude] with exactly the groups, each a non-empty list of patterns."""
+
+    model_config = ConfigDict(frozen=True)
+
+    exclude: dict[str, tuple[str, ...]]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checked(cls, raw: object) -> object:
+        table = raw.get("exclude") if isinstance(raw, Mapping) else None
+        if not isinstance(table, Mapping):
+            raise ValueError("no [exclude] table")  # noqa: TRY004 (pydantic reports a ValueError, not a TypeError)
+        unknown = sorted(set(table) - set(EXCLUDE_GROUPS))
+        missing = [g for g in EXCLUDE_GROUPS if g not in table]
+        if unknown or missing:
+            raise ValueError(f"[exclude] needs exactly the groups {', '.join(EXCLUDE_GROUPS)}; "
+                             f"unknown: {unknown or 'none'}, missing: {missing or 'none'}")
+        allowed = frozenset().union(*(p.whitelist for p in manylinux_policies()))
+        seen: set[str] = set()
+        for name in EXCLUDE_GROUPS:
+            if not table[name]:
+                raise ValueError(f"[exclude] {name} is empty")
+            for pattern in table[name]:
+                _check_pattern(pattern, f"[exclude] {name}", seen, allowed)
+                seen.add(pattern)
+        return {"exclude": {name: tuple(table[name]) for name in EXCLUDE_GROUPS}}
+
+
 def parse_excludes(raw: Mapping[str, Any], source: str) -> Excludes:
-    table = raw.get("exclude")
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{source}: no [exclude] table")
-    unknown = sorted(set(table) - set(EXCLUDE_GROUPS))
-    missing = [g for g in EXCLUDE_GROUPS if g not in table]
-    if unknown or missing:
-        raise ConfigError(f"{source}: [exclude] needs exactly the groups {', '.join(EXCLUDE_GROUPS)}; "
-                          f"unknown: {unknown or 'none'}, missing: {missing or 'none'}")
-    groups = {name: tuple(table[name]) for name in EXCLUDE_GROUPS}
-    allowed = frozenset().union(*(p.whitelist for p in manylinux_policies()))
-    seen: set[str] = set()
-    for name, patterns in groups.items():
-        if not patterns:
-            raise ConfigError(f"{source}: [exclude] {name} is empty")
-        for pattern in patterns:
-            _check_pattern(pattern, f"{source}: [exclude] {name}", seen, allowed)
-            seen.add(pattern)
-    return Excludes(groups=MappingProxyType(groups), source=source)
+    return _excludes(validate(raw, ExcludeFile, source), source)
+
+
+def _excludes(file: ExcludeFile, source: str) -> Excludes:
+    return Excludes(groups=MappingProxyType(dict(file.exclude)), source=source)
 
 
 def _check_pattern(pattern: object, where: str, seen: set[str], allowed: frozenset[str]) -> None:
     if not isinstance(pattern, str) or not pattern.startswith("lib") or ".so" not in pattern:
-        raise ConfigError(f"{where}: {pattern!r} is not a soname pattern like 'libc10*.so*'")
+        raise ValueError(f"{where}: {pattern!r} is not a soname pattern like 'libc10*.so*'")
     if pattern in seen:
-        raise ConfigError(f"{where}: {pattern!r} is listed twice")
+        raise ValueError(f"{where}: {pattern!r} is listed twice")
     # Excluding a library every manylinux system has would only hide a mistake (and a pattern that broad is one).
     clash = sorted(lib for lib in allowed if fnmatch.fnmatchcase(lib, pattern))
     if clash:
-        raise ConfigError(f"{where}: {pattern!r} matches {', '.join(clash)}, which manylinux already allows")
+        raise ValueError(f"{where}: {pattern!r} matches {', '.join(clash)}, which manylinux already allows")
 
 
 def load_excludes(path: Path | None = None) -> Excludes:
     if path is None:
         return _default_excludes()
-    return parse_excludes(read_toml(path, what="the repair excludes"), str(path))
+    return _excludes(load_data(path, ExcludeFile, what="the repair excludes"), str(path))
 
 
 @functools.cache
 def _default_excludes() -> Excludes:
-    return parse_excludes(read_toml(REPAIR_EXCLUDES, what="the repair excludes"), REPAIR_EXCLUDES.source)
+    file = load_data(REPAIR_EXCLUDES, ExcludeFile, what="the repair excludes")
+    return _excludes(file, REPAIR_EXCLUDES.source)
 
 
 @dataclass(frozen=True, kw_only=True)

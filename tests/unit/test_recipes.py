@@ -318,3 +318,16 @@ def test_the_plan_knows_exactly_the_patches_the_recipes_define() -> None:
     from builder.steps.recipes import PATCHES
 
     assert set(PATCHES) == PATCH_NAMES
+
+
+def test_recipe_facts_errors_name_the_file_table_and_key(tmp_path: Path) -> None:
+    from builder.core.data import load_data
+    from builder.steps.recipes.facts import RecipeFacts
+
+    path = tmp_path / "recipes.toml"
+    path.write_text('[packages.Pkg_A]\nlocal_version_env = "A"\nrocm_arch_env = "B"\n')
+    with pytest.raises(ConfigError, match=r"recipes.toml: \[packages\] Pkg_A: write the package name normalized"):
+        load_data(path, RecipeFacts, what="the recipe facts")
+    path.write_text("[packages\n")
+    with pytest.raises(ConfigError, match=r"recipes.toml: not valid TOML"):
+        load_data(path, RecipeFacts, what="the recipe facts")
