@@ -82,7 +82,8 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
     """Lay the patched source and a link to the job's torch at the fixed paths, holding a lock meanwhile."""
     space = Workspace.for_job(job)
     space.root.mkdir(parents=True, exist_ok=True)
-    with open(space.root.with_suffix(".lock"), "w") as lock:
+    # beside the root, named after all of it: with_suffix would cut "1.7.0+pt214cu130" to "1.7" and share the lock
+    with open(space.root.parent / f"{space.root.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         shutil.rmtree(space.source, ignore_errors=True)
         shutil.copytree(source, space.source, symlinks=True)
