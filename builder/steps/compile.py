@@ -117,6 +117,7 @@ def build_environ(
         NVCC_APPEND_FLAGS=f"--threads {parallelism.nvcc_threads}",  # last --threads wins over setup.py's hardcoded 4
         TORCH_CUDA_ARCH_LIST=";".join(job.archs),
         PIP_NO_BUILD_ISOLATION="1",
+        PYTHONUNBUFFERED="1",  # the backend writes to our pipe: lines reach the log and the progress as they happen
         SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", "315532800"),
     )
     if objcache is not None:
