@@ -1,5 +1,5 @@
 """What `wheelwright build` shows while it works. A terminal gets rich's live table; a pipe, a file or a CI log gets
-plain lines instead: one per phase change with the time it took, a heartbeat naming what is compiling whenever
+plain lines instead: one per phase change with the time it took, a heartbeat naming how far the compile got whenever
 nothing else was printed for a while, and under GitHub Actions one collapsible log group per job."""
 
 from __future__ import annotations
@@ -129,7 +129,8 @@ class LineReporter:
             for identifier, row in self.state.items():
                 if row.phase_started is None:
                     continue
-                doing = f", compiling {row.unit}" if row.phase == "compile" and row.unit else ""
+                # through a pipe ninja prints an edge's status line when the edge finishes, not when it starts
+                doing = f", ninja done with {row.unit}" if row.phase == "compile" and row.unit else ""
                 self._emit(
                     f"{self._stamp(now)} {identifier}: still {row.phase} ({now - row.phase_started:.0f}s){doing}"
                 )

@@ -57,7 +57,7 @@ def test_the_heartbeat_names_the_unit_being_compiled_only_after_a_quiet_spell() 
     assert len(lines) == 1  # something was printed 10 s ago: no heartbeat yet
     clock.now += 15
     reporter.beat()
-    assert lines[-1] == f"[   25s] {job.identifier}: still compile (25s), compiling [3/12] causal_conv1d_fwd.cu"
+    assert lines[-1] == f"[   25s] {job.identifier}: still compile (25s), ninja done with [3/12] causal_conv1d_fwd.cu"
 
 
 def test_github_groups_wrap_each_job() -> None:
@@ -101,7 +101,7 @@ def test_a_slow_compile_through_the_build_gets_a_line_every_heartbeat(
     times = [started] + [t for t, _ in stamped]
     assert max(b - a for a, b in itertools.pairwise(times)) < 0.5 + 0.1 + 0.9  # heartbeat + polling + slack
     beats = [text for _, text in stamped if "still compile" in text]
-    assert len(beats) >= 4 and all(b.endswith("compiling [3/12] causal_conv1d_fwd.cu") for b in beats)
+    assert len(beats) >= 4 and all(b.endswith("ninja done with [3/12] causal_conv1d_fwd.cu") for b in beats)
 
 
 def test_the_live_table_shows_the_unit() -> None:
