@@ -3,23 +3,31 @@
 # `make test` and `make build-matrix`, so a fresh Debian machine needs no step by hand):
 #   build  g++ (the host compiler nvcc and torch's extension builder call)
 #   test   the build's, plus Debian's Chromium for the landing-page test (playwright's own browser download is not
-#          reachable from CI) and the fonts it renders with
+#          reachable from CI) and the fonts it renders with; npm (where no Node.js is installed) for axe-core, the
+#          accessibility engine those tests run, which scripts/install-axe.sh then caches
 # Installing needs root (or sudo without a password); without it, one ERROR line names the command to run.
 set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
 
 usage() {
     echo "usage: scripts/install-system-deps.sh [build|test]   (default: test)"
 }
 
-case "${1:-test}" in
+part=${1:-test}
+case "$part" in
     build) packages=(g++) ;;
-    test) packages=(g++ chromium fonts-dejavu-core) ;;
+    test) packages=(g++ chromium fonts-dejavu-core); command -v npm >/dev/null || packages+=(npm) ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
 esac
 
+caches() {  # what the tests fetch beyond system packages
+    if [ "$part" = test ]; then echo "axe-core: $(bash "$here/install-axe.sh")"; fi
+}
+
 if ! command -v dpkg-query >/dev/null; then
     echo "system packages: not a Debian system; make sure ${packages[*]} (or their equivalents) are installed" >&2
+    caches
     exit 0
 fi
 missing=()
@@ -28,13 +36,14 @@ for package in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
     echo "system packages present: ${packages[*]}"
+    caches
     exit 0
 fi
 
 sudo=()
 if [ "$(id -u)" -ne 0 ]; then
     if ! command -v sudo >/dev/null || ! sudo -n true 2>/dev/null; then
-        echo "ERROR missing system packages ${missing[*]}: run \`sudo bash scripts/install-system-deps.sh ${1:-test}\`" >&2
+        echo "ERROR missing system packages ${missing[*]}: run \`sudo bash scripts/install-system-deps.sh $part\`" >&2
         exit 1
     fi
     sudo=(sudo -n)
@@ -43,3 +52,4 @@ echo "system packages: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 update -qq
 "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}"
+caches

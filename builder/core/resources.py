@@ -52,7 +52,10 @@ TEMPLATE_PACKAGE = "index_site"
 TEMPLATE_FOLDER = "templates"
 TEMPLATES = tuple(
     Resource(TEMPLATE_PACKAGE, f"{TEMPLATE_FOLDER}/{name}")
-    for name in ("landing.html", "landing.css", "simple_project.html", "simple_root.html")
+    for name in (
+        "_macros.html", "base.html", "coverage.html", "landing.html", "setup.html",
+        "simple_project.html", "simple_root.html", "site.css", "site.js",
+    )
 )
 
 # What a build reads besides the job itself; the resume hash covers each one's bytes (builder/farm/build.py).
