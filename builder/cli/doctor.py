@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from builder.doctor.main import add_arguments, run
 
 
-def add_commands(commands, add_plan_arguments) -> None:
+def add_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    add_plan_arguments: Callable[[argparse.ArgumentParser], None],
+) -> None:
     doctor = commands.add_parser(
         "doctor",
         help="say why causal-conv1d / mamba-ssm do not work in a Python environment, and print the fix",

@@ -11,6 +11,7 @@ aarch64) are read: nothing else carries a CUDA or ROCm extension. Dataclasses he
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -91,8 +92,14 @@ class ElfFile:
         raw = [_SECTION.unpack_from(table, i * shentsize) for i in range(shnum)]
         names = self._read(raw[shstrndx][4], raw[shstrndx][5])
         return tuple(
-            Section(name=_cstring(names, r[0]), type=r[1], offset=r[4], size=r[5] if r[1] != SHT_NOBITS else 0,
-                    link=r[6], info=r[7])
+            Section(
+                name=_cstring(names, r[0]),
+                type=r[1],
+                offset=r[4],
+                size=r[5] if r[1] != SHT_NOBITS else 0,
+                link=r[6],
+                info=r[7],
+            )
             for r in raw
         )
 
@@ -153,7 +160,9 @@ class ElfFile:
         offsets = range(_SYM.size, len(data) - _SYM.size + 1, _SYM.size)  # entry 0 is the null symbol
         return tuple(name for name in (_cstring(strings, _SYM.unpack_from(data, o)[0]) for o in offsets) if name)
 
-    def _chain(self, data: bytes, record: struct.Struct, count: int, *, next_field: int, start: int = 0):
+    def _chain(
+        self, data: bytes, record: struct.Struct, count: int, *, next_field: int, start: int = 0
+    ) -> Iterator[int]:
         """Offsets of a linked list of version records: each holds the distance to the next (0 ends it)."""
         offset = start
         for _ in range(count):

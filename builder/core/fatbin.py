@@ -92,10 +92,14 @@ class FatbinContents:
 
 
 def arch_key(arch: str) -> tuple[int, int, str]:
-    """Sort key for "9.0", "10.0a", "12.0f": numeric, then the variant letter."""
+    """Sort key for "9.0", "10.0a", "12.0f": numeric, then the variant letter.
+
+    The same order as ``builder.plan.arch.Arch.sort_key`` (a test holds them together); spelled out here because
+    this reader sits in core, below the plan, and runs inside doctor.py.
+    """
     major, _, rest = arch.partition(".")
     minor = rest.rstrip("af")
-    return int(major), int(minor), rest[len(minor):]
+    return int(major), int(minor), rest[len(minor) :]
 
 
 def arch_name(sm: int, flags: int) -> str:

@@ -34,20 +34,20 @@ _TORCH_SYMBOL = ("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5
 _REINSTALL = "run doctor in that environment: it prints the install line of the wheel built for your torch"
 
 
-def _incompatible(match: re.Match) -> tuple[str, str]:
+def _incompatible(match: re.Match[str]) -> tuple[str, str]:
     return TORCH_MINOR, (
         f"the {match['package']} extension was compiled against a different torch minor than the one installed, "
         "and a compiled extension only loads into the torch it was built for."
     )
 
 
-def _no_kernel(match: re.Match) -> tuple[str, str]:
+def _no_kernel(match: re.Match[str]) -> tuple[str, str]:
     return NO_KERNEL, (
         "the extension carries no SASS for this GPU's compute capability and no PTX the driver could compile for it."
     )
 
 
-def _libstdcxx(match: re.Match) -> tuple[str, str]:
+def _libstdcxx(match: re.Match[str]) -> tuple[str, str]:
     where = f" ({match['library']})" if match["library"] else ""
     return LIBSTDCXX_TOO_OLD, (
         f"the extension needs {match['version']}, newer than what the libstdc++ this process loaded{where} provides: "
@@ -55,14 +55,14 @@ def _libstdcxx(match: re.Match) -> tuple[str, str]:
     )
 
 
-def _glibc(match: re.Match) -> tuple[str, str]:
+def _glibc(match: re.Match[str]) -> tuple[str, str]:
     return GLIBC_TOO_OLD, (
         f"the extension needs GLIBC_{match['version']}, newer than this system's glibc: the wheel's manylinux tag is "
         "newer than this Linux."
     )
 
 
-def _undefined(match: re.Match) -> tuple[str, str]:
+def _undefined(match: re.Match[str]) -> tuple[str, str]:
     symbol = match["symbol"]
     if "cxx11" in symbol:
         return CXX_ABI, (
@@ -77,14 +77,14 @@ def _undefined(match: re.Match) -> tuple[str, str]:
     return IMPORT_FAILED, f"a library the extension links against does not define {symbol[:60]}."
 
 
-def _driver(match: re.Match) -> tuple[str, str]:
+def _driver(match: re.Match[str]) -> tuple[str, str]:
     return DRIVER_TOO_OLD, (
         "the NVIDIA driver is older than the CUDA runtime torch and the extension were built with; any driver of "
         "the toolkit's major version (CUDA 12: 525+, CUDA 13: 580+) runs it."
     )
 
 
-def _missing_module(match: re.Match) -> tuple[str, str]:
+def _missing_module(match: re.Match[str]) -> tuple[str, str]:
     return EXTENSION_MISSING, (
         f"{match['module']} is the package's compiled CUDA extension and it is not installed: the package was built "
         "from its sdist without compiling CUDA code."
@@ -105,9 +105,17 @@ _REMEDIES = {
 
 # (pattern, meaning), first match per line wins. Messages quoted from users' reports (see issue 12).
 _PATTERNS = (
-    (re.compile(r"The (?P<package>\w+) CUDA extension is incompatible with the current PyTorch version"), _incompatible),
+    (
+        re.compile(r"The (?P<package>\w+) CUDA extension is incompatible with the current PyTorch version"),
+        _incompatible,
+    ),
     (re.compile(r"no kernel image is available for execution on the device"), _no_kernel),
-    (re.compile(r"(?:(?P<library>/\S*libstdc\+\+\.so[.\d]*): )?version [`'\"](?P<version>(?:GLIBCXX|CXXABI)_[\d.]+)['`\"]? not found"), _libstdcxx),
+    (
+        re.compile(
+            r"(?:(?P<library>/\S*libstdc\+\+\.so[.\d]*): )?version [`'\"](?P<version>(?:GLIBCXX|CXXABI)_[\d.]+)['`\"]? not found"  # noqa: E501
+        ),
+        _libstdcxx,
+    ),
     (re.compile(r"GLIBC_(?P<version>\d+\.\d+(?:\.\d+)?)['`\"]? not found"), _glibc),
     (re.compile(r"undefined symbol: (?P<symbol>\S+)"), _undefined),
     (re.compile(r"CUDA driver version is insufficient for CUDA runtime version"), _driver),

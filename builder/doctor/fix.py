@@ -9,14 +9,25 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from builder.doctor.labels import our_label, parse_variant, parse_wheel, release, split_local, wheel_fits
+from builder.doctor.labels import (
+    Variant,
+    WheelName,
+    our_label,
+    parse_variant,
+    parse_wheel,
+    release,
+    split_local,
+    wheel_fits,
+)
 from builder.doctor.probe import Environment
 from builder.doctor.verdicts import Diagnosis
 
 FETCH_TIMEOUT = 20.0
 
-FetchJson = Callable[[str], "dict | None"]  # URL -> the JSON document, None for 404
+Page = dict[str, Any]  # a PEP 691 JSON document
+FetchJson = Callable[[str], "Page | None"]  # URL -> the JSON document, None for 404
 
 
 @dataclass(frozen=True)
@@ -37,11 +48,12 @@ class IndexUnreachable(Exception):
     """The index did not answer (or answered something that is not a PEP 691 page)."""
 
 
-def fetch_json(url: str) -> dict | None:
+def fetch_json(url: str) -> Page | None:
     request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     try:
         with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT) as response:
-            return json.loads(response.read().decode())
+            page: Page = json.loads(response.read().decode())
+            return page
     except urllib.error.HTTPError as error:
         if error.code == 404:
             return None
@@ -59,36 +71,41 @@ def index_root(url: str) -> str:
     return url
 
 
-def find_fix(env: Environment, diagnosis: Diagnosis, index_url: str | None, fetch: FetchJson = fetch_json) -> Fix | None:
+def find_fix(
+    env: Environment, diagnosis: Diagnosis, index_url: str | None, fetch: FetchJson = fetch_json
+) -> Fix | None:
     """None when nothing needs fixing; otherwise the command, or the sentence saying why there is none."""
     if diagnosis.ok:
         return None
     if not diagnosis.needs_wheel:
         return Fix(note="no other wheel helps here: the fix is the driver or the system named above.")
     label = our_label(env.torch.version, env.torch.cuda, env.torch.hip) if env.torch.version else None
-    if label is None:
+    wanted = parse_variant(label) if label else None
+    if label is None or wanted is None:
         what = f"torch {env.torch.version} is a CPU build" if env.torch.version else "torch is not installed"
         return Fix(note=f"{what}: install a CUDA build of torch first, then run doctor again.")
     if not index_url:
-        return Fix(note=f"the wheel to install is {diagnosis.package.name} for {label}; pass --index-url to check it exists.")
+        return Fix(
+            note=f"the wheel to install is {diagnosis.package.name} for {label}; pass --index-url to check it exists."
+        )
     root = index_root(index_url)
     try:
-        return _lookup(env, diagnosis, root, label, fetch)
+        return _lookup(env, diagnosis, root, wanted, fetch)
     except IndexUnreachable as error:
         return Fix(note=f"cannot check the index: {error}.")
 
 
-def _lookup(env: Environment, diagnosis: Diagnosis, root: str, label: str, fetch: FetchJson) -> Fix:
-    project = diagnosis.package.name
+def _lookup(env: Environment, diagnosis: Diagnosis, root: str, wanted: Variant, fetch: FetchJson) -> Fix:
+    project, label = diagnosis.package.name, wanted.label
     page = fetch(f"{root}/whl/{label}/json/{project}/index.json")
     wheel = _best(_fitting(env, page), split_local(diagnosis.package.version)[0])
     if wheel is None:
-        return _nearest(env, project, root, label, fetch)
+        return _nearest(env, project, root, wanted, fetch)
     pin = f"{project}=={wheel.version}"
     links = f"{root}/whl/{label}.html"
     python = env.executable
     return Fix(
-        note=f"installs {wheel.filename}, built for torch {parse_variant(label).torch} ({label}).",
+        note=f"installs {wheel.filename}, built for torch {wanted.torch} ({label}).",
         pip=f"{python} -m pip install --force-reinstall --no-deps {pin} -f {links}",
         uv=f"uv pip install --python {python} --reinstall --no-deps {pin} --find-links {links}",
         wheel=wheel.filename,
@@ -96,41 +113,43 @@ def _lookup(env: Environment, diagnosis: Diagnosis, root: str, label: str, fetch
     )
 
 
-def _fitting(env: Environment, page: dict | None) -> list:
+def _fitting(env: Environment, page: Page | None) -> list[WheelName]:
     files = (page or {}).get("files", [])
     names = [parse_wheel(f.get("filename", "")) for f in files if not f.get("yanked")]
     return [w for w in names if w and wheel_fits(w, python_tag=env.python_tag, machine=env.machine, glibc=env.glibc)]
 
 
-def _best(wheels: list, public_version: str):
+def _best(wheels: list[WheelName], public_version: str) -> WheelName | None:
     """The wheel of the installed version when the index has it, else the highest version."""
     same = [w for w in wheels if split_local(w.version)[0] == public_version]
     pool = same or wheels
     return max(pool, key=lambda w: release(w.version)) if pool else None
 
 
-def _nearest(env: Environment, project: str, root: str, label: str, fetch: FetchJson) -> Fix:
-    wanted = parse_variant(label)
+def _nearest(env: Environment, project: str, root: str, wanted: Variant, fetch: FetchJson) -> Fix:
+    label = wanted.label
     where = f"{env.python_tag}, {env.machine}, glibc {env.glibc}"
-    build = (f"or build it: add a profile to matrix.yaml with torch: [\"{wanted.torch}\"], accelerators: "
-             f"[{wanted.accelerator.replace('.', '') if wanted.cuda else wanted.accelerator}], python: "
-             f"[\"{env.python_tag[2]}.{env.python_tag[3:]}\"]")
-    others = [w for w in _fitting(env, fetch(f"{root}/json/{project}/index.json")) if _variant(w)]
+    build = (
+        f'or build it: add a profile to matrix.yaml with torch: ["{wanted.torch}"], accelerators: '
+        f"[{wanted.accelerator.replace('.', '') if wanted.cuda else wanted.accelerator}], python: "
+        f'["{env.python_tag[2]}.{env.python_tag[3:]}"]'
+    )
+    wheels = _fitting(env, fetch(f"{root}/json/{project}/index.json"))
+    others = [(w, v) for w, v in ((w, _variant(w)) for w in wheels) if v is not None]
     if not others:
         return Fix(note=f"the index has no {project} wheel for {label} ({where}), nor for any other variant; {build}.")
-    near = min(others, key=lambda w: _distance(_variant(w), wanted, w))
-    variant = _variant(near)
+    near, variant = min(others, key=lambda pair: _distance(pair[1], wanted, pair[0]))
     return Fix(
         note=f"the index has no {project} wheel for {label} ({where}); the nearest is {near.filename} "
         f"(torch {variant.torch}, {variant.accelerator}), which needs that torch; {build}.",
     )
 
 
-def _variant(wheel):
+def _variant(wheel: WheelName) -> Variant | None:
     return parse_variant(split_local(wheel.version)[1])
 
 
-def _distance(variant, wanted, wheel) -> tuple:
+def _distance(variant: Variant, wanted: Variant, wheel: WheelName) -> tuple[object, ...]:
     """Same torch minor first, then the closest CUDA (older before newer: an older toolkit runs on the driver)."""
     gap = _cuda_number(wanted.cuda) - _cuda_number(variant.cuda)
     torch_gap = abs(release(variant.torch)[1] - release(wanted.torch)[1])
@@ -138,6 +157,6 @@ def _distance(variant, wanted, wheel) -> tuple:
 
 
 def _cuda_number(cuda: str | None) -> int:
-    """"13.0" -> 130, upstream's "12" -> 120, ROCm (None) -> 0."""
+    """ "13.0" -> 130, upstream's "12" -> 120, ROCm (None) -> 0."""
     numbers = (*release(cuda or "0"), 0)
     return numbers[0] * 10 + numbers[1]

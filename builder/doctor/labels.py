@@ -16,7 +16,9 @@ PACKAGES = {"causal-conv1d": ("causal_conv1d_cuda",), "mamba-ssm": ("selective_s
 _OUR_LABEL = re.compile(r"pt(?P<major>[1-9])(?P<minor>0|[1-9]\d*)(?:cu(?P<cu>[1-9]\d{1,2})|rocm(?P<rocm>[1-9]\d{1,2}))")
 # Upstream's own release wheels: causal_conv1d-1.5.0.post8+cu12torch2.4cxx11abiFALSE-...
 _UPSTREAM_LABEL = re.compile(r"cu(?P<cu>\d+)torch(?P<torch>\d+\.\d+)cxx11abi(?P<abi>TRUE|FALSE)")
-_WHEEL = re.compile(r"(?P<name>[^-]+)-(?P<version>[^-]+)(?:-\d[^-]*)?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl")
+_WHEEL = re.compile(
+    r"(?P<name>[^-]+)-(?P<version>[^-]+)(?:-\d[^-]*)?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl"
+)
 _MANYLINUX = re.compile(r"manylinux_(?P<major>\d+)_(?P<minor>\d+)_(?P<arch>.+)")
 _LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
 
@@ -40,14 +42,18 @@ def parse_variant(local: str) -> Variant | None:
     match = _OUR_LABEL.fullmatch(local)
     if match and match["cu"]:
         cuda = f"{int(match['cu'][:-1])}.{match['cu'][-1]}"
-        return Variant(label=local, torch=f"{match['major']}.{match['minor']}", accelerator=f"cu{match['cu']}", cuda=cuda)
+        return Variant(
+            label=local, torch=f"{match['major']}.{match['minor']}", accelerator=f"cu{match['cu']}", cuda=cuda
+        )
     if match:
         accelerator = "rocm" + ".".join(match["rocm"])
         return Variant(label=local, torch=f"{match['major']}.{match['minor']}", accelerator=accelerator, cuda=None)
     match = _UPSTREAM_LABEL.fullmatch(local)
     if match:
         abi = match["abi"] == "TRUE"
-        return Variant(label=local, torch=match["torch"], accelerator=f"cu{match['cu']}", cuda=match["cu"], cxx11_abi=abi)
+        return Variant(
+            label=local, torch=match["torch"], accelerator=f"cu{match['cu']}", cuda=match["cu"], cxx11_abi=abi
+        )
     return None
 
 

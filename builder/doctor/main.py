@@ -23,13 +23,18 @@ INDEX_ENV = "WHEELWRIGHT_INDEX_URL"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--index-url", default=os.environ.get(INDEX_ENV) or DEFAULT_INDEX_URL or None,
-                        help=f"the wheelwright site to find the fix in (default: ${INDEX_ENV})")
-    parser.add_argument("--python", default=sys.executable,
-                        help="the interpreter whose environment to read (default: this one)")
+    parser.add_argument(
+        "--index-url",
+        default=os.environ.get(INDEX_ENV) or DEFAULT_INDEX_URL or None,
+        help=f"the wheelwright site to find the fix in (default: ${INDEX_ENV})",
+    )
+    parser.add_argument(
+        "--python", default=sys.executable, help="the interpreter whose environment to read (default: this one)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
-    parser.add_argument("--explain", metavar="TEXT|FILE",
-                        help="say what an error message (or a log file, '-' for stdin) means instead")
+    parser.add_argument(
+        "--explain", metavar="TEXT|FILE", help="say what an error message (or a log file, '-' for stdin) means instead"
+    )
 
 
 def run(args: argparse.Namespace) -> tuple[str, int]:
@@ -41,8 +46,10 @@ def run(args: argparse.Namespace) -> tuple[str, int]:
     try:
         env = collect(args.python)
     except ProbeFailed as error:
-        raise WheelwrightError(f"--python {args.python}: {error}", tip="pass the interpreter of the failing "
-                               "environment, e.g. --python /path/to/venv/bin/python") from None
+        raise WheelwrightError(
+            f"--python {args.python}: {error}",
+            tip="pass the interpreter of the failing environment, e.g. --python /path/to/venv/bin/python",
+        ) from None
     diagnoses = diagnose(env)
     fixes = {d.package.name: find_fix(env, d, args.index_url) for d in diagnoses}
     ok = all(d.ok for d in diagnoses)
@@ -63,8 +70,11 @@ def _explain_text(value: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """The standalone doctor.py: parse, run, print; one ERROR line on a user error."""
-    parser = argparse.ArgumentParser(prog="doctor.py", description="Say why causal-conv1d / mamba-ssm do not work "
-                                     "in this Python, and print the install line that fixes it.")
+    parser = argparse.ArgumentParser(
+        prog="doctor.py",
+        description="Say why causal-conv1d / mamba-ssm do not work "
+        "in this Python, and print the install line that fixes it.",
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from builder.core.elfread import ElfFile, is_elf
 from builder.core.errors import WheelError
@@ -161,11 +162,11 @@ class Environment:
     packages: tuple[Package, ...] = ()
     notes: tuple[str, ...] = ()  # what doctor could not read, said once
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> Environment:
+    def from_dict(cls, data: dict[str, Any]) -> Environment:
         fields = dict(data)
         fields["torch"] = Torch(**fields.get("torch") or {})
         fields["gpus"] = tuple(Gpu(**g) for g in fields.get("gpus") or ())
@@ -174,14 +175,14 @@ class Environment:
         return cls(**fields)
 
 
-def _package(data: dict) -> Package:
+def _package(data: dict[str, Any]) -> Package:
     fields = dict(data)
     fields["requires"] = tuple(fields.get("requires") or ())
     fields["extensions"] = tuple(_extension(e) for e in fields.get("extensions") or ())
     return Package(**fields)
 
 
-def _extension(data: dict) -> Extension:
+def _extension(data: dict[str, Any]) -> Extension:
     return Extension(**{**data, "sass": tuple(data.get("sass") or ()), "ptx": tuple(data.get("ptx") or ())})
 
 
@@ -189,7 +190,7 @@ class ProbeFailed(Exception):
     """A child process did not answer: it crashed, hung past its timeout or printed something other than JSON."""
 
 
-def run_probe(python: str, source: str, *args: str, timeout: float = PROBE_TIMEOUT) -> object:
+def run_probe(python: str, source: str, *args: str, timeout: float = PROBE_TIMEOUT) -> Any:
     """Run ``source`` in ``python`` and return the JSON it prints last."""
     completed = _run([python, "-c", source, *args], timeout=timeout)
     if completed.returncode != 0:
@@ -200,7 +201,7 @@ def run_probe(python: str, source: str, *args: str, timeout: float = PROBE_TIMEO
         raise ProbeFailed(f"unreadable answer: {completed.stdout[-200:]!r}") from None
 
 
-def _run(command: list[str], *, timeout: float) -> subprocess.CompletedProcess:
+def _run(command: list[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
     log.debug("running %s", command[:2])
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}  # a deprecation warning is not an answer
     try:
@@ -241,7 +242,7 @@ def collect(python: str, *, packages: tuple[str, ...] = tuple(PACKAGES)) -> Envi
     )
 
 
-def _torch(python: str) -> tuple[dict, list[str]]:
+def _torch(python: str) -> tuple[dict[str, Any], list[str]]:
     try:
         return dict(run_probe(python, _TORCH_PROBE)), []
     except ProbeFailed as error:
@@ -259,7 +260,7 @@ def _libstdcxx_versions(path: str | None) -> tuple[str | None, str | None]:
     return highest(provided, "GLIBCXX_"), highest(provided, "CXXABI_")
 
 
-def _gpus(python: str, torch: Torch) -> dict:
+def _gpus(python: str, torch: Torch) -> dict[str, Any]:
     """Driver and GPUs from nvidia-smi; from torch in a child process when nvidia-smi is absent."""
     smi = shutil.which("nvidia-smi")
     if smi:
@@ -279,7 +280,7 @@ def _gpus(python: str, torch: Torch) -> dict:
     return {"gpu_error": "no nvidia-smi on PATH and no CUDA torch to ask: no NVIDIA GPU seen", "notes": ()}
 
 
-def _nvidia_smi(smi: str) -> dict:
+def _nvidia_smi(smi: str) -> dict[str, Any]:
     query = [smi, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"]
     completed = _run(query, timeout=GPU_TIMEOUT)
     if completed.returncode != 0:
@@ -301,7 +302,7 @@ def parse_smi_cuda(summary: str) -> str | None:
     return summary.split(marker, 1)[1].split()[0].strip("|") or None
 
 
-def _read_package(python: str, found: dict, *, imports: bool) -> Package:
+def _read_package(python: str, found: dict[str, Any], *, imports: bool) -> Package:
     """``root`` is the directory the distribution's RECORD paths are relative to (its site-packages)."""
     root = found["root"]
     modules = [Path(f) for f in found["files"] if _is_module(Path(f), root)]
@@ -336,7 +337,7 @@ def _is_module(path: Path, site_packages: str) -> bool:
 def _read_extension(python: str, path: Path, site_packages: str, *, imports: bool) -> Extension:
     shown = path.relative_to(site_packages).as_posix()
     module = shown.split(".")[0].replace("/", ".")
-    facts: dict = {"path": shown, "module": module}
+    facts: dict[str, Any] = {"path": shown, "module": module}
     try:
         facts.update(_elf_facts(path, shown))
     except (OSError, WheelError) as error:
@@ -346,7 +347,7 @@ def _read_extension(python: str, path: Path, site_packages: str, *, imports: boo
     return Extension(**facts)
 
 
-def _elf_facts(path: Path, shown: str) -> dict:
+def _elf_facts(path: Path, shown: str) -> dict[str, Any]:
     with path.open("rb") as stream:
         elf = ElfFile(stream, where=shown)
         needs = elf.version_needs()
@@ -377,7 +378,7 @@ def string_abi(symbols: tuple[str, ...]) -> bool | None:
     return None
 
 
-def _import(python: str, module: str) -> dict:
+def _import(python: str, module: str) -> dict[str, Any]:
     try:
         completed = _run([python, "-c", _IMPORT_PROBE, module], timeout=PROBE_TIMEOUT)
     except ProbeFailed as error:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from builder.doctor.explain import Finding
 from builder.doctor.fix import Fix
 from builder.doctor.labels import parse_variant, split_local
@@ -27,8 +29,9 @@ def headline(diagnosis: Diagnosis) -> str:
     return HEADLINES.get(diagnosis.verdicts[0].code, diagnosis.verdicts[0].code)
 
 
-def render_text(env: Environment, diagnoses: tuple[Diagnosis, ...], fixes: dict[str, Fix | None],
-                missing: tuple[str, ...]) -> str:
+def render_text(
+    env: Environment, diagnoses: tuple[Diagnosis, ...], fixes: dict[str, Fix | None], missing: tuple[str, ...]
+) -> str:
     lines = []
     for diagnosis in diagnoses:
         package = diagnosis.package
@@ -65,8 +68,10 @@ def evidence(env: Environment) -> list[str]:
     lines = [
         "what doctor read:",
         f"  python {env.python} ({env.python_tag}, {env.machine}) {env.executable}",
-        (f"  glibc {env.glibc or '?'}; libstdc++ {env.libstdcxx or '?'}: GLIBCXX_{env.libstdcxx_glibcxx or '?'}, "
-         f"CXXABI_{env.libstdcxx_cxxabi or '?'}"),
+        (
+            f"  glibc {env.glibc or '?'}; libstdc++ {env.libstdcxx or '?'}: GLIBCXX_{env.libstdcxx_glibcxx or '?'}, "
+            f"CXXABI_{env.libstdcxx_cxxabi or '?'}"
+        ),
         f"  {torch_line}",
         f"  {gpu_line}",
     ]
@@ -90,12 +95,14 @@ def _extension_line(ext: Extension) -> str:
         return f"{ext.path}: unreadable ({ext.read_error})"
     sass = ", ".join("sm_" + a.replace(".", "") for a in ext.sass) or "none"
     ptx = ", ".join("compute_" + a.replace(".", "") for a in ext.ptx) or "none"
-    needs = ", ".join(f"{p}{v}" for p, v in (("GLIBC_", ext.glibc), ("GLIBCXX_", ext.glibcxx), ("CXXABI_", ext.cxxabi)) if v)
+    needs = ", ".join(
+        f"{p}{v}" for p, v in (("GLIBC_", ext.glibc), ("GLIBCXX_", ext.glibcxx), ("CXXABI_", ext.cxxabi)) if v
+    )
     imports = {True: "imports", False: "does not import", None: "import not tried"}[ext.imports]
     return f"{ext.path}: SASS {sass}; PTX {ptx}; needs {needs or 'nothing versioned'}; {imports}"
 
 
-def as_json(env: Environment, diagnoses: tuple[Diagnosis, ...], fixes: dict[str, Fix | None]) -> dict:
+def as_json(env: Environment, diagnoses: tuple[Diagnosis, ...], fixes: dict[str, Fix | None]) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "ok": all(d.ok for d in diagnoses),
@@ -114,22 +121,28 @@ def as_json(env: Environment, diagnoses: tuple[Diagnosis, ...], fixes: dict[str,
     }
 
 
-def _fix_json(fix: Fix | None) -> dict | None:
-    return None if fix is None else {"note": fix.note, "pip": fix.pip, "uv": fix.uv, "wheel": fix.wheel, "page": fix.page}
+def _fix_json(fix: Fix | None) -> dict[str, Any] | None:
+    return (
+        None if fix is None else {"note": fix.note, "pip": fix.pip, "uv": fix.uv, "wheel": fix.wheel, "page": fix.page}
+    )
 
 
 def render_findings(findings: tuple[Finding, ...]) -> str:
     if not findings:
-        return ("doctor recognises none of these lines; run `doctor` in the environment that fails to read it "
-                "directly.\n")
+        return (
+            "doctor recognises none of these lines; run `doctor` in the environment that fails to read it directly.\n"
+        )
     lines = []
     for finding in findings:
         lines += [f"{HEADLINES[finding.code]}: {finding.cause}", f"  from: {finding.quote}", f"  fix: {finding.remedy}"]
     return "\n".join(lines) + "\n"
 
 
-def findings_json(findings: tuple[Finding, ...]) -> dict:
-    return {"schema": SCHEMA, "findings": [
-        {"code": f.code, "headline": HEADLINES[f.code], "cause": f.cause, "quote": f.quote, "remedy": f.remedy}
-        for f in findings
-    ]}
+def findings_json(findings: tuple[Finding, ...]) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "findings": [
+            {"code": f.code, "headline": HEADLINES[f.code], "cause": f.cause, "quote": f.quote, "remedy": f.remedy}
+            for f in findings
+        ],
+    }

@@ -65,10 +65,10 @@ def _module_body(name: str, defined: set[str]) -> str:
     drop: list[tuple[int, int]] = []
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module == "__future__":
-            drop.append((node.lineno, node.end_lineno))
+            drop.append((node.lineno, node.end_lineno or node.lineno))
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "builder":
             _check_defined(name, node, defined)
-            drop.append((node.lineno, node.end_lineno))
+            drop.append((node.lineno, node.end_lineno or node.lineno))
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             _check_stdlib(name, node)
     _check_new_names(name, tree, defined)

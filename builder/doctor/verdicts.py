@@ -6,6 +6,7 @@ so the first verdict is the one to act on. Pure functions of recorded facts: the
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from builder.doctor.explain import (
@@ -35,11 +36,21 @@ from builder.doctor.labels import (
 from builder.doctor.probe import Environment, Extension, Package
 
 # What stops the loader before what stops torch before what stops the GPU: the first is the one to act on.
-_ROOT_FIRST = (EXTENSION_MISSING, TORCH_MISSING, GLIBC_TOO_OLD, LIBSTDCXX_TOO_OLD, TORCH_MINOR, CXX_ABI, DRIVER_TOO_OLD,
-               NO_KERNEL, IMPORT_FAILED)
+_ROOT_FIRST = (
+    EXTENSION_MISSING,
+    TORCH_MISSING,
+    GLIBC_TOO_OLD,
+    LIBSTDCXX_TOO_OLD,
+    TORCH_MINOR,
+    CXX_ABI,
+    DRIVER_TOO_OLD,
+    NO_KERNEL,
+    IMPORT_FAILED,
+)
 # A different wheel of ours fixes these; a driver or a system upgrade fixes the others.
-WHEEL_FIXES = frozenset({EXTENSION_MISSING, TORCH_MINOR, CXX_ABI, NO_KERNEL, IMPORT_FAILED, LIBSTDCXX_TOO_OLD,
-                         GLIBC_TOO_OLD})
+WHEEL_FIXES = frozenset(
+    {EXTENSION_MISSING, TORCH_MINOR, CXX_ABI, NO_KERNEL, IMPORT_FAILED, LIBSTDCXX_TOO_OLD, GLIBC_TOO_OLD}
+)
 
 
 @dataclass(frozen=True)
@@ -82,7 +93,7 @@ def package_verdicts(env: Environment, package: Package) -> tuple[Verdict, ...]:
     return problems or (*_unique(found), _ok(env, package))
 
 
-def _unique(verdicts) -> tuple[Verdict, ...]:
+def _unique(verdicts: Iterable[Verdict]) -> tuple[Verdict, ...]:
     return tuple(dict.fromkeys(verdicts))
 
 
@@ -114,12 +125,19 @@ def _torch_verdicts(env: Environment, package: Package) -> list[Verdict]:
     built_for = variant.torch if variant else _required_torch(package)
     verdicts = []
     if built_for and built_for != torch_minor(torch.version):
-        verdicts.append(Verdict(
-            TORCH_MINOR,
-            f"{_who(package)} was built for torch {built_for}, but this environment has torch {torch.version}; "
-            "a compiled extension only loads into the torch minor it was built against.",
-        ))
-    if variant and variant.cxx11_abi is not None and torch.cxx11_abi is not None and variant.cxx11_abi != torch.cxx11_abi:
+        verdicts.append(
+            Verdict(
+                TORCH_MINOR,
+                f"{_who(package)} was built for torch {built_for}, but this environment has torch {torch.version}; "
+                "a compiled extension only loads into the torch minor it was built against.",
+            )
+        )
+    if (
+        variant
+        and variant.cxx11_abi is not None
+        and torch.cxx11_abi is not None
+        and variant.cxx11_abi != torch.cxx11_abi
+    ):
         verdicts.append(_abi_verdict(package, variant.cxx11_abi, torch.cxx11_abi, torch.version))
     if variant and variant.cuda:
         verdicts += _driver_verdicts(env, package, variant.cuda)
@@ -137,7 +155,9 @@ def _required_torch(package: Package) -> str | None:
 
 def _abi_verdict(package: Package, extension_abi: bool, torch_abi: bool, torch_version: str) -> Verdict:
     def name(cxx11: bool) -> str:
-        return "C++11 std::string ABI (_GLIBCXX_USE_CXX11_ABI=1)" if cxx11 else "pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0)"
+        return (
+            "C++11 std::string ABI (_GLIBCXX_USE_CXX11_ABI=1)" if cxx11 else "pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0)"
+        )
 
     return Verdict(
         CXX_ABI,
@@ -151,16 +171,19 @@ def _driver_verdicts(env: Environment, package: Package, cuda: str) -> list[Verd
     if env.driver_cuda and release(env.driver_cuda)[:1] < release(cuda)[:1]:
         needed = driver_needed(cuda)
         have = f"driver {env.driver} (CUDA {env.driver_cuda})" if env.driver else f"a driver for CUDA {env.driver_cuda}"
-        return [Verdict(
-            DRIVER_TOO_OLD,
-            f"{package.name} was built with CUDA {cuda}, which needs NVIDIA driver {needed or 'a newer one'} or newer; "
-            f"this machine has {have} (CUDA driver version is insufficient for CUDA runtime version).",
-        )]
+        return [
+            Verdict(
+                DRIVER_TOO_OLD,
+                f"{package.name} was built with CUDA {cuda}, which needs NVIDIA driver "
+                f"{needed or 'a newer one'} or newer; this machine has {have} (CUDA driver version is insufficient "
+                "for CUDA runtime version).",
+            )
+        ]
     return []
 
 
 def _extension_verdicts(env: Environment, package: Package, ext: Extension) -> list[Verdict]:
-    verdicts = _loader_verdicts(env, package, ext)
+    verdicts: list[Verdict | None] = [*_loader_verdicts(env, package, ext)]
     torch_abi = env.torch.cxx11_abi
     if ext.cxx11_abi is not None and torch_abi is not None and ext.cxx11_abi != torch_abi and env.torch.version:
         verdicts.append(_abi_verdict(package, ext.cxx11_abi, torch_abi, env.torch.version))
@@ -171,18 +194,26 @@ def _extension_verdicts(env: Environment, package: Package, ext: Extension) -> l
 def _loader_verdicts(env: Environment, package: Package, ext: Extension) -> list[Verdict]:
     verdicts = []
     if ext.glibc and env.glibc and release(ext.glibc) > release(env.glibc):
-        verdicts.append(Verdict(
-            GLIBC_TOO_OLD,
-            f"{package.name}'s extension {ext.path} needs GLIBC_{ext.glibc}, but this system's glibc is {env.glibc} "
-            f"(version `GLIBC_{ext.glibc}' not found).",
-        ))
-    for prefix, need, have in (("GLIBCXX_", ext.glibcxx, env.libstdcxx_glibcxx), ("CXXABI_", ext.cxxabi, env.libstdcxx_cxxabi)):
+        verdicts.append(
+            Verdict(
+                GLIBC_TOO_OLD,
+                f"{package.name}'s extension {ext.path} needs GLIBC_{ext.glibc}, but this system's "
+                f"glibc is {env.glibc} "
+                f"(version `GLIBC_{ext.glibc}' not found).",
+            )
+        )
+    for prefix, need, have in (
+        ("GLIBCXX_", ext.glibcxx, env.libstdcxx_glibcxx),
+        ("CXXABI_", ext.cxxabi, env.libstdcxx_cxxabi),
+    ):
         if need and have and release(need) > release(have):
-            verdicts.append(Verdict(
-                LIBSTDCXX_TOO_OLD,
-                f"{package.name}'s extension needs {prefix}{need}, but the libstdc++ this Python loads "
-                f"({env.libstdcxx}) provides at most {prefix}{have}.",
-            ))
+            verdicts.append(
+                Verdict(
+                    LIBSTDCXX_TOO_OLD,
+                    f"{package.name}'s extension needs {prefix}{need}, but the libstdc++ this Python loads "
+                    f"({env.libstdcxx}) provides at most {prefix}{have}.",
+                )
+            )
     return verdicts
 
 

@@ -23,7 +23,9 @@ def _package_name(package: str) -> str:
 AGREEMENT = "doctor.py and `wheelwright doctor` agree"
 
 
-def doctor_checks(report: dict, cli_report: dict | None, *, packages: tuple[str, ...], label: str, arch: str) -> list[Check]:
+def doctor_checks(
+    report: dict, cli_report: dict | None, *, packages: tuple[str, ...], label: str, arch: str
+) -> list[Check]:
     checks = [gpu_check(report.get("environment", {}), arch)]
     diagnoses = {d["package"]: d for d in report.get("diagnoses", [])}
     packages_read = {p["name"]: p for p in report.get("environment", {}).get("packages", [])}

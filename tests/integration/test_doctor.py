@@ -69,7 +69,9 @@ def relabel(wheel: Path, dist: Path, old: str, new: str, torch_pin: str) -> Path
 
 
 @pytest.fixture(scope="module")
-def doctor_setup(tmp_path_factory: pytest.TempPathFactory, real_build: Path, e2e_workdir: Path) -> Iterator[DoctorSetup]:
+def doctor_setup(
+    tmp_path_factory: pytest.TempPathFactory, real_build: Path, e2e_workdir: Path
+) -> Iterator[DoctorSetup]:
     (real,) = sorted((real_build / "dist").glob("causal_conv1d-*+pt214cu130-*.whl"))
     output = tmp_path_factory.mktemp("doctor-index")
     (output / "dist").mkdir()
@@ -85,15 +87,39 @@ def doctor_setup(tmp_path_factory: pytest.TempPathFactory, real_build: Path, e2e
     with serving(output / "site") as server:
         build_site(output, output / "site", base_url=server.url)
         python = work / "venv" / "bin" / "python"
-        run([python, "-m", "pip", "install", "--no-deps", "--no-index", "causal-conv1d==1.7.0+pt213cu130",
-             "-f", f"{server.url}/whl/pt213cu130.html"], step="install the wrong wheel", env=env)
+        run(
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "--no-index",
+                "causal-conv1d==1.7.0+pt213cu130",
+                "-f",
+                f"{server.url}/whl/pt213cu130.html",
+            ],
+            step="install the wrong wheel",
+            env=env,
+        )
         yield DoctorSetup(url=server.url, python=python, env=env, right=real.name, wrong=wrong.name)
 
 
 def doctor(setup: DoctorSetup, *args: str) -> tuple[int, str]:
-    command = [sys.executable, "-m", "builder.cli.main", "doctor", "--python", str(setup.python),
-               "--index-url", setup.url, *args]
-    completed = subprocess.run(command, cwd=ROOT, env=setup.env, capture_output=True, text=True, timeout=600, check=False)
+    command = [
+        sys.executable,
+        "-m",
+        "builder.cli.main",
+        "doctor",
+        "--python",
+        str(setup.python),
+        "--index-url",
+        setup.url,
+        *args,
+    ]
+    completed = subprocess.run(
+        command, cwd=ROOT, env=setup.env, capture_output=True, text=True, timeout=600, check=False
+    )
     assert not completed.stderr.strip(), completed.stderr
     return completed.returncode, completed.stdout
 
@@ -103,7 +129,9 @@ def standalone(setup: DoctorSetup, *args: str) -> tuple[int, str]:
     with urllib.request.urlopen(f"{setup.url}/doctor.py", timeout=30) as response:
         source = response.read()
     command = [str(setup.python), "-", *args]
-    completed = subprocess.run(command, input=source, env=setup.env, capture_output=True, timeout=600, cwd="/", check=False)
+    completed = subprocess.run(
+        command, input=source, env=setup.env, capture_output=True, timeout=600, cwd="/", check=False
+    )
     assert not completed.stderr.strip(), completed.stderr.decode()
     return completed.returncode, completed.stdout.decode()
 
@@ -114,7 +142,9 @@ def installed_version(setup: DoctorSetup) -> str:
 
 
 def verdicts(report: dict) -> list[tuple[str, str, list[tuple[str, str]]]]:
-    return [(d["package"], d["version"], [(v["code"], v["message"]) for v in d["verdicts"]]) for d in report["diagnoses"]]
+    return [
+        (d["package"], d["version"], [(v["code"], v["message"]) for v in d["verdicts"]]) for d in report["diagnoses"]
+    ]
 
 
 def capture(name: str, report: dict) -> None:
@@ -138,8 +168,9 @@ def test_doctor_finds_the_mismatch_prints_the_fix_that_works_and_then_says_ok(do
     fix = diagnosis["fix"]
     links = f"{doctor_setup.url}/whl/pt214cu130.html"
     assert fix["wheel"] == doctor_setup.right
-    assert fix["pip"] == (f"{doctor_setup.python} -m pip install --force-reinstall --no-deps "
-                          f"causal-conv1d==1.7.0+pt214cu130 -f {links}")
+    assert fix["pip"] == (
+        f"{doctor_setup.python} -m pip install --force-reinstall --no-deps causal-conv1d==1.7.0+pt214cu130 -f {links}"
+    )
     assert fix["pip"] in text and fix["uv"] in text
     (extension,) = before["environment"]["packages"][0]["extensions"]
     assert (extension["sass"], extension["imports"], extension["cxx11_abi"]) == (["9.0"], True, True)

@@ -45,8 +45,8 @@ def pyelftools_linkage(path: Path) -> tuple:
         verdef = next((s for s in elf.iter_sections() if isinstance(s, GNUVerDefSection)), None)
         defined = set() if verdef is None else {next(aux).name for _, aux in verdef.iter_versions()}
         dynsym = elf.get_section_by_name(".dynsym")
-        symbols = () if not isinstance(dynsym, SymbolTableSection) else tuple(
-            s.name for s in dynsym.iter_symbols() if s.name
+        symbols = (
+            () if not isinstance(dynsym, SymbolTableSection) else tuple(s.name for s in dynsym.iter_symbols() if s.name)
         )
     return needed, {k: frozenset(v) for k, v in sorted(needs.items())}, frozenset(defined), symbols
 

@@ -65,29 +65,59 @@ def test_the_recorded_json_is_what_the_verdicts_still_say() -> None:
 
 
 def test_ok_on_this_machine(cpu_ok: dict) -> None:
-    assert messages(cpu_ok) == [(
-        "ok",
-        ("causal-conv1d 1.7.0+pt214cu130 fits torch 2.14.1+cu130 and has SASS for sm_90 (no GPU seen here to check "
-         "against); its extension imports."),
-    )]
+    assert messages(cpu_ok) == [
+        (
+            "ok",
+            (
+                "causal-conv1d 1.7.0+pt214cu130 fits torch 2.14.1+cu130 and has SASS for sm_90 (no "
+                "GPU seen here to check "
+                "against); its extension imports."
+            ),
+        )
+    ]
 
 
 def test_ok_on_the_h200(gpu_ok: dict) -> None:
     verdicts = [(d.package.name, [(v.code, v.message) for v in d.verdicts]) for d in diagnose(env_of(gpu_ok))]
     assert verdicts == [
-        ("causal-conv1d", [("ok", ("causal-conv1d 1.7.0+pt211cu130 fits torch 2.11.0+cu130 and runs on sm_90 "
-                                   "(NVIDIA H200); its extension imports."))]),
-        ("mamba-ssm", [("ok", ("mamba-ssm 2.3.2.post1+pt211cu130 fits torch 2.11.0+cu130 and runs on sm_90 "
-                               "(NVIDIA H200); its extension imports."))]),
+        (
+            "causal-conv1d",
+            [
+                (
+                    "ok",
+                    (
+                        "causal-conv1d 1.7.0+pt211cu130 fits torch 2.11.0+cu130 and runs on sm_90 "
+                        "(NVIDIA H200); its extension imports."
+                    ),
+                )
+            ],
+        ),
+        (
+            "mamba-ssm",
+            [
+                (
+                    "ok",
+                    (
+                        "mamba-ssm 2.3.2.post1+pt211cu130 fits torch 2.11.0+cu130 and runs on sm_90 "
+                        "(NVIDIA H200); its extension imports."
+                    ),
+                )
+            ],
+        ),
     ]
 
 
 def test_built_for_another_torch_minor_as_recorded() -> None:
-    assert messages(recorded("cpu-torch-minor.json")) == [(
-        "torch-minor",
-        ("causal-conv1d 1.7.0+pt213cu130 was built for torch 2.13, but this environment has torch 2.14.1+cu130; a "
-         "compiled extension only loads into the torch minor it was built against."),
-    )]
+    assert messages(recorded("cpu-torch-minor.json")) == [
+        (
+            "torch-minor",
+            (
+                "causal-conv1d 1.7.0+pt213cu130 was built for torch 2.13, but this environment has "
+                "torch 2.14.1+cu130; a "
+                "compiled extension only loads into the torch minor it was built against."
+            ),
+        )
+    ]
 
 
 def test_no_packages_installed() -> None:
@@ -104,12 +134,17 @@ def test_no_packages_installed() -> None:
 
 def test_cxx_abi_mismatch(cpu_ok: dict) -> None:
     extension(cpu_ok)["cxx11_abi"] = False
-    assert messages(cpu_ok) == [(
-        "cxx-abi",
-        ("causal-conv1d's extension uses the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0) but torch 2.14.1+cu130 was "
-         "built with the C++11 std::string ABI (_GLIBCXX_USE_CXX11_ABI=1), so the torch symbols it needs do not "
-         "exist (undefined symbol: _ZN3c10...)."),
-    )]
+    assert messages(cpu_ok) == [
+        (
+            "cxx-abi",
+            (
+                "causal-conv1d's extension uses the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0) but "
+                "torch 2.14.1+cu130 was "
+                "built with the C++11 std::string ABI (_GLIBCXX_USE_CXX11_ABI=1), so the torch symbols it needs do not "
+                "exist (undefined symbol: _ZN3c10...)."
+            ),
+        )
+    ]
 
 
 def test_upstream_label_with_the_other_abi(cpu_ok: dict) -> None:
@@ -119,11 +154,16 @@ def test_upstream_label_with_the_other_abi(cpu_ok: dict) -> None:
 
 def test_no_sass_and_no_ptx_for_the_gpu(gpu_ok: dict) -> None:
     extension(gpu_ok).update(sass=["8.0", "8.6"], ptx=[])
-    assert messages(gpu_ok) == [(
-        "no-kernel-image",
-        ("causal-conv1d's extension has SASS for sm_80, sm_86 and PTX for none, none of which runs on the NVIDIA "
-         "H200 (sm_90): 'no kernel image is available for execution on the device'."),
-    )]
+    assert messages(gpu_ok) == [
+        (
+            "no-kernel-image",
+            (
+                "causal-conv1d's extension has SASS for sm_80, sm_86 and PTX for none, none of which "
+                "runs on the NVIDIA "
+                "H200 (sm_90): 'no kernel image is available for execution on the device'."
+            ),
+        )
+    ]
 
 
 def test_ptx_the_driver_jit_compiles_is_ok_with_a_warning(gpu_ok: dict) -> None:
@@ -131,8 +171,11 @@ def test_ptx_the_driver_jit_compiles_is_ok_with_a_warning(gpu_ok: dict) -> None:
     verdicts = messages(gpu_ok)
     assert verdicts[0] == (
         "ptx-jit",
-        ("causal-conv1d's extension has no SASS for the NVIDIA H200 (sm_90), but the driver JIT-compiles its PTX for "
-         "compute_80 on first use: it works, the first call of each kernel is slow."),
+        (
+            "causal-conv1d's extension has no SASS for the NVIDIA H200 (sm_90), but the driver "
+            "JIT-compiles its PTX for "
+            "compute_80 on first use: it works, the first call of each kernel is slow."
+        ),
     )
     assert verdicts[1][0] == "ok" and diagnose(env_of(gpu_ok))[0].ok
 
@@ -146,79 +189,113 @@ def test_glibc_too_old(cpu_ok: dict) -> None:
     cpu_ok["glibc"] = "2.27"
     extension(cpu_ok)["glibc"] = "2.28"
     path = extension(cpu_ok)["path"]
-    assert messages(cpu_ok) == [(
-        "glibc-too-old",
-        (f"causal-conv1d's extension {path} needs GLIBC_2.28, but this system's glibc is 2.27 (version `GLIBC_2.28' "
-         "not found)."),
-    )]
+    assert messages(cpu_ok) == [
+        (
+            "glibc-too-old",
+            (
+                f"causal-conv1d's extension {path} needs GLIBC_2.28, but this system's glibc is 2.27 "
+                "(version `GLIBC_2.28' "
+                "not found)."
+            ),
+        )
+    ]
 
 
 def test_libstdcxx_too_old(cpu_ok: dict) -> None:
     cpu_ok.update(libstdcxx="/opt/conda/lib/libstdc++.so.6", libstdcxx_glibcxx="3.4.29", libstdcxx_cxxabi="1.3.13")
     extension(cpu_ok).update(glibcxx="3.4.30")
-    assert messages(cpu_ok) == [(
-        "libstdcxx-too-old",
-        ("causal-conv1d's extension needs GLIBCXX_3.4.30, but the libstdc++ this Python loads "
-         "(/opt/conda/lib/libstdc++.so.6) provides at most GLIBCXX_3.4.29."),
-    )]
+    assert messages(cpu_ok) == [
+        (
+            "libstdcxx-too-old",
+            (
+                "causal-conv1d's extension needs GLIBCXX_3.4.30, but the libstdc++ this Python loads "
+                "(/opt/conda/lib/libstdc++.so.6) provides at most GLIBCXX_3.4.29."
+            ),
+        )
+    ]
 
 
 def test_cxxabi_too_old(cpu_ok: dict) -> None:
     cpu_ok.update(libstdcxx_cxxabi="1.3.10")
     extension(cpu_ok).update(cxxabi="1.3.11")
     assert [m for c, m in messages(cpu_ok)] == [
-        ("causal-conv1d's extension needs CXXABI_1.3.11, but the libstdc++ this Python loads "
-         f"({cpu_ok['libstdcxx']}) provides at most CXXABI_1.3.10.")
+        (
+            "causal-conv1d's extension needs CXXABI_1.3.11, but the libstdc++ this Python loads "
+            f"({cpu_ok['libstdcxx']}) provides at most CXXABI_1.3.10."
+        )
     ]
 
 
 def test_extension_missing_from_an_sdist_build(cpu_ok: dict) -> None:
     cpu_ok["packages"][0].update(version="1.7.0", extensions=[], from_source=True)
-    assert messages(cpu_ok) == [(
-        "extension-missing",
-        ("causal-conv1d 1.7.0 has no compiled extension (causal_conv1d_cuda): it was built from source without "
-         "building its CUDA code (an sdist install where nvcc or torch was missing, or a SKIP_CUDA_BUILD switch), so "
-         "every kernel call fails."),
-    )]
+    assert messages(cpu_ok) == [
+        (
+            "extension-missing",
+            (
+                "causal-conv1d 1.7.0 has no compiled extension (causal_conv1d_cuda): it was built from source without "
+                "building its CUDA code (an sdist install where nvcc or torch was missing, or a "
+                "SKIP_CUDA_BUILD switch), so "
+                "every kernel call fails."
+            ),
+        )
+    ]
 
 
 def test_driver_too_old_for_the_toolkit(gpu_ok: dict) -> None:
     gpu_ok.update(driver="550.54.15", driver_cuda="12.4")
     (first, *_) = diagnose(env_of(gpu_ok))
-    assert [(v.code, v.message) for v in first.verdicts] == [(
-        "driver-too-old",
-        ("causal-conv1d was built with CUDA 13.0, which needs NVIDIA driver 580.65.06 or newer; this machine has "
-         "driver 550.54.15 (CUDA 12.4) (CUDA driver version is insufficient for CUDA runtime version)."),
-    )]
+    assert [(v.code, v.message) for v in first.verdicts] == [
+        (
+            "driver-too-old",
+            (
+                "causal-conv1d was built with CUDA 13.0, which needs NVIDIA driver 580.65.06 or "
+                "newer; this machine has "
+                "driver 550.54.15 (CUDA 12.4) (CUDA driver version is insufficient for CUDA runtime version)."
+            ),
+        )
+    ]
 
 
 def test_torch_missing(cpu_ok: dict) -> None:
     cpu_ok["torch"] = {"error": "importing torch failed: ModuleNotFoundError: No module named 'torch'"}
     extension(cpu_ok).update(imports=None)
-    assert messages(cpu_ok) == [(
-        "torch-missing",
-        ("torch does not import in this Python (importing torch failed: ModuleNotFoundError: No module named "
-         "'torch'), and causal-conv1d needs it."),
-    )]
+    assert messages(cpu_ok) == [
+        (
+            "torch-missing",
+            (
+                "torch does not import in this Python (importing torch failed: ModuleNotFoundError: No module named "
+                "'torch'), and causal-conv1d needs it."
+            ),
+        )
+    ]
 
 
 def test_an_import_failure_is_explained_when_recognised(cpu_ok: dict) -> None:
     error = "ImportError: causal_conv1d_cuda.so: undefined symbol: _ZN3c104cuda9SetDeviceEi"
     extension(cpu_ok).update(imports=False, import_error=error)
-    assert messages(cpu_ok) == [(
-        "torch-minor",
-        ("causal_conv1d_cuda does not import: torch does not define _ZN3c104cuda9SetDeviceEi...: the extension was "
-         f"built against another torch minor (or with the other C++ ABI), whose symbols differ. ({error})"),
-    )]
+    assert messages(cpu_ok) == [
+        (
+            "torch-minor",
+            (
+                "causal_conv1d_cuda does not import: torch does not define "
+                "_ZN3c104cuda9SetDeviceEi...: the extension was "
+                f"built against another torch minor (or with the other C++ ABI), whose symbols differ. ({error})"
+            ),
+        )
+    ]
 
 
 def test_an_unrecognised_import_failure_is_quoted(cpu_ok: dict) -> None:
     extension(cpu_ok).update(imports=False, import_error="Segmentation fault (exit code -11)")
-    assert messages(cpu_ok) == [(
-        "import-failed",
-        ("causal_conv1d_cuda does not import, for a reason doctor does not recognise: Segmentation fault (exit "
-         "code -11)"),
-    )]
+    assert messages(cpu_ok) == [
+        (
+            "import-failed",
+            (
+                "causal_conv1d_cuda does not import, for a reason doctor does not recognise: Segmentation fault (exit "
+                "code -11)"
+            ),
+        )
+    ]
 
 
 def test_root_causes_come_first(cpu_ok: dict) -> None:
@@ -255,18 +332,25 @@ def test_the_fix_installs_the_variant_of_this_torch(cpu_ok: dict) -> None:
     fetch = site_fetch(("causal-conv1d", "1.7.0+pt214cu130", "cp311"), ("causal-conv1d", "1.7.0+pt213cu130", "cp311"))
     fix = the_fix(cpu_ok, fetch)
     python = cpu_ok["executable"]
-    assert fix.pip == (f"{python} -m pip install --force-reinstall --no-deps causal-conv1d==1.7.0+pt214cu130 "
-                       f"-f {INDEX}/whl/pt214cu130.html")
-    assert fix.uv == (f"uv pip install --python {python} --reinstall --no-deps causal-conv1d==1.7.0+pt214cu130 "
-                      f"--find-links {INDEX}/whl/pt214cu130.html")
+    assert fix.pip == (
+        f"{python} -m pip install --force-reinstall --no-deps causal-conv1d==1.7.0+pt214cu130 "
+        f"-f {INDEX}/whl/pt214cu130.html"
+    )
+    assert fix.uv == (
+        f"uv pip install --python {python} --reinstall --no-deps causal-conv1d==1.7.0+pt214cu130 "
+        f"--find-links {INDEX}/whl/pt214cu130.html"
+    )
     assert fix.wheel.startswith("causal_conv1d-1.7.0+pt214cu130-cp311-")
     assert fix.page == f"{INDEX}/{layout.setup_path('pt214cu130', '3.11')}"  # the page index_site writes
 
 
 def test_no_wheel_for_this_python_names_the_nearest_and_the_matrix_line(cpu_ok: dict) -> None:
     cpu_ok["packages"][0]["version"] = "1.7.0+pt213cu130"
-    fetch = site_fetch(("causal-conv1d", "1.7.0+pt214cu130", "cp312"), ("causal-conv1d", "1.7.0+pt213cu130", "cp311"),
-                       ("causal-conv1d", "1.7.0+pt214cu126", "cp311"))
+    fetch = site_fetch(
+        ("causal-conv1d", "1.7.0+pt214cu130", "cp312"),
+        ("causal-conv1d", "1.7.0+pt213cu130", "cp311"),
+        ("causal-conv1d", "1.7.0+pt214cu126", "cp311"),
+    )
     fix = the_fix(cpu_ok, fetch)
     assert fix.pip is None
     assert fix.note.startswith(
@@ -275,7 +359,7 @@ def test_no_wheel_for_this_python_names_the_nearest_and_the_matrix_line(cpu_ok: 
     )
     assert fix.note.endswith(
         "(torch 2.14, cu126), which needs that torch; or build it: add a profile to matrix.yaml with torch: "
-        "[\"2.14\"], accelerators: [cu130], python: [\"3.11\"]."
+        '["2.14"], accelerators: [cu130], python: ["3.11"].'
     )
 
 
@@ -284,7 +368,7 @@ def test_no_wheel_anywhere(cpu_ok: dict) -> None:
     fix = the_fix(cpu_ok, site_fetch(("mamba-ssm", "2.3.2.post1+pt214cu130", "cp311")))
     assert fix.note == (
         "the index has no causal-conv1d wheel for pt214cu130 (cp311, x86_64, glibc 2.36), nor for any other variant; "
-        "or build it: add a profile to matrix.yaml with torch: [\"2.14\"], accelerators: [cu130], python: [\"3.11\"]."
+        'or build it: add a profile to matrix.yaml with torch: ["2.14"], accelerators: [cu130], python: ["3.11"].'
     )
 
 
@@ -327,8 +411,9 @@ def test_text_says_the_answer_first_then_the_evidence(cpu_ok: dict) -> None:
     assert lines[3] == "    " + fixes["causal-conv1d"].pip
     assert lines[6] == f"  this setup's page: {INDEX}/select/pt214cu130-cp311.html"
     assert lines[7] == "mamba-ssm: not installed"
-    assert "what doctor read:" in lines and any(line.startswith("  torch 2.14.1+cu130 (CUDA 13.0, C++11 ABI)")
-                                                for line in lines)
+    assert "what doctor read:" in lines and any(
+        line.startswith("  torch 2.14.1+cu130 (CUDA 13.0, C++11 ABI)") for line in lines
+    )
 
 
 def test_json_round_trips_the_environment(gpu_ok: dict) -> None:
@@ -341,7 +426,11 @@ def test_json_round_trips_the_environment(gpu_ok: dict) -> None:
 def test_every_verdict_code_has_a_headline_and_a_fixture_variant() -> None:
     from builder.doctor import explain, report
 
-    codes = {value for name, value in vars(explain).items() if name.isupper() and not name.startswith("_") and isinstance(value, str)}
+    codes = {
+        value
+        for name, value in vars(explain).items()
+        if name.isupper() and not name.startswith("_") and isinstance(value, str)
+    }
     assert codes == set(report.HEADLINES)
     tested = Path(__file__).read_text()
     assert all(f'"{code}"' in tested for code in codes - {"ok"}), "each verdict is asserted above"

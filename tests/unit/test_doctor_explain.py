@@ -24,26 +24,37 @@ QUOTED = [
         "no SASS for this GPU's compute capability and no PTX the driver could compile for it",
     ),
     (
-        ("ImportError: /usr/lib/x86_64-linux-gnu/libstdc++.so.6: version `CXXABI_1.3.11' not found (required by "
-         "/opt/venv/lib/python3.11/site-packages/causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so)"),
+        (
+            "ImportError: /usr/lib/x86_64-linux-gnu/libstdc++.so.6: version `CXXABI_1.3.11' not found (required by "
+            "/opt/venv/lib/python3.11/site-packages/causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so)"
+        ),
         "libstdcxx-too-old",
-        "needs CXXABI_1.3.11, newer than what the libstdc++ this process loaded (/usr/lib/x86_64-linux-gnu/libstdc++.so.6)",
+        (
+            "needs CXXABI_1.3.11, newer than what the libstdc++ this process loaded "
+            "(/usr/lib/x86_64-linux-gnu/libstdc++.so.6)"
+        ),
     ),
     (
-        ("ImportError: /opt/venv/lib/python3.11/site-packages/selective_scan_cuda.cpython-311-x86_64-linux-gnu.so: "
-         "undefined symbol: _ZN3c104cuda9SetDeviceEi"),
+        (
+            "ImportError: /opt/venv/lib/python3.11/site-packages/selective_scan_cuda.cpython-311-x86_64-linux-gnu.so: "
+            "undefined symbol: _ZN3c104cuda9SetDeviceEi"
+        ),
         "torch-minor",
         "torch does not define _ZN3c104cuda9SetDeviceEi...: the extension was built against another torch minor",
     ),
     (
-        ("ImportError: causal_conv1d_cuda.so: undefined symbol: "
-         "_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"),
+        (
+            "ImportError: causal_conv1d_cuda.so: undefined symbol: "
+            "_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
+        ),
         "cxx-abi",
         "its _GLIBCXX_USE_CXX11_ABI does not match torch's",
     ),
     (
-        ("ImportError: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.32' not found (required by "
-         "causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so)"),
+        (
+            "ImportError: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.32' not found (required by "
+            "causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so)"
+        ),
         "glibc-too-old",
         "needs GLIBC_2.32, newer than this system's glibc",
     ),
@@ -68,7 +79,7 @@ QUOTED = [
 
 @pytest.mark.parametrize(("line", "code", "cause"), QUOTED, ids=[q[1] + "-" + str(i) for i, q in enumerate(QUOTED)])
 def test_each_quoted_error_maps_to_its_verdict(line: str, code: str, cause: str) -> None:
-    (finding,) = explain(f"Traceback (most recent call last):\n  File \"x.py\", line 1\n{line}\n")
+    (finding,) = explain(f'Traceback (most recent call last):\n  File "x.py", line 1\n{line}\n')
     assert finding.code == code
     assert cause in finding.cause
     assert finding.quote == line[:300]

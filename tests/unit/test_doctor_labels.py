@@ -47,7 +47,9 @@ def test_upstream_release_labels_carry_torch_cuda_major_and_abi() -> None:
 
 def test_the_packages_and_modules_are_the_matrixs_import_names() -> None:
     matrix = yaml.safe_load((ROOT / "matrix.yaml").read_text())
-    compiled = {p["name"]: tuple(n for n in p["recipe"]["import_names"] if n.endswith("_cuda")) for p in matrix["packages"]}
+    compiled = {
+        p["name"]: tuple(n for n in p["recipe"]["import_names"] if n.endswith("_cuda")) for p in matrix["packages"]
+    }
     assert compiled == PACKAGES
 
 
@@ -78,8 +80,16 @@ def test_wheel_filenames_and_python_tags() -> None:
 
 @pytest.mark.parametrize(
     ("sass", "gpu", "runs"),
-    [("9.0", "9.0", True), ("8.0", "8.6", True), ("8.6", "8.0", False), ("8.0", "9.0", False),
-     ("9.0a", "9.0", True), ("10.0a", "10.3", False), ("10.0f", "10.3", True), ("12.0", "10.0", False)],
+    [
+        ("9.0", "9.0", True),
+        ("8.0", "8.6", True),
+        ("8.6", "8.0", False),
+        ("8.0", "9.0", False),
+        ("9.0a", "9.0", True),
+        ("10.0a", "10.3", False),
+        ("10.0f", "10.3", True),
+        ("12.0", "10.0", False),
+    ],
 )
 def test_sass_runs_on_the_same_major_at_an_equal_or_higher_minor(sass: str, gpu: str, runs: bool) -> None:
     assert sass_runs(sass, gpu) is runs

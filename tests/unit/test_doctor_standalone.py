@@ -77,8 +77,10 @@ def test_a_module_out_of_order_fails_the_generation(monkeypatch: pytest.MonkeyPa
     order = list(standalone.MODULES)
     order.remove("builder.core.elfread")
     monkeypatch.setattr(standalone, "MODULES", tuple(order))
-    with pytest.raises(WheelwrightError, match="builder.core.fatbin imports ElfFile from builder.core.elfread, which is "
-                       "not defined before it"):
+    with pytest.raises(
+        WheelwrightError,
+        match="builder.core.fatbin imports ElfFile from builder.core.elfread, which is not defined before it",
+    ):
         standalone_source("x")
     standalone_source.cache_clear()
 
@@ -86,6 +88,8 @@ def test_a_module_out_of_order_fails_the_generation(monkeypatch: pytest.MonkeyPa
 def test_a_third_party_import_fails_the_generation(monkeypatch: pytest.MonkeyPatch) -> None:
     standalone_source.cache_clear()
     monkeypatch.setattr(standalone, "MODULES", (*standalone.MODULES, "builder.plan.job"))
-    with pytest.raises(WheelwrightError, match="builder.plan.job imports packaging.utils, which is not in the standard"):
+    with pytest.raises(
+        WheelwrightError, match="builder.plan.job imports packaging.utils, which is not in the standard"
+    ):
         standalone_source("y")
     standalone_source.cache_clear()

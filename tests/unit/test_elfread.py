@@ -17,7 +17,10 @@ def test_sections_without_dynamic_linking_read_as_empty(tmp_path: Path) -> None:
     path.write_bytes(elf_with_sections({".text": b"\x90" * 16}))
     linkage = read_linkage(path)
     assert (linkage.needed, linkage.version_needs, linkage.version_definitions, linkage.dynamic_symbols) == (
-        (), {}, frozenset(), ()
+        (),
+        {},
+        frozenset(),
+        (),
     )
 
 
