@@ -31,6 +31,7 @@ from builder.steps.environment import NotBuildableHere, build_env, find_toolkit,
 from builder.steps.fetch import fetch_sdist, unpack_sdist
 from builder.steps.recipes import apply_recipe
 from builder.steps.repair import repair_wheel
+from builder.steps.upstream import overlay_upstream
 from builder.steps.verify import quarantine, verify_wheel
 
 log = logging.getLogger(__name__)
@@ -115,10 +116,12 @@ def input_hash(job: Job) -> str:
     recipe_code = hashlib.sha256()
     for name in sorted(p.name for p in resources.files("builder.steps.recipes").iterdir() if p.name.endswith(".py")):
         recipe_code.update(resources.files("builder.steps.recipes").joinpath(name).read_bytes())
-    recipe_code.update(resources.files("builder.data").joinpath("build-requirements.txt").read_bytes())
+    for data in ("build-requirements.txt", "toolkits.toml"):  # the build tools and where the toolkit comes from
+        recipe_code.update(resources.files("builder.data").joinpath(data).read_bytes())
     inputs = {
         "job": {k: v for k, v in asdict(job).items() if k != "sdist"},
         "sdist": job.sdist.sha256,
+        "upstream": asdict(job.sdist.upstream) if job.sdist.upstream else None,
         "recipe_code": recipe_code.hexdigest(),
     }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
@@ -200,14 +203,15 @@ class Builder:
         with timer("fetch"):
             sdist = fetch_sdist(job)
         with timer("env"):
-            toolkit = find_toolkit(job.accelerator)
+            toolkit = find_toolkit(job.accelerator, log_path=log_path)
             runtime = runtime_env(job, self.facts)
             env = build_env(job, runtime, toolkit, log_path=log_path)
         with timer("patch"):
             source = unpack_sdist(sdist, work / "unpacked")
+            added = overlay_upstream(job, source)
             recipe = apply_recipe(source, job)
             with log_path.open("a") as handle:
-                handle.writelines(f"recipe: {change}\n" for change in recipe.changes)
+                handle.writelines(f"recipe: {change}\n" for change in (*added, *recipe.changes))
         with timer("compile"), compile_stage.workspace(job, source, runtime.site_packages) as space:
             parallelism = compile_stage.Parallelism.fit(len(job.archs), share=share)
             objcache = None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)

@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from builder.core.errors import PlanError, did_you_mean
 from builder.plan.facts import Accelerator, TorchFacts, TorchRelease, load_facts
-from builder.plan.job import Job, PatchRef, Recipe, Sdist
+from builder.plan.job import Job, PatchRef, Recipe, Sdist, UpstreamFiles
 from builder.plan.matrix import HOST_PYTHON, Matrix, PackageSpec, SdistPin, load_matrix
 
 _WILDCARDS = re.compile(r"[*?\[]")
@@ -66,7 +66,11 @@ def _recipe(package: PackageSpec) -> Recipe:
 
 def _sdist(package: PackageSpec, pin: SdistPin) -> Sdist:
     filename = f"{package.name.replace('-', '_')}-{pin.version}.tar.gz"
-    return Sdist(filename=filename, sha256=pin.sha256, url=pin.url)
+    upstream = pin.upstream and UpstreamFiles(
+        repo=pin.upstream.repo, commit=pin.upstream.commit, paths=tuple(pin.upstream.paths),
+        tree_digest=pin.upstream.tree_digest,
+    )
+    return Sdist(filename=filename, sha256=pin.sha256, url=pin.url, upstream=upstream)
 
 
 def _toolkit(accelerator: Accelerator) -> str:

@@ -39,10 +39,21 @@ def parse_label(label: str) -> tuple[str, Accelerator]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class UpstreamFiles:
+    """Files the sdist lacks (csrc/ of old releases), from upstream's release commit, pinned by content."""
+
+    repo: str  # owner/name on the forge
+    commit: str
+    paths: tuple[str, ...]
+    tree_digest: str  # builder.steps.upstream.tree_digest of ``paths``
+
+
+@dataclass(frozen=True, kw_only=True)
 class Sdist:
     filename: str
     sha256: str
     url: str | None = None  # None: look it up on the registry by filename
+    upstream: UpstreamFiles | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

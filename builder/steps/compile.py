@@ -95,6 +95,9 @@ def build_environ(job: Job, env: BuildEnv, recipe_env: Mapping[str, str], space:
     environ.update(recipe_env)
     environ.update(
         CUDA_HOME=str(toolkit.root),
+        # the host compiler the toolkit accepts; torch passes $CC to nvcc as -ccbin, setuptools compiles with both
+        CC=str(toolkit.cc),
+        CXX=str(toolkit.cxx),
         CUDA_PATH=str(toolkit.root),
         PATH=os.pathsep.join([str(env.python.parent), str(toolkit.root / "bin"), environ.get("PATH", "")]),
         # the build venv's own tools first (a system torch's site-packages may hold other setuptools), then torch at

@@ -36,7 +36,7 @@ class FakeStages:
         self.tmp = tmp_path
         stub = SimpleNamespace(site_packages=tmp_path)
         monkeypatch.setattr(build_stage, "fetch_sdist", lambda job: tmp_path / "sdist.tar.gz")
-        monkeypatch.setattr(build_stage, "find_toolkit", lambda accelerator: stub)
+        monkeypatch.setattr(build_stage, "find_toolkit", lambda accelerator, log_path=None: stub)
         monkeypatch.setattr(build_stage, "runtime_env", lambda job, facts: stub)
         monkeypatch.setattr(build_stage, "build_env", lambda job, runtime, toolkit, log_path: stub)
         monkeypatch.setattr(build_stage, "unpack_sdist", lambda sdist, dest: dest)
