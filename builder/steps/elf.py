@@ -18,6 +18,7 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
 from builder.core.errors import WheelError
+from builder.steps.cxxabi import AbiEvidence, classify
 from builder.steps.fatbin import FatbinContents, elf_fatbin
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ class ElfFacts:
     # the library that defines them -> versions needed: {"libc.so.6": {"GLIBC_2.2.5", "GLIBC_2.34"}}
     symbol_versions: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
     gpu: FatbinContents = field(default_factory=FatbinContents)
+    abi: AbiEvidence = field(default_factory=AbiEvidence)  # C++ ABI of the symbols shared with torch
 
     @property
     def name(self) -> str:
@@ -54,10 +56,21 @@ def read_elf(path: Path, *, name: str, gpu: bool = True) -> ElfFacts:
             for library, version in elf_find_versioned_symbols(elf):
                 versions.setdefault(library, set()).add(version)
             kernels = elf_fatbin(elf, where=name) if gpu else FatbinContents()
+            abi = classify(_dynamic_symbols(elf)) if gpu else AbiEvidence()
     except ELFError as error:
         raise WheelError(f"{name}: not a readable ELF file ({error})") from None
     frozen = MappingProxyType({lib: frozenset(v) for lib, v in sorted(versions.items())})
-    return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen, gpu=kernels)
+    return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen, gpu=kernels, abi=abi)
+
+
+def _dynamic_symbols(elf: ELFFile) -> Iterator[str]:
+    """Names in .dynsym, defined and undefined: what the dynamic linker matches against torch's libraries."""
+    table = elf.get_section_by_name(".dynsym")
+    if table is None:
+        return
+    for symbol in table.iter_symbols():
+        if symbol.name:
+            yield symbol.name
 
 
 def is_elf(path: Path) -> bool:

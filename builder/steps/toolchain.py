@@ -237,9 +237,10 @@ def _assemble_cuda_home(tree: Path, root: Path) -> None:
     shutil.copytree(toolkit_bin / "crt", root / "bin" / "crt")
     (root / "bin" / "nvcc.profile").write_text(_NVCC_PROFILE)
     os.link(toolkit_bin / "cicc", root / "nvvm" / "bin" / "cicc")
-    (root / "nvvm" / "libdevice").symlink_to(Path("..", "tree", "usr", "lib", "nvidia-cuda-toolkit", "libdevice"))
-    (root / "include").symlink_to(Path("tree", "usr", "include"))
-    (root / "lib64").symlink_to(Path("tree", "usr", "lib", "x86_64-linux-gnu"))
+    # relative links (root/ and tree/ are siblings): the staging folder is renamed into place afterwards
+    (root / "nvvm" / "libdevice").symlink_to(Path("..", "..", "tree", "usr", "lib", "nvidia-cuda-toolkit", "libdevice"))
+    (root / "include").symlink_to(Path("..", "tree", "usr", "include"))
+    (root / "lib64").symlink_to(Path("..", "tree", "usr", "lib", "x86_64-linux-gnu"))
 
 
 def _unpack(debs: list[Path], tree: Path, log_path: Path | None) -> None:
