@@ -126,8 +126,10 @@ def _accelerator(value: str) -> str:
 
 
 def _arch(value: str) -> str:
-    if not re.fullmatch(r"\d+\.\d+[af]?(\+PTX)?|gfx[0-9a-f]+", value):
-        raise ValueError(f"{value!r} is not a GPU architecture like '9.0', '9.0a', '12.0+PTX' or 'gfx942'")
+    if not re.fullmatch(r"\d+\.\d+[af]?(\+PTX)?|compute_\d+[af]?|gfx[0-9a-f]+", value):
+        raise ValueError(
+            f"{value!r} is not a GPU architecture like '9.0', '9.0a', '12.0+PTX', 'compute_90' (PTX only) or 'gfx942'"
+        )
     return value
 
 

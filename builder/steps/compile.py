@@ -20,6 +20,7 @@ import build
 
 from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, run
+from builder.plan.archs import torch_arch_list
 from builder.plan.job import Job
 from builder.steps import objcache as nvcc_cache
 from builder.steps.environment import BuildEnv
@@ -105,7 +106,7 @@ def build_environ(job: Job, env: BuildEnv, recipe_env: Mapping[str, str], space:
         PYTHONPATH=os.pathsep.join([str(env.site_packages), str(space.torch_site)]),
         MAX_JOBS=str(parallelism.max_jobs),
         NVCC_APPEND_FLAGS=f"--threads {parallelism.nvcc_threads}",  # last --threads wins over setup.py's hardcoded 4
-        TORCH_CUDA_ARCH_LIST=";".join(job.archs),
+        TORCH_CUDA_ARCH_LIST=torch_arch_list(job.archs) if job.accelerator.kind == "cuda" else ";".join(job.archs),
         PIP_NO_BUILD_ISOLATION="1",
         SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", "315532800"),
     )

@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import WheelError
 from builder.core.runner import run
+from builder.plan.archs import split
 from builder.plan.job import Job
 from builder.steps.elf import ElfFacts, tree_elf_facts, unpacked
 from builder.steps.environment import RuntimeEnv
@@ -270,10 +271,9 @@ def check_symbol_versions(facts: WheelFacts, policy: Policy | None) -> Check:
 
 
 def expected_archs(job: Job) -> tuple[frozenset[str], frozenset[str]]:
-    """(SASS, PTX) the job asks for: "8.0" is SASS only, "9.0+PTX" SASS and PTX for 9.0."""
-    sass = frozenset(arch.removesuffix("+PTX") for arch in job.archs)
-    ptx = frozenset(arch.removesuffix("+PTX") for arch in job.archs if arch.endswith("+PTX"))
-    return sass, ptx
+    """(SASS, PTX) the job asks for: "8.0" is SASS only, "9.0+PTX" SASS and PTX for 9.0, "compute_90" PTX only."""
+    sass, ptx = split(job.archs)
+    return frozenset(sass), frozenset(ptx)
 
 
 def _listed(archs: Iterable[str]) -> str:

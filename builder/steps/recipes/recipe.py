@@ -16,6 +16,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import RecipeError
+from builder.plan.archs import torch_arch_list
 from builder.plan.job import Job, PatchRef
 from builder.steps.recipes import pyproject, setup_py
 from builder.steps.recipes.facts import PackageFacts, package_facts
@@ -24,6 +25,7 @@ from builder.steps.recipes.patches import PATCHES
 log = logging.getLogger(__name__)
 
 _CUDA_ARCH = re.compile(r"^(?P<major>\d+)\.(?P<minor>\d)(?P<variant>[af]?)(?P<ptx>\+PTX)?$")
+_PTX_ONLY = re.compile(r"^compute_(?P<number>\d+[af]?)$")
 _ROCM_ARCH = re.compile(r"^gfx[0-9a-f]+$")
 
 
@@ -34,12 +36,16 @@ class RecipeResult:
 
 
 def cuda_gencode_flags(archs: tuple[str, ...], where: str) -> tuple[str, ...]:
-    """``9.0`` -> ``-gencode arch=compute_90,code=sm_90``; ``12.0+PTX`` also embeds PTX (``code=compute_120``)."""
+    """``9.0`` -> ``-gencode arch=compute_90,code=sm_90``; ``12.0+PTX`` also embeds PTX (``code=compute_120``);
+    ``compute_90`` embeds the PTX alone."""
     flags: list[str] = []
     for arch in archs:
+        if ptx_only := _PTX_ONLY.match(arch):
+            flags += ["-gencode", f"arch=compute_{ptx_only['number']},code=compute_{ptx_only['number']}"]
+            continue
         match = _CUDA_ARCH.match(arch)
         if match is None:
-            raise RecipeError(f"{where}: {arch!r} is not a CUDA arch like '9.0', '9.0a' or '12.0+PTX'")
+            raise RecipeError(f"{where}: {arch!r} is not a CUDA arch like '9.0', '9.0a', '12.0+PTX' or 'compute_90'")
         number = f"{match['major']}{match['minor']}{match['variant']}"
         flags += ["-gencode", f"arch=compute_{number},code=sm_{number}"]
         if match["ptx"]:
@@ -71,7 +77,7 @@ def build_env(job: Job, facts: PackageFacts) -> dict[str, str]:
         env[job.recipe.abi_env] = "TRUE" if job.cxx11_abi else "FALSE"
     archs = ";".join(job.archs)
     if job.accelerator.kind == "cuda":
-        env["TORCH_CUDA_ARCH_LIST"] = archs
+        env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(job.archs)
     else:
         env["PYTORCH_ROCM_ARCH"] = archs
         env[facts.rocm_arch_env] = archs
