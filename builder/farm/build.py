@@ -29,6 +29,7 @@ from builder.plan.job import Job
 from builder.steps import compile as compile_stage
 from builder.steps.environment import NotBuildableHere, build_env, find_toolkit, runtime_env
 from builder.steps.fetch import fetch_sdist, unpack_sdist
+from builder.steps.nvcc_time import read_times
 from builder.steps.recipes import apply_recipe
 from builder.steps.repair import repair_wheel
 from builder.steps.upstream import overlay_upstream
@@ -217,6 +218,8 @@ class Builder:
             objcache = None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache)
             built = compile_stage.compile_wheel(job, env, space, environ, work / "built", log_path=log_path, on_line=lambda line: self.progress.on_line(job, line))
+            provenance = dict(toolchain=json.dumps(toolkit.as_dict(), sort_keys=True),
+                              compile_times=json.dumps(read_times(space.nvcc_times)))
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired", log_path=log_path)
         with timer("verify"):
@@ -228,17 +231,18 @@ class Builder:
             destination = quarantine(repaired.wheel, report, self.layout.quarantine)
             return _base_entry(job, digest, self.layout, status="quarantined", phase="verify", timings=timer.timings,
                                wheel=destination.name, wheel_sha256=sha256_of(destination), wheel_size=destination.stat().st_size,
-                               reason="; ".join(report.reasons), report=summary)
+                               reason="; ".join(report.reasons), report=summary, **provenance)
         with timer("install"):
-            return self._install(job, digest, repaired.wheel, timer, ledger, summary)
+            return self._install(job, digest, repaired.wheel, timer, ledger, summary, provenance)
 
-    def _install(self, job: Job, digest: str, wheel: Path, timer: PhaseTimer, ledger: Ledger, report: str) -> LedgerEntry:
+    def _install(self, job: Job, digest: str, wheel: Path, timer: PhaseTimer, ledger: Ledger, report: str,
+                 provenance: dict[str, str]) -> LedgerEntry:
         """Record the wheel's hash first, then move it into dist/ atomically: a kill between the two is recovered."""
         checksum, size = sha256_of(wheel), wheel.stat().st_size
         destination = self.layout.dist / wheel.name
         if destination.exists() and sha256_of(destination) != checksum:
             log.warning("%s: replacing %s built from older inputs", job.identifier, destination.name)
-        fields = dict(timings=timer.timings, wheel=wheel.name, wheel_sha256=checksum, wheel_size=size, report=report)
+        fields = dict(timings=timer.timings, wheel=wheel.name, wheel_sha256=checksum, wheel_size=size, report=report, **provenance)
         ledger.put(_base_entry(job, digest, self.layout, status="running", phase="install", **fields))
         os.replace(wheel, destination)
         return _base_entry(job, digest, self.layout, status="built", phase="install", **fields)

@@ -70,6 +70,10 @@ class Workspace:
     def torch_site(self) -> Path:
         return self.root / "torch-site"
 
+    @property
+    def nvcc_times(self) -> Path:
+        return self.root / "nvcc-time.csv"
+
     @classmethod
     def for_job(cls, job: Job) -> Workspace:
         return cls(root=FIXED_ROOT / f"{job.package}-{job.local_version}")
@@ -87,6 +91,7 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
         if space.torch_site.is_symlink() or space.torch_site.exists():
             space.torch_site.unlink()
         space.torch_site.symlink_to(torch_site, target_is_directory=True)
+        space.nvcc_times.unlink(missing_ok=True)
         yield space
 
 
@@ -105,7 +110,8 @@ def build_environ(job: Job, env: BuildEnv, recipe_env: Mapping[str, str], space:
         # the fixed path, so torch's header paths inside objects are the same for every Python
         PYTHONPATH=os.pathsep.join([str(env.site_packages), str(space.torch_site)]),
         MAX_JOBS=str(parallelism.max_jobs),
-        NVCC_APPEND_FLAGS=f"--threads {parallelism.nvcc_threads}",  # last --threads wins over setup.py's hardcoded 4
+        # last --threads wins over setup.py's hardcoded 4; --time appends a CSV row per phase, arch and unit
+        NVCC_APPEND_FLAGS=f"--threads {parallelism.nvcc_threads} --time {space.nvcc_times}",
         TORCH_CUDA_ARCH_LIST=torch_arch_list(job.archs) if job.accelerator.kind == "cuda" else ";".join(job.archs),
         PIP_NO_BUILD_ISOLATION="1",
         SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", "315532800"),
