@@ -55,7 +55,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         notes.add_column("job", no_wrap=True)
         notes.add_column("archs", no_wrap=True)
         for note in plan.arch_notes:
-            notes.add_row(note.identifier, note.describe())
+            notes.add_row(note.identifier, escape(note.describe()))
         print_table(notes)
     if args.explain and not plan.dropped:
         out.print("dropped: none; every combination of the profile's axes is buildable and selected")
