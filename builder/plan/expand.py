@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from builder.core.errors import PlanError, did_you_mean
@@ -58,10 +59,15 @@ def host_python() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def _recipe(package: PackageSpec) -> Recipe:
+def _recipe(package: PackageSpec, version: str) -> Recipe:
+    """The package's recipe as it applies to ``version``: env_by_version entries add to env where they match."""
     spec = package.recipe
+    env = dict(spec.env)
+    for entry in spec.env_by_version:
+        if SpecifierSet(entry.versions).contains(version, prereleases=True):
+            env.update(entry.env)
     return Recipe(
-        env=tuple(sorted(spec.env.items())),
+        env=tuple(sorted(env.items())),
         abi_env=spec.abi_env,
         arch_control=spec.arch_control,
         patches=tuple(PatchRef(name=p.name, versions=p.versions, torch=p.torch) for p in spec.patches),
@@ -223,7 +229,7 @@ def _planned_job(combination: _Combination, axes: _Axes, facts: TorchFacts) -> J
         package=package.name,
         version=pin.version,
         sdist=_sdist(package, pin),
-        recipe=_recipe(package),
+        recipe=_recipe(package, pin.version),
         torch=torch,
         accelerator=accelerator,
         python=python,

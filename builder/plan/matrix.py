@@ -180,8 +180,16 @@ class PatchSpec(_Strict):
     torch: Specifier = ""
 
 
+class VersionedEnv(_Strict):
+    """Build switches only some releases read (mamba-ssm's MAMBA_KEEP_CUDA_BUILD opt-in, from after 2.3.2.post1)."""
+
+    versions: Specifier
+    env: dict[EnvName, str] = Field(min_length=1)
+
+
 class RecipeSpec(_Strict):
     env: dict[EnvName, str] = {}
+    env_by_version: list[VersionedEnv] = []
     abi_env: EnvName | None = None
     arch_control: Literal["gencode-rewrite", "torch-arch-list"] = "gencode-rewrite"
     patches: list[PatchSpec] = []
