@@ -5,11 +5,8 @@ naming the mismatch, before any user meets "undefined symbol: _ZN3c10..."."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import shutil
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,7 @@ from builder.core.runner import run
 from builder.plan.facts import load_facts
 from builder.steps.environment import runtime_env
 from builder.steps.verify import verify_wheel
+from tests.extension_wheel import extension_wheel
 from tests.jobs import local_job
 
 pytestmark = [
@@ -36,25 +34,6 @@ void probe_check(const std::string& message) {
 """
 
 
-def _wheel(so: Path, job, out: Path) -> Path:
-    """A minimal wheel of the job's name and label that carries ``so`` (only the gate's file checks read it)."""
-    dist = f"{job.dist_name}-{job.local_version}"
-    wheel = out / f"{dist}-{job.python_tag}-{job.python_tag}-manylinux_2_28_x86_64.whl"
-    files = {
-        "probe_ext.so": so.read_bytes(),
-        f"{dist}.dist-info/METADATA": (f"Metadata-Version: 2.1\nName: {job.package}\nVersion: {job.local_version}\n"
-                                       f"Requires-Dist: {job.torch_requirement}\n").encode(),
-        f"{dist}.dist-info/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {job.python_tag}-{job.python_tag}-manylinux_2_28_x86_64\n".encode(),
-    }
-    record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
-              for name, data in files.items()]
-    files[f"{dist}.dist-info/RECORD"] = ("\n".join([*record, f"{dist}.dist-info/RECORD,,"]) + "\n").encode()
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for name, data in files.items():
-            archive.writestr(name, data)
-    return wheel
-
-
 @pytest.fixture(scope="module")
 def torch_include() -> Path:
     job = local_job()
@@ -70,7 +49,7 @@ def test_the_gate_refuses_the_other_abi(flag: int, accepted: bool, torch_include
     so = tmp_path / "probe_ext.so"
     run(["g++", "-shared", "-fPIC", "-O0", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={flag}", f"-I{torch_include}",
          source, "-o", so], step=f"compile probe with _GLIBCXX_USE_CXX11_ABI={flag}")
-    report = verify_wheel(_wheel(so, job, tmp_path), job, runtime=None)
+    report = verify_wheel(extension_wheel(so, job, tmp_path), job, runtime=None)
     abi = next(check for check in report.checks if check.name == "cxx-abi")
     assert abi.ok is accepted, abi.detail
     if accepted:
