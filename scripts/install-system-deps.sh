@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # System packages the tests need beyond Python: Debian's Chromium for the landing-page test (playwright's own
-# browser download is not reachable from CI) and the fonts it renders with. Idempotent: installs only what is missing.
+# browser download is not reachable from CI) and the fonts it renders with; gcc-11/g++-11, the host compiler
+# CUDA 11.8's nvcc accepts, and Debian's archive keyring, which the toolchain provider's private apt configuration
+# checks Debian's CUDA 11.8 packages against (they are downloaded and unpacked into ~/.cache/wheelwright/toolkits,
+# never installed). Idempotent: installs only what is missing.
 set -euo pipefail
 
-packages=(chromium fonts-dejavu-core)
+packages=(chromium fonts-dejavu-core gcc-11 g++-11 debian-archive-keyring)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

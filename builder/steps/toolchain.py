@@ -39,6 +39,7 @@ _FIELDS = {
 }
 _COMMON = {"name", "kind", "cuda", "serves", "host_compiler"}
 # The tools a CUDA_HOME needs for torch's extension builder; cuobjdump lets the verify gate read fatbins.
+_NVCC_LINKS = ("libcudart_static.a", "libcudadevrt.a", "libculibos.a")
 _TOOLS = ("nvcc", "ptxas", "fatbinary", "nvlink", "cudafe++", "bin2c", "cuobjdump", "nvdisasm", "nvprune", "cu++filt")
 # nvcc reads nvcc.profile beside its binary; this one describes the standard CUDA_HOME layout we assemble.
 _NVCC_PROFILE = """\
@@ -247,9 +248,11 @@ def _unpack(debs: list[Path], tree: Path, log_path: Path | None) -> None:
     tree.mkdir(parents=True)
     for deb in debs:
         run(["dpkg-deb", "-x", deb, tree], step=f"unpack {deb.name}", log_path=log_path)
-    # static libraries (2.7 GB of cuBLAS, cuFFT, ...) are never linked by a torch extension
+    # static libraries (2.7 GB of cuBLAS, cuFFT, ...) are never linked by a torch extension; nvcc itself links
+    # the CUDA runtime's own (cudart_static, cudadevrt) when it links
     for archive in tree.glob("usr/lib/x86_64-linux-gnu/*.a"):
-        archive.unlink()
+        if archive.name not in _NVCC_LINKS:
+            archive.unlink()
     shutil.rmtree(tree / "usr" / "share" / "doc", ignore_errors=True)
 
 
