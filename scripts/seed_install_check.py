@@ -43,7 +43,7 @@ def free_port() -> int:
 def serve(output: Path, port: int) -> subprocess.Popen:
     server = subprocess.Popen([sys.executable, "-m", "builder.cli.main", "serve", "--output", str(output), "--port", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(100):
+    for _ in range(600):  # a loaded machine takes a while to import the CLI
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return server
