@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder.plan.expand import load_plan  # noqa: E402
-from builder.steps.environment import find_pythons  # noqa: E402
-from builder.steps.fetch import index_url  # noqa: E402
+from builder.plan.expand import load_plan
+from builder.steps.environment import find_pythons
+from builder.steps.fetch import index_url
 
 LABEL = "pt20cu117"
 TORCH = "torch==2.0.1"
@@ -64,12 +64,13 @@ def check(job_id: str, wheel: str, port: int) -> tuple[bool, str]:
         subprocess.run([*pip, TORCH], check=True)
         index = f"http://127.0.0.1:{port}/whl/{LABEL}/simple/"
         install = subprocess.run([*pip, "--index-url", index, "--extra-index-url", index_url(),
-                                  f"{job.package}=={job.local_version}"], capture_output=True, text=True)
+                                  f"{job.package}=={job.local_version}"], check=False, capture_output=True, text=True)
         if install.returncode != 0:
             return False, f"pip install failed: {install.stderr.strip().splitlines()[-1:]}"
         probe = "import json, torch, importlib; [importlib.import_module(m) for m in {!r}]; print(torch.__version__)"
         names = [n for n in job.recipe.import_names if n.endswith("_cuda")] or list(job.recipe.import_names)
-        result = subprocess.run([venv / "bin" / "python", "-c", probe.format(names)], capture_output=True, text=True, cwd=tmp)
+        result = subprocess.run([venv / "bin" / "python", "-c", probe.format(names)], check=False,
+                                capture_output=True, text=True, cwd=tmp)
         if result.returncode != 0:
             return False, f"import failed: {result.stderr.strip().splitlines()[-1:]}"
         return True, f"installed {wheel} from {index}; imported {', '.join(names)} with torch {result.stdout.strip()}"

@@ -218,8 +218,8 @@ class Builder:
             objcache = None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache)
             built = compile_stage.compile_wheel(job, env, space, environ, work / "built", log_path=log_path, on_line=lambda line: self.progress.on_line(job, line))
-            provenance = dict(toolchain=json.dumps(toolkit.as_dict(), sort_keys=True),
-                              compile_times=json.dumps(read_times(space.nvcc_times)))
+            provenance = {"toolchain": json.dumps(toolkit.as_dict(), sort_keys=True),
+                          "compile_times": json.dumps(read_times(space.nvcc_times))}
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired", log_path=log_path)
         with timer("verify"):
