@@ -71,6 +71,10 @@ class Workspace:
         return self.root / "torch-site"
 
     @property
+    def cuda_home(self) -> Path:
+        return self.root / "cuda-home"
+
+    @property
     def nvcc_times(self) -> Path:
         return self.root / "nvcc-time.csv"
 
@@ -119,10 +123,37 @@ def build_environ(job: Job, env: BuildEnv, recipe_env: Mapping[str, str], space:
     if objcache is not None:
         root, mode = objcache
         # run as a script (it needs only the standard library): PYTHONPATH above does not lead to wheelwright
-        environ["PYTORCH_NVCC"] = shlex.join([sys.executable, nvcc_cache.__file__, str(root), mode, str(toolkit.nvcc)])
+        wrapper = [sys.executable, nvcc_cache.__file__, str(root), mode, str(toolkit.nvcc)]
+        environ["PYTORCH_NVCC"] = shlex.join(wrapper)
+        if not honours_pytorch_nvcc(space.torch_site):
+            home = cuda_home_with_wrapper(toolkit.root, wrapper, space.cuda_home)
+            environ.update(CUDA_HOME=str(home), CUDA_PATH=str(home))
         # setuptools adds the build venv's include directory: per Python, like the interpreter's own
         environ[nvcc_cache.PER_PYTHON_ENV] = str(env.python.parent.parent / "include")
     return environ
+
+
+def honours_pytorch_nvcc(torch_site: Path) -> bool:
+    """torch reads PYTORCH_NVCC from 2.1 on; torch 2.0 and 1.13 always run $CUDA_HOME/bin/nvcc."""
+    source = torch_site / "torch" / "utils" / "cpp_extension.py"
+    return not source.is_file() or "PYTORCH_NVCC" in source.read_text(encoding="utf-8", errors="replace")
+
+
+def cuda_home_with_wrapper(root: Path, wrapper: list[str], home: Path) -> Path:
+    """A CUDA_HOME of links to ``root`` whose bin/nvcc runs ``wrapper`` (the object cache), for a torch that
+    ignores PYTORCH_NVCC. It lives at the workspace's fixed path, so the include paths nvcc sees stay the same."""
+    shutil.rmtree(home, ignore_errors=True)
+    (home / "bin").mkdir(parents=True)
+    for entry in root.iterdir():
+        if entry.name != "bin":
+            (home / entry.name).symlink_to(entry.resolve())
+    for tool in (root / "bin").iterdir():
+        if tool.name != "nvcc":
+            (home / "bin" / tool.name).symlink_to(tool.resolve())
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text(f'#!/bin/sh\nexec {shlex.join(wrapper)} "$@"\n')
+    nvcc.chmod(0o755)
+    return home
 
 
 def compile_wheel(
