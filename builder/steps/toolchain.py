@@ -323,6 +323,10 @@ def _assemble_wheel_home(site: Path, root: Path) -> None:
     prefix = prefixes[0]
     if not (prefix / "lib64").exists() and (prefix / "lib").is_dir():
         (prefix / "lib64").symlink_to("lib")
+    # the runtime wheel ships only the versioned libcudart.so.13; extensions link with -lcudart
+    runtimes = sorted((prefix / "lib").glob("libcudart.so.*"))
+    if runtimes and not (prefix / "lib" / "libcudart.so").exists():
+        (prefix / "lib" / "libcudart.so").symlink_to(runtimes[0].name)
     root.symlink_to(os.path.relpath(prefix, root.parent))  # relative: the staging folder is renamed into place
 
 
