@@ -63,3 +63,14 @@ def test_sources_are_checked_on_load() -> None:
         parse_sources({"source": [{**good, "serves": "thirteen"}]})
     with pytest.raises(ConfigError, match="names must be unique"):
         parse_sources({"source": [good, good]})
+
+
+def test_the_toolkits_command_is_the_preflight(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from builder.cli.main import main
+
+    monkeypatch.setenv("WHEELWRIGHT_CACHE", str(tmp_path))
+    monkeypatch.setattr(toolchain.shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert main(["toolkits", "--profile", "seed"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("cu117: CUDA 11.8 via debian-11.8: not yet unpacked") and "host compiler /usr/bin/g++-11" in line
