@@ -2,6 +2,9 @@
 index (`wheelwright serve`, real HTTP) into a fresh venv holding torch 2.0.1, dependencies from the registry,
 and its CUDA extension imports there. One line per wheel; exit 1 if any fails.
 
+The venv sees torch 2.0.1 through a .pth file naming the build's own torch install (the job's runtime, the same
+registry wheel), as the verify gate does: pip counts it as installed, and a 2.5 GB torch is not unpacked per wheel.
+
     .venv/bin/python scripts/seed_install_check.py [OUTPUT]   (default: wheelhouse)
 """
 
@@ -19,12 +22,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder.plan.expand import load_plan
-from builder.steps.environment import find_pythons
-from builder.steps.fetch import index_url
+from builder.plan.expand import load_plan  # noqa: E402
+from builder.plan.facts import load_facts  # noqa: E402
+from builder.steps.environment import runtime_env  # noqa: E402
+from builder.steps.fetch import index_url  # noqa: E402
 
 LABEL = "pt20cu117"
 TORCH = "torch==2.0.1"
+PIP = "pip==24.0"
 
 
 def built(output: Path) -> list[tuple[str, str]]:
@@ -56,12 +61,17 @@ def serve(output: Path, port: int) -> subprocess.Popen:
 def check(job_id: str, wheel: str, port: int) -> tuple[bool, str]:
     plan = {job.identifier: job for job in load_plan(ROOT / "matrix.yaml", "seed").jobs}
     job = plan[job_id]
-    python = find_pythons(job.python)[0]
+    runtime = runtime_env(job, load_facts())
     with tempfile.TemporaryDirectory(prefix="seed-check-") as tmp:
         venv = Path(tmp) / "venv"
-        subprocess.run([python, "-m", "venv", venv], check=True)
+        subprocess.run([runtime.python, "-m", "venv", venv], check=True)
+        (site,) = venv.glob("lib/python*/site-packages")
+        (site / "torch-runtime.pth").write_text(f"{runtime.site_packages}\n")
         pip = [venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        subprocess.run([*pip, TORCH], check=True)
+        subprocess.run([*pip, TORCH], check=True)  # satisfied by the runtime: a check that it is torch 2.0.1
+        # Python 3.10's bundled pip 23.0.1 refuses the PEP 658 metadata: "inconsistent Name: expected
+        # 'causal-conv1d', but metadata has 'causal_conv1d'" (upstream's setup(name=...)); 24.0 accepts it
+        subprocess.run([*pip, PIP], check=True)
         index = f"http://127.0.0.1:{port}/whl/{LABEL}/simple/"
         install = subprocess.run([*pip, "--index-url", index, "--extra-index-url", index_url(),
                                   f"{job.package}=={job.local_version}"], check=False, capture_output=True, text=True)
