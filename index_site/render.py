@@ -1,5 +1,6 @@
 """Render the catalog into pages: per variant a find-links page, a PEP 503 simple index and a PEP 691 JSON index,
-the same two indexes over all variants, and the landing page. Pure: catalog in, {site path: bytes} out."""
+the same two indexes over all variants, and the pages for people (pages.py). Pure: catalog in, {site path: bytes}
+out."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from packaging.version import Version
 
 from index_site import layout
 from index_site.catalog import Catalog
-from index_site.landing import accelerator_text, build_landing
+from index_site.landing import accelerator_text
+from index_site.pages import render_pages
 from index_site.wheels import WheelFile
 
 API_VERSION = "1.1"  # PEP 700: size, upload-time and versions in the JSON form
@@ -71,9 +73,12 @@ def render_site(catalog: Catalog, *, base_url: str) -> dict[str, bytes]:
         pages[layout.findlinks_path(label)] = _findlinks_page(label, wheels)
         pages.update(_indexes(label, wheels))
     pages.update(_indexes(None, catalog.wheels))
-    landing = build_landing(catalog, base_url=base_url)
-    pages[layout.LANDING] = _render("landing.html", page=layout.LANDING, landing=landing, api_version=API_VERSION)
+    pages.update(render_pages(catalog, base_url=base_url, render=_render_page))
     return pages
+
+
+def _render_page(template: str, **context: object) -> bytes:
+    return _render(template, api_version=API_VERSION, **context)
 
 
 def _indexes(label: str | None, wheels: Iterable[WheelFile]) -> dict[str, bytes]:

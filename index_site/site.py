@@ -21,7 +21,8 @@ from index_site.wheels import WheelFile, read_core_metadata
 
 log = logging.getLogger(__name__)
 
-MANAGED = ("whl", "simple", "json", layout.LANDING)  # the only top-level names the index writes or prunes
+# The only top-level names the index writes or prunes.
+MANAGED = ("whl", "simple", "json", "select", "coverage", layout.MANIFEST, layout.LANDING)
 
 
 @dataclass(frozen=True, kw_only=True)

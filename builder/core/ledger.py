@@ -121,12 +121,21 @@ class Ledger:
         columns = ", ".join(values)
         marks = ", ".join(f":{name}" for name in values)
         with self._transaction() as db:
-            db.execute(f"INSERT OR REPLACE INTO jobs ({columns}) VALUES ({marks})", values)  # noqa: S608
+            db.execute(f"INSERT OR REPLACE INTO jobs ({columns}) VALUES ({marks})", values)
 
     def wheel_hashes(self) -> dict[str, tuple[str, int]]:
         """{wheel filename: (sha256, size)} of every built wheel, so the index need not re-hash them."""
         rows = self._db.execute("SELECT wheel, wheel_sha256, wheel_size FROM jobs WHERE status = 'built' AND wheel IS NOT NULL")
         return {row["wheel"]: (row["wheel_sha256"], row["wheel_size"]) for row in rows}
+
+    def wheel_archs(self) -> dict[str, tuple[str, str]]:
+        """{wheel filename: (SASS, PTX)} of every built wheel whose verify report recorded its GPU code, each a JSON
+        list as the report holds it; SQLite extracts them, so a big ledger's reports are not parsed in Python."""
+        rows = self._db.execute(
+            "SELECT wheel, json_extract(report, '$.sass') AS sass, json_extract(report, '$.ptx') AS ptx FROM jobs"
+            " WHERE status = 'built' AND wheel IS NOT NULL AND json_valid(report)"
+        )
+        return {row["wheel"]: (row["sass"], row["ptx"]) for row in rows if row["sass"] is not None}
 
     def failures(self) -> list[LedgerEntry]:
         return [e for e in self.entries() if e.status in ("failed", "quarantined", "unbuildable")]
