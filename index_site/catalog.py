@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from builder.core.hashing import sha256_of as sha256_file
 from builder.core.ledger import Ledger, LedgerEntry
@@ -188,14 +189,14 @@ def _catalogue(
     return entries, ScanStats(**counts), rejected, fresh
 
 
-def _row_to_cached(row: tuple, name: WheelName) -> _Cached:
+def _row_to_cached(row: tuple[Any, ...], name: WheelName) -> _Cached:
     _filename, size, mtime_ns, sha256, meta_sha, meta_size, requires_python, summary, upload_time = row
     metadata = CoreMetadata(sha256=meta_sha, size=meta_size, requires_python=requires_python, summary=summary)
     wheel = WheelFile(name=name, sha256=sha256, size=size, metadata=metadata, upload_time=upload_time)
     return _Cached(wheel=wheel, mtime_ns=mtime_ns)
 
 
-def _cached_to_row(entry: _Cached) -> tuple:
+def _cached_to_row(entry: _Cached) -> tuple[object, ...]:
     wheel, metadata = entry.wheel, entry.wheel.metadata
     return (
         wheel.filename,

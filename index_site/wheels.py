@@ -16,6 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from builder.core.wheelname import InvalidWheelFilename, WheelFilename
 from builder.plan.facts import Accelerator
 from builder.plan.job import parse_label
 
@@ -106,8 +107,11 @@ def parse_wheel_name(filename: str) -> WheelName:
             f"{filename!r}: not a wheel filename "
             "(name-version+label-python-abi-platform.whl, of letters, digits and ._+!)"
         )
-    dist, raw_version, *_, python_tag, abi_tag, platform_tag = filename[: -len(".whl")].split("-")
-    project, version = _normalised(filename, dist, raw_version)
+    try:
+        parsed = WheelFilename.parse(filename)
+    except InvalidWheelFilename as error:
+        raise RejectedWheel(f"{filename}: {error}") from None
+    project, version = _normalised(filename, parsed.dist, parsed.version_text)
     if version.local is None:
         raise RejectedWheel(f"{filename}: no variant label (expected a version like {version}+pt214cu130)")
     try:
@@ -122,9 +126,9 @@ def parse_wheel_name(filename: str) -> WheelName:
         label=version.local,
         torch=torch,
         accelerator=accelerator,
-        python_tag=python_tag,
-        abi_tag=abi_tag,
-        platform_tag=platform_tag,
+        python_tag=parsed.python_tag,
+        abi_tag=parsed.abi_tag,
+        platform_tag=parsed.platform_tag,
     )
 
 

@@ -1,7 +1,7 @@
 """Put an upstream release commit's archive into wheelwright's source cache from a local git clone, for machines
 that reach the package registries but not the forge. Prints the tree digest matrix.yaml pins for the paths.
 
-    python scripts/cache_upstream.py CLONE OWNER/NAME COMMIT PATH...
+    python -m scripts.cache_upstream CLONE OWNER/NAME COMMIT PATH...
 """
 
 from __future__ import annotations
@@ -11,11 +11,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from builder.plan.job import UpstreamFiles  # noqa: E402
-from builder.steps.fetch import cache_dir_for_sdists  # noqa: E402
-from builder.steps.upstream import _unpack, archive_name, tree_digest  # noqa: E402
+from builder.plan.job import UpstreamFiles
+from builder.steps.fetch import cache_dir_for_sdists
+from builder.steps.upstream import _unpack, archive_name, tree_digest
 
 
 def main(clone: str, repo: str, commit: str, *paths: str) -> int:
@@ -24,7 +22,9 @@ def main(clone: str, repo: str, commit: str, *paths: str) -> int:
     target.parent.mkdir(parents=True, exist_ok=True)
     prefix = f"{repo.split('/')[1]}-{commit}/"
     # the forge's archives name their top directory <name>-<commit>/ too
-    subprocess.run(["git", "-C", clone, "archive", "--format=tar.gz", f"--prefix={prefix}", "-o", str(target), commit], check=True)
+    subprocess.run(
+        ["git", "-C", clone, "archive", "--format=tar.gz", f"--prefix={prefix}", "-o", str(target), commit], check=True
+    )
     with tempfile.TemporaryDirectory() as tmp:
         print(target, tree_digest(_unpack(target, Path(tmp), repo), paths))
     return 0

@@ -5,7 +5,7 @@ and its CUDA extension imports there. One line per wheel; exit 1 if any fails.
 The venv sees torch 2.0.1 through a .pth file naming the build's own torch install (the job's runtime, the same
 registry wheel), as the verify gate does: pip counts it as installed, and a 2.5 GB torch is not unpacked per wheel.
 
-    .venv/bin/python scripts/seed_install_check.py [OUTPUT]   (default: wheelhouse)
+    .venv/bin/python -m scripts.seed_install_check [OUTPUT]   (default: wheelhouse)
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from builder.plan.expand import load_plan
+from builder.plan.facts import load_facts
+from builder.steps.environment import runtime_env
+from builder.steps.fetch import index_url
 
-from builder.plan.expand import load_plan  # noqa: E402
-from builder.plan.facts import load_facts  # noqa: E402
-from builder.steps.environment import runtime_env  # noqa: E402
-from builder.steps.fetch import index_url  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 LABEL = "pt20cu117"
 TORCH = "torch==2.0.1"
@@ -46,8 +45,11 @@ def free_port() -> int:
 
 
 def serve(output: Path, port: int) -> subprocess.Popen:
-    server = subprocess.Popen([sys.executable, "-m", "builder.cli.main", "serve", "--output", str(output), "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "builder.cli.main", "serve", "--output", str(output), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(600):  # a loaded machine takes a while to import the CLI
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
@@ -73,14 +75,19 @@ def check(job_id: str, wheel: str, port: int) -> tuple[bool, str]:
         # 'causal-conv1d', but metadata has 'causal_conv1d'" (upstream's setup(name=...)); 24.0 accepts it
         subprocess.run([*pip, PIP], check=True)
         index = f"http://127.0.0.1:{port}/whl/{LABEL}/simple/"
-        install = subprocess.run([*pip, "--index-url", index, "--extra-index-url", index_url(),
-                                  f"{job.package}=={job.local_version}"], check=False, capture_output=True, text=True)
+        install = subprocess.run(
+            [*pip, "--index-url", index, "--extra-index-url", index_url(), f"{job.package}=={job.local_version}"],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
         if install.returncode != 0:
             return False, f"pip install failed: {install.stderr.strip().splitlines()[-1:]}"
         probe = "import json, torch, importlib; [importlib.import_module(m) for m in {!r}]; print(torch.__version__)"
         names = [n for n in job.recipe.import_names if n.endswith("_cuda")] or list(job.recipe.import_names)
-        result = subprocess.run([venv / "bin" / "python", "-c", probe.format(names)], check=False,
-                                capture_output=True, text=True, cwd=tmp)
+        result = subprocess.run(
+            [venv / "bin" / "python", "-c", probe.format(names)], check=False, capture_output=True, text=True, cwd=tmp
+        )
         if result.returncode != 0:
             return False, f"import failed: {result.stderr.strip().splitlines()[-1:]}"
         return True, f"installed {wheel} from {index}; imported {', '.join(names)} with torch {result.stdout.strip()}"

@@ -21,8 +21,10 @@ def extension_wheel(so: Path, job: Job, out: Path, *, platform: str = "manylinux
     tag = f"{job.python_tag}-{job.python_tag}-{platform}"
     files = {
         so.name: so.read_bytes(),
-        f"{dist}.dist-info/METADATA": (f"Metadata-Version: 2.1\nName: {job.package}\nVersion: {job.local_version}\n"
-                                       f"Requires-Dist: {job.torch_requirement}\n").encode(),
+        f"{dist}.dist-info/METADATA": (
+            f"Metadata-Version: 2.1\nName: {job.package}\nVersion: {job.local_version}\n"
+            f"Requires-Dist: {job.torch_requirement}\n"
+        ).encode(),
         f"{dist}.dist-info/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n".encode(),
     }
     record = [_record_line(name, data) for name, data in files.items()]

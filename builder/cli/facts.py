@@ -4,6 +4,7 @@ profile comes from, and what it lacks here). Console output lives here."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from rich.markup import escape
 
@@ -14,13 +15,20 @@ from builder.plan.facts import load_facts
 BEHIND_EXIT = 10  # distinct from every error code: a scheduled job can tell "facts are behind" from "check broke"
 
 
-def add_commands(commands: argparse._SubParsersAction, add_plan_arguments) -> None:
+def add_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    add_plan_arguments: Callable[[argparse.ArgumentParser], None],
+) -> None:
     facts = commands.add_parser("facts", help="the torch release facts (builder/data/torch.toml)")
     actions = facts.add_subparsers(dest="facts_command", required=True, metavar="ACTION")
-    check = actions.add_parser("check", help=f"compare the facts with the registry's torch releases (exit {BEHIND_EXIT} when behind)")
+    check = actions.add_parser(
+        "check", help=f"compare the facts with the registry's torch releases (exit {BEHIND_EXIT} when behind)"
+    )
     check.set_defaults(func=cmd_facts_check)
 
-    toolkits = commands.add_parser("toolkits", help="where each CUDA toolkit of a profile comes from, and what it lacks here")
+    toolkits = commands.add_parser(
+        "toolkits", help="where each CUDA toolkit of a profile comes from, and what it lacks here"
+    )
     add_plan_arguments(toolkits)
     toolkits.set_defaults(func=cmd_toolkits)
 

@@ -6,8 +6,9 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
@@ -47,7 +48,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         abi = "cxx11" if job.cxx11_abi else "pre-cxx11"
         toolkit = f"{job.accelerator.kind} {job.accelerator.version}"
         sass, ptx = split(job.archs)
-        table.add_row(job.identifier, job.torch, toolkit, job.python, abi, " ".join(sass), " ".join(ptx) or "-", job.manylinux)
+        table.add_row(
+            job.identifier, job.torch, toolkit, job.python, abi, " ".join(sass), " ".join(ptx) or "-", job.manylinux
+        )
     print_table(table)
     if args.explain and plan.arch_notes:
         out.print(f"arch facts applied: {len(plan.arch_notes)} (builder/data/archs.toml)")
@@ -72,6 +75,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+if TYPE_CHECKING:  # argparse's action class is generic only to the type checker
+    AddCommands = Callable[
+        [argparse._SubParsersAction[argparse.ArgumentParser], Callable[[argparse.ArgumentParser], None]], None
+    ]
+
+
 def build_parser() -> argparse.ArgumentParser:
     description = "Build, repair, verify and index PyTorch CUDA/ROCm extension wheels from one matrix file."
     parser = argparse.ArgumentParser(prog="wheelwright", description=description)
@@ -93,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _stage_commands():
+def _stage_commands() -> tuple[AddCommands, ...]:
     """Stages add their own subcommands; each module's add_commands(commands, add_plan_arguments)."""
     from builder.cli import build, facts, index
 
@@ -107,7 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except WheelwrightError as error:
         if args.debug:
             console.print_exception()

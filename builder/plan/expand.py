@@ -77,10 +77,14 @@ def _recipe(package: PackageSpec, version: str) -> Recipe:
 
 def _sdist(package: PackageSpec, pin: SdistPin) -> Sdist:
     filename = f"{package.name.replace('-', '_')}-{pin.version}.tar.gz"
-    upstream = pin.upstream and UpstreamFiles(
-        repo=pin.upstream.repo, commit=pin.upstream.commit, paths=tuple(pin.upstream.paths),
-        tree_digest=pin.upstream.tree_digest,
-    )
+    upstream = None
+    if pin.upstream is not None:
+        upstream = UpstreamFiles(
+            repo=pin.upstream.repo,
+            commit=pin.upstream.commit,
+            paths=tuple(pin.upstream.paths),
+            tree_digest=pin.upstream.tree_digest,
+        )
     return Sdist(filename=filename, sha256=pin.sha256, url=pin.url, upstream=upstream)
 
 

@@ -13,6 +13,7 @@ import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 # The namespaces an extension shares with torch; a symbol elsewhere says nothing about torch's ABI.
 _TORCH_NAMESPACE = re.compile(r"(?:^|[^A-Za-z0-9_])(?:c10|at|torch|caffe2)::")
@@ -33,7 +34,7 @@ class AbiEvidence:
 
     @property
     def abi(self) -> str | None:
-        """"cxx11", "pre-cxx11", "mixed", or None when no symbol shared with torch involves a string or list."""
+        """ "cxx11", "pre-cxx11", "mixed", or None when no symbol shared with torch involves a string or list."""
         if self.cxx11 and self.pre_cxx11:
             return "mixed"
         if self.cxx11:
@@ -42,25 +43,31 @@ class AbiEvidence:
 
     def merge(self, other: AbiEvidence) -> AbiEvidence:
         return AbiEvidence(
-            cxx11=self.cxx11 + other.cxx11, pre_cxx11=self.pre_cxx11 + other.pre_cxx11,
+            cxx11=self.cxx11 + other.cxx11,
+            pre_cxx11=self.pre_cxx11 + other.pre_cxx11,
             cxx11_examples=(self.cxx11_examples + other.cxx11_examples)[:EXAMPLES],
             pre_cxx11_examples=(self.pre_cxx11_examples + other.pre_cxx11_examples)[:EXAMPLES],
         )
 
 
 @functools.cache
-def _demangler() -> ctypes._CFuncPtr | None:
+def _demangler() -> Any:  # a ctypes foreign function, or None
     try:  # by soname: find_library would run ldconfig
         function = ctypes.CDLL("libstdc++.so.6").__cxa_demangle
     except (OSError, AttributeError):
         return None
     function.restype = ctypes.c_void_p
-    function.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int)]
+    function.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_int),
+    ]
     return function
 
 
 @functools.cache
-def _free() -> ctypes._CFuncPtr:
+def _free() -> Any:  # a ctypes foreign function
     free = ctypes.CDLL(None).free
     free.argtypes = [ctypes.c_void_p]
     return free
@@ -95,5 +102,9 @@ def classify(symbols: Iterable[str]) -> AbiEvidence:
             cxx11.append(name)
         elif _PRE_CXX11.search(name):
             pre.append(name)
-    return AbiEvidence(cxx11=len(cxx11), pre_cxx11=len(pre), cxx11_examples=tuple(cxx11[:EXAMPLES]),
-                       pre_cxx11_examples=tuple(pre[:EXAMPLES]))
+    return AbiEvidence(
+        cxx11=len(cxx11),
+        pre_cxx11=len(pre),
+        cxx11_examples=tuple(cxx11[:EXAMPLES]),
+        pre_cxx11_examples=tuple(pre[:EXAMPLES]),
+    )

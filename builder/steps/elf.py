@@ -16,6 +16,7 @@ from auditwheel.elfutils import elf_find_versioned_symbols
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from builder.core.errors import WheelError
 from builder.steps.cxxabi import AbiEvidence, classify
@@ -50,7 +51,8 @@ def read_elf(path: Path, *, name: str, gpu: bool = True) -> ElfFacts:
             elf = ELFFile(stream)
             dynamic = elf.get_section_by_name(".dynamic")
             needed = [] if not isinstance(dynamic, DynamicSection) else [
-                tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"
+                tag.needed  # type: ignore[attr-defined]  # pyelftools sets it on DT_NEEDED tags only
+                for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"
             ]
             versions: dict[str, set[str]] = {}
             for library, version in elf_find_versioned_symbols(elf):
@@ -66,7 +68,7 @@ def read_elf(path: Path, *, name: str, gpu: bool = True) -> ElfFacts:
 def _dynamic_symbols(elf: ELFFile) -> Iterator[str]:
     """Names in .dynsym, defined and undefined: what the dynamic linker matches against torch's libraries."""
     table = elf.get_section_by_name(".dynsym")
-    if table is None:
+    if not isinstance(table, SymbolTableSection):
         return
     for symbol in table.iter_symbols():
         if symbol.name:

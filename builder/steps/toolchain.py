@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -96,10 +97,16 @@ class Toolchain:
         return f"CUDA {self.cuda} ({self.source}, {self.root}) with {self.cxx.name}"
 
     def as_dict(self) -> dict[str, str]:
-        return {"source": self.source, "cuda": self.cuda, "root": str(self.root), "cc": str(self.cc), "cxx": str(self.cxx)}
+        return {
+            "source": self.source,
+            "cuda": self.cuda,
+            "root": str(self.root),
+            "cc": str(self.cc),
+            "cxx": str(self.cxx),
+        }
 
 
-def _source_from(raw: Mapping, where: str) -> ToolkitSource:
+def _source_from(raw: Mapping[str, Any], where: str) -> ToolkitSource:
     kind = raw.get("kind")
     if kind not in KINDS:
         raise ConfigError(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
@@ -110,13 +117,21 @@ def _source_from(raw: Mapping, where: str) -> ToolkitSource:
         serves = SpecifierSet(raw["serves"])
     except InvalidSpecifier:
         raise ConfigError(f"{where}: serves = {raw['serves']!r} is not a version specifier like '>=11.6,<12'") from None
-    tuples = {key: tuple(raw[key]) for key in ("roots", "components", "packages", "wheels") if key in raw}
-    plain = {key: raw[key] for key in ("suite", "version") if key in raw}
-    return ToolkitSource(name=raw["name"], kind=kind, cuda=raw["cuda"], serves=serves,
-                         host_compiler=raw["host_compiler"], **tuples, **plain)
+    fields: dict[str, Any] = {
+        key: tuple(raw[key]) for key in ("roots", "components", "packages", "wheels") if key in raw
+    }
+    fields.update({key: raw[key] for key in ("suite", "version") if key in raw})
+    return ToolkitSource(
+        name=raw["name"],
+        kind=kind,
+        cuda=raw["cuda"],
+        serves=serves,
+        host_compiler=raw["host_compiler"],
+        **fields,
+    )
 
 
-def parse_sources(raw: Mapping, source: str = SOURCE) -> tuple[ToolkitSource, ...]:
+def parse_sources(raw: Mapping[str, Any], source: str = SOURCE) -> tuple[ToolkitSource, ...]:
     tables = raw.get("source")
     if not isinstance(tables, list) or not tables:
         raise ConfigError(f"{source}: expected one or more [[source]] tables")
@@ -148,21 +163,23 @@ def toolkits_root() -> Path:
 
 # -- host compiler ------------------------------------------------------------------------------------------------
 
+
 def host_compilers(source: ToolkitSource) -> tuple[Path, Path]:
     """(cc, cxx) of the source's host compiler: ``gcc-11`` means gcc-11 and g++-11 on PATH."""
     suffix = source.host_compiler.removeprefix("gcc")
-    found = [shutil.which(f"{name}{suffix}") for name in ("gcc", "g++")]
-    if None in found:
-        missing = " and ".join(f"{n}{suffix}" for n, f in zip(("gcc", "g++"), found) if f is None)
+    cc, cxx = shutil.which(f"gcc{suffix}"), shutil.which(f"g++{suffix}")
+    if cc is None or cxx is None:
+        missing = " and ".join(f"{n}{suffix}" for n, f in (("gcc", cc), ("g++", cxx)) if f is None)
         raise ToolkitUnavailable(
             f"CUDA {source.cuda} ({source.name}) needs the host compiler {missing}, which is not on PATH",
             tip=f"install it (Debian/Ubuntu: apt-get install {'gcc' + suffix} {'g++' + suffix}); "
             "scripts/install-system-deps.sh does",
         )
-    return Path(found[0]), Path(found[1])
+    return Path(cc), Path(cxx)
 
 
 # -- host toolkits --------------------------------------------------------------------------------------------------
+
 
 def _host_root(source: ToolkitSource) -> Path | None:
     from builder.steps.environment import toolkit_version
@@ -179,12 +196,20 @@ def _host_root(source: ToolkitSource) -> Path | None:
 
 # -- Debian's toolkit ---------------------------------------------------------------------------------------------
 
+
 def _apt_options(apt: Path) -> list[str]:
     """apt-get options that keep sources, lists and downloads under ``apt``: the system's apt is left alone."""
     return [
-        "-o", f"Dir::Etc::SourceList={apt / 'sources.list'}", "-o", "Dir::Etc::SourceParts=/dev/null",
-        "-o", f"Dir::State::Lists={apt / 'lists'}", "-o", f"Dir::Cache={apt / 'cache'}",
-        "-o", "APT::Sandbox::User=root",  # the cache is root's; apt's _apt user cannot write into it
+        "-o",
+        f"Dir::Etc::SourceList={apt / 'sources.list'}",
+        "-o",
+        "Dir::Etc::SourceParts=/dev/null",
+        "-o",
+        f"Dir::State::Lists={apt / 'lists'}",
+        "-o",
+        f"Dir::Cache={apt / 'cache'}",
+        "-o",
+        "APT::Sandbox::User=root",  # the cache is root's; apt's _apt user cannot write into it
     ]
 
 
@@ -198,7 +223,7 @@ def debian_root(source: ToolkitSource) -> Path:
     return toolkits_root() / source.name
 
 
-def _download_debs(source: ToolkitSource, debs: Path, log_path: Path | None) -> list[Path]:
+def _download_debs(source: ToolkitSource, debs: Path) -> list[Path]:
     apt = toolkits_root() / f"apt-{source.suite}"
     for folder in (apt / "lists" / "partial", apt / "cache" / "archives" / "partial", debs):
         folder.mkdir(parents=True, exist_ok=True)
@@ -209,20 +234,24 @@ def _download_debs(source: ToolkitSource, debs: Path, log_path: Path | None) -> 
     if found is not None:
         return found
     if not any((apt / "lists").glob("*_InRelease")):
-        run(["apt-get", *options, "update"], step=f"{step}: apt-get update", log_path=log_path)
-    wanted = [f"{package}={source.version}" if not package.startswith(("libcub", "libthrust", "libcu++")) else package
-              for package in source.packages]
-    run(["apt-get", *options, "download", *wanted], step=f"{step}: apt-get download", log_path=log_path, cwd=debs)
+        run(["apt-get", *options, "update"], step=f"{step}: apt-get update")
+    wanted = [
+        f"{package}={source.version}" if not package.startswith(("libcub", "libthrust", "libcu++")) else package
+        for package in source.packages
+    ]
+    run(["apt-get", *options, "download", *wanted], step=f"{step}: apt-get download", cwd=debs)
     found = _downloaded(source, debs)
     if found is None:
-        raise ToolchainError(f"{step}: apt-get download left no .deb for some of {', '.join(source.packages)} in {debs}")
+        raise ToolchainError(
+            f"{step}: apt-get download left no .deb for some of {', '.join(source.packages)} in {debs}"
+        )
     return found
 
 
 def _downloaded(source: ToolkitSource, debs: Path) -> list[Path] | None:
     """One .deb per package, if all are there (a download is kept across unpack attempts)."""
-    found = [next(iter(sorted(debs.glob(f"{package}_*.deb"))), None) for package in source.packages]
-    return None if None in found else found
+    found = [sorted(debs.glob(f"{package}_*.deb")) for package in source.packages]
+    return None if not all(found) else [matches[0] for matches in found]
 
 
 def _assemble_cuda_home(tree: Path, root: Path) -> None:
@@ -244,10 +273,10 @@ def _assemble_cuda_home(tree: Path, root: Path) -> None:
     (root / "lib64").symlink_to(Path("..", "tree", "usr", "lib", "x86_64-linux-gnu"))
 
 
-def _unpack(debs: list[Path], tree: Path, log_path: Path | None) -> None:
+def _unpack(debs: list[Path], tree: Path) -> None:
     tree.mkdir(parents=True)
     for deb in debs:
-        run(["dpkg-deb", "-x", deb, tree], step=f"unpack {deb.name}", log_path=log_path)
+        run(["dpkg-deb", "-x", deb, tree], step=f"unpack {deb.name}")
     # static libraries (2.7 GB of cuBLAS, cuFFT, ...) are never linked by a torch extension; nvcc itself links
     # the CUDA runtime's own (cudart_static, cudadevrt) when it links
     for archive in tree.glob("usr/lib/x86_64-linux-gnu/*.a"):
@@ -272,21 +301,24 @@ def _marker(source: ToolkitSource) -> str:
     return f"{source.name} {source.version} {' '.join(source.packages)}\n"
 
 
-def provide_debian(source: ToolkitSource, *, log_path: Path | None = None) -> Path:
+def provide_debian(source: ToolkitSource) -> Path:
     """Debian's toolkit unpacked under ``<cache>/toolkits/<name>/`` once; staged and renamed, under a lock."""
     home = debian_root(source)
     if _is_complete(home, _marker(source)):
         return home / "root"
     for tool in ("apt-get", "dpkg-deb"):
         if shutil.which(tool) is None:
-            raise ToolkitUnavailable(f"CUDA {source.cuda} ({source.name}) is unpacked from Debian packages, "
-                                     f"but {tool} is not on this machine", tip="use the container path (README)")
+            raise ToolkitUnavailable(
+                f"CUDA {source.cuda} ({source.name}) is unpacked from Debian packages, "
+                f"but {tool} is not on this machine",
+                tip="use the container path (README)",
+            )
     with _locked(source.name):
         if not _is_complete(home, _marker(source)):
-            debs = _download_debs(source, toolkits_root() / "debs" / source.name, log_path)
+            debs = _download_debs(source, toolkits_root() / "debs" / source.name)
             with tempfile.TemporaryDirectory(prefix=f".{source.name}-", dir=toolkits_root()) as tmp:
                 staging = Path(tmp) / source.name
-                _unpack(debs, staging / "tree", log_path)
+                _unpack(debs, staging / "tree")
                 _assemble_cuda_home(staging / "tree", staging / "root")
                 (staging / ".complete").write_text(_marker(source))
                 shutil.rmtree(home, ignore_errors=True)
@@ -296,7 +328,8 @@ def provide_debian(source: ToolkitSource, *, log_path: Path | None = None) -> Pa
 
 # -- the registry's compiler wheels ----------------------------------------------------------------------------------
 
-def provide_wheels(source: ToolkitSource, cuda: str, *, log_path: Path | None = None) -> Path:
+
+def provide_wheels(source: ToolkitSource, cuda: str) -> Path:
     """The registry's CUDA ``cuda`` compiler wheels, installed with pip into ``<cache>/toolkits/wheels-<cuda>/``
     and laid out as a CUDA_HOME (each wheel unpacks into site-packages/nvidia/cu13/...)."""
     home = toolkits_root() / f"wheels-{cuda}"
@@ -306,8 +339,21 @@ def provide_wheels(source: ToolkitSource, cuda: str, *, log_path: Path | None = 
         return home / "root"
     with _locked(home.name), tempfile.TemporaryDirectory(prefix=f".{home.name}-", dir=toolkits_root()) as tmp:
         staging = Path(tmp) / home.name
-        run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-             "--target", staging / "site", *requirements], step=f"install CUDA {cuda} compiler wheels", log_path=log_path)
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--target",
+                staging / "site",
+                *requirements,
+            ],
+            step=f"install CUDA {cuda} compiler wheels",
+        )
         _assemble_wheel_home(staging / "site", staging / "root")
         (staging / ".complete").write_text(marker)
         shutil.rmtree(home, ignore_errors=True)
@@ -332,6 +378,7 @@ def _assemble_wheel_home(site: Path, root: Path) -> None:
 
 # -- resolution --------------------------------------------------------------------------------------------------
 
+
 def preflight(accelerator: Accelerator, sources: tuple[ToolkitSource, ...] | None = None) -> list[str]:
     """One line per candidate source: ready here, or what is missing and how it would be had."""
     lines = []
@@ -350,8 +397,10 @@ def _readiness(source: ToolkitSource, cuda: str) -> str:
     if source.kind == "debian":
         if (debian_root(source) / ".complete").is_file():
             return f"ready at {debian_root(source) / 'root'}; {compiler}"
-        return (f"not yet unpacked: apt-get download {', '.join(source.packages)} ({source.suite} "
-                f"{'/'.join(source.components)}, {source.version}) and dpkg-deb -x into {debian_root(source)}; {compiler}")
+        return (
+            f"not yet unpacked: apt-get download {', '.join(source.packages)} ({source.suite} "
+            f"{'/'.join(source.components)}, {source.version}) and dpkg-deb -x into {debian_root(source)}; {compiler}"
+        )
     home = toolkits_root() / f"wheels-{cuda}"
     if (home / ".complete").is_file():
         return f"ready at {home / 'root'}; {compiler}"
@@ -366,24 +415,24 @@ def _compiler_state(source: ToolkitSource) -> str:
     return f"host compiler {cxx}"
 
 
-def provide(accelerator: Accelerator, *, log_path: Path | None = None,
-            sources: tuple[ToolkitSource, ...] | None = None) -> Toolchain:
+def provide(accelerator: Accelerator, *, sources: tuple[ToolkitSource, ...] | None = None) -> Toolchain:
     """The toolchain for a job of ``accelerator``: the first candidate source that can be had here."""
     problems = []
     for source in candidates(accelerator, sources):
         try:
-            return _provide_one(source, accelerator, log_path)
+            return _provide_one(source, accelerator)
         except ToolkitUnavailable as error:
             problems.append(str(error))
     if accelerator.kind != "cuda":
         raise ToolkitUnavailable(f"no {accelerator} toolkit source in {SOURCE} (ROCm is not provisioned here)")
     raise ToolkitUnavailable(
-        f"no toolkit for {accelerator}: " + ("; ".join(problems) or f"no source in {SOURCE} serves CUDA {accelerator.version}"),
+        f"no toolkit for {accelerator}: "
+        + ("; ".join(problems) or f"no source in {SOURCE} serves CUDA {accelerator.version}"),
         tip="`wheelwright toolkits` lists each source and what it lacks",
     )
 
 
-def _provide_one(source: ToolkitSource, accelerator: Accelerator, log_path: Path | None) -> Toolchain:
+def _provide_one(source: ToolkitSource, accelerator: Accelerator) -> Toolchain:
     cc, cxx = host_compilers(source)
     cuda = source.toolkit_version(accelerator)
     if source.kind == "host":
@@ -391,7 +440,7 @@ def _provide_one(source: ToolkitSource, accelerator: Accelerator, log_path: Path
         if root is None:
             raise ToolkitUnavailable(f"{source.name}: no nvcc {cuda} in {', '.join(source.roots)}")
     elif source.kind == "debian":
-        root = provide_debian(source, log_path=log_path)
+        root = provide_debian(source)
     else:
-        root = provide_wheels(source, cuda, log_path=log_path)
+        root = provide_wheels(source, cuda)
     return Toolchain(source=source.name, cuda=cuda, root=root, cc=cc, cxx=cxx)

@@ -17,7 +17,7 @@ import zipfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urljoin
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -35,9 +35,9 @@ _CUDA_PINS = (
 
 
 class Registry(Protocol):
-    def files(self, project: str) -> list[dict]: ...
+    def files(self, project: str) -> list[dict[str, Any]]: ...
 
-    def metadata(self, file: Mapping) -> str: ...
+    def metadata(self, file: Mapping[str, Any]) -> str: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,9 +63,9 @@ def _python(tag: str) -> str | None:
     return f"3.{match[1]}" if match else None
 
 
-def _linux_wheels(files: Iterable[Mapping]) -> dict[Version, dict[str, Mapping]]:
+def _linux_wheels(files: Iterable[Mapping[str, Any]]) -> dict[Version, dict[str, Mapping[str, Any]]]:
     """{version: {python: file}} of the manylinux x86_64 wheels that are not yanked, pre-releases or local builds."""
-    wheels: dict[Version, dict[str, Mapping]] = defaultdict(dict)
+    wheels: dict[Version, dict[str, Mapping[str, Any]]] = defaultdict(dict)
     for file in files:
         try:
             _, version, _, tags = parse_wheel_filename(file["filename"])
@@ -90,14 +90,14 @@ def cuda_of(metadata: str) -> str | None:
     return None
 
 
-def _default_wheel(by_python: Mapping[str, Mapping]) -> Mapping:
+def _default_wheel(by_python: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:
     """The wheel whose metadata is read: the oldest Python's (every Python's wheel pins the same CUDA)."""
     return by_python[min(by_python, key=lambda p: int(p.split(".")[1]))]
 
 
 def registry_releases(registry: Registry, *, since: str = "1.13") -> list[RegistryRelease]:
     """Every torch minor from ``since`` on, as the registry shows it."""
-    by_minor: dict[str, dict[Version, dict[str, Mapping]]] = defaultdict(dict)
+    by_minor: dict[str, dict[Version, dict[str, Mapping[str, Any]]]] = defaultdict(dict)
     for version, by_python in _linux_wheels(registry.files("torch")).items():
         if version >= Version(since):
             by_minor[f"{version.major}.{version.minor}"][version] = by_python
@@ -105,10 +105,14 @@ def registry_releases(registry: Registry, *, since: str = "1.13") -> list[Regist
     for minor, versions in sorted(by_minor.items(), key=lambda item: Version(item[0])):
         newest = max(versions)
         python = tuple(sorted(versions[newest], key=lambda p: int(p.split(".")[1])))
-        releases.append(RegistryRelease(
-            minor=minor, patches=tuple(str(v) for v in sorted(versions)), python=python,
-            pypi_cuda=cuda_of(registry.metadata(_default_wheel(versions[newest]))),
-        ))
+        releases.append(
+            RegistryRelease(
+                minor=minor,
+                patches=tuple(str(v) for v in sorted(versions)),
+                python=python,
+                pypi_cuda=cuda_of(registry.metadata(_default_wheel(versions[newest]))),
+            )
+        )
     return releases
 
 
@@ -128,7 +132,10 @@ def stanza(release: RegistryRelease, like: TorchRelease | None) -> str:
         f'cuda = ["{cuda}"]  # review: the registry shows only its default variant',
         f'pypi_cuda = "{cuda}"',
         "rocm = []  # review: ROCm variants live on PyTorch's own index",
-        f"cxx11_abi = {'true' if like is None or like.cxx11_abi else 'false'}  # review: as torch {like.minor if like else '?'}",
+        (
+            f"cxx11_abi = {'true' if like is None or like.cxx11_abi else 'false'}"
+            f"  # review: as torch {like.minor if like else '?'}"
+        ),
         f'manylinux = "{like.manylinux if like else "manylinux_2_28"}"',
     ]
     return "\n".join(lines) + "\n"
@@ -142,8 +149,14 @@ def compare(facts: TorchFacts, releases: Sequence[RegistryRelease]) -> list[Find
         mine = known.get(release.minor)
         if mine is None:
             newest = facts.releases[-1] if Version(release.minor) > Version(facts.releases[-1].minor) else None
-            findings.append(Finding(minor=release.minor, problem=f"torch {release.minor} ({', '.join(release.patches)}) "
-                                    "is on the registry but not in the facts", stanza=stanza(release, newest)))
+            findings.append(
+                Finding(
+                    minor=release.minor,
+                    problem=f"torch {release.minor} ({', '.join(release.patches)}) "
+                    "is on the registry but not in the facts",
+                    stanza=stanza(release, newest),
+                )
+            )
             continue
         findings += _differences(mine, release)
     return findings
@@ -153,15 +166,19 @@ def _differences(mine: TorchRelease, release: RegistryRelease) -> list[Finding]:
     problems = []
     missing = [p for p in release.patches if p not in mine.patches]
     if missing:
-        problems.append(f"patches lack {', '.join(missing)}: patches = {_quoted(sorted({*mine.patches, *release.patches}, key=Version))}")
+        merged = sorted({*mine.patches, *release.patches}, key=Version)
+        problems.append(f"patches lack {', '.join(missing)}: patches = {_quoted(merged)}")
     if set(release.python) != set(mine.python):
-        problems.append(f"python is {list(mine.python)}, the registry's {release.patches[-1]} wheels are for {list(release.python)}")
+        problems.append(
+            f"python is {list(mine.python)}, the registry's {release.patches[-1]} wheels are for {list(release.python)}"
+        )
     if release.pypi_cuda and release.pypi_cuda != mine.pypi_cuda:
         problems.append(f"pypi_cuda is {mine.pypi_cuda}, the registry's default wheel pins CUDA {release.pypi_cuda}")
     return [Finding(minor=mine.minor, problem=f"torch {mine.minor}: {p}") for p in problems]
 
 
 # -- the real registry --------------------------------------------------------------------------------------------
+
 
 class _RangeReader(io.RawIOBase):
     """A remote file read with HTTP range requests, enough for zipfile to find one member."""
@@ -183,11 +200,13 @@ class _RangeReader(io.RawIOBase):
     def tell(self) -> int:
         return self.position
 
-    def readinto(self, buffer: bytearray) -> int:  # type: ignore[override]
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
         count = min(len(buffer), self.size - self.position)
         if count <= 0:
             return 0
-        request = urllib.request.Request(self.url, headers={"Range": f"bytes={self.position}-{self.position + count - 1}"})
+        request = urllib.request.Request(
+            self.url, headers={"Range": f"bytes={self.position}-{self.position + count - 1}"}
+        )
         with self.opener(request) as response:
             data = response.read()
         buffer[: len(data)] = data
@@ -201,12 +220,12 @@ class PyPIRegistry:
     def __init__(self, index: str | None = None) -> None:
         self.index = index or index_url()
 
-    def files(self, project: str) -> list[dict]:
+    def files(self, project: str) -> list[dict[str, Any]]:
         page = urljoin(self.index if self.index.endswith("/") else self.index + "/", f"{project}/")
         self._page = page
         return _project_files(page, "facts check")
 
-    def metadata(self, file: Mapping) -> str:
+    def metadata(self, file: Mapping[str, Any]) -> str:
         url = urljoin(self._page, file["url"])
         try:
             if file.get("core-metadata") or file.get("dist-info-metadata"):
@@ -217,7 +236,7 @@ class PyPIRegistry:
             raise FetchError(f"facts check: cannot read the METADATA of {file['filename']}: {error}") from None
 
     def _metadata_by_range(self, url: str, size: int, filename: str) -> str:
-        opener = lambda request: urllib.request.urlopen(request, timeout=60)  # noqa: E731, S310
+        opener = lambda request: urllib.request.urlopen(request, timeout=60)  # noqa: E731
         with zipfile.ZipFile(io.BufferedReader(_RangeReader(url, size, opener), 1 << 16)) as wheel:
             (name,) = [n for n in wheel.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
             return wheel.read(name).decode("utf-8", errors="replace")

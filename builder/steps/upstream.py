@@ -82,16 +82,22 @@ def overlay_upstream(job: Job, source_root: Path, *, cache_dir: Path | None = No
         digest = tree_digest(tree, upstream.paths)
         if digest != upstream.tree_digest:
             archive.unlink()  # a wrong archive is never reused; the next run downloads again
-            raise FetchError(f"{who}: {', '.join(upstream.paths)} of {upstream.repo}@{upstream.commit[:12]} have tree "
-                             f"digest {digest}, matrix.yaml pins {upstream.tree_digest}")
+            raise FetchError(
+                f"{who}: {', '.join(upstream.paths)} of {upstream.repo}@{upstream.commit[:12]} have tree "
+                f"digest {digest}, matrix.yaml pins {upstream.tree_digest}"
+            )
         if (tree / "setup.py").read_bytes() != (source_root / "setup.py").read_bytes():
-            raise FetchError(f"{who}: setup.py of {upstream.repo}@{upstream.commit[:12]} differs from the sdist's; "
-                             "the commit is not the release the sdist was made from")
+            raise FetchError(
+                f"{who}: setup.py of {upstream.repo}@{upstream.commit[:12]} differs from the sdist's; "
+                "the commit is not the release the sdist was made from"
+            )
         added = []
         for path in upstream.paths:
             if (source_root / path).exists():
                 raise FetchError(f"{who}: the sdist already holds {path}; drop the upstream pin for {job.version}")
-            shutil.copytree(tree / path, source_root / path) if (tree / path).is_dir() else shutil.copy2(tree / path, source_root / path)
+            shutil.copytree(tree / path, source_root / path) if (tree / path).is_dir() else shutil.copy2(
+                tree / path, source_root / path
+            )
             added.append(f"upstream: {path} from {upstream.repo}@{upstream.commit[:12]} (tree digest checked)")
     for line in added:
         log.info("%s: %s", who, line)

@@ -47,8 +47,21 @@ def test_the_gate_refuses_the_other_abi(flag: int, accepted: bool, torch_include
     source = tmp_path / "probe.cpp"
     source.write_text(SOURCE)
     so = tmp_path / "probe_ext.so"
-    run(["g++", "-shared", "-fPIC", "-O0", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={flag}", f"-I{torch_include}",
-         source, "-o", so], step=f"compile probe with _GLIBCXX_USE_CXX11_ABI={flag}")
+    run(
+        [
+            "g++",
+            "-shared",
+            "-fPIC",
+            "-O0",
+            "-std=c++20",
+            f"-D_GLIBCXX_USE_CXX11_ABI={flag}",
+            f"-I{torch_include}",
+            source,
+            "-o",
+            so,
+        ],
+        step=f"compile probe with _GLIBCXX_USE_CXX11_ABI={flag}",
+    )
     report = verify_wheel(extension_wheel(so, job, tmp_path), job, runtime=None)
     abi = next(check for check in report.checks if check.name == "cxx-abi")
     assert abi.ok is accepted, abi.detail

@@ -20,8 +20,13 @@ def test_the_facts_agree_with_the_registry() -> None:
 
 
 def test_the_command_exits_by_whether_the_facts_are_behind() -> None:
-    result = subprocess.run([sys.executable, "-m", "builder.cli.main", "facts", "check"], check=False,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "builder.cli.main", "facts", "check"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     behind = "BEHIND" in result.stderr
     assert result.returncode == (10 if behind else 0), result.stderr
     assert behind or "torch facts are current" in result.stdout

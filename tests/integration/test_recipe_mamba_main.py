@@ -53,7 +53,9 @@ def test_the_switch_reaches_mains_setup_py(tmp_path: Path, monkeypatch: pytest.M
     assert run.kwargs["version"] == job.local_version
 
 
-def test_without_the_switch_the_recipe_refuses_a_kernel_less_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_switch_the_recipe_refuses_a_kernel_less_wheel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     job = replace(job_at(NEXT), recipe=job_at("2.3.2.post1").recipe)
     root = main_tree(tmp_path, NEXT)
     recipe = apply_recipe(root, job)

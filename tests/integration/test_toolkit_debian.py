@@ -23,8 +23,10 @@ from .test_fatbin_nvcc import cuobjdump_archs
 
 pytestmark = [
     pytest.mark.nvcc,
-    pytest.mark.skipif(shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None,
-                       reason="Debian's toolkit is fetched with apt-get and unpacked with dpkg-deb"),
+    pytest.mark.skipif(
+        shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None,
+        reason="Debian's toolkit is fetched with apt-get and unpacked with dpkg-deb",
+    ),
 ]
 
 
@@ -44,9 +46,26 @@ def test_torch_cu117_resolves_to_debians_11_8_with_gcc_11(cuda118) -> None:
 
 def test_nvcc_11_8_compiles_sm80_sass_and_sm90_ptx(cuda118, tmp_path: Path) -> None:
     library = tmp_path / "scale.so"
-    run([cuda118.nvcc, "-ccbin", cuda118.cxx, "-shared", "-Xcompiler", "-fPIC",
-         "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=compute_90",
-         "--time", tmp_path / "time.csv", TOY_KERNEL, "-o", library], step="nvcc 11.8 toy kernel")
+    run(
+        [
+            cuda118.nvcc,
+            "-ccbin",
+            cuda118.cxx,
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            "-gencode",
+            "arch=compute_80,code=sm_80",
+            "-gencode",
+            "arch=compute_90,code=compute_90",
+            "--time",
+            tmp_path / "time.csv",
+            TOY_KERNEL,
+            "-o",
+            library,
+        ],
+        step="nvcc 11.8 toy kernel",
+    )
     found = fatbin_archs(library)
     assert (found.sass, found.ptx) == ({"8.0"}, {"9.0"})
     assert cuobjdump_archs(cuda118.root / "bin" / "cuobjdump", library) == found

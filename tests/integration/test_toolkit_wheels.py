@@ -25,8 +25,24 @@ def test_cuda_13_2_from_the_registry_wheels_compiles(tmp_path: Path) -> None:
     assert toolkit_version(toolkit.root) == "13.2"
     check_toolkit(toolkit)
     library = tmp_path / "scale.so"
-    run([toolkit.nvcc, "-ccbin", toolkit.cxx, "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_90,code=sm_90",
-         "-gencode", "arch=compute_100,code=compute_100", TOY_KERNEL, "-o", library], step="nvcc 13.2 toy kernel")
+    run(
+        [
+            toolkit.nvcc,
+            "-ccbin",
+            toolkit.cxx,
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            "-gencode",
+            "arch=compute_90,code=sm_90",
+            "-gencode",
+            "arch=compute_100,code=compute_100",
+            TOY_KERNEL,
+            "-o",
+            library,
+        ],
+        step="nvcc 13.2 toy kernel",
+    )
     found = fatbin_archs(library)
     assert (found.sass, found.ptx) == ({"9.0"}, {"10.0"})
     assert provide(Accelerator.parse("cu130")).root != toolkit.root  # the host's 13.0 stays the 13.0 source

@@ -48,7 +48,11 @@ def test_split_spellings() -> None:
 def test_ptx_only_reaches_nvcc_as_a_virtual_arch_only() -> None:
     assert cuda_gencode_flags(("compute_90",), "w") == ("-gencode", "arch=compute_90,code=compute_90")
     assert cuda_gencode_flags(("9.0+PTX",), "w") == (
-        "-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90")
+        "-gencode",
+        "arch=compute_90,code=sm_90",
+        "-gencode",
+        "arch=compute_90,code=compute_90",
+    )
 
 
 def test_sm103_is_dropped_for_causal_conv1d_under_nvcc_13_only() -> None:
@@ -78,15 +82,26 @@ def test_the_plan_table_shows_sass_and_ptx_apart(tmp_path: Path, capsys: pytest.
     path = tmp_path / "matrix.yaml"
     path.write_text(MATRIX)
     assert main(["plan", "--matrix", str(path), "--profile", "jit"]) == 0
-    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
+    rows = [
+        [c.strip() for c in line.split("│")[1:-1]]
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("│")
+    ]
     row = next(r for r in rows if r[0].startswith("mamba-ssm"))
     assert row[5:7] == ["8.0 9.0", "9.0 10.0"]
 
 
 def test_the_arch_facts_are_checked_on_load() -> None:
     assert known_bad()[0].package == "causal-conv1d"
-    good = {"package": "p", "versions": "<2", "toolkit": ">=13", "sass": "10.3", "kept": "10.0", "reason": "r",
-            "citation": "https://example.org/1"}
+    good = {
+        "package": "p",
+        "versions": "<2",
+        "toolkit": ">=13",
+        "sass": "10.3",
+        "kept": "10.0",
+        "reason": "r",
+        "citation": "https://example.org/1",
+    }
     with pytest.raises(FactsError, match="citation must be a link"):
         parse_known_bad({"known_bad": [{**good, "citation": "issue 105"}]})
     with pytest.raises(FactsError, match="kept = '10' is not a CUDA arch"):

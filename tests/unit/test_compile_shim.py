@@ -26,7 +26,9 @@ def test_the_wrapper_home_links_everything_but_nvcc(tmp_path: Path) -> None:
     (root / "include").mkdir()
     for tool in ("nvcc", "ptxas"):
         (root / "bin" / tool).write_text("real\n")
-    home = cuda_home_with_wrapper(root, ["/py", "/objcache.py", "/cache", "use", str(root / "bin" / "nvcc")], tmp_path / "home")
+    home = cuda_home_with_wrapper(
+        root, ["/py", "/objcache.py", "/cache", "use", str(root / "bin" / "nvcc")], tmp_path / "home"
+    )
     assert (home / "include").resolve() == root / "include"
     assert (home / "bin" / "ptxas").resolve() == root / "bin" / "ptxas"
     script = (home / "bin" / "nvcc").read_text()

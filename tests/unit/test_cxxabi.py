@@ -17,7 +17,9 @@ NO_STRING = "_ZN3c104cuda20getCurrentCUDAStreamEa"
 
 
 def test_demangle_uses_libstdcxx() -> None:
-    assert demangle(PRE_CXX11) == "c10::detail::torchCheckFail(char const*, char const*, unsigned int, std::string const&)"
+    assert (
+        demangle(PRE_CXX11) == "c10::detail::torchCheckFail(char const*, char const*, unsigned int, std::string const&)"
+    )
     assert demangle("not_mangled") == "not_mangled"
 
 

@@ -58,7 +58,9 @@ def test_a_missing_minor_gets_a_stanza_that_loads_as_facts() -> None:
     assert finding.stanza is not None
     assert 'python = ["3.11", "3.12", "3.13", "3.14", "3.15"]' in finding.stanza
     assert 'pypi_cuda = "13.2"' in finding.stanza
-    from builder.plan.facts import parse_facts, tomllib
+    import tomllib
+
+    from builder.plan.facts import parse_facts
 
     raw = tomllib.loads(finding.stanza)
     raw["release"][0]["cuda"] = ["13.2"]
@@ -70,13 +72,17 @@ def test_a_missing_patch_and_wrong_python_are_findings() -> None:
     facts = load_facts()
     stale = dataclasses.replace(facts.release("2.14"), patches=("2.14.0",), python=("3.10", "3.11"))
     releases = tuple(stale if r.minor == "2.14" else r for r in facts.releases)
-    problems = [f.problem for f in compare(dataclasses.replace(facts, releases=releases),
-                                           registry_releases(Recorded(), since="2.13"))]
+    problems = [
+        f.problem
+        for f in compare(dataclasses.replace(facts, releases=releases), registry_releases(Recorded(), since="2.13"))
+    ]
     assert any("patches lack 2.14.1" in p for p in problems)
     assert any("python is ['3.10', '3.11']" in p for p in problems)
 
 
-def test_the_cli_exits_non_zero_and_prints_the_stanza(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_exits_non_zero_and_prints_the_stanza(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(torch_registry, "PyPIRegistry", Recorded)
     monkeypatch.setattr("builder.cli.facts.load_facts", lambda: facts_without("2.15"))
     assert main(["facts", "check"]) == BEHIND_EXIT
@@ -87,7 +93,11 @@ def test_the_cli_exits_non_zero_and_prints_the_stanza(monkeypatch: pytest.Monkey
 
 def test_the_cli_exits_zero_when_current(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(torch_registry, "PyPIRegistry", Recorded)
-    monkeypatch.setattr("builder.cli.facts.load_facts", lambda: dataclasses.replace(
-        load_facts(), releases=tuple(r for r in load_facts().releases if r.minor in ("2.13", "2.14", "2.15"))))
+    monkeypatch.setattr(
+        "builder.cli.facts.load_facts",
+        lambda: dataclasses.replace(
+            load_facts(), releases=tuple(r for r in load_facts().releases if r.minor in ("2.13", "2.14", "2.15"))
+        ),
+    )
     assert main(["facts", "check"]) == 0
     assert "torch facts are current" in capsys.readouterr().out

@@ -33,7 +33,9 @@ def test_debian_uses_gcc_11_and_the_wheels_follow_the_jobs_cuda() -> None:
     assert sources["wheels-13"].toolkit_version(Accelerator.parse("cu132")) == "13.2"
 
 
-def test_preflight_names_what_is_missing_and_how_it_would_be_had(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_preflight_names_what_is_missing_and_how_it_would_be_had(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("WHEELWRIGHT_CACHE", str(tmp_path))
     monkeypatch.setattr(toolchain.shutil, "which", lambda name: None)
     (line,) = preflight(Accelerator.parse("cu117"))
@@ -65,12 +67,16 @@ def test_sources_are_checked_on_load() -> None:
         parse_sources({"source": [good, good]})
 
 
-def test_the_toolkits_command_is_the_preflight(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_toolkits_command_is_the_preflight(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from builder.cli.main import main
 
     monkeypatch.setenv("WHEELWRIGHT_CACHE", str(tmp_path))
     monkeypatch.setattr(toolchain.shutil, "which", lambda name: f"/usr/bin/{name}")
     assert main(["toolkits", "--profile", "seed"]) == 0
     (line,) = capsys.readouterr().out.splitlines()
-    assert line.startswith("cu117: CUDA 11.8 via debian-11.8: not yet unpacked") and "host compiler /usr/bin/g++-11" in line
+    assert (
+        line.startswith("cu117: CUDA 11.8 via debian-11.8: not yet unpacked")
+        and "host compiler /usr/bin/g++-11" in line
+    )
