@@ -4,6 +4,9 @@ mamba-ssm 1.x hold setup.py and the Python package but not csrc/, so they cannot
 matrix.yaml pins the commit and a digest of the added files' contents (``tree_digest``), not of a tarball: the same
 files checked the same way whether the archive came from the forge, from ``git archive`` of a local clone, or from
 the cache. The release's setup.py must equal the sdist's, which shows the commit is the release the sdist is.
+
+A machine that reaches the package registries but not the forge (CI) builds such a job only once the archive is in
+the source cache; until then the job is reported unbuildable here, with the command that puts it there.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from builder.core.errors import FetchError
 from builder.plan.job import Job, UpstreamFiles
+from builder.steps.environment import NotBuildableHere
 from builder.steps.fetch import _download_unchecked, cache_dir_for_sdists
 
 log = logging.getLogger(__name__)
@@ -50,11 +54,24 @@ def tree_digest(root: Path, paths: Iterable[str]) -> str:
     return hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
 
 
+class UpstreamUnavailable(NotBuildableHere):
+    """The commit archive is neither in the source cache nor downloadable from here."""
+
+
 def fetch_archive(upstream: UpstreamFiles, who: str, cache_dir: Path | None = None) -> Path:
     """The cached archive of the commit (downloaded from the forge when absent); checked after unpacking."""
     path = cache_dir_for_sdists(cache_dir) / archive_name(upstream)
     if not path.is_file():
-        _download_unchecked(archive_url(upstream), path, who)
+        try:
+            _download_unchecked(archive_url(upstream), path, who)
+        except FetchError as error:
+            raise UpstreamUnavailable(
+                f"{who}: {', '.join(upstream.paths)} of {upstream.repo}@{upstream.commit[:12]} (the sdist lacks them) "
+                f"is not in the source cache as {path} and cannot be downloaded here: "
+                f"{str(error).removeprefix(who + ': ')}",
+                tip="build once where the forge is reachable, or put it there from a clone: `python -m "
+                f"scripts.cache_upstream CLONE {upstream.repo} {upstream.commit} {' '.join(upstream.paths)}`",
+            ) from None
     return path
 
 
