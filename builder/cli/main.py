@@ -104,9 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _stage_commands() -> tuple[AddCommands, ...]:
     """Stages add their own subcommands; each module's add_commands(commands, add_plan_arguments)."""
-    from builder.cli import build, facts, index
+    from builder.cli import build, doctor, facts, index
 
-    return (build.add_commands, index.add_commands, facts.add_commands)
+    return (build.add_commands, index.add_commands, doctor.add_commands, facts.add_commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

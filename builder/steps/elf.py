@@ -1,5 +1,7 @@
 """What the ELF files inside a wheel declare: the libraries they need, the symbol versions they need from them, and
-the GPU code they carry. Read once here; repair decides and verify judges on these facts."""
+the GPU code they carry. Read once here; repair decides and verify judges on these facts. The GPU code is read by
+builder.core.fatbin through the standard-library ELF reader that doctor.py shares; the linking facts by pyelftools
+and auditwheel, which tests/integration/test_elfread_twin.py holds that reader to."""
 
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from builder.core.elfread import ElfFile
 from builder.core.errors import WheelError
+from builder.core.fatbin import FatbinContents, elf_fatbin
 from builder.steps.cxxabi import AbiEvidence, classify
-from builder.steps.fatbin import FatbinContents, elf_fatbin
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +60,10 @@ def read_elf(path: Path, *, name: str, gpu: bool = True) -> ElfFacts:
             versions: dict[str, set[str]] = {}
             for library, version in elf_find_versioned_symbols(elf):
                 versions.setdefault(library, set()).add(version)
-            kernels = elf_fatbin(elf, where=name) if gpu else FatbinContents()
             abi = classify(_dynamic_symbols(elf)) if gpu else AbiEvidence()
     except ELFError as error:
         raise WheelError(f"{name}: not a readable ELF file ({error})") from None
+    kernels = _kernels(path, name) if gpu else FatbinContents()
     frozen = MappingProxyType({lib: frozenset(v) for lib, v in sorted(versions.items())})
     return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen, gpu=kernels, abi=abi)
 
@@ -73,6 +76,12 @@ def _dynamic_symbols(elf: ELFFile) -> Iterator[str]:
     for symbol in table.iter_symbols():
         if symbol.name:
             yield symbol.name
+
+
+def _kernels(path: Path, name: str) -> FatbinContents:
+    """The GPU code, read by the standard-library reader that doctor.py shares."""
+    with path.open("rb") as stream:
+        return elf_fatbin(ElfFile(stream, where=name), where=name)
 
 
 def is_elf(path: Path) -> bool:
