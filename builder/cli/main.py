@@ -16,6 +16,7 @@ from rich.table import Table
 from builder import __version__
 from builder.cli.console import console, out, print_table
 from builder.core.errors import WheelwrightError
+from builder.plan.archs import split
 from builder.plan.expand import Plan, load_plan
 
 
@@ -41,13 +42,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0
     out.print(f"profile {plan.profile}: {len(plan.jobs)} jobs")
     table = Table()
-    for column in ("job", "torch", "toolkit", "python", "abi", "archs", "manylinux"):
+    for column in ("job", "torch", "toolkit", "python", "abi", "sass", "ptx", "manylinux"):
         table.add_column(column, no_wrap=True)
     for job in plan.jobs:
         abi = "cxx11" if job.cxx11_abi else "pre-cxx11"
         toolkit = f"{job.accelerator.kind} {job.accelerator.version}"
-        table.add_row(job.identifier, job.torch, toolkit, job.python, abi, " ".join(job.archs), job.manylinux)
+        sass, ptx = split(job.archs)
+        table.add_row(
+            job.identifier, job.torch, toolkit, job.python, abi, " ".join(sass), " ".join(ptx) or "-", job.manylinux
+        )
     print_table(table)
+    if args.explain and plan.arch_notes:
+        out.print(f"arch facts applied: {len(plan.arch_notes)} (builder/data/archs.toml)")
+        notes = Table()
+        notes.add_column("job", no_wrap=True)
+        notes.add_column("archs", no_wrap=True)
+        for note in plan.arch_notes:
+            notes.add_row(note.identifier, escape(note.describe()))
+        print_table(notes)
     if args.explain and not plan.dropped:
         out.print("dropped: none; every combination of the profile's axes is buildable and selected")
     elif args.explain:
@@ -92,9 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _stage_commands() -> tuple[AddCommands, ...]:
     """Stages add their own subcommands; each module's add_commands(commands, add_plan_arguments)."""
-    from builder.cli import build, doctor, index
+    from builder.cli import build, doctor, facts, index
 
-    return (build.add_commands, index.add_commands, doctor.add_commands)
+    return (build.add_commands, index.add_commands, doctor.add_commands, facts.add_commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

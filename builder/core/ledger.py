@@ -35,11 +35,17 @@ CREATE TABLE IF NOT EXISTS jobs (
     wheel_size   INTEGER,
     reason       TEXT,               -- why it failed, was quarantined, or cannot be built here
     report       TEXT,               -- JSON: the verify gate's checks and recorded facts (GLIBC, NEEDED, archs)
+    toolchain    TEXT,               -- JSON: the toolkit source, its CUDA version and root, the host compiler
+    compile_times TEXT,              -- JSON: [{unit, arch, seconds}] from nvcc --time (object-cache hits add none)
     updated_at   REAL NOT NULL
 );
 """
 # Columns added after the first release of the schema, added to older ledgers on open.
-MIGRATIONS = {"report": "ALTER TABLE jobs ADD COLUMN report TEXT"}
+MIGRATIONS = {
+    "report": "ALTER TABLE jobs ADD COLUMN report TEXT",
+    "toolchain": "ALTER TABLE jobs ADD COLUMN toolchain TEXT",
+    "compile_times": "ALTER TABLE jobs ADD COLUMN compile_times TEXT",
+}
 
 class Status(str, Enum):
     """A job's row: in flight, or how it ended. A str, so rows, JSON and comparisons with text keep working."""
@@ -77,6 +83,8 @@ class LedgerEntry:
     wheel_size: int | None = None
     reason: str | None = None
     report: str | None = None
+    toolchain: str | None = None
+    compile_times: str | None = None
     updated_at: float = 0.0
 
     @property

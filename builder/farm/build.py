@@ -40,9 +40,11 @@ from builder.steps.environment import (
     runtime_env,
 )
 from builder.steps.fetch import fetch_sdist, unpack_sdist
+from builder.steps.nvcc_time import read_times
 from builder.steps.recipes import apply_recipe
 from builder.steps.recipes.facts import package_facts
 from builder.steps.repair import load_excludes, repair_wheel
+from builder.steps.upstream import overlay_upstream
 from builder.steps.verify import quarantine, verify_wheel
 
 log = logging.getLogger(__name__)
@@ -124,11 +126,12 @@ class PhaseTimer:
 
 
 def input_hash(job: Job) -> str:
-    """What a wheel is built from: sdist, recipe and recipe code, torch, toolkit, flags, and every data file the
-    build reads (resources.BUILD_DATA). Same hash, same wheel."""
+    """What a wheel is built from: sdist (and the upstream commit overlaid on it), recipe and recipe code, torch,
+    toolkit, flags, and every data file the build reads (resources.BUILD_DATA). Same hash, same wheel."""
     inputs = {
         "job": {k: v for k, v in asdict(job).items() if k != "sdist"},
         "sdist": job.sdist.sha256,
+        "upstream": asdict(job.sdist.upstream) if job.sdist.upstream else None,
         "recipe_code": _recipe_code_digest(),
         "data": {resource.source: hashlib.sha256(resource.read_bytes()).hexdigest() for resource in BUILD_DATA},
     }
@@ -281,8 +284,9 @@ class Builder:
             env = build_env(job, runtime, toolkit)
         with timer("patch"):
             source = unpack_sdist(sdist, work / "unpacked")
+            added = overlay_upstream(job, source)
             recipe = apply_recipe(source, job)
-            for change in recipe.changes:
+            for change in (*added, *recipe.changes):
                 log_note(f"recipe: {change}")
         with timer("compile"), compile_stage.workspace(job, source, runtime.site_packages) as space:
             parallelism = compile_stage.Parallelism.fit(len(job.archs), share=share)
@@ -291,6 +295,10 @@ class Builder:
             )
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache)
             built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
+            provenance = {
+                "toolchain": json.dumps(toolkit.as_dict(), sort_keys=True),
+                "compile_times": json.dumps(read_times(space.nvcc_times)),
+            }
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired")
         with timer("verify"):
@@ -311,19 +319,34 @@ class Builder:
                 wheel_size=destination.stat().st_size,
                 reason="; ".join(report.reasons),
                 report=summary,
+                **provenance,
             )
         with timer("install"):
-            return self._install(job, digest, repaired.wheel, timer, ledger, summary)
+            return self._install(job, digest, repaired.wheel, timer, ledger, summary, provenance)
 
     def _install(
-        self, job: Job, digest: str, wheel: Path, timer: PhaseTimer, ledger: Ledger, report: str
+        self,
+        job: Job,
+        digest: str,
+        wheel: Path,
+        timer: PhaseTimer,
+        ledger: Ledger,
+        report: str,
+        provenance: dict[str, str],
     ) -> LedgerEntry:
         """Record the wheel's hash first, then move it into dist/ atomically: a kill between the two is recovered."""
         checksum, size = sha256_of(wheel), wheel.stat().st_size
         destination = self.layout.dist / wheel.name
         if destination.exists() and sha256_of(destination) != checksum:
             log.warning("%s: replacing %s built from older inputs", job.identifier, destination.name)
-        fields = dict(timings=timer.timings, wheel=wheel.name, wheel_sha256=checksum, wheel_size=size, report=report)
+        fields = dict(
+            timings=timer.timings,
+            wheel=wheel.name,
+            wheel_sha256=checksum,
+            wheel_size=size,
+            report=report,
+            **provenance,
+        )
         ledger.put(_base_entry(job, digest, self.layout, status=Status.RUNNING, phase="install", **fields))
         os.replace(wheel, destination)
         return _base_entry(job, digest, self.layout, status=Status.BUILT, phase="install", **fields)

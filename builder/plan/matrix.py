@@ -156,10 +156,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+class UpstreamPin(_Strict):
+    """Files the sdist lacks, from upstream's release commit (see builder/steps/upstream.py)."""
+
+    repo: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")]
+    commit: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
+    paths: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]*$")]] = Field(min_length=1)
+    tree_digest: Sha256
+
+
 class SdistPin(_Strict):
     version: PackageVersion
     sha256: Sha256
     url: Url | None = None
+    upstream: UpstreamPin | None = None
 
 
 class PatchSpec(_Strict):
@@ -168,8 +178,16 @@ class PatchSpec(_Strict):
     torch: Specifier = ""
 
 
+class VersionedEnv(_Strict):
+    """Build switches only some releases read (mamba-ssm's MAMBA_KEEP_CUDA_BUILD opt-in, from after 2.3.2.post1)."""
+
+    versions: Specifier
+    env: dict[EnvName, str] = Field(min_length=1)
+
+
 class RecipeSpec(_Strict):
     env: dict[EnvName, str] = {}
+    env_by_version: list[VersionedEnv] = []
     abi_env: EnvName | None = None
     arch_control: Literal["gencode-rewrite", "torch-arch-list"] = "gencode-rewrite"
     patches: list[PatchSpec] = []
