@@ -12,6 +12,18 @@ from urllib.parse import quote
 SITE_MARKER = ".wheelwright-site.json"  # also the manifest of what the index wrote, for publish
 JSON_CONTENT_TYPE = "application/vnd.pypi.simple.v1+json"
 LANDING = "index.html"
+# The only top-level names of a site: what the index writes and prunes, serve serves and publish uploads. A site
+# folder may hold other things (the build output's ledger.sqlite and dist/, when --site names it): never shown.
+MANAGED = ("whl", "simple", "json", LANDING)
+
+
+def is_site_path(path: str) -> bool:
+    """Whether ``path`` (POSIX, relative to the site root) may be part of the site: under a managed name, without
+    hidden, empty, '.' or '..' parts, and without characters no site file has (NUL, backslash, controls)."""
+    parts = path.split("/")
+    if parts[0] not in MANAGED or any(not part or part.startswith(".") for part in parts):
+        return False
+    return not any(ord(c) < 0x20 or c in "\\\x7f" for c in path)
 
 
 class Tier(IntEnum):

@@ -1,36 +1,47 @@
 """The index stage: turn dist/ and the ledger into the static site. It plans every file the site should hold, then
 writes only what differs, in publish order (wheels, then the pages that link them), each file atomically, so a
-server running over the site never sees a link to a missing file or a half-written page."""
+server running over the site never sees a link to a missing file or a half-written page.
+
+The manifest (layout.SITE_MARKER) records each file's sha256 with its full identity (inode, size, mtime, ctime);
+a record is trusted only while that identity holds. Wheels are hard links into dist/ where possible: placing one
+re-checks that the file in dist/ is still the one hashed, and the catalog re-checks it on every run. The marker
+is written before anything else, so a killed run leaves a folder the next run recognises and finishes."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
 import shutil
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.core.errors import ConfigError
+from builder.core.errors import ConfigError, FileSystemError
+from builder.core.hashing import FileIdentity, regular_identity
 from index_site import layout
-from index_site.catalog import Catalog, Rejection, ScanStats, scan
+from index_site.catalog import Catalog, Rejection, ScanStats, refresh_identities, scan
 from index_site.render import render_site
 from index_site.wheels import WheelFile, read_core_metadata
 
 log = logging.getLogger(__name__)
 
-MANAGED = ("whl", "simple", "json", layout.LANDING)  # the only top-level names the index writes or prunes
+MANAGED = layout.MANAGED
 
 
 @dataclass(frozen=True, kw_only=True)
 class FileRecord:
-    """What the manifest remembers of a site file, valid while its size and mtime hold."""
+    """What the manifest remembers of a site file, valid while its identity holds."""
 
     sha256: str
-    size: int
-    mtime_ns: int
+    identity: FileIdentity
+
+    @property
+    def size(self) -> int:
+        return self.identity.size
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,12 +73,14 @@ class IndexReport:
 
 def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     """Index ``output``/dist with ``output``/ledger.sqlite into ``site``."""
-    _check_site(site)
+    _check_site(site, base_url)
     catalog = scan(output / "dist", output / "ledger.sqlite")
     pages = render_site(catalog, base_url=base_url)
     manifest = load_manifest(site)
     plan = plan_site(catalog, pages, output / "dist", site, manifest)
-    written = apply_plan(plan, site, base_url=base_url)
+    written, linked = apply_plan(plan, site, base_url=base_url, identities=catalog.identities)
+    if linked:
+        refresh_identities(output / "ledger.sqlite", linked)
     return IndexReport(
         site=site,
         wheels=len(catalog.wheels),
@@ -88,8 +101,9 @@ def plan_site(
     links, metadata, kept = _plan_files(catalog, dist, site, manifest)
     changed = {}
     for path, content in pages.items():
-        if _current_bytes(site / path) == content:
-            kept[path] = _record(site / path, hashlib.sha256(content).hexdigest())
+        record = _page_in_place(site, path, content, manifest.get(path))
+        if record is not None:
+            kept[path] = record
         else:
             changed[path] = content
     expected = kept.keys() | changed.keys() | {path for _, path, _ in links + metadata}
@@ -112,7 +126,8 @@ def _plan_files(
     for wheel in catalog.wheels:
         source = dist / wheel.filename
         path = layout.wheel_path(wheel.name.label, wheel.filename)
-        record = _placed_wheel(os.fspath(source), os.path.join(site, path), wheel.sha256)
+        hashed = catalog.identities.get(wheel.filename)
+        record = _placed_wheel(os.path.join(site, path), wheel.sha256, hashed, manifest.get(path))
         if record is not None:
             kept[path] = record
         else:
@@ -126,32 +141,44 @@ def _plan_files(
     return links, metadata, kept
 
 
-def apply_plan(plan: SitePlan, site: Path, *, base_url: str) -> tuple[str, ...]:
-    """Write the plan: files first, then pages tier by tier, then prune, then the manifest; return what was written."""
+def apply_plan(
+    plan: SitePlan, site: Path, *, base_url: str, identities: Mapping[str, FileIdentity] | None = None
+) -> tuple[tuple[str, ...], dict[str, FileIdentity]]:
+    """Write the plan: files first, then pages tier by tier, then prune, then the manifest. Returns what was
+    written, and the new identities of the wheels in dist/ that were hard-linked (a link changes their ctime)."""
     records = dict(plan.kept)
+    linked = {}
     for source, path, wheel in plan.links:
-        _place_wheel(source, site / path)
-        records[path] = _record(site / path, wheel.sha256)
+        expected = (identities or {}).get(wheel.filename)
+        placed = _place_wheel(source, site / path, expected)
+        records[path] = FileRecord(sha256=wheel.sha256, identity=placed)
+        if expected is not None and placed.inode == expected.inode:
+            linked[wheel.filename] = placed
     for source, path, wheel in plan.metadata:
         content = plan.metadata_bytes.get(wheel.filename) or read_core_metadata(source, wheel.name)
-        _write_atomic(site / path, content)
-        records[path] = _record(site / path, wheel.metadata.sha256)
+        if hashlib.sha256(content).hexdigest() != wheel.metadata.sha256:
+            raise FileSystemError(f"{source}: changed while being indexed", tip="run `wheelwright index` again")
+        records[path] = FileRecord(sha256=wheel.metadata.sha256, identity=_write_atomic(site / path, content))
     for path in sorted(plan.pages, key=lambda p: (layout.kind_of(p).tier, p)):
-        _write_atomic(site / path, plan.pages[path])
-        records[path] = _record(site / path, hashlib.sha256(plan.pages[path]).hexdigest())
+        identity = _write_atomic(site / path, plan.pages[path])
+        records[path] = FileRecord(sha256=hashlib.sha256(plan.pages[path]).hexdigest(), identity=identity)
     for path in plan.stale:
-        (site / path).unlink()
+        (site / path).unlink(missing_ok=True)
         _remove_empty_parents(site, site / path)
     _write_manifest(site, records, base_url)
     written = tuple(path for path in records if path not in plan.kept)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
-    return written
+    return written, linked
 
 
 def load_manifest(site: Path) -> dict[str, FileRecord]:
     """What the last index run wrote into ``site``: {site path: FileRecord}."""
-    raw = _read_marker(site)
-    return {path: FileRecord(sha256=r[0], size=r[1], mtime_ns=r[2]) for path, r in raw.get("files", {}).items()}
+    records = {}
+    for path, raw in _read_marker(site).get("files", {}).items():
+        identity = FileIdentity.parse(raw[1]) if isinstance(raw, list) and len(raw) == 2 else None
+        if identity is not None and isinstance(raw[0], str):  # an older manifest's records are not trusted
+            records[path] = FileRecord(sha256=raw[0], identity=identity)
+    return records
 
 
 def site_base_url(site: Path) -> str | None:
@@ -160,84 +187,138 @@ def site_base_url(site: Path) -> str | None:
 
 
 def _read_marker(site: Path) -> dict:
+    marker = site / layout.SITE_MARKER
     try:
-        return json.loads((site / layout.SITE_MARKER).read_text())
+        fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise ValueError("not a regular file")
+            document = json.loads(file.read(_MAX_MANIFEST_BYTES + 1))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as error:
-        raise ConfigError(
-            f"{site / layout.SITE_MARKER}: unreadable ({error})", tip="delete it and index again"
-        ) from None
+        raise ConfigError(f"{marker}: unreadable ({error})", tip="delete it and index again") from None
+    if not isinstance(document, dict) or document.get("generator") != "wheelwright":
+        raise ConfigError(f"{marker}: not a wheelwright site manifest", tip="delete it and index again")
+    return document
 
 
-def _check_site(site: Path) -> None:
-    """Refuse to write into (and prune) a folder the index did not create."""
+_MAX_MANIFEST_BYTES = 1 << 28  # ~2 million files; a bigger one is not ours
+
+
+def _check_site(site: Path, base_url: str) -> None:
+    """Refuse to write into (and prune) a folder the index did not create. A new or empty folder gets the marker
+    before anything else is written, so that a run killed part-way is finished by the next, not refused."""
     if site.exists() and not site.is_dir():
         raise ConfigError(f"{site}: not a folder", tip="pass --site with an empty or new folder")
-    if site.exists() and any(site.iterdir()) and not (site / layout.SITE_MARKER).exists():
+    marker = site / layout.SITE_MARKER
+    if site.exists() and not (marker.exists() or marker.is_symlink()) and any(site.iterdir()):
         raise ConfigError(
             f"{site}: not empty and not a wheelwright site (no {layout.SITE_MARKER})",
             tip="pass --site with an empty or new folder",
         )
     site.mkdir(parents=True, exist_ok=True)
+    if not marker.exists():
+        _write_manifest(site, {}, base_url)
+    _read_marker(site)  # a damaged marker is reported before any work is done
 
 
 def _write_manifest(site: Path, records: Mapping[str, FileRecord], base_url: str) -> None:
-    files = {path: [r.sha256, r.size, r.mtime_ns] for path, r in sorted(records.items())}
+    files = {path: [r.sha256, str(r.identity)] for path, r in sorted(records.items())}
     document = {"generator": "wheelwright", "base_url": base_url, "files": files}
     content = (json.dumps(document, separators=(",", ":")) + "\n").encode()
     if _current_bytes(site / layout.SITE_MARKER) != content:
         _write_atomic(site / layout.SITE_MARKER, content)
 
 
-def _recorded(path: str, record: FileRecord | None) -> FileRecord | None:
-    """``record`` if the file at ``path`` still has the size and mtime it was recorded with."""
+def _identity(path: str | Path) -> FileIdentity | None:
+    """The identity of the regular file at ``path``; None when it is missing or not a regular file."""
     try:
-        stat = os.stat(path)
-    except FileNotFoundError:
+        return regular_identity(path)
+    except OSError:
         return None
-    if record is None or (record.size, record.mtime_ns) != (stat.st_size, stat.st_mtime_ns):
+
+
+def _recorded(path: str, record: FileRecord | None) -> FileRecord | None:
+    """``record`` if the file at ``path`` still has the identity it was recorded with."""
+    if record is None or _identity(path) != record.identity:
         return None
     return record
 
 
-def _placed_wheel(source: str, target: str, sha256: str) -> FileRecord | None:
-    """The record of ``target`` if it is ``source`` (a hard link, or a copy with its size and mtime), else None."""
+def _page_in_place(site: Path, path: str, content: bytes, record: FileRecord | None) -> FileRecord | None:
+    """The record of the page at ``path`` if it already holds ``content``: known from the manifest while the
+    file's identity holds, else by reading it."""
+    sha256 = hashlib.sha256(content).hexdigest()
+    if record is not None and record.sha256 == sha256 and _recorded(os.path.join(site, path), record):
+        return record
+    if _current_bytes(site / path) == content:
+        return FileRecord(sha256=sha256, identity=regular_identity(site / path))
+    return None
+
+
+def _placed_wheel(
+    target: str, sha256: str, hashed: FileIdentity | None, record: FileRecord | None
+) -> FileRecord | None:
+    """The record of ``target`` if it already holds the bytes hashed as ``sha256``: the hard link to the very
+    file of dist/ the catalog just verified, or a copy whose identity the manifest recorded with that digest."""
+    placed = _identity(target)
+    if placed is None:
+        return None
+    if hashed is not None and placed == hashed:
+        return FileRecord(sha256=sha256, identity=placed)
+    if record is not None and record.sha256 == sha256 and record.identity == placed and placed.inode != getattr(
+        hashed, "inode", None
+    ):
+        return record
+    return None
+
+
+def _place_wheel(source: Path, target: Path, expected: FileIdentity | None) -> FileIdentity:
+    """Hard-link the wheel into the site (no copy of big files); copy where the site is on another filesystem.
+    Either way the file of dist/ must still be the one the catalog hashed."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    if expected is not None and _identity(source) != expected:
+        raise FileSystemError(f"{source}: changed while being indexed", tip="run `wheelwright index` again")
     try:
-        placed = os.stat(target)
-    except FileNotFoundError:
-        return None
-    original = os.stat(source)
-    same_inode = (placed.st_ino, placed.st_dev) == (original.st_ino, original.st_dev)
-    if not same_inode and (placed.st_size, placed.st_mtime_ns) != (original.st_size, original.st_mtime_ns):
-        return None
-    return FileRecord(sha256=sha256, size=placed.st_size, mtime_ns=placed.st_mtime_ns)
+        _link_or_copy(source, temporary)
+    except BaseException:
+        temporary.unlink(missing_ok=True)  # a full disk must not leave half a wheel behind
+        raise
+    placed = regular_identity(temporary)
+    if expected is not None and (placed.size, placed.mtime_ns) != (expected.size, expected.mtime_ns):
+        temporary.unlink()
+        raise FileSystemError(f"{source}: changed while being indexed", tip="run `wheelwright index` again")
+    os.replace(temporary, target)
+    return regular_identity(target)
 
 
-def _record(path: Path, sha256: str) -> FileRecord:
-    stat = path.stat()
-    return FileRecord(sha256=sha256, size=stat.st_size, mtime_ns=stat.st_mtime_ns)
+def _link_or_copy(source: Path, temporary: Path) -> None:
+    try:
+        os.link(source, temporary, follow_symlinks=False)
+    except OSError as error:
+        if error.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+        shutil.copyfile(source, temporary, follow_symlinks=False)
 
 
-def _place_wheel(source: Path, target: Path) -> None:
-    """Hard-link the wheel into the site (no copy of big files); copy where the site is on another filesystem."""
+def _write_atomic(target: Path, content: bytes) -> FileIdentity:
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        os.link(source, temporary)
-    except OSError:
-        shutil.copy2(source, temporary)
-    os.replace(temporary, target)
-
-
-def _write_atomic(target: Path, content: bytes) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(content)
-    os.replace(temporary, target)
+        temporary.write_bytes(content)
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)  # a full disk must not leave half a page behind
+        raise
+    return regular_identity(target)
 
 
 def _current_bytes(path: Path) -> bytes | None:
+    """The bytes of the regular file at ``path``, or None (missing, or a symlink or special file to replace)."""
+    if _identity(path) is None:
+        return None
     try:
         return path.read_bytes()
     except FileNotFoundError:
@@ -245,14 +326,16 @@ def _current_bytes(path: Path) -> bytes | None:
 
 
 def _managed_files(site: Path) -> Iterator[str]:
+    """Everything but folders under the managed names: files, leftover temporaries, symlinks, special files."""
     for top in MANAGED:
         root = site / top
-        if root.is_file():
+        if root.is_symlink() or root.is_file() or (root.exists() and not root.is_dir()):
             yield top
             continue
-        for directory, _dirs, files in os.walk(root):
+        for directory, folders, files in os.walk(root):
             relative = Path(directory).relative_to(site).as_posix()
             yield from (f"{relative}/{name}" for name in files)
+            yield from (f"{relative}/{name}" for name in folders if os.path.islink(os.path.join(directory, name)))
 
 
 def _remove_empty_parents(site: Path, path: Path) -> None:

@@ -4,17 +4,20 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from packaging.metadata import parse_email
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from builder.plan.facts import Accelerator
+from builder.core.hashing import open_regular
+from builder.plan.facts import Accelerator, TorchFacts, load_facts
 from builder.plan.job import parse_label
 
 # Stricter than the wheel spec on purpose: every character of a filename ends up in hrefs, S3 keys and HTML.
@@ -22,6 +25,10 @@ _SAFE_FILENAME = re.compile(
     r"^[A-Za-z0-9_]+-[A-Za-z0-9.+!_]+(?:-[0-9][A-Za-z0-9_]*)?-[a-z0-9_.]+-[a-z0-9_.]+-[a-z0-9_.]+\.whl$"
 )
 _PROJECT_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+# Bounds on what one wheel may make the index read: METADATA is a few KB (it is served beside every wheel), and a
+# wheel is a few thousand members. A zip bomb's METADATA is refused at its stated size, or at the cap while reading.
+MAX_METADATA_BYTES = 1 << 20
+MAX_MEMBERS = 100_000
 
 
 class RejectedWheel(ValueError):
@@ -120,19 +127,54 @@ def _normalised(filename: str, dist: str, raw_version: str) -> tuple[str, Versio
 
 
 
-def read_core_metadata(path: Path, name: WheelName) -> bytes:
-    """The bytes of the wheel's ``.dist-info/METADATA``, served unchanged beside it (PEP 658)."""
+def check_variant(name: WheelName, facts: TorchFacts | None = None) -> None:
+    """A label is a variant only if torch shipped it (builder/data/torch.toml): ``pt214cu118`` parses, but torch
+    2.14 was never built for CUDA 11.8, so no one could install that wheel beside a torch it matches."""
+    facts = facts or load_facts()
     try:
-        with zipfile.ZipFile(path) as archive:
-            dist_info = {
-                entry.split("/", 1)[0] for entry in archive.namelist() if entry.endswith(".dist-info/METADATA")
-            }
-            if len(dist_info) != 1:
-                raise RejectedWheel(f"{name.filename}: expected one .dist-info/METADATA, found {len(dist_info)}")
-            data = archive.read(f"{dist_info.pop()}/METADATA")
-    except (OSError, zipfile.BadZipFile, KeyError) as error:
+        release = facts.release(name.torch)
+    except KeyError as error:
+        raise RejectedWheel(f"{name.filename}: not a known variant: {error.args[0]}") from None
+    if not release.has(name.accelerator):
+        shipped = ", ".join(a.name for a in release.accelerators)
+        raise RejectedWheel(
+            f"{name.filename}: not a known variant: torch {name.torch} was not released for "
+            f"{name.accelerator.name} (it was for {shipped})"
+        )
+
+
+def read_core_metadata(source: Path | BinaryIO, name: WheelName) -> bytes:
+    """The bytes of the wheel's ``.dist-info/METADATA``, served unchanged beside it (PEP 658); from a regular file
+    only (a path is opened without following a symlink), and never more than MAX_METADATA_BYTES of it."""
+    try:
+        if isinstance(source, Path):
+            with os.fdopen(open_regular(source), "rb") as file, zipfile.ZipFile(file) as archive:
+                return _bounded_metadata(archive, name)
+        with zipfile.ZipFile(source) as archive:
+            return _bounded_metadata(archive, name)
+    except (OSError, zipfile.BadZipFile, KeyError, EOFError, NotImplementedError, RuntimeError) as error:
         raise RejectedWheel(f"{name.filename}: cannot read the wheel: {error}") from None
+
+
+def _bounded_metadata(archive: zipfile.ZipFile, name: WheelName) -> bytes:
+    members = archive.infolist()
+    if len(members) > MAX_MEMBERS:
+        raise RejectedWheel(f"{name.filename}: {len(members):,} members; a wheel may have at most {MAX_MEMBERS:,}")
+    found = [m for m in members if m.filename.endswith(".dist-info/METADATA") and m.filename.count("/") == 1]
+    if len(found) != 1:
+        raise RejectedWheel(f"{name.filename}: expected one .dist-info/METADATA, found {len(found)}")
+    info = found[0]
+    if info.file_size > MAX_METADATA_BYTES:
+        raise RejectedWheel(_too_big(name, info.file_size))
+    with archive.open(info) as member:
+        data = member.read(MAX_METADATA_BYTES + 1)  # the stated size may lie; the read is capped regardless
+    if len(data) > MAX_METADATA_BYTES:
+        raise RejectedWheel(_too_big(name, len(data)))
     return data
+
+
+def _too_big(name: WheelName, size: int) -> str:
+    return f"{name.filename}: METADATA is {size:,}+ bytes; the index accepts at most {MAX_METADATA_BYTES:,}"
 
 
 def check_core_metadata(data: bytes, name: WheelName) -> CoreMetadata:

@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 
 from builder.core.errors import WheelwrightError
-from builder.core.hashing import sha256_of
+from builder.core.hashing import FileIdentity, sha256_of
 from builder.core.ledger import Ledger, LedgerEntry
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
@@ -237,7 +237,9 @@ class Builder:
         fields = dict(timings=timer.timings, wheel=wheel.name, wheel_sha256=checksum, wheel_size=size, report=report)
         ledger.put(_base_entry(job, digest, self.layout, status="running", phase="install", **fields))
         os.replace(wheel, destination)
-        return _base_entry(job, digest, self.layout, status="built", phase="install", **fields)
+        # Taken after the move (a rename changes ctime): the index reuses the hash only while this still holds.
+        identity = str(FileIdentity.of(destination.stat()))
+        return _base_entry(job, digest, self.layout, status="built", phase="install", wheel_identity=identity, **fields)
 
 
 @contextmanager
