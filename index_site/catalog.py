@@ -36,7 +36,10 @@ CACHE_SCHEMA = """
 DROP TABLE IF EXISTS index_files;
 CREATE TABLE IF NOT EXISTS index_wheels (
     filename        TEXT PRIMARY KEY,
-    identity        TEXT NOT NULL,  -- inode:size:mtime_ns:ctime_ns when sha256 was taken
+    inode           INTEGER NOT NULL,  -- with size, mtime_ns and ctime_ns: the file's identity when hashed
+    size            INTEGER NOT NULL,
+    mtime_ns        INTEGER NOT NULL,
+    ctime_ns        INTEGER NOT NULL,
     sha256          TEXT NOT NULL,
     metadata_sha256 TEXT NOT NULL,
     metadata_size   INTEGER NOT NULL,
@@ -108,13 +111,14 @@ class HashCache:
         """Write the entries hashed this run and drop the rows of files no longer catalogued, in one transaction."""
         self._write(
             ("DELETE FROM index_wheels WHERE filename = ?", [(name,) for name in gone]),
-            ("INSERT OR REPLACE INTO index_wheels VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [_cached_to_row(e) for e in changed]),
+            ("INSERT OR REPLACE INTO index_wheels VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [_cached_to_row(e) for e in changed]),
         )
 
     def refresh(self, identities: Mapping[str, FileIdentity]) -> None:
         """Record new identities of unchanged bytes (placing a hard link changes the file's ctime)."""
-        rows = [(str(identity), filename) for filename, identity in identities.items()]
-        self._write(("UPDATE index_wheels SET identity = ? WHERE filename = ?", rows))
+        rows = [(*identity, filename) for filename, identity in identities.items()]
+        statement = "UPDATE index_wheels SET inode = ?, size = ?, mtime_ns = ?, ctime_ns = ? WHERE filename = ?"
+        self._write((statement, rows))
 
     def _write(self, *statements: tuple[str, list[tuple]]) -> None:
         if not any(rows for _, rows in statements):
@@ -192,15 +196,15 @@ def _catalogue(
 ) -> tuple[list[_Cached], ScanStats, list[Rejection], dict[str, bytes]]:
     entries, rejected, fresh = [], [], {}
     counts = {"hashed": 0, "from_ledger": 0, "cached": 0}
+    folder = os.fspath(dist)
     for filename, name in names.items():
-        path = dist / filename
         old = previous.get(filename)
         try:
-            if old is not None and old.identity == regular_identity(path):
+            if old is not None and old.identity == regular_identity(os.path.join(folder, filename)):
                 entries.append(old)
                 counts["cached"] += 1
                 continue
-            entry, source, fresh[filename] = _index_one(path, name, built.get(filename), old)
+            entry, source, fresh[filename] = _index_one(dist / filename, name, built.get(filename), old)
         except (RejectedWheel, OSError) as error:
             reason = str(error) if isinstance(error, RejectedWheel) else f"{filename}: {error.strerror or error}"
             log.warning("not indexed: %s", reason)
@@ -232,20 +236,19 @@ def _index_one(
 
 
 def _row_to_cached(row: tuple, name: WheelName) -> _Cached | None:
-    _filename, identity_text, sha256, meta_sha, meta_size, requires_python, summary, upload_time = row
-    identity = FileIdentity.parse(identity_text)
-    if identity is None or not _SHA256.match(sha256 or ""):
+    _filename, inode, size, mtime_ns, ctime_ns, sha256, meta_sha, meta_size, requires_python, summary, upload_time = row
+    if not isinstance(sha256, str) or not _SHA256.match(sha256):
         return None  # a damaged row is simply not trusted: the file is hashed again
     metadata = CoreMetadata(sha256=meta_sha, size=meta_size, requires_python=requires_python, summary=summary)
-    wheel = WheelFile(name=name, sha256=sha256, size=identity.size, metadata=metadata, upload_time=upload_time)
-    return _Cached(wheel=wheel, identity=identity)
+    wheel = WheelFile(name=name, sha256=sha256, size=size, metadata=metadata, upload_time=upload_time)
+    return _Cached(wheel=wheel, identity=FileIdentity(inode, size, mtime_ns, ctime_ns))
 
 
 def _cached_to_row(entry: _Cached) -> tuple:
     wheel, metadata = entry.wheel, entry.wheel.metadata
     return (
         wheel.filename,
-        str(entry.identity),
+        *entry.identity,
         wheel.sha256,
         metadata.sha256,
         metadata.size,

@@ -17,14 +17,15 @@ import os
 import shutil
 import stat
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from builder.core.errors import ConfigError, FileSystemError
 from builder.core.hashing import FileIdentity, regular_identity
 from index_site import layout
 from index_site.catalog import Catalog, Rejection, ScanStats, refresh_identities, scan
-from index_site.render import render_site
+from index_site.render import page_groups
 from index_site.wheels import WheelFile, read_core_metadata
 
 log = logging.getLogger(__name__)
@@ -32,8 +33,7 @@ log = logging.getLogger(__name__)
 MANAGED = layout.MANAGED
 
 
-@dataclass(frozen=True, kw_only=True)
-class FileRecord:
+class FileRecord(NamedTuple):
     """What the manifest remembers of a site file, valid while its identity holds."""
 
     sha256: str
@@ -50,6 +50,7 @@ class SitePlan:
     metadata: tuple[tuple[Path, str, WheelFile], ...]  # (wheel in dist/, site path of its .metadata, wheel)
     metadata_bytes: Mapping[str, bytes]  # METADATA already read from wheels this run, by filename
     pages: Mapping[str, bytes]  # only pages whose bytes differ from what is on disk
+    groups: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)  # key: (digest, its pages)
     stale: tuple[str, ...]  # managed files no longer part of the site
     kept: Mapping[str, FileRecord]  # files already right on disk, with what the manifest should say of them
 
@@ -73,11 +74,11 @@ class IndexReport:
 
 def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     """Index ``output``/dist with ``output``/ledger.sqlite into ``site``."""
-    _check_site(site, base_url)
+    document = _check_site(site, base_url)
     catalog = scan(output / "dist", output / "ledger.sqlite")
-    pages = render_site(catalog, base_url=base_url)
-    manifest = load_manifest(site)
-    plan = plan_site(catalog, pages, output / "dist", site, manifest)
+    manifest = _records(document)
+    pages, reused, groups = render_changed(catalog, site, manifest, _groups(document), base_url=base_url)
+    plan = plan_site(catalog, pages, output / "dist", site, manifest, reused=reused, groups=groups)
     written, linked = apply_plan(plan, site, base_url=base_url, identities=catalog.identities)
     if linked:
         refresh_identities(output / "ledger.sqlite", linked)
@@ -94,11 +95,46 @@ def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     )
 
 
+def render_changed(
+    catalog: Catalog,
+    site: Path,
+    manifest: Mapping[str, FileRecord],
+    previous: Mapping[str, tuple[str, tuple[str, ...]]],
+    *,
+    base_url: str,
+) -> tuple[dict[str, bytes], dict[str, FileRecord], dict[str, tuple[str, tuple[str, ...]]]]:
+    """Render only the page groups whose inputs moved since the last run, or whose pages are no longer exactly
+    as recorded. Returns the rendered pages, the records of pages reused as they are, and every group's entry."""
+    pages: dict[str, bytes] = {}
+    reused: dict[str, FileRecord] = {}
+    groups = {}
+    for group in page_groups(catalog, base_url=base_url):
+        digest, paths = previous.get(group.key, ("", ()))
+        records = [_recorded(os.path.join(site, path), manifest.get(path)) for path in paths]
+        if digest == group.digest and paths and all(records):
+            reused.update(zip(paths, records))
+        else:
+            rendered = group.render()
+            pages.update(rendered)
+            paths = tuple(sorted(rendered))
+        groups[group.key] = (group.digest, paths)
+    return pages, reused, groups
+
+
 def plan_site(
-    catalog: Catalog, pages: Mapping[str, bytes], dist: Path, site: Path, manifest: Mapping[str, FileRecord]
+    catalog: Catalog,
+    pages: Mapping[str, bytes],
+    dist: Path,
+    site: Path,
+    manifest: Mapping[str, FileRecord],
+    *,
+    reused: Mapping[str, FileRecord] | None = None,
+    groups: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
 ) -> SitePlan:
-    """Compare what the site should hold with what it holds; nothing is written here."""
+    """Compare what the site should hold with what it holds; nothing is written here. ``reused`` are pages known
+    to be in place without rendering them (see render_changed)."""
     links, metadata, kept = _plan_files(catalog, dist, site, manifest)
+    kept.update(reused or {})
     changed = {}
     for path, content in pages.items():
         record = _page_in_place(site, path, content, manifest.get(path))
@@ -115,6 +151,7 @@ def plan_site(
         pages=changed,
         stale=stale,
         kept=kept,
+        groups=dict(groups or {}),
     )
 
 
@@ -123,21 +160,21 @@ def _plan_files(
 ) -> tuple[list, list, dict]:
     """Wheels to link and .metadata files to write, and the records of those already in place."""
     links, metadata, kept = [], [], {}
+    root = os.fspath(site) + "/"  # string paths: this loop runs twice per wheel on every index
     for wheel in catalog.wheels:
-        source = dist / wheel.filename
         path = layout.wheel_path(wheel.name.label, wheel.filename)
         hashed = catalog.identities.get(wheel.filename)
-        record = _placed_wheel(os.path.join(site, path), wheel.sha256, hashed, manifest.get(path))
+        record = _placed_wheel(root + path, wheel.sha256, hashed, manifest.get(path))
         if record is not None:
             kept[path] = record
         else:
-            links.append((source, path, wheel))
-        path = layout.metadata_path(wheel.name.label, wheel.filename)
-        record = _recorded(os.path.join(site, path), manifest.get(path))
+            links.append((dist / wheel.filename, path, wheel))
+        path += ".metadata"
+        record = _recorded(root + path, manifest.get(path))
         if record is not None and record.sha256 == wheel.metadata.sha256:
             kept[path] = record
         else:
-            metadata.append((source, path, wheel))
+            metadata.append((dist / wheel.filename, path, wheel))
     return links, metadata, kept
 
 
@@ -165,7 +202,7 @@ def apply_plan(
     for path in plan.stale:
         (site / path).unlink(missing_ok=True)
         _remove_empty_parents(site, site / path)
-    _write_manifest(site, records, base_url)
+    _write_manifest(site, records, base_url, plan.groups)
     written = tuple(path for path in records if path not in plan.kept)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
     return written, linked
@@ -173,12 +210,29 @@ def apply_plan(
 
 def load_manifest(site: Path) -> dict[str, FileRecord]:
     """What the last index run wrote into ``site``: {site path: FileRecord}."""
+    return _records(_read_marker(site))
+
+
+def _records(document: Mapping) -> dict[str, FileRecord]:
     records = {}
-    for path, raw in _read_marker(site).get("files", {}).items():
-        identity = FileIdentity.parse(raw[1]) if isinstance(raw, list) and len(raw) == 2 else None
-        if identity is not None and isinstance(raw[0], str):  # an older manifest's records are not trusted
-            records[path] = FileRecord(sha256=raw[0], identity=identity)
+    for path, raw in document.get("files", {}).items():
+        # [sha256, inode, size, mtime_ns, ctime_ns]; an older manifest's [sha256, size, mtime_ns] is not trusted
+        if isinstance(raw, list) and len(raw) == 5 and all(type(n) is int for n in raw[1:]):
+            records[path] = FileRecord(sha256=raw[0], identity=FileIdentity(*raw[1:]))
     return records
+
+
+def load_groups(site: Path) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The page groups of the last run: {key: (digest, site paths)} (see render.PageGroup)."""
+    return _groups(_read_marker(site))
+
+
+def _groups(document: Mapping) -> dict[str, tuple[str, tuple[str, ...]]]:
+    groups = {}
+    for key, raw in document.get("groups", {}).items():
+        if isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], str) and isinstance(raw[1], list):
+            groups[key] = (raw[0], tuple(str(path) for path in raw[1]))
+    return groups
 
 
 def site_base_url(site: Path) -> str | None:
@@ -206,7 +260,7 @@ def _read_marker(site: Path) -> dict:
 _MAX_MANIFEST_BYTES = 1 << 28  # ~2 million files; a bigger one is not ours
 
 
-def _check_site(site: Path, base_url: str) -> None:
+def _check_site(site: Path, base_url: str) -> dict:
     """Refuse to write into (and prune) a folder the index did not create. A new or empty folder gets the marker
     before anything else is written, so that a run killed part-way is finished by the next, not refused."""
     if site.exists() and not site.is_dir():
@@ -220,12 +274,18 @@ def _check_site(site: Path, base_url: str) -> None:
     site.mkdir(parents=True, exist_ok=True)
     if not marker.exists():
         _write_manifest(site, {}, base_url)
-    _read_marker(site)  # a damaged marker is reported before any work is done
+    return _read_marker(site)  # a damaged marker is reported before any work is done
 
 
-def _write_manifest(site: Path, records: Mapping[str, FileRecord], base_url: str) -> None:
-    files = {path: [r.sha256, str(r.identity)] for path, r in sorted(records.items())}
-    document = {"generator": "wheelwright", "base_url": base_url, "files": files}
+def _write_manifest(
+    site: Path,
+    records: Mapping[str, FileRecord],
+    base_url: str,
+    groups: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
+) -> None:
+    files = {path: [r.sha256, *r.identity] for path, r in sorted(records.items())}
+    page_groups = {key: [digest, list(paths)] for key, (digest, paths) in sorted((groups or {}).items())}
+    document = {"generator": "wheelwright", "base_url": base_url, "files": files, "groups": page_groups}
     content = (json.dumps(document, separators=(",", ":")) + "\n").encode()
     if _current_bytes(site / layout.SITE_MARKER) != content:
         _write_atomic(site / layout.SITE_MARKER, content)

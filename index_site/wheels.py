@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -89,19 +90,16 @@ def parse_wheel_name(filename: str) -> WheelName:
             "(name-version+label-python-abi-platform.whl, of letters, digits and ._+!)"
         )
     dist, raw_version, *_, python_tag, abi_tag, platform_tag = filename[: -len(".whl")].split("-")
-    project, version = _normalised(filename, dist, raw_version)
-    if version.local is None:
-        raise RejectedWheel(f"{filename}: no variant label (expected a version like {version}+pt214cu130)")
     try:
-        torch, accelerator = parse_label(version.local)
+        project, version, public_version, label, torch, accelerator = _release_of(dist, raw_version)
     except ValueError as error:
         raise RejectedWheel(f"{filename}: {error}") from None
     return WheelName(
         filename=filename,
         project=project,
-        version=str(version),
-        public_version=version.public,
-        label=version.local,
+        version=version,
+        public_version=public_version,
+        label=label,
         torch=torch,
         accelerator=accelerator,
         python_tag=python_tag,
@@ -110,37 +108,50 @@ def parse_wheel_name(filename: str) -> WheelName:
     )
 
 
-def _normalised(filename: str, dist: str, raw_version: str) -> tuple[str, Version]:
-    """The canonical project name and the version, both required to be written in normal form already."""
+@functools.lru_cache(maxsize=65536)
+def _release_of(dist: str, raw_version: str) -> tuple[str, str, str, str, str, Accelerator]:
+    """Project, version, public version, label, torch minor and accelerator of a name-version pair (thousands of
+    wheels share one), each required to be written in normal form already; ValueError says what is wrong."""
     try:
         version = Version(raw_version)
     except InvalidVersion:
-        raise RejectedWheel(f"{filename}: {raw_version!r} is not a version") from None
+        raise ValueError(f"{raw_version!r} is not a version") from None
     project = canonicalize_name(dist)
     if "__" in dist or dist != project.replace("-", "_"):
-        raise RejectedWheel(
-            f"{filename}: project name {dist!r} is not normalised (expected {project.replace('-', '_')!r})"
-        )
+        raise ValueError(f"project name {dist!r} is not normalised (expected {project.replace('-', '_')!r})")
     if str(version) != raw_version:
-        raise RejectedWheel(f"{filename}: version {raw_version!r} is not normalised (expected {version})")
-    return project, version
-
+        raise ValueError(f"version {raw_version!r} is not normalised (expected {version})")
+    if version.local is None:
+        raise ValueError(f"no variant label (expected a version like {version}+pt214cu130)")
+    torch, accelerator = parse_label(version.local)
+    return project, str(version), version.public, version.local, torch, accelerator
 
 
 def check_variant(name: WheelName, facts: TorchFacts | None = None) -> None:
     """A label is a variant only if torch shipped it (builder/data/torch.toml): ``pt214cu118`` parses, but torch
     2.14 was never built for CUDA 11.8, so no one could install that wheel beside a torch it matches."""
-    facts = facts or load_facts()
+    if facts is None:
+        problem = _known_variant_problem(name.torch, name.accelerator)
+    else:
+        problem = _variant_problem(name.torch, name.accelerator, facts)
+    if problem is not None:
+        raise RejectedWheel(f"{name.filename}: not a known variant: {problem}")
+
+
+@functools.lru_cache(maxsize=1024)
+def _known_variant_problem(torch: str, accelerator: Accelerator) -> str | None:
+    return _variant_problem(torch, accelerator, load_facts())
+
+
+def _variant_problem(torch: str, accelerator: Accelerator, facts: TorchFacts) -> str | None:
     try:
-        release = facts.release(name.torch)
+        release = facts.release(torch)
     except KeyError as error:
-        raise RejectedWheel(f"{name.filename}: not a known variant: {error.args[0]}") from None
-    if not release.has(name.accelerator):
+        return str(error.args[0])
+    if not release.has(accelerator):
         shipped = ", ".join(a.name for a in release.accelerators)
-        raise RejectedWheel(
-            f"{name.filename}: not a known variant: torch {name.torch} was not released for "
-            f"{name.accelerator.name} (it was for {shipped})"
-        )
+        return f"torch {torch} was not released for {accelerator.name} (it was for {shipped})"
+    return None
 
 
 def read_core_metadata(source: Path | BinaryIO, name: WheelName) -> bytes:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 _CHUNK = 1 << 20
 
@@ -17,10 +16,10 @@ class NotARegularFile(OSError):
     """The path is a symlink, FIFO, device or folder: never read, hashed, copied or served as a file."""
 
 
-@dataclass(frozen=True, slots=True)
-class FileIdentity:
+class FileIdentity(NamedTuple):
     """What must all hold for a hash taken earlier to describe a file's bytes now. ctime cannot be set by a
-    user and changes on every write, so a rewrite with the same size that restores the mtime is still seen."""
+    user and changes on every write, so a rewrite with the same size that restores the mtime is still seen.
+    A tuple: tens of thousands are built and compared on every index run."""
 
     inode: int
     size: int
@@ -29,7 +28,7 @@ class FileIdentity:
 
     @classmethod
     def of(cls, status: os.stat_result) -> FileIdentity:
-        return cls(inode=status.st_ino, size=status.st_size, mtime_ns=status.st_mtime_ns, ctime_ns=status.st_ctime_ns)
+        return cls(status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
     def __str__(self) -> str:
         return f"{self.inode}:{self.size}:{self.mtime_ns}:{self.ctime_ns}"
@@ -41,7 +40,7 @@ class FileIdentity:
             inode, size, mtime_ns, ctime_ns = (int(part) for part in (text or "").split(":"))
         except ValueError:
             return None
-        return cls(inode=inode, size=size, mtime_ns=mtime_ns, ctime_ns=ctime_ns)
+        return cls(inode, size, mtime_ns, ctime_ns)
 
 
 def regular_identity(path: Path | str) -> FileIdentity:
