@@ -177,7 +177,7 @@ def _parse_names(dist: Path) -> tuple[dict[str, WheelName], list[Rejection]]:
             check_variant(name)
             names[entry.name] = name
         except RejectedWheel as error:
-            log.warning("not indexed: %s", error)
+            log.info("not indexed: %s", error)
             rejected.append(Rejection(filename=entry.name, reason=str(error)))
     return names, rejected
 
@@ -207,7 +207,7 @@ def _catalogue(
             entry, source, fresh[filename] = _index_one(dist / filename, name, built.get(filename), old)
         except (RejectedWheel, OSError) as error:
             reason = str(error) if isinstance(error, RejectedWheel) else f"{filename}: {error.strerror or error}"
-            log.warning("not indexed: %s", reason)
+            log.info("not indexed: %s", reason)
             rejected.append(Rejection(filename=filename, reason=reason))
             continue
         counts[source] += 1
