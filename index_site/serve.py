@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -106,6 +105,8 @@ class SiteServer(ThreadingHTTPServer):
 
 class SiteRequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    default_request_version = "HTTP/1.0"  # an unparsable request still gets a status line, not an HTTP/0.9 body
+    timeout = 60  # seconds a connection may sit idle or trickle: a slow client cannot hold a thread for ever
     server: SiteServer
 
     def do_GET(self) -> None:
@@ -154,7 +155,8 @@ class SiteRequestHandler(BaseHTTPRequestHandler):
             self.send_header("Cache-Control", kind.cache_control)
             self.end_headers()
             if send_body:
-                shutil.copyfileobj(file, self.wfile, 1 << 20)
+                self.wfile.flush()
+                self.connection.sendfile(file, count=size)  # in the kernel; no copy through Python
         self._record(HTTPStatus.OK, size)
 
     def _open(self, relative: str, *, probe: bool = False) -> tuple[int, str] | None:

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import resource
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -305,3 +306,90 @@ def test_a_file_that_is_not_a_listable_wheel_is_skipped_with_a_warning(tmp_path:
     assert check_site(site) == []
     assert [path.name for path in site.rglob("*.whl")] == [good.name]
     assert not any(refused in path.read_text() for path in site.rglob("*.html"))
+
+
+# -- requests to `serve`: nothing outside the site, nothing that is not a regular file of it ---------------------
+
+
+@pytest.fixture(scope="module")
+def trapped_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A site that is also the build output (ledger.sqlite and dist/ inside it), then laced with traps."""
+    out = tmp_path_factory.mktemp("trapped") / "out"
+    out.mkdir()
+    assert wheelwright("index", "--output", out, "--site", out, cwd=out.parent).code == 0
+    make_wheel(out / "dist", WheelSpec())
+    with Ledger(out / "ledger.sqlite"):
+        pass
+    assert wheelwright("index", "--output", out, "--site", out, cwd=out.parent).code == 0
+    (out / "whl/passwd.html").symlink_to("/etc/passwd")
+    (out / "simple/root").symlink_to("/")
+    (out / "whl/pt214cu130/zero.whl").symlink_to("/dev/zero")
+    os.mkfifo(out / "whl/pt214cu130/fifo.whl")
+    (out / "json/dist").symlink_to(out / "dist")
+    return out
+
+
+WHEEL = "/whl/pt214cu130/" + WheelSpec().wheel_filename.replace("+", "%2B")
+# (case, request path, status)
+REQUESTS = [
+    ("landing", "/", 200),
+    ("wheel", WHEEL, 200),
+    ("metadata", WHEEL + ".metadata", 200),
+    ("ledger-in-site", "/ledger.sqlite", 404),
+    ("dist-in-site", "/dist/" + WheelSpec().wheel_filename.replace("+", "%2B"), 404),
+    ("manifest", "/.wheelwright-site.json", 404),
+    ("symlinked-page", "/whl/passwd.html", 404),
+    ("symlinked-folder", "/simple/root/etc/passwd", 404),
+    ("symlinked-folder-to-dist", "/json/dist/", 404),
+    ("symlink-to-dev-zero", "/whl/pt214cu130/zero.whl", 404),
+    ("fifo", "/whl/pt214cu130/fifo.whl", 404),
+    ("dotdot", "/../ledger.sqlite", 404),
+    ("dotdot-encoded", "/%2e%2e/ledger.sqlite", 404),
+    ("dotdot-inside", "/whl/../ledger.sqlite", 404),
+    ("double-slash", "//ledger.sqlite", 404),
+    ("backslash", "/whl\\..\\ledger.sqlite", 404),
+    ("absolute-encoded", "/%2fetc%2fpasswd", 404),
+    ("nul", "/%00", 400),
+    ("nul-in-name", "/whl/pt214cu130.html%00.txt", 400),
+    ("not-utf8", "/%ff%fe", 400),
+    ("folder-without-index", "/whl/", 404),
+    ("very-long", "/" + "a" * 70_000, 414),
+]
+
+
+@pytest.mark.parametrize(("path", "status"), [c[1:] for c in REQUESTS], ids=[c[0] for c in REQUESTS])
+def test_serve_answers_hostile_paths_without_leaving_the_site(
+    trapped_site: Path, path: str, status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    from index_site.serve import serving
+
+    with serving(trapped_site) as server, socket.create_connection(server.server_address[:2], timeout=10) as client:
+        client.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        answer = _read_all(client)
+    assert answer.split(b"\r\n", 1)[0].split()[1] == str(status).encode(), answer[:200]
+    assert b"root:" not in answer and b"SQLite format" not in answer
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [b"\x00\x01\x02garbage\r\n\r\n", b"GET\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n", b"GET / HTTP/1.1\r\nHost: x\r\n" + b"X: y\r\n" * 200 + b"\r\n"],
+    ids=["binary", "no-path", "http-9", "200-headers"],
+)
+def test_serve_survives_malformed_requests(trapped_site: Path, request_bytes: bytes) -> None:
+    from index_site.serve import serving
+
+    with serving(trapped_site) as server:
+        with socket.create_connection(server.server_address[:2], timeout=10) as client:
+            client.sendall(request_bytes)
+            assert _read_all(client).startswith(b"HTTP/1.")
+        with socket.create_connection(server.server_address[:2], timeout=10) as client:
+            client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert _read_all(client).startswith(b"HTTP/1.1 200")  # still serving
+
+
+def _read_all(client: socket.socket) -> bytes:
+    chunks = []
+    while chunk := client.recv(1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
