@@ -194,7 +194,7 @@ def apply_plan(
     for source, path, wheel in plan.metadata:
         content = plan.metadata_bytes.get(wheel.filename) or read_core_metadata(source, wheel.name)
         if hashlib.sha256(content).hexdigest() != wheel.metadata.sha256:
-            raise FileSystemError(f"{source}: changed while being indexed", tip="run `wheelwright index` again")
+            raise _changed(source)
         records[path] = FileRecord(sha256=wheel.metadata.sha256, identity=_write_atomic(site / path, content))
     for path in sorted(plan.pages, key=lambda p: (layout.kind_of(p).tier, p)):
         identity = _write_atomic(site / path, plan.pages[path])
@@ -336,31 +336,45 @@ def _placed_wheel(
 
 def _place_wheel(source: Path, target: Path, expected: FileIdentity | None) -> FileIdentity:
     """Hard-link the wheel into the site (no copy of big files); copy where the site is on another filesystem.
-    Either way the file of dist/ must still be the one the catalog hashed."""
+    Either way the file of dist/ must still be the one the catalog hashed, before and after."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     if expected is not None and _identity(source) != expected:
-        raise FileSystemError(f"{source}: changed while being indexed", tip="run `wheelwright index` again")
+        raise _changed(source)
     try:
-        _link_or_copy(source, temporary)
+        linked = _link_or_copy(source, temporary)
+        placed = regular_identity(temporary)
+        if expected is not None and not _still_hashed(source, placed, expected, linked=linked):
+            raise _changed(source)
+        os.replace(temporary, target)
     except BaseException:
         temporary.unlink(missing_ok=True)  # a full disk must not leave half a wheel behind
         raise
-    placed = regular_identity(temporary)
-    if expected is not None and (placed.size, placed.mtime_ns) != (expected.size, expected.mtime_ns):
-        temporary.unlink()
-        raise FileSystemError(f"{source}: changed while being indexed", tip="run `wheelwright index` again")
-    os.replace(temporary, target)
     return regular_identity(target)
 
 
-def _link_or_copy(source: Path, temporary: Path) -> None:
+def _still_hashed(source: Path, placed: FileIdentity, expected: FileIdentity, *, linked: bool) -> bool:
+    """A link is the hashed inode with its size and mtime (the link itself moved its ctime); a copy was taken
+    from a source whose whole identity still holds."""
+    if linked:
+        return (placed.inode, placed.size, placed.mtime_ns) == (expected.inode, expected.size, expected.mtime_ns)
+    return _identity(source) == expected and placed.size == expected.size
+
+
+def _changed(source: Path) -> FileSystemError:
+    return FileSystemError(f"{source}: changed while being indexed", tip="run `wheelwright index` again")
+
+
+def _link_or_copy(source: Path, temporary: Path) -> bool:
+    """True if hard-linked, False if copied (another filesystem, or one without hard links)."""
     try:
         os.link(source, temporary, follow_symlinks=False)
+        return True
     except OSError as error:
         if error.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
             raise
-        shutil.copyfile(source, temporary, follow_symlinks=False)
+    shutil.copyfile(source, temporary, follow_symlinks=False)
+    return False
 
 
 def _write_atomic(target: Path, content: bytes) -> FileIdentity:
