@@ -216,9 +216,10 @@ def load_manifest(site: Path) -> dict[str, FileRecord]:
 def _records(document: Mapping) -> dict[str, FileRecord]:
     records = {}
     for path, raw in document.get("files", {}).items():
-        # [sha256, inode, size, mtime_ns, ctime_ns]; an older manifest's [sha256, size, mtime_ns] is not trusted
-        if isinstance(raw, list) and len(raw) == 5 and all(type(n) is int for n in raw[1:]):
-            records[path] = FileRecord(sha256=raw[0], identity=FileIdentity(*raw[1:]))
+        # [sha256, inode, size, mtime_ns, ctime_ns]; an older manifest's [sha256, size, mtime_ns] is not trusted.
+        # Damaged numbers need no check here: they never equal a real file's, so the file is verified again.
+        if isinstance(raw, list) and len(raw) == 5:
+            records[path] = FileRecord(raw[0], FileIdentity(*raw[1:]))
     return records
 
 
