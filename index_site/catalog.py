@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 from builder.core.hashing import FileIdentity, open_regular, regular_identity, sha256_stream
 from builder.core.ledger import Ledger, LedgerEntry, lock_timeout, sqlite_errors
@@ -89,7 +90,7 @@ class HashCache:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(CACHE_SCHEMA)
 
-    def __enter__(self) -> HashCache:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

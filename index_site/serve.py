@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -100,7 +101,7 @@ class SiteServer(ThreadingHTTPServer):
 
     def handle_error(self, request, client_address) -> None:
         """A connection that failed outside a handler (a client gone mid-request): logged, never printed."""
-        log.debug("connection from %s failed", client_address, exc_info=True)
+        log.debug("connection from %s failed: %r", client_address, sys.exc_info()[1])
 
 
 class SiteRequestHandler(BaseHTTPRequestHandler):

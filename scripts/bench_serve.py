@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from index_site.site import build_site  # noqa: E402
-from tests.wheelfactory import WheelSpec, make_wheel  # noqa: E402
+from index_site.site import build_site
+from tests.wheelfactory import WheelSpec, make_wheel
 
 LABELS = ("pt214cu130", "pt213cu130", "pt212cu126", "pt211cu128")
 PYTHONS = ("cp310", "cp311", "cp312", "cp313")

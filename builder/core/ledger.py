@@ -163,7 +163,7 @@ class Ledger:
 
     def _select(self, where: str = "", parameters: tuple = ()) -> list[LedgerEntry]:
         with sqlite_errors(self.path):
-            rows = self._db.execute(f"SELECT {_COLUMNS} FROM jobs {where}", parameters).fetchall()  # noqa: S608
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM jobs {where}", parameters).fetchall()
             return [_entry(row, self.path) for row in rows]
 
     def get(self, job_id: str) -> LedgerEntry | None:

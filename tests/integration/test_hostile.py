@@ -141,12 +141,16 @@ def nothing(tmp: Path) -> None:
 
 
 LEDGER_TIMINGS_BROKEN = (
-    "CREATE TABLE jobs (job_id TEXT PRIMARY KEY, package TEXT, version TEXT, label TEXT, torch TEXT,"
-    " accelerator TEXT, python TEXT, input_hash TEXT, status TEXT, phase TEXT, timings TEXT, log_path TEXT,"
-    " wheel TEXT, wheel_sha256 TEXT, wheel_size INTEGER, reason TEXT, report TEXT, wheel_identity TEXT,"
-    " updated_at REAL)",
-    "INSERT INTO jobs VALUES ('j', 'p', '1', 'pt214cu130', '2.14', 'cu130', '3.11', 'h', 'failed', NULL,"
-    " '{not json', NULL, NULL, NULL, NULL, 'r', NULL, NULL, 0)",
+    (
+        "CREATE TABLE jobs (job_id TEXT PRIMARY KEY, package TEXT, version TEXT, label TEXT, torch TEXT,"
+        " accelerator TEXT, python TEXT, input_hash TEXT, status TEXT, phase TEXT, timings TEXT, log_path TEXT,"
+        " wheel TEXT, wheel_sha256 TEXT, wheel_size INTEGER, reason TEXT, report TEXT, wheel_identity TEXT,"
+        " updated_at REAL)"
+    ),
+    (
+        "INSERT INTO jobs VALUES ('j', 'p', '1', 'pt214cu130', '2.14', 'cu130', '3.11', 'h', 'failed', NULL,"
+        " '{not json', NULL, NULL, NULL, NULL, 'r', NULL, NULL, 0)"
+    ),
 )
 
 # (case, setup, arguments, exit code, pattern of the ERROR line)
@@ -214,11 +218,11 @@ def zip_bomb(tmp: Path) -> str:
     """A small wheel whose METADATA inflates to 100 MiB (a real bomb's header states its size honestly)."""
     spec = WheelSpec(version="1.7.1")
     path = tmp / "out/dist" / spec.wheel_filename
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        with archive.open(f"causal_conv1d-{spec.local_version}.dist-info/METADATA", "w") as member:
-            member.write(b"Metadata-Version: 2.1\nName: causal-conv1d\nVersion: 1.7.1+pt214cu130\n\n")
-            for _ in range(100):
-                member.write(b"\0" * (1 << 20))
+    member = f"causal_conv1d-{spec.local_version}.dist-info/METADATA"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive, archive.open(member, "w") as metadata:
+        metadata.write(b"Metadata-Version: 2.1\nName: causal-conv1d\nVersion: 1.7.1+pt214cu130\n\n")
+        for _ in range(100):
+            metadata.write(b"\0" * (1 << 20))
     return path.name
 
 

@@ -108,7 +108,7 @@ def test_wheels_the_ledger_built_are_not_hashed_again(output: Path, monkeypatch:
 
 def test_a_ledger_hash_is_not_trusted_on_size_alone(output: Path) -> None:
     """A wheel replaced by other bytes of the same size after the build: the ledger's digest no longer applies."""
-    wheel = sorted((output / "dist").iterdir())[0]
+    wheel = min((output / "dist").iterdir())
     with Ledger(output / "ledger.sqlite") as ledger:
         ledger.put(
             _entry(
