@@ -76,10 +76,11 @@ def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     """Index ``output``/dist with ``output``/ledger.sqlite into ``site``."""
     document = _check_site(site, base_url)
     catalog = scan(output / "dist", output / "ledger.sqlite")
-    manifest = _records(document)
-    pages, reused, groups = render_changed(catalog, site, manifest, _groups(document), base_url=base_url)
+    manifest, previous_groups = _records(document), _groups(document)
+    pages, reused, groups = render_changed(catalog, site, manifest, previous_groups, base_url=base_url)
     plan = plan_site(catalog, pages, output / "dist", site, manifest, reused=reused, groups=groups)
-    written, linked = apply_plan(plan, site, base_url=base_url, identities=catalog.identities)
+    recorded = (manifest, previous_groups, document.get("base_url"))
+    written, linked = apply_plan(plan, site, base_url=base_url, identities=catalog.identities, recorded=recorded)
     if linked:
         refresh_identities(output / "ledger.sqlite", linked)
     return IndexReport(
@@ -179,10 +180,16 @@ def _plan_files(
 
 
 def apply_plan(
-    plan: SitePlan, site: Path, *, base_url: str, identities: Mapping[str, FileIdentity] | None = None
+    plan: SitePlan,
+    site: Path,
+    *,
+    base_url: str,
+    identities: Mapping[str, FileIdentity] | None = None,
+    recorded: tuple[Mapping[str, FileRecord], Mapping, str | None] | None = None,
 ) -> tuple[tuple[str, ...], dict[str, FileIdentity]]:
-    """Write the plan: files first, then pages tier by tier, then prune, then the manifest. Returns what was
-    written, and the new identities of the wheels in dist/ that were hard-linked (a link changes their ctime)."""
+    """Write the plan: files first, then pages tier by tier, then prune, then the manifest (unless it would say
+    what ``recorded``, the manifest read at the start, says). Returns what was written, and the new identities of
+    the wheels in dist/ that were hard-linked (a link changes their ctime)."""
     records = dict(plan.kept)
     linked = {}
     for source, path, wheel in plan.links:
@@ -202,7 +209,8 @@ def apply_plan(
     for path in plan.stale:
         (site / path).unlink(missing_ok=True)
         _remove_empty_parents(site, site / path)
-    _write_manifest(site, records, base_url, plan.groups)
+    if recorded != (records, plan.groups, base_url):
+        _write_manifest(site, records, base_url, plan.groups)
     written = tuple(path for path in records if path not in plan.kept)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
     return written, linked
