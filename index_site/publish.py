@@ -113,6 +113,11 @@ def local_objects(site: Path, prefix: str) -> list[LocalObject]:
         )
     manifest = load_manifest(site)
     present = set(site_files(site))
+    if present and not manifest:
+        raise ConfigError(
+            f"{site}: its manifest records no file (indexed by an older wheelwright?)",
+            tip="run `wheelwright index` again before publishing",
+        )
     missing = sorted(set(manifest) - present)
     if missing:
         raise ConfigError(

@@ -142,8 +142,9 @@ def _code_digest() -> str:
     """The templates and the modules that render: a change to either renders every page again."""
     digest = hashlib.sha256(API_VERSION.encode())
     package = Path(__file__).parent
-    for path in sorted((package / "templates").iterdir()) + [package / "render.py", package / "landing.py"]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    sources = [path for path in sorted((package / "templates").rglob("*")) if path.is_file()]
+    for path in [*sources, package / "render.py", package / "landing.py"]:
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
