@@ -20,11 +20,13 @@ from builder.core.hashing import FileIdentity, open_regular, regular_identity, s
 from builder.core.ledger import Ledger, LedgerEntry, lock_timeout, sqlite_errors
 from index_site.wheels import (
     CoreMetadata,
+    GpuArchs,
     RejectedWheel,
     WheelFile,
     WheelName,
     check_core_metadata,
     check_variant,
+    parse_gpu_archs,
     parse_wheel_name,
     read_core_metadata,
 )
@@ -72,6 +74,7 @@ class Catalog:
     stats: ScanStats
     fresh_metadata: Mapping[str, bytes] = field(default_factory=dict)  # METADATA read this run, by wheel filename
     identities: Mapping[str, FileIdentity] = field(default_factory=dict)  # of each wheel when its hash held
+    archs: Mapping[str, GpuArchs] = field(default_factory=dict)  # by wheel filename, where the ledger recorded them
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,6 +144,7 @@ def scan(dist: Path, ledger_path: Path) -> Catalog:
     with Ledger(ledger_path) as ledger:
         built = ledger.wheel_hashes()
         failures = tuple(ledger.failures())
+        recorded_archs = ledger.wheel_archs()
     with HashCache(ledger_path) as cache:
         previous, rows = cache.load(names)
         entries, stats, more_rejected, fresh = _catalogue(dist, names, built, previous)
@@ -155,6 +159,7 @@ def scan(dist: Path, ledger_path: Path) -> Catalog:
         stats=stats,
         fresh_metadata=fresh,
         identities={entry.wheel.filename: entry.identity for entry in entries},
+        archs=_archs(wheels, recorded_archs),
     )
 
 
@@ -162,6 +167,17 @@ def refresh_identities(ledger_path: Path, identities: Mapping[str, FileIdentity]
     """See HashCache.refresh."""
     with HashCache(ledger_path) as cache:
         cache.refresh(identities)
+
+
+def _archs(wheels: Iterable[WheelFile], recorded: Mapping[str, tuple[str, str]]) -> dict[str, GpuArchs]:
+    """The GPU archs of the listed wheels whose ledger row holds a readable record of them."""
+    archs = {}
+    for wheel in wheels:
+        raw = recorded.get(wheel.filename)
+        parsed = parse_gpu_archs(*raw) if raw is not None else None
+        if parsed is not None:
+            archs[wheel.filename] = parsed
+    return archs
 
 
 def _parse_names(dist: Path) -> tuple[dict[str, WheelName], list[Rejection]]:

@@ -1,9 +1,11 @@
 """Render the catalog into pages: per variant a find-links page, a PEP 503 simple index and a PEP 691 JSON index,
-the same two indexes over all variants, and the landing page. Pure: catalog in, {site path: bytes} out.
+the same two indexes over all variants, and the pages for people (pages.py). Pure: catalog in, {site path: bytes}
+out.
 
 Pages come in groups (PageGroup), each made from one part of the catalog only (one variant's wheels, one project's,
-the project names, everything for the landing page) and carrying a digest of that part and of the templates, so
-the index renders again only the groups whose digest moved: one added wheel does not re-render 10,000."""
+the project names, everything for the pages for people) and carrying a digest of that part and of the code and
+templates that render it, so the index renders again only the groups whose digest moved: one added wheel does not
+re-render 10,000."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from packaging.version import Version
 
 from index_site import layout
 from index_site.catalog import Catalog
-from index_site.landing import accelerator_text, build_landing
+from index_site.landing import accelerator_text
+from index_site.pages import render_pages
 from index_site.wheels import WheelFile
 
 API_VERSION = "1.1"  # PEP 700: size, upload-time and versions in the JSON form
@@ -112,11 +115,12 @@ def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
     projects = sorted(by_project)
     groups.append(PageGroup(key="projects", digest=_digest(projects), render=functools.partial(_roots, None, projects)))
     failures = sorted(repr(entry) for entry in catalog.failures)
+    archs = sorted(f"{name}\0{archs!r}" for name, archs in catalog.archs.items())
     groups.append(
         PageGroup(
-            key="landing",
-            digest=_digest([base_url, *failures, *fingerprints.values()]),
-            render=functools.partial(_landing_page, catalog, base_url),
+            key="pages",
+            digest=_digest([base_url, *failures, *archs, *fingerprints.values()]),
+            render=functools.partial(render_pages, catalog, base_url=base_url, render=_render_page),
         )
     )
     return groups
@@ -143,7 +147,8 @@ def _code_digest() -> str:
     digest = hashlib.sha256(API_VERSION.encode())
     package = Path(__file__).parent
     sources = [path for path in sorted((package / "templates").rglob("*")) if path.is_file()]
-    for path in [*sources, package / "render.py", package / "landing.py"]:
+    modules = [package / f"{name}.py" for name in ("render", "landing", "pages", "setups", "manifest", "layout")]
+    for path in [*sources, *modules]:
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
@@ -152,9 +157,9 @@ def _variant_pages(label: str, wheels: list[WheelFile]) -> dict[str, bytes]:
     return {layout.findlinks_path(label): _findlinks_page(label, wheels), **_indexes(label, wheels)}
 
 
-def _landing_page(catalog: Catalog, base_url: str) -> dict[str, bytes]:
-    landing = build_landing(catalog, base_url=base_url)
-    return {layout.LANDING: _render("landing.html", page=layout.LANDING, landing=landing, api_version=API_VERSION)}
+
+def _render_page(template: str, **context: object) -> bytes:
+    return _render(template, api_version=API_VERSION, **context)
 
 
 def _indexes(label: str | None, wheels: Iterable[WheelFile]) -> dict[str, bytes]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import re
 import zipfile
@@ -26,6 +27,7 @@ _SAFE_FILENAME = re.compile(
     r"^[A-Za-z0-9_]+-[A-Za-z0-9.+!_]+(?:-[0-9][A-Za-z0-9_]*)?-[a-z0-9_.]+-[a-z0-9_.]+-[a-z0-9_.]+\.whl$"
 )
 _PROJECT_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_GPU_ARCH = re.compile(r"^(?:[1-9]\d?\.\d{1,2}[af]?|gfx[0-9a-f]{2,6}[a-z]?)$")  # 9.0, 9.0a, 12.0f, gfx942
 # Bounds on what one wheel may make the index read: METADATA is a few KB (it is served beside every wheel), and a
 # wheel is a few thousand members. A zip bomb's METADATA is refused at its stated size, or at the cap while reading.
 MAX_METADATA_BYTES = 1 << 20
@@ -80,6 +82,28 @@ class WheelFile:
     @property
     def filename(self) -> str:
         return self.name.filename
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuArchs:
+    """The GPU code a built wheel carries, as the verify gate recorded it: kernel images (SASS) and PTX."""
+
+    sass: tuple[str, ...]
+    ptx: tuple[str, ...]
+
+
+def parse_gpu_archs(sass: str, ptx: str | None) -> GpuArchs | None:
+    """The archs a ledger report holds (two JSON lists of names like "9.0"); None unless both are well formed."""
+    lists = []
+    for text in (sass, ptx or "[]"):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(value, list) or not all(isinstance(a, str) and _GPU_ARCH.match(a) for a in value):
+            return None
+        lists.append(tuple(value))
+    return GpuArchs(sass=lists[0], ptx=lists[1])
 
 
 def parse_wheel_name(filename: str) -> WheelName:
@@ -214,6 +238,7 @@ def check_core_metadata(data: bytes, name: WheelName) -> CoreMetadata:
     )
 
 
+@functools.lru_cache(maxsize=256)  # a site has a handful of distinct tags and asks for them per wheel
 def _python_of(tag: str) -> str:
     match = re.match(r"^(?:cp|py|pp)(\d)(\d*)$", tag)
     if match is None:

@@ -180,7 +180,7 @@ class Ledger:
         columns = ", ".join(values)
         marks = ", ".join(f":{name}" for name in values)
         with self._transaction() as db:
-            db.execute(f"INSERT OR REPLACE INTO jobs ({columns}) VALUES ({marks})", values)  # noqa: S608
+            db.execute(f"INSERT OR REPLACE INTO jobs ({columns}) VALUES ({marks})", values)
 
     def wheel_hashes(self) -> dict[str, tuple[str, FileIdentity]]:
         """{wheel filename: (sha256, identity)} of every built wheel whose identity in dist/ was recorded, so the
@@ -194,6 +194,17 @@ class Ledger:
             if identity is not None and isinstance(row["wheel_sha256"], str):
                 known[row["wheel"]] = (row["wheel_sha256"], identity)
         return known
+
+    def wheel_archs(self) -> dict[str, tuple[str, str]]:
+        """{wheel filename: (SASS, PTX)} of every built wheel whose verify report recorded its GPU code, each a JSON
+        list as the report holds it; SQLite extracts them, so a big ledger's reports are not parsed in Python."""
+        query = (
+            "SELECT wheel, json_extract(report, '$.sass') AS sass, json_extract(report, '$.ptx') AS ptx FROM jobs"
+            " WHERE status = 'built' AND wheel IS NOT NULL AND json_valid(report)"
+        )
+        with sqlite_errors(self.path):
+            rows = self._db.execute(query).fetchall()
+        return {row["wheel"]: (row["sass"], row["ptx"]) for row in rows if row["sass"] is not None}
 
     def failures(self) -> list[LedgerEntry]:
         return [e for e in self.entries() if e.status in ("failed", "quarantined", "unbuildable")]
