@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from builder.core.hashing import FileIdentity, open_regular, regular_identity, sha256_stream
 from builder.core.ledger import Ledger, LedgerEntry, lock_timeout, sqlite_errors
@@ -252,7 +252,7 @@ def _index_one(
     return _Cached(wheel=wheel, identity=identity), source, data
 
 
-def _row_to_cached(row: tuple, name: WheelName) -> _Cached | None:
+def _row_to_cached(row: tuple[Any, ...], name: WheelName) -> _Cached | None:
     _filename, inode, size, mtime_ns, ctime_ns, sha256, meta_sha, meta_size, requires_python, summary, upload_time = row
     if not isinstance(sha256, str) or not _SHA256.match(sha256):
         return None  # a damaged row is simply not trusted: the file is hashed again
@@ -261,7 +261,7 @@ def _row_to_cached(row: tuple, name: WheelName) -> _Cached | None:
     return _Cached(wheel=wheel, identity=FileIdentity(inode, size, mtime_ns, ctime_ns))
 
 
-def _cached_to_row(entry: _Cached) -> tuple:
+def _cached_to_row(entry: _Cached) -> tuple[object, ...]:
     wheel, metadata = entry.wheel, entry.wheel.metadata
     return (
         wheel.filename,

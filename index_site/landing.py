@@ -175,7 +175,7 @@ def _variants(held: set[tuple[str, str]], facts: TorchFacts) -> dict[str, Varian
 
 def _failures_by_cell(entries: Iterable[LedgerEntry]) -> dict[_CellKey, LedgerEntry]:
     """Failed ledger rows by cell; a row whose fields could not name a page or a cell is logged and left out."""
-    cells = {}
+    cells: dict[_CellKey, LedgerEntry] = {}
     for entry in entries:
         problem = _unshowable(entry)
         if problem:
@@ -211,7 +211,7 @@ def accelerator_text(accelerator: Accelerator) -> str:
     return f"{'CUDA' if accelerator.kind == 'cuda' else 'ROCm'} {accelerator.version}"
 
 
-def _variant_key(variant: Variant) -> tuple:
+def _variant_key(variant: Variant) -> tuple[object, ...]:
     """Newest torch first; within it CUDA before ROCm, newest toolkit first."""
     accelerator = Accelerator.parse(variant.accelerator)
     return (
@@ -234,6 +234,6 @@ def _version(text: str) -> Version:
         return Version("0")
 
 
-def python_key(python: str) -> tuple:
+def python_key(python: str) -> tuple[int, tuple[int, ...] | str]:
     parts = python.split(".")
     return (0, tuple(int(p) for p in parts)) if all(p.isdigit() for p in parts) else (1, python)

@@ -78,7 +78,7 @@ def _setup_page(render: Render, setup: Setup, coverage: Coverage, base_url: str)
     return page
 
 
-def _fingerprint(setup: Setup, archs: Mapping[str, GpuArchs]) -> tuple:
+def _fingerprint(setup: Setup, archs: Mapping[str, GpuArchs]) -> tuple[object, ...]:
     """Everything a setup page shows, as plain values."""
     choices = tuple(
         (c.text, c.path, c.current) for axis in (setup.torches, setup.accelerators, setup.pythons) for c in axis
@@ -109,11 +109,12 @@ def _fingerprint(setup: Setup, archs: Mapping[str, GpuArchs]) -> tuple:
     return (setup.path, setup.variant, choices, offers)
 
 
-def _failure_key(failure: LedgerEntry | None) -> tuple:
+def _failure_key(failure: LedgerEntry | None) -> tuple[object, ...]:
     return () if failure is None else (failure.job_id, failure.status, failure.phase, failure.reason)
 
 
-_SETUP_PAGES: dict[tuple, bytes] = {}  # a bounded memo (oldest out first), like the lru_caches of render.py
+# a bounded memo (oldest out first), like the lru_caches of render.py
+_SETUP_PAGES: dict[tuple[object, ...], bytes] = {}
 _SETUP_PAGES_KEPT = 4096
 
 _href = functools.lru_cache(maxsize=65536)(layout.href)  # every matrix links the same few hundred setup pages

@@ -23,6 +23,7 @@ import jinja2
 import markupsafe
 from packaging.version import Version
 
+from builder.core import resources
 from index_site import layout
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text
@@ -36,7 +37,7 @@ _AFTER_PATH_SLASH = re.compile(r"(?<=[^:/]/)(?=[^/])")  # after a path's slashes
 @functools.cache
 def _environment() -> jinja2.Environment:
     environment = jinja2.Environment(
-        loader=jinja2.PackageLoader("index_site", "templates"),
+        loader=jinja2.PackageLoader(resources.TEMPLATE_PACKAGE, resources.TEMPLATE_FOLDER),
         autoescape=True,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -63,7 +64,7 @@ def _breakable(command: str) -> markupsafe.Markup:
     return markupsafe.Markup(" ").join(words)
 
 
-def _filesize(size: int) -> str:
+def _filesize(size: float) -> str:
     for unit in ("B", "kB", "MB"):
         if size < 1000:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"

@@ -97,9 +97,9 @@ class SiteServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
-    def handle_error(self, request, client_address) -> None:
+    def handle_error(self, request: object, client_address: object) -> None:
         """A connection that failed outside a handler (a client gone mid-request): logged, never printed."""
         log.debug("connection from %s failed: %r", client_address, sys.exc_info()[1])
 

@@ -97,7 +97,7 @@ def default_setup(coverage: Coverage, setups: Mapping[str, Setup]) -> Setup | No
         per_python[python] += count
     built_torches = {coverage.variants[label].torch for label in per_label}
 
-    def rank(setup: Setup) -> tuple:
+    def rank(setup: Setup) -> tuple[object, ...]:
         variant = setup.variant
         return (
             variant.torch in built_torches,
@@ -164,9 +164,9 @@ def _nearest(pythons: tuple[str, ...], python: str) -> str:
         return python
     target = python_key(python)
 
-    def distance(candidate: str) -> tuple:
+    def distance(candidate: str) -> tuple[int, int]:
         key = python_key(candidate)
-        if key[0] or target[0]:
+        if isinstance(key[1], str) or isinstance(target[1], str):  # not a dotted version: after every real one
             return (1, 0)
         return (abs(key[1][-1] - target[1][-1]), -key[1][-1])
 
@@ -211,7 +211,8 @@ def _note(project: str, variant: Variant, python: str, records: list[Record], bu
     setup = f"torch {variant.torch} + {variant.accelerator_text}, Python {python}"
     failure = records[0].failure if records else None
     if failure is not None:
-        why = f"{failure.status}{f' in {failure.phase}' if failure.phase else ''}: {failure.reason or 'no reason recorded'}"
+        phase = f" in {failure.phase}" if failure.phase else ""
+        why = f"{failure.status}{phase}: {failure.reason or 'no reason recorded'}"
         older = f"; the newest wheel here is {built.version}" if built else ""
         return f"{project} {records[0].version} {why}{older}"
     if built is not None:

@@ -19,9 +19,10 @@ import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from builder.core.errors import ConfigError, FileSystemError
+from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, regular_identity
 from index_site import layout
 from index_site.catalog import Catalog, Rejection, ScanStats, refresh_identities, scan
@@ -156,11 +157,16 @@ def plan_site(
     )
 
 
+_Placement = tuple[Path, str, WheelFile]  # (the wheel in dist/, its path in the site, what the catalog knows)
+
+
 def _plan_files(
     catalog: Catalog, dist: Path, site: Path, manifest: Mapping[str, FileRecord]
-) -> tuple[list, list, dict]:
+) -> tuple[list[_Placement], list[_Placement], dict[str, FileRecord]]:
     """Wheels to link and .metadata files to write, and the records of those already in place."""
-    links, metadata, kept = [], [], {}
+    links: list[_Placement] = []
+    metadata: list[_Placement] = []
+    kept: dict[str, FileRecord] = {}
     root = os.fspath(site) + "/"  # string paths: this loop runs twice per wheel on every index
     for wheel in catalog.wheels:
         path = layout.wheel_path(wheel.name.label, wheel.filename)
@@ -249,7 +255,7 @@ def site_base_url(site: Path) -> str | None:
     return _read_marker(site).get("base_url")
 
 
-def _read_marker(site: Path) -> dict:
+def _read_marker(site: Path) -> dict[str, Any]:
     marker = site / layout.SITE_MARKER
     try:
         fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -297,7 +303,7 @@ def _write_manifest(
     document = {"generator": "wheelwright", "base_url": base_url, "files": files, "groups": page_groups}
     content = (json.dumps(document, separators=(",", ":")) + "\n").encode()
     if _current_bytes(site / layout.SITE_MARKER) != content:
-        _write_atomic(site / layout.SITE_MARKER, content)
+        write_atomic(site / layout.SITE_MARKER, content)
 
 
 def _identity(path: str | Path) -> FileIdentity | None:
@@ -387,14 +393,8 @@ def _link_or_copy(source: Path, temporary: Path) -> bool:
 
 
 def _write_atomic(target: Path, content: bytes) -> FileIdentity:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_bytes(content)
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)  # a full disk must not leave half a page behind
-        raise
+    """Write ``content`` whole or not at all (a full disk leaves no half page behind); its identity."""
+    write_atomic(target, content)
     return regular_identity(target)
 
 

@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.hashing import open_regular
+from builder.core.wheelname import InvalidWheelFilename, WheelFilename
 from builder.plan.facts import Accelerator, TorchFacts, load_facts
 from builder.plan.job import parse_label
 
@@ -113,9 +114,12 @@ def parse_wheel_name(filename: str) -> WheelName:
             f"{filename!r}: not a wheel filename "
             "(name-version+label-python-abi-platform.whl, of letters, digits and ._+!)"
         )
-    dist, raw_version, *_, python_tag, abi_tag, platform_tag = filename[: -len(".whl")].split("-")
     try:
-        project, version, public_version, label, torch, accelerator = _release_of(dist, raw_version)
+        parsed = WheelFilename.parse(filename)
+    except InvalidWheelFilename as error:
+        raise RejectedWheel(f"{filename}: {error}") from None
+    try:
+        project, version, public_version, label, torch, accelerator = _release_of(parsed.dist, parsed.version_text)
     except ValueError as error:
         raise RejectedWheel(f"{filename}: {error}") from None
     return WheelName(
@@ -126,9 +130,9 @@ def parse_wheel_name(filename: str) -> WheelName:
         label=label,
         torch=torch,
         accelerator=accelerator,
-        python_tag=python_tag,
-        abi_tag=abi_tag,
-        platform_tag=platform_tag,
+        python_tag=parsed.python_tag,
+        abi_tag=parsed.abi_tag,
+        platform_tag=parsed.platform_tag,
     )
 
 

@@ -19,8 +19,6 @@ import time
 from pathlib import Path
 from unittest import mock
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from index_site import pages as pages_module
 from index_site import render as render_module
 from index_site.catalog import Catalog, ScanStats

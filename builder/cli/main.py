@@ -6,8 +6,9 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
@@ -62,6 +63,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+if TYPE_CHECKING:  # argparse's action class is generic only to the type checker
+    AddCommands = Callable[
+        [argparse._SubParsersAction[argparse.ArgumentParser], Callable[[argparse.ArgumentParser], None]], None
+    ]
+
+
 def build_parser() -> argparse.ArgumentParser:
     description = "Build, repair, verify and index PyTorch CUDA/ROCm extension wheels from one matrix file."
     parser = argparse.ArgumentParser(prog="wheelwright", description=description)
@@ -83,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _stage_commands():
+def _stage_commands() -> tuple[AddCommands, ...]:
     """Stages add their own subcommands; each module's add_commands(commands, add_plan_arguments)."""
     from builder.cli import build, index
 
@@ -98,11 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         try:
-            return args.func(args)
+            code: int = args.func(args)
         except OSError as error:  # a full disk, a read-only or missing folder: the user's to fix, said in one line
             if args.debug:
                 console.print_exception()
             raise FileSystemError.from_os(error) from error
+        return code
     except WheelwrightError as error:
         if args.debug and not isinstance(error, FileSystemError):
             console.print_exception()

@@ -11,7 +11,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Self
 
 from builder.core.errors import LedgerError
 from builder.core.hashing import FileIdentity
@@ -48,7 +53,21 @@ SCHEMA_VERSION = 2  # PRAGMA user_version; a ledger with a higher one was writte
 # How long to wait for another process's write transaction before saying so (env WHEELWRIGHT_LEDGER_TIMEOUT).
 DEFAULT_LOCK_TIMEOUT = 30.0
 
-STATUSES = ("running", "built", "failed", "quarantined", "unbuildable")
+class Status(str, Enum):
+    """A job's row: in flight, or how it ended. A str, so rows, JSON and comparisons with text keep working."""
+
+    RUNNING = "running"
+    BUILT = "built"  # a verified wheel in dist/
+    FAILED = "failed"
+    QUARANTINED = "quarantined"  # built, but the verify gate refused it
+    UNBUILDABLE = "unbuildable"  # this machine lacks the toolkit, interpreter or torch
+
+    def __str__(self) -> str:
+        return self.value
+
+
+STATUSES = tuple(Status)
+NOT_BUILT = frozenset({Status.FAILED, Status.QUARANTINED, Status.UNBUILDABLE})  # finished without a wheel
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,7 +80,7 @@ class LedgerEntry:
     accelerator: str
     python: str
     input_hash: str
-    status: str
+    status: Status
     phase: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     log_path: str | None = None
@@ -144,7 +163,7 @@ class Ledger:
     def close(self) -> None:
         self._db.close()
 
-    def __enter__(self) -> Ledger:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -174,7 +193,7 @@ class Ledger:
         return self._select("ORDER BY job_id")
 
     def put(self, entry: LedgerEntry) -> None:
-        if entry.status not in STATUSES:
+        if entry.status not in STATUSES:  # a plain str from elsewhere must still be one of them
             raise ValueError(f"unknown ledger status {entry.status!r}")
         values = {**entry.__dict__, "timings": json.dumps(entry.timings, sort_keys=True), "updated_at": time.time()}
         columns = ", ".join(values)
@@ -207,7 +226,7 @@ class Ledger:
         return {row["wheel"]: (row["sass"], row["ptx"]) for row in rows if row["sass"] is not None}
 
     def failures(self) -> list[LedgerEntry]:
-        return [e for e in self.entries() if e.status in ("failed", "quarantined", "unbuildable")]
+        return [e for e in self.entries() if e.status in NOT_BUILT]
 
 
 def _entry(row: sqlite3.Row, path: Path) -> LedgerEntry:
@@ -218,4 +237,8 @@ def _entry(row: sqlite3.Row, path: Path) -> LedgerEntry:
         timings = None
     if not isinstance(timings, dict):
         raise LedgerError(f"{path}: job {data['job_id']!r} has unreadable timings", tip=_TIP)
-    return LedgerEntry(**{**data, "timings": timings})
+    try:
+        status = Status(data["status"])
+    except ValueError:
+        raise LedgerError(f"{path}: job {data['job_id']!r} has unknown status {data['status']!r}", tip=_TIP) from None
+    return LedgerEntry(**{**data, "timings": timings, "status": status})

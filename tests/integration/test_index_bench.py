@@ -10,7 +10,7 @@ from pathlib import Path
 
 from builder.core.runner import run
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_index.py"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_index_small(tmp_path: Path) -> None:
@@ -27,7 +27,8 @@ def test_bench_index_small(tmp_path: Path) -> None:
         tmp_path,
         "--json",
     ]
-    output = run([sys.executable, SCRIPT, *arguments], step="bench_index", env=dict(os.environ), capture=True).output
+    command = [sys.executable, "-m", "scripts.bench_index", *arguments]
+    output = run(command, step="bench_index", env=dict(os.environ), cwd=ROOT, capture=True).output
     results = json.loads(output[output.index("{") :])
     assert results["wheels"] == 300
     assert (
@@ -45,9 +46,9 @@ def test_bench_index_small(tmp_path: Path) -> None:
 def test_bench_landing_small(tmp_path: Path) -> None:
     """scripts/bench_landing.py on the release-shaped site: the landing page within its budget, one added wheel
     rewriting only its own pages."""
-    script = SCRIPT.parent / "bench_landing.py"
     arguments = ["--farm-wheels", "200", "--workdir", tmp_path, "--json"]
-    output = run([sys.executable, script, *arguments], step="bench_landing", env=dict(os.environ), capture=True).output
+    command = [sys.executable, "-m", "scripts.bench_landing", *arguments]
+    output = run(command, step="bench_landing", env=dict(os.environ), cwd=ROOT, capture=True).output
     results = json.loads(output[output.index("{") :])
     release = results["release"]
     assert release["landing_bytes"] <= 100_000 and release["setup_pages"] > 200
