@@ -14,7 +14,10 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing import Self
 
 from builder.core.hashing import FileIdentity, open_regular, regular_identity, sha256_stream
 from builder.core.ledger import Ledger, LedgerEntry, lock_timeout, sqlite_errors
@@ -108,23 +111,26 @@ class HashCache:
                 name = names.get(row[0])
                 entry = _row_to_cached(row, name) if name is not None else None
                 if entry is not None:
-                    cached[name.filename] = entry
+                    cached[entry.wheel.filename] = entry
         return cached, rows
 
     def update(self, changed: Iterable[_Cached], gone: Iterable[str]) -> None:
         """Write the entries hashed this run and drop the rows of files no longer catalogued, in one transaction."""
         self._write(
             ("DELETE FROM index_wheels WHERE filename = ?", [(name,) for name in gone]),
-            ("INSERT OR REPLACE INTO index_wheels VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [_cached_to_row(e) for e in changed]),
+            (
+                "INSERT OR REPLACE INTO index_wheels VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [_cached_to_row(e) for e in changed],
+            ),
         )
 
     def refresh(self, identities: Mapping[str, FileIdentity]) -> None:
         """Record new identities of unchanged bytes (placing a hard link changes the file's ctime)."""
-        rows = [(*identity, filename) for filename, identity in identities.items()]
+        rows: list[tuple[object, ...]] = [(*identity, filename) for filename, identity in identities.items()]
         statement = "UPDATE index_wheels SET inode = ?, size = ?, mtime_ns = ?, ctime_ns = ? WHERE filename = ?"
         self._write((statement, rows))
 
-    def _write(self, *statements: tuple[str, list[tuple]]) -> None:
+    def _write(self, *statements: tuple[str, list[tuple[object, ...]]]) -> None:
         if not any(rows for _, rows in statements):
             return
         with sqlite_errors(self.path):
@@ -199,7 +205,7 @@ def _parse_names(dist: Path) -> tuple[dict[str, WheelName], list[Rejection]]:
     return names, rejected
 
 
-def _not_regular(entry: os.DirEntry) -> str:
+def _not_regular(entry: os.DirEntry[str]) -> str:
     if entry.is_symlink():
         return "a symbolic link (never followed)"
     return "a folder" if entry.is_dir(follow_symlinks=False) else "a special file (FIFO, socket or device)"

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from builder.core.errors import ConfigError, PublishError
 from builder.core.hashing import FileIdentity, sha256_stream
@@ -150,7 +150,8 @@ def _verify(site: Path, relative: str, record: FileRecord) -> None:
         if sha256_stream(file) == record.sha256:
             return
     raise PublishError(
-        f"{site / relative}: its bytes changed since the index recorded them (sha256 no longer {record.sha256[:16]}...)",
+        f"{site / relative}: its bytes changed since the index recorded them "
+        f"(sha256 no longer {record.sha256[:16]}...)",
         tip="run `wheelwright index` again: its pages must state the hash of what is uploaded",
     )
 
@@ -277,7 +278,7 @@ LOCK_EXPIRY_SECONDS = 3600  # --break-lock takes a lock this old even when its h
 _HELD: set[str] = set()  # tokens of the locks this process holds now (threads may publish concurrently)
 
 
-def _acquire(store: ObjectStore, key: str, holder: dict, *, break_lock: bool) -> None:
+def _acquire(store: ObjectStore, key: str, holder: dict[str, Any], *, break_lock: bool) -> None:
     for _attempt in range(3):
         try:
             _put_json(store, key, holder, create_only=True)
@@ -294,12 +295,13 @@ def _acquire(store: ObjectStore, key: str, holder: dict, *, break_lock: bool) ->
                 f"another publish holds the lock {key} ({_describe(current)}){why}",
                 tip=_lock_tip(current, break_lock),
             )
-        log.warning("taking over the publish lock %s from %s: %s", key, _describe(current), why.strip(" ;") or "expired")
+        reason = why.strip(" ;") or "expired"
+        log.warning("taking over the publish lock %s from %s: %s", key, _describe(current), reason)
         _delete_if_unchanged(store, key, current)
     raise PublishError(f"could not take the publish lock {key}: it keeps changing hands", tip="try again later")
 
 
-def _holder_gone(holder: dict) -> tuple[bool, str]:
+def _holder_gone(holder: dict[str, Any]) -> tuple[bool, str]:
     """Whether the holder is provably no longer running, and why (or why that cannot be known)."""
     host, pid = holder.get("host"), holder.get("pid")
     if host != socket.gethostname() or not isinstance(pid, int) or isinstance(pid, bool):
@@ -330,7 +332,7 @@ def _process_start(pid: int) -> int | None:
         return None
 
 
-def _lock_age(holder: dict) -> float:
+def _lock_age(holder: dict[str, Any]) -> float:
     since = holder.get("since_epoch")
     if not isinstance(since, (int, float)):
         try:
@@ -340,15 +342,18 @@ def _lock_age(holder: dict) -> float:
     return time.time() - since
 
 
-def _lock_tip(holder: dict, break_lock: bool) -> str:
+def _lock_tip(holder: dict[str, Any], break_lock: bool) -> str:
     age = _lock_age(holder)
     limit = f"{LOCK_EXPIRY_SECONDS // 60} minutes"
     if break_lock:
-        return f"the lock is {age / 60:.0f} minutes old; --break-lock takes it only after {limit}, or once its process is gone"
+        return (
+            f"the lock is {age / 60:.0f} minutes old; --break-lock takes it only after {limit}, "
+            "or once its process is gone"
+        )
     return f"wait for it to finish; if it died on another machine, rerun with --break-lock once the lock is {limit} old"
 
 
-def _read_lock(store: ObjectStore, key: str) -> dict | None:
+def _read_lock(store: ObjectStore, key: str) -> dict[str, Any] | None:
     raw = store.get(key)
     if raw is None:
         return None
@@ -359,13 +364,13 @@ def _read_lock(store: ObjectStore, key: str) -> dict | None:
     return holder if isinstance(holder, dict) else {}
 
 
-def _describe(holder: dict) -> str:
+def _describe(holder: dict[str, Any]) -> str:
     if "owner" in holder and "since" in holder:
         return f"{holder['owner']} since {holder['since']}"
     return "an unreadable lock object"
 
 
-def _delete_if_unchanged(store: ObjectStore, key: str, holder: dict) -> None:
+def _delete_if_unchanged(store: ObjectStore, key: str, holder: dict[str, Any]) -> None:
     if _read_lock(store, key) == holder:  # another publisher may have broken and taken it meanwhile
         store.delete(key)
 

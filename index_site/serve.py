@@ -162,7 +162,8 @@ class SiteRequestHandler(BaseHTTPRequestHandler):
 
     def _open(self, relative: str, *, probe: bool = False) -> tuple[int, str] | None:
         """The descriptor and site path answering ``relative``; a directory URL resolves to its index page."""
-        candidates = [relative + page for page in _DIRECTORY_PAGES] if relative.endswith("/") or not relative else [relative]
+        directory = relative.endswith("/") or not relative
+        candidates = [relative + page for page in _DIRECTORY_PAGES] if directory else [relative]
         for candidate in candidates:
             try:
                 fd = open_site_file(self.server.site, candidate)

@@ -114,7 +114,7 @@ def render_changed(
         digest, paths = previous.get(group.key, ("", ()))
         records = [_recorded(os.path.join(site, path), manifest.get(path)) for path in paths]
         if digest == group.digest and paths and all(records):
-            reused.update(zip(paths, records))
+            reused.update((path, record) for path, record in zip(paths, records, strict=True) if record is not None)
         else:
             rendered = group.render()
             pages.update(rendered)
@@ -191,7 +191,7 @@ def apply_plan(
     *,
     base_url: str,
     identities: Mapping[str, FileIdentity] | None = None,
-    recorded: tuple[Mapping[str, FileRecord], Mapping, str | None] | None = None,
+    recorded: tuple[Mapping[str, FileRecord], Mapping[str, Any], str | None] | None = None,
 ) -> tuple[tuple[str, ...], dict[str, FileIdentity]]:
     """Write the plan: files first, then pages tier by tier, then prune, then the manifest (unless it would say
     what ``recorded``, the manifest read at the start, says). Returns what was written, and the new identities of
@@ -227,7 +227,7 @@ def load_manifest(site: Path) -> dict[str, FileRecord]:
     return _records(_read_marker(site))
 
 
-def _records(document: Mapping) -> dict[str, FileRecord]:
+def _records(document: Mapping[str, Any]) -> dict[str, FileRecord]:
     records = {}
     for path, raw in document.get("files", {}).items():
         # [sha256, inode, size, mtime_ns, ctime_ns]; an older manifest's [sha256, size, mtime_ns] is not trusted.
@@ -242,7 +242,7 @@ def load_groups(site: Path) -> dict[str, tuple[str, tuple[str, ...]]]:
     return _groups(_read_marker(site))
 
 
-def _groups(document: Mapping) -> dict[str, tuple[str, tuple[str, ...]]]:
+def _groups(document: Mapping[str, Any]) -> dict[str, tuple[str, tuple[str, ...]]]:
     groups = {}
     for key, raw in document.get("groups", {}).items():
         if isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], str) and isinstance(raw[1], list):
@@ -275,7 +275,7 @@ def _read_marker(site: Path) -> dict[str, Any]:
 _MAX_MANIFEST_BYTES = 1 << 28  # ~2 million files; a bigger one is not ours
 
 
-def _check_site(site: Path, base_url: str) -> dict:
+def _check_site(site: Path, base_url: str) -> dict[str, Any]:
     """Refuse to write into (and prune) a folder the index did not create. A new or empty folder gets the marker
     before anything else is written, so that a run killed part-way is finished by the next, not refused."""
     if site.exists() and not site.is_dir():

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from index_site.site import build_site
-from tests.wheelfactory import WheelSpec, make_wheel
+from index_site.site import build_site  # noqa: E402
+from tests.wheelfactory import WheelSpec, make_wheel  # noqa: E402
 
 LABELS = ("pt214cu130", "pt213cu130", "pt212cu126", "pt211cu128")
 PYTHONS = ("cp310", "cp311", "cp312", "cp313")
@@ -133,7 +133,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=500, help="concurrent connections (default: %(default)s)")
     parser.add_argument("--requests", type=int, default=2000, help="requests in all (default: %(default)s)")
-    parser.add_argument("--seconds", type=float, default=120, help="stop starting waves after this (default: %(default)s)")
+    parser.add_argument(
+        "--seconds", type=float, default=120, help="stop starting waves after this (default: %(default)s)"
+    )
     parser.add_argument("--timeout", type=float, default=30, help="per request (default: %(default)s s)")
     parser.add_argument("--site", type=Path, help="serve this site (default: a generated one)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -144,12 +146,9 @@ def main() -> int:
         site, paths = (args.site, ["/"]) if args.site else make_site(Path(temporary))
         server, port = start_server(site)
         try:
-            sequential = asyncio.run(
-                load(port, paths, clients=1, requests=min(200, args.requests), seconds=args.seconds, timeout=args.timeout)
-            )
-            concurrent = asyncio.run(
-                load(port, paths, clients=args.clients, requests=args.requests, seconds=args.seconds, timeout=args.timeout)
-            )
+            limits = {"seconds": args.seconds, "timeout": args.timeout}
+            sequential = asyncio.run(load(port, paths, clients=1, requests=min(200, args.requests), **limits))
+            concurrent = asyncio.run(load(port, paths, clients=args.clients, requests=args.requests, **limits))
         finally:
             server.terminate()
             log = server.communicate(timeout=30)[0]

@@ -38,7 +38,8 @@ def _tree(site: Path, problems: list[str]) -> set[str]:
         root = site / top
         if not os.path.lexists(root):
             continue
-        for directory, folders, names in os.walk(root) if root.is_dir() and not root.is_symlink() else [(site, [], [top])]:
+        walk = os.walk(root) if root.is_dir() and not root.is_symlink() else [(str(site), [], [top])]
+        for directory, folders, names in walk:
             for name in folders + names:
                 path = os.path.join(directory, name)
                 mode = os.lstat(path).st_mode

@@ -148,7 +148,8 @@ class Ledger:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise LedgerError(
-                f"{self.path}: written by a newer wheelwright (ledger schema {version}, this one knows {SCHEMA_VERSION})",
+                f"{self.path}: written by a newer wheelwright "
+                f"(ledger schema {version}, this one knows {SCHEMA_VERSION})",
                 tip="upgrade wheelwright, or use another --output",
             )
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -180,7 +181,7 @@ class Ledger:
                 raise
             self._db.execute("COMMIT")
 
-    def _select(self, where: str = "", parameters: tuple = ()) -> list[LedgerEntry]:
+    def _select(self, where: str = "", parameters: tuple[object, ...] = ()) -> list[LedgerEntry]:
         with sqlite_errors(self.path):
             rows = self._db.execute(f"SELECT {_COLUMNS} FROM jobs {where}", parameters).fetchall()
             return [_entry(row, self.path) for row in rows]

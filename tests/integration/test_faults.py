@@ -26,7 +26,7 @@ from tests.wheelfactory import WheelSpec, make_wheel
 
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[2]
-FIRST = [WheelSpec(label=label, python=python) for label in ("pt214cu130", "pt213cu130") for python in ("cp311", "cp312")]
+FIRST = [WheelSpec(label=label, python=py) for label in ("pt214cu130", "pt213cu130") for py in ("cp311", "cp312")]
 LATER = [WheelSpec(version="1.7.1", label="pt214cu130"), WheelSpec(label="pt212cu126")]
 
 
@@ -223,7 +223,8 @@ def test_a_full_disk_is_one_error_line_and_the_next_run_converges(tmp_path: Path
         freed = subprocess.run(["mount", "-o", "remount,size=16m", site], capture_output=True, check=False)
         assert freed.returncode == 0
     else:  # no mount here: the same error, injected where the wheel is copied
-        run = faulty("enospc", "index_site.site:_link_or_copy", 2, "index", "--output", out, "--site", site, cwd=tmp_path)
+        arguments = ("index", "--output", out, "--site", site)
+        run = faulty("enospc", "index_site.site:_link_or_copy", 2, *arguments, cwd=tmp_path)
     assert_one_error(run, 11, r"No space left on device")
     assert "TIP free space" in run.output
     assert link_problems(site) == []
@@ -240,7 +241,8 @@ def test_a_read_only_disk_is_one_error_line(tmp_path: Path, mounts: list[Path]) 
         mounts.append(site)
         run = wheelwright("index", "--output", out, "--site", site, cwd=tmp_path)
     else:
-        run = faulty("erofs", "index_site.site:_write_manifest", 1, "index", "--output", out, "--site", site, cwd=tmp_path)
+        arguments = ("index", "--output", out, "--site", site)
+        run = faulty("erofs", "index_site.site:_write_manifest", 1, *arguments, cwd=tmp_path)
     assert_one_error(run, 11, r"Read-only file system")
 
 
@@ -276,7 +278,8 @@ def test_a_wheel_rewritten_in_place_is_never_served_or_published_under_its_old_h
         urllib.request.urlopen(server.url + url, timeout=10)
     assert refused.value.code == 503
     bucket = s3_endpoint.new_bucket()
-    publish = ["publish", "--output", out, "--bucket", bucket, "--endpoint-url", s3_endpoint.url, "--region", "us-east-1"]
+    publish = ["publish", "--output", out, "--bucket", bucket, "--endpoint-url", s3_endpoint.url]
+    publish += ["--region", "us-east-1"]
     assert_one_error(wheelwright(*publish, cwd=tmp_path), 7, r"bytes changed since the index recorded them")
 
     again = wheelwright("index", "--output", out, cwd=tmp_path)
