@@ -12,10 +12,11 @@ from urllib.parse import quote
 SITE_MARKER = ".wheelwright-site.json"  # also the manifest of what the index wrote, for publish
 JSON_CONTENT_TYPE = "application/vnd.pypi.simple.v1+json"
 LANDING = "index.html"
+DOCTOR = "doctor.py"  # the standalone doctor, generated from builder.doctor
 MANIFEST = "wheels.json"  # every wheel with its variant, archs and digest, for tools (and the doctor)
 # The only top-level names of a site: what the index writes and prunes, serve serves and publish uploads. A site
 # folder may hold other things (the build output's ledger.sqlite and dist/, when --site names it): never shown.
-MANAGED = ("whl", "simple", "json", "select", "coverage", MANIFEST, LANDING)
+MANAGED = ("whl", "simple", "json", "select", "coverage", MANIFEST, LANDING, DOCTOR)
 
 
 def is_site_path(path: str) -> bool:
@@ -137,6 +138,8 @@ def _suffix_type(path: str) -> str:
         return "text/html; charset=utf-8"
     if path.endswith(".css"):
         return "text/css; charset=utf-8"
+    if path.endswith(".py"):
+        return "text/x-python; charset=utf-8"
     if path.endswith(".png"):
         return "image/png"
     return "application/octet-stream"

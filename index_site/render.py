@@ -24,6 +24,7 @@ import markupsafe
 from packaging.version import Version
 
 from builder.core import resources
+from builder.doctor.standalone import standalone_source
 from index_site import layout
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text
@@ -124,6 +125,9 @@ def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
             render=functools.partial(render_pages, catalog, base_url=base_url, render=_render_page),
         )
     )
+    doctor = standalone_source(base_url).encode()  # cheap to make; its digest is its own bytes
+    digest = _digest([hashlib.sha256(doctor).hexdigest()])
+    groups.append(PageGroup(key="doctor", digest=digest, render=lambda: {layout.DOCTOR: doctor}))
     return groups
 
 
