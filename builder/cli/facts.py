@@ -12,7 +12,7 @@ from builder.cli.console import console, out
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 
-BEHIND_EXIT = 10  # distinct from every error code: a scheduled job can tell "facts are behind" from "check broke"
+BEHIND_EXIT = 12  # distinct from every error code: a scheduled job can tell "facts are behind" from "check broke"
 
 
 def add_commands(

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from builder import __version__
 from builder.cli.console import console, out, print_table
-from builder.core.errors import WheelwrightError
+from builder.core.errors import FileSystemError, WheelwrightError
 from builder.plan.archs import split
 from builder.plan.expand import Plan, load_plan
 
@@ -116,10 +116,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     try:
-        code: int = args.func(args)
+        try:
+            code: int = args.func(args)
+        except OSError as error:  # a full disk, a read-only or missing folder: the user's to fix, said in one line
+            if args.debug:
+                console.print_exception()
+            raise FileSystemError.from_os(error) from error
         return code
     except WheelwrightError as error:
-        if args.debug:
+        if args.debug and not isinstance(error, FileSystemError):
             console.print_exception()
         # Messages quote selectors and TOML tables ("[archs.cuda]"): escape them, or rich reads them as markup.
         for line in str(error).splitlines():

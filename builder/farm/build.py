@@ -25,7 +25,7 @@ from typing import Any
 
 from builder.core.context import job_context, log_note
 from builder.core.errors import WheelwrightError
-from builder.core.hashing import sha256_of
+from builder.core.hashing import FileIdentity, sha256_of
 from builder.core.ledger import NOT_BUILT, Ledger, LedgerEntry, Status
 from builder.core.resources import BUILD_DATA
 from builder.plan.facts import TorchFacts
@@ -349,7 +349,11 @@ class Builder:
         )
         ledger.put(_base_entry(job, digest, self.layout, status=Status.RUNNING, phase="install", **fields))
         os.replace(wheel, destination)
-        return _base_entry(job, digest, self.layout, status=Status.BUILT, phase="install", **fields)
+        # Taken after the move (a rename changes ctime): the index reuses the hash only while this still holds.
+        identity = str(FileIdentity.of(destination.stat()))
+        return _base_entry(
+            job, digest, self.layout, status=Status.BUILT, phase="install", wheel_identity=identity, **fields
+        )
 
 
 @contextmanager

@@ -38,8 +38,13 @@ class Plan:
     arch_notes: tuple[ArchNote, ...] = ()  # archs the arch facts changed, per job (builder/data/archs.toml)
 
     def select(self, pattern: str | None) -> Plan:
-        if not pattern:
+        if pattern is None:
             return self
+        if not pattern.strip():
+            # An unset CI variable expands to '': selecting everything then would start the whole matrix.
+            raise PlanError(
+                f"--select {pattern!r} is empty", tip="give an fnmatch pattern, e.g. '*pt214*cp311*', or leave it out"
+            )
         jobs = tuple(j for j in self.jobs if fnmatch.fnmatchcase(j.identifier, pattern))
         if not jobs:
             hint = did_you_mean(pattern, [j.identifier for j in self.jobs])

@@ -45,7 +45,7 @@ else:
 class NotBuildableHere(WheelwrightError):
     """The job's toolkit, interpreter or torch cannot be had on this machine; reported, never attempted."""
 
-    exit_code = 9
+    exit_code = 4  # like ToolchainError: something the machine lacks, not something the user typed
 
 
 @dataclass(frozen=True, kw_only=True)
