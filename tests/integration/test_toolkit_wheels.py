@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
 from builder.plan.facts import Accelerator
 from builder.steps.environment import check_toolkit, toolkit_version
-from builder.steps.fatbin import fatbin_archs
 from builder.steps.toolchain import provide
 
 from .conftest import TOY_KERNEL
