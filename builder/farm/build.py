@@ -121,6 +121,9 @@ def input_hash(job: Job) -> str:
         "sdist": job.sdist.sha256,
         "recipe_code": recipe_code.hexdigest(),
     }
+    image = os.environ.get("WHEELWRIGHT_BUILDER_IMAGE")  # set inside a builder image: its glibc and compiler count
+    if image:
+        inputs["image"] = image
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -1,0 +1,34 @@
+# A wheelwright builder image for one CUDA toolkit: the base's glibc decides the wheel's manylinux tag.
+# Build args (`wheelwright images render` prints the exact ones a plan needs):
+#   BASE          pytorch/manylinux2_28-builder:cudaX.Y@sha256:... where a registry is reachable, else the locally
+#                 bootstrapped Debian bullseye (glibc 2.31) imported as wheelwright/base:bullseye
+#   CUDA_VERSION  the toolkit; the manylinux builder ships it under /usr/local/cuda-X.Y, on the local base the
+#                 host's toolkit is mounted there read-only at run time
+#   PYTHONS       the CPython minors the plan's jobs of this toolkit need, space separated
+ARG BASE=wheelwright/base:bullseye
+FROM ${BASE}
+
+ARG CUDA_VERSION=13.0
+ARG PYTHONS="3.11"
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# The compiler (the base's own: gcc 10 on bullseye, gcc-toolset on manylinux_2_28), patchelf for auditwheel, and
+# the headers CPython's build needs. Debian's stable point releases are the pin: apt versions are not pinned here.
+# hadolint ignore=DL3008
+RUN if command -v apt-get >/dev/null; then \
+      apt-get update -qq \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+           ca-certificates g++ gcc make patchelf xz-utils libbz2-dev libffi-dev liblzma-dev libncursesw5-dev \
+           libreadline-dev libsqlite3-dev libssl-dev uuid-dev zlib1g-dev \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi
+
+# Interpreters at manylinux's paths (/opt/python/cpXY-cpXY), built from Debian's source package where the base
+# does not ship them (see install-python.sh for where each version comes from).
+COPY install-python.sh /opt/wheelwright/install-python.sh
+RUN /opt/wheelwright/install-python.sh ${PYTHONS}
+
+ENV CUDA_HOME=/usr/local/cuda-${CUDA_VERSION} \
+    PATH=/usr/local/cuda-${CUDA_VERSION}/bin:${PATH}
+LABEL org.wheelwright.toolkit="cuda ${CUDA_VERSION}" org.wheelwright.pythons="${PYTHONS}"
