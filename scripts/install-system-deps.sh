@@ -5,11 +5,13 @@
 # actionlint. Idempotent: installs only what is missing.
 set -euo pipefail
 
-packages=(chromium fonts-dejavu-core docker.io debootstrap nodejs npm)
+packages=(chromium fonts-dejavu-core docker.io debootstrap)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
+# Node.js may come from elsewhere than Debian (with npm inside it): only ask Debian for it when there is none
+command -v npm >/dev/null || missing+=(nodejs npm)
 if [ ${#missing[@]} -eq 0 ]; then
   echo "system packages present: ${packages[*]}"
   exit 0

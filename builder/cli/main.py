@@ -72,8 +72,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _estimate(plan: Plan, args: argparse.Namespace) -> int:
-    from builder.plan.estimate import ledger_model, seed_model
     from builder.plan.estimate import estimate as estimate_plan
+    from builder.plan.estimate import ledger_model, seed_model
 
     model = ledger_model(args.ledger, seed_model())
     ours, upstream = estimate_plan(plan.jobs, model, runners=args.runners, cores=args.cores)

@@ -12,11 +12,12 @@ import shutil
 import tarfile
 import tempfile
 import time
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+import tomllib
 
 from builder.core.errors import ConfigError, ToolchainError, WheelwrightError
 from builder.core.runner import run

@@ -13,12 +13,13 @@ from __future__ import annotations
 import heapq
 import math
 import sqlite3
-import tomllib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+
+import tomllib
 
 from builder.core.errors import ConfigError
 from builder.plan.job import Job
@@ -159,7 +160,7 @@ def estimate(jobs: Sequence[Job], model: CostModel, *, runners: int, cores: int)
         ours.append(Item(name=name, cpu=cpu + len(group) * per_python, wall=wall + len(group) * per_python))
         cpu_up, wall_up = _cuda_wall(costs, cores, threads=UPSTREAM_NVCC_THREADS)
         theirs += [Item(name=job.identifier, cpu=cpu_up + per_python, wall=wall_up + per_python) for job in group]
-    common = dict(runners=runners, cores=cores, extrapolated=extrapolated, costs=total)
+    common = {"runners": runners, "cores": cores, "extrapolated": extrapolated, "costs": total}
     return (Estimate(method="wheelwright: compile once per (package version, torch, toolkit), link per Python", items=tuple(ours), **common),
             Estimate(method=f"upstream: full rebuild per Python, nvcc --threads {UPSTREAM_NVCC_THREADS}", items=tuple(theirs), **common))
 
