@@ -237,7 +237,7 @@ class Builder:
         destination = self.layout.dist / wheel.name
         if destination.exists() and sha256_of(destination) != checksum:
             log.warning("%s: replacing %s built from older inputs", job.identifier, destination.name)
-        fields = {"timings": timer.timings, "wheel": wheel.name, "wheel_sha256": checksum, "wheel_size": size, "report": report}
+        fields = dict(timings=timer.timings, wheel=wheel.name, wheel_sha256=checksum, wheel_size=size, report=report)
         ledger.put(_base_entry(job, digest, self.layout, status="running", phase="install", **fields))
         os.replace(wheel, destination)
         return _base_entry(job, digest, self.layout, status="built", phase="install", **fields)
