@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from builder.core.ledger import LedgerEntry
@@ -26,6 +26,12 @@ class WheelLink:
     href: str
     filename: str
     size: int
+
+    @property
+    def platform(self) -> str:
+        """The wheel's platform tag without the arch: ``manylinux_2_28``, where pip can install it."""
+        tags = parse_wheel_filename(self.filename)[3]
+        return " ".join(sorted({tag.platform.removesuffix("_x86_64").removesuffix("_aarch64") for tag in tags}))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -262,3 +262,10 @@ def test_shards_never_split_a_group_and_hold_every_job() -> None:
     assert sorted(j for row in rows for j in row["jobs"].split()) == sorted(j.identifier for j in jobs)
     images_in_order = [row["image"] for row in rows]
     assert images_in_order == sorted(images_in_order, key=lambda name: (name.startswith("rocm"), name))
+
+
+def test_the_landing_page_shows_a_wheels_manylinux_tag() -> None:
+    from index_site.landing import WheelLink
+
+    link = WheelLink(href="x", filename="causal_conv1d-1.7.0+pt214cu130-cp311-cp311-manylinux_2_31_x86_64.whl", size=1)
+    assert link.platform == "manylinux_2_31"
