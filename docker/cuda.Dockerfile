@@ -5,6 +5,7 @@
 #   CUDA_VERSION  the toolkit; the manylinux builder ships it under /usr/local/cuda-X.Y, on the local base the
 #                 host's toolkit is mounted there read-only at run time
 #   PYTHONS       the CPython minors the plan's jobs of this toolkit need, space separated
+#   RUNNER_PYTHON the CPython wheelwright itself runs on inside the container
 ARG BASE=wheelwright/base:bullseye
 FROM ${BASE}
 
@@ -29,6 +30,19 @@ RUN if command -v apt-get >/dev/null; then \
 COPY install-python.sh /opt/wheelwright/install-python.sh
 RUN /opt/wheelwright/install-python.sh ${PYTHONS}
 
+# wheelwright itself runs on its own interpreter (its sdist unpacking needs tarfile's `data` filter, which
+# Debian's 3.11.2 and 3.9.2 lack): 3.13 from trixie's source package, unless the base or PYTHONS has it already.
+# Declared after the PYTHONS layer so that changing it keeps that layer cached.
+ARG RUNNER_PYTHON=3.13
+# hadolint ignore=DL3008
+RUN if command -v apt-get >/dev/null; then \
+      apt-get update -qq \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends pkg-config \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && /opt/wheelwright/install-python.sh ${RUNNER_PYTHON}
+
 ENV CUDA_HOME=/usr/local/cuda-${CUDA_VERSION} \
     PATH=/usr/local/cuda-${CUDA_VERSION}/bin:${PATH}
-LABEL org.wheelwright.toolkit="cuda ${CUDA_VERSION}" org.wheelwright.pythons="${PYTHONS}"
+LABEL org.wheelwright.toolkit="cuda ${CUDA_VERSION}" org.wheelwright.pythons="${PYTHONS}" \
+      org.wheelwright.runner="${RUNNER_PYTHON}"

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import shlex
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
@@ -32,6 +33,10 @@ from builder.plan.job import Job
 log = logging.getLogger(__name__)
 
 SOURCE = Path("/opt/wheelwright/src")
+HOST_CA = Path("/etc/wheelwright/host-ca.crt")
+# How the host reaches package registries; the container must reach them the same way (a proxy, a mirror).
+NETWORK_ENV = ("PIP_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+               "http_proxy", "https_proxy", "no_proxy")
 CACHE = Path("/var/cache/wheelwright")
 PIP_CACHE = Path("/root/.cache/pip")
 
@@ -52,14 +57,6 @@ def group_jobs(jobs: Sequence[Job]) -> list[list[Job]]:
     return list(groups.values())
 
 
-def runner_python(spec: ImageSpec) -> str:
-    """The image's interpreter that runs wheelwright itself (which needs 3.10+): its newest."""
-    usable = [p for p in spec.pythons if tuple(map(int, p.split("."))) >= (3, 10)]
-    if not usable:
-        raise WheelwrightError(f"image {spec.name} has no Python >= 3.10 to run wheelwright in (it has {', '.join(spec.pythons)})")
-    return usable[-1]
-
-
 def runner_requirements() -> list[str]:
     """wheelwright's own runtime requirements, as installed here (the same pins inside the image)."""
     requires = metadata.requires("wheelwright") or []
@@ -68,7 +65,7 @@ def runner_requirements() -> list[str]:
 
 def inner_script(jobs: Sequence[Job], spec: ImageSpec, invocation: Invocation, layout: Layout, options: BuildOptions) -> str:
     """The shell the container runs: a cached venv for wheelwright's requirements, then the local build stage."""
-    python = f"python{runner_python(spec)}"
+    python = f"python{spec.base.runner_python}"  # the image's RUNNER_PYTHON
     requirements = runner_requirements()
     venv = CACHE / f"runner-{python}-{hashlib.sha256(repr(requirements).encode()).hexdigest()[:12]}"
     build = [f"{venv}/bin/python", "-m", "builder.cli.main", "build", "--backend", "local",
@@ -86,6 +83,18 @@ def inner_script(jobs: Sequence[Job], spec: ImageSpec, invocation: Invocation, l
         "fi",
         f"exec {shlex.join(build)}",
     ])
+
+
+def host_network(environ: Mapping[str, str] = os.environ) -> tuple[list[Mount], dict[str, str]]:
+    """The host's CA bundle (a TLS-inspecting proxy's CA is in it, the image's own bundle lacks it) and its
+    registry and proxy settings, for the container's pip."""
+    candidates = (environ.get("PIP_CERT"), environ.get("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt")
+    bundle = next((Path(c) for c in candidates if c and Path(c).is_file()), None)
+    env = {key: environ[key] for key in NETWORK_ENV if environ.get(key)}
+    if bundle is None:
+        return [], env
+    env.update(PIP_CERT=str(HOST_CA), SSL_CERT_FILE=str(HOST_CA), REQUESTS_CA_BUNDLE=str(HOST_CA))
+    return [Mount(source=bundle.resolve(), target=HOST_CA, read_only=True)], env
 
 
 class ContainerBackend:
@@ -140,6 +149,9 @@ class ContainerBackend:
         ]
         env = {"WHEELWRIGHT_CACHE": str(CACHE), "WHEELWRIGHT_BUILDER_IMAGE": tag, "WHEELWRIGHT_HOST_PYTHON": host_python(),
                "PYTHONPATH": str(SOURCE), "PYTHONDONTWRITEBYTECODE": "1"}
+        network_mounts, network_env = host_network()
+        mounts += network_mounts
+        env.update(network_env)
         toolkit = self._host_toolkit(group[0]) if spec.base.toolkit == "mounted" else None
         if toolkit:
             target = Path(f"/usr/local/cuda-{group[0].accelerator.version}")

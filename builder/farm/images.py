@@ -42,6 +42,7 @@ class Base:
     toolkit: str  # mounted (the host's, at run time) | image (the base ships it)
     families: tuple[str, ...]
     pythons: tuple[str, ...]
+    runner_python: str
     suite: str = ""
     image: str = ""
     repository: str = ""
@@ -105,7 +106,8 @@ class ImageSpec:
     def build_args(self) -> dict[str, str]:
         version_arg = "CUDA_VERSION" if self.family == "cuda" else "ROCM_VERSION"
         return {"BASE": self.base.reference(self.family, self.accelerator.version),
-                version_arg: self.accelerator.version, "PYTHONS": " ".join(self.pythons)}
+                version_arg: self.accelerator.version, "PYTHONS": " ".join(self.pythons),
+                "RUNNER_PYTHON": self.base.runner_python}
 
     def content_hash(self, folder: Path) -> str:
         """Dockerfile, context scripts and build args: change any and the tag changes (a cache key, too)."""

@@ -63,7 +63,8 @@ def test_run_arguments_mount_read_only_and_remove_the_container() -> None:
 def test_the_local_plan_needs_one_buildable_cuda_image() -> None:
     (spec,) = images.images_for(plan().jobs)
     assert (spec.name, spec.base.name, spec.pythons) == ("cuda13.0", "bullseye", ("3.11",))
-    assert spec.build_args == {"BASE": "wheelwright/base:bullseye", "CUDA_VERSION": "13.0", "PYTHONS": "3.11"}
+    assert spec.build_args == {"BASE": "wheelwright/base:bullseye", "CUDA_VERSION": "13.0", "PYTHONS": "3.11",
+                               "RUNNER_PYTHON": "3.13"}
     assert spec.not_buildable() is None
     assert re.fullmatch(r"wheelwright/builder:cuda13\.0-bullseye-[0-9a-f]{12}", spec.tag(images.docker_dir()))
 
@@ -150,7 +151,7 @@ def test_a_container_gets_its_group_the_host_caches_and_the_toolkit(backend_setu
     assert spec.env["WHEELWRIGHT_CUDA_HOME"] == "/usr/local/cuda-13.0" and spec.env["WHEELWRIGHT_HOST_PYTHON"]
     script = spec.command[-1]
     assert "--only causal-conv1d-1.7.0+pt214cu130-cp" in script and "mamba" not in script
-    assert "--backend local" in script and "python3.11 -m venv" in script
+    assert "--backend local" in script and "python3.13 -m venv" in script
 
 
 def test_a_container_that_fails_records_its_jobs_as_failed(backend_setup) -> None:
@@ -269,3 +270,14 @@ def test_the_landing_page_shows_a_wheels_manylinux_tag() -> None:
 
     link = WheelLink(href="x", filename="causal_conv1d-1.7.0+pt214cu130-cp311-cp311-manylinux_2_31_x86_64.whl", size=1)
     assert link.platform == "manylinux_2_31"
+
+
+def test_the_container_reaches_registries_as_the_host_does(tmp_path: Path) -> None:
+    from builder.farm.container import HOST_CA, host_network
+
+    bundle = tmp_path / "ca.crt"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    mounts, env = host_network({"PIP_CERT": str(bundle), "HTTPS_PROXY": "http://proxy:3128", "HOME": "/root"})
+    assert mounts == [Mount(source=bundle, target=HOST_CA, read_only=True)]
+    assert env == {"HTTPS_PROXY": "http://proxy:3128", "PIP_CERT": str(HOST_CA), "SSL_CERT_FILE": str(HOST_CA),
+                   "REQUESTS_CA_BUNDLE": str(HOST_CA)}
