@@ -11,6 +11,7 @@ FROM ${BASE}
 
 ARG CUDA_VERSION=13.0
 ARG PYTHONS="3.11"
+ARG RUNNER_PYTHON=3.13
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
@@ -20,27 +21,16 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN if command -v apt-get >/dev/null; then \
       apt-get update -qq \
       && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-           ca-certificates g++ gcc make patchelf xz-utils libbz2-dev libffi-dev liblzma-dev libncursesw5-dev \
+           ca-certificates g++ gcc make patchelf pkg-config xz-utils libbz2-dev libffi-dev liblzma-dev libncursesw5-dev \
            libreadline-dev libsqlite3-dev libssl-dev uuid-dev zlib1g-dev \
       && rm -rf /var/lib/apt/lists/*; \
     fi
 
 # Interpreters at manylinux's paths (/opt/python/cpXY-cpXY), built from Debian's source package where the base
-# does not ship them (see install-python.sh for where each version comes from).
+# does not ship them (see install-python.sh for where each version comes from). wheelwright itself runs on
+# RUNNER_PYTHON: its sdist unpacking needs tarfile's `data` filter, which Debian's 3.9.2 and 3.11.2 lack.
 COPY install-python.sh /opt/wheelwright/install-python.sh
-RUN /opt/wheelwright/install-python.sh ${PYTHONS}
-
-# wheelwright itself runs on its own interpreter (its sdist unpacking needs tarfile's `data` filter, which
-# Debian's 3.11.2 and 3.9.2 lack): 3.13 from trixie's source package, unless the base or PYTHONS has it already.
-# Declared after the PYTHONS layer so that changing it keeps that layer cached.
-ARG RUNNER_PYTHON=3.13
-# hadolint ignore=DL3008
-RUN if command -v apt-get >/dev/null; then \
-      apt-get update -qq \
-      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends pkg-config \
-      && rm -rf /var/lib/apt/lists/*; \
-    fi \
-    && /opt/wheelwright/install-python.sh ${RUNNER_PYTHON}
+RUN /opt/wheelwright/install-python.sh ${RUNNER_PYTHON} ${PYTHONS}
 
 ENV CUDA_HOME=/usr/local/cuda-${CUDA_VERSION} \
     PATH=/usr/local/cuda-${CUDA_VERSION}/bin:${PATH}

@@ -3,7 +3,7 @@
 # An interpreter the base already has there (every pytorch/manylinux2_28-builder image) is kept. Otherwise it is
 # built from the Debian source package of the suite that ships that minor (3.9 bullseye, 3.11 bookworm, 3.13
 # trixie): the orig tarball is CPython's own release, fetched with apt from the base's own mirror, so the image
-# needs no host beyond the Debian archive. Built without PGO/LTO: about 4 minutes per minor on 2 cores.
+# needs no host beyond the Debian archive. Built without PGO/LTO (README, "Builder images", has the measured cost).
 set -euo pipefail
 
 declare -A suite_of=([3.9]=bullseye [3.11]=bookworm [3.13]=trixie)
@@ -28,11 +28,14 @@ install_minor() {
     > /etc/apt/sources.list.d/python-src.list
   apt-get update -qq
   (cd "$work" && apt-get source --download-only -qq "python${minor}")
-  tar -xf "$work"/python"${minor}"_*.orig.tar.* -C "$work"
+  local tarball
+  tarball=$(find "$work" -maxdepth 1 -name "python${minor}_*.orig.tar.[gx]z" | head -n1)
+  tar -xf "$tarball" -C "$work"
   cd "$work"/Python-*/
   ./configure --prefix="$prefix" --with-ensurepip=install --quiet >/dev/null
   make -j"$(nproc)" --quiet >/dev/null
   make altinstall --quiet >/dev/null
+  rm -rf "${prefix}/lib/python${minor}/test"  # CPython's own test suite: 100+ MB no build uses
   ln -sf "python${minor}" "${prefix}/bin/python"
   ln -sf "python${minor}" "${prefix}/bin/python3"
   ln -sf "${prefix}/bin/python${minor}" "/usr/local/bin/python${minor}"

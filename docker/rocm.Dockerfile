@@ -20,7 +20,7 @@ COPY rocm/fix-bf16-header.sh /opt/wheelwright/fix-bf16-header.sh
 # ROCm 6.0's amd_hip_bf16.h defines its conversion functions in the header without `inline`, so two translation
 # units that include it fail to link; mamba-ssm's README documents patching it for ROCm 6.0 only (later releases
 # fixed the header, and the script refuses to run where there is nothing to fix).
-RUN /opt/wheelwright/install-python.sh ${PYTHONS} ${RUNNER_PYTHON} \
+RUN /opt/wheelwright/install-python.sh ${RUNNER_PYTHON} ${PYTHONS} \
     && if [[ "${ROCM_VERSION}" == 6.0* ]]; then \
          /opt/wheelwright/fix-bf16-header.sh /opt/rocm/include/hip/amd_detail/amd_hip_bf16.h; \
        fi
