@@ -2,8 +2,8 @@
 the CUDA translation units once per (package version, torch, toolkit), link per Python) beside upstream's (a full
 rebuild per Python with `nvcc --threads 4`), from per-(translation unit, arch) compile costs.
 
-Costs come from the ledger's `compile_units` table where builds recorded them (job_id, package, version,
-accelerator, unit, arch, seconds: CPU-seconds of one unit for one arch), else from the seed figures in
+Costs come from the ledger's per-job `compile_times` where builds recorded them (`nvcc --time`: seconds per
+unit and arch), else from the seed figures in
 builder/data/compile-costs.toml; a (unit, arch) never measured takes the mean of that unit's measured archs, and
 the estimate says how many costs it extrapolated that way.
 """
@@ -11,6 +11,7 @@ the estimate says how many costs it extrapolated that way.
 from __future__ import annotations
 
 import heapq
+import json
 import math
 import sqlite3
 from collections import defaultdict
@@ -25,6 +26,7 @@ from builder.core.errors import ConfigError
 from builder.plan.job import Job
 
 UPSTREAM_NVCC_THREADS = 4
+HOST_PHASES = "host"  # the arch nvcc --time's once-per-unit phases are recorded under
 SEED = "builder/data/compile-costs.toml"
 
 
@@ -37,6 +39,7 @@ class UnitCost:
     count: int
     default: float  # for an arch not measured
     by_arch: Mapping[str, float] = field(default_factory=dict)
+    host: float = 0.0  # once per unit whatever the archs (preprocessing, host compile)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,7 +61,7 @@ class CostModel:
                 row.append(measured if measured is not None else unit.default)
                 extrapolated += measured is None
                 total += 1
-            costs.append((unit.count, row))
+            costs.append((unit.count, [unit.host, *row] if unit.host else row))
         return costs, extrapolated, total
 
 
@@ -73,25 +76,33 @@ def seed_model() -> CostModel:
 
 
 def ledger_model(ledger: Path, seed: CostModel) -> CostModel:
-    """Measured costs from the ledger's compile_units table, package by package; the seed fills the rest."""
+    """Measured costs from the ledger's ``compile_times`` (per job: [{unit, arch, seconds}] from ``nvcc --time``;
+    arch "host" is the part that runs once per unit), averaged per (package, unit, arch); the seed fills the rest."""
     if not ledger.is_file():
         return seed
     with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True) as connection:
         try:
-            rows = connection.execute("SELECT package, unit, arch, AVG(seconds) FROM compile_units GROUP BY package, unit, arch").fetchall()
-        except sqlite3.OperationalError:  # an older ledger, or one from builds that did not record unit costs
+            rows = connection.execute("SELECT package, compile_times FROM jobs WHERE compile_times IS NOT NULL").fetchall()
+        except sqlite3.OperationalError:  # a ledger from before compile times were recorded
             return seed
-    measured: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
-    for package, unit, arch, seconds in rows:
-        measured[package][unit][arch] = float(seconds)
-    if not measured:
+    samples: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for package, text in rows:
+        for timing in json.loads(text or "[]"):
+            samples[package][timing["unit"]][timing["arch"]].append(float(timing["seconds"]))
+    if not samples:
         return seed
     units = dict(seed.units)
-    for package, by_unit in measured.items():
-        units[package] = tuple(UnitCost(package=package, unit=unit, count=1, default=sum(a.values()) / len(a), by_arch=a)
-                               for unit, a in sorted(by_unit.items()))
+    for package, by_unit in samples.items():
+        units[package] = tuple(_measured_unit(package, unit, by_arch) for unit, by_arch in sorted(by_unit.items()))
     return CostModel(units=units, per_python=seed.per_python,
-                     source=f"{ledger} (compile_units of {', '.join(sorted(measured))}); the seed for the rest")
+                     source=f"{ledger} (compile_times of {', '.join(sorted(samples))}); the seed for the rest")
+
+
+def _measured_unit(package: str, unit: str, by_arch: Mapping[str, list[float]]) -> UnitCost:
+    means = {arch: sum(values) / len(values) for arch, values in by_arch.items()}
+    host = means.pop(HOST_PHASES, 0.0)
+    default = sum(means.values()) / len(means) if means else 0.0
+    return UnitCost(package=package, unit=unit, count=1, default=default, by_arch=means, host=host)
 
 
 @dataclass(frozen=True, kw_only=True)

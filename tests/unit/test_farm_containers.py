@@ -239,14 +239,17 @@ def test_a_single_python_group_costs_the_same_either_way() -> None:
 
 def test_measured_unit_costs_in_the_ledger_replace_the_seed(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.sqlite"
+    times = '[{"unit": "a.cu", "arch": "9.0", "seconds": 100}, {"unit": "a.cu", "arch": "host", "seconds": 5}]'
     with sqlite3.connect(ledger) as db:
-        db.execute("CREATE TABLE compile_units (job_id, package, version, accelerator, unit, arch, seconds)")
-        db.execute("INSERT INTO compile_units VALUES ('j', 'causal-conv1d', '1.7.0', 'cu130', 'a.cu', '9.0', 100)")
+        db.execute("CREATE TABLE jobs (job_id, package, compile_times)")
+        db.execute("INSERT INTO jobs VALUES ('j1', 'causal-conv1d', ?)", (times,))
+        db.execute("INSERT INTO jobs VALUES ('j2', 'causal-conv1d', ?)", (times.replace("100", "120"),))
     model = ledger_model(ledger, seed_model())
     job = dataclasses.replace(plan().jobs[0], archs=("9.0", "10.0"))
     costs, extrapolated, total = model.cuda_costs(job)
-    assert costs == [(1, [100.0, 100.0])] and (extrapolated, total) == (1, 2)
-    assert "compile_units of causal-conv1d" in model.source
+    assert costs == [(1, [5.0, 110.0, 110.0])] and (extrapolated, total) == (1, 2)
+    assert "compile_times of causal-conv1d" in model.source
+    assert model.units["mamba-ssm"] == seed_model().units["mamba-ssm"]
 
 
 def test_makespan_and_timeouts() -> None:
