@@ -121,6 +121,10 @@ class ContainerBackend:
         log_path.write_text("")
         for job in group:
             self.progress.on_phase(job, "container")
+        reason = spec.not_buildable()
+        if reason:
+            self._fail(group, f"image {spec.name} cannot be built here: {reason}", log_path, status="unbuildable")
+            return
         try:
             built = ensure_image(self.engine, spec, log_path=log_path)
             self._prefill_torch(group, log_path)
@@ -182,10 +186,12 @@ class ContainerBackend:
             if runtime.system:
                 log.info("%s: the host's interpreter has its own torch; the container installs one", job.identifier)
 
-    def _fail(self, group: Sequence[Job], reason: str, log_path: Path) -> None:
+    def _fail(self, group: Sequence[Job], reason: str, log_path: Path, *, status: str = "failed") -> None:
+        with log_path.open("a") as handle:
+            handle.write(f"{status}: {reason}\n")
         with Ledger(self.layout.ledger) as ledger:
             for job in group:
-                entry = _base_entry(job, input_hash(job), self.layout, status="failed", phase="container", reason=reason)
+                entry = _base_entry(job, input_hash(job), self.layout, status=status, phase="container", reason=reason)
                 ledger.put(entry)
 
     def _missing(self, job: Job) -> LedgerEntry:

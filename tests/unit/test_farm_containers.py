@@ -284,3 +284,12 @@ def test_the_container_reaches_registries_as_the_host_does(tmp_path: Path) -> No
     assert mounts == [Mount(source=bundle, target=HOST_CA, read_only=True)]
     assert env == {"HTTPS_PROXY": "http://proxy:3128", "PIP_CERT": str(HOST_CA), "SSL_CERT_FILE": str(HOST_CA),
                    "REQUESTS_CA_BUNDLE": str(HOST_CA)}
+
+
+def test_a_job_whose_image_cannot_be_built_here_is_unbuildable_with_the_reason(backend_setup) -> None:
+    layout, invocation = backend_setup
+    jobs = [j for j in plan("release").jobs if j.accelerator.name == "rocm6.0"][:1]
+    engine = FakeEngine()
+    (outcome,) = ContainerBackend(engine, layout, load_facts(), BuildOptions(), invocation, base="bullseye").run(jobs)
+    assert outcome.entry.status == "unbuildable" and "no pinned digest" in outcome.entry.reason
+    assert engine.runs == []
