@@ -6,6 +6,7 @@
 #                 host's toolkit is mounted there read-only at run time
 #   PYTHONS       the CPython minors the plan's jobs of this toolkit need, space separated
 #   RUNNER_PYTHON the CPython wheelwright itself runs on inside the container
+#   COMPILER_PACKAGES  Debian packages of a newer C++ compiler where the base's is too old ("" for none)
 ARG BASE=wheelwright/base:bullseye
 FROM ${BASE}
 
@@ -31,6 +32,18 @@ RUN if command -v apt-get >/dev/null; then \
 # RUNNER_PYTHON: its sdist unpacking needs tarfile's `data` filter, which Debian's 3.9.2 and 3.11.2 lack.
 COPY install-python.sh /opt/wheelwright/install-python.sh
 RUN /opt/wheelwright/install-python.sh ${RUNNER_PYTHON} ${PYTHONS}
+
+# A C++20 compiler where the base's own is older: torch >= 2.14's headers demand a full C++20 (__cplusplus >=
+# 202002L), which bullseye's gcc 10 does not claim; bullseye's clang-16 does, with gcc 10's libstdc++ (so the
+# wheel's GLIBCXX needs stay bullseye's). The container backend points CC/CXX at it (builder/data/images.toml).
+# Declared after the interpreter layer so that layer stays cached when the compiler changes.
+ARG COMPILER_PACKAGES=""
+# hadolint ignore=DL3008,SC2086
+RUN if [ -n "${COMPILER_PACKAGES}" ] && command -v apt-get >/dev/null; then \
+      apt-get update -qq \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ${COMPILER_PACKAGES} \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi
 
 ENV CUDA_HOME=/usr/local/cuda-${CUDA_VERSION} \
     PATH=/usr/local/cuda-${CUDA_VERSION}/bin:${PATH}

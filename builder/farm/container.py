@@ -153,6 +153,8 @@ class ContainerBackend:
         ]
         env = {"WHEELWRIGHT_CACHE": str(CACHE), "WHEELWRIGHT_BUILDER_IMAGE": tag, "WHEELWRIGHT_HOST_PYTHON": host_python(),
                "PYTHONPATH": str(SOURCE), "PYTHONDONTWRITEBYTECODE": "1"}
+        if spec.base.cc:
+            env.update(CC=spec.base.cc, CXX=spec.base.cxx)  # torch's extension build passes CC to nvcc as -ccbin
         network_mounts, network_env = host_network()
         mounts += network_mounts
         env.update(network_env)

@@ -43,6 +43,9 @@ class Base:
     families: tuple[str, ...]
     pythons: tuple[str, ...]
     runner_python: str
+    compiler_packages: str = ""  # installed into the image where the base's compiler is too old
+    cc: str = ""  # CC/CXX for the container's builds ("" = the base's default)
+    cxx: str = ""
     suite: str = ""
     image: str = ""
     repository: str = ""
@@ -107,7 +110,7 @@ class ImageSpec:
         version_arg = "CUDA_VERSION" if self.family == "cuda" else "ROCM_VERSION"
         return {"BASE": self.base.reference(self.family, self.accelerator.version),
                 version_arg: self.accelerator.version, "PYTHONS": " ".join(self.pythons),
-                "RUNNER_PYTHON": self.base.runner_python}
+                "RUNNER_PYTHON": self.base.runner_python, "COMPILER_PACKAGES": self.base.compiler_packages}
 
     def content_hash(self, folder: Path) -> str:
         """Dockerfile, context scripts and build args: change any and the tag changes (a cache key, too)."""

@@ -64,7 +64,7 @@ def test_the_local_plan_needs_one_buildable_cuda_image() -> None:
     (spec,) = images.images_for(plan().jobs)
     assert (spec.name, spec.base.name, spec.pythons) == ("cuda13.0", "bullseye", ("3.11",))
     assert spec.build_args == {"BASE": "wheelwright/base:bullseye", "CUDA_VERSION": "13.0", "PYTHONS": "3.11",
-                               "RUNNER_PYTHON": "3.13"}
+                               "RUNNER_PYTHON": "3.13", "COMPILER_PACKAGES": "clang-16"}
     assert spec.not_buildable() is None
     assert re.fullmatch(r"wheelwright/builder:cuda13\.0-bullseye-[0-9a-f]{12}", spec.tag(images.docker_dir()))
 
@@ -149,6 +149,7 @@ def test_a_container_gets_its_group_the_host_caches_and_the_toolkit(backend_setu
     assert mounts[Path("/var/cache/wheelwright")].source == cache / "containers" / "cuda13.0-bullseye"
     assert mounts[Path("/usr/local/cuda-13.0")].read_only and mounts[layout.root].source == layout.root
     assert spec.env["WHEELWRIGHT_CUDA_HOME"] == "/usr/local/cuda-13.0" and spec.env["WHEELWRIGHT_HOST_PYTHON"]
+    assert (spec.env["CC"], spec.env["CXX"]) == ("clang-16", "clang++-16")
     script = spec.command[-1]
     assert "--only causal-conv1d-1.7.0+pt214cu130-cp" in script and "mamba" not in script
     assert "--backend local" in script and "python3.13 -m venv" in script
