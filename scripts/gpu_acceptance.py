@@ -21,15 +21,14 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # builder's torch-free modules (job labels, the ledger) are read from the checkout
+from scripts.acceptance import bench, checklist, detach, numerics, seed, stages, upstream
+from scripts.acceptance import summary as record
+from scripts.acceptance.config import Config, ConfigError, load_config
+from scripts.acceptance.device import torch_facts, unavailable_reason
+from scripts.acceptance.installed import environment_checks, install_checks
+from scripts.acceptance.summary import FAILED, PASSED, SKIPPED, Check
 
-from acceptance import bench, checklist, detach, numerics, seed, stages, upstream  # noqa: E402
-from acceptance import summary as record  # noqa: E402
-from acceptance.config import Config, ConfigError, load_config  # noqa: E402
-from acceptance.device import torch_facts, unavailable_reason  # noqa: E402
-from acceptance.installed import environment_checks, install_checks  # noqa: E402
-from acceptance.summary import FAILED, PASSED, SKIPPED, Check  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU, EXIT_PENDING = 0, 1, 2, 3, 4
 
@@ -401,11 +400,20 @@ def cmd_mamba(args: argparse.Namespace) -> int:
 
     def run() -> list[Check]:
         checks = [
-            _report(record.guarded(c.name, lambda c=c: numerics.run_scan_case(c, config.scan, config.tolerance, config.gradient_error)))
+            _report(
+                record.guarded(
+                    c.name, lambda c=c: numerics.run_scan_case(c, config.scan, config.tolerance, config.gradient_error)
+                )
+            )
             for c in scans
         ]
         return checks + [
-            _report(record.guarded(c.name, lambda c=c: numerics.run_inner_case(c, config.inner, config.tolerance, config.gradient_error)))
+            _report(
+                record.guarded(
+                    c.name,
+                    lambda c=c: numerics.run_inner_case(c, config.inner, config.tolerance, config.gradient_error),
+                )
+            )
             for c in inners
         ]
 
@@ -479,7 +487,7 @@ def _seconds_value(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gpu_acceptance.py",
+        prog="python -m scripts.gpu_acceptance",
         description=__doc__.split("\n\n")[0],
         epilog="exit codes: 0 passed, 1 a check failed, 2 bad arguments, 3 no CUDA device, 4 pending (--resume)",
     )

@@ -114,8 +114,9 @@ setup() {  # absolute paths, the log, and the environment every stage shares
     export WHEELWRIGHT_COMPILE_MEMORY_GB=${WHEELWRIGHT_COMPILE_MEMORY_GB:-1}
 }
 
-py() { "$PY" "$ROOT/scripts/gpu_acceptance.py" --summary "$SUMMARY" "$@"; }
-vpy() { env -u PYTHONPATH "$VENV/bin/python" "$ROOT/scripts/gpu_acceptance.py" --summary "$SUMMARY" "$@"; }
+# the scripts are a package of the checkout (scripts/__init__.py): run as modules with the checkout's root on the path
+py() { PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m scripts.gpu_acceptance --summary "$SUMMARY" "$@"; }
+vpy() { env PYTHONPATH="$ROOT" "$VENV/bin/python" -m scripts.gpu_acceptance --summary "$SUMMARY" "$@"; }
 ww() { PYTHONPATH="$WW_SITE:$ROOT" PATH="$WW_SITE/bin:$PATH" "$PY" -m builder.cli.main "$@"; }
 remaining() { echo $((deadline - SECONDS)); }
 say() { echo "[$(date +%H:%M:%S) +${SECONDS}s] $*"; }
@@ -218,7 +219,7 @@ stage_carry() {
     mkdir -p "$WHEELWRIGHT_CACHE/sdists"
     cp -n "$CARRY"/cache/sdists/*.tar.gz "$WHEELWRIGHT_CACHE/sdists/"  # never rewrites a file a build may read
     # informational: the image's own packages stand in for the rest, maybe at other versions than pinned
-    PYTHONPATH="$WW_SITE" "$PY" scripts/gpu_carry.py satisfied || say "could not compare the requirements"
+    PYTHONPATH="$WW_SITE:$ROOT" "$PY" -m scripts.gpu_carry satisfied || say "could not compare the requirements"
     ww plan --profile gpu-box --format json >"$WORK/plan.json"
     "$PY" - "$WORK/plan.json" "$LABEL" "${#wheels[@]}" >"$WORK/stage-detail" <<'EOF'
 import json, sys

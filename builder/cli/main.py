@@ -6,8 +6,9 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
@@ -41,7 +42,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from builder.plan.shards import shard
 
         model = ledger_model(args.ledger, seed_model())
-        sys.stdout.write(json.dumps(shard(plan.jobs, model, args.shard_size), indent=None if args.compact else 2) + "\n")
+        shards = shard(plan.jobs, model, args.shard_size)
+        sys.stdout.write(json.dumps(shards, indent=None if args.compact else 2) + "\n")
         return 0
     if args.format == "json":
         # Plain text, never highlighted: this is read by fromJSON() and `jq`, also when colour is forced.
@@ -71,6 +73,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+if TYPE_CHECKING:  # argparse's action class is generic only to the type checker
+    AddCommands = Callable[
+        [argparse._SubParsersAction[argparse.ArgumentParser], Callable[[argparse.ArgumentParser], None]], None
+    ]
+
+
 def _estimate(plan: Plan, args: argparse.Namespace) -> int:
     from builder.plan.estimate import estimate as estimate_plan
     from builder.plan.estimate import ledger_model, seed_model
@@ -83,7 +91,8 @@ def _estimate(plan: Plan, args: argparse.Namespace) -> int:
     for column in ("method", "CPU-hours", f"wall on {args.runners}x{args.cores}", "longest runner item"):
         table.add_column(column)
     for result in (ours, upstream):
-        table.add_row(result.method, f"{result.cpu_hours:.1f}", f"{result.wall_hours:.2f} h", f"{result.longest_item_hours:.2f} h")
+        hours = (f"{result.cpu_hours:.1f}", f"{result.wall_hours:.2f} h", f"{result.longest_item_hours:.2f} h")
+        table.add_row(result.method, *hours)
     print_table(table)
     out.print(f"wheelwright / upstream CPU-hours: {ours.cpu_hours / upstream.cpu_hours:.3f} (goal <= 0.25)")
     out.print(f"costs: {model.source}; {ours.extrapolated} of {ours.costs} (unit, arch) costs extrapolated")
@@ -106,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--shard-size", type=int, default=256, metavar="N", help="shards: rows per matrix (at most 256)")
     plan.add_argument("--estimate", action="store_true", help="CPU-hours and wall time, ours beside upstream's method")
     plan.add_argument("--runners", type=int, default=20, metavar="N", help="estimate: runners (default: %(default)s)")
-    plan.add_argument("--cores", type=int, default=4, metavar="C", help="estimate: cores per runner (default: %(default)s)")
+    plan.add_argument("--cores", type=int, default=4, metavar="C",
+                      help="estimate: cores per runner (default: %(default)s)")
     plan.add_argument("--ledger", type=Path, default=Path("wheelhouse/ledger.sqlite"),
                       help="estimate/shards: measured compile costs (default: %(default)s)")
     plan.add_argument("--compact", action="store_true", help="one-line JSON (for $GITHUB_OUTPUT)")
@@ -118,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _stage_commands():
+def _stage_commands() -> tuple[AddCommands, ...]:
     """Stages add their own subcommands; each module's add_commands(commands, add_plan_arguments)."""
     from builder.cli import build, images, index
 
@@ -132,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except WheelwrightError as error:
         if args.debug:
             console.print_exception()

@@ -35,8 +35,17 @@ log = logging.getLogger(__name__)
 SOURCE = Path("/opt/wheelwright/src")
 HOST_CA = Path("/etc/wheelwright/host-ca.crt")
 # How the host reaches package registries; the container must reach them the same way (a proxy, a mirror).
-NETWORK_ENV = ("PIP_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-               "http_proxy", "https_proxy", "no_proxy")
+NETWORK_ENV = (
+    "PIP_INDEX_URL",
+    "PIP_TRUSTED_HOST",
+    "PIP_DEFAULT_TIMEOUT",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+)
 CACHE = Path("/var/cache/wheelwright")
 PIP_CACHE = Path("/root/.cache/pip")
 
@@ -63,26 +72,42 @@ def runner_requirements() -> list[str]:
     return sorted(r for r in requires if "extra ==" not in r)
 
 
-def inner_script(jobs: Sequence[Job], spec: ImageSpec, invocation: Invocation, layout: Layout, options: BuildOptions) -> str:
+def inner_script(
+    jobs: Sequence[Job], spec: ImageSpec, invocation: Invocation, layout: Layout, options: BuildOptions
+) -> str:
     """The shell the container runs: a cached venv for wheelwright's requirements, then the local build stage."""
     python = f"python{spec.base.runner_python}"  # the image's RUNNER_PYTHON
     requirements = runner_requirements()
     venv = CACHE / f"runner-{python}-{hashlib.sha256(repr(requirements).encode()).hexdigest()[:12]}"
-    build = [f"{venv}/bin/python", "-m", "builder.cli.main", "build", "--backend", "local",
-             "--matrix", str(invocation.matrix), "--output", str(layout.root), "--objcache", options.objcache]
+    build = [
+        f"{venv}/bin/python",
+        "-m",
+        "builder.cli.main",
+        "build",
+        "--backend",
+        "local",
+        "--matrix",
+        str(invocation.matrix),
+        "--output",
+        str(layout.root),
+        "--objcache",
+        options.objcache,
+    ]
     build += ["--profile", invocation.profile] if invocation.profile else []
     build += ["--retry-failed"] if options.retry_failed else []
     for job in jobs:
         build += ["--only", job.identifier]
-    return "\n".join([
-        "set -euo pipefail",
-        f"if [ ! -f {venv}/.complete ]; then",
-        f"  rm -rf {venv} && {python} -m venv {venv}",
-        f"  {venv}/bin/python -m pip install --quiet --disable-pip-version-check {shlex.join(requirements)}",
-        f"  touch {venv}/.complete",
-        "fi",
-        f"exec {shlex.join(build)}",
-    ])
+    return "\n".join(
+        [
+            "set -euo pipefail",
+            f"if [ ! -f {venv}/.complete ]; then",
+            f"  rm -rf {venv} && {python} -m venv {venv}",
+            f"  {venv}/bin/python -m pip install --quiet --disable-pip-version-check {shlex.join(requirements)}",
+            f"  touch {venv}/.complete",
+            "fi",
+            f"exec {shlex.join(build)}",
+        ]
+    )
 
 
 def host_network(environ: Mapping[str, str] = os.environ) -> tuple[list[Mount], dict[str, str]]:
@@ -100,8 +125,17 @@ def host_network(environ: Mapping[str, str] = os.environ) -> tuple[list[Mount], 
 class ContainerBackend:
     """Runs the build stage inside builder images; the ledger and dist/ are the same as the local backend's."""
 
-    def __init__(self, engine: Engine, layout: Layout, facts: TorchFacts, options: BuildOptions, invocation: Invocation,
-                 *, base: str, progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        layout: Layout,
+        facts: TorchFacts,
+        options: BuildOptions,
+        invocation: Invocation,
+        *,
+        base: str,
+        progress: Progress | None = None,
+    ) -> None:
         self.engine, self.layout, self.facts, self.options = engine, layout, facts, options
         self.invocation, self.base = invocation, base
         self.progress = progress or Progress()
@@ -128,8 +162,11 @@ class ContainerBackend:
         try:
             built = ensure_image(self.engine, spec, log_path=log_path)
             self._prefill_torch(group, log_path)
-            self.engine.run(self._run_spec(group, spec, built.tag), log_path=log_path,
-                            on_line=lambda line: self.progress.on_line(group[0], line))
+            self.engine.run(
+                self._run_spec(group, spec, built.tag),
+                log_path=log_path,
+                on_line=lambda line: self.progress.on_line(group[0], line),
+            )
         except WheelwrightError as error:
             # exit 6 is the inner build's "some job failed": its ledger rows say which; anything else failed them all
             if getattr(error, "returncode", None) != 6:
@@ -151,8 +188,13 @@ class ContainerBackend:
             Mount(source=host_cache / "runtime", target=CACHE / "runtime"),
             Mount(source=Path.home() / ".cache" / "pip", target=PIP_CACHE),
         ]
-        env = {"WHEELWRIGHT_CACHE": str(CACHE), "WHEELWRIGHT_BUILDER_IMAGE": tag, "WHEELWRIGHT_HOST_PYTHON": host_python(),
-               "PYTHONPATH": str(SOURCE), "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {
+            "WHEELWRIGHT_CACHE": str(CACHE),
+            "WHEELWRIGHT_BUILDER_IMAGE": tag,
+            "WHEELWRIGHT_HOST_PYTHON": host_python(),
+            "PYTHONPATH": str(SOURCE),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
         if spec.base.cc:
             env.update(CC=spec.base.cc, CXX=spec.base.cxx)  # torch's extension build passes CC to nvcc as -ccbin
         network_mounts, network_env = host_network()
@@ -181,7 +223,7 @@ class ContainerBackend:
 
         for job in group:
             try:
-                runtime = runtime_env(job, self.facts, log_path=log_path)
+                runtime = runtime_env(job, self.facts)
             except NotBuildableHere as reason:
                 log.info("%s: torch not prefilled on the host (%s); the container installs it", job.identifier, reason)
                 continue
@@ -197,5 +239,11 @@ class ContainerBackend:
                 ledger.put(entry)
 
     def _missing(self, job: Job) -> LedgerEntry:
-        return _base_entry(job, input_hash(job), self.layout, status="failed", phase="container",
-                           reason="the container recorded no result for this job")
+        return _base_entry(
+            job,
+            input_hash(job),
+            self.layout,
+            status="failed",
+            phase="container",
+            reason="the container recorded no result for this job",
+        )

@@ -12,10 +12,10 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from builder.core.errors import ToolchainError
-from builder.core.runner import run
+from builder.core.runner import Completed, run
 
 ENGINES = ("docker", "podman")
 START_DOCKER = (
@@ -54,11 +54,15 @@ class Engine(Protocol):
     name: str
 
     def image_id(self, tag: str) -> str | None: ...
-    def build(self, context: Path, dockerfile: Path, tag: str, build_args: Mapping[str, str], *, log_path: Path | None = None) -> None: ...
+    def build(
+        self, context: Path, dockerfile: Path, tag: str, build_args: Mapping[str, str], *, log_path: Path | None = None
+    ) -> None: ...
     def import_rootfs(self, tarball: Path, tag: str, *, log_path: Path | None = None) -> None: ...
     def save(self, tag: str, tarball: Path, *, log_path: Path | None = None) -> None: ...
     def load(self, tarball: Path, *, log_path: Path | None = None) -> None: ...
-    def run(self, spec: RunSpec, *, log_path: Path | None = None, on_line: Callable[[str], None] | None = None) -> None: ...
+    def run(
+        self, spec: RunSpec, *, log_path: Path | None = None, on_line: Callable[[str], None] | None = None
+    ) -> None: ...
     def pull_digest(self, reference: str, *, log_path: Path | None = None) -> str: ...
 
 
@@ -69,21 +73,29 @@ class CliEngine:
         self.executable = executable
         self.name = Path(executable).name
 
-    def _run(self, args: Sequence[str | os.PathLike[str]], step: str, **kwargs):
+    def _run(self, args: Sequence[str | os.PathLike[str]], step: str, **kwargs: Any) -> Completed:
         return run([self.executable, *args], step=step, **kwargs)
 
     def image_id(self, tag: str) -> str | None:
-        result = self._run(["image", "inspect", "--format", "{{json .Id}}", tag], "inspect image", capture=True, check=False)
+        result = self._run(
+            ["image", "inspect", "--format", "{{json .Id}}", tag], "inspect image", capture=True, check=False
+        )
         return json.loads(result.output.splitlines()[-1]) if result.returncode == 0 else None
 
-    def build(self, context: Path, dockerfile: Path, tag: str, build_args: Mapping[str, str], *, log_path: Path | None = None) -> None:
+    def build(
+        self, context: Path, dockerfile: Path, tag: str, build_args: Mapping[str, str], *, log_path: Path | None = None
+    ) -> None:
         args: list[str | os.PathLike[str]] = ["build", "--file", dockerfile, "--tag", tag]
         for key, value in build_args.items():
             args += ["--build-arg", f"{key}={value}"]
         self._run([*args, context], f"build image {tag}", log_path=log_path)
 
     def import_rootfs(self, tarball: Path, tag: str, *, log_path: Path | None = None) -> None:
-        self._run(["import", "--change", 'CMD ["/bin/bash"]', tarball, tag], f"import {tarball.name} as {tag}", log_path=log_path)
+        self._run(
+            ["import", "--change", 'CMD ["/bin/bash"]', tarball, tag],
+            f"import {tarball.name} as {tag}",
+            log_path=log_path,
+        )
 
     def save(self, tag: str, tarball: Path, *, log_path: Path | None = None) -> None:
         self._run(["save", "--output", tarball, tag], f"save image {tag}", log_path=log_path)
@@ -94,15 +106,16 @@ class CliEngine:
     def run(self, spec: RunSpec, *, log_path: Path | None = None, on_line: Callable[[str], None] | None = None) -> None:
         self._run(run_arguments(spec), f"run {spec.image}", log_path=log_path, on_line=on_line)
 
-
     def pull_digest(self, reference: str, *, log_path: Path | None = None) -> str:
         """Pull ``reference`` and return the registry digest it resolved to (``sha256:...``)."""
         self._run(["pull", reference], f"pull {reference}", log_path=log_path)
-        result = self._run(["image", "inspect", "--format", "{{json .RepoDigests}}", reference], "inspect digest", capture=True)
+        result = self._run(
+            ["image", "inspect", "--format", "{{json .RepoDigests}}", reference], "inspect digest", capture=True
+        )
         digests = json.loads(result.output.splitlines()[-1]) or []
         if not digests:
             raise ToolchainError(f"{reference}: the engine reports no registry digest after pulling it")
-        return digests[0].split("@", 1)[1]
+        return str(digests[0]).split("@", 1)[1]
 
 
 def run_arguments(spec: RunSpec) -> list[str]:
@@ -119,8 +132,12 @@ def run_arguments(spec: RunSpec) -> list[str]:
     return [*args, spec.image, *spec.command]
 
 
-def find_engine(preferred: str | None = None, *, which: Callable[[str], str | None] = shutil.which,
-                responds: Callable[[str], bool] | None = None) -> CliEngine:
+def find_engine(
+    preferred: str | None = None,
+    *,
+    which: Callable[[str], str | None] = shutil.which,
+    responds: Callable[[str], bool] | None = None,
+) -> CliEngine:
     """The engine to use: ``preferred`` (or $WHEELWRIGHT_ENGINE), else docker, else podman; it must answer."""
     wanted = preferred or os.environ.get("WHEELWRIGHT_ENGINE")
     names = (wanted,) if wanted else ENGINES
@@ -132,8 +149,15 @@ def find_engine(preferred: str | None = None, *, which: Callable[[str], str | No
     for name, path in found:
         if responds(path):
             return CliEngine(path)
-    raise ToolchainError(f"{found[0][0]} is installed but its daemon does not answer (`{found[0][0]} info` failed)", tip=START_DOCKER)
+    raise ToolchainError(
+        f"{found[0][0]} is installed but its daemon does not answer (`{found[0][0]} info` failed)", tip=START_DOCKER
+    )
 
 
 def _responds(executable: str) -> bool:
-    return run([executable, "info", "--format", "{{.ServerVersion}}"], step="engine info", capture=True, check=False).returncode == 0
+    return (
+        run(
+            [executable, "info", "--format", "{{.ServerVersion}}"], step="engine info", capture=True, check=False
+        ).returncode
+        == 0
+    )

@@ -14,12 +14,12 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import tomllib
 
 from builder.core.errors import ConfigError, ToolchainError, WheelwrightError
+from builder.core.resources import IMAGE_BASES
 from builder.core.runner import run
 from builder.farm.engine import Engine
 from builder.plan.facts import Accelerator
@@ -64,15 +64,19 @@ class Base:
 
 
 def load_bases() -> dict[str, Base]:
-    raw = tomllib.loads(resources.files("builder.data").joinpath("images.toml").read_text())
+    raw = tomllib.loads(IMAGE_BASES.read_text())
     bases = {}
     for name, table in raw.get("bases", {}).items():
         try:
-            bases[name] = Base(name=name, families=tuple(table.pop("families")), pythons=tuple(table.pop("pythons")), **table)
+            bases[name] = Base(
+                name=name, families=tuple(table.pop("families")), pythons=tuple(table.pop("pythons")), **table
+            )
         except (KeyError, TypeError) as error:
             raise ConfigError(f"builder/data/images.toml: bases.{name}: {error}") from None
         if bases[name].kind not in ("debootstrap", "registry"):
-            raise ConfigError(f"builder/data/images.toml: bases.{name}.kind: {bases[name].kind!r} is not debootstrap or registry")
+            raise ConfigError(
+                f"builder/data/images.toml: bases.{name}.kind: {bases[name].kind!r} is not debootstrap or registry"
+            )
     return bases
 
 
@@ -80,7 +84,9 @@ def docker_dir() -> Path:
     """The Dockerfiles and their context (the repository's docker/ folder)."""
     folder = Path(os.environ.get("WHEELWRIGHT_DOCKER_DIR", Path(__file__).resolve().parents[2] / "docker"))
     if not (folder / "cuda.Dockerfile").is_file():
-        raise ToolchainError(f"no Dockerfiles at {folder}", tip="run from a wheelwright checkout or set WHEELWRIGHT_DOCKER_DIR")
+        raise ToolchainError(
+            f"no Dockerfiles at {folder}", tip="run from a wheelwright checkout or set WHEELWRIGHT_DOCKER_DIR"
+        )
     return folder
 
 
@@ -108,9 +114,13 @@ class ImageSpec:
     @property
     def build_args(self) -> dict[str, str]:
         version_arg = "CUDA_VERSION" if self.family == "cuda" else "ROCM_VERSION"
-        return {"BASE": self.base.reference(self.family, self.accelerator.version),
-                version_arg: self.accelerator.version, "PYTHONS": " ".join(self.pythons),
-                "RUNNER_PYTHON": self.base.runner_python, "COMPILER_PACKAGES": self.base.compiler_packages}
+        return {
+            "BASE": self.base.reference(self.family, self.accelerator.version),
+            version_arg: self.accelerator.version,
+            "PYTHONS": " ".join(self.pythons),
+            "RUNNER_PYTHON": self.base.runner_python,
+            "COMPILER_PACKAGES": self.base.compiler_packages,
+        }
 
     def content_hash(self, folder: Path) -> str:
         """Dockerfile, context scripts and build args: change any and the tag changes (a cache key, too)."""
@@ -129,13 +139,17 @@ class ImageSpec:
             return f"base {self.base.name} has no {self.family} images"
         missing = [p for p in self.pythons if p not in self.base.pythons]
         if missing:
-            return f"base {self.base.name} cannot provide Python {', '.join(missing)} (it has {', '.join(self.base.pythons)})"
+            has = ", ".join(self.base.pythons)
+            return f"base {self.base.name} cannot provide Python {', '.join(missing)} (it has {has})"
         if not self.base.pinned(self.family, self.accelerator.version):
-            return f"{self.base.reference(self.family, self.accelerator.version)} has no pinned digest (`wheelwright images pin`)"
+            reference = self.base.reference(self.family, self.accelerator.version)
+            return f"{reference} has no pinned digest (`wheelwright images pin`)"
         return None
 
 
-def images_for(jobs: Sequence[Job], base_name: str = DEFAULT_BASE, bases: Mapping[str, Base] | None = None) -> list[ImageSpec]:
+def images_for(
+    jobs: Sequence[Job], base_name: str = DEFAULT_BASE, bases: Mapping[str, Base] | None = None
+) -> list[ImageSpec]:
     """The images a plan needs, in plan order. ROCm has no local base: its images use manylinux_2_28's."""
     bases = bases or load_bases()
     if base_name not in bases:
@@ -146,7 +160,11 @@ def images_for(jobs: Sequence[Job], base_name: str = DEFAULT_BASE, bases: Mappin
     specs = []
     for accelerator, minors in pythons.items():
         family = "cuda" if accelerator.kind == "cuda" else "rocm"
-        base = bases[base_name] if family in bases[base_name].families else next(b for b in bases.values() if family in b.families)
+        base = (
+            bases[base_name]
+            if family in bases[base_name].families
+            else next(b for b in bases.values() if family in b.families)
+        )
         ordered = tuple(sorted(minors, key=lambda p: tuple(map(int, p.split(".")))))
         specs.append(ImageSpec(accelerator=accelerator, base=base, pythons=ordered))
     return specs
@@ -157,6 +175,7 @@ def image_for(job: Job, specs: Sequence[ImageSpec]) -> ImageSpec:
 
 
 # -- render ----------------------------------------------------------------------------------------------------------
+
 
 def render(spec: ImageSpec, destination: Path, folder: Path | None = None) -> Path:
     """A self-contained build context for one image: Dockerfile, scripts, build args, and the command that builds it."""
@@ -178,6 +197,7 @@ def render(spec: ImageSpec, destination: Path, folder: Path | None = None) -> Pa
 
 
 # -- the local base --------------------------------------------------------------------------------------------------
+
 
 def cache_dir() -> Path:
     from builder.steps.environment import cache_root
@@ -201,11 +221,17 @@ def ensure_base(engine: Engine, base: Base, *, log_path: Path | None = None) -> 
 def bootstrap_rootfs(suite: str, tarball: Path, *, log_path: Path | None = None) -> None:
     """debootstrap a minimal Debian ``suite`` from the Debian archive and pack it; renamed into place when whole."""
     if os.geteuid() != 0:
-        raise ToolchainError(f"bootstrapping Debian {suite} needs root (debootstrap)", tip="run as root, or `docker load` a base image")
+        raise ToolchainError(
+            f"bootstrapping Debian {suite} needs root (debootstrap)", tip="run as root, or `docker load` a base image"
+        )
     tarball.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{suite}-", dir=tarball.parent) as work:
         root = Path(work) / "root"
-        run(["debootstrap", "--variant=minbase", "--include=ca-certificates", suite, root], step=f"debootstrap {suite}", log_path=log_path)
+        run(
+            ["debootstrap", "--variant=minbase", "--include=ca-certificates", suite, root],
+            step=f"debootstrap {suite}",
+            log_path=log_path,
+        )
         staging = Path(work) / "rootfs.tar"
         with tarfile.open(staging, "w") as archive:
             for entry in sorted(root.iterdir()):
@@ -214,6 +240,7 @@ def bootstrap_rootfs(suite: str, tarball: Path, *, log_path: Path | None = None)
 
 
 # -- build -----------------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, kw_only=True)
 class Built:

@@ -59,9 +59,13 @@ def _take(entry: LedgerEntry, source: Layout, layout: Layout) -> int:
         return 0
     wheel = source.dist / entry.wheel
     if not wheel.is_file() or sha256_of(wheel) != entry.wheel_sha256:
-        raise WheelwrightError(f"{wheel}: missing or not the wheel its ledger row records (sha256 {entry.wheel_sha256})")
+        raise WheelwrightError(
+            f"{wheel}: missing or not the wheel its ledger row records (sha256 {entry.wheel_sha256})"
+        )
     destination = layout.dist / entry.wheel
     if destination.is_file() and sha256_of(destination) != entry.wheel_sha256:
-        raise WheelwrightError(f"{entry.wheel} comes in two different builds ({wheel} and {destination}); refusing to pick one")
+        raise WheelwrightError(
+            f"{entry.wheel} comes in two different builds ({wheel} and {destination}); refusing to pick one"
+        )
     shutil.copyfile(wheel, destination)
     return 1

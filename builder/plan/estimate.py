@@ -17,12 +17,12 @@ import sqlite3
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import tomllib
 
 from builder.core.errors import ConfigError
+from builder.core.resources import COMPILE_COSTS
 from builder.plan.job import Job
 
 UPSTREAM_NVCC_THREADS = 4
@@ -66,13 +66,22 @@ class CostModel:
 
 
 def seed_model() -> CostModel:
-    raw = tomllib.loads(resources.files("builder.data").joinpath("compile-costs.toml").read_text())
+    raw = tomllib.loads(COMPILE_COSTS.read_text())
     units: dict[str, list[UnitCost]] = defaultdict(list)
     for entry in raw["unit"]:
-        units[entry["package"]].append(UnitCost(package=entry["package"], unit=entry["unit"],
-                                                count=entry.get("count", 1), default=float(entry["seconds"])))
-    return CostModel(units={k: tuple(v) for k, v in units.items()}, per_python=raw["per_python"],
-                     source=f"seed figures in {SEED} (every arch extrapolated from one per-arch figure)")
+        units[entry["package"]].append(
+            UnitCost(
+                package=entry["package"],
+                unit=entry["unit"],
+                count=entry.get("count", 1),
+                default=float(entry["seconds"]),
+            )
+        )
+    return CostModel(
+        units={k: tuple(v) for k, v in units.items()},
+        per_python=raw["per_python"],
+        source=f"seed figures in {SEED} (every arch extrapolated from one per-arch figure)",
+    )
 
 
 def ledger_model(ledger: Path, seed: CostModel) -> CostModel:
@@ -82,7 +91,9 @@ def ledger_model(ledger: Path, seed: CostModel) -> CostModel:
         return seed
     with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True) as connection:
         try:
-            rows = connection.execute("SELECT package, compile_times FROM jobs WHERE compile_times IS NOT NULL").fetchall()
+            rows = connection.execute(
+                "SELECT package, compile_times FROM jobs WHERE compile_times IS NOT NULL"
+            ).fetchall()
         except sqlite3.OperationalError:  # a ledger from before compile times were recorded
             return seed
     samples: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
@@ -94,8 +105,11 @@ def ledger_model(ledger: Path, seed: CostModel) -> CostModel:
     units = dict(seed.units)
     for package, by_unit in samples.items():
         units[package] = tuple(_measured_unit(package, unit, by_arch) for unit, by_arch in sorted(by_unit.items()))
-    return CostModel(units=units, per_python=seed.per_python,
-                     source=f"{ledger} (compile_times of {', '.join(sorted(samples))}); the seed for the rest")
+    return CostModel(
+        units=units,
+        per_python=seed.per_python,
+        source=f"{ledger} (compile_times of {', '.join(sorted(samples))}); the seed for the rest",
+    )
 
 
 def _measured_unit(package: str, unit: str, by_arch: Mapping[str, list[float]]) -> UnitCost:
@@ -172,8 +186,18 @@ def estimate(jobs: Sequence[Job], model: CostModel, *, runners: int, cores: int)
         cpu_up, wall_up = _cuda_wall(costs, cores, threads=UPSTREAM_NVCC_THREADS)
         theirs += [Item(name=job.identifier, cpu=cpu_up + per_python, wall=wall_up + per_python) for job in group]
     common = {"runners": runners, "cores": cores, "extrapolated": extrapolated, "costs": total}
-    return (Estimate(method="wheelwright: compile once per (package version, torch, toolkit), link per Python", items=tuple(ours), **common),
-            Estimate(method=f"upstream: full rebuild per Python, nvcc --threads {UPSTREAM_NVCC_THREADS}", items=tuple(theirs), **common))
+    return (
+        Estimate(
+            method="wheelwright: compile once per (package version, torch, toolkit), link per Python",
+            items=tuple(ours),
+            **common,
+        ),
+        Estimate(
+            method=f"upstream: full rebuild per Python, nvcc --threads {UPSTREAM_NVCC_THREADS}",
+            items=tuple(theirs),
+            **common,
+        ),
+    )
 
 
 def timeout_minutes(item: Item, *, margin: float = 1.5, floor: int = 30, ceiling: int = 340) -> int:

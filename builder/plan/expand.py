@@ -56,7 +56,8 @@ class Plan:
                 hint = did_you_mean(identifier, known)
                 raise PlanError(f"--only {identifier!r} is not a job of profile {self.profile!r}{hint}")
         wanted = set(identifiers)
-        return Plan(profile=self.profile, jobs=tuple(j for j in self.jobs if j.identifier in wanted), dropped=self.dropped)
+        jobs = tuple(j for j in self.jobs if j.identifier in wanted)
+        return Plan(profile=self.profile, jobs=jobs, dropped=self.dropped)
 
     def as_github_matrix(self) -> dict[str, list[dict[str, object]]]:
         return {"include": [job.as_matrix_entry() for job in self.jobs]}

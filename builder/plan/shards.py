@@ -25,15 +25,17 @@ def rows(jobs: Sequence[Job], model: CostModel) -> list[dict[str, object]]:
     items = {item.name: item for item in ours.items}
     result = []
     for name, group in groups(jobs).items():
-        result.append({
-            "group": name,
-            "image": image_name(group[0]),
-            "jobs": " ".join(job.identifier for job in group),
-            "pythons": " ".join(job.python for job in group),
-            "archs": ";".join(group[0].archs),
-            "timeout_minutes": timeout_minutes(items[name]),
-            "job_timeout_minutes": timeout_minutes(items[name]) + JOB_MARGIN_MINUTES,
-        })
+        result.append(
+            {
+                "group": name,
+                "image": image_name(group[0]),
+                "jobs": " ".join(job.identifier for job in group),
+                "pythons": " ".join(job.python for job in group),
+                "archs": ";".join(group[0].archs),
+                "timeout_minutes": timeout_minutes(items[name]),
+                "job_timeout_minutes": timeout_minutes(items[name]) + JOB_MARGIN_MINUTES,
+            }
+        )
     return sorted(result, key=lambda row: (str(row["image"]).startswith("rocm"), row["image"], row["group"]))
 
 
@@ -42,5 +44,5 @@ def shard(jobs: Sequence[Job], model: CostModel, size: int = GITHUB_MATRIX_LIMIT
     if not 1 <= size <= GITHUB_MATRIX_LIMIT:
         raise ValueError(f"a shard holds 1 to {GITHUB_MATRIX_LIMIT} rows, not {size}")
     all_rows = rows(jobs, model)
-    matrices = [{"include": all_rows[start:start + size]} for start in range(0, len(all_rows), size)]
+    matrices = [{"include": all_rows[start : start + size]} for start in range(0, len(all_rows), size)]
     return {"shards": list(range(len(matrices))), "matrices": matrices}

@@ -48,7 +48,8 @@ def read_elf(path: Path, *, name: str, gpu: bool = True) -> ElfFacts:
             elf = ELFFile(stream)
             dynamic = elf.get_section_by_name(".dynamic")
             needed = [] if not isinstance(dynamic, DynamicSection) else [
-                tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"
+                tag.needed  # type: ignore[attr-defined]  # pyelftools sets it on DT_NEEDED tags only
+                for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"
             ]
             versions: dict[str, set[str]] = {}
             for library, version in elf_find_versioned_symbols(elf):

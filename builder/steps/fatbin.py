@@ -39,6 +39,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from builder.core.errors import WheelError
+from builder.plan.arch import Arch
 
 SECTION = ".nv_fatbin"
 MAGIC = 0xBA55ED50
@@ -93,9 +94,7 @@ class FatbinContents:
 
 def arch_key(arch: str) -> tuple[int, int, str]:
     """Sort key for "9.0", "10.0a", "12.0f": numeric, then the variant letter."""
-    major, _, rest = arch.partition(".")
-    minor = rest.rstrip("af")
-    return int(major), int(minor), rest[len(minor):]
+    return Arch.parse(arch).sort_key
 
 
 def arch_name(sm: int, flags: int) -> str:

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomllib
+from builder.core import errors
+from builder.core.files import read_toml
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "gpu_acceptance.toml"
 DTYPES = ("float32", "float16", "bfloat16")
 
 
-class ConfigError(Exception):
+class ConfigError(errors.ConfigError):
     """The data file is missing a key or holds a value of the wrong kind; the message names the file and key."""
 
 
@@ -153,11 +154,9 @@ class Config:
 
 
 def load_config(path: Path = DATA) -> Config:
+    data = read_toml(path, what="the acceptance checks", error=ConfigError)
     try:
-        data = tomllib.loads(path.read_text())
         config = _config(data)
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path}: {error}") from None
     except KeyError as error:
         raise ConfigError(f"{path}: missing key {error}") from None
     except (TypeError, ValueError) as error:

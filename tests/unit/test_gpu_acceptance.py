@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import sys
 import tarfile
 from pathlib import Path
 
@@ -15,17 +14,14 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from builder.plan.expand import load_plan
+from scripts import gpu_acceptance, gpu_carry
+from scripts.acceptance import bench, numerics, upstream
+from scripts.acceptance import summary as record
+from scripts.acceptance.config import DTYPES, ConfigError, Expected, Tolerance, load_config
+from scripts.acceptance.installed import install_checks
+from scripts.acceptance.summary import FAILED, PASSED, SKIPPED, Check
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import gpu_acceptance  # noqa: E402
-import gpu_carry  # noqa: E402
-from acceptance import bench, numerics, upstream  # noqa: E402
-from acceptance import summary as record  # noqa: E402
-from acceptance.config import DTYPES, ConfigError, Expected, Tolerance, load_config  # noqa: E402
-from acceptance.installed import install_checks  # noqa: E402
-from acceptance.summary import FAILED, PASSED, SKIPPED, Check  # noqa: E402
 
 CONFIG = load_config()
 BOX = gpu_carry.load_box()
