@@ -12,6 +12,7 @@ from urllib.parse import quote
 SITE_MARKER = ".wheelwright-site.json"  # also the manifest of what the index wrote, for publish
 JSON_CONTENT_TYPE = "application/vnd.pypi.simple.v1+json"
 LANDING = "index.html"
+DOCTOR = "doctor.py"  # the standalone doctor, generated from builder.doctor
 MANIFEST = "wheels.json"  # every wheel with its variant, archs and digest, for tools (and the doctor)
 
 
@@ -125,6 +126,8 @@ def _suffix_type(path: str) -> str:
         return "text/html; charset=utf-8"
     if path.endswith(".css"):
         return "text/css; charset=utf-8"
+    if path.endswith(".py"):
+        return "text/x-python; charset=utf-8"
     if path.endswith(".png"):
         return "image/png"
     return "application/octet-stream"

@@ -16,6 +16,7 @@ import markupsafe
 from packaging.version import Version
 
 from builder.core import resources
+from builder.doctor.standalone import standalone_source
 from index_site import layout
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text
@@ -75,6 +76,7 @@ def render_site(catalog: Catalog, *, base_url: str) -> dict[str, bytes]:
         pages.update(_indexes(label, wheels))
     pages.update(_indexes(None, catalog.wheels))
     pages.update(render_pages(catalog, base_url=base_url, render=_render_page))
+    pages[layout.DOCTOR] = standalone_source(base_url).encode()
     return pages
 
 

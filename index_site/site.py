@@ -24,7 +24,7 @@ from index_site.wheels import WheelFile, read_core_metadata
 log = logging.getLogger(__name__)
 
 # The only top-level names the index writes or prunes.
-MANAGED = ("whl", "simple", "json", "select", "coverage", layout.MANIFEST, layout.LANDING)
+MANAGED = ("whl", "simple", "json", "select", "coverage", layout.MANIFEST, layout.LANDING, layout.DOCTOR)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -99,7 +99,8 @@ setup() {  # absolute paths, the log, and the environment every stage shares
     BUILD_STATE=$WORK/build-run    # the detached build's pid and exit status (scripts/acceptance/detach.py)
     BUILD_CONSOLE=$WORK/build-console.log
     LABEL=$("$PY" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["label"])' scripts/data/gpu_acceptance.toml)
-    rm -f "$OUTDIR/summary.json" "$OUTDIR"/build-*.log "$OUTDIR"/build-status.txt "$OUTDIR/upstream-pytest.log" "$OUTDIR/pip-report.json"
+    rm -f "$OUTDIR/summary.json" "$OUTDIR"/build-*.log "$OUTDIR"/build-status.txt "$OUTDIR/upstream-pytest.log" "$OUTDIR/pip-report.json" \
+        "$OUTDIR/doctor.json"
     [ "$resume" -eq 1 ] || rm -f "$SUMMARY"
     : >"$LOG"
     exec > >(tee -a "$LOG") 2>&1
@@ -303,6 +304,16 @@ stage_install() {
     env -u PIP_FIND_LINKS "$PY" -m pip --python "$VENV/bin/python" install --no-index --no-deps --no-cache-dir \
         --find-links "$URL/whl/$LABEL.html" --report "$WORK/pip-report.json" causal-conv1d mamba-ssm
     vpy installed --report "$WORK/pip-report.json" --index-url "$URL" --dist "$WH/dist"
+}
+
+stage_doctor() {
+    # the site's standalone doctor.py piped into the venv's python, as `curl -s URL/doctor.py | python -` does
+    # (urllib: the box may lack curl), and wheelwright's own subcommand on the same venv; both must say OK
+    "$PY" -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=30).read())' \
+        "$URL/doctor.py" >"$WORK/doctor.py"
+    env -u PYTHONPATH "$VENV/bin/python" - --json <"$WORK/doctor.py" >"$OUTDIR/doctor.json" || true
+    ww doctor --python "$VENV/bin/python" --index-url "$URL" --json >"$WORK/doctor-cli.json" || true
+    py doctor --report "$OUTDIR/doctor.json" --cli-report "$WORK/doctor-cli.json"
 }
 
 stage_checklist() { vpy checklist ${leak_seconds:+--leak-seconds "$leak_seconds"}; }

@@ -130,9 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _stage_commands() -> tuple[AddCommands, ...]:
     """Stages add their own subcommands; each module's add_commands(commands, add_plan_arguments)."""
-    from builder.cli import build, images, index
+    from builder.cli import build, doctor, images, index
 
-    return (build.add_commands, index.add_commands, images.add_commands)
+    return (build.add_commands, index.add_commands, doctor.add_commands, images.add_commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import WheelError
+from builder.core.fatbin import arch_key
 from builder.core.runner import run
 from builder.core.wheelname import InvalidWheelFilename, WheelFilename
 from builder.plan.arch import Arch
@@ -28,7 +29,6 @@ from builder.plan.facts import torch_minor
 from builder.plan.job import Job
 from builder.steps.elf import ElfFacts, tree_elf_facts, unpacked
 from builder.steps.environment import RuntimeEnv
-from builder.steps.fatbin import arch_key
 from builder.steps.repair import Excludes, load_excludes, manylinux_policies, target_policy
 
 log = logging.getLogger(__name__)

@@ -139,6 +139,7 @@ class Config:
     label: str
     packages: tuple[str, ...]
     stages: tuple[str, ...]
+    gpu_arch: str  # the box GPU's compute capability, as doctor must read it
     registry: tuple[Stage, ...]
     upstream: Upstream
     conv_tolerance: dict[str, Tolerance]  # causal-conv1d's, by dtype name
@@ -172,6 +173,7 @@ def _config(data: dict) -> Config:
         label=str(data["label"]),
         packages=tuple(data["packages"]),
         stages=tuple(data["stages"]),
+        gpu_arch=str(data["gpu_arch"]),
         registry=_registry(data),
         upstream=Upstream(
             package=upstream["package"],

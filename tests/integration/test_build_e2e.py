@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from builder.core.fatbin import fatbin_archs
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.steps.environment import runtime_env
-from builder.steps.fatbin import fatbin_archs
 from tests.build_helpers import ledger_row, wheelwright
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -116,10 +116,13 @@ def test_box_script_without_a_gpu_skips_every_stage_with_the_reason(tmp_path: Pa
     assert sorted(p.name for p in out.iterdir()) == ["acceptance.log", "summary.json"]
 
 
-@pytest.mark.parametrize("command", ["seed", "checklist", "mamba", "bench", "upstream"])
+@pytest.mark.parametrize("command", ["seed", "checklist", "mamba", "bench", "upstream", "doctor"])
 def test_python_part_skips_gpu_checks_with_a_distinct_exit(tmp_path: Path, command: str) -> None:
     summary_path = tmp_path / "summary.json"
-    extra = ["--sdist-dir", str(tmp_path), "--log", str(tmp_path / "pytest.log")] if command == "upstream" else []
+    extra = {
+        "upstream": ["--sdist-dir", str(tmp_path), "--log", str(tmp_path / "pytest.log")],
+        "doctor": ["--report", str(tmp_path / "doctor.json"), "--cli-report", str(tmp_path / "doctor-cli.json")],
+    }.get(command, [])
     done = run([sys.executable, "-m", "scripts.gpu_acceptance", "--summary", str(summary_path), command, *extra])
     assert done.returncode == NO_GPU_EXIT, done.stderr
     stage = json.loads(summary_path.read_text())["stages"][command]

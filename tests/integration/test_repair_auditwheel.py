@@ -13,9 +13,9 @@ from packaging.utils import parse_wheel_filename
 
 from builder.core.context import job_context
 from builder.core.errors import WheelError
+from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
 from builder.steps.elf import unpacked, wheel_elf_facts
-from builder.steps.fatbin import fatbin_archs
 from builder.steps.repair import parse_excludes, repair_wheel
 from tests.jobs import local_job
 from tests.wheels import job_wheel

@@ -11,6 +11,8 @@ import jsonschema
 import pytest
 
 from builder.core.ledger import LedgerEntry
+from builder.doctor.standalone import standalone_source
+from index_site import layout
 from index_site.catalog import Catalog, ScanStats
 from index_site.render import render_site
 from tests.wheelfactory import indexed_wheel
@@ -57,6 +59,8 @@ def pages() -> dict[str, bytes]:
 
 
 def test_pages_match_golden_files(pages: dict[str, bytes], update_golden: bool) -> None:
+    # doctor.py is generated from builder.doctor's code, not from the catalog: tests/unit/test_doctor_standalone.py
+    pages = {path: content for path, content in pages.items() if path != layout.DOCTOR}
     if update_golden:
         for path, content in pages.items():
             (GOLDEN / path).parent.mkdir(parents=True, exist_ok=True)
@@ -65,6 +69,13 @@ def test_pages_match_golden_files(pages: dict[str, bytes], update_golden: bool) 
     assert golden == set(pages), "pages added or removed; rerun with --update-golden and review the diff"
     for path, content in pages.items():
         assert content == (GOLDEN / path).read_bytes(), f"{path} differs from its golden file (--update-golden)"
+
+
+def test_the_site_carries_doctor_py_pointing_at_itself(pages: dict[str, bytes]) -> None:
+    assert pages[layout.DOCTOR] == standalone_source(BASE).encode()
+    assert f"DEFAULT_INDEX_URL = {BASE.rstrip('/')!r}" in pages[layout.DOCTOR].decode()
+    landing = pages[layout.LANDING].decode()
+    assert f"curl -s {BASE.rstrip('/')}/doctor.py | python -" in landing and 'href="doctor.py"' in landing
 
 
 def test_one_find_links_page_and_one_index_per_variant(pages: dict[str, bytes]) -> None:

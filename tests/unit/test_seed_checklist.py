@@ -201,6 +201,7 @@ def test_resume_runs_what_is_not_settled_with_the_setup_stages_again() -> None:
         "carry": PASSED,
         "build": RUNNING,
         "index": SKIPPED,
+        "doctor": PASSED,
         "upstream": PASSED,
         "mamba": FAILED,
         "bench": PENDING,
