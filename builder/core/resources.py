@@ -44,6 +44,8 @@ REPAIR_EXCLUDES = Resource("builder.data", "repair.toml")  # sonames torch provi
 BUILD_REQUIREMENTS = Resource("builder.data", "build-requirements.txt")  # the build venv's pinned tools
 TOOLKITS = Resource("builder.data", "toolkits.toml")  # where each CUDA version's toolkit and host compiler come from
 ARCH_FACTS = Resource("builder.data", "archs.toml")  # SASS a toolkit range miscompiles, per package
+IMAGE_BASES = Resource("builder.data", "images.toml")  # builder-image bases: glibc, compiler, Pythons, digests
+COMPILE_COSTS = Resource("builder.data", "compile-costs.toml")  # seed per-(unit, arch) costs for plan --estimate
 
 # -- code run as a file (not imported) ---------------------------------------------------------------------------
 RECIPE_PRELUDE = Resource("builder.steps.recipes", "prelude.py")  # prepended to an upstream setup.py
@@ -66,7 +68,17 @@ TEMPLATES = tuple(
 BUILD_DATA = (RECIPE_FACTS, REPAIR_EXCLUDES, BUILD_REQUIREMENTS, TOOLKITS, RECIPE_PRELUDE, OBJCACHE_SCRIPT)
 
 # Files that are not Python modules, by package: setup.py's package_data. (.py files ship as modules anyway.)
-NOT_MODULES = (TORCH_FACTS, RECIPE_FACTS, REPAIR_EXCLUDES, BUILD_REQUIREMENTS, TOOLKITS, ARCH_FACTS, *TEMPLATES)
+NOT_MODULES = (
+    TORCH_FACTS,
+    RECIPE_FACTS,
+    REPAIR_EXCLUDES,
+    BUILD_REQUIREMENTS,
+    TOOLKITS,
+    ARCH_FACTS,
+    IMAGE_BASES,
+    COMPILE_COSTS,
+    *TEMPLATES,
+)
 PACKAGE_DATA: dict[str, list[str]] = {}
 for _resource in NOT_MODULES:
     PACKAGE_DATA.setdefault(_resource.package, []).append(_resource.name)

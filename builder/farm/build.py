@@ -135,6 +135,9 @@ def input_hash(job: Job) -> str:
         "recipe_code": _recipe_code_digest(),
         "data": {resource.source: hashlib.sha256(resource.read_bytes()).hexdigest() for resource in BUILD_DATA},
     }
+    image = os.environ.get("WHEELWRIGHT_BUILDER_IMAGE")  # set inside a builder image: its glibc and compiler count
+    if image:
+        inputs["image"] = image
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 

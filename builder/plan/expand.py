@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import itertools
+import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -56,12 +57,26 @@ class Plan:
         notes = tuple(n for n in self.arch_notes if n.identifier in kept)
         return Plan(profile=self.profile, jobs=jobs, dropped=self.dropped, arch_notes=notes)
 
+    def only(self, identifiers: Sequence[str]) -> Plan:
+        """Exactly the jobs named (the container backend's hand-off); an unknown identifier is an error."""
+        if not identifiers:
+            return self
+        known = {j.identifier for j in self.jobs}
+        for identifier in identifiers:
+            if identifier not in known:
+                hint = did_you_mean(identifier, known)
+                raise PlanError(f"--only {identifier!r} is not a job of profile {self.profile!r}{hint}")
+        wanted = set(identifiers)
+        jobs = tuple(j for j in self.jobs if j.identifier in wanted)
+        return Plan(profile=self.profile, jobs=jobs, dropped=self.dropped)
+
     def as_github_matrix(self) -> dict[str, list[dict[str, object]]]:
         return {"include": [job.as_matrix_entry() for job in self.jobs]}
 
 
 def host_python() -> str:
-    return f"{sys.version_info.major}.{sys.version_info.minor}"
+    """The ``host`` Python; a builder container is told the host's (WHEELWRIGHT_HOST_PYTHON) so its plan matches."""
+    return os.environ.get("WHEELWRIGHT_HOST_PYTHON") or f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def _recipe(package: PackageSpec, version: str) -> Recipe:
