@@ -278,7 +278,8 @@ def real_build(e2e_workdir: Path) -> Path:
 
     second = wheelwright(workdir, "build", "--profile", "e2e", "--output", str(output))
     assert second.stdout is not None
-    stamped = [f"{time.monotonic():.3f} {line}" for line in second.stdout]  # a pipe, read as a CI log is
+    with second.stdout:
+        stamped = [f"{time.monotonic():.3f} {line}" for line in second.stdout]  # a pipe, read as a CI log is
     second.wait()
     assert second.returncode == 0, "".join(stamped)
     (workdir / "resumed-build.stamped").write_text("".join(stamped))  # for the progress test in test_build_e2e
