@@ -168,6 +168,9 @@ def host_compilers(source: ToolkitSource) -> tuple[Path, Path]:
     """(cc, cxx) of the source's host compiler: ``gcc-11`` means gcc-11 and g++-11 on PATH."""
     suffix = source.host_compiler.removeprefix("gcc")
     cc, cxx = shutil.which(f"gcc{suffix}"), shutil.which(f"g++{suffix}")
+    if not suffix and os.environ.get("CC") and os.environ.get("CXX"):
+        # the default compiler, and the caller chose one: a builder image's clang (gcc 10 lacks C++20 for torch)
+        cc, cxx = shutil.which(os.environ["CC"]), shutil.which(os.environ["CXX"])
     if cc is None or cxx is None:
         missing = " and ".join(f"{n}{suffix}" for n, f in (("gcc", cc), ("g++", cxx)) if f is None)
         raise ToolkitUnavailable(
