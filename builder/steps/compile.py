@@ -118,9 +118,6 @@ def build_environ(
     environ.update(recipe_env)
     environ.update(
         CUDA_HOME=str(toolkit.root),
-        # the host compiler the toolkit accepts; torch passes $CC to nvcc as -ccbin, setuptools compiles with both
-        CC=str(toolkit.cc),
-        CXX=str(toolkit.cxx),
         CUDA_PATH=str(toolkit.root),
         PATH=os.pathsep.join([str(env.python.parent), str(toolkit.root / "bin"), environ.get("PATH", "")]),
         # the build venv's own tools first (a system torch's site-packages may hold other setuptools), then torch at
@@ -134,6 +131,7 @@ def build_environ(
         PYTHONUNBUFFERED="1",  # the backend writes to our pipe: lines reach the log and the progress as they happen
         SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", "315532800"),
     )
+    environ.update(compiler_environ(toolkit.cc, toolkit.cxx, environ["PATH"]))
     if objcache is not None:
         root, mode = objcache
         # run as a script (it needs only the standard library): PYTHONPATH above does not lead to wheelwright
@@ -145,6 +143,19 @@ def build_environ(
         # setuptools adds the build venv's include directory: per Python, like the interpreter's own
         environ[nvcc_cache.PER_PYTHON_ENV] = str(env.python.parent.parent / "include")
     return environ
+
+
+def compiler_environ(cc: Path, cxx: Path, path: str) -> dict[str, str]:
+    """CC and CXX for the host compiler the toolkit accepts (torch passes $CC to nvcc as -ccbin).
+
+    By name where PATH finds that same file: torch picks its compiler-version bounds by the name (`clang++-16`
+    starts with "clang"; `/usr/bin/clang++-16` reads as gcc and fails gcc's bounds for CUDA 13.0)."""
+    named = {}
+    for key, compiler in (("CC", cc), ("CXX", cxx)):
+        found = shutil.which(compiler.name, path=path)
+        same = found is not None and Path(found).resolve() == compiler.resolve()
+        named[key] = compiler.name if same else str(compiler)
+    return named
 
 
 def honours_pytorch_nvcc(torch_site: Path) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from builder.steps.compile import cuda_home_with_wrapper, honours_pytorch_nvcc
 
 
@@ -34,3 +36,27 @@ def test_the_wrapper_home_links_everything_but_nvcc(tmp_path: Path) -> None:
     script = (home / "bin" / "nvcc").read_text()
     assert script.startswith("#!/bin/sh\nexec /py /objcache.py /cache use ") and script.endswith('"$@"\n')
     assert (home / "bin" / "nvcc").stat().st_mode & 0o111
+
+
+@pytest.mark.parametrize(
+    ("names", "on_path", "expected"),
+    [
+        # torch reads clang's bounds only for a name starting with "clang": a full path would fail gcc's
+        (("clang-16", "clang++-16"), True, ("clang-16", "clang++-16")),
+        (("gcc-11", "g++-11"), True, ("gcc-11", "g++-11")),
+        # not on PATH (or PATH finds another file of that name): the path itself, never a different compiler
+        (("clang-16", "clang++-16"), False, None),
+    ],
+)
+def test_the_host_compiler_goes_by_the_name_path_finds(tmp_path, names, on_path, expected) -> None:
+    from builder.steps.compile import compiler_environ
+
+    home, other = tmp_path / "bin", tmp_path / "other"
+    home.mkdir(), other.mkdir()
+    for name in names:
+        for folder in (home, other):
+            (folder / name).write_text("#!/bin/sh\n")
+            (folder / name).chmod(0o755)
+    cc, cxx = (home / n for n in names)
+    env = compiler_environ(cc, cxx, str(home if on_path else other))
+    assert (env["CC"], env["CXX"]) == (expected or (str(cc), str(cxx)))
