@@ -85,9 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _stage_commands():
     """Stages add their own subcommands; each module's add_commands(commands, add_plan_arguments)."""
-    from builder.cli import build, index
+    from builder.cli import build, index, provenance
 
-    return (build.add_commands, index.add_commands)
+    return (build.add_commands, index.add_commands, provenance.add_commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,6 +27,8 @@ from builder.core.ledger import Ledger, LedgerEntry
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps import compile as compile_stage
+from builder.steps import provenance
+from builder.steps import variant as variant_stage
 from builder.steps.environment import NotBuildableHere, build_env, find_toolkit, runtime_env
 from builder.steps.fetch import fetch_sdist, unpack_sdist
 from builder.steps.recipes import apply_recipe
@@ -40,13 +42,18 @@ PHASES = ("fetch", "env", "patch", "compile", "repair", "verify", "install")
 
 @dataclass(frozen=True, kw_only=True)
 class Layout:
-    """The output folder: dist/ (verified wheels only), quarantine/, logs/, ledger.sqlite, tmp/ (work in flight)."""
+    """The output folder: dist/ (verified wheels only), variant/ (their PEP 825 variant twins, verified again),
+    quarantine/, logs/, ledger.sqlite, tmp/ (work in flight)."""
 
     root: Path
 
     @property
     def dist(self) -> Path:
         return self.root / "dist"
+
+    @property
+    def variant(self) -> Path:
+        return self.root / "variant"
 
     @property
     def quarantine(self) -> Path:
@@ -140,7 +147,7 @@ class Builder:
         self._repair_lock = threading.Lock()  # auditwheel changes the process's working directory while it repairs
 
     def run(self, jobs: Sequence[Job]) -> list[Outcome]:
-        for folder in (self.layout.dist, self.layout.quarantine, self.layout.logs, self.layout.tmp):
+        for folder in (self.layout.dist, self.layout.variant, self.layout.quarantine, self.layout.logs, self.layout.tmp):
             folder.mkdir(parents=True, exist_ok=True)
         with _exclusive(self.layout.root / ".lock"), Ledger(self.layout.ledger) as ledger:
             self._recover(ledger)
@@ -215,6 +222,9 @@ class Builder:
             built = compile_stage.compile_wheel(job, env, space, environ, work / "built", log_path=log_path, on_line=lambda line: self.progress.on_line(job, line))
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired", log_path=log_path)
+            # After repair (which rewrites the ELF files), so the record's digests are of what ships.
+            provenance.embed(repaired.wheel, provenance.build_record(
+                job, toolkit_root=toolkit.root, recipe_changes=recipe.changes, log_path=log_path))
         with timer("verify"):
             report = verify_wheel(repaired.wheel, job, runtime=runtime, log_path=log_path)
             with log_path.open("a") as handle:
@@ -226,7 +236,10 @@ class Builder:
                                wheel=destination.name, wheel_sha256=sha256_of(destination), wheel_size=destination.stat().st_size,
                                reason="; ".join(report.reasons), report=summary)
         with timer("install"):
-            return self._install(job, digest, repaired.wheel, timer, ledger, summary)
+            twin = variant_stage.make_twin(repaired.wheel, work / "variant")  # after the gate, checked again
+            entry = self._install(job, digest, repaired.wheel, timer, ledger, summary)
+            os.replace(twin.path, self.layout.variant / twin.path.name)
+            return entry
 
     def _install(self, job: Job, digest: str, wheel: Path, timer: PhaseTimer, ledger: Ledger, report: str) -> LedgerEntry:
         """Record the wheel's hash first, then move it into dist/ atomically: a kill between the two is recovered."""
