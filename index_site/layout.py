@@ -93,12 +93,19 @@ def _quote(name: str) -> str:
     return quote(name)  # "+" of a local version becomes %2B: some servers read a literal "+" as a space
 
 
+# PEP 825's {name}-{version}-variants.json: linked from project pages, so published before them; it changes when a
+# variant of that version is added, so it is cached like a page.
+VARIANTS_JSON = Kind(content_type="application/json", cache_control=_PAGE_CACHE, immutable=False, tier=Tier.FILE)
+
+
 def kind_of(path: str) -> Kind:
     """The kind of the site file at ``path`` (a POSIX path relative to the site root)."""
     if path.endswith(".whl"):
         return WHEEL
     if path.endswith(".whl.metadata"):
         return METADATA
+    if path.endswith("-variants.json"):
+        return VARIANTS_JSON
     content_type = JSON_CONTENT_TYPE if path.endswith(".json") else _suffix_type(path)
     return Kind(content_type=content_type, cache_control=_PAGE_CACHE, immutable=False, tier=_page_tier(path))
 

@@ -9,19 +9,19 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.errors import ConfigError
-from index_site import layout
+from index_site import layout, variants
 from index_site.catalog import Catalog, Rejection, ScanStats, scan
 from index_site.render import render_site
 from index_site.wheels import WheelFile, read_core_metadata
 
 log = logging.getLogger(__name__)
 
-MANAGED = ("whl", "simple", "json", layout.LANDING)  # the only top-level names the index writes or prunes
+MANAGED = ("whl", "simple", "json", variants.ROOT, layout.LANDING)  # the only top-level names the index writes or prunes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,8 +65,10 @@ def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     _check_site(site)
     catalog = scan(output / "dist", output / "ledger.sqlite")
     pages = render_site(catalog, base_url=base_url)
+    twins = variants.scan_twins(output / variants.ROOT)  # the variant channel; absent until the build makes twins
+    pages.update(variants.render_channel(twins))
     manifest = load_manifest(site)
-    plan = plan_site(catalog, pages, output / "dist", site, manifest)
+    plan = plan_site(catalog, pages, output / "dist", site, manifest, extra_files=variants.files(twins))
     written = apply_plan(plan, site, base_url=base_url)
     return IndexReport(
         site=site,
@@ -82,10 +84,18 @@ def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
 
 
 def plan_site(
-    catalog: Catalog, pages: Mapping[str, bytes], dist: Path, site: Path, manifest: Mapping[str, FileRecord]
+    catalog: Catalog, pages: Mapping[str, bytes], dist: Path, site: Path, manifest: Mapping[str, FileRecord],
+    extra_files: Sequence[tuple[Path, str, variants.VariantWheel]] = (),
 ) -> SitePlan:
-    """Compare what the site should hold with what it holds; nothing is written here."""
+    """Compare what the site should hold with what it holds; nothing is written here. ``extra_files`` are other
+    immutable files to place like the wheels (the variant channel's twins)."""
     links, metadata, kept = _plan_files(catalog, dist, site, manifest)
+    for source, path, twin in extra_files:
+        record = _placed_wheel(os.fspath(source), os.path.join(site, path), twin.sha256)
+        if record is not None:
+            kept[path] = record
+        else:
+            links.append((source, path, twin))
     changed = {}
     for path, content in pages.items():
         if _current_bytes(site / path) == content:

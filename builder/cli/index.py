@@ -72,6 +72,13 @@ def _site(args: argparse.Namespace) -> Path:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from builder.steps.variant import ensure_twins  # the index reads twins; builds before twins existed lack them
+
+    made, skipped = ensure_twins(args.output / "dist", args.output / "variant")
+    for path in made:
+        out.print(f"  variant twin made: {path.name}")
+    for reason in skipped:
+        console.print(f"[yellow]WARN[/yellow] no variant twin: {reason}", soft_wrap=True)
     report = build_site(args.output, _site(args), base_url=args.base_url)
     _print_index_report(report, args.base_url)
     _step_summary(report)

@@ -177,3 +177,20 @@ def _variant_problems(member: Member | None, label: str) -> list[str]:
     bad = [f"{ns}::{f}::{v}" for ns, fs in variants[label].items() for f, vs in fs.items() for v in vs
            if not _VALUE.fullmatch(v)]
     return [f"{VARIANT_JSON}: invalid property values {bad}"] if bad else []
+
+
+def ensure_twins(dist: Path, variant_dir: Path) -> tuple[list[Path], list[str]]:
+    """Make the missing twin of every wheel in ``dist`` (wheels built before twins existed); (made, skipped with
+    the reason). dist/ holds only wheels that passed the verify gate, and each twin is checked again."""
+    made, skipped = [], []
+    present = {p.name for p in variant_dir.glob("*.whl")} if variant_dir.is_dir() else set()
+    for wheel in sorted(dist.glob("*.whl")) if dist.is_dir() else []:
+        try:
+            name = parse_wheel_filename(wheel.name)[1]
+            label = name.local
+            if label is None or variant_filename(wheel.name, label) in present:
+                continue
+            made.append(make_twin(wheel, variant_dir).path)
+        except (WheelError, ValueError) as error:
+            skipped.append(f"{wheel.name}: {error}")
+    return made, skipped
