@@ -78,9 +78,20 @@ class Landing:
     pythons: tuple[str, ...]
     wheel_count: int
     example: str  # an install command for the page's how-to
+    variant_channels: tuple[str, ...] = ()  # torch tags (pt214) of the PEP 825 variant channel, newest first
+
+    @property
+    def variant_command(self) -> str:
+        return variant_command(self.base_url)
 
 
-def build_landing(catalog: Catalog, *, base_url: str) -> Landing:
+def variant_command(base_url: str, torch_tag: str | None = None) -> str:
+    """The one-URL uv command of the variant channel (all torch minors, or one)."""
+    root = f"variant/{torch_tag}" if torch_tag else "variant"
+    return f"uv pip install --preview-features wheel-variants PACKAGE --index-url {base_url}/{root}/simple/"
+
+
+def build_landing(catalog: Catalog, *, base_url: str, variant_channels: tuple[str, ...] = ()) -> Landing:
     base_url = base_url.rstrip("/")
     variants = _variants(catalog)
     failures = _failures_by_cell(catalog.failures)
@@ -100,6 +111,7 @@ def build_landing(catalog: Catalog, *, base_url: str) -> Landing:
         pythons=tuple(sorted({c.python for r in built for row in r.rows for c in row.cells}, key=_python_key)),
         wheel_count=len(catalog.wheels),
         example=example or f"pip install PACKAGE -f {base_url}/whl/LABEL.html",
+        variant_channels=variant_channels,
     )
 
 
@@ -152,12 +164,13 @@ def _cell(
 ) -> Cell:
     if wheels:
         links = tuple(
-            WheelLink(
-                href=layout.href(layout.LANDING, layout.wheel_path(label, w.filename)), filename=w.filename, size=w.size
-            )
+            # The variant page, never the wheel: pip pointed at this page (-f <site>) must find no wheel of another
+            # torch or CUDA to choose from.
+            WheelLink(href=layout.href(layout.LANDING, layout.findlinks_path(label)), filename=w.filename, size=w.size)
             for w in sorted(wheels, key=lambda w: w.filename)
         )
-        command = f"pip install {project}=={version} -f {base_url}/{layout.findlinks_path(label)}"
+        # Pinned, and binary only: never a source build of this or a newer upstream release from another index.
+        command = f"pip install --only-binary {project} {project}=={version} -f {base_url}/{layout.findlinks_path(label)}"
         return Cell(python=python, state="built", wheels=links, command=command)
     if failure is not None:
         reason = failure.reason or "no reason recorded"

@@ -61,7 +61,7 @@ def _filesize(size: int) -> str:
     return f"{size:.1f} GB"
 
 
-def render_site(catalog: Catalog, *, base_url: str) -> dict[str, bytes]:
+def render_site(catalog: Catalog, *, base_url: str, variant_channels: tuple[str, ...] = ()) -> dict[str, bytes]:
     """Every page of the site, keyed by its path under the site root."""
     pages: dict[str, bytes] = {}
     by_label: dict[str, list[WheelFile]] = defaultdict(list)
@@ -71,7 +71,7 @@ def render_site(catalog: Catalog, *, base_url: str) -> dict[str, bytes]:
         pages[layout.findlinks_path(label)] = _findlinks_page(label, wheels)
         pages.update(_indexes(label, wheels))
     pages.update(_indexes(None, catalog.wheels))
-    landing = build_landing(catalog, base_url=base_url)
+    landing = build_landing(catalog, base_url=base_url, variant_channels=variant_channels)
     pages[layout.LANDING] = _render("landing.html", page=layout.LANDING, landing=landing, api_version=API_VERSION)
     return pages
 

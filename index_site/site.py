@@ -64,8 +64,8 @@ def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     """Index ``output``/dist with ``output``/ledger.sqlite into ``site``."""
     _check_site(site)
     catalog = scan(output / "dist", output / "ledger.sqlite")
-    pages = render_site(catalog, base_url=base_url)
     twins = variants.scan_twins(output / variants.ROOT)  # the variant channel; absent until the build makes twins
+    pages = render_site(catalog, base_url=base_url, variant_channels=variants.torch_tags(twins))
     pages.update(variants.render_channel(twins))
     manifest = load_manifest(site)
     plan = plan_site(catalog, pages, output / "dist", site, manifest, extra_files=variants.files(twins))

@@ -146,6 +146,11 @@ def _write_cache(path: Path, cache: Mapping) -> None:
 # --- rendering -------------------------------------------------------------------------------------------------------
 
 
+def torch_tags(twins: Iterable[VariantWheel]) -> tuple[str, ...]:
+    """The per-torch channels, newest torch first (``pt214``, ``pt213``)."""
+    return tuple(sorted({t.torch_tag for t in twins}, key=lambda tag: (int(tag[2]), int(tag[3:])), reverse=True))
+
+
 def file_path(filename: str) -> str:
     return f"{ROOT}/files/{filename}"
 

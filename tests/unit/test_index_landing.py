@@ -59,8 +59,9 @@ def test_cells_are_built_with_command_or_absent() -> None:
     absent, built = row.cells
     assert absent.state == "absent"
     assert built.state == "built"
-    assert built.command == "pip install causal-conv1d==1.7.0 -f https://w.example/whl/pt214cu130.html"
-    assert built.wheels[0].href == "whl/pt214cu130/causal_conv1d-1.7.0%2Bpt214cu130-cp312-cp312-linux_x86_64.whl"
+    only_binary = "pip install --only-binary causal-conv1d causal-conv1d==1.7.0"
+    assert built.command == f"{only_binary} -f https://w.example/whl/pt214cu130.html"
+    assert built.wheels[0].href == "whl/pt214cu130.html"  # the variant page: the landing page links no wheel
 
 
 def test_failed_cells_carry_the_ledger_reason_and_a_built_wheel_wins() -> None:
