@@ -106,12 +106,12 @@ def build_environ(job: Job, env: BuildEnv, recipe_env: Mapping[str, str], space:
         PIP_NO_BUILD_ISOLATION="1",
         SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", "315532800"),
     )
-    if objcache is not None:
-        root, mode = objcache
-        # run as a script (it needs only the standard library): PYTHONPATH above does not lead to wheelwright
-        environ["PYTORCH_NVCC"] = shlex.join([sys.executable, nvcc_cache.__file__, str(root), mode, str(toolkit.nvcc)])
-        # setuptools adds the build venv's include directory: per Python, like the interpreter's own
-        environ[nvcc_cache.PER_PYTHON_ENV] = str(env.python.parent.parent / "include")
+    # The wrapper runs even without the cache ("off"): it makes every nvcc call deterministic (see objcache.py).
+    root, mode = objcache if objcache is not None else (objcache_root(), "off")
+    # run as a script (it needs only the standard library): PYTHONPATH above does not lead to wheelwright
+    environ["PYTORCH_NVCC"] = shlex.join([sys.executable, nvcc_cache.__file__, str(root), mode, str(toolkit.nvcc)])
+    # setuptools adds the build venv's include directory: per Python, like the interpreter's own
+    environ[nvcc_cache.PER_PYTHON_ENV] = str(env.python.parent.parent / "include")
     return environ
 
 
