@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from builder.cli.console import console, out, print_table
-from builder.core.errors import WheelError
+from builder.core.errors import WheelError, WheelwrightError
 from builder.steps import provenance
 from builder.steps.elf import wheel_elf_facts
 from builder.steps.wheelzip import read_members
@@ -21,6 +21,31 @@ def add_commands(commands, add_plan_arguments) -> None:
     parser.add_argument("wheel", type=Path, help="a wheel built by wheelwright (or its variant twin)")
     parser.add_argument("--json", action="store_true", help="print the stored record as JSON")
     parser.set_defaults(func=cmd_provenance)
+
+    upstream = commands.add_parser("upstream", help="list packages whose upstream has a newer release than we pin")
+    upstream.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), help="the matrix file (default: %(default)s)")
+    upstream.add_argument("--index-url", help="the registry's simple index (default: WHEELWRIGHT_INDEX_URL or the registry)")
+    upstream.set_defaults(func=cmd_upstream)
+
+
+def cmd_upstream(args: argparse.Namespace) -> int:
+    from builder.plan.matrix import load_matrix
+    from builder.steps.upstream import check_upstream
+
+    statuses = check_upstream(load_matrix(args.matrix).packages, index=args.index_url)
+    table = Table()
+    for column in ("package", "ours", "upstream", "status"):
+        table.add_column(column, no_wrap=True)
+    for s in statuses:
+        table.add_row(s.package, s.ours, s.upstream or "-", "[red]behind[/red]" if s.behind else "[green]current[/green]")
+    print_table(table)
+    behind = [s for s in statuses if s.behind]
+    if behind:
+        names = ", ".join(f"{s.package} {s.upstream}" for s in behind)
+        raise WheelwrightError(f"upstream released {names}, newer than matrix.yaml pins",
+                         tip="pin the new version (sdist sha256) in matrix.yaml and build it; until then the "
+                             "landing page's commands stay pinned to the versions we built")
+    return 0
 
 
 def cmd_provenance(args: argparse.Namespace) -> int:
