@@ -165,7 +165,10 @@ def files(twins: Iterable[VariantWheel]) -> list[tuple[Path, str, VariantWheel]]
 
 
 def render_channel(twins: list[VariantWheel]) -> dict[str, bytes]:
-    """Every page of the variant channel, with the metadata files and variants.json documents, by site path."""
+    """Every page of the variant channel, with the metadata files and variants.json documents, by site path
+    (none without twins: no channel is announced that holds nothing)."""
+    if not twins:
+        return {}
     pages = {file_path(t.filename) + ".metadata": t.metadata for t in twins}
     by_torch: dict[str, list[VariantWheel]] = defaultdict(list)
     for twin in twins:

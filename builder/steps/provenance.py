@@ -17,7 +17,7 @@ from email.parser import Parser
 from pathlib import Path
 
 from builder import __version__
-from builder.core.errors import WheelError
+from builder.core.errors import WheelError, WheelwrightError
 from builder.core.runner import run
 from builder.plan.job import Job
 from builder.steps.elf import ElfFacts
@@ -53,7 +53,7 @@ def _first_line(command: list[str], log_path: Path | None) -> str:
     """The first output line of a version query, or why there is none (provenance never fails a build)."""
     try:
         result = run(command, step=f"provenance: {command[0]}", log_path=log_path, check=False, capture=True)
-    except Exception as error:  # a missing compiler is recorded, the compile step already judged the toolchain
+    except (WheelwrightError, OSError) as error:  # recorded, not fatal: the compile step judged the toolchain
         return f"unavailable ({error})"
     lines = [line.strip() for line in result.output.splitlines() if line.strip()]
     release = [line for line in lines if "release" in line]  # nvcc: "Cuda compilation tools, release 13.0, V13.0.88"
@@ -244,19 +244,23 @@ def gate(wheel: Path, elves: tuple[ElfFacts, ...]) -> tuple[bool, str]:
     return True, f"{len(record.files)} payload files, metadata and GPU archs agree with {FILENAME}"
 
 
+def _abi(torch: Mapping) -> str:
+    return "cxx11" if torch.get("cxx11_abi") else "pre-cxx11"
+
+
 def describe(provenance: Provenance) -> list[tuple[str, str]]:
     """(field, value) rows for people: what ``wheelwright provenance`` prints."""
     r = provenance.record
-    toolkit, torch, archs, ww, host = (r.get(k, {}) for k in ("toolkit", "torch", "archs", "wheelwright", "build_host"))
+    sdist, toolkit, torch, archs, ww, host = (
+        r.get(k, {}) for k in ("sdist", "toolkit", "torch", "archs", "wheelwright", "build_host"))
     recipe = r.get("recipe", {})
     patches = ", ".join(f"{p['name']} ({p['versions'] or 'any'} / torch {p['torch'] or 'any'})"
                         for p in recipe.get("patches", [])) or "none"  # type: ignore[union-attr]
     return [
         ("job", str(r.get("job"))),
-        ("sdist", f"{r['sdist']['filename']} sha256 {r['sdist']['sha256']}"),  # type: ignore[index]
+        ("sdist", f"{sdist.get('filename')} sha256 {sdist.get('sha256')}"),  # type: ignore[union-attr]
         ("recipe", f"arch control {recipe.get('arch_control')}; patches {patches}"),  # type: ignore[union-attr]
-        ("torch", f"{torch.get('version')} ({'cxx11' if torch.get('cxx11_abi') else 'pre-cxx11'} ABI), "
-                  f"wheel pins {torch.get('requirement')}"),  # type: ignore[union-attr]
+        ("torch", f"{torch.get('version')} ({_abi(torch)} ABI), wheel pins {torch.get('requirement')}"),
         ("toolkit", f"{toolkit.get('kind')} {toolkit.get('version')}: {toolkit.get('nvcc', '-')}"),  # type: ignore[union-attr]
         ("host compiler", str(r.get("host_compiler"))),
         ("archs", f"SASS {' '.join(archs.get('sass', [])) or 'none'}; PTX {' '.join(archs.get('ptx', [])) or 'none'}"),  # type: ignore[union-attr]

@@ -47,7 +47,7 @@ class Twin:
 def variant_filename(filename: str, label: str) -> str:
     """``causal_conv1d-1.7.0+pt214cu130-cp311-cp311-linux_x86_64.whl`` -> ``causal_conv1d-1.7.0-cp311-cp311-
     linux_x86_64-pt214cu130.whl``."""
-    name, version, _build, tags = parse_wheel_filename(filename)
+    name, version, _build, _tags = parse_wheel_filename(filename)
     tag = filename.removesuffix(".whl").split("-", 2)[2]
     return f"{name.replace('-', '_')}-{version.public}-{tag}-{label}.whl"
 

@@ -22,9 +22,9 @@ from packaging.version import InvalidVersion, Version
 from builder.core.errors import WheelError
 from builder.core.runner import run
 from builder.plan.job import Job
+from builder.steps import provenance
 from builder.steps.elf import ElfFacts, tree_elf_facts, unpacked
 from builder.steps.environment import RuntimeEnv
-from builder.steps import provenance
 from builder.steps.fatbin import arch_key
 from builder.steps.repair import Excludes, load_excludes, manylinux_policies, target_policy
 
