@@ -96,6 +96,8 @@ def _quote(name: str) -> str:
 # PEP 825's {name}-{version}-variants.json: linked from project pages, so published before them; it changes when a
 # variant of that version is added, so it is cached like a page.
 VARIANTS_JSON = Kind(content_type="application/json", cache_control=_PAGE_CACHE, immutable=False, tier=Tier.FILE)
+# A wheel's wheelwright.json, served beside it: as immutable as the wheel it describes.
+PROVENANCE = Kind(content_type="application/json", cache_control=WHEEL.cache_control, immutable=True, tier=Tier.FILE)
 
 
 def kind_of(path: str) -> Kind:
@@ -106,6 +108,8 @@ def kind_of(path: str) -> Kind:
         return METADATA
     if path.endswith("-variants.json"):
         return VARIANTS_JSON
+    if path.endswith(".whl.provenance.json"):
+        return PROVENANCE
     content_type = JSON_CONTENT_TYPE if path.endswith(".json") else _suffix_type(path)
     return Kind(content_type=content_type, cache_control=_PAGE_CACHE, immutable=False, tier=_page_tier(path))
 

@@ -49,6 +49,7 @@ class VariantWheel:
     metadata: bytes
     properties: Mapping[str, Mapping[str, list[str]]]
     providers: Mapping[str, object]
+    provenance: bytes  # the twin's wheelwright.json, served beside it ("" for a twin without one)
 
     @property
     def torch_tag(self) -> str:
@@ -81,7 +82,8 @@ def scan_twins(folder: Path) -> list[VariantWheel]:
         stat = entry.stat()
         key = [stat.st_size, stat.st_mtime_ns]
         cached = cache.get(entry.name)
-        facts = cached if cached and cached["key"] == key else _read_twin(Path(entry.path), key)
+        fresh_enough = cached and cached["key"] == key and "provenance" in cached
+        facts = cached if fresh_enough else _read_twin(Path(entry.path), key)
         if facts is None:
             continue
         fresh[entry.name] = facts
@@ -102,6 +104,7 @@ def _read_twin(path: Path, key: list[int]) -> dict | None:
             dist_info = names[0].split("/", 1)[0]
             metadata = archive.read(f"{dist_info}/METADATA")
             variant = json.loads(archive.read(f"{dist_info}/variant.json"))
+            record = archive.read(f"{dist_info}/wheelwright.json") if f"{dist_info}/wheelwright.json" in names else b""
     except (zipfile.BadZipFile, OSError, KeyError, IndexError, ValueError) as error:
         log.warning("variant channel: %s unreadable (%s); not listed", path.name, error)
         return None
@@ -109,7 +112,8 @@ def _read_twin(path: Path, key: list[int]) -> dict | None:
         log.warning("variant channel: %s: variant.json does not describe %s; not listed", path.name, match["label"])
         return None
     return {"key": key, "sha256": _sha256(path), "metadata": metadata.decode("utf-8", "replace"),
-            "properties": variant["variants"][match["label"]], "providers": variant.get("providers", {})}
+            "properties": variant["variants"][match["label"]], "providers": variant.get("providers", {}),
+            "provenance": record.decode("utf-8", "replace")}
 
 
 def _twin(path: Path, filename: str, facts: Mapping) -> VariantWheel:
@@ -119,6 +123,7 @@ def _twin(path: Path, filename: str, facts: Mapping) -> VariantWheel:
         source=path, filename=filename, project=canonicalize_name(match["dist"]), version=match["version"],
         label=match["label"], sha256=facts["sha256"], size=facts["key"][0], metadata=facts["metadata"].encode(),
         properties=facts["properties"], providers=facts["providers"],
+        provenance=facts.get("provenance", "").encode(),
     )
 
 
@@ -170,6 +175,7 @@ def render_channel(twins: list[VariantWheel]) -> dict[str, bytes]:
     if not twins:
         return {}
     pages = {file_path(t.filename) + ".metadata": t.metadata for t in twins}
+    pages.update({file_path(t.filename) + ".provenance.json": t.provenance for t in twins if t.provenance})
     by_torch: dict[str, list[VariantWheel]] = defaultdict(list)
     for twin in twins:
         by_torch[twin.torch_tag].append(twin)

@@ -97,6 +97,9 @@ def test_channel_pages_link_twins_metadata_and_variants_json(tmp_path: Path) -> 
     assert document["default-priorities"]["namespace"] == ["abi_dependency", "nvidia", "rocm"]
     assert sorted(document["variants"]) == ["pt214cu126", "pt214cu130", "pt214rocm61"]
     assert "variant/pt214/json/causal-conv1d/index.json" in pages
+    provenance = json.loads(pages["variant/files/causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl"
+                                  ".provenance.json"])
+    assert provenance["label"] == "pt214cu130" and provenance["files"]
     assert channel.render_channel([]) == {}
 
 
