@@ -9,7 +9,6 @@ ignored by the variant provider). CPU tests force both; the `gpu` test forces no
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import subprocess
@@ -23,22 +22,13 @@ import pytest
 from variantlib.variant_dist_info import VariantDistInfo
 from variantlib.variants_json import VariantsJson
 
-from builder.core.runner import run
-from builder.plan.facts import Accelerator
-from builder.steps.variant import make_twin
 from index_site.serve import serving
 from index_site.site import build_site
+from tests import variant_channel
 from tests.index_checks import installer_environment
-from tests.jobs import local_job
-from tests.wheels import job_wheel, make_wheel, with_provenance
 
 UV = Path(sys.executable).parent / "uv"
 ON_H200 = {"NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION": "13.0", "NV_VARIANT_PROVIDER_FORCE_SM_ARCH": "9.0"}
-BUILDS = (  # (torch, accelerator, archs): three variants of 1.7.0
-    ("2.14.1", "cu130", ("9.0", "12.0+PTX")),
-    ("2.14.1", "cu126", ("8.0", "9.0")),
-    ("2.13.0", "cu130", ("9.0",)),
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,24 +38,10 @@ class Channel:
     torch_wheels: Path
 
 
-def _job(torch: str, accelerator: str, archs: tuple[str, ...]):
-    return dataclasses.replace(local_job(), torch=torch, accelerator=Accelerator.parse(accelerator), archs=archs)
-
-
 @pytest.fixture(scope="module")
 def channel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Channel]:
     output = tmp_path_factory.mktemp("variant-site")
-    (output / "dist").mkdir()
-    for torch, accelerator, archs in BUILDS:
-        job = _job(torch, accelerator, archs)
-        files = {"causal_conv1d/__init__.py": f'LABEL = "{job.label}"\n'.encode()}
-        wheel = job_wheel(output / "dist", job, files, platform="manylinux_2_28_x86_64")
-        make_twin(with_provenance(wheel, job), output / "variant")
-    torch_wheels = output / "torch"
-    torch_wheels.mkdir()
-    for version in ("2.14.1", "2.13.0"):
-        make_wheel(torch_wheels, name="torch", version=version, files={"torch/__init__.py": f'__version__ = "{version}"\n'.encode()},
-                   python_tag="py3", platform="any", requires=(), pure=True)
+    torch_wheels = variant_channel.write_channel(output)
     with serving(output / "site") as server:
         build_site(output, output / "site", base_url=server.url)
         yield Channel(url=server.url, output=output, torch_wheels=torch_wheels)
@@ -73,26 +49,14 @@ def channel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Channel]:
 
 def venv_with_torch(root: Path, channel: Channel, torch: str) -> tuple[Path, dict[str, str]]:
     env = installer_environment(root / "uv-cache")
-    run([sys.executable, "-m", "venv", "--without-pip", root / "venv"], step="create venv", env=env)
-    python = root / "venv" / "bin" / "python"
-    run([UV, "pip", "install", "--python", python, "--no-index", "-f", channel.torch_wheels, f"torch=={torch}"],
-        step="install torch stub", env=env)
-    return python, env
+    return variant_channel.venv_with_torch(UV, root, channel.torch_wheels, torch, env), env
 
 
 def uv_one_url(python: Path, env: dict[str, str], index: str, **gpu: str) -> subprocess.CompletedProcess:
-    """The landing page's uv command, as a user runs it (it may fail: the caller judges the outcome)."""
-    command = [UV, "pip", "install", "--python", python, "--preview-features", "wheel-variants", "causal-conv1d",
-               "--index-url", index]
-    return subprocess.run(command, env={**env, **gpu}, capture_output=True, text=True, timeout=120, check=False)
+    return variant_channel.uv_one_url(UV, python, {**env, **gpu}, index)
 
 
-def installed(python: Path) -> tuple[str | None, str]:
-    """(label of the installed causal-conv1d or None, torch version) in ``python``'s environment."""
-    probe = ("import importlib.util, torch; spec = importlib.util.find_spec('causal_conv1d');"
-             "label = __import__('causal_conv1d').LABEL if spec else None; print(label, torch.__version__)")
-    label, torch = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
-    return (None if label == "None" else label), torch
+installed = variant_channel.installed
 
 
 # --- the files -------------------------------------------------------------------------------------------------------
