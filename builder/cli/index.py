@@ -13,6 +13,7 @@ from rich.table import Table
 from builder.cli.console import console, out, print_table
 from builder.core.errors import ConfigError
 from index_site import layout
+from index_site.landing import variant_command
 from index_site.publish import PublishReport, check_plan, publish
 from index_site.serve import make_server
 from index_site.site import IndexReport, build_site, site_base_url
@@ -154,6 +155,8 @@ def _print_index_report(report: IndexReport, base_url: str) -> None:
         console.print(f"[yellow]WARN[/yellow] not indexed: {rejection.reason}", soft_wrap=True)
     for label in report.variants:
         out.print(f"  {label}  pip install PACKAGE -f {base_url.rstrip('/')}/{layout.findlinks_path(label)}")
+    if (report.site / "variant" / "simple" / "index.html").is_file():
+        out.print(f"  variant channel  {variant_command(base_url.rstrip('/'))}")
 
 
 def _print_plan(report: PublishReport, where: str) -> None:
