@@ -58,7 +58,8 @@ def test_grid_shows_built_combos_with_commands_and_failures_with_reasons(
         python = f"{spec.python[2]}.{spec.python[3:]}"
         cell = _cell(page, spec.label, python, release=f"{spec.project}-{spec.version}")
         assert cell.is_visible() and "built" in (cell.get_attribute("class") or "")
-        command = f"pip install {spec.project}=={spec.version} -f {served_index.url}/whl/{spec.label}.html"
+        pinned = f"pip install --only-binary {spec.project} {spec.project}=={spec.version}"
+        command = f"{pinned} -f {served_index.url}/whl/{spec.label}.html"
         assert command in _text(cell)
     failed = _cell(page, "pt214cu130", "3.9")
     assert failed.is_visible() and "failed" in (failed.get_attribute("class") or "")
