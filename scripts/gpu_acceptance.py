@@ -2,8 +2,10 @@
 """The Python part of the GPU acceptance run (scripts/gpu_acceptance.sh drives it; docs/gpu-acceptance.md).
 
 Each subcommand runs one stage and records it in the summary JSON given by --summary; the checks that need a GPU
-record themselves as "skipped: no CUDA device" where there is none, and exit 3. `finish` prints the table and exits
-0 when every stage passed, 1 otherwise, 3 when there was no CUDA device.
+record themselves as "skipped: no CUDA device" where there is none, and exit 3. `plan` says which stages a command
+runs (the registry, --stages, --resume); `detach-*` start, wait for and stop the detached build. `finish` prints the
+table and exits 0 when every stage passed, 1 when one failed, 3 when there was no CUDA device, 4 when stages are
+still pending (a later command's --resume goes on).
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # builder's torch-free modules (job labels, the ledger) are read from the checkout
 
-from acceptance import bench, numerics, seed, upstream  # noqa: E402
+from acceptance import bench, checklist, detach, numerics, seed, stages, upstream  # noqa: E402
 from acceptance import summary as record  # noqa: E402
 from acceptance.config import Config, ConfigError, load_config  # noqa: E402
 from acceptance.device import torch_facts, unavailable_reason  # noqa: E402
 from acceptance.installed import environment_checks, install_checks  # noqa: E402
 from acceptance.summary import FAILED, PASSED, SKIPPED, Check  # noqa: E402
 
-EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
+EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU, EXIT_PENDING = 0, 1, 2, 3, 4
 
 
 def _say(line: str) -> None:
@@ -55,13 +57,19 @@ def _stage(
     return {PASSED: EXIT_PASSED, FAILED: EXIT_FAILED}.get(status, EXIT_NO_GPU)
 
 
-def _gpu_stage(args: argparse.Namespace, name: str, planned: Sequence[str], run: Callable[[], list[Check]]) -> int:
+def _gpu_stage(
+    args: argparse.Namespace,
+    name: str,
+    planned: Sequence[str],
+    run: Callable[[], list[Check]],
+    data: Callable[[list[Check]], dict] | None = None,
+) -> int:
     """A stage that needs a CUDA device: without one, every planned check is skipped with the reason."""
     started = time.monotonic()
     _say(f"== {name}")
     reason = unavailable_reason()
     checks = record.skipped_checks(planned, reason) if reason else run()
-    return _stage(args, name, checks, started)
+    return _stage(args, name, checks, started, data=data(checks) if data and not reason else None)
 
 
 # -- subcommands ------------------------------------------------------------------------------------------------
@@ -86,7 +94,30 @@ def cmd_skip_rest(args: argparse.Namespace) -> int:
             record.load(args.summary)["stages"].get(args.reason_of, {}).get("detail")
             or f"skipped after {args.reason_of}"
         )
-    record.skip_remaining(args.summary, args.config.stages, reason)
+    record.skip_remaining(args.summary, args.only or args.config.stages, reason, status=args.status)
+    return EXIT_PASSED
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Print the stages this command runs, ``name setup seconds`` a line, and note the command in the summary
+    (a fresh run starts it over; --resume keeps the earlier commands' results)."""
+    registry = args.config.registry
+    try:
+        selected = stages.parse_selection(args.stages, registry) if args.stages else None
+    except stages.SelectionError as error:
+        print(f"ERROR {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.resume and not args.summary.is_file():
+        print(f"ERROR --resume: no earlier run's summary at {args.summary} (was the machine given back?); "
+              "run without --resume to start afresh", file=sys.stderr)
+        return EXIT_USAGE
+    earlier = record.load(args.summary)["stages"] if args.resume else {}
+    results = {name: entry.get("status") for name, entry in earlier.items()}
+    planned = stages.plan(registry, selected=selected, results=results, resume=args.resume)
+    if args.argv is not None:
+        record.begin_command(args.summary, command=args.argv, planned=[s.name for s in planned], resume=args.resume)
+    for line in stages.plan_lines(planned):
+        print(line)
     return EXIT_PASSED
 
 
@@ -173,9 +204,23 @@ def _importable(module: str) -> bool:
 
 
 def cmd_build_report(args: argparse.Namespace) -> int:
-    """The build stage from the ledger: one check per job, passed when it produced a verified wheel in dist/."""
+    """The build stage from the ledger: one check per job, passed when it produced a verified wheel in dist/. With
+    --state, the detached build's exit status and time come from its state folder; still running, the stage is
+    recorded as running (exit 4) for a later command to collect."""
     from builder.core.ledger import Ledger
 
+    if args.state is not None:
+        progress = detach.status(args.state)
+        if progress.state == detach.RUNNING:
+            detail = (
+                f"still running after {progress.seconds():.0f} s (pid {progress.pid}, detached): --resume collects it"
+            )
+            record.record_stage(args.summary, "build", status=record.RUNNING, seconds=progress.seconds(), detail=detail)
+            _say(f"build: running ({detail})")
+            return EXIT_PENDING
+        args.exit_code = progress.exit_code if progress.state in (detach.FINISHED, detach.COLLECTED) else -1
+        args.seconds = progress.seconds()
+        detach.collect(args.state)
     path = args.wheelhouse / "ledger.sqlite"
     checks: list[Check] = []
     if path.is_file():
@@ -204,6 +249,7 @@ def cmd_build_report(args: argparse.Namespace) -> int:
         checks=checks,
         detail=detail,
         data={"wheels": built},
+        own_seconds=args.state is not None,
     )
     return EXIT_PASSED if status == PASSED else EXIT_FAILED
 
@@ -221,6 +267,58 @@ def _job_check(entry, wheelhouse: Path) -> Check:
         **({"wheel": entry.wheel} if built else {}),
     }
     return Check(name=entry.job_id, status=PASSED if built else FAILED, detail=detail, data=data)
+
+
+def cmd_detach_start(args: argparse.Namespace) -> int:
+    command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
+    if not command:
+        print("ERROR detach-start needs a command after --", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        progress = detach.start(args.state, command, log=args.log, limit_s=args.limit)
+    except detach.DetachError as error:
+        print(f"ERROR {error}", file=sys.stderr)
+        return EXIT_FAILED
+    _say(f"started detached (pid {progress.pid}, stopped after {args.limit:.0f} s): {' '.join(command)}")
+    return EXIT_PASSED
+
+
+def cmd_detach_wait(args: argparse.Namespace) -> int:
+    """Exit 0 once the detached command has ended (whatever its status), 4 while it is still running."""
+    def tick(progress: detach.Progress) -> None:
+        _say(f"  ... still running, {progress.seconds():.0f} s{_last_line(args.log)}")
+
+    progress = detach.wait(args.state, seconds=args.seconds, tick=tick, tick_every_s=args.tick)
+    if progress.state == detach.RUNNING:
+        _say(f"still running after {progress.seconds():.0f} s; not waiting longer in this command")
+        return EXIT_PENDING
+    if progress.state == detach.NONE:
+        print(f"ERROR {args.state}: nothing was started there", file=sys.stderr)
+        return EXIT_FAILED
+    how = f"exit {progress.exit_code}" if progress.state == detach.FINISHED else "ended without recording its status"
+    _say(f"ended after {progress.seconds() or 0:.0f} s: {how}")
+    return EXIT_PASSED
+
+
+def _last_line(log: Path | None) -> str:
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines() if log else []
+    except OSError:
+        return ""
+    return f": {lines[-1].strip()[:160]}" if lines else ""
+
+
+def cmd_detach_status(args: argparse.Namespace) -> int:
+    print(detach.status(args.state).state)
+    return EXIT_PASSED
+
+
+def cmd_detach_stop(args: argparse.Namespace) -> int:
+    before = detach.status(args.state)
+    after = detach.stop(args.state)
+    if before.state == detach.RUNNING:
+        _say(f"stopped the detached command (pid {before.pid}): exit {after.exit_code}")
+    return EXIT_PASSED
 
 
 def cmd_installed(args: argparse.Namespace) -> int:
@@ -248,6 +346,22 @@ def cmd_seed(args: argparse.Namespace) -> int:
         ]
 
     return _gpu_stage(args, "seed", seed.NAMES, run)
+
+
+def cmd_checklist(args: argparse.Namespace) -> int:
+    config: Config = args.config
+    parts = args.parts
+
+    def run() -> list[Check]:
+        checks = checklist.run(
+            config.checklist, config.conv_tolerance["float32"], parts=parts, leak_seconds=args.leak_seconds,
+            report=_report,
+        )
+        for line in checklist.report_lines([check.as_dict() for check in checks]):
+            _say(line)
+        return checks
+
+    return _gpu_stage(args, "checklist", checklist.planned(config.checklist, parts), run, data=checklist.summary_data)
 
 
 def cmd_upstream(args: argparse.Namespace) -> int:
@@ -328,7 +442,12 @@ def cmd_finish(args: argparse.Namespace) -> int:
     summary = record.finish(args.summary, args.config.stages)
     for line in record.render(summary, args.config.stages):
         _say(line)
-    return {"passed": EXIT_PASSED, "no-gpu": EXIT_NO_GPU}.get(summary["outcome"], EXIT_FAILED)
+    for line in checklist.report_lines(summary["stages"].get("checklist", {}).get("checks", [])):
+        _say(line)
+    if summary["outcome"] == "incomplete":
+        _say("stages are pending: run the same command again with --resume (while the machine is still warm)")
+    exits = {"passed": EXIT_PASSED, "no-gpu": EXIT_NO_GPU, "incomplete": EXIT_PENDING}
+    return exits.get(summary["outcome"], EXIT_FAILED)
 
 
 # -- command line -----------------------------------------------------------------------------------------------
@@ -341,11 +460,28 @@ def _positive(text: str) -> int:
     return value
 
 
+def _parts(text: str) -> tuple[str, ...]:
+    try:
+        return checklist.parse_parts(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _seconds_value(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpu_acceptance.py",
         description=__doc__.split("\n\n")[0],
-        epilog="exit codes: 0 passed, 1 a check failed, 2 bad arguments, 3 no CUDA device",
+        epilog="exit codes: 0 passed, 1 a check failed, 2 bad arguments, 3 no CUDA device, 4 pending (--resume)",
     )
     parser.add_argument("--summary", type=Path, required=True, help="the summary JSON to add to (created if missing)")
     parser.add_argument(
@@ -367,7 +503,38 @@ def build_parser() -> argparse.ArgumentParser:
     reasons = sub.add_mutually_exclusive_group(required=True)
     reasons.add_argument("--reason", help="why they were skipped")
     reasons.add_argument("--reason-of", metavar="STAGE", help="skipped for the reason recorded as STAGE's detail")
+    sub.add_argument("--status", choices=(record.SKIPPED, record.PENDING), default=record.SKIPPED,
+                     help="pending: left for a later command's --resume (default: %(default)s)")
+    sub.add_argument("--only", nargs="+", metavar="STAGE", help="only these stages (default: every stage)")
     sub.set_defaults(func=cmd_skip_rest)
+
+    sub = commands.add_parser("plan", help="print the stages this command runs: name, setup (1/0), seconds needed")
+    sub.add_argument("--stages", help="comma-separated stage names (the setup stages before them come along)")
+    sub.add_argument("--resume", action="store_true", help="keep the summary; run what earlier commands left")
+    sub.add_argument("--argv", help="the command line, noted in the summary (and a command of the run begins)")
+    sub.set_defaults(func=cmd_plan)
+
+    sub = commands.add_parser("detach-start", help="start a command in its own session (it outlives this one)")
+    sub.add_argument("--state", type=Path, required=True, help="the folder its pid and exit status go to")
+    sub.add_argument("--log", type=Path, required=True, help="its output")
+    sub.add_argument("--limit", type=float, default=3600.0, help="seconds before it is stopped (default: %(default)s)")
+    sub.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    sub.set_defaults(func=cmd_detach_start)
+
+    sub = commands.add_parser("detach-wait", help="wait for a detached command; exit 4 if still running")
+    sub.add_argument("--state", type=Path, required=True)
+    sub.add_argument("--seconds", type=float, required=True, help="how long to wait at most")
+    sub.add_argument("--log", type=Path, help="its output: each progress line quotes the last line")
+    sub.add_argument("--tick", type=float, default=30.0, help="seconds between progress lines (default: %(default)s)")
+    sub.set_defaults(func=cmd_detach_wait)
+
+    sub = commands.add_parser("detach-status", help="print none, running, finished, collected or vanished")
+    sub.add_argument("--state", type=Path, required=True)
+    sub.set_defaults(func=cmd_detach_status)
+
+    sub = commands.add_parser("detach-stop", help="stop a detached command if it is running")
+    sub.add_argument("--state", type=Path, required=True)
+    sub.set_defaults(func=cmd_detach_stop)
 
     sub = commands.add_parser("preflight", help="record this machine's GPU, torch and toolkit; exit 3 without a GPU")
     sub.add_argument("--quick", action="store_true", help="mark the run as a --quick one")
@@ -375,7 +542,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = commands.add_parser("build-report", help="record the build stage from the build's ledger")
     sub.add_argument("--wheelhouse", type=Path, required=True)
-    sub.add_argument("--exit-code", type=int, required=True, help="wheelwright build's exit status")
+    how = sub.add_mutually_exclusive_group(required=True)
+    how.add_argument("--exit-code", type=int, help="wheelwright build's exit status")
+    how.add_argument("--state", type=Path, help="the detached build's state folder (its exit status and time)")
     sub.add_argument("--seconds", type=float)
     sub.add_argument("--reused", action="store_true", help="an earlier run's build, taken over (--skip-build)")
     sub.set_defaults(func=cmd_build_report)
@@ -386,7 +555,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--dist", type=Path, required=True, help="the build's dist/ folder")
     sub.set_defaults(func=cmd_installed)
 
-    commands.add_parser("seed", help="the seed checks (GPU)").set_defaults(func=cmd_seed)
+    commands.add_parser("seed", help="the two seed checks alone (GPU; the checklist holds them)").set_defaults(
+        func=cmd_seed
+    )
+
+    sub = commands.add_parser("checklist", help="the seed checklist: seed, batches, decode, performance, leaks (GPU)")
+    sub.add_argument("--parts", type=_parts, default=checklist.PARTS,
+                     help=f"comma-separated parts of {','.join(checklist.PARTS)} (default: all)")
+    sub.add_argument("--leak-seconds", type=_seconds_value, default=None,
+                     help="each leak run's length (default: the data file's, 60)")
+    sub.set_defaults(func=cmd_checklist)
 
     sub = commands.add_parser("upstream", help="causal-conv1d's own test file from its sdist (GPU)")
     sub.add_argument("--sdist-dir", type=Path, required=True, help="the fetch cache's sdists folder")

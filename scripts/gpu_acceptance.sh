@@ -4,23 +4,38 @@
 # pip installs them from that index into a venv that sees the box's torch, and scripts/gpu_acceptance.py checks them
 # on the GPU. The box is offline: scripts/prepare_gpu_carry.sh fills .carry/ beforehand, and it travels along.
 # Everything printed also goes to OUTDIR/acceptance.log; OUTDIR/summary.json holds each stage's result as it ends.
+# The stages are a registry (scripts/data/gpu_acceptance.toml; each runs the function stage_<name> below). One proof
+# may span several commands: the build runs detached (in its own process session), a command leaves what it had no
+# time for pending, and the next command's --resume goes on from the summary kept in the work folder.
 set -euo pipefail
 
 usage() {
     cat <<'EOF'
-usage: scripts/gpu_acceptance.sh OUTDIR [--skip-build WHEELHOUSE] [--quick] [--work DIR] [--carry DIR]
-                                        [--workers N] [--port N] [--deadline SECONDS]
+usage: scripts/gpu_acceptance.sh OUTDIR [--stages LIST] [--resume] [--detach] [--skip-build WHEELHOUSE]
+                                        [--quick] [--leak-seconds N] [--work DIR] [--carry DIR] [--workers N]
+                                        [--port N] [--deadline SECONDS] [--build-limit SECONDS]
 
   OUTDIR                  the log, the summary JSON, the build logs and pytest's output go here (at most 8 files)
+  --stages LIST           run only these stages (comma-separated; the setup stages before them come along)
+  --resume                go on with the run an earlier command left in the work folder: its results stand, and
+                          the stages it left pending (or a build still running) are run (or collected) now
+  --detach                start the build and return without waiting for it (a later --resume collects it)
   --skip-build WHEELHOUSE reuse an earlier run's build output (its dist/ and ledger.sqlite) and only test
   --quick                 run a subset of causal-conv1d's suite (its counts are then not compared with upstream's)
-  --work DIR              scratch folder: wheelhouse, venvs, cache (default: .gpu-work, kept for --skip-build)
+  --leak-seconds N        each of the seed checklist's two leak runs (default: the data file's, 60)
+  --work DIR              scratch folder: wheelhouse, venvs, cache, the summary (default: .gpu-work)
   --carry DIR             what scripts/prepare_gpu_carry.sh filled (default: .carry)
   --workers N             pytest-xdist workers for causal-conv1d's suite (default: 16)
   --port N                the index server's loopback port (default: a free one)
-  --deadline SECONDS      no optional stage starts past this many seconds into the run (default: 570)
+  --deadline SECONDS      no stage starts past this many seconds into the command, or with fewer seconds left
+                          than it needs (it is left pending for --resume) (default: 570)
+  --build-limit SECONDS   the detached build is stopped after this long, across commands (default: 1800)
 
-exit status: 0 every stage passed, 1 a stage failed or was cut short, 2 bad arguments, 3 no CUDA device
+stages: preflight carry build index serve install checklist upstream mamba bench (setup: preflight carry index
+serve install, which run again in every command that runs a later stage)
+
+exit status: 0 every stage passed, 1 a stage failed, 2 bad arguments, 3 no CUDA device, 4 stages pending: run the
+same command again with --resume (the work folder survives between commands while the machine stays warm)
 EOF
 }
 
@@ -34,13 +49,20 @@ is_count() { [[ $1 =~ ^[0-9]+$ ]]; }
 
 parse_args() {  # sets the options' globals; bad arguments exit 2 with a message
     outdir="" wheelhouse_reuse="" quick=0 work="" carry="" workers=16 port=0 deadline=570
+    stages="" resume=0 detach_only=0 leak_seconds="" build_limit=1800
+    argv=("$@")
     while [ $# -gt 0 ]; do
         case "$1" in
             -h|--help) usage; exit 0 ;;
             --quick) quick=1; shift ;;
-            --skip-build|--work|--carry|--workers|--port|--deadline)
+            --resume) resume=1; shift ;;
+            --detach) detach_only=1; shift ;;
+            --skip-build|--work|--carry|--workers|--port|--deadline|--stages|--leak-seconds|--build-limit)
                 [ $# -ge 2 ] && [ -n "$2" ] || die_usage "$1 needs a value"
                 case "$1" in
+                    --stages) stages=$2 ;;
+                    --leak-seconds) is_count "$2" && [ "$2" -ge 1 ] || die_usage "--leak-seconds wants a positive number, not '$2'"; leak_seconds=$2 ;;
+                    --build-limit) is_count "$2" && [ "$2" -ge 60 ] || die_usage "--build-limit wants seconds >= 60, not '$2'"; build_limit=$2 ;;
                     --skip-build) wheelhouse_reuse=$2 ;;
                     --work) work=$2 ;;
                     --carry) carry=$2 ;;
@@ -70,12 +92,15 @@ setup() {  # absolute paths, the log, and the environment every stage shares
     if [ -n "$wheelhouse_reuse" ]; then WH=$(cd "$wheelhouse_reuse" && pwd); fi
     cd "$ROOT"
     PY=${PYTHON:-python3}
-    SUMMARY=$OUTDIR/summary.json
+    SUMMARY=$WORK/summary.json     # outlives the command (OUTDIR may not); copied to OUTDIR after every stage
     LOG=$OUTDIR/acceptance.log
     WW_SITE=$WORK/ww-site          # the carried wheels, on wheelwright's path only
     VENV=$WORK/venv                # where pip installs our wheels; sees the box's torch
+    BUILD_STATE=$WORK/build-run    # the detached build's pid and exit status (scripts/acceptance/detach.py)
+    BUILD_CONSOLE=$WORK/build-console.log
     LABEL=$("$PY" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["label"])' scripts/data/gpu_acceptance.toml)
-    rm -f "$SUMMARY" "$OUTDIR"/build-*.log "$OUTDIR"/build-status.txt "$OUTDIR/upstream-pytest.log" "$OUTDIR/pip-report.json"
+    rm -f "$OUTDIR/summary.json" "$OUTDIR"/build-*.log "$OUTDIR"/build-status.txt "$OUTDIR/upstream-pytest.log" "$OUTDIR/pip-report.json"
+    [ "$resume" -eq 1 ] || rm -f "$SUMMARY"
     : >"$LOG"
     exec > >(tee -a "$LOG") 2>&1
     tee_pid=$!
@@ -95,8 +120,13 @@ ww() { PYTHONPATH="$WW_SITE:$ROOT" PATH="$WW_SITE/bin:$PATH" "$PY" -m builder.cl
 remaining() { echo $((deadline - SECONDS)); }
 say() { echo "[$(date +%H:%M:%S) +${SECONDS}s] $*"; }
 
+publish_summary() {  # the summary, as it stands, into OUTDIR (what comes back from the machine)
+    if [ -f "$SUMMARY" ]; then cp "$SUMMARY" "$OUTDIR/summary.json"; fi
+}
+
 cleanup() {
     local status=$?
+    publish_summary
     if [ -f "$WORK/serve.pid" ]; then
         kill "$(cat "$WORK/serve.pid")" 2>/dev/null || true
         rm -f "$WORK/serve.pid"
@@ -110,23 +140,24 @@ cleanup() {
 # and recorded (a result the Python part recorded stands; only the time is the whole stage's). Never fails itself:
 # $stage_status says how it went.
 run_stage() {
-    local name=$1 fn=$2 start=$EPOCHREALTIME status=passed
+    local name=$1 fn=$2 start=$EPOCHREALTIME status
     say "=== stage $name"
     rm -f "$WORK/stage-detail"
     set +e
     (set -e; "$fn")
     stage_status=$?
     set -e
-    [ "$stage_status" -eq 0 ] || status=failed
+    case "$stage_status" in 0) status=passed ;; 3) status=skipped ;; 4) status=pending ;; *) status=failed ;; esac
     local detail
     detail=$(cat "$WORK/stage-detail" 2>/dev/null || true)
     [ "$stage_status" -eq 0 ] || detail="exit $stage_status${detail:+; $detail}"
     py record --stage "$name" --status "$status" --seconds "$(awk "BEGIN {print $EPOCHREALTIME - $start}")" \
         --detail "$detail" --keep-result
+    publish_summary
     say "=== stage $name: $status (exit $stage_status)"
 }
 
-stop_here() {  # stop_here SKIP-REST-ARGS...: the stages without a result are skipped, for the reason given
+stop_here() {  # stop_here SKIP-REST-ARGS...: the stages without a result are skipped (or pending), for the reason
     py skip-rest "$@"
     finish
 }
@@ -171,13 +202,21 @@ detect_cuda_home() {  # $CUDA_HOME, else the toolkit nvcc on PATH belongs to, el
 
 # -- stages -----------------------------------------------------------------------------------------------------
 
+stage_preflight() { py preflight ${quick_flag:+--quick}; }
+
 stage_carry() {
     local wheels=("$CARRY"/wheels/*.whl)
     [ -f "${wheels[0]}" ] || { echo "no wheels in $CARRY/wheels: run scripts/prepare_gpu_carry.sh here first" >"$WORK/stage-detail"; return 1; }
-    rm -rf "$WW_SITE"
-    "$PY" -m pip install --quiet --no-index --no-deps --no-compile --target "$WW_SITE" "${wheels[@]}"
+    # installed once per set of wheels: a detached build still running from an earlier command imports from it
+    local carried
+    carried=$(cd "$CARRY/wheels" && ls -- *.whl)
+    if [ "$(cat "$WW_SITE/.carried" 2>/dev/null)" != "$carried" ]; then
+        rm -rf "$WW_SITE"
+        "$PY" -m pip install --quiet --no-index --no-deps --no-compile --target "$WW_SITE" "${wheels[@]}"
+        echo "$carried" >"$WW_SITE/.carried"
+    fi
     mkdir -p "$WHEELWRIGHT_CACHE/sdists"
-    cp "$CARRY"/cache/sdists/*.tar.gz "$WHEELWRIGHT_CACHE/sdists/"
+    cp -n "$CARRY"/cache/sdists/*.tar.gz "$WHEELWRIGHT_CACHE/sdists/"  # never rewrites a file a build may read
     # informational: the image's own packages stand in for the rest, maybe at other versions than pinned
     PYTHONPATH="$WW_SITE" "$PY" scripts/gpu_carry.py satisfied || say "could not compare the requirements"
     ww plan --profile gpu-box --format json >"$WORK/plan.json"
@@ -190,14 +229,43 @@ sys.exit(0 if labels == {sys.argv[2]} and len(jobs) == 2 else 1)
 EOF
 }
 
+# The build runs detached, in its own process session: it outlives a command that runs out of time, and the next
+# command's --resume collects it. Exit 4 from this stage: still running.
 stage_build() {
-    local budget=$(($(remaining) - 60)) status=0 start=$EPOCHREALTIME
-    [ "$budget" -gt 60 ] || budget=60
-    say "wheelwright build --profile gpu-box --parallel 2 (stopped after ${budget}s)"
-    timeout --kill-after=15 "$budget" env PYTHONPATH="$WW_SITE:$ROOT" PATH="$WW_SITE/bin:$PATH" COLUMNS=160 \
-        "$PY" -m builder.cli.main build --profile gpu-box --output "$WH" --parallel 2 --objcache off || status=$?
+    if [ -n "$wheelhouse_reuse" ]; then
+        say "reusing the build in $WH"
+        py build-report --wheelhouse "$WH" --exit-code 0 --reused
+        return
+    fi
+    local found
+    found=$(py detach-status --state "$BUILD_STATE")
+    if [ "$resume" -eq 1 ] && { [ "$found" = running ] || [ "$found" = finished ]; }; then
+        say "collecting the build an earlier command started ($found)"
+    else
+        [ "$found" != running ] || py detach-stop --state "$BUILD_STATE"  # a fresh run does not share the wheelhouse
+        start_build
+    fi
+    if [ "$detach_only" -eq 0 ]; then
+        local wait=$(($(remaining) - 30))
+        [ "$wait" -gt 0 ] || wait=0
+        py detach-wait --state "$BUILD_STATE" --seconds "$wait" --log "$BUILD_CONSOLE" || [ $? -eq 4 ]
+    fi
+    local status=0
+    py build-report --wheelhouse "$WH" --state "$BUILD_STATE" || status=$?
+    if [ "$status" -ne 4 ] && [ -f "$BUILD_CONSOLE" ]; then
+        echo "--- wheelwright build's output"
+        cat "$BUILD_CONSOLE"
+    fi
+    return "$status"
+}
+
+start_build() {
+    say "wheelwright build --profile gpu-box --parallel 2, detached (stopped after ${build_limit}s)"
+    rm -f "$BUILD_CONSOLE"
     # one Python per job here, so the object cache has nothing to share
-    py build-report --wheelhouse "$WH" --exit-code "$status" --seconds "$(awk "BEGIN {print $EPOCHREALTIME - $start}")"
+    py detach-start --state "$BUILD_STATE" --log "$BUILD_CONSOLE" --limit "$build_limit" -- \
+        env PYTHONPATH="$WW_SITE:$ROOT" PATH="$WW_SITE/bin:$PATH" COLUMNS=160 \
+        "$PY" -m builder.cli.main build --profile gpu-box --output "$WH" --parallel 2 --objcache off
 }
 
 stage_index() {
@@ -236,10 +304,10 @@ stage_install() {
     vpy installed --report "$WORK/pip-report.json" --index-url "$URL" --dist "$WH/dist"
 }
 
-stage_seed() { vpy seed; }
+stage_checklist() { vpy checklist ${leak_seconds:+--leak-seconds "$leak_seconds"}; }
 
-stage_upstream() {
-    local budget=$(($(remaining) - 90))
+stage_upstream() {  # started only with [stage_seconds] left; what it leaves is enough to record and finish
+    local budget=$(($(remaining) - 20))
     [ "$budget" -gt 60 ] || budget=60
     vpy upstream --sdist-dir "$WHEELWRIGHT_CACHE/sdists" --workers "$workers" --timeout "$budget" \
         --log "$OUTDIR/upstream-pytest.log" ${quick_flag:+--quick}
@@ -251,6 +319,20 @@ stage_bench() { vpy bench; }
 
 # -- the run ----------------------------------------------------------------------------------------------------
 
+# after_stage NAME: what a stage's end means for the rest of this command (returns when the run goes on)
+after_stage() {
+    local name=$1 setup=$2
+    if [ "$stage_status" -eq 4 ]; then
+        stop_here --status pending --reason "pending: the build is still running; --resume collects it"
+    elif [ "$name" = build ] && [ -z "$(ls "$WH"/dist/*.whl 2>/dev/null)" ]; then
+        stop_here --reason "skipped: no wheels were built"
+    elif [ "$stage_status" -eq 3 ] && [ "$name" = preflight ]; then
+        stop_here --reason-of preflight  # no CUDA device: every stage says so
+    elif [ "$stage_status" -ne 0 ] && [ "$setup" -eq 1 ]; then
+        stop_here --reason "skipped: the $name stage failed"
+    fi
+}
+
 main() {
     parse_args "$@"
     setup
@@ -260,45 +342,29 @@ main() {
     export CUDA_HOME
     say "gpu acceptance: out $OUTDIR, work $WORK, carry $CARRY, CUDA_HOME ${CUDA_HOME:-none}, deadline ${deadline}s"
 
-    say "=== stage preflight"
-    preflight=0
-    py preflight ${quick_flag:+--quick} || preflight=$?
-    case "$preflight" in
-        0) ;;
-        3) stop_here --reason-of preflight ;;  # no CUDA device: every stage says so
-        *) stop_here --reason "skipped: the preflight failed" ;;
-    esac
-
-    run_stage carry stage_carry
-    [ "$stage_status" -eq 0 ] || stop_here --reason "skipped: the carry stage failed"
-
-    if [ -n "$wheelhouse_reuse" ]; then
-        say "=== stage build: reusing $WH"
-        py build-report --wheelhouse "$WH" --exit-code 0 --reused || true  # a failed job shows in the summary
-    else
-        run_stage build stage_build
-    fi
-    [ -n "$(ls "$WH"/dist/*.whl 2>/dev/null)" ] || stop_here --reason "skipped: no wheels were built"
-
+    local plan status=0
+    plan=$(py plan ${stages:+--stages "$stages"} $([ "$resume" -eq 1 ] && echo --resume) \
+        "--argv=scripts/gpu_acceptance.sh ${argv[*]}") || status=$?
+    [ "$status" -eq 0 ] || exit 2  # plan said why
+    say "stages this command: $(echo "$plan" | cut -d' ' -f1 | tr '\n' ' ')"
     if [ "$port" -eq 0 ]; then
         port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     fi
     PORT=$port
     URL=http://127.0.0.1:$PORT
-    for stage in index serve install; do
-        run_stage "$stage" "stage_$stage"
-        [ "$stage_status" -eq 0 ] || stop_here --reason "skipped: the $stage stage failed"
-    done
 
-    run_stage seed stage_seed
-    run_stage upstream stage_upstream
-    for stage in mamba:40 bench:25; do  # name:seconds it needs at least
-        if [ "$(remaining)" -ge "${stage#*:}" ]; then
-            run_stage "${stage%%:*}" "stage_${stage%%:*}"
-        else
-            py record --stage "${stage%%:*}" --status skipped --detail "skipped: $(remaining)s left of the ${deadline}s deadline"
+    local name setup needs
+    while read -r name setup needs; do
+        [ -n "$name" ] || continue
+        if [ "$(remaining)" -lt "$needs" ]; then
+            say "=== stage $name: pending ($(remaining)s left, it needs ${needs}s)"
+            py record --stage "$name" --status pending \
+                --detail "pending: $(remaining)s were left of the ${deadline}s deadline and it needs ${needs}s; --resume runs it"
+            continue
         fi
-    done
+        run_stage "$name" "stage_$name"
+        after_stage "$name" "$setup"
+    done <<<"$plan"
     finish
 }
 

@@ -74,10 +74,71 @@ class Bench:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Stage:
+    """One entry of the stage registry: the shell runs ``stage_<name>``."""
+
+    name: str
+    setup: bool  # runs again in every command that runs a later stage; a failure ends the command
+    seconds: int  # needed before the deadline to be started
+
+
+@dataclass(frozen=True, kw_only=True)
+class PerfModel:
+    name: str
+    d_model: int
+    n_layer: int
+    batch: int
+    seqlen: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Perf:
+    warmup: int
+    repeats: int
+    vocab_size: int
+    decode_prompt: int
+    decode_tokens: int
+    models: tuple[PerfModel, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Leak:
+    seconds: float  # each of the two runs
+    max_steps: int
+    warmup_steps: int
+    bound_mib: float
+    min_samples: int  # fewer samples after the warm-up prove nothing
+    train_batch: int
+    train_seqlen: int
+    decode_batch: int
+    decode_prompt: int
+    decode_tokens: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checklist:
+    dtypes: tuple[str, ...]
+    batch_sizes: tuple[int, ...]
+    batch_seqlen: int
+    batch_tolerance: dict[str, Tolerance]
+    d_model: int  # the blocks'
+    mamba: dict  # Mamba's keyword arguments besides d_model
+    mamba2: dict
+    lm: dict  # the small MambaLMHeadModel: d_model, n_layer, vocab_size
+    decode_batch: int
+    decode_prompt: int
+    decode_new_tokens: int
+    decode_tolerance: dict[str, Tolerance]  # fp16 and bf16; fp32 compares tokens
+    perf: Perf
+    leak: Leak
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     label: str
     packages: tuple[str, ...]
     stages: tuple[str, ...]
+    registry: tuple[Stage, ...]
     upstream: Upstream
     conv_tolerance: dict[str, Tolerance]  # causal-conv1d's, by dtype name
     tolerance: dict[str, Tolerance]  # mamba-ssm's, by dtype name, plus "weight"
@@ -85,6 +146,10 @@ class Config:
     scan: ScanCases
     inner: InnerCases
     bench: Bench
+    checklist: Checklist
+
+    def stage(self, name: str) -> Stage:
+        return next(stage for stage in self.registry if stage.name == name)
 
 
 def load_config(path: Path = DATA) -> Config:
@@ -108,6 +173,7 @@ def _config(data: dict) -> Config:
         label=str(data["label"]),
         packages=tuple(data["packages"]),
         stages=tuple(data["stages"]),
+        registry=_registry(data),
         upstream=Upstream(
             package=upstream["package"],
             tests=upstream["tests"],
@@ -146,6 +212,55 @@ def _config(data: dict) -> Config:
             causal_conv1d=tuple(bench["causal_conv1d"]),
             selective_scan=tuple(bench["selective_scan"]),
         ),
+        checklist=_checklist(data["checklist"]),
+    )
+
+
+def _registry(data: dict) -> tuple[Stage, ...]:
+    setup, seconds = set(data["setup_stages"]), data.get("stage_seconds", {})
+    unknown = sorted((setup | set(seconds)) - set(data["stages"]))
+    if unknown:
+        raise ValueError(f"setup_stages or [stage_seconds] name stages not in `stages`: {', '.join(unknown)}")
+    return tuple(Stage(name=name, setup=name in setup, seconds=int(seconds.get(name, 0))) for name in data["stages"])
+
+
+def _checklist(table: dict) -> Checklist:
+    batch, blocks, decode, perf, leak = (table[key] for key in ("batch", "blocks", "decode", "perf", "leak"))
+    return Checklist(
+        dtypes=tuple(table["dtypes"]),
+        batch_sizes=tuple(map(int, batch["sizes"])),
+        batch_seqlen=int(batch["seqlen"]),
+        batch_tolerance=_tolerances(batch["tolerance"]),
+        d_model=int(blocks["d_model"]),
+        mamba=dict(blocks["mamba"]),
+        mamba2=dict(blocks["mamba2"]),
+        lm={key: int(table["lm"][key]) for key in ("d_model", "n_layer", "vocab_size")},
+        decode_batch=int(decode["batch"]),
+        decode_prompt=int(decode["prompt"]),
+        decode_new_tokens=int(decode["new_tokens"]),
+        decode_tolerance=_tolerances(decode["tolerance"]),
+        perf=Perf(
+            warmup=int(perf["warmup"]),
+            repeats=int(perf["repeats"]),
+            vocab_size=int(perf["vocab_size"]),
+            decode_prompt=int(perf["decode_prompt"]),
+            decode_tokens=int(perf["decode_tokens"]),
+            models=tuple(
+                PerfModel(name=str(m["name"]), **{k: int(m[k]) for k in ("d_model", "n_layer", "batch", "seqlen")})
+                for m in perf["models"]
+            ),
+        ),
+        leak=Leak(
+            seconds=float(leak["seconds"]),
+            bound_mib=float(leak["bound_mib"]),
+            **{
+                key: int(leak[key])
+                for key in (
+                    "max_steps", "warmup_steps", "min_samples", "train_batch", "train_seqlen",
+                    "decode_batch", "decode_prompt", "decode_tokens",
+                )
+            },
+        ),
     )
 
 
@@ -175,5 +290,31 @@ def _check(config: Config, path: Path) -> None:
                 not isinstance(v, int) or v < 1 for k, v in size.items() if k != "dtype"
             ):
                 problems.append(f"bench.{kind}: {size} needs positive integer sizes and a dtype of {DTYPES}")
+    problems += _registry_problems(config)
+    problems += _checklist_problems(config.checklist)
     if problems:
         raise ConfigError(f"{path}: " + "; ".join(problems))
+
+
+def _registry_problems(config: Config) -> list[str]:
+    problems = [
+        f"stage name {stage.name!r} is not a shell identifier (the shell runs stage_<name>)"
+        for stage in config.registry
+        if not stage.name.isidentifier() or not stage.name.isascii()
+    ]
+    return problems
+
+
+def _checklist_problems(checklist: Checklist) -> list[str]:
+    problems = []
+    if not set(checklist.dtypes) <= set(DTYPES) or set(checklist.batch_tolerance) != set(checklist.dtypes):
+        problems.append(f"[checklist.batch.tolerance] must give exactly checklist.dtypes, each one of {DTYPES}")
+    if set(checklist.decode_tolerance) != set(checklist.dtypes) - {"float32"}:
+        problems.append("[checklist.decode.tolerance] must give checklist.dtypes but float32 (it compares tokens)")
+    if 1 not in checklist.batch_sizes or any(size < 1 for size in checklist.batch_sizes):
+        problems.append("checklist.batch.sizes must be positive and hold 1 (the reference)")
+    if not checklist.perf.models:
+        problems.append("checklist.perf.models is empty (the leak run uses the first)")
+    if checklist.leak.seconds <= 0 or checklist.leak.bound_mib < 0 or checklist.leak.min_samples < 2:
+        problems.append("checklist.leak: seconds must be positive, bound_mib not negative, min_samples at least 2")
+    return problems

@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PASSED, FAILED, SKIPPED, REUSED = "passed", "failed", "skipped", "reused"
-STATUSES = (PASSED, FAILED, SKIPPED, REUSED)  # reused: a stage's earlier result taken over (--skip-build)
+PENDING, RUNNING = "pending", "running"
+# reused: a stage's earlier result taken over (--skip-build); pending: not started in this command, for lack of time
+# or because the build is still running; running: the build, detached, still at work when the command ended
+STATUSES = (PASSED, FAILED, SKIPPED, REUSED, PENDING, RUNNING)
 SCHEMA = 1
 
 
@@ -80,15 +83,17 @@ def record_stage(
     checks: Sequence[Check] = (),
     data: dict | None = None,
     keep_result: bool = False,
+    own_seconds: bool = False,
 ) -> dict:
-    """Write one stage's result. With ``keep_result``, a result already there (the Python part's, with its checks)
-    stands and only takes ``seconds``: the shell times the whole stage, and records it itself only when the
-    Python part died before recording."""
+    """Write one stage's result. With ``keep_result``, a result this command already recorded (the Python part's,
+    with its checks) stands and only takes ``seconds``: the shell times the whole stage, and records it itself only
+    when the Python part died before recording. A result recorded with ``own_seconds`` keeps its time too: the
+    detached build's wall time spans commands, of which the shell saw only its own."""
     if status not in STATUSES:
         raise ValueError(f"stage status {status!r} is not one of {STATUSES}")
     summary = load(path)
-    if keep_result and name in summary["stages"]:
-        if seconds is not None:
+    if keep_result and _ran_here(summary, name):
+        if seconds is not None and not summary["stages"][name].get("own_seconds"):
             summary["stages"][name]["seconds"] = round(seconds, 2)
             save(path, summary)
         return summary
@@ -99,9 +104,22 @@ def record_stage(
         entry["checks"] = [check.as_dict() for check in checks]
     if data:
         entry["data"] = data
+    if own_seconds:
+        entry["own_seconds"] = True
     summary["stages"][name] = entry
+    if summary.get("commands") and status != PENDING:
+        ran = summary["commands"][-1].setdefault("ran", [])
+        if name not in ran:
+            ran.append(name)
     save(path, summary)
     return summary
+
+
+def _ran_here(summary: dict, name: str) -> bool:
+    """Whether this command recorded a result for the stage (without a list of commands: whether any did)."""
+    if summary.get("commands"):
+        return name in summary["commands"][-1].get("ran", ())
+    return name in summary["stages"]
 
 
 def update(path: Path, **fields: object) -> dict:
@@ -116,18 +134,34 @@ def update(path: Path, **fields: object) -> dict:
     return summary
 
 
-def skip_remaining(path: Path, stages: Sequence[str], reason: str) -> dict:
-    """Mark every stage that has no result yet as skipped, with the reason."""
+def skip_remaining(path: Path, stages: Sequence[str], reason: str, *, status: str = SKIPPED) -> dict:
+    """Mark every stage in ``stages`` that has no result in this command as skipped (or pending), with the reason.
+    A result an earlier command left stands, unless it was itself only pending or running."""
     summary = load(path)
     for name in stages:
-        summary["stages"].setdefault(name, {"status": SKIPPED, "detail": reason})
+        earlier = summary["stages"].get(name, {}).get("status")
+        if not _ran_here(summary, name) and earlier in (None, PENDING, RUNNING, SKIPPED):
+            summary["stages"][name] = {"status": status, "detail": reason}
+    save(path, summary)
+    return summary
+
+
+def begin_command(path: Path, *, command: str, planned: Sequence[str], resume: bool) -> dict:
+    """A command of the run starts: on a fresh run the summary starts over; every command is listed, with the
+    stages it planned, so that a proof spanning several commands says which did what."""
+    summary = load(path) if resume else {"schema": SCHEMA, "started_at": _now(), "stages": {}, "environment": {}}
+    summary.setdefault("commands", []).append(
+        {"started_at": _now(), "command": command, "planned": list(planned), "ran": []}
+    )
+    for key in ("outcome", "acceptance", "finished_at"):
+        summary.pop(key, None)
     save(path, summary)
     return summary
 
 
 def verdict(summary: dict, stages: Sequence[str]) -> tuple[str, bool]:
-    """(outcome, acceptance): the outcome is passed, failed, incomplete or no-gpu; acceptance also needs a full run
-    that built its own wheels."""
+    """(outcome, acceptance): the outcome is passed, failed, incomplete (a stage pending, running, skipped or not
+    reached: --resume may finish it) or no-gpu; acceptance also needs a full run that built its own wheels."""
     results = {name: summary["stages"].get(name, {}).get("status") for name in stages}
     if summary["stages"].get("preflight", {}).get("data", {}).get("cuda_available") is False:
         outcome = "no-gpu"

@@ -105,7 +105,7 @@ def test_box_script_without_a_gpu_skips_every_stage_with_the_reason(tmp_path: Pa
     assert sorted(p.name for p in out.iterdir()) == ["acceptance.log", "summary.json"]
 
 
-@pytest.mark.parametrize("command", ["seed", "mamba", "bench", "upstream"])
+@pytest.mark.parametrize("command", ["seed", "checklist", "mamba", "bench", "upstream"])
 def test_python_part_skips_gpu_checks_with_a_distinct_exit(tmp_path: Path, command: str) -> None:
     summary_path = tmp_path / "summary.json"
     extra = ["--sdist-dir", str(tmp_path), "--log", str(tmp_path / "pytest.log")] if command == "upstream" else []

@@ -444,7 +444,7 @@ def test_speedup_needs_agreeing_outputs() -> None:
 # -- the command line -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["seed", "mamba", "bench"])
+@pytest.mark.parametrize("command", ["seed", "checklist", "mamba", "bench"])
 def test_gpu_subcommands_skip_every_check_without_a_device(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
 ) -> None:
@@ -478,7 +478,7 @@ def test_finish_exit_codes(tmp_path: Path) -> None:
     _record_all(summary)
     assert gpu_acceptance.main(["--summary", str(summary), "finish"]) == gpu_acceptance.EXIT_PASSED
     gpu_acceptance.main(
-        ["--summary", str(summary), "record", "--stage", "seed", "--status", "failed", "--detail", "shape"]
+        ["--summary", str(summary), "record", "--stage", "checklist", "--status", "failed", "--detail", "shape"]
     )
     assert gpu_acceptance.main(["--summary", str(summary), "finish"]) == gpu_acceptance.EXIT_FAILED
 
