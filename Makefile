@@ -1,5 +1,6 @@
 # Two entry points do all setup on a fresh machine: `make build-matrix` and `make test`.
-# Both create (or refresh) the virtualenv in .venv from pyproject.toml first.
+# Both install the system packages they need when missing (scripts/install-system-deps.sh), then create (or
+# refresh) the virtualenv in .venv from pyproject.toml.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -12,20 +13,30 @@ BASE_URL ?=
 PORT ?= 8000
 PUBLISH_ARGS ?=
 
-.PHONY: venv plan build-matrix test test-unit index serve publish clean
+TIMED := scripts/timed.sh
+PYTEST := $(BIN)/python -m pytest
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $@
+.PHONY: venv plan build-matrix test check test-unit test-integration test-slow index serve publish clean \
+	system-deps-build system-deps-test
+
+# Each part prints the seconds it took (scripts/timed.sh); .ci/run adds them up against its budget.
+$(STAMP): pyproject.toml setup.py
+	@$(TIMED) venv sh -c 'set -e; test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); \
+		$(BIN)/python -m pip install --quiet --upgrade pip; $(BIN)/python -m pip install --quiet -e ".[test]"'
+	@touch $@
 
 venv: $(STAMP)
+
+system-deps-build:
+	@$(TIMED) "system packages" bash scripts/install-system-deps.sh build
+
+system-deps-test:
+	@$(TIMED) "system packages" bash scripts/install-system-deps.sh test
 
 plan: $(STAMP)
 	$(BIN)/wheelwright plan --profile $(PROFILE)
 
-build-matrix: $(STAMP)
+build-matrix: system-deps-build $(STAMP)
 	$(BIN)/wheelwright plan --profile $(PROFILE)
 	$(BIN)/wheelwright build --profile $(PROFILE) --output $(OUTPUT)
 	$(BIN)/wheelwright index --output $(OUTPUT) $(if $(BASE_URL),--base-url $(BASE_URL))
@@ -39,11 +50,30 @@ serve: $(STAMP)
 publish: $(STAMP)
 	$(BIN)/wheelwright publish --output $(OUTPUT) $(PUBLISH_ARGS)
 
-test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# The parts run in this order, one after the other; PYTEST_ARGS runs pytest once with them instead of the suites.
+test:
+	@$(MAKE) -s --no-print-directory system-deps-test
+	@$(MAKE) -s --no-print-directory venv
+	@$(MAKE) -s --no-print-directory check
+ifeq ($(strip $(PYTEST_ARGS)),)
+	@$(MAKE) -s --no-print-directory test-unit test-integration test-slow
+else
+	@$(TIMED) pytest $(PYTEST) $(PYTEST_ARGS)
+endif
+
+# Lint (ruff), types (mypy --strict on builder/ and index_site/) and the layers' import contracts
+# (pyproject.toml [tool.ruff], [tool.mypy], [tool.importlinter]).
+check: $(STAMP)
+	@$(TIMED) checks sh -c 'set -e; $(BIN)/ruff check --quiet .; $(BIN)/mypy; $(BIN)/lint-imports --no-cache'
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+	@$(TIMED) unit $(PYTEST) tests/unit $(PYTEST_ARGS)
+
+test-integration: $(STAMP)
+	@$(TIMED) integration $(PYTEST) tests/integration -m "not slow" $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	@$(TIMED) slow $(PYTEST) -m slow $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

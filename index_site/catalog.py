@@ -12,15 +12,18 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from builder.core.hashing import sha256_of as sha256_file
 from builder.core.ledger import Ledger, LedgerEntry
 from index_site.wheels import (
     CoreMetadata,
+    GpuArchs,
     RejectedWheel,
     WheelFile,
     WheelName,
     check_core_metadata,
+    parse_gpu_archs,
     parse_wheel_name,
     read_core_metadata,
 )
@@ -63,6 +66,7 @@ class Catalog:
     failures: tuple[LedgerEntry, ...]
     stats: ScanStats
     fresh_metadata: Mapping[str, bytes] = field(default_factory=dict)  # METADATA read this run, by wheel filename
+    archs: Mapping[str, GpuArchs] = field(default_factory=dict)  # by wheel filename, where the ledger recorded them
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +113,7 @@ def scan(dist: Path, ledger_path: Path) -> Catalog:
     with Ledger(ledger_path) as ledger:
         built = ledger.wheel_hashes()
         failures = tuple(ledger.failures())
+        recorded_archs = ledger.wheel_archs()
     cache = HashCache(ledger_path)
     try:
         previous = cache.load(names)
@@ -119,8 +124,24 @@ def scan(dist: Path, ledger_path: Path) -> Catalog:
     wheels = tuple(entry.wheel for entry in entries)
     log.info("catalogued %d wheels (%s); rejected %d", len(wheels), stats, len(rejected) + len(more_rejected))
     return Catalog(
-        wheels=wheels, rejected=tuple(rejected + more_rejected), failures=failures, stats=stats, fresh_metadata=fresh
+        wheels=wheels,
+        rejected=tuple(rejected + more_rejected),
+        failures=failures,
+        stats=stats,
+        fresh_metadata=fresh,
+        archs=_archs(wheels, recorded_archs),
     )
+
+
+def _archs(wheels: Iterable[WheelFile], recorded: Mapping[str, tuple[str, str]]) -> dict[str, GpuArchs]:
+    """The GPU archs of the listed wheels whose ledger row holds a readable record of them."""
+    archs = {}
+    for wheel in wheels:
+        raw = recorded.get(wheel.filename)
+        parsed = parse_gpu_archs(*raw) if raw is not None else None
+        if parsed is not None:
+            archs[wheel.filename] = parsed
+    return archs
 
 
 def _parse_names(dist: Path) -> tuple[dict[str, WheelName], list[Rejection]]:
@@ -168,14 +189,14 @@ def _catalogue(
     return entries, ScanStats(**counts), rejected, fresh
 
 
-def _row_to_cached(row: tuple, name: WheelName) -> _Cached:
+def _row_to_cached(row: tuple[Any, ...], name: WheelName) -> _Cached:
     _filename, size, mtime_ns, sha256, meta_sha, meta_size, requires_python, summary, upload_time = row
     metadata = CoreMetadata(sha256=meta_sha, size=meta_size, requires_python=requires_python, summary=summary)
     wheel = WheelFile(name=name, sha256=sha256, size=size, metadata=metadata, upload_time=upload_time)
     return _Cached(wheel=wheel, mtime_ns=mtime_ns)
 
 
-def _cached_to_row(entry: _Cached) -> tuple:
+def _cached_to_row(entry: _Cached) -> tuple[object, ...]:
     wheel, metadata = entry.wheel, entry.wheel.metadata
     return (
         wheel.filename,

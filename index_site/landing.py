@@ -1,9 +1,10 @@
-"""The landing page's model: for each package version a grid of variant (torch x accelerator) by Python, each
-cell built (with the install command), failed (with the ledger's reason) or absent."""
+"""The coverage model: for each package version a matrix of variants (torch x accelerator) by Python, each cell
+built, failed (with the ledger's reason), not shipped by torch (n/a, from the torch facts) or not in the plan."""
 
 from __future__ import annotations
 
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -12,43 +13,40 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.ledger import LedgerEntry
-from builder.plan.facts import Accelerator, version_key
+from builder.plan.facts import Accelerator, TorchFacts, load_facts, version_key
 from builder.plan.job import parse_label
-from index_site import layout
 from index_site.catalog import Catalog
-from index_site.wheels import WheelFile
+from index_site.wheels import GpuArchs, WheelFile
 
 log = logging.getLogger(__name__)
 
+BUILT, FAILED, NOT_SHIPPED, NOT_PLANNED = "built", "failed", "n/a", "not planned"
+_PYTHON = re.compile(r"^3\.\d{1,2}$")
+_PROJECT = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+
 
 @dataclass(frozen=True, kw_only=True)
-class WheelLink:
-    href: str
-    filename: str
-    size: int
+class Variant:
+    """One torch build: a row of every matrix and the first two choices of the selector."""
+
+    label: str
+    torch: str  # minor: 2.14
+    accelerator: str  # cu130, rocm6.1
+    accelerator_text: str  # CUDA 13.0
+    pythons: tuple[str, ...]  # what torch shipped for it (the facts), plus anything the site holds for it
+    shipped: frozenset[str] | None  # the Pythons torch shipped it for; None when the facts do not know the torch
+
+    def ships(self, python: str) -> bool | None:
+        """Whether torch published this variant for ``python``; None when the facts cannot say."""
+        return None if self.shipped is None else python in self.shipped
 
 
 @dataclass(frozen=True, kw_only=True)
 class Cell:
     python: str
-    state: str  # built | failed | absent
-    wheels: tuple[WheelLink, ...] = ()
-    command: str = ""
-    status: str = ""  # the ledger status of a failed cell: failed, quarantined, unbuildable
-    phase: str = ""  # the phase it failed in
-    reason: str = ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Variant:
-    label: str
-    torch: str
-    accelerator: str  # cu130, rocm6.1
-    accelerator_text: str  # CUDA 13.0
-    findlinks: str = ""  # href of the variant's find-links page ("" when it has no wheels)
-    simple: str = ""
-    json: str = ""
-    wheels: int = 0
+    state: str  # BUILT | FAILED | NOT_SHIPPED | NOT_PLANNED
+    wheels: tuple[WheelFile, ...] = ()
+    failure: LedgerEntry | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,83 +62,71 @@ class Release:
     summary: str
     pythons: tuple[str, ...]
     rows: tuple[Row, ...]
-    failures: tuple[LedgerEntry, ...]
-    built: int
+    failures: tuple[LedgerEntry, ...]  # failed cells, in matrix order
+    built: int  # wheels
 
 
 @dataclass(frozen=True, kw_only=True)
-class Landing:
-    base_url: str
-    releases: tuple[Release, ...]
-    variants: tuple[Variant, ...]
-    torches: tuple[str, ...]
-    accelerators: tuple[str, ...]
-    pythons: tuple[str, ...]
+class Coverage:
+    """Everything the site holds, arranged for people: variants, releases newest first, the GPU archs of wheels."""
+
+    variants: Mapping[str, Variant]  # by label, in row order
+    releases: tuple[Release, ...]  # by project, newest version first
+    pythons: tuple[str, ...]  # every Python column
+    archs: Mapping[str, GpuArchs]  # by wheel filename
     wheel_count: int
-    example: str  # an install command for the page's how-to
-    variant_channels: tuple[str, ...] = ()  # torch tags (pt214) of the PEP 825 variant channel, newest first
 
     @property
-    def variant_command(self) -> str:
-        return variant_command(self.base_url)
+    def projects(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.project for r in self.releases))
 
+    def newest(self) -> tuple[Release, ...]:
+        """The newest version of each project: what the landing page shows in full."""
+        return tuple({r.project: r for r in reversed(self.releases)}[p] for p in self.projects)
 
-def variant_command(base_url: str, torch_tag: str | None = None) -> str:
-    """The one-URL uv command of the variant channel (all torch minors, or one)."""
-    root = f"variant/{torch_tag}" if torch_tag else "variant"
-    return f"uv pip install --preview-features wheel-variants PACKAGE --index-url {base_url}/{root}/simple/"
-
-
-def build_landing(catalog: Catalog, *, base_url: str, variant_channels: tuple[str, ...] = ()) -> Landing:
-    base_url = base_url.rstrip("/")
-    variants = _variants(catalog)
-    failures = _failures_by_cell(catalog.failures)
-    wheels: dict[tuple[str, str], list[WheelFile]] = defaultdict(list)
-    for wheel in catalog.wheels:
-        wheels[(wheel.name.project, wheel.name.public_version)].append(wheel)
-    releases = _sorted_releases({*wheels, *((p, v) for p, v, _, _ in failures)})
-    built = [_release(p, v, wheels.get((p, v), []), failures, variants, base_url) for p, v in releases]
-    example = next((c.command for r in built for row in r.rows for c in row.cells if c.command), "")
-    shown = [v for v in variants.values() if v.wheels]
-    return Landing(
-        base_url=base_url,
-        releases=tuple(built),
-        variants=tuple(sorted(shown, key=_variant_key)),
-        torches=tuple(sorted({v.torch for v in variants.values()}, key=version_key, reverse=True)),
-        accelerators=tuple(dict.fromkeys(v.accelerator for v in sorted(variants.values(), key=_variant_key))),
-        pythons=tuple(sorted({c.python for r in built for row in r.rows for c in row.cells}, key=_python_key)),
-        wheel_count=len(catalog.wheels),
-        example=example or f"pip install PACKAGE -f {base_url}/whl/LABEL.html",
-        variant_channels=variant_channels,
-    )
+    def older(self, project: str) -> tuple[Release, ...]:
+        """The project's other versions, newest first."""
+        return tuple(r for r in self.releases if r.project == project)[1:]
 
 
 _CellKey = tuple[str, str, str, str]  # project, version, label, python
 
 
-def _release(
-    project: str,
-    version: str,
-    wheels: list[WheelFile],
-    failures: Mapping[_CellKey, LedgerEntry],
-    variants: Mapping[str, Variant],
-    base_url: str,
-) -> Release:
-    built: dict[tuple[str, str], list[WheelFile]] = defaultdict(list)
-    for wheel in wheels:
+def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverage:
+    facts = facts or load_facts()
+    failures = _failures_by_cell(catalog.failures)
+    built: dict[_CellKey, list[WheelFile]] = defaultdict(list)
+    for wheel in catalog.wheels:
         for python in wheel.name.pythons:
-            built[(wheel.name.label, python)].append(wheel)
-    failed = {(label, py): entry for (p, v, label, py), entry in failures.items() if (p, v) == (project, version)}
-    pythons = tuple(sorted({py for _, py in (*built, *failed)}, key=_python_key))
-    labels = sorted({label for label, _ in (*built, *failed)}, key=lambda label: _variant_key(variants[label]))
-    rows = []
-    for label in labels:
-        cells = tuple(
-            _cell(project, version, label, py, built.get((label, py)), failed.get((label, py)), base_url)
-            for py in pythons
-        )
-        rows.append(Row(variant=variants[label], cells=cells))
-    shown_failures = tuple(e for (label, py), e in sorted(failed.items()) if (label, py) not in built)
+            built[(wheel.name.project, wheel.name.public_version, wheel.name.label, python)].append(wheel)
+    labels: dict[tuple[str, str], set[str]] = defaultdict(set)  # the rows of each release
+    for project, version, label, _ in (*built, *failures):
+        labels[(project, version)].add(label)
+    variants = _variants({(label, py) for _, _, label, py in (*built, *failures)}, facts)
+    pythons = tuple(sorted({py for *_, py in (*built, *failures)}, key=python_key))
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for wheel in catalog.wheels:
+        counts[(wheel.name.project, wheel.name.public_version)] += 1
+    releases = []
+    for project, version in _sorted_releases(labels):
+        rows = []
+        for label in (label for label in variants if label in labels[(project, version)]):
+            keys = ((project, version, label, python) for python in pythons)
+            cells = tuple(_cell(key[3], built.get(key), failures.get(key), variants[label]) for key in keys)
+            rows.append(Row(variant=variants[label], cells=cells))
+        releases.append(_release(project, version, pythons, rows, counts[(project, version)]))
+    return Coverage(
+        variants=variants,
+        releases=tuple(releases),
+        pythons=pythons,
+        archs=catalog.archs,
+        wheel_count=len(catalog.wheels),
+    )
+
+
+def _release(project: str, version: str, pythons: tuple[str, ...], rows: list[Row], wheel_count: int) -> Release:
+    failed = tuple(c.failure for row in rows for c in row.cells if c.failure is not None and c.state == FAILED)
+    wheels = (w for row in rows for c in row.cells for w in c.wheels)
     summary = next((w.metadata.summary for w in wheels if w.metadata.summary), "") or ""
     return Release(
         project=project,
@@ -148,66 +134,69 @@ def _release(
         summary=summary,
         pythons=pythons,
         rows=tuple(rows),
-        failures=shown_failures,
-        built=len(wheels),
+        failures=failed,
+        built=wheel_count,
     )
 
 
-def _cell(
-    project: str,
-    version: str,
-    label: str,
-    python: str,
-    wheels: list[WheelFile] | None,
-    failure: LedgerEntry | None,
-    base_url: str,
-) -> Cell:
+def _cell(python: str, wheels: list[WheelFile] | None, failure: LedgerEntry | None, variant: Variant) -> Cell:
+    """A wheel in dist/ wins over an older failure; a ledger row wins over what the facts say."""
     if wheels:
-        links = tuple(
-            # The variant page, never the wheel: pip pointed at this page (-f <site>) must find no wheel of another
-            # torch or CUDA to choose from.
-            WheelLink(href=layout.href(layout.LANDING, layout.findlinks_path(label)), filename=w.filename, size=w.size)
-            for w in sorted(wheels, key=lambda w: w.filename)
-        )
-        # Pinned, and binary only: never a source build of this or a newer upstream release from another index.
-        command = f"pip install --only-binary {project} {project}=={version} -f {base_url}/{layout.findlinks_path(label)}"
-        return Cell(python=python, state="built", wheels=links, command=command)
+        return Cell(python=python, state=BUILT, wheels=tuple(sorted(wheels, key=lambda w: w.filename)))
     if failure is not None:
-        reason = failure.reason or "no reason recorded"
-        return Cell(python=python, state="failed", status=failure.status, phase=failure.phase or "", reason=reason)
-    return Cell(python=python, state="absent")
+        return Cell(python=python, state=FAILED, failure=failure)
+    return Cell(python=python, state=NOT_SHIPPED if variant.ships(python) is False else NOT_PLANNED)
 
 
-def _variants(catalog: Catalog) -> dict[str, Variant]:
-    counts: dict[str, int] = defaultdict(int)
-    for wheel in catalog.wheels:
-        counts[wheel.name.label] += 1
-    labels = set(counts) | {e.label for e in catalog.failures if _label_ok(e.label)}
-    variants = {}
-    for label in labels:
+def _variants(held: set[tuple[str, str]], facts: TorchFacts) -> dict[str, Variant]:
+    pythons: dict[str, set[str]] = defaultdict(set)
+    for label, python in held:
+        pythons[label].add(python)
+    variants = []
+    for label, seen in pythons.items():
         torch, accelerator = parse_label(label)
-        has_wheels = counts[label] > 0
-        variants[label] = Variant(
-            label=label,
-            torch=torch,
-            accelerator=accelerator.name,
-            accelerator_text=accelerator_text(accelerator),
-            findlinks=layout.href(layout.LANDING, layout.findlinks_path(label)) if has_wheels else "",
-            simple=layout.href(layout.LANDING, f"{layout.simple_root(label)}/index.html") if has_wheels else "",
-            json=layout.href(layout.LANDING, f"{layout.json_root(label)}/index.json") if has_wheels else "",
-            wheels=counts[label],
+        try:
+            release = facts.release(torch)
+            shipped: frozenset[str] | None = frozenset(release.python if release.has(accelerator) else ())
+        except KeyError:
+            shipped = None
+        variants.append(
+            Variant(
+                label=label,
+                torch=torch,
+                accelerator=accelerator.name,
+                accelerator_text=accelerator_text(accelerator),
+                pythons=tuple(sorted(seen | (shipped or set()), key=python_key)),
+                shipped=shipped,
+            )
         )
-    return variants
+    return {v.label: v for v in sorted(variants, key=_variant_key)}
 
 
 def _failures_by_cell(entries: Iterable[LedgerEntry]) -> dict[_CellKey, LedgerEntry]:
-    cells = {}
+    """Failed ledger rows by cell; a row whose fields could not name a page or a cell is logged and left out."""
+    cells: dict[_CellKey, LedgerEntry] = {}
     for entry in entries:
-        if not _label_ok(entry.label):
-            log.warning("ledger row %s: label %r is not a variant label; not shown", entry.job_id, entry.label)
+        problem = _unshowable(entry)
+        if problem:
+            log.warning("ledger row %r: %s; not shown", entry.job_id, problem)
             continue
         cells[(canonicalize_name(entry.package), entry.version, entry.label, entry.python)] = entry
     return cells
+
+
+def _unshowable(entry: LedgerEntry) -> str:
+    if not _label_ok(entry.label):
+        return f"label {entry.label!r} is not a variant label"
+    if not _PYTHON.match(entry.python):
+        return f"python {entry.python!r} is not a version like 3.11"
+    if not _PROJECT.match(canonicalize_name(entry.package)):
+        return f"package {entry.package!r} is not a project name"
+    try:
+        Version(entry.version)
+    except InvalidVersion:
+        return f"version {entry.version!r} is not a version"
+    return ""
 
 
 def _label_ok(label: str) -> bool:
@@ -222,7 +211,7 @@ def accelerator_text(accelerator: Accelerator) -> str:
     return f"{'CUDA' if accelerator.kind == 'cuda' else 'ROCm'} {accelerator.version}"
 
 
-def _variant_key(variant: Variant) -> tuple:
+def _variant_key(variant: Variant) -> tuple[object, ...]:
     """Newest torch first; within it CUDA before ROCm, newest toolkit first."""
     accelerator = Accelerator.parse(variant.accelerator)
     return (
@@ -245,6 +234,6 @@ def _version(text: str) -> Version:
         return Version("0")
 
 
-def _python_key(python: str) -> tuple:
+def python_key(python: str) -> tuple[int, tuple[int, ...] | str]:
     parts = python.split(".")
     return (0, tuple(int(p) for p in parts)) if all(p.isdigit() for p in parts) else (1, python)

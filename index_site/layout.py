@@ -12,6 +12,8 @@ from urllib.parse import quote
 SITE_MARKER = ".wheelwright-site.json"  # also the manifest of what the index wrote, for publish
 JSON_CONTENT_TYPE = "application/vnd.pypi.simple.v1+json"
 LANDING = "index.html"
+DOCTOR = "doctor.py"  # the standalone doctor, generated from builder.doctor
+MANIFEST = "wheels.json"  # every wheel with its variant, archs and digest, for tools (and the doctor)
 
 
 class Tier(IntEnum):
@@ -19,9 +21,14 @@ class Tier(IntEnum):
     link to something not yet uploaded."""
 
     FILE = 0  # wheels and their .metadata
-    PROJECT = 1  # per-project pages and variant find-links pages (link to files)
+    PROJECT = 1  # per-project pages, variant find-links pages and the manifest (link to files)
     ROOT = 2  # project lists (link to project pages)
-    LANDING = 3  # the landing page (links to everything)
+    SETUP = 3  # one page per torch x accelerator x Python: its commands and wheels (link to the tiers below)
+    COVERAGE = 4  # a project's older versions' coverage matrices (link to setup pages)
+    LANDING = 5  # the landing page (links to everything)
+
+    # Setup pages also link to each other (the selector) and back to the landing page: those links can point at
+    # a page not yet uploaded only during a site's very first publish.
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +64,15 @@ def metadata_path(label: str, filename: str) -> str:
 
 def findlinks_path(label: str) -> str:
     return f"whl/{label}.html"
+
+
+def setup_path(label: str, python: str) -> str:
+    """The page of one setup, ``select/pt214cu130-cp311.html``: the URL the doctor prints, so keep its shape."""
+    return f"select/{label}-cp{python.replace('.', '')}.html"
+
+
+def coverage_path(project: str) -> str:
+    return f"coverage/{project}.html"
 
 
 def simple_root(label: str | None) -> str:
@@ -110,6 +126,8 @@ def kind_of(path: str) -> Kind:
         return VARIANTS_JSON
     if path.endswith(".whl.provenance.json"):
         return PROVENANCE
+    if path == MANIFEST:
+        return Kind(content_type="application/json", cache_control=_PAGE_CACHE, immutable=False, tier=Tier.PROJECT)
     content_type = JSON_CONTENT_TYPE if path.endswith(".json") else _suffix_type(path)
     return Kind(content_type=content_type, cache_control=_PAGE_CACHE, immutable=False, tier=_page_tier(path))
 
@@ -119,6 +137,8 @@ def _suffix_type(path: str) -> str:
         return "text/html; charset=utf-8"
     if path.endswith(".css"):
         return "text/css; charset=utf-8"
+    if path.endswith(".py"):
+        return "text/x-python; charset=utf-8"
     if path.endswith(".png"):
         return "image/png"
     return "application/octet-stream"
@@ -127,6 +147,10 @@ def _suffix_type(path: str) -> str:
 def _page_tier(path: str) -> Tier:
     if path == LANDING:
         return Tier.LANDING
+    if path.startswith("select/"):
+        return Tier.SETUP
+    if path.startswith("coverage/"):
+        return Tier.COVERAGE
     parts = path.split("/")
     if parts[-1] in ("index.html", "index.json") and parts[-2] in ("simple", "json"):
         return Tier.ROOT

@@ -114,7 +114,7 @@ def local_objects(site: Path, prefix: str) -> list[LocalObject]:
         stat = path.stat()
         record = manifest.get(relative)
         known = record is not None and (record.size, record.mtime_ns) == (stat.st_size, stat.st_mtime_ns)
-        sha256 = record.sha256 if known else sha256_file(path)
+        sha256 = record.sha256 if record is not None and known else sha256_file(path)
         kind = layout.kind_of(relative)
         objects.append(LocalObject(key=prefix + relative, path=path, sha256=sha256, size=stat.st_size, kind=kind))
         directory = layout.directory_index(relative)

@@ -1,5 +1,6 @@
 """Render the catalog into pages: per variant a find-links page, a PEP 503 simple index and a PEP 691 JSON index,
-the same two indexes over all variants, and the landing page. Pure: catalog in, {site path: bytes} out."""
+the same two indexes over all variants, and the pages for people (pages.py). Pure: catalog in, {site path: bytes}
+out."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ import jinja2
 import markupsafe
 from packaging.version import Version
 
+from builder.core import resources
+from builder.doctor.standalone import standalone_source
 from index_site import layout
 from index_site.catalog import Catalog
-from index_site.landing import accelerator_text, build_landing
+from index_site.landing import accelerator_text
+from index_site.pages import render_pages
 from index_site.wheels import WheelFile
 
 API_VERSION = "1.1"  # PEP 700: size, upload-time and versions in the JSON form
@@ -26,7 +30,7 @@ _AFTER_PATH_SLASH = re.compile(r"(?<=[^:/]/)(?=[^/])")  # after a path's slashes
 @functools.cache
 def _environment() -> jinja2.Environment:
     environment = jinja2.Environment(
-        loader=jinja2.PackageLoader("index_site", "templates"),
+        loader=jinja2.PackageLoader(resources.TEMPLATE_PACKAGE, resources.TEMPLATE_FOLDER),
         autoescape=True,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -53,7 +57,7 @@ def _breakable(command: str) -> markupsafe.Markup:
     return markupsafe.Markup(" ").join(words)
 
 
-def _filesize(size: int) -> str:
+def _filesize(size: float) -> str:
     for unit in ("B", "kB", "MB"):
         if size < 1000:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
@@ -61,7 +65,7 @@ def _filesize(size: int) -> str:
     return f"{size:.1f} GB"
 
 
-def render_site(catalog: Catalog, *, base_url: str, variant_channels: tuple[str, ...] = ()) -> dict[str, bytes]:
+def render_site(catalog: Catalog, *, base_url: str) -> dict[str, bytes]:
     """Every page of the site, keyed by its path under the site root."""
     pages: dict[str, bytes] = {}
     by_label: dict[str, list[WheelFile]] = defaultdict(list)
@@ -71,9 +75,13 @@ def render_site(catalog: Catalog, *, base_url: str, variant_channels: tuple[str,
         pages[layout.findlinks_path(label)] = _findlinks_page(label, wheels)
         pages.update(_indexes(label, wheels))
     pages.update(_indexes(None, catalog.wheels))
-    landing = build_landing(catalog, base_url=base_url, variant_channels=variant_channels)
-    pages[layout.LANDING] = _render("landing.html", page=layout.LANDING, landing=landing, api_version=API_VERSION)
+    pages.update(render_pages(catalog, base_url=base_url, render=_render_page))
+    pages[layout.DOCTOR] = standalone_source(base_url).encode()
     return pages
+
+
+def _render_page(template: str, **context: object) -> bytes:
+    return _render(template, api_version=API_VERSION, **context)
 
 
 def _indexes(label: str | None, wheels: Iterable[WheelFile]) -> dict[str, bytes]:

@@ -58,7 +58,8 @@ class S3Store:
     def get(self, key: str) -> bytes | None:
         try:
             with _errors("get", key):
-                return self._client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+                body: bytes = self._client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+                return body
         except _Missing:
             return None
 
@@ -88,7 +89,7 @@ class S3Store:
             else:
                 answer = self._client.put_object(Body=body, **arguments)
         log.debug("put %s (%s)", key, content_type)
-        return answer["ETag"]
+        return str(answer["ETag"])
 
     def delete(self, key: str) -> None:
         with _errors("delete", key):

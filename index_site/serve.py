@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from index_site import layout
 
@@ -42,14 +43,14 @@ class SiteServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
 
 class SiteRequestHandler(SimpleHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: SiteServer
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._status = 0
         self._length = 0
         super().__init__(*args, directory=os.fspath(args[2].site), **kwargs)
@@ -66,11 +67,11 @@ class SiteRequestHandler(SimpleHTTPRequestHandler):
                     return os.path.join(translated, index)
         return translated
 
-    def list_directory(self, path: str) -> None:
+    def list_directory(self, path: str | os.PathLike[str]) -> None:
         """A directory without an index page is not found, as in a bucket: no listings of the site's files."""
         self.send_error(HTTPStatus.NOT_FOUND, "No index page here")
 
-    def guess_type(self, path) -> str:
+    def guess_type(self, path: str | os.PathLike[str]) -> str:
         relative = Path(os.path.relpath(path, self.directory)).as_posix()
         return layout.kind_of(relative).content_type
 

@@ -12,8 +12,10 @@ import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder.core.errors import ConfigError
+from builder.core.files import write_atomic
 from index_site import layout, variants
 from index_site.catalog import Catalog, Rejection, ScanStats, scan
 from index_site.render import render_site
@@ -21,7 +23,8 @@ from index_site.wheels import WheelFile, read_core_metadata
 
 log = logging.getLogger(__name__)
 
-MANAGED = ("whl", "simple", "json", variants.ROOT, layout.LANDING)  # the only top-level names the index writes or prunes
+# The only top-level names the index writes or prunes.
+MANAGED = ("whl", "simple", "json", "select", "coverage", variants.ROOT, layout.MANIFEST, layout.LANDING, layout.DOCTOR)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +68,7 @@ def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     _check_site(site)
     catalog = scan(output / "dist", output / "ledger.sqlite")
     twins = variants.scan_twins(output / variants.ROOT)  # the variant channel; absent until the build makes twins
-    pages = render_site(catalog, base_url=base_url, variant_channels=variants.torch_tags(twins))
+    pages = render_site(catalog, base_url=base_url)
     pages.update(variants.render_channel(twins))
     manifest = load_manifest(site)
     plan = plan_site(catalog, pages, output / "dist", site, manifest, extra_files=variants.files(twins))
@@ -114,11 +117,16 @@ def plan_site(
     )
 
 
+_Placement = tuple[Path, str, WheelFile]  # (the wheel in dist/, its path in the site, what the catalog knows)
+
+
 def _plan_files(
     catalog: Catalog, dist: Path, site: Path, manifest: Mapping[str, FileRecord]
-) -> tuple[list, list, dict]:
+) -> tuple[list[_Placement], list[_Placement], dict[str, FileRecord]]:
     """Wheels to link and .metadata files to write, and the records of those already in place."""
-    links, metadata, kept = [], [], {}
+    links: list[_Placement] = []
+    metadata: list[_Placement] = []
+    kept: dict[str, FileRecord] = {}
     for wheel in catalog.wheels:
         source = dist / wheel.filename
         path = layout.wheel_path(wheel.name.label, wheel.filename)
@@ -144,10 +152,10 @@ def apply_plan(plan: SitePlan, site: Path, *, base_url: str) -> tuple[str, ...]:
         records[path] = _record(site / path, wheel.sha256)
     for source, path, wheel in plan.metadata:
         content = plan.metadata_bytes.get(wheel.filename) or read_core_metadata(source, wheel.name)
-        _write_atomic(site / path, content)
+        write_atomic(site / path, content)
         records[path] = _record(site / path, wheel.metadata.sha256)
     for path in sorted(plan.pages, key=lambda p: (layout.kind_of(p).tier, p)):
-        _write_atomic(site / path, plan.pages[path])
+        write_atomic(site / path, plan.pages[path])
         records[path] = _record(site / path, hashlib.sha256(plan.pages[path]).hexdigest())
     for path in plan.stale:
         (site / path).unlink()
@@ -169,9 +177,10 @@ def site_base_url(site: Path) -> str | None:
     return _read_marker(site).get("base_url")
 
 
-def _read_marker(site: Path) -> dict:
+def _read_marker(site: Path) -> dict[str, Any]:
     try:
-        return json.loads((site / layout.SITE_MARKER).read_text())
+        marker: dict[str, Any] = json.loads((site / layout.SITE_MARKER).read_text())
+        return marker
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as error:
@@ -197,7 +206,7 @@ def _write_manifest(site: Path, records: Mapping[str, FileRecord], base_url: str
     document = {"generator": "wheelwright", "base_url": base_url, "files": files}
     content = (json.dumps(document, separators=(",", ":")) + "\n").encode()
     if _current_bytes(site / layout.SITE_MARKER) != content:
-        _write_atomic(site / layout.SITE_MARKER, content)
+        write_atomic(site / layout.SITE_MARKER, content)
 
 
 def _recorded(path: str, record: FileRecord | None) -> FileRecord | None:
@@ -237,13 +246,6 @@ def _place_wheel(source: Path, target: Path) -> None:
         os.link(source, temporary)
     except OSError:
         shutil.copy2(source, temporary)
-    os.replace(temporary, target)
-
-
-def _write_atomic(target: Path, content: bytes) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(content)
     os.replace(temporary, target)
 
 

@@ -289,3 +289,8 @@ def _html(title: str, body: str) -> bytes:
 
 def _json(document: Mapping[str, object]) -> bytes:
     return (json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+
+def variant_command(base_url: str, torch_tag: str | None = None) -> str:
+    """The one-URL uv command of the variant channel (all torch minors, or one)."""
+    return f"uv pip install --preview-features wheel-variants PACKAGE --index-url {base_url}/{channel_root(torch_tag)}/simple/"

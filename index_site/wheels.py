@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import re
 import zipfile
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from builder.core.wheelname import InvalidWheelFilename, WheelFilename
 from builder.plan.facts import Accelerator
 from builder.plan.job import parse_label
 
@@ -22,6 +25,7 @@ _SAFE_FILENAME = re.compile(
     r"^[A-Za-z0-9_]+-[A-Za-z0-9.+!_]+(?:-[0-9][A-Za-z0-9_]*)?-[a-z0-9_.]+-[a-z0-9_.]+-[a-z0-9_.]+\.whl$"
 )
 _PROJECT_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_GPU_ARCH = re.compile(r"^(?:[1-9]\d?\.\d{1,2}[af]?|gfx[0-9a-f]{2,6}[a-z]?)$")  # 9.0, 9.0a, 12.0f, gfx942
 
 
 class RejectedWheel(ValueError):
@@ -74,6 +78,28 @@ class WheelFile:
         return self.name.filename
 
 
+@dataclass(frozen=True, kw_only=True)
+class GpuArchs:
+    """The GPU code a built wheel carries, as the verify gate recorded it: kernel images (SASS) and PTX."""
+
+    sass: tuple[str, ...]
+    ptx: tuple[str, ...]
+
+
+def parse_gpu_archs(sass: str, ptx: str | None) -> GpuArchs | None:
+    """The archs a ledger report holds (two JSON lists of names like "9.0"); None unless both are well formed."""
+    lists = []
+    for text in (sass, ptx or "[]"):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(value, list) or not all(isinstance(a, str) and _GPU_ARCH.match(a) for a in value):
+            return None
+        lists.append(tuple(value))
+    return GpuArchs(sass=lists[0], ptx=lists[1])
+
+
 def parse_wheel_name(filename: str) -> WheelName:
     """Parse and validate ``filename``; raise :class:`RejectedWheel` with the reason."""
     if not _SAFE_FILENAME.match(filename):
@@ -81,8 +107,11 @@ def parse_wheel_name(filename: str) -> WheelName:
             f"{filename!r}: not a wheel filename "
             "(name-version+label-python-abi-platform.whl, of letters, digits and ._+!)"
         )
-    dist, raw_version, *_, python_tag, abi_tag, platform_tag = filename[: -len(".whl")].split("-")
-    project, version = _normalised(filename, dist, raw_version)
+    try:
+        parsed = WheelFilename.parse(filename)
+    except InvalidWheelFilename as error:
+        raise RejectedWheel(f"{filename}: {error}") from None
+    project, version = _normalised(filename, parsed.dist, parsed.version_text)
     if version.local is None:
         raise RejectedWheel(f"{filename}: no variant label (expected a version like {version}+pt214cu130)")
     try:
@@ -97,9 +126,9 @@ def parse_wheel_name(filename: str) -> WheelName:
         label=version.local,
         torch=torch,
         accelerator=accelerator,
-        python_tag=python_tag,
-        abi_tag=abi_tag,
-        platform_tag=platform_tag,
+        python_tag=parsed.python_tag,
+        abi_tag=parsed.abi_tag,
+        platform_tag=parsed.platform_tag,
     )
 
 
@@ -161,6 +190,7 @@ def check_core_metadata(data: bytes, name: WheelName) -> CoreMetadata:
     )
 
 
+@functools.lru_cache(maxsize=256)  # a site has a handful of distinct tags and asks for them per wheel
 def _python_of(tag: str) -> str:
     match = re.match(r"^(?:cp|py|pp)(\d)(\d*)$", tag)
     if match is None:

@@ -24,15 +24,14 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from builder.plan.expand import load_plan
+from builder.plan.facts import load_facts
+from builder.steps import compile as compile_stage
+from builder.steps.environment import build_env, find_toolkit, runtime_env
+from builder.steps.fetch import fetch_sdist, unpack_sdist
+from builder.steps.recipes import apply_recipe
 
-from builder import compile as compile_stage  # noqa: E402
-from builder.plan.expand import load_plan  # noqa: E402
-from builder.plan.facts import load_facts  # noqa: E402
-from builder.steps.environment import build_env, find_toolkit, runtime_env  # noqa: E402
-from builder.steps.fetch import fetch_sdist, unpack_sdist  # noqa: E402
-from builder.steps.recipes import apply_recipe  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PACKAGE = "causal-conv1d"
 
@@ -41,7 +40,11 @@ def bench_matrix(workdir: Path, pythons: list[str], archs: list[str]) -> Path:
     """matrix.yaml plus a `bench` profile: the local job, for the given Pythons and archs."""
     matrix = yaml.safe_load((ROOT / "matrix.yaml").read_text())
     matrix["profiles"]["bench"] = {
-        "torch": ["2.14.1"], "accelerators": ["cu130"], "python": pythons, "archs": {"cu130": archs}, "packages": [PACKAGE],
+        "torch": ["2.14.1"],
+        "accelerators": ["cu130"],
+        "python": pythons,
+        "archs": {"cu130": archs},
+        "packages": [PACKAGE],
     }
     path = workdir / "matrix-bench.yaml"
     path.write_text(yaml.safe_dump(matrix, sort_keys=False))
@@ -69,8 +72,22 @@ def plain_pip_wheel(matrix: Path, select: str, workdir: Path) -> float:
         parallelism = compile_stage.Parallelism.fit(len(job.archs))
         environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, None)
         start = time.monotonic()
-        subprocess.run([str(env.python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w",
-                        str(workdir / "plain-dist"), str(space.source)], check=True, env=environ, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                str(env.python),
+                "-m",
+                "pip",
+                "wheel",
+                "--no-build-isolation",
+                "--no-deps",
+                "-w",
+                str(workdir / "plain-dist"),
+                str(space.source),
+            ],
+            check=True,
+            env=environ,
+            stdout=subprocess.DEVNULL,
+        )
         return time.monotonic() - start
 
 
@@ -85,9 +102,12 @@ def main() -> int:
     parser.add_argument("--second-python", default="3.12")
     parser.add_argument("--full", action="store_true", help="also (c): the full CUDA 13 arch list (~40 min on 2 cores)")
     parser.add_argument("--skip-ab", action="store_true", help="only (c): skip the one-job and second-Python runs")
-    parser.add_argument("--prove-reuse", action="store_true",
-                        help="after (b): build the 2nd Python again with --objcache verify, which compiles every reused "
-                             "object afresh and compares")
+    parser.add_argument(
+        "--prove-reuse",
+        action="store_true",
+        help="after (b): build the 2nd Python again with --objcache verify, which compiles every reused "
+        "object afresh and compares",
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-build-"))
@@ -102,10 +122,18 @@ def main() -> int:
         plain = plain_pip_wheel(matrix, id_first, workdir)
         print(f"(a) plain pip wheel --no-build-isolation ({first}): {plain:7.1f} s", flush=True)
         ours = wheelwright_build(matrix, id_first, workdir / "out", objcache)
-        print(f"(a) wheelwright build, cold ({first}):                {ours:7.1f} s   ratio {ours / plain:.3f} (target <= 1.05)", flush=True)
+        print(
+            f"(a) wheelwright build, cold ({first}):                {ours:7.1f} s   "
+            f"ratio {ours / plain:.3f} (target <= 1.05)",
+            flush=True,
+        )
         again = wheelwright_build(matrix, id_second, workdir / "out", objcache)
         hits = sum(e["result"] == "hit" for e in compile_events(objcache))
-        print(f"(b) wheelwright build, 2nd Python ({second}):         {again:7.1f} s   ratio {again / ours:.3f} (target <= 0.3), {hits} CUDA objects reused", flush=True)
+        print(
+            f"(b) wheelwright build, 2nd Python ({second}):         {again:7.1f} s   "
+            f"ratio {again / ours:.3f} (target <= 0.3), {hits} CUDA objects reused",
+            flush=True,
+        )
     if args.prove_reuse:
         before = len(compile_events(objcache))
         wheelwright_build(matrix, id_second, workdir / "out-verify", objcache, mode="verify")
@@ -122,8 +150,12 @@ def main() -> int:
         total, longest = sum(e["seconds"] for e in units), max(e["seconds"] for e in units)
         cores = len(os.sched_getaffinity(0))
         ideal = max(longest, total / cores)
-        print(f"(c) full arch list ({len(full_archs)} archs): wall {wall:.0f} s; sum of {len(units)} CUDA TUs {total:.0f} s; "
-              f"longest TU {longest:.0f} s; ideal on {cores} cores max(longest, sum/cores) = {ideal:.0f} s; wall/ideal {wall / ideal:.2f}", flush=True)
+        print(
+            f"(c) full arch list ({len(full_archs)} archs): wall {wall:.0f} s; "
+            f"sum of {len(units)} CUDA TUs {total:.0f} s; longest TU {longest:.0f} s; "
+            f"ideal on {cores} cores max(longest, sum/cores) = {ideal:.0f} s; wall/ideal {wall / ideal:.2f}",
+            flush=True,
+        )
         for unit in sorted(units, key=lambda e: -e["seconds"]):
             print(f"      {Path(unit['source']).name:32s} {unit['seconds']:7.1f} s")
     return 0

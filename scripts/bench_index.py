@@ -19,8 +19,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from builder.core.hashing import sha256_of as sha256_file
 from builder.core.runner import run
 from builder.plan.facts import load_facts

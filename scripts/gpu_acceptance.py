@@ -21,15 +21,15 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # builder's torch-free modules (job labels, the ledger) are read from the checkout
+from scripts.acceptance import bench, checklist, detach, numerics, seed, stages, upstream
+from scripts.acceptance import summary as record
+from scripts.acceptance.config import Config, ConfigError, load_config
+from scripts.acceptance.device import torch_facts, unavailable_reason
+from scripts.acceptance.doctor import doctor_checks, planned_checks
+from scripts.acceptance.installed import environment_checks, install_checks
+from scripts.acceptance.summary import FAILED, PASSED, SKIPPED, Check
 
-from acceptance import bench, checklist, detach, numerics, seed, stages, upstream  # noqa: E402
-from acceptance import summary as record  # noqa: E402
-from acceptance.config import Config, ConfigError, load_config  # noqa: E402
-from acceptance.device import torch_facts, unavailable_reason  # noqa: E402
-from acceptance.installed import environment_checks, install_checks  # noqa: E402
-from acceptance.summary import FAILED, PASSED, SKIPPED, Check  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU, EXIT_PENDING = 0, 1, 2, 3, 4
 
@@ -337,6 +337,28 @@ def cmd_installed(args: argparse.Namespace) -> int:
     return _stage(args, "install", checks, started, data={"wheels": wheels, "index_url": args.index_url})
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    config: Config = args.config
+
+    def run() -> list[Check]:
+        report = _read_json(args.report)
+        if report is None:
+            return [Check(name=n, status=FAILED, detail=f"doctor.py wrote no JSON report to {args.report}")
+                    for n in planned_checks(config.packages, config.gpu_arch)]
+        checks = doctor_checks(report, _read_json(args.cli_report), packages=config.packages, label=config.label,
+                               arch=config.gpu_arch)
+        return [_report(check) for check in checks]
+
+    return _gpu_stage(args, "doctor", planned_checks(config.packages, config.gpu_arch), run)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def cmd_seed(args: argparse.Namespace) -> int:
     def run() -> list[Check]:
         tolerance = args.config.conv_tolerance["float32"]
@@ -401,11 +423,20 @@ def cmd_mamba(args: argparse.Namespace) -> int:
 
     def run() -> list[Check]:
         checks = [
-            _report(record.guarded(c.name, lambda c=c: numerics.run_scan_case(c, config.scan, config.tolerance, config.gradient_error)))
+            _report(
+                record.guarded(
+                    c.name, lambda c=c: numerics.run_scan_case(c, config.scan, config.tolerance, config.gradient_error)
+                )
+            )
             for c in scans
         ]
         return checks + [
-            _report(record.guarded(c.name, lambda c=c: numerics.run_inner_case(c, config.inner, config.tolerance, config.gradient_error)))
+            _report(
+                record.guarded(
+                    c.name,
+                    lambda c=c: numerics.run_inner_case(c, config.inner, config.tolerance, config.gradient_error),
+                )
+            )
             for c in inners
         ]
 
@@ -479,7 +510,7 @@ def _seconds_value(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gpu_acceptance.py",
+        prog="python -m scripts.gpu_acceptance",
         description=__doc__.split("\n\n")[0],
         epilog="exit codes: 0 passed, 1 a check failed, 2 bad arguments, 3 no CUDA device, 4 pending (--resume)",
     )
@@ -554,6 +585,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--index-url", required=True, help="the served site's root URL")
     sub.add_argument("--dist", type=Path, required=True, help="the build's dist/ folder")
     sub.set_defaults(func=cmd_installed)
+
+    sub = commands.add_parser("doctor", help="check what doctor says about the installed wheels (GPU)")
+    sub.add_argument("--report", type=Path, required=True, help="doctor.py --json's output")
+    sub.add_argument("--cli-report", type=Path, required=True, help="wheelwright doctor --json's output")
+    sub.set_defaults(func=cmd_doctor)
 
     commands.add_parser("seed", help="the two seed checks alone (GPU; the checklist holds them)").set_defaults(
         func=cmd_seed

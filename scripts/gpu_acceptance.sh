@@ -99,7 +99,8 @@ setup() {  # absolute paths, the log, and the environment every stage shares
     BUILD_STATE=$WORK/build-run    # the detached build's pid and exit status (scripts/acceptance/detach.py)
     BUILD_CONSOLE=$WORK/build-console.log
     LABEL=$("$PY" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["label"])' scripts/data/gpu_acceptance.toml)
-    rm -f "$OUTDIR/summary.json" "$OUTDIR"/build-*.log "$OUTDIR"/build-status.txt "$OUTDIR/upstream-pytest.log" "$OUTDIR/pip-report.json"
+    rm -f "$OUTDIR/summary.json" "$OUTDIR"/build-*.log "$OUTDIR"/build-status.txt "$OUTDIR/upstream-pytest.log" "$OUTDIR/pip-report.json" \
+        "$OUTDIR/doctor.json"
     [ "$resume" -eq 1 ] || rm -f "$SUMMARY"
     : >"$LOG"
     exec > >(tee -a "$LOG") 2>&1
@@ -114,8 +115,9 @@ setup() {  # absolute paths, the log, and the environment every stage shares
     export WHEELWRIGHT_COMPILE_MEMORY_GB=${WHEELWRIGHT_COMPILE_MEMORY_GB:-1}
 }
 
-py() { "$PY" "$ROOT/scripts/gpu_acceptance.py" --summary "$SUMMARY" "$@"; }
-vpy() { env -u PYTHONPATH "$VENV/bin/python" "$ROOT/scripts/gpu_acceptance.py" --summary "$SUMMARY" "$@"; }
+# the scripts are a package of the checkout (scripts/__init__.py): run as modules with the checkout's root on the path
+py() { PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m scripts.gpu_acceptance --summary "$SUMMARY" "$@"; }
+vpy() { env PYTHONPATH="$ROOT" "$VENV/bin/python" -m scripts.gpu_acceptance --summary "$SUMMARY" "$@"; }
 ww() { PYTHONPATH="$WW_SITE:$ROOT" PATH="$WW_SITE/bin:$PATH" "$PY" -m builder.cli.main "$@"; }
 remaining() { echo $((deadline - SECONDS)); }
 say() { echo "[$(date +%H:%M:%S) +${SECONDS}s] $*"; }
@@ -218,7 +220,7 @@ stage_carry() {
     mkdir -p "$WHEELWRIGHT_CACHE/sdists"
     cp -n "$CARRY"/cache/sdists/*.tar.gz "$WHEELWRIGHT_CACHE/sdists/"  # never rewrites a file a build may read
     # informational: the image's own packages stand in for the rest, maybe at other versions than pinned
-    PYTHONPATH="$WW_SITE" "$PY" scripts/gpu_carry.py satisfied || say "could not compare the requirements"
+    PYTHONPATH="$WW_SITE:$ROOT" "$PY" -m scripts.gpu_carry satisfied || say "could not compare the requirements"
     ww plan --profile gpu-box --format json >"$WORK/plan.json"
     "$PY" - "$WORK/plan.json" "$LABEL" "${#wheels[@]}" >"$WORK/stage-detail" <<'EOF'
 import json, sys
@@ -302,6 +304,16 @@ stage_install() {
     env -u PIP_FIND_LINKS "$PY" -m pip --python "$VENV/bin/python" install --no-index --no-deps --no-cache-dir \
         --find-links "$URL/whl/$LABEL.html" --report "$WORK/pip-report.json" causal-conv1d mamba-ssm
     vpy installed --report "$WORK/pip-report.json" --index-url "$URL" --dist "$WH/dist"
+}
+
+stage_doctor() {
+    # the site's standalone doctor.py piped into the venv's python, as `curl -s URL/doctor.py | python -` does
+    # (urllib: the box may lack curl), and wheelwright's own subcommand on the same venv; both must say OK
+    "$PY" -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=30).read())' \
+        "$URL/doctor.py" >"$WORK/doctor.py"
+    env -u PYTHONPATH "$VENV/bin/python" - --json <"$WORK/doctor.py" >"$OUTDIR/doctor.json" || true
+    ww doctor --python "$VENV/bin/python" --index-url "$URL" --json >"$WORK/doctor-cli.json" || true
+    py doctor --report "$OUTDIR/doctor.json" --cli-report "$WORK/doctor-cli.json"
 }
 
 stage_checklist() { vpy checklist ${leak_seconds:+--leak-seconds "$leak_seconds"}; }

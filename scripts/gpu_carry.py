@@ -20,10 +20,9 @@ from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the builder package lives in the repository root
+from builder.core.errors import WheelwrightError
 
-from builder.core.errors import WheelwrightError  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 BOX_FILE = ROOT / "scripts" / "data" / "gpu_box.toml"
 BUILD_REQUIREMENTS = ROOT / "builder" / "data" / "build-requirements.txt"

@@ -1,19 +1,55 @@
 #!/usr/bin/env bash
-# System packages the tests need beyond Python: Debian's Chromium for the landing-page test (playwright's own
-# browser download is not reachable from CI) and the fonts it renders with. Idempotent: installs only what is missing.
+# System packages wheelwright needs beyond Python, installed only when missing (the Makefile runs this before
+# `make test` and `make build-matrix`, so a fresh Debian machine needs no step by hand):
+#   build  g++ (the host compiler nvcc and torch's extension builder call)
+#   test   the build's, plus Debian's Chromium for the landing-page test (playwright's own browser download is not
+#          reachable from CI) and the fonts it renders with; npm (where no Node.js is installed) for axe-core, the
+#          accessibility engine those tests run, which scripts/install-axe.sh then caches
+# Installing needs root (or sudo without a password); without it, one ERROR line names the command to run.
 set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
 
-packages=(chromium fonts-dejavu-core)
+usage() {
+    echo "usage: scripts/install-system-deps.sh [build|test]   (default: test)"
+}
+
+part=${1:-test}
+case "$part" in
+    build) packages=(g++) ;;
+    test) packages=(g++ chromium fonts-dejavu-core); command -v npm >/dev/null || packages+=(npm) ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; exit 2 ;;
+esac
+
+caches() {  # what the tests fetch beyond system packages
+    if [ "$part" = test ]; then echo "axe-core: $(bash "$here/install-axe.sh")"; fi
+}
+
+if ! command -v dpkg-query >/dev/null; then
+    echo "system packages: not a Debian system; make sure ${packages[*]} (or their equivalents) are installed" >&2
+    caches
+    exit 0
+fi
 missing=()
 for package in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "system packages present: ${packages[*]}"
-  exit 0
+    echo "system packages present: ${packages[*]}"
+    caches
+    exit 0
 fi
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null || ! sudo -n true 2>/dev/null; then
+        echo "ERROR missing system packages ${missing[*]}: run \`sudo bash scripts/install-system-deps.sh $part\`" >&2
+        exit 1
+    fi
+    sudo=(sudo -n)
+fi
+echo "system packages: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 update -qq
+"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}"
+caches

@@ -32,7 +32,8 @@ while [ $# -gt 0 ]; do
         --carry) [ $# -ge 2 ] || die "--carry needs a folder"; carry=$(mkdir -p "$2" && cd "$2" && pwd); shift 2 ;;
         --python)
             [ $# -ge 2 ] || die "--python needs an interpreter"
-            case "$2" in */*) python=$(realpath -m "$2") ;; *) python=$(command -v "$2" || echo "$2") ;; esac
+            # absolute, but the venv's bin/python link kept: resolved, it is the base interpreter without the venv
+            case "$2" in */*) python=$(realpath -m -s "$2") ;; *) python=$(command -v "$2" || echo "$2") ;; esac
             shift 2 ;;
         *) usage >&2; die "unknown argument: $1" ;;
     esac
@@ -41,7 +42,7 @@ cd "$root"
 [ -x "$python" ] || die "$python is not an interpreter (run \`make venv\` first, or pass --python)"
 
 # pip download for the box's interpreter and platform, not this machine's; no dependencies, since the list is whole
-read -r -a target <<<"$("$python" scripts/gpu_carry.py platforms)"
+read -r -a target <<<"$("$python" -m scripts.gpu_carry platforms)"
 download() {  # download FOLDER PIN...
     local folder=$1
     shift
@@ -53,10 +54,10 @@ download() {  # download FOLDER PIN...
     done
 }
 
-mapfile -t wheels < <("$python" scripts/gpu_carry.py wheels; echo "exit=$?")
+mapfile -t wheels < <("$python" -m scripts.gpu_carry wheels; echo "exit=$?")
 [ "${wheels[-1]}" = "exit=0" ] || die "could not work out the wheels to carry"
 unset 'wheels[-1]'
-mapfile -t build_wheels < <("$python" scripts/gpu_carry.py build-wheels; echo "exit=$?")
+mapfile -t build_wheels < <("$python" -m scripts.gpu_carry build-wheels; echo "exit=$?")
 [ "${build_wheels[-1]}" = "exit=0" ] || die "could not read the build requirements"
 unset 'build_wheels[-1]'
 
@@ -65,8 +66,8 @@ download "$carry/wheels" "${wheels[@]}"
 echo "carry: ${#build_wheels[@]} build tools: ${build_wheels[*]}"
 download "$carry/build-wheels" "${build_wheels[@]}"
 echo "carry: sdists"
-"$python" scripts/gpu_carry.py sdists --dest "$carry/cache/sdists"
+"$python" -m scripts.gpu_carry sdists --dest "$carry/cache/sdists"
 
 # what else travels: the repository's tracked and untracked-but-not-ignored files
 tree_bytes=$(git ls-files -z --cached --others --exclude-standard | { xargs -0 -r stat -c %s 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}')
-"$python" scripts/gpu_carry.py check --carry "$carry" --tree-bytes "$tree_bytes"
+"$python" -m scripts.gpu_carry check --carry "$carry" --tree-bytes "$tree_bytes"

@@ -2,7 +2,7 @@
 """The seed checklist, against the causal-conv1d and mamba-ssm installed in this interpreter, on CUDA: run it before
 deploying Mamba on our wheels (docs/gpu-acceptance.md says what each part checks and what the H200 gave).
 
-    python scripts/seed_checklist.py [--parts seed,batch,decode,perf,leak] [--leak-seconds 60] [--json FILE]
+    python -m scripts.seed_checklist [--parts seed,batch,decode,perf,leak] [--leak-seconds 60] [--json FILE]
 
 1 seed: the guide's functional test and causal_conv1d_fn; 2 batch, decode: numerical consistency; 3 perf:
 throughput, decode latency and peak memory of 130M- and 1.4B-shaped bf16 models; 4 leak: training and decoding
@@ -18,12 +18,10 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from acceptance import checklist  # noqa: E402
-from acceptance.config import ConfigError, load_config  # noqa: E402
-from acceptance.device import torch_facts, unavailable_reason  # noqa: E402
-from acceptance.summary import FAILED, Check  # noqa: E402
+from scripts.acceptance import checklist
+from scripts.acceptance.config import ConfigError, load_config
+from scripts.acceptance.device import torch_facts, unavailable_reason
+from scripts.acceptance.summary import FAILED, Check
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
 PACKAGES = ("causal-conv1d", "mamba-ssm", "torch", "triton", "transformers")
@@ -48,7 +46,7 @@ def _positive(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="seed_checklist.py",
+        prog="python -m scripts.seed_checklist",
         description=__doc__.split("\n\n")[0],
         epilog="exit codes: 0 every check passed, 1 a check failed, 2 bad arguments, 3 no CUDA device",
     )

@@ -19,8 +19,9 @@ def wheelwright(work: Path, *args: str, **popen: object) -> subprocess.Popen:
     env = {**os.environ, "WHEELWRIGHT_OBJCACHE_DIR": str(work / "objcache"), "PYTHONUNBUFFERED": "1"}
     """`wheelwright ARGS --matrix WORK/matrix.yaml`, with an object cache private to WORK (so compiles are real)."""
     command = [sys.executable, "-m", "builder.cli.main", *args, "--matrix", str(work / "matrix.yaml")]
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
-
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen
+    )
 
 
 def ledger_row(output: Path, job_id: str) -> dict:
@@ -36,7 +37,11 @@ def wait_for_nvcc(output: Path, job_id: str, timeout: float = 900) -> None:
     log = output / "logs" / f"{job_id}.log"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if log.is_file() and "nvcc" in log.read_text(errors="replace") and ledger_row(output, job_id).get("phase") == "compile":
+        if (
+            log.is_file()
+            and "nvcc" in log.read_text(errors="replace")
+            and ledger_row(output, job_id).get("phase") == "compile"
+        ):
             time.sleep(20)  # well inside the first translation unit
             return
         time.sleep(2)

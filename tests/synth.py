@@ -1,6 +1,6 @@
 """Tiny binaries built from scratch for unit tests: fatbin containers and a minimal ELF that carries sections.
 
-Written from the layout documented in builder/steps/fatbin.py, independently of the parser, so the tests can catch a
+Written from the layout documented in builder/core/fatbin.py, independently of the parser, so the tests can catch a
 parser that drifts from that layout.
 """
 

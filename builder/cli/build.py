@@ -4,22 +4,31 @@ from __future__ import annotations
 
 import argparse
 import os
-import threading
-import time
+import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.live import Live
 from rich.table import Table
 
 from builder.cli.console import console, print_table
+from builder.cli.progress import LineReporter, LiveTable, interactive
 from builder.core.errors import BuildFailed
-from builder.core.ledger import Ledger
+from builder.core.ledger import Ledger, Status
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.plan.job import Job
 
+if TYPE_CHECKING:
+    from builder.farm.build import Outcome
 
-def add_commands(commands: argparse._SubParsersAction, add_plan_arguments) -> None:
+
+def add_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    add_plan_arguments: Callable[[argparse.ArgumentParser], None],
+) -> None:
     build = commands.add_parser("build", help="build, repair and verify the wheels of a profile")
     add_plan_arguments(build)
     build.add_argument("--output", type=Path, default=Path("wheelhouse"), help="output folder (default: %(default)s)")
@@ -27,42 +36,13 @@ def add_commands(commands: argparse._SubParsersAction, add_plan_arguments) -> No
     build.add_argument("--parallel", type=int, default=1, metavar="N", help="jobs at once; cores and memory are shared")
     build.add_argument("--objcache", choices=("use", "verify", "off"), default="use",
                        help="reuse CUDA objects across Pythons (verify: compile anyway and prove them identical)")
+    build.add_argument("--preflight", action="store_true",
+                       help="check the data files, interpreters and toolkits each job needs; build nothing")
     build.set_defaults(func=cmd_build)
 
     status = commands.add_parser("status", help="print the build ledger")
     status.add_argument("--output", type=Path, default=Path("wheelhouse"))
     status.set_defaults(func=cmd_status)
-
-
-class _Display:
-    """A live table: job, phase, elapsed, and the translation unit nvcc is on."""
-
-    def __init__(self, jobs: list[Job]) -> None:
-        self.state = {job.identifier: ["queued", None, ""] for job in jobs}
-        self.lock = threading.Lock()
-
-    def phase(self, job: Job, phase: str) -> None:
-        with self.lock:
-            row = self.state[job.identifier]
-            row[0], row[1] = phase, row[1] or time.monotonic()
-
-    def line(self, job: Job, line: str) -> None:
-        from builder.steps.compile import translation_unit
-
-        unit = translation_unit(line)
-        if unit:
-            with self.lock:
-                self.state[job.identifier][2] = unit
-
-    def __rich__(self) -> Table:
-        table = Table(box=None, pad_edge=False)
-        for column in ("job", "phase", "elapsed", "compiling"):
-            table.add_column(column, no_wrap=True)
-        with self.lock:
-            for identifier, (phase, started, unit) in self.state.items():
-                elapsed = f"{time.monotonic() - started:6.0f}s" if started else ""
-                table.add_row(identifier, phase, elapsed, unit)
-        return table
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -74,21 +54,48 @@ def cmd_build(args: argparse.Namespace) -> int:
     )
 
     plan = load_plan(args.matrix, args.profile).select(args.select)
-    display = _Display(list(plan.jobs))
-    progress = Progress(on_phase=display.phase, on_line=display.line)
+    if args.preflight:
+        return _preflight(plan.jobs)
     options = BuildOptions(retry_failed=args.retry_failed, parallel=args.parallel, objcache=args.objcache)
+    display: LiveTable | LineReporter
+    if interactive(console.is_terminal):
+        display = LiveTable(list(plan.jobs))
+        shown: AbstractContextManager[object] = Live(display, console=console, refresh_per_second=2)
+    else:  # a pipe, a file or CI: lines, since a live display shows nothing there until the end
+        groups = os.environ.get("GITHUB_ACTIONS") == "true" and options.parallel == 1  # groups cannot interleave
+        display = shown = LineReporter(_write_line, groups=groups)
+    progress = Progress(on_phase=display.phase, on_line=display.line, on_done=display.done)
     builder = Builder(Layout(root=args.output), load_facts(), options, progress)
-    with Live(display, console=console, refresh_per_second=2, transient=not console.is_terminal):
+    with shown:
         outcomes = builder.run(plan.jobs)
     _summary(outcomes, args.output)
-    failed = [o for o in outcomes if o.entry.status != "built"]
+    failed = [o for o in outcomes if o.entry.status != Status.BUILT]
     if failed:
         raise BuildFailed(f"{len(failed)} of {len(outcomes)} jobs did not produce a verified wheel",
                           tip=f"logs are in {args.output / 'logs'}; `wheelwright build --retry-failed` retries them")
     return 0
 
 
-def _summary(outcomes: list, output: Path) -> None:
+def _write_line(text: str) -> None:
+    """One progress line to stderr, unwrapped and at once (a log is read while it grows)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def _preflight(jobs: tuple[Job, ...]) -> int:
+    from builder.farm.build import preflight
+
+    table = Table(title=f"preflight: {len(jobs)} jobs", title_justify="left")
+    for column in ("job", "ready", "input hash"):
+        table.add_column(column, overflow="fold")
+    for found in preflight(jobs, load_facts()):
+        ready = "yes" if found.problem is None else f"[red]no[/red]: {found.problem}"
+        table.add_row(found.job.identifier, ready, found.input_hash[:16])
+    print_table(table)
+    return 0
+
+
+def _summary(outcomes: list[Outcome], output: Path) -> None:
     table = Table(title="build summary", title_justify="left")
     for column in ("job", "result", "wheel", "size", "sha256", "time"):
         table.add_column(column, overflow="fold")
@@ -96,11 +103,11 @@ def _summary(outcomes: list, output: Path) -> None:
     for outcome in outcomes:
         entry = outcome.entry
         result = "up to date" if outcome.skipped else entry.status
-        detail = entry.wheel if entry.status == "built" else (entry.reason or "")
+        detail = entry.wheel if entry.status == Status.BUILT else (entry.reason or "")
         size = f"{entry.wheel_size / 2**20:.1f} MiB" if entry.wheel_size else ""
         sha = (entry.wheel_sha256 or "")[:16]
         seconds = f"{entry.total_seconds:.0f}s" if entry.timings else ""
-        style = "green" if entry.status == "built" else "red"
+        style = "green" if entry.status == Status.BUILT else "red"
         table.add_row(entry.job_id, f"[{style}]{result}[/{style}]", detail, size, sha, seconds)
         markdown.append(f"| {entry.job_id} | {result} | {detail} | {size} | {sha} | {seconds} |")
     print_table(table)
@@ -121,7 +128,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     for column in ("job", "status", "phase", "time", "wheel / reason"):
         table.add_column(column, overflow="fold")
     for entry in entries:
-        detail = entry.wheel if entry.status == "built" else (entry.reason or "")
+        detail = entry.wheel if entry.status == Status.BUILT else (entry.reason or "")
         timing = " ".join(f"{phase} {seconds:.0f}s" for phase, seconds in entry.timings.items())
         table.add_row(entry.job_id, entry.status, entry.phase or "", timing, detail)
     print_table(table)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -13,7 +14,7 @@ from rich.table import Table
 from builder.cli.console import console, out, print_table
 from builder.core.errors import ConfigError
 from index_site import layout
-from index_site.landing import variant_command
+from index_site.variants import variant_command
 from index_site.publish import PublishReport, check_plan, publish
 from index_site.serve import make_server
 from index_site.site import IndexReport, build_site, site_base_url
@@ -21,7 +22,10 @@ from index_site.site import IndexReport, build_site, site_base_url
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
 
-def add_commands(commands, add_plan_arguments) -> None:
+def add_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    add_plan_arguments: Callable[[argparse.ArgumentParser], None],
+) -> None:
     index = commands.add_parser("index", help="write the static package index from dist/ and the ledger")
     _add_site_arguments(index)
     index.add_argument(
@@ -69,7 +73,8 @@ def _add_site_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _site(args: argparse.Namespace) -> Path:
-    return args.site if args.site is not None else args.output / "site"
+    site: Path = args.site if args.site is not None else args.output / "site"
+    return site
 
 
 def cmd_index(args: argparse.Namespace) -> int:

@@ -6,8 +6,9 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
@@ -62,6 +63,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+if TYPE_CHECKING:  # argparse's action class is generic only to the type checker
+    AddCommands = Callable[
+        [argparse._SubParsersAction[argparse.ArgumentParser], Callable[[argparse.ArgumentParser], None]], None
+    ]
+
+
 def build_parser() -> argparse.ArgumentParser:
     description = "Build, repair, verify and index PyTorch CUDA/ROCm extension wheels from one matrix file."
     parser = argparse.ArgumentParser(prog="wheelwright", description=description)
@@ -83,11 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _stage_commands():
+def _stage_commands() -> tuple[AddCommands, ...]:
     """Stages add their own subcommands; each module's add_commands(commands, add_plan_arguments)."""
-    from builder.cli import build, index, provenance
+    from builder.cli import build, doctor, index, provenance
 
-    return (build.add_commands, index.add_commands, provenance.add_commands)
+    return (build.add_commands, index.add_commands, doctor.add_commands, provenance.add_commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,7 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except WheelwrightError as error:
         if args.debug:
             console.print_exception()

@@ -9,7 +9,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Self
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -36,7 +41,21 @@ CREATE TABLE IF NOT EXISTS jobs (
 # Columns added after the first release of the schema, added to older ledgers on open.
 MIGRATIONS = {"report": "ALTER TABLE jobs ADD COLUMN report TEXT"}
 
-STATUSES = ("running", "built", "failed", "quarantined", "unbuildable")
+class Status(str, Enum):
+    """A job's row: in flight, or how it ended. A str, so rows, JSON and comparisons with text keep working."""
+
+    RUNNING = "running"
+    BUILT = "built"  # a verified wheel in dist/
+    FAILED = "failed"
+    QUARANTINED = "quarantined"  # built, but the verify gate refused it
+    UNBUILDABLE = "unbuildable"  # this machine lacks the toolkit, interpreter or torch
+
+    def __str__(self) -> str:
+        return self.value
+
+
+STATUSES = tuple(Status)
+NOT_BUILT = frozenset({Status.FAILED, Status.QUARANTINED, Status.UNBUILDABLE})  # finished without a wheel
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +68,7 @@ class LedgerEntry:
     accelerator: str
     python: str
     input_hash: str
-    status: str
+    status: Status
     phase: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     log_path: str | None = None
@@ -83,7 +102,7 @@ class Ledger:
     def close(self) -> None:
         self._db.close()
 
-    def __enter__(self) -> Ledger:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -107,24 +126,36 @@ class Ledger:
         return [_entry(row) for row in self._db.execute("SELECT * FROM jobs ORDER BY job_id")]
 
     def put(self, entry: LedgerEntry) -> None:
-        if entry.status not in STATUSES:
+        if entry.status not in STATUSES:  # a plain str from elsewhere must still be one of them
             raise ValueError(f"unknown ledger status {entry.status!r}")
         values = {**entry.__dict__, "timings": json.dumps(entry.timings, sort_keys=True), "updated_at": time.time()}
         columns = ", ".join(values)
         marks = ", ".join(f":{name}" for name in values)
         with self._transaction() as db:
-            db.execute(f"INSERT OR REPLACE INTO jobs ({columns}) VALUES ({marks})", values)  # noqa: S608
+            db.execute(f"INSERT OR REPLACE INTO jobs ({columns}) VALUES ({marks})", values)
 
     def wheel_hashes(self) -> dict[str, tuple[str, int]]:
         """{wheel filename: (sha256, size)} of every built wheel, so the index need not re-hash them."""
-        rows = self._db.execute("SELECT wheel, wheel_sha256, wheel_size FROM jobs WHERE status = 'built' AND wheel IS NOT NULL")
+        rows = self._db.execute(
+            "SELECT wheel, wheel_sha256, wheel_size FROM jobs WHERE status = 'built' AND wheel IS NOT NULL"
+        )
         return {row["wheel"]: (row["wheel_sha256"], row["wheel_size"]) for row in rows}
 
+    def wheel_archs(self) -> dict[str, tuple[str, str]]:
+        """{wheel filename: (SASS, PTX)} of every built wheel whose verify report recorded its GPU code, each a JSON
+        list as the report holds it; SQLite extracts them, so a big ledger's reports are not parsed in Python."""
+        rows = self._db.execute(
+            "SELECT wheel, json_extract(report, '$.sass') AS sass, json_extract(report, '$.ptx') AS ptx FROM jobs"
+            " WHERE status = 'built' AND wheel IS NOT NULL AND json_valid(report)"
+        )
+        return {row["wheel"]: (row["sass"], row["ptx"]) for row in rows if row["sass"] is not None}
+
     def failures(self) -> list[LedgerEntry]:
-        return [e for e in self.entries() if e.status in ("failed", "quarantined", "unbuildable")]
+        return [e for e in self.entries() if e.status in NOT_BUILT]
 
 
 def _entry(row: sqlite3.Row) -> LedgerEntry:
     data = dict(row)
     data["timings"] = json.loads(data["timings"] or "{}")
+    data["status"] = Status(data["status"])
     return LedgerEntry(**data)

@@ -1,5 +1,5 @@
-"""The one way wheelwright starts processes: log the command, stream output into the job's log, and raise a
-typed error naming the step and the missing executable or exit status."""
+"""The one way wheelwright starts processes: log the command, stream output into the active job's log (see
+builder.core.context), and raise a typed error naming the step and the missing executable or exit status."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.core import context
 from builder.core.errors import ToolchainError, WheelwrightError
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,9 @@ class StepFailed(WheelwrightError):
 
     exit_code = 6
 
-    def __init__(self, step: str, command: Sequence[str], returncode: int, log_path: Path | None, tail: str = "") -> None:
+    def __init__(
+        self, step: str, command: Sequence[str], returncode: int, log_path: Path | None, tail: str = ""
+    ) -> None:
         where = f"; log: {log_path}" if log_path else ""
         super().__init__(f"{step} failed (exit {returncode}): {shlex.join(command)}{where}")
         self.step, self.returncode, self.tail = step, returncode, tail
@@ -54,10 +57,15 @@ def run(
     check: bool = True,
     capture: bool = False,
 ) -> Completed:
-    """Run ``command``; append its output to ``log_path``; call ``on_line`` for each line (progress display).
+    """Run ``command``; append its output to the log; call ``on_line`` for each line (progress display).
 
+    The log is ``log_path`` if given, else the active job's log; the active job's progress sees every line too.
     ``capture`` also keeps the output in memory (for commands whose answer is their output).
     """
+    job = context.current()
+    if log_path is None and job is not None:
+        log_path = job.log
+    listeners = [f for f in (on_line, job.on_line if job else None) if f is not None]
     argv = [os.fspath(part) for part in command]
     log.debug("%s: %s", step, shlex.join(argv))
     if shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None and not Path(argv[0]).exists():
@@ -80,15 +88,15 @@ def run(
             text=True,
             errors="replace",
         ) as process:  # the context closes the pipe, which would otherwise leak (ResourceWarning)
-            assert process.stdout is not None  # noqa: S101 (set by PIPE above)
+            assert process.stdout is not None
             for line in process.stdout:
                 if log_file:
                     log_file.write(line)
                 if capture:
                     kept.append(line)
                 tail = (tail + [line])[-40:]
-                if on_line:
-                    on_line(line.rstrip("\n"))
+                for listener in listeners:
+                    listener(line.rstrip("\n"))
             returncode = process.wait()
     finally:
         if log_file:

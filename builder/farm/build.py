@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -20,19 +21,30 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
+from builder.core.context import job_context, log_note
 from builder.core.errors import WheelwrightError
 from builder.core.hashing import sha256_of
-from builder.core.ledger import Ledger, LedgerEntry
+from builder.core.ledger import NOT_BUILT, Ledger, LedgerEntry, Status
+from builder.core.resources import BUILD_DATA
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps import compile as compile_stage
 from builder.steps import provenance
 from builder.steps import variant as variant_stage
-from builder.steps.environment import NotBuildableHere, build_env, find_toolkit, runtime_env
+from builder.steps.environment import (
+    NotBuildableHere,
+    build_env,
+    build_requirements,
+    find_pythons,
+    find_toolkit,
+    runtime_env,
+)
 from builder.steps.fetch import fetch_sdist, unpack_sdist
 from builder.steps.recipes import apply_recipe
-from builder.steps.repair import repair_wheel
+from builder.steps.recipes.facts import package_facts
+from builder.steps.repair import load_excludes, repair_wheel
 from builder.steps.verify import quarantine, verify_wheel
 
 log = logging.getLogger(__name__)
@@ -88,6 +100,7 @@ class Progress:
 
     on_phase: Callable[[Job, str], None] = lambda job, phase: None
     on_line: Callable[[Job, str], None] = lambda job, line: None
+    on_done: Callable[[Job, str], None] = lambda job, result: None  # built, failed, ..., or "up to date"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,21 +131,55 @@ class PhaseTimer:
 
 
 def input_hash(job: Job) -> str:
-    """What a wheel is built from: sdist, recipe and recipe code, torch, toolkit, flags. Same hash, same wheel."""
-    recipe_code = hashlib.sha256()
-    for name in sorted(p.name for p in resources.files("builder.steps.recipes").iterdir() if p.name.endswith(".py")):
-        recipe_code.update(resources.files("builder.steps.recipes").joinpath(name).read_bytes())
-    recipe_code.update(resources.files("builder.data").joinpath("build-requirements.txt").read_bytes())
+    """What a wheel is built from: sdist, recipe and recipe code, torch, toolkit, flags, and every data file the
+    build reads (resources.BUILD_DATA). Same hash, same wheel."""
     inputs = {
         "job": {k: v for k, v in asdict(job).items() if k != "sdist"},
         "sdist": job.sdist.sha256,
-        "recipe_code": recipe_code.hexdigest(),
+        "recipe_code": _recipe_code_digest(),
+        "data": {resource.source: hashlib.sha256(resource.read_bytes()).hexdigest() for resource in BUILD_DATA},
     }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _recipe_code_digest() -> str:
+    """The recipe modules' bytes: a changed patch or setup.py rewrite changes what every wheel is built from."""
+    digest = hashlib.sha256()
+    package = resources.files("builder.steps.recipes")
+    for name in sorted(p.name for p in package.iterdir() if p.name.endswith(".py")):
+        digest.update(package.joinpath(name).read_bytes())
+    return digest.hexdigest()
 
-def _base_entry(job: Job, digest: str, layout: Layout, **fields: object) -> LedgerEntry:
+
+@dataclass(frozen=True, kw_only=True)
+class Readiness:
+    """What the preflight found for one job: its input hash, and why it cannot be built here (None: it can)."""
+
+    job: Job
+    input_hash: str
+    problem: str | None
+
+
+def preflight(jobs: Sequence[Job], facts: TorchFacts) -> list[Readiness]:
+    """Everything a build checks before its first download, for each job: the data files it reads load and pass
+    their checks, the recipe knows the package, and the job's interpreter and toolkit are on this machine."""
+    load_excludes()
+    build_requirements()
+    found = []
+    for job in jobs:
+        package_facts(job.package)
+        problem = None
+        try:
+            facts.release(job.torch)
+            find_pythons(job.python)
+            find_toolkit(job.accelerator)
+        except NotBuildableHere as error:
+            problem = str(error)
+        found.append(Readiness(job=job, input_hash=input_hash(job), problem=problem))
+    return found
+
+
+def _base_entry(job: Job, digest: str, layout: Layout, **fields: Any) -> LedgerEntry:
     return LedgerEntry(
         job_id=job.identifier, package=job.package, version=job.version, label=job.label, torch=job.torch,
         accelerator=job.accelerator.name, python=job.python, input_hash=digest,
@@ -141,7 +188,9 @@ def _base_entry(job: Job, digest: str, layout: Layout, **fields: object) -> Ledg
 
 
 class Builder:
-    def __init__(self, layout: Layout, facts: TorchFacts, options: BuildOptions, progress: Progress | None = None) -> None:
+    def __init__(
+        self, layout: Layout, facts: TorchFacts, options: BuildOptions, progress: Progress | None = None
+    ) -> None:
         self.layout, self.facts, self.options = layout, facts, options
         self.progress = progress or Progress()
         self._repair_lock = threading.Lock()  # auditwheel changes the process's working directory while it repairs
@@ -167,90 +216,130 @@ class Builder:
         shutil.rmtree(self.layout.tmp, ignore_errors=True)
         self.layout.tmp.mkdir()
         for entry in ledger.entries():
-            if entry.status != "running":
+            if entry.status != Status.RUNNING:
                 continue
             wheel = self.layout.dist / entry.wheel if entry.wheel else None
             if wheel and wheel.is_file() and sha256_of(wheel) == entry.wheel_sha256:
-                ledger.put(dataclasses.replace(entry, status="built", phase="install"))
+                ledger.put(dataclasses.replace(entry, status=Status.BUILT, phase="install"))
 
     def _one(self, job: Job, share: int) -> Outcome:
         digest = input_hash(job)
         with Ledger(self.layout.ledger) as ledger:
             previous = ledger.get(job.identifier)
-            if self._up_to_date(previous, digest):
+            if previous is not None and self._up_to_date(previous, digest):
+                self.progress.on_done(job, "up to date")
                 return Outcome(job=job, entry=previous, skipped=True)
             self.layout.log_for(job).write_text("")
             timer = PhaseTimer(job, self.progress, lambda phase, timings: ledger.put(
-                _base_entry(job, digest, self.layout, status="running", phase=phase, timings=timings)))
+                _base_entry(job, digest, self.layout, status=Status.RUNNING, phase=phase, timings=timings)))
+            on_line = functools.partial(self.progress.on_line, job)
             try:
-                with tempfile.TemporaryDirectory(prefix=f"{job.package}-", dir=self.layout.tmp) as work:
+                with job_context(job, self.layout.log_for(job), on_line), \
+                        tempfile.TemporaryDirectory(prefix=f"{job.package}-", dir=self.layout.tmp) as work:
                     entry = self._build(job, digest, timer, ledger, share, Path(work))
             except NotBuildableHere as error:
-                entry = _base_entry(job, digest, self.layout, status="unbuildable", phase=timer.phase, timings=timer.timings, reason=str(error))
+                entry = _base_entry(
+                    job,
+                    digest,
+                    self.layout,
+                    status=Status.UNBUILDABLE,
+                    phase=timer.phase,
+                    timings=timer.timings,
+                    reason=str(error),
+                )
             except WheelwrightError as error:
-                entry = _base_entry(job, digest, self.layout, status="failed", phase=timer.phase, timings=timer.timings, reason=str(error))
+                entry = _base_entry(
+                    job,
+                    digest,
+                    self.layout,
+                    status=Status.FAILED,
+                    phase=timer.phase,
+                    timings=timer.timings,
+                    reason=str(error),
+                )
             except Exception as error:  # a bug or an unexpected failure of one job must not stop the others
                 log.exception("%s: unexpected error", job.identifier)
-                entry = _base_entry(job, digest, self.layout, status="failed", phase=timer.phase, timings=timer.timings, reason=f"{type(error).__name__}: {error}")
+                entry = _base_entry(
+                    job,
+                    digest,
+                    self.layout,
+                    status=Status.FAILED,
+                    phase=timer.phase,
+                    timings=timer.timings,
+                    reason=f"{type(error).__name__}: {error}",
+                )
             ledger.put(entry)
+            self.progress.on_done(job, entry.status)
             return Outcome(job=job, entry=entry)
 
     def _up_to_date(self, previous: LedgerEntry | None, digest: str) -> bool:
         if previous is None or previous.input_hash != digest:
             return False
-        if previous.status == "built":
-            return bool(previous.wheel) and (self.layout.dist / previous.wheel).is_file()
-        return previous.status in ("failed", "quarantined", "unbuildable") and not self.options.retry_failed
+        if previous.status == Status.BUILT:
+            return previous.wheel is not None and (self.layout.dist / previous.wheel).is_file()
+        return previous.status in NOT_BUILT and not self.options.retry_failed
 
     def _build(self, job: Job, digest: str, timer: PhaseTimer, ledger: Ledger, share: int, work: Path) -> LedgerEntry:
-        log_path = self.layout.log_for(job)
         with timer("fetch"):
             sdist = fetch_sdist(job)
         with timer("env"):
             toolkit = find_toolkit(job.accelerator)
             runtime = runtime_env(job, self.facts)
-            env = build_env(job, runtime, toolkit, log_path=log_path)
+            env = build_env(job, runtime, toolkit)
         with timer("patch"):
             source = unpack_sdist(sdist, work / "unpacked")
             recipe = apply_recipe(source, job)
-            with log_path.open("a") as handle:
-                handle.writelines(f"recipe: {change}\n" for change in recipe.changes)
+            for change in recipe.changes:
+                log_note(f"recipe: {change}")
         with timer("compile"), compile_stage.workspace(job, source, runtime.site_packages) as space:
             parallelism = compile_stage.Parallelism.fit(len(job.archs), share=share)
-            objcache = None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
+            objcache = (
+                None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
+            )
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache)
-            built = compile_stage.compile_wheel(job, env, space, environ, work / "built", log_path=log_path, on_line=lambda line: self.progress.on_line(job, line))
+            built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
         with timer("repair"), self._repair_lock:
-            repaired = repair_wheel(built, job, work / "repaired", log_path=log_path)
+            repaired = repair_wheel(built, job, work / "repaired")
             # After repair (which rewrites the ELF files), so the record's digests are of what ships.
             provenance.embed(repaired.wheel, provenance.build_record(
-                job, toolkit_root=toolkit.root, recipe_changes=recipe.changes, log_path=log_path))
+                job, toolkit_root=toolkit.root, recipe_changes=recipe.changes))
         with timer("verify"):
-            report = verify_wheel(repaired.wheel, job, runtime=runtime, log_path=log_path)
-            with log_path.open("a") as handle:
-                handle.write(report.describe() + "\n")
+            report = verify_wheel(repaired.wheel, job, runtime=runtime)
+            log_note(report.describe())
         summary = json.dumps(report.as_dict(), sort_keys=True, default=str)
         if not report.ok:
             destination = quarantine(repaired.wheel, report, self.layout.quarantine)
-            return _base_entry(job, digest, self.layout, status="quarantined", phase="verify", timings=timer.timings,
-                               wheel=destination.name, wheel_sha256=sha256_of(destination), wheel_size=destination.stat().st_size,
-                               reason="; ".join(report.reasons), report=summary)
+            return _base_entry(
+                job,
+                digest,
+                self.layout,
+                status=Status.QUARANTINED,
+                phase="verify",
+                timings=timer.timings,
+                wheel=destination.name,
+                wheel_sha256=sha256_of(destination),
+                wheel_size=destination.stat().st_size,
+                reason="; ".join(report.reasons),
+                report=summary,
+            )
         with timer("install"):
             twin = variant_stage.make_twin(repaired.wheel, work / "variant")  # after the gate, checked again
             entry = self._install(job, digest, repaired.wheel, timer, ledger, summary)
             os.replace(twin.path, self.layout.variant / twin.path.name)
             return entry
 
-    def _install(self, job: Job, digest: str, wheel: Path, timer: PhaseTimer, ledger: Ledger, report: str) -> LedgerEntry:
+    def _install(
+        self, job: Job, digest: str, wheel: Path, timer: PhaseTimer, ledger: Ledger, report: str
+    ) -> LedgerEntry:
         """Record the wheel's hash first, then move it into dist/ atomically: a kill between the two is recovered."""
         checksum, size = sha256_of(wheel), wheel.stat().st_size
         destination = self.layout.dist / wheel.name
         if destination.exists() and sha256_of(destination) != checksum:
             log.warning("%s: replacing %s built from older inputs", job.identifier, destination.name)
         fields = dict(timings=timer.timings, wheel=wheel.name, wheel_sha256=checksum, wheel_size=size, report=report)
-        ledger.put(_base_entry(job, digest, self.layout, status="running", phase="install", **fields))
+        ledger.put(_base_entry(job, digest, self.layout, status=Status.RUNNING, phase="install", **fields))
         os.replace(wheel, destination)
-        return _base_entry(job, digest, self.layout, status="built", phase="install", **fields)
+        return _base_entry(job, digest, self.layout, status=Status.BUILT, phase="install", **fields)
 
 
 @contextmanager
@@ -259,5 +348,7 @@ def _exclusive(path: Path) -> Iterator[None]:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise WheelwrightError(f"another wheelwright build is using {path.parent}", tip="wait for it, or use another --output") from None
+            raise WheelwrightError(
+                f"another wheelwright build is using {path.parent}", tip="wait for it, or use another --output"
+            ) from None
         yield

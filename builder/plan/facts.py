@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from builder.core.errors import FactsError, did_you_mean
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from builder.core.files import read_toml
+from builder.core.resources import TORCH_FACTS
+from builder.plan.arch import Arch
 
 MANYLINUX_POLICIES = ("manylinux2014", "manylinux_2_28", "manylinux_2_34")
 _ACCEL_RE = re.compile(r"cu(?P<cu>[1-9]\d{1,2})|rocm(?P<rocm>[1-9]\d*(?:\.\d+){1,2})")
+
+
+def torch_minor(torch: str) -> str:
+    """The minor release a torch version belongs to (the unit of ABI and labels): "2.14" for 2.14.1+cu130."""
+    return ".".join(torch.split("+")[0].split(".")[:2])
 
 
 def version_key(text: str) -> tuple[int, ...]:
@@ -112,7 +113,7 @@ class TorchFacts:
 
     def release(self, torch: str) -> TorchRelease:
         """The release of ``torch``, given as a minor ("2.14") or a patch ("2.14.1")."""
-        minor = ".".join(torch.split(".")[:2])
+        minor = torch_minor(torch)
         for release in self.releases:
             if release.minor == minor and (torch == minor or torch in release.patches):
                 return release
@@ -174,18 +175,16 @@ _SPELLING: Mapping[str, tuple[str, str]] = MappingProxyType(
     }
 )
 # The default lists are plain compute capabilities; suffixes (9.0a, +PTX) are a profile's explicit choice.
-_CUDA_ARCH_RE = re.compile(r"\d+\.\d+")
-_ROCM_ARCH_RE = re.compile(r"gfx[0-9a-f]+")
 
 
-def _check_keys(raw: Mapping, allowed: Iterable[str], where: str) -> None:
+def _check_keys(raw: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
     allowed = list(allowed)
     for key in raw:
         if key not in allowed:
             raise FactsError(f"{where}: unknown key {key!r}{did_you_mean(key, allowed)}")
 
 
-def _check_types(raw: Mapping, where: str) -> None:
+def _check_types(raw: Mapping[str, Any], where: str) -> None:
     """Every field has its TOML type, list items and table values included: a typo'd type fails here, not later."""
     _check_keys(raw, _RELEASE_FIELDS, where)
     missing = [k for k in _RELEASE_FIELDS if k not in raw and k not in _OPTIONAL_FIELDS]
@@ -195,13 +194,15 @@ def _check_types(raw: Mapping, where: str) -> None:
         expected, item_type = _RELEASE_FIELDS[key], _ITEM_TYPES.get(key)
         if not isinstance(value, expected):
             raise FactsError(f"{where}: {key} must be a {_TOML_NAMES[expected]}, got {value!r}")
-        items = value.values() if isinstance(value, dict) else value
-        for item in items if item_type else ():
+        if item_type is None:
+            continue
+        items: list[object] = list(value.values()) if isinstance(value, dict) else list(value)  # type: ignore[call-overload]
+        for item in items:
             if not isinstance(item, item_type):
                 raise FactsError(f"{where}: {key} holds {item!r}, which is not a {_TOML_NAMES[item_type]}")
 
 
-def _release_from(raw: Mapping, where: str) -> TorchRelease:
+def _release_from(raw: Mapping[str, Any], where: str) -> TorchRelease:
     _check_types(raw, where)
     return TorchRelease(
         minor=raw["torch"],
@@ -260,33 +261,41 @@ def _check_release(release: TorchRelease, where: str) -> None:
             raise FactsError(f"{where}: {accel} claims the cxx11 ABI under manylinux2014")
 
 
-def _arch_list(value: object, pattern: re.Pattern[str], where: str) -> tuple[str, ...]:
+def _arch_list(value: object, kind: str, where: str) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise FactsError(f"{where}: expected a list of architectures, got {value!r}")
-    example = "'9.0'" if pattern is _CUDA_ARCH_RE else "'gfx942'"
+    example = "'9.0'" if kind == "cuda" else "'gfx942'"
     for arch in value:
-        if not isinstance(arch, str) or not pattern.fullmatch(arch):
+        if not isinstance(arch, str) or not _default_arch(arch, kind):
             raise FactsError(f"{where}: {arch!r} is not an architecture like {example}")
-    if pattern is _CUDA_ARCH_RE:
+    if kind == "cuda":
         _check_sorted(value, where)
     return tuple(value)
 
 
-def _table(raw: Mapping, key: str, where: str) -> Mapping:
+def _default_arch(text: str, kind: str) -> bool:
+    try:
+        arch = Arch.parse(text)
+    except ValueError:
+        return False
+    return arch.kind == kind and (kind == "rocm" or arch.plain)
+
+
+def _table(raw: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     value = raw.get(key, {})
     if not isinstance(value, dict):
         raise FactsError(f"{where}: {key} must be a table, got {value!r}")
     return value
 
 
-def _with_archs(releases: Sequence[TorchRelease], raw: Mapping, source: str) -> TorchFacts:
+def _with_archs(releases: Sequence[TorchRelease], raw: Mapping[str, Any], source: str) -> TorchFacts:
     """The facts, once [archs] gives a default list for every toolkit some release was built with."""
     where = f"{source}: [archs]"
     _check_keys(raw, ("cuda", "rocm"), where)
     cuda_table, rocm_table = _table(raw, "cuda", where), _table(raw, "rocm", where)
     _check_keys(rocm_table, ("default",), f"{source}: [archs.rocm]")
-    cuda_archs = {v: _arch_list(a, _CUDA_ARCH_RE, f"{source}: [archs.cuda] {v}") for v, a in cuda_table.items()}
-    rocm_archs = _arch_list(rocm_table.get("default", []), _ROCM_ARCH_RE, f"{source}: [archs.rocm] default")
+    cuda_archs = {v: _arch_list(a, "cuda", f"{source}: [archs.cuda] {v}") for v, a in cuda_table.items()}
+    rocm_archs = _arch_list(rocm_table.get("default", []), "rocm", f"{source}: [archs.rocm] default")
     for release in releases:
         for cuda in release.cuda:
             if cuda not in cuda_archs:
@@ -296,7 +305,7 @@ def _with_archs(releases: Sequence[TorchRelease], raw: Mapping, source: str) -> 
     return TorchFacts(releases=tuple(releases), cuda_archs=MappingProxyType(cuda_archs), rocm_archs=rocm_archs)
 
 
-def parse_facts(raw: Mapping, source: str) -> TorchFacts:
+def parse_facts(raw: Mapping[str, Any], source: str) -> TorchFacts:
     _check_keys(raw, ("release", "archs"), source)
     tables = raw.get("release", [])
     if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables) or not tables:
@@ -314,16 +323,9 @@ def parse_facts(raw: Mapping, source: str) -> TorchFacts:
 def load_facts(path: Path | None = None) -> TorchFacts:
     if path is None:
         return _default_facts()
-    try:
-        raw = tomllib.loads(path.read_text())
-    except OSError as error:
-        raise FactsError(f"{path}: cannot read the torch facts: {error.strerror}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise FactsError(f"{path}: not valid TOML: {error}") from None
-    return parse_facts(raw, str(path))
+    return parse_facts(read_toml(path, what="the torch facts", error=FactsError), str(path))
 
 
 @functools.cache
 def _default_facts() -> TorchFacts:
-    text = resources.files("builder.data").joinpath("torch.toml").read_text()
-    return parse_facts(tomllib.loads(text), "builder/data/torch.toml")
+    return parse_facts(read_toml(TORCH_FACTS, what="the torch facts", error=FactsError), TORCH_FACTS.source)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from builder.plan.facts import Accelerator
+from builder.plan.facts import Accelerator, torch_minor
 
 # No leading zeros anywhere, so that every label parses back to exactly one (torch minor, accelerator).
 _LABEL_RE = re.compile(r"pt(?P<major>[1-9])(?P<minor>0|[1-9]\d*)(?P<accel>cu[1-9]\d{1,2}|rocm[1-9]\d{1,2})")
@@ -43,6 +43,11 @@ class Sdist:
     filename: str
     sha256: str
     url: str | None = None  # None: look it up on the registry by filename
+
+
+# The patches matrix.yaml may name. The plan checks names only; the functions are builder.steps.recipes.patches,
+# which registers exactly these (the plan layer does not import the build steps).
+PATCH_NAMES = frozenset({"cxx20"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +102,7 @@ class Job:
 
     @property
     def torch_minor(self) -> str:
-        return ".".join(self.torch.split(".")[:2])
+        return torch_minor(self.torch)
 
     @property
     def torch_requirement(self) -> str:

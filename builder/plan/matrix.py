@@ -18,7 +18,9 @@ from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from builder.core.errors import ConfigError, did_you_mean
-from builder.plan.facts import Accelerator
+from builder.plan.arch import Arch as GpuArch
+from builder.plan.facts import Accelerator, torch_minor
+from builder.plan.job import PATCH_NAMES
 
 HOST_PYTHON = "host"
 ARCH_CONTROLS = ("gencode-rewrite", "torch-arch-list")
@@ -89,10 +91,9 @@ def _package_name(value: str) -> str:
 
 
 def _patch_name(value: str) -> str:
-    from builder.steps.recipes import PATCHES  # recipes import the job types; a top-level import would be circular
-
-    if value not in PATCHES:
-        raise ValueError(f"unknown patch {value!r}{did_you_mean(value, PATCHES)}; known: {', '.join(sorted(PATCHES))}")
+    if value not in PATCH_NAMES:
+        hint = did_you_mean(value, PATCH_NAMES)
+        raise ValueError(f"unknown patch {value!r}{hint}; known: {', '.join(sorted(PATCH_NAMES))}")
     return value
 
 
@@ -126,8 +127,7 @@ def _accelerator(value: str) -> str:
 
 
 def _arch(value: str) -> str:
-    if not re.fullmatch(r"\d+\.\d+[af]?(\+PTX)?|gfx[0-9a-f]+", value):
-        raise ValueError(f"{value!r} is not a GPU architecture like '9.0', '9.0a', '12.0+PTX' or 'gfx942'")
+    GpuArch.parse(value)  # its ValueError names the spellings
     return value
 
 
@@ -287,7 +287,7 @@ def _axes_problems(prefix: Loc, axes: Axes) -> Iterator[tuple[Loc, str]]:
 def _axis_keys(name: str, values: Sequence[str]) -> list[str]:
     """What makes two values of an axis give the same jobs: torch 2.14 and 2.14.1 are both labelled pt214."""
     if name == "torch":
-        return [".".join(v.split(".")[:2]) for v in values]
+        return [torch_minor(v) for v in values]
     if name == "accelerators":
         return [Accelerator.parse(v).name for v in values]
     return list(values)

@@ -11,13 +11,14 @@ import shlex
 import shutil
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import build
 
+from builder.core import context
 from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, run
 from builder.plan.job import Job
@@ -41,7 +42,9 @@ class Parallelism:
     @classmethod
     def fit(cls, archs: int, *, share: int = 1) -> Parallelism:
         """Split this machine's free cores and memory between ``share`` concurrent builds."""
-        cores = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) // share)
+        cores = max(
+            1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) // share
+        )
         memory = available_memory() // share
         max_jobs = max(1, min(cores, memory // COMPILE_MEMORY_BYTES))
         return cls(max_jobs=max_jobs, nvcc_threads=max(1, min(archs, cores)))
@@ -79,7 +82,8 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
     """Lay the patched source and a link to the job's torch at the fixed paths, holding a lock meanwhile."""
     space = Workspace.for_job(job)
     space.root.mkdir(parents=True, exist_ok=True)
-    with open(space.root.with_suffix(".lock"), "w") as lock:
+    # beside the root, named after all of it: with_suffix would cut "1.7.0+pt214cu130" to "1.7" and share the lock
+    with open(space.root.parent / f"{space.root.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         shutil.rmtree(space.source, ignore_errors=True)
         shutil.copytree(source, space.source, symlinks=True)
@@ -89,9 +93,18 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
         yield space
 
 
-def build_environ(job: Job, env: BuildEnv, recipe_env: Mapping[str, str], space: Workspace, parallelism: Parallelism, objcache: tuple[Path, str] | None) -> dict[str, str]:
+def build_environ(
+    job: Job,
+    env: BuildEnv,
+    recipe_env: Mapping[str, str],
+    space: Workspace,
+    parallelism: Parallelism,
+    objcache: tuple[Path, str] | None,
+) -> dict[str, str]:
     toolkit = env.toolkit
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CUDA", "TORCH_", "NVCC_"))}
+    environ = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CUDA", "TORCH_", "NVCC_"))
+    }
     environ.update(recipe_env)
     environ.update(
         CUDA_HOME=str(toolkit.root),
@@ -104,6 +117,7 @@ def build_environ(job: Job, env: BuildEnv, recipe_env: Mapping[str, str], space:
         NVCC_APPEND_FLAGS=f"--threads {parallelism.nvcc_threads}",  # last --threads wins over setup.py's hardcoded 4
         TORCH_CUDA_ARCH_LIST=";".join(job.archs),
         PIP_NO_BUILD_ISOLATION="1",
+        PYTHONUNBUFFERED="1",  # the backend writes to our pipe: lines reach the log and the progress as they happen
         SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", "315532800"),
     )
     # The wrapper runs even without the cache ("off"): it makes every nvcc call deterministic (see objcache.py).
@@ -121,14 +135,13 @@ def compile_wheel(
     space: Workspace,
     environ: Mapping[str, str],
     outdir: Path,
-    *,
-    log_path: Path,
-    on_line: Callable[[str], None] | None = None,
 ) -> Path:
-    """Run the PEP 517 backend in the job's build environment; returns the wheel it wrote."""
+    """Run the PEP 517 backend in the job's build environment; returns the wheel it wrote. Its output goes to the
+    active job's log and progress (builder.core.context)."""
 
-    def runner(cmd: list[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None) -> None:
-        run(cmd, step=f"{job.identifier}: compile", log_path=log_path, cwd=Path(cwd) if cwd else None, env={**environ, **(extra_environ or {})}, on_line=on_line)
+    def runner(cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None) -> None:
+        run(cmd, step=f"{job.identifier}: compile", cwd=Path(cwd) if cwd else None,
+            env={**environ, **(extra_environ or {})})
 
     outdir.mkdir(parents=True, exist_ok=True)
     project = build.ProjectBuilder(space.source, python_executable=str(env.python), runner=runner)
@@ -139,9 +152,11 @@ def compile_wheel(
         except build.BuildBackendException as error:  # build wraps our runner's StepFailed; unwrap it
             if isinstance(error.exception, WheelwrightError):
                 raise error.exception from None
+            active = context.current()
+            log_path = active.log if active else None
             raise StepFailed(f"{job.identifier}: compile", ["build_wheel"], 1, log_path, str(error)) from None
-    with log_path.open("a") as handle:
-        handle.writelines(f"warning: {w.category.__name__}: {w.message}\n" for w in caught)
+    for warning in caught:
+        context.log_note(f"warning: {warning.category.__name__}: {warning.message}")
     return Path(wheel)
 
 

@@ -1,5 +1,7 @@
 """What the ELF files inside a wheel declare: the libraries they need, the symbol versions they need from them, and
-the GPU code they carry. Read once here; repair decides and verify judges on these facts."""
+the GPU code they carry. Read once here; repair decides and verify judges on these facts. The GPU code is read by
+builder.core.fatbin through the standard-library ELF reader that doctor.py shares; the linking facts by pyelftools
+and auditwheel, which tests/integration/test_elfread_twin.py holds that reader to."""
 
 from __future__ import annotations
 
@@ -17,8 +19,9 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
+from builder.core.elfread import ElfFile
 from builder.core.errors import WheelError
-from builder.steps.fatbin import FatbinContents, elf_fatbin
+from builder.core.fatbin import FatbinContents, elf_fatbin
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +51,23 @@ def read_elf(path: Path, *, name: str, gpu: bool = True) -> ElfFacts:
             elf = ELFFile(stream)
             dynamic = elf.get_section_by_name(".dynamic")
             needed = [] if not isinstance(dynamic, DynamicSection) else [
-                tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"
+                tag.needed  # type: ignore[attr-defined]  # pyelftools sets it on DT_NEEDED tags only
+                for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"
             ]
             versions: dict[str, set[str]] = {}
             for library, version in elf_find_versioned_symbols(elf):
                 versions.setdefault(library, set()).add(version)
-            kernels = elf_fatbin(elf, where=name) if gpu else FatbinContents()
     except ELFError as error:
         raise WheelError(f"{name}: not a readable ELF file ({error})") from None
+    kernels = _kernels(path, name) if gpu else FatbinContents()
     frozen = MappingProxyType({lib: frozenset(v) for lib, v in sorted(versions.items())})
     return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen, gpu=kernels)
+
+
+def _kernels(path: Path, name: str) -> FatbinContents:
+    """The GPU code, read by the standard-library reader that doctor.py shares."""
+    with path.open("rb") as stream:
+        return elf_fatbin(ElfFile(stream, where=name), where=name)
 
 
 def is_elf(path: Path) -> bool:

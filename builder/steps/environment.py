@@ -12,10 +12,11 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from builder.core.errors import ToolchainError, WheelwrightError
+from builder.core.resources import BUILD_REQUIREMENTS
 from builder.core.runner import run
 from builder.plan.facts import Accelerator, TorchFacts
 from builder.plan.job import Job
@@ -86,7 +87,8 @@ def find_pythons(version: str) -> list[Path]:
     """Interpreters of ``version`` (3.11): this one, ``python3.11`` on PATH, pyenv installs; best first."""
     candidates = []
     if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
-        candidates += [Path(sys.executable), Path(sys._base_executable)]
+        base = sys._base_executable  # type: ignore[attr-defined]  # the interpreter a venv was made from
+        candidates += [Path(sys.executable), Path(base)]
     on_path = shutil.which(f"python{version}")
     candidates += [Path(on_path)] if on_path else []
     pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
@@ -101,13 +103,15 @@ def _is_venv(python: Path) -> bool:
     return (python.parent.parent / "pyvenv.cfg").is_file()
 
 
-def probe(python: Path) -> dict:
-    return json.loads(run([python, "-c", _PROBE], step="probe interpreter", capture=True).output.splitlines()[-1])
+def probe(python: Path) -> dict[str, Any]:
+    output = run([python, "-c", _PROBE], step="probe interpreter", capture=True).output
+    answer: dict[str, Any] = json.loads(output.splitlines()[-1])
+    return answer
 
 
 # -- torch ------------------------------------------------------------------------------------------------------
 
-def runtime_env(job: Job, facts: TorchFacts, *, log_path: Path | None = None) -> RuntimeEnv:
+def runtime_env(job: Job, facts: TorchFacts) -> RuntimeEnv:
     """The job's torch: the interpreter's own when it matches, else a cached venv holding only torch."""
     pythons = find_pythons(job.python)
     for python in pythons:
@@ -121,11 +125,11 @@ def runtime_env(job: Job, facts: TorchFacts, *, log_path: Path | None = None) ->
             f"torch {job.torch} for {job.accelerator} is published only on PyTorch's own index, which this machine "
             f"cannot reach; the registry wheel of torch {release.minor} is cu{release.pypi_cuda.replace('.', '')}"
         )
-    site_packages = installed_torch(job, python, log_path=log_path)
+    site_packages = installed_torch(job, python)
     return RuntimeEnv(python=python, site_packages=site_packages, torch=job.torch, system=False)
 
 
-def installed_torch(job: Job, python: Path, *, log_path: Path | None = None) -> Path:
+def installed_torch(job: Job, python: Path) -> Path:
     """The job's torch, installed once (``pip install --target``) under ``<cache>/runtime/`` and reused.
 
     Staged beside its final place and renamed into it, under a lock: concurrent builds and test sessions wait for
@@ -141,22 +145,36 @@ def installed_torch(job: Job, python: Path, *, log_path: Path | None = None) -> 
         if not (target / ".complete").is_file():
             with tempfile.TemporaryDirectory(prefix=f".{target.name}-", dir=runtime) as tmp:
                 staging = Path(tmp) / "site-packages"
-                run([python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet", "--target", staging, f"torch=={job.torch}"],
-                    step=f"install torch {job.torch} for Python {job.python}", log_path=log_path)
+                # not --quiet: what pip downloaded and installed belongs in the job's log
+                run(
+                    [
+                        python,
+                        "-m",
+                        "pip",
+                        "install",
+                        "--disable-pip-version-check",
+                        "--progress-bar",
+                        "off",
+                        "--target",
+                        staging,
+                        f"torch=={job.torch}",
+                    ],
+                    step=f"install torch {job.torch} for Python {job.python}",
+                )
                 (staging / ".complete").write_text(f"torch=={job.torch} for {job.python_tag}\n")
                 shutil.rmtree(target, ignore_errors=True)
                 staging.rename(target)
     return target
 
 
-def _matches(info: dict, job: Job) -> bool:
+def _matches(info: dict[str, Any], job: Job) -> bool:
     if not info.get("torch"):
         return False
     public = info["torch"].split("+")[0]
-    return public == job.torch and info["cuda"] == job.accelerator.version and info["cxx11_abi"] == job.cxx11_abi
+    return bool(public == job.torch and info["cuda"] == job.accelerator.version and info["cxx11_abi"] == job.cxx11_abi)
 
 
-def _ensure_venv(venv: Path, python: Path, requirements: list[str], *, step: str, log_path: Path | None = None) -> None:
+def _ensure_venv(venv: Path, python: Path, requirements: list[str], *, step: str) -> None:
     """Create ``venv`` with ``requirements`` once; a marker written last makes an interrupted install redo."""
     marker = venv / ".wheelwright-complete"
     wanted = "\n".join(requirements)
@@ -165,20 +183,31 @@ def _ensure_venv(venv: Path, python: Path, requirements: list[str], *, step: str
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
     # --without-pip + our own pip pointed at it: works where the interpreter has no ensurepip (Debian's python3)
-    run([python, "-m", "venv", "--without-pip", venv], step=f"{step}: create venv", log_path=log_path)
-    pip = [sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "--quiet", "--disable-pip-version-check"]
-    run([*pip, *requirements], step=step, log_path=log_path)
+    run([python, "-m", "venv", "--without-pip", venv], step=f"{step}: create venv")
+    pip: list[str | os.PathLike[str]] = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        venv / "bin" / "python",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+    ]
+    run([*pip, *requirements], step=step)
     marker.write_text(wanted)
 
 
-def build_env(job: Job, runtime: RuntimeEnv, toolkit: Toolkit, *, log_path: Path | None = None) -> BuildEnv:
+def build_requirements() -> list[str]:
+    """The build venv's pinned tools (builder/data/build-requirements.txt)."""
+    return [line for line in BUILD_REQUIREMENTS.read_text().splitlines() if line and not line.startswith("#")]
+
+
+def build_env(job: Job, runtime: RuntimeEnv, toolkit: Toolkit) -> BuildEnv:
     """A venv per Python with the build tools; torch is put on its path per job (see compile.py)."""
-    requirements = [
-        line for line in resources.files("builder.data").joinpath("build-requirements.txt").read_text().splitlines()
-        if line and not line.startswith("#")
-    ]
+    requirements = build_requirements()
     venv = cache_root() / "envs" / f"build-{job.python_tag}"
-    _ensure_venv(venv, runtime.python, requirements, step="install build tools", log_path=log_path)
+    _ensure_venv(venv, runtime.python, requirements, step="install build tools")
     return BuildEnv(python=venv / "bin" / "python", runtime=runtime, toolkit=toolkit)
 
 
@@ -188,7 +217,12 @@ def find_toolkit(accelerator: Accelerator) -> Toolkit:
     """The CUDA toolkit of the job's version, checked; ROCm cannot be had on this machine yet."""
     if accelerator.kind != "cuda":
         raise NotBuildableHere(f"no ROCm {accelerator.version} toolkit on this machine (hipcc not provisioned)")
-    candidates = [os.environ.get("WHEELWRIGHT_CUDA_HOME"), os.environ.get("CUDA_HOME"), f"/usr/local/cuda-{accelerator.version}", "/usr/local/cuda"]
+    candidates = [
+        os.environ.get("WHEELWRIGHT_CUDA_HOME"),
+        os.environ.get("CUDA_HOME"),
+        f"/usr/local/cuda-{accelerator.version}",
+        "/usr/local/cuda",
+    ]
     for candidate in filter(None, candidates):
         root = Path(candidate)
         if (root / "bin" / "nvcc").is_file() and toolkit_version(root) == accelerator.version:

@@ -15,13 +15,15 @@ import tarfile
 import tempfile
 import urllib.error
 import urllib.request
+from http.client import HTTPResponse
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 from urllib.parse import urljoin
 
 from packaging.utils import canonicalize_name
 
 from builder.core.errors import FetchError, ToolchainError
+from builder.core.files import atomic_file
 from builder.core.hashing import sha256_of
 from builder.plan.job import Job, Sdist
 
@@ -45,10 +47,11 @@ def index_url() -> str:
     return os.environ.get("WHEELWRIGHT_INDEX_URL") or DEFAULT_INDEX_URL
 
 
-def open_url(url: str, *, accept: str | None = None) -> IO[bytes]:
+def open_url(url: str, *, accept: str | None = None) -> HTTPResponse:
     """The one place this module touches the network (tests replace it to prove a cache hit stays offline)."""
     headers = {"User-Agent": "wheelwright", **({"Accept": accept} if accept else {})}
-    return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S)  # noqa: S310
+    response: HTTPResponse = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S)
+    return response
 
 
 def fetch_sdist(
@@ -66,7 +69,9 @@ def fetch_sdist(
         if actual == sdist.sha256:
             log.debug("%s: cache hit %s", who, path)
             return path
-        log.warning("%s: cached %s has sha256 %s, not the pinned %s; downloading again", who, path, actual, sdist.sha256)
+        log.warning(
+            "%s: cached %s has sha256 %s, not the pinned %s; downloading again", who, path, actual, sdist.sha256
+        )
     url = sdist.url or find_file_url(sdist, package, index=index, who=who)
     _download(url, path, sdist.sha256, who)
     log.info("%s: fetched %s", who, path)
@@ -93,10 +98,11 @@ def find_file_url(sdist: Sdist, package: str, *, index: str | None = None, who: 
             listed = (entry.get("hashes") or {}).get("sha256")
             if listed and listed != sdist.sha256:
                 raise FetchError(
-                    f"{who}: the index lists {sdist.filename} with sha256 {listed}, but matrix.yaml pins {sdist.sha256}",
+                    f"{who}: the index lists {sdist.filename} with sha256 {listed}, "
+                    f"but matrix.yaml pins {sdist.sha256}",
                     tip="check the sha256 pin in matrix.yaml against the registry",
                 )
-            return urljoin(page_url, entry["url"])
+            return urljoin(page_url, str(entry["url"]))
     sdists = sorted(e.get("filename", "") for e in files if str(e.get("filename", "")).endswith((".tar.gz", ".zip")))
     raise FetchError(
         f"{who}: {sdist.filename} is not listed on {page_url} (sdists there: {', '.join(sdists[-5:]) or 'none'})",
@@ -108,7 +114,7 @@ def _with_slash(url: str) -> str:
     return url if url.endswith("/") else url + "/"
 
 
-def _project_files(page_url: str, who: str) -> list[dict]:
+def _project_files(page_url: str, who: str) -> list[dict[str, Any]]:
     try:
         with open_url(page_url, accept=PEP691_JSON) as response:
             content_type = response.headers.get_content_type()
@@ -128,20 +134,13 @@ def _project_files(page_url: str, who: str) -> list[dict]:
 
 def _download(url: str, path: Path, expected: str, who: str) -> None:
     """Stream ``url`` into a temporary file beside ``path``, check its hash, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, part = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            actual = _stream(url, out, who)
+    with atomic_file(path) as out:
+        actual = _stream(url, out, who)
         if actual != expected:
             raise FetchError(
                 f"{who}: {path.name} from {url} has sha256 {actual}, expected {expected}",
                 tip="the upload changed or the pin in matrix.yaml is wrong; check it against the registry",
             )
-        os.chmod(part, 0o644)  # mkstemp's 0600 would keep the shared cache from other users
-        os.replace(part, path)
-    finally:
-        Path(part).unlink(missing_ok=True)
 
 
 def _stream(url: str, out: IO[bytes], who: str) -> str:
@@ -163,14 +162,18 @@ def unpack_sdist(sdist_path: Path, dest: Path) -> Path:
     recipes edit the tree in place and must start from upstream's files.
     """
     if not hasattr(tarfile, "data_filter"):
-        raise ToolchainError("this Python's tarfile has no 'data' extraction filter", tip="use Python >= 3.10.12 / 3.11.4")
+        raise ToolchainError(
+            "this Python's tarfile has no 'data' extraction filter", tip="use Python >= 3.10.12 / 3.11.4"
+        )
     dest.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=dest, prefix=".unpack-"))
     try:
         _extract(sdist_path, staging)
         top = [entry for entry in staging.iterdir()]
         if len(top) != 1 or not top[0].is_dir():
-            raise FetchError(f"{sdist_path.name}: expected one top-level directory, found {sorted(p.name for p in top)}")
+            raise FetchError(
+                f"{sdist_path.name}: expected one top-level directory, found {sorted(p.name for p in top)}"
+            )
         root = dest / top[0].name
         if root.exists():
             shutil.rmtree(root)

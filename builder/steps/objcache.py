@@ -14,6 +14,7 @@ Usage (what compile.py puts into PYTORCH_NVCC): python -m builder.steps.objcache
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 MODES = ("use", "verify", "off")
 PER_PYTHON_ENV = "WHEELWRIGHT_OBJCACHE_PER_PYTHON"  # os.pathsep-separated include directories, set by compile.py
@@ -54,7 +56,7 @@ def command_key(args: list[str], per_python: frozenset[str] = frozenset()) -> tu
 
 def source_of(args: list[str]) -> Path:
     """The translation unit: what follows the last ``-c`` (torch's flags can hold a stray ``-c`` of their own)."""
-    sources = [arg for before, arg in zip(args, args[1:]) if before == "-c" and arg != "-c"]
+    sources = [arg for before, arg in itertools.pairwise(args) if before == "-c" and arg != "-c"]
     return Path(sources[-1])
 
 
@@ -124,6 +126,10 @@ def _atomic_copy(source: Path, destination: Path) -> None:
     os.replace(temporary, destination)
 
 
+# A manifest entry: {"object": digest, "depfile": digest or None, "headers": {path: digest}} (JSON, hence Any)
+Entry = dict[str, Any]
+
+
 class ObjectCache:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -134,19 +140,20 @@ class ObjectCache:
     def blob(self, digest: str) -> Path:
         return self.root / "objects" / digest[:2] / digest
 
-    def lookup(self, key: str) -> dict | None:
+    def lookup(self, key: str) -> Entry | None:
         """The entry whose recorded headers all still have the recorded bytes."""
         path = self._manifest(key)
         if not path.is_file():
             return None
-        for entry in json.loads(path.read_text()):
+        entries: list[Entry] = json.loads(path.read_text())
+        for entry in entries:
             if all(_file_digest(h) == d for h, d in entry["headers"].items()):
                 return entry
         return None
 
-    def store(self, key: str, output: Path, depfile: Path | None) -> dict:
+    def store(self, key: str, output: Path, depfile: Path | None) -> Entry:
         headers = headers_of(depfile) if depfile else []
-        entry = {
+        entry: Entry = {
             "object": _file_digest(str(output)),
             "depfile": _file_digest(str(depfile)) if depfile else None,
             "headers": {h: _file_digest(h) for h in headers},
@@ -162,13 +169,13 @@ class ObjectCache:
         os.replace(handle.name, path)
         return entry
 
-    def restore(self, entry: dict, output: Path, depfile: Path | None) -> None:
+    def restore(self, entry: Entry, output: Path, depfile: Path | None) -> None:
         _atomic_copy(self.blob(entry["object"]), output)
         if depfile and entry["depfile"]:
             _atomic_copy(self.blob(entry["depfile"]), depfile)
 
 
-def _record(cache: ObjectCache, event: dict) -> None:
+def _record(cache: ObjectCache, event: dict[str, Any]) -> None:
     # One JSON line per compile, appended atomically (O_APPEND, one write): the build reads hits and misses here.
     line = json.dumps(event) + "\n"
     fd = os.open(cache.root / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -205,7 +212,16 @@ def main(argv: list[str]) -> int:
     if entry is not None:  # verify mode: the cached object must equal the fresh one
         same = comparable_bytes(Path(output)) == comparable_bytes(cache.blob(entry["object"]))
         result = "verified" if same else "mismatch"
-        _record(cache, {"source": source, "result": result, "seconds": time.monotonic() - start, "fresh": _file_digest(output), "cached": entry["object"]})
+        _record(
+            cache,
+            {
+                "source": source,
+                "result": result,
+                "seconds": time.monotonic() - start,
+                "fresh": _file_digest(output),
+                "cached": entry["object"],
+            },
+        )
         return 0 if same else 3
     cache.store(key, Path(output), Path(depfile) if depfile else None)
     _record(cache, {"source": source, "result": "miss", "seconds": time.monotonic() - start})

@@ -12,9 +12,9 @@ import zlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from auditwheel.architecture import Architecture
 from auditwheel.error import AuditwheelError, NonPlatformWheelError
@@ -23,16 +23,14 @@ from auditwheel.patcher import ElfPatcher, ElfUpdateInfo
 from auditwheel.policy import Policy, WheelPolicies
 from auditwheel.repair import repair_wheel as auditwheel_repair
 from auditwheel.wheel_abi import WheelAbIInfo, analyze_wheel_abi, get_wheel_elfdata
+from pydantic import BaseModel, ConfigDict, model_validator
 
-from builder.core.errors import ConfigError, WheelError
+from builder.core.data import load_data, validate
+from builder.core.errors import WheelError
+from builder.core.resources import REPAIR_EXCLUDES
 from builder.core.runner import run, which
 from builder.plan.job import Job
 from builder.steps.elf import wheel_elf_facts
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 log = logging.getLogger(__name__)
 
@@ -64,52 +62,64 @@ def manylinux_policies(platform: str = "x86_64") -> WheelPolicies:
     return WheelPolicies(libc=Libc.GLIBC, arch=architecture)
 
 
-def parse_excludes(raw: Mapping, source: str) -> Excludes:
-    table = raw.get("exclude")
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{source}: no [exclude] table")
-    unknown = sorted(set(table) - set(EXCLUDE_GROUPS))
-    missing = [g for g in EXCLUDE_GROUPS if g not in table]
-    if unknown or missing:
-        raise ConfigError(f"{source}: [exclude] needs exactly the groups {', '.join(EXCLUDE_GROUPS)}; "
-                          f"unknown: {unknown or 'none'}, missing: {missing or 'none'}")
-    groups = {name: tuple(table[name]) for name in EXCLUDE_GROUPS}
-    allowed = frozenset().union(*(p.whitelist for p in manylinux_policies()))
-    seen: set[str] = set()
-    for name, patterns in groups.items():
-        if not patterns:
-            raise ConfigError(f"{source}: [exclude] {name} is empty")
-        for pattern in patterns:
-            _check_pattern(pattern, f"{source}: [exclude] {name}", seen, allowed)
-            seen.add(pattern)
-    return Excludes(groups=MappingProxyType(groups), source=source)
+class ExcludeFile(BaseModel):
+    """builder/data/repair.toml as validated: [exclude] with exactly the groups, each a non-empty list of patterns."""
+
+    model_config = ConfigDict(frozen=True)
+
+    exclude: dict[str, tuple[str, ...]]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checked(cls, raw: object) -> object:
+        table = raw.get("exclude") if isinstance(raw, Mapping) else None
+        if not isinstance(table, Mapping):
+            raise ValueError("no [exclude] table")  # noqa: TRY004 (pydantic reports a ValueError, not a TypeError)
+        unknown = sorted(set(table) - set(EXCLUDE_GROUPS))
+        missing = [g for g in EXCLUDE_GROUPS if g not in table]
+        if unknown or missing:
+            raise ValueError(f"[exclude] needs exactly the groups {', '.join(EXCLUDE_GROUPS)}; "
+                             f"unknown: {unknown or 'none'}, missing: {missing or 'none'}")
+        allowed = frozenset().union(*(p.whitelist for p in manylinux_policies()))
+        seen: set[str] = set()
+        for name in EXCLUDE_GROUPS:
+            if not table[name]:
+                raise ValueError(f"[exclude] {name} is empty")
+            for pattern in table[name]:
+                _check_pattern(pattern, f"[exclude] {name}", seen, allowed)
+                seen.add(pattern)
+        return {"exclude": {name: tuple(table[name]) for name in EXCLUDE_GROUPS}}
+
+
+def parse_excludes(raw: Mapping[str, Any], source: str) -> Excludes:
+    return _excludes(validate(raw, ExcludeFile, source), source)
+
+
+def _excludes(file: ExcludeFile, source: str) -> Excludes:
+    return Excludes(groups=MappingProxyType(dict(file.exclude)), source=source)
 
 
 def _check_pattern(pattern: object, where: str, seen: set[str], allowed: frozenset[str]) -> None:
     if not isinstance(pattern, str) or not pattern.startswith("lib") or ".so" not in pattern:
-        raise ConfigError(f"{where}: {pattern!r} is not a soname pattern like 'libc10*.so*'")
+        raise ValueError(f"{where}: {pattern!r} is not a soname pattern like 'libc10*.so*'")
     if pattern in seen:
-        raise ConfigError(f"{where}: {pattern!r} is listed twice")
+        raise ValueError(f"{where}: {pattern!r} is listed twice")
     # Excluding a library every manylinux system has would only hide a mistake (and a pattern that broad is one).
     clash = sorted(lib for lib in allowed if fnmatch.fnmatchcase(lib, pattern))
     if clash:
-        raise ConfigError(f"{where}: {pattern!r} matches {', '.join(clash)}, which manylinux already allows")
+        raise ValueError(f"{where}: {pattern!r} matches {', '.join(clash)}, which manylinux already allows")
 
 
 def load_excludes(path: Path | None = None) -> Excludes:
     if path is None:
         return _default_excludes()
-    try:
-        raw = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path}: {error}") from None
-    return parse_excludes(raw, str(path))
+    return _excludes(load_data(path, ExcludeFile, what="the repair excludes"), str(path))
 
 
 @functools.cache
 def _default_excludes() -> Excludes:
-    text = resources.files("builder.data").joinpath("repair.toml").read_text()
-    return parse_excludes(tomllib.loads(text), "builder/data/repair.toml")
+    file = load_data(REPAIR_EXCLUDES, ExcludeFile, what="the repair excludes")
+    return _excludes(file, REPAIR_EXCLUDES.source)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -238,8 +248,7 @@ def abi_facts(abi: WheelAbIInfo, wheel: Path) -> AbiFacts:
     )
 
 
-def repair_wheel(wheel: Path, job: Job, out_dir: Path, *, excludes: Excludes | None = None,
-                 log_path: Path | None = None) -> RepairResult:
+def repair_wheel(wheel: Path, job: Job, out_dir: Path, *, excludes: Excludes | None = None) -> RepairResult:
     """Repair ``wheel`` into ``out_dir`` (the caller's temporary directory): plan, log the plan, apply it."""
     excludes = excludes or load_excludes()
     abi = analyze(wheel, job, excludes)
@@ -248,11 +257,10 @@ def repair_wheel(wheel: Path, job: Job, out_dir: Path, *, excludes: Excludes | N
              ", ".join(plan.excluded) or "nothing", ", ".join(plan.bundled) or "nothing")
     for warning in plan.warnings:
         log.warning("%s", warning)
-    return RepairResult(wheel=apply_plan(plan, abi, wheel, out_dir, log_path=log_path), plan=plan)
+    return RepairResult(wheel=apply_plan(plan, abi, wheel, out_dir), plan=plan)
 
 
-def apply_plan(plan: RepairPlan, abi: WheelAbIInfo, wheel: Path, out_dir: Path, *,
-               log_path: Path | None = None) -> Path:
+def apply_plan(plan: RepairPlan, abi: WheelAbIInfo, wheel: Path, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     repaired = auditwheel_repair(
         abi,
@@ -261,13 +269,13 @@ def apply_plan(plan: RepairPlan, abi: WheelAbIInfo, wheel: Path, out_dir: Path, 
         lib_sdir=LIB_SDIR,
         out_dir=out_dir,
         update_tags=True,
-        patcher=RunnerPatchelf(plan.policy, log_path=log_path),
+        patcher=RunnerPatchelf(plan.policy),
         strip=False,
         zip_compression_level=zlib.Z_DEFAULT_COMPRESSION,
     )
     if repaired is None:  # auditwheel returns None only for wheels without ELF files, which analyze() refuses
         raise WheelError(f"{wheel.name}: auditwheel wrote no repaired wheel")
-    return repaired
+    return Path(repaired)
 
 
 def patchelf_arguments(update: ElfUpdateInfo) -> list[str]:
@@ -287,25 +295,22 @@ def patchelf_arguments(update: ElfUpdateInfo) -> list[str]:
     return arguments
 
 
-class RunnerPatchelf(ElfPatcher):
+class RunnerPatchelf(ElfPatcher):  # type: ignore[misc]  # auditwheel is untyped
     """auditwheel's ElfPatcher records the edits its repair decides on; this applies them with patchelf through
     builder.core.runner, like every other process. patchelf is looked up only once there is something to patch."""
 
-    def __init__(self, platform: str, *, log_path: Path | None = None) -> None:
-        super().__init__(platform)
-        self._log_path = log_path
-
     def get_rpath_direct(self, file_name: Path) -> str:
         command = [_patchelf(), "--print-rpath", str(file_name)]
-        output = run(command, step="patchelf --print-rpath", log_path=self._log_path, capture=True).output
+        output = run(command, step="patchelf --print-rpath", capture=True).output
         return output.strip().removesuffix(" (legacy)")
 
     def apply_updates(self) -> None:
-        updates, self._updates = self._updates, defaultdict(ElfUpdateInfo)
+        updates: dict[Path, Any] = self._updates
+        self._updates: defaultdict[Path, Any] = defaultdict(ElfUpdateInfo)
         for path, update in updates.items():
             arguments = patchelf_arguments(update)
             if arguments:
-                run([_patchelf(), *arguments, str(path)], step="patchelf", log_path=self._log_path)
+                run([_patchelf(), *arguments, str(path)], step="patchelf")
 
 
 def _patchelf() -> str:

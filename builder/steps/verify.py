@@ -12,20 +12,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from types import MappingProxyType
+from typing import Any
 
 from auditwheel.policy import Policy, WheelPolicies
 from packaging.metadata import parse_email
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import WheelError
+from builder.core.fatbin import arch_key
 from builder.core.runner import run
+from builder.core.wheelname import InvalidWheelFilename, WheelFilename
+from builder.plan.arch import Arch
+from builder.plan.facts import torch_minor
 from builder.plan.job import Job
 from builder.steps import provenance
 from builder.steps.elf import ElfFacts, tree_elf_facts, unpacked
 from builder.steps.environment import RuntimeEnv
-from builder.steps.fatbin import arch_key
 from builder.steps.repair import Excludes, load_excludes, manylinux_policies, target_policy
 
 log = logging.getLogger(__name__)
@@ -147,7 +151,7 @@ def required_versions(elves: Iterable[ElfFacts]) -> dict[str, set[str]]:
 
 def highest(versions: Iterable[str]) -> str | None:
     numeric = [v for v in versions if version_key(v) is not None]
-    return max(numeric, key=version_key, default=None)
+    return max(numeric, key=lambda v: version_key(v) or (), default=None)
 
 
 # --- judging ---------------------------------------------------------------------------------------------------------
@@ -156,11 +160,11 @@ def highest(versions: Iterable[str]) -> str | None:
 def claimed_policy(filename: str, policies: WheelPolicies) -> Policy | None:
     """The manylinux policy the filename promises; with several tags, the oldest, as pip on that system reads it."""
     try:
-        _, _, _, tags = parse_wheel_filename(filename)
+        platforms = WheelFilename.parse(filename).platforms
     except InvalidWheelFilename:
         return None
     claimed = []
-    for platform in {tag.platform for tag in tags}:
+    for platform in platforms:
         try:
             claimed.append(policies.get_policy_by_name(platform))
         except LookupError:
@@ -169,19 +173,18 @@ def claimed_policy(filename: str, policies: WheelPolicies) -> Policy | None:
     return max(claimed, default=None)
 
 
-def check_name(facts: WheelFacts, metadata: Mapping, job: Job) -> Check:
+def check_name(facts: WheelFacts, metadata: Mapping[str, Any], job: Job) -> Check:
     in_metadata = str(metadata.get("name", ""))
-    in_filename = facts.filename.split("-", 1)[0]
+    in_filename = _filename_part(facts.filename, "dist")
     if canonicalize_name(in_metadata) != canonicalize_name(job.package) or in_filename != job.dist_name:
         found = f"METADATA Name {in_metadata!r}, filename {in_filename!r}"
         return failed("name", f"{found}; the job builds {job.package!r} (filename {job.dist_name!r})")
     return passed("name", f"{in_metadata} ({in_filename} in the filename)")
 
 
-def check_version(facts: WheelFacts, metadata: Mapping, job: Job) -> Check:
+def check_version(facts: WheelFacts, metadata: Mapping[str, Any], job: Job) -> Check:
     in_metadata = str(metadata.get("version", ""))
-    parts = facts.filename.split("-")
-    in_filename = parts[1] if len(parts) > 1 else ""
+    in_filename = _filename_part(facts.filename, "version_text")
     try:
         same = Version(in_metadata) == Version(in_filename) == Version(job.local_version)
     except InvalidVersion:
@@ -192,7 +195,15 @@ def check_version(facts: WheelFacts, metadata: Mapping, job: Job) -> Check:
     return passed("version", detail)
 
 
-def check_requires_torch(metadata: Mapping, job: Job) -> Check:
+def _filename_part(filename: str, part: str) -> str:
+    """The name or version as the filename writes it; "" when the filename does not parse (check_tags says why)."""
+    try:
+        return str(getattr(WheelFilename.parse(filename), part))
+    except InvalidWheelFilename:
+        return ""
+
+
+def check_requires_torch(metadata: Mapping[str, Any], job: Job) -> Check:
     expected = Requirement(job.torch_requirement)
     found = []
     for line in metadata.get("requires_dist", []):
@@ -210,7 +221,7 @@ def check_requires_torch(metadata: Mapping, job: Job) -> Check:
 
 def check_tags(facts: WheelFacts, job: Job, policy: Policy | None) -> Check:
     try:
-        _, _, _, tags = parse_wheel_filename(facts.filename)
+        tags = WheelFilename.parse(facts.filename).tags
     except InvalidWheelFilename as error:
         return failed("tags", str(error))
     shown = ".".join(sorted(str(tag) for tag in tags))
@@ -272,8 +283,9 @@ def check_symbol_versions(facts: WheelFacts, policy: Policy | None) -> Check:
 
 def expected_archs(job: Job) -> tuple[frozenset[str], frozenset[str]]:
     """(SASS, PTX) the job asks for: "8.0" is SASS only, "9.0+PTX" SASS and PTX for 9.0."""
-    sass = frozenset(arch.removesuffix("+PTX") for arch in job.archs)
-    ptx = frozenset(arch.removesuffix("+PTX") for arch in job.archs if arch.endswith("+PTX"))
+    archs = [Arch.parse(text) for text in job.archs]
+    sass = frozenset(arch.sass for arch in archs)
+    ptx = frozenset(arch.sass for arch in archs if arch.ptx)
     return sass, ptx
 
 
@@ -337,7 +349,7 @@ def evaluate(facts: WheelFacts, job: Job, *, excludes: Excludes, policies: Wheel
     )
 
 
-def recorded_facts(facts: WheelFacts) -> dict[str, object]:
+def recorded_facts(facts: WheelFacts) -> dict[str, Any]:
     required = required_versions(facts.elves)
     symbols = {f: v for f in SYMBOL_FAMILIES if (v := highest(required.get(f, ())))}
     return {
@@ -373,28 +385,30 @@ def _tail(output: str, lines: int = 6) -> str:
     return " | ".join(line.strip() for line in output.strip().splitlines()[-lines:])
 
 
-def _venv_with_torch(runtime: RuntimeEnv, venv: Path, log_path: Path | None) -> Path:
+def _venv_with_torch(runtime: RuntimeEnv, venv: Path) -> Path:
     """A fresh venv of the runtime's interpreter that also sees the runtime's torch through a .pth file."""
-    run([runtime.python, "-m", "venv", "--without-pip", venv], step="verify: create venv", log_path=log_path)
+    run([runtime.python, "-m", "venv", "--without-pip", venv], step="verify: create venv")
     (site_packages,) = venv.glob("lib/python*/site-packages")
     (site_packages / "wheelwright-runtime.pth").write_text(f"{runtime.site_packages}\n")
     return venv / "bin" / "python"
 
 
-def check_import(wheel: Path, job: Job, runtime: RuntimeEnv | None, *, log_path: Path | None = None) -> Check:
+def check_import(wheel: Path, job: Job, runtime: RuntimeEnv | None) -> Check:
     if runtime is None:
         return skipped("import", "no runtime environment (interpreter + torch) was given, so the import is unchecked")
     if not job.recipe.import_names:
         return skipped("import", f"the recipe of {job.package} names no import_names")
     with TemporaryDirectory(prefix="wheelwright-verify-") as tmp:
-        python = _venv_with_torch(runtime, Path(tmp) / "venv", log_path)
-        install = [sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index",
-                   "--no-cache-dir", "--disable-pip-version-check", "--quiet", wheel]
-        installed = run(install, step="verify: install wheel", log_path=log_path, check=False, capture=True)
+        python = _venv_with_torch(runtime, Path(tmp) / "venv")
+        install: list[str | os.PathLike[str]] = [
+            sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index",
+            "--no-cache-dir", "--disable-pip-version-check", "--quiet", wheel,
+        ]
+        installed = run(install, step="verify: install wheel", check=False, capture=True)
         if installed.returncode != 0:
             return failed("import", f"pip could not install the wheel into a clean venv: {_tail(installed.output)}")
-        probe = [python, "-I", "-c", _PROBE, *job.recipe.import_names]
-        result = run(probe, step="verify: import", log_path=log_path, cwd=Path(tmp), check=False, capture=True)
+        probe: list[str | os.PathLike[str]] = [python, "-I", "-c", _PROBE, *job.recipe.import_names]
+        result = run(probe, step="verify: import", cwd=Path(tmp), check=False, capture=True)
     return _import_outcome(result.returncode, result.output, job)
 
 
@@ -404,7 +418,7 @@ def _import_outcome(returncode: int, output: str, job: Job) -> Check:
     failures = [line.removeprefix("IMPORT FAILED ") for line in lines if line.startswith("IMPORT FAILED ")]
     if torch is None:
         return failed("import", f"import torch failed in the runtime: {_tail(output)}")
-    if Version(torch).release[:2] != Version(job.torch).release[:2]:
+    if torch_minor(torch) != job.torch_minor:
         return failed("import", f"the runtime holds torch {torch}, but the wheel was built for torch {job.torch}")
     if returncode != 0 or failures:
         return failed("import", "; ".join(failures) or _tail(output))
@@ -420,8 +434,9 @@ def check_provenance(wheel: Path, facts: WheelFacts) -> Check:
 # --- the gate --------------------------------------------------------------------------------------------------------
 
 
-def verify_wheel(wheel: Path, job: Job, *, runtime: RuntimeEnv | None, excludes: Excludes | None = None,
-                 log_path: Path | None = None) -> VerifyReport:
+def verify_wheel(
+    wheel: Path, job: Job, *, runtime: RuntimeEnv | None, excludes: Excludes | None = None
+) -> VerifyReport:
     """Judge ``wheel`` (repaired) for ``job``; never raises for a bad wheel, the report says what is wrong."""
     excludes = excludes or load_excludes()
     policies = manylinux_policies(job.platform)
@@ -431,7 +446,7 @@ def verify_wheel(wheel: Path, job: Job, *, runtime: RuntimeEnv | None, excludes:
         return VerifyReport(wheel=wheel.name, job=job.identifier, checks=(failed("readable", str(error)),))
     checks = evaluate(facts, job, excludes=excludes, policies=policies)
     checks += (check_provenance(wheel, facts),)
-    checks += (check_import(wheel, job, runtime, log_path=log_path),)
+    checks += (check_import(wheel, job, runtime),)
     policy = claimed_policy(facts.filename, policies)
     report = VerifyReport(wheel=wheel.name, job=job.identifier, checks=checks,
                           warnings=target_warnings(policy, job, policies), **recorded_facts(facts))

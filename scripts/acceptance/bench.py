@@ -8,8 +8,8 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .config import Bench, Tolerance
-from .summary import FAILED, PASSED, Check
+from scripts.acceptance.config import Bench, Tolerance
+from scripts.acceptance.summary import FAILED, PASSED, Check
 
 
 @dataclass(frozen=True, kw_only=True)

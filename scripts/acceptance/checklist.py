@@ -15,9 +15,9 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
-from . import memory, numerics, seed
-from .config import Checklist, PerfModel, Tolerance
-from .summary import FAILED, PASSED, Check, guarded
+from scripts.acceptance import memory, numerics, seed
+from scripts.acceptance.config import Checklist, PerfModel, Tolerance
+from scripts.acceptance.summary import FAILED, PASSED, Check, guarded
 
 PARTS = ("seed", "batch", "decode", "perf", "leak")
 BATCH_MODELS = ("Mamba", "Mamba2", "MambaLMHeadModel Mamba1", "MambaLMHeadModel Mamba2")

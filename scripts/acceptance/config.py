@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomllib
+from builder.core import errors
+from builder.core.files import read_toml
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "gpu_acceptance.toml"
 DTYPES = ("float32", "float16", "bfloat16")
 
 
-class ConfigError(Exception):
+class ConfigError(errors.ConfigError):
     """The data file is missing a key or holds a value of the wrong kind; the message names the file and key."""
 
 
@@ -138,6 +139,7 @@ class Config:
     label: str
     packages: tuple[str, ...]
     stages: tuple[str, ...]
+    gpu_arch: str  # the box GPU's compute capability, as doctor must read it
     registry: tuple[Stage, ...]
     upstream: Upstream
     conv_tolerance: dict[str, Tolerance]  # causal-conv1d's, by dtype name
@@ -153,11 +155,9 @@ class Config:
 
 
 def load_config(path: Path = DATA) -> Config:
+    data = read_toml(path, what="the acceptance checks", error=ConfigError)
     try:
-        data = tomllib.loads(path.read_text())
         config = _config(data)
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path}: {error}") from None
     except KeyError as error:
         raise ConfigError(f"{path}: missing key {error}") from None
     except (TypeError, ValueError) as error:
@@ -173,6 +173,7 @@ def _config(data: dict) -> Config:
         label=str(data["label"]),
         packages=tuple(data["packages"]),
         stages=tuple(data["stages"]),
+        gpu_arch=str(data["gpu_arch"]),
         registry=_registry(data),
         upstream=Upstream(
             package=upstream["package"],

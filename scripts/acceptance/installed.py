@@ -3,22 +3,14 @@ wheel, fetched from wheelwright's index, byte for byte the file the build put in
 
 from __future__ import annotations
 
-import hashlib
 from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from packaging.utils import canonicalize_name
 
-from .summary import FAILED, PASSED, Check
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+from builder.core.hashing import sha256_of
+from scripts.acceptance.summary import FAILED, PASSED, Check
 
 
 def install_checks(report: dict, *, packages: tuple[str, ...], label: str, index_url: str, dist: Path) -> list[Check]:
@@ -56,7 +48,7 @@ def _same_as_built(built: Path, archive_info: dict) -> list[str]:
     reported = (archive_info.get("hashes") or {}).get("sha256")
     if reported is None:
         return [f"pip reported no sha256 for {built.name} (the index's link carries none)"]
-    return [] if reported == file_sha256(built) else [f"{built.name} differs from the file in {built.parent}"]
+    return [] if reported == sha256_of(built) else [f"{built.name} differs from the file in {built.parent}"]
 
 
 def environment_checks(packages: tuple[str, ...], report: dict) -> list[Check]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .config import InnerCases, ScanCases, Tolerance
-from .summary import FAILED, PASSED, Check
+from scripts.acceptance.config import InnerCases, ScanCases, Tolerance
+from scripts.acceptance.summary import FAILED, PASSED, Check
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,7 +81,9 @@ def compare(tensor: str, actual, expected, tolerance: Tolerance) -> Comparison:
     """torch.allclose in the kernel's dtype (upstream casts the reference to it), plus how close."""
     import torch
 
-    ok = bool(torch.allclose(actual.detach(), expected.detach().to(actual.dtype), rtol=tolerance.rtol, atol=tolerance.atol))
+    ok = bool(
+        torch.allclose(actual.detach(), expected.detach().to(actual.dtype), rtol=tolerance.rtol, atol=tolerance.atol)
+    )
     mine, ref = _wide(actual, expected)
     difference = (mine - ref).abs()
     worst = (difference / (tolerance.atol + tolerance.rtol * ref.abs())).max().item()
@@ -107,8 +109,14 @@ def compare_norm(tensor: str, actual, expected, bound: float) -> Comparison:
     error = difference.norm().item() / scale if scale > 0 else difference.norm().item()
     overflow = int((~finite).sum())
     note = f"; {overflow} values non-finite alike in kernel and reference" if overflow else ""
-    return Comparison(tensor=tensor, rule="normwise", max_abs=difference.abs().max().item() if difference.numel() else 0.0,
-                      worst=error / bound, bound=f"relative error {bound:g} (found {error:.3g}{note})", ok=error <= bound)
+    return Comparison(
+        tensor=tensor,
+        rule="normwise",
+        max_abs=difference.abs().max().item() if difference.numel() else 0.0,
+        worst=error / bound,
+        bound=f"relative error {bound:g} (found {error:.3g}{note})",
+        ok=error <= bound,
+    )
 
 
 def as_check(name: str, comparisons: list[Comparison]) -> Check:
@@ -239,5 +247,9 @@ def run_inner_case(
     _synchronize(device)
     bound = gradient_error[case.dtype]
     # upstream asserts mamba_inner_fn's output elementwise in float32 only
-    output = compare("out", out, out_ref, output_tolerance(case.dtype, tolerances)) if not half else compare_norm("out", out, out_ref, bound)
+    output = (
+        compare("out", out, out_ref, output_tolerance(case.dtype, tolerances))
+        if not half
+        else compare_norm("out", out, out_ref, bound)
+    )
     return as_check(case.name, [output, *_gradients(mine, ref, bound)])

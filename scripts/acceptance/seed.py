@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .config import Tolerance
-from .summary import FAILED, PASSED, Check
+from scripts.acceptance.config import Tolerance
+from scripts.acceptance.summary import FAILED, PASSED, Check
 
 CONV_CHECK = "causal_conv1d_fn on (2, 256, 64), width 3"
 MAMBA_CHECK = "Mamba(d_model=512, d_state=16, d_conv=4, expand=2) forward on (1, 1024, 512)"

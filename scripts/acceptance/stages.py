@@ -6,8 +6,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping, Sequence
 
-from .config import Stage
-from .summary import FAILED, PASSED, REUSED
+from scripts.acceptance.config import Stage
+from scripts.acceptance.summary import FAILED, PASSED, REUSED
 
 SETTLED = (PASSED, FAILED, REUSED)  # a result --resume keeps; skipped, pending and running stages are tried again
 

@@ -4,12 +4,12 @@ after every stage, so that a run cut short still leaves everything it had done."
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from builder.core.files import write_atomic
 
 PASSED, FAILED, SKIPPED, REUSED = "passed", "failed", "skipped", "reused"
 PENDING, RUNNING = "pending", "running"
@@ -65,12 +65,7 @@ def load(path: Path) -> dict:
 
 
 def save(path: Path, summary: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w") as out:
-        json.dump(summary, out, indent=2, sort_keys=False)
-        out.write("\n")
-    os.replace(temporary, path)
+    write_atomic(path, (json.dumps(summary, indent=2, sort_keys=False) + "\n").encode())
 
 
 def record_stage(

@@ -14,8 +14,8 @@ from pathlib import Path, PurePosixPath
 
 from packaging.utils import canonicalize_name
 
-from .config import Expected
-from .summary import FAILED, PASSED, Check
+from scripts.acceptance.config import Expected
+from scripts.acceptance.summary import FAILED, PASSED, Check
 
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected|warnings?)\b")
 _DURATION = re.compile(r" in \d+(?:\.\d+)?s\b")

@@ -16,8 +16,6 @@ import sys
 import types
 from pathlib import Path
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-
 
 def _package(name: str, path: Path) -> types.ModuleType:
     """A package whose __init__ is not run (upstream's imports the compiled extension and every model)."""
@@ -67,9 +65,8 @@ def load_references(mamba_root: Path, causal_root: Path) -> types.ModuleType:
 
 def main(mamba_root: str, causal_root: str, out: str) -> int:
     load_references(Path(mamba_root), Path(causal_root))
-    sys.path.insert(0, str(SCRIPTS))
-    from acceptance import numerics
-    from acceptance.config import InnerCases, ScanCases, load_config
+    from scripts.acceptance import numerics  # the checkout's root is on PYTHONPATH (the test sets it)
+    from scripts.acceptance.config import InnerCases, ScanCases, load_config
 
     config = load_config()
     scan = ScanCases(batch=2, dim=4, dstate=8, dtypes=config.scan.dtypes, seqlens=(33,), groups=(1, 2))
@@ -83,8 +80,14 @@ def main(mamba_root: str, causal_root: str, out: str) -> int:
         variable_bc=(True, False),
         complex_dtypes=config.inner.complex_dtypes,
     )
-    checks = [numerics.run_scan_case(c, scan, config.tolerance, config.gradient_error, device="cpu") for c in numerics.scan_cases(scan)]
-    checks += [numerics.run_inner_case(c, inner, config.tolerance, config.gradient_error, device="cpu") for c in numerics.inner_cases(inner)]
+    checks = [
+        numerics.run_scan_case(c, scan, config.tolerance, config.gradient_error, device="cpu")
+        for c in numerics.scan_cases(scan)
+    ]
+    checks += [
+        numerics.run_inner_case(c, inner, config.tolerance, config.gradient_error, device="cpu")
+        for c in numerics.inner_cases(inner)
+    ]
     Path(out).write_text(json.dumps([check.as_dict() for check in checks], indent=1))
     return 0
 

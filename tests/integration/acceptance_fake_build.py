@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from builder.core.ledger import Ledger, LedgerEntry  # noqa: E402
+from builder.core.ledger import Ledger, LedgerEntry
 
 PACKAGES = {"causal-conv1d": "1.7.0", "mamba-ssm": "2.3.2.post1"}
 

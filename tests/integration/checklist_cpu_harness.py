@@ -21,10 +21,7 @@ import sys
 import types
 from pathlib import Path
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from acceptance_cpu_harness import load_references  # noqa: E402
+from tests.integration.acceptance_cpu_harness import load_references  # the checkout's root is on PYTHONPATH
 
 
 def _stub(name: str, **attributes: object) -> types.ModuleType:
@@ -130,9 +127,8 @@ def small(config):
 def main(mamba_root: str, causal_root: str, out: str) -> int:
     stub_hub_packages()
     load_mamba(Path(mamba_root), Path(causal_root))
-    sys.path.insert(0, str(SCRIPTS))
-    from acceptance import checklist
-    from acceptance.config import load_config
+    from scripts.acceptance import checklist
+    from scripts.acceptance.config import load_config
 
     checklist.DEVICE = "cpu"
     config = small(load_config().checklist)

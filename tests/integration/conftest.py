@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -274,6 +275,9 @@ def real_build(e2e_workdir: Path) -> Path:
     assert (interrupted["status"], interrupted["phase"], interrupted["wheel"]) == ("running", "compile", None)
 
     second = wheelwright(workdir, "build", "--profile", "e2e", "--output", str(output))
-    log, _ = second.communicate()
-    assert second.returncode == 0, log
+    assert second.stdout is not None
+    stamped = [f"{time.monotonic():.3f} {line}" for line in second.stdout]  # a pipe, read as a CI log is
+    second.wait()
+    assert second.returncode == 0, "".join(stamped)
+    (workdir / "resumed-build.stamped").write_text("".join(stamped))  # for the progress test in test_build_e2e
     return output

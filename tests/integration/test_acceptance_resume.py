@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from scripts.acceptance import detach
+from scripts.acceptance.config import load_config
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-
-from acceptance import detach  # noqa: E402
-from acceptance.config import load_config  # noqa: E402
 
 CONFIG = load_config()
 EXIT_PENDING = 4
@@ -209,15 +208,17 @@ def test_wait_gives_up_at_its_time_and_ticks_meanwhile(tmp_path: Path) -> None:
 
 def test_seed_checklist_script_without_a_gpu(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(SCRIPTS / "seed_checklist.py"), "--parts", "seed"],
+        [sys.executable, "-m", "scripts.seed_checklist", "--parts", "seed"],
         capture_output=True,
         check=False,
         text=True,
+        cwd=ROOT,
         env={**os.environ, "PYTHONPATH": ""},
     )
     assert done.returncode == 3 and "ERROR no CUDA device" in done.stderr
     usage = subprocess.run(
-        [sys.executable, str(SCRIPTS / "seed_checklist.py"), "--help"], capture_output=True, check=False, text=True
+        [sys.executable, "-m", "scripts.seed_checklist", "--help"],
+        capture_output=True, check=False, text=True, cwd=ROOT,
     )
     assert usage.returncode == 0 and "--leak-seconds" in usage.stdout
 
@@ -225,10 +226,9 @@ def test_seed_checklist_script_without_a_gpu(tmp_path: Path) -> None:
 # -- with a real torch, on the CPU --------------------------------------------------------------------------------
 
 CPU_COMPARISONS = r"""
-import json, sys, torch
-sys.path.insert(0, sys.argv[1])
-from acceptance.checklist import batch_comparisons, _token_comparison
-from acceptance.config import Tolerance
+import json, torch
+from scripts.acceptance.checklist import batch_comparisons, _token_comparison
+from scripts.acceptance.config import Tolerance
 torch.manual_seed(0)
 inputs = torch.randn(32, 16, 8)
 linear = torch.nn.Linear(8, 8)
@@ -256,11 +256,11 @@ def torch_runtime():
 @pytest.mark.slow
 def test_batch_comparisons_catch_a_model_that_mixes_samples(torch_runtime) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", CPU_COMPARISONS, str(SCRIPTS)],
+        [sys.executable, "-c", CPU_COMPARISONS],
         capture_output=True,
         check=False,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(torch_runtime.site_packages)},
+        env={**os.environ, "PYTHONPATH": f"{torch_runtime.site_packages}{os.pathsep}{ROOT}"},
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
@@ -352,7 +352,7 @@ def test_checklist_runs_upstreams_models_end_to_end_on_the_cpu(
         check=False,
         text=True,
         timeout=900,
-        env={**os.environ, "PYTHONPATH": str(torch_runtime.site_packages)},
+        env={**os.environ, "PYTHONPATH": f"{torch_runtime.site_packages}{os.pathsep}{ROOT}"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(out.read_text())

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from builder.core.fatbin import fatbin_archs
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.steps.environment import runtime_env
-from builder.steps.fatbin import fatbin_archs
 from tests.build_helpers import ledger_row, wheelwright
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +36,23 @@ def test_kill_leaves_nothing_partial_and_the_rerun_completes(real_build: Path) -
     row = ledger_row(real_build, CAUSAL)
     assert row["status"] == "built" and row["wheel"] == wheels[0].name and row["wheel_size"] == wheels[0].stat().st_size
     assert not list((real_build / "tmp").iterdir()), "work in flight is cleaned up"
+
+
+def test_through_a_pipe_the_compile_prints_a_line_at_least_every_30_seconds(
+    real_build: Path, e2e_workdir: Path
+) -> None:
+    """The resumed build of `real_build` ran with its output on a pipe: phase lines and heartbeats, no silence."""
+    stamped = [line.split(" ", 1) for line in (e2e_workdir / "resumed-build.stamped").read_text().splitlines()]
+    times = [float(t) for t, _ in stamped]
+    lines = [text for _, text in stamped]
+    assert any(f"{CAUSAL}: compile" in line for line in lines) and any(
+        f"{CAUSAL}: built after" in line for line in lines
+    )
+    start = next(i for i, line in enumerate(lines) if f"{CAUSAL}: compile" in line)
+    end = next(i for i, line in enumerate(lines) if f"{CAUSAL}: repair" in line)
+    gaps = [b - a for a, b in zip(times[start:end + 1], times[start + 1:end + 1])]
+    assert gaps and max(gaps) <= 30, f"longest silence during the compile: {max(gaps):.0f}s"
+    assert any("still compile" in line and "ninja done with [" in line for line in lines[start:end])
 
 
 def test_the_wheel_installs_into_a_fresh_venv_with_torch_and_imports(real_build: Path, tmp_path: Path) -> None:
@@ -58,7 +75,9 @@ def test_the_wheel_installs_into_a_fresh_venv_with_torch_and_imports(real_build:
     assert contents.sass == frozenset({"9.0"}) and not contents.ptx
 
 
-def test_a_job_that_cannot_compile_fails_with_its_reason_and_the_other_finishes(real_build: Path, e2e_workdir: Path) -> None:
+def test_a_job_that_cannot_compile_fails_with_its_reason_and_the_other_finishes(
+    real_build: Path, e2e_workdir: Path
+) -> None:
     output = e2e_workdir / "broken-out"
     run = wheelwright(e2e_workdir, "build", "--profile", "broken", "--output", str(output))
     log, _ = run.communicate()

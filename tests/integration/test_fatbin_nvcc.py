@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from builder.core.fatbin import FatbinContents, fatbin_archs
 from builder.core.runner import run
-from builder.steps.fatbin import FatbinContents, fatbin_archs
 
 from .conftest import CompileCu
 

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -37,9 +38,9 @@ TARBALL_SHA = hashlib.sha256(TARBALL).hexdigest()
 class Index(BaseHTTPRequestHandler):
     """/simple/toy-pkg/ answers PEP 691 JSON only to clients that ask for it (HTML otherwise, as real indexes do)."""
 
-    requests: list[str] = []
+    requests: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         self.requests.append(self.path)
         if self.path == "/simple/toy-pkg/":
             wants_json = PEP691_JSON in self.headers.get("Accept", "")
@@ -93,7 +94,9 @@ def test_fetch_through_pep691_on_loopback_then_unpack(
 
 def test_unknown_project_on_loopback_names_the_package(index: str, tmp_path: Path) -> None:
     with pytest.raises(FetchError, match="other-pkg: cannot read the index page .*/simple/other-pkg/: HTTP Error 404"):
-        fetch_sdist(Sdist(filename="other_pkg-1.0.tar.gz", sha256="0" * 64), "other-pkg", cache_dir=tmp_path, index=index)
+        fetch_sdist(
+            Sdist(filename="other_pkg-1.0.tar.gz", sha256="0" * 64), "other-pkg", cache_dir=tmp_path, index=index
+        )
 
 
 def test_real_registry_serves_a_pinned_sdist(tmp_path: Path) -> None:

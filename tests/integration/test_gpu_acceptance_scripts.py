@@ -19,14 +19,12 @@ from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.steps.environment import RuntimeEnv, runtime_env
 from builder.steps.fetch import fetch_sdist, unpack_sdist
+from scripts.acceptance import upstream
+from scripts.acceptance.config import Expected, load_config
 from tests.jobs import local_job
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-
-from acceptance import upstream  # noqa: E402
-from acceptance.config import Expected, load_config  # noqa: E402
 
 CONFIG = load_config()
 NO_GPU_EXIT = 3
@@ -34,7 +32,8 @@ NO_GPU_EXIT = 3
 
 def run(command: list[str], *, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        command, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout
+        command, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout,
+        check=False,
     )
 
 
@@ -81,6 +80,18 @@ def test_carry_script_refuses_bad_arguments(args: list[str], message: str) -> No
     assert done.returncode == 2 and f"ERROR {message}" in done.stderr
 
 
+def test_carry_script_fills_the_carry_with_the_dev_venvs_symlinked_interpreter(tmp_path: Path) -> None:
+    """`--python .venv/bin/python` is a symlink to the base interpreter; followed, the venv's packages are gone."""
+    python = Path(sys.prefix) / "bin" / "python"
+    assert python.is_symlink() and Path(sys.prefix) != Path(sys.base_prefix)
+    carry = tmp_path / "carry"
+    done = run(["bash", str(SCRIPTS / "prepare_gpu_carry.sh"), "--python", str(python), "--carry", str(carry)],
+               timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"carry: {carry} holds" in done.stdout
+    assert any((carry / "build-wheels").glob("setuptools-*.whl")) and any((carry / "cache" / "sdists").iterdir())
+
+
 # -- without a GPU ----------------------------------------------------------------------------------------------
 
 
@@ -105,11 +116,14 @@ def test_box_script_without_a_gpu_skips_every_stage_with_the_reason(tmp_path: Pa
     assert sorted(p.name for p in out.iterdir()) == ["acceptance.log", "summary.json"]
 
 
-@pytest.mark.parametrize("command", ["seed", "checklist", "mamba", "bench", "upstream"])
+@pytest.mark.parametrize("command", ["seed", "checklist", "mamba", "bench", "upstream", "doctor"])
 def test_python_part_skips_gpu_checks_with_a_distinct_exit(tmp_path: Path, command: str) -> None:
     summary_path = tmp_path / "summary.json"
-    extra = ["--sdist-dir", str(tmp_path), "--log", str(tmp_path / "pytest.log")] if command == "upstream" else []
-    done = run([sys.executable, str(SCRIPTS / "gpu_acceptance.py"), "--summary", str(summary_path), command, *extra])
+    extra = {
+        "upstream": ["--sdist-dir", str(tmp_path), "--log", str(tmp_path / "pytest.log")],
+        "doctor": ["--report", str(tmp_path / "doctor.json"), "--cli-report", str(tmp_path / "doctor-cli.json")],
+    }.get(command, [])
+    done = run([sys.executable, "-m", "scripts.gpu_acceptance", "--summary", str(summary_path), command, *extra])
     assert done.returncode == NO_GPU_EXIT, done.stderr
     stage = json.loads(summary_path.read_text())["stages"][command]
     assert stage["status"] == "skipped" and stage["detail"].startswith("no CUDA device")
@@ -202,7 +216,7 @@ def test_mamba_cases_run_end_to_end_with_the_references(
         str(reference_sources["causal-conv1d"]),
         str(out),
     ]
-    done = run(command, env={"PYTHONPATH": str(torch_runtime.site_packages)}, timeout=600)
+    done = run(command, env={"PYTHONPATH": f"{torch_runtime.site_packages}{os.pathsep}{ROOT}"}, timeout=600)
     assert done.returncode == 0, done.stderr
     checks = json.loads(out.read_text())
     assert {c["status"] for c in checks} == {"passed"}, [c for c in checks if c["status"] != "passed"]
@@ -230,10 +244,9 @@ def test_mamba_cases_run_end_to_end_with_the_references(
 @pytest.mark.slow
 def test_comparison_fails_past_the_tolerance_in_the_kernels_dtype(torch_runtime: RuntimeEnv) -> None:
     code = """
-import sys, json, torch
-sys.path.insert(0, sys.argv[1])
-from acceptance.config import Tolerance
-from acceptance.numerics import compare, as_check
+import json, torch
+from scripts.acceptance.config import Tolerance
+from scripts.acceptance.numerics import compare, as_check
 tol = Tolerance(rtol=3e-3, atol=5e-3)
 ref = torch.linspace(-4, 4, 101)
 half = compare("du", ref.half(), ref, tol)                       # rounding to fp16 only: within
@@ -242,6 +255,6 @@ cplx = compare("dA", torch.complex(ref, ref) * (1 + 1e-2), torch.complex(ref, re
 nan = compare("out", torch.full((3,), float("nan")), torch.zeros(3), tol)
 print(json.dumps([half.ok, off.ok, off.worst > 1, cplx.ok, nan.ok, as_check("case", [half, off]).status]))
 """
-    done = run([sys.executable, "-c", code, str(SCRIPTS)], env={"PYTHONPATH": str(torch_runtime.site_packages)})
+    done = run([sys.executable, "-c", code], env={"PYTHONPATH": f"{torch_runtime.site_packages}{os.pathsep}{ROOT}"})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == [True, False, True, False, False, "failed"]

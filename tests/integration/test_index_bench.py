@@ -10,7 +10,7 @@ from pathlib import Path
 
 from builder.core.runner import run
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_index.py"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_index_small(tmp_path: Path) -> None:
@@ -27,16 +27,31 @@ def test_bench_index_small(tmp_path: Path) -> None:
         tmp_path,
         "--json",
     ]
-    output = run([sys.executable, SCRIPT, *arguments], step="bench_index", env=dict(os.environ), capture=True).output
+    command = [sys.executable, "-m", "scripts.bench_index", *arguments]
+    output = run(command, step="bench_index", env=dict(os.environ), cwd=ROOT, capture=True).output
     results = json.loads(output[output.index("{") :])
     assert results["wheels"] == 300
     assert (
         results["unchanged_files_written"],
         results["incremental_hashed"],
         results["incremental_files_written"],
-    ) == (0, 1, 8)
+    ) == (0, 1, 11)  # wheel, metadata, 5 index pages, landing, its setup page, wheels.json, older versions' page
     with_658, without = results["pip_bytes_with_pep658"], results["pip_bytes_without_pep658"]
     assert with_658["wheel"] == 0 and with_658["metadata"] > 0
     assert without["wheel"] == results["resolved_wheel_bytes"] and without["metadata"] == 0
     assert with_658["total"] * 10 < without["total"]
     assert results["big"]["cold_seconds"] > 0 and results["big"]["bytes"] > 8_000_000
+
+
+def test_bench_landing_small(tmp_path: Path) -> None:
+    """scripts/bench_landing.py on the release-shaped site: the landing page within its budget, one added wheel
+    rewriting only its own pages."""
+    arguments = ["--farm-wheels", "200", "--workdir", tmp_path, "--json"]
+    command = [sys.executable, "-m", "scripts.bench_landing", *arguments]
+    output = run(command, step="bench_landing", env=dict(os.environ), cwd=ROOT, capture=True).output
+    results = json.loads(output[output.index("{") :])
+    release = results["release"]
+    assert release["landing_bytes"] <= 100_000 and release["setup_pages"] > 200
+    assert release["unchanged"]["written"] == 0 and release["incremental"]["written"] == 11
+    assert 0 < release["incremental"]["pages_seconds"] < release["incremental"]["seconds"]
+    assert results["farm"]["wheels"] == 200

@@ -47,7 +47,9 @@ def test_second_python_hits_and_gets_identical_bytes(tmp_path: Path, source: Pat
     second = compile_with_cache(cache, "use", source, tmp_path / "b312", "312")
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     assert events(cache) == ["miss", "hit"]
-    assert (tmp_path / "b311/temp.cpython-311/k.o").read_bytes() == (tmp_path / "b312/temp.cpython-312/k.o").read_bytes()
+    assert (tmp_path / "b311/temp.cpython-311/k.o").read_bytes() == (
+        tmp_path / "b312/temp.cpython-312/k.o"
+    ).read_bytes()
     assert (tmp_path / "b312/temp.cpython-312/k.o.d").is_file()
 
 
@@ -64,4 +66,6 @@ def test_changed_header_is_a_miss(tmp_path: Path, source: Path) -> None:
     (source / "k.h").write_text("#define SCALE 3.0f\n")
     assert compile_with_cache(cache, "use", source, tmp_path / "b312", "312").returncode == 0
     assert events(cache) == ["miss", "miss"]
-    assert (tmp_path / "b311/temp.cpython-311/k.o").read_bytes() != (tmp_path / "b312/temp.cpython-312/k.o").read_bytes()
+    assert (tmp_path / "b311/temp.cpython-311/k.o").read_bytes() != (
+        tmp_path / "b312/temp.cpython-312/k.o"
+    ).read_bytes()

@@ -102,7 +102,17 @@ def test_republish_uploads_only_changed_objects(bucket: Bucket) -> None:
     first = publish(bucket.site, bucket.store(), prefix=PREFIX)
     assert publish(bucket.site, bucket.store(), prefix=PREFIX).uploaded == ()
     new = make_wheel(bucket.output / "dist", WheelSpec(label="pt212cu126", python="cp39"))
+    people = ("select", "coverage")  # pages for people that may change with it: those whose bytes did
+    before = {p: p.read_bytes() for top in people for p in (bucket.site / top).rglob("*.html")}
     bucket.reindex()
+    changed = {
+        p.relative_to(bucket.site).as_posix()
+        for top in people
+        for p in (bucket.site / top).rglob("*.html")
+        if before.get(p) != p.read_bytes()
+    }
+    created = {path for path in changed if bucket.site / path not in before}
+    assert created == {"select/pt212cu126-cp39.html"}  # the new Python's setup page
     report = publish(bucket.site, bucket.store(), prefix=PREFIX)
     pages = (
         "whl/pt212cu126/simple/causal-conv1d/",
@@ -114,6 +124,8 @@ def test_republish_uploads_only_changed_objects(bucket: Bucket) -> None:
         f"whl/pt212cu126/{new.name}",
         f"whl/pt212cu126/{new.name}.metadata",
         "whl/pt212cu126.html",
+        "wheels.json",
+        *changed,
         "index.html",
         "",  # the landing page under the prefix's own key
         *pages,
@@ -128,6 +140,7 @@ def test_republish_uploads_only_changed_objects(bucket: Bucket) -> None:
     assert {key for key, count in site_keys.items() if count > 1} == set(report.uploaded) - {
         f"{PREFIX}/whl/pt212cu126/{new.name}",
         f"{PREFIX}/whl/pt212cu126/{new.name}.metadata",
+        *(f"{PREFIX}/{path}" for path in created),
     }
     assert set(site_keys) == set(first.uploaded) | set(report.uploaded)
 

@@ -48,10 +48,21 @@ def dry_run(python: tuple[Path, Path], root: Path, env: dict[str, str], tmp_path
     skip_cc.write_text(SKIP_CC)
     skip_cc.chmod(0o755)
     python, torch_site = python
-    env = {**os.environ, **env, "PYTHONPATH": str(torch_site), "CUDA_HOME": str(CUDA_HOME), "NVCC_PREPEND_FLAGS": "--dryrun", "MAX_JOBS": "2",
-           "CC": str(skip_cc), "CXX": str(skip_cc), "LDSHARED": f"{skip_cc} -shared"}
+    env = {
+        **os.environ,
+        **env,
+        "PYTHONPATH": str(torch_site),
+        "CUDA_HOME": str(CUDA_HOME),
+        "NVCC_PREPEND_FLAGS": "--dryrun",
+        "MAX_JOBS": "2",
+        "CC": str(skip_cc),
+        "CXX": str(skip_cc),
+        "LDSHARED": f"{skip_cc} -shared",
+    }
     output = run([python, "setup.py", "build_ext"], step="dry-run build_ext", env=env, cwd=root, capture=True).output
-    return [set(re.findall(r"--image3=kind=(\w+),sm=(\w+)", line)) for line in output.splitlines() if "fatbinary" in line]
+    return [
+        set(re.findall(r"--image3=kind=(\w+),sm=(\w+)", line)) for line in output.splitlines() if "fatbinary" in line
+    ]
 
 
 def cuda_sources(root: Path) -> list[Path]:
@@ -66,7 +77,9 @@ def test_unpatched_upstream_embeds_its_own_arch_list(torch_python: tuple[Path, P
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_every_cuda_file_embeds_exactly_the_jobs_archs(version: str, torch_python: tuple[Path, Path], tmp_path: Path) -> None:
+def test_every_cuda_file_embeds_exactly_the_jobs_archs(
+    version: str, torch_python: tuple[Path, Path], tmp_path: Path
+) -> None:
     job = job_for(version, archs=("9.0a", "12.0+PTX"))
     root = fresh_tree(job, tmp_path)
     result = apply_recipe(root, job)

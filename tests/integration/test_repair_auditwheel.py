@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from packaging.utils import parse_wheel_filename
 
+from builder.core.context import job_context
 from builder.core.errors import WheelError
+from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
 from builder.steps.elf import unpacked, wheel_elf_facts
-from builder.steps.fatbin import fatbin_archs
 from builder.steps.repair import parse_excludes, repair_wheel
 from tests.jobs import local_job
 from tests.wheels import job_wheel
@@ -80,7 +81,8 @@ def test_other_libraries_are_grafted_and_still_load(tmp_path: Path) -> None:
     job = local_job()
     wheel = job_wheel(tmp_path, job, {EXTENSION: extension})
 
-    result = repair_wheel(wheel, job, tmp_path / "out", log_path=tmp_path / "repair.log")
+    with job_context(job, tmp_path / "repair.log"):  # the job's log: where the patchelf runs must show
+        result = repair_wheel(wheel, job, tmp_path / "out")
 
     assert dict(result.plan.bundled) == {"libhelper.so.1": str(helper_dir / "libhelper.so.1")}
     facts = {elf.path: elf for elf in wheel_elf_facts(result.wheel)}

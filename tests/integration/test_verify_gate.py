@@ -83,7 +83,7 @@ def pure_wheel(tmp_path: Path, job: Job, native_module: str) -> Path:
 def test_import_passes_next_to_the_jobs_torch(tmp_path: Path, torch_runtime: RuntimeEnv) -> None:
     job = local_job()
     wheel = pure_wheel(tmp_path, job, "import torch\nfrom torch import nn\nLayer = nn.Linear\n")
-    check = check_import(wheel, job, torch_runtime, log_path=tmp_path / "verify.log")
+    check = check_import(wheel, job, torch_runtime)
     assert check.ok, check.detail
     assert check.detail.startswith("import torch (2.14.1")
     assert "causal_conv1d, causal_conv1d_cuda" in check.detail

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from builder.core import resources
 from builder.core.errors import WheelwrightError
 from builder.core.ledger import Ledger, LedgerEntry
 from builder.farm import build as build_stage
@@ -27,7 +28,8 @@ def local_jobs():
 
 
 class FakeStages:
-    """Stand-ins for fetch/env/patch/compile/repair/verify; `fail` maps a package to the exception its compile raises."""
+    """Stand-ins for fetch/env/patch/compile/repair/verify; `fail` maps a package to the exception its compile
+    raises."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         self.compiled: list[str] = []
@@ -38,13 +40,15 @@ class FakeStages:
         monkeypatch.setattr(build_stage, "fetch_sdist", lambda job: tmp_path / "sdist.tar.gz")
         monkeypatch.setattr(build_stage, "find_toolkit", lambda accelerator: stub)
         monkeypatch.setattr(build_stage, "runtime_env", lambda job, facts: stub)
-        monkeypatch.setattr(build_stage, "build_env", lambda job, runtime, toolkit, log_path: stub)
+        monkeypatch.setattr(build_stage, "build_env", lambda job, runtime, toolkit: stub)
         monkeypatch.setattr(build_stage, "unpack_sdist", lambda sdist, dest: dest)
-        monkeypatch.setattr(build_stage, "apply_recipe", lambda source, job: SimpleNamespace(changes=("patched",), env={}))
+        monkeypatch.setattr(
+            build_stage, "apply_recipe", lambda source, job: SimpleNamespace(changes=("patched",), env={})
+        )
         monkeypatch.setattr(build_stage.compile_stage, "workspace", self.workspace)
         monkeypatch.setattr(build_stage.compile_stage, "build_environ", lambda *args: {})
         monkeypatch.setattr(build_stage.compile_stage, "compile_wheel", self.compile_wheel)
-        monkeypatch.setattr(build_stage, "repair_wheel", lambda wheel, job, out, log_path: SimpleNamespace(wheel=wheel))
+        monkeypatch.setattr(build_stage, "repair_wheel", lambda wheel, job, out: SimpleNamespace(wheel=wheel))
         monkeypatch.setattr(build_stage, "verify_wheel", self.verify)
         monkeypatch.setattr(build_stage.provenance, "build_record", lambda job, **kwargs: {"job": job.identifier})
         monkeypatch.setattr(build_stage.provenance, "embed", lambda wheel, record: None)
@@ -62,7 +66,7 @@ class FakeStages:
     def workspace(job, source, torch_site):
         yield SimpleNamespace(source=source)
 
-    def compile_wheel(self, job, env, space, environ, outdir, *, log_path, on_line=None) -> Path:
+    def compile_wheel(self, job, env, space, environ, outdir) -> Path:
         if job.package in self.fail:
             raise self.fail[job.package]
         self.compiled.append(job.identifier)
@@ -71,7 +75,7 @@ class FakeStages:
         wheel.write_bytes(f"wheel of {job.identifier}".encode())
         return wheel
 
-    def verify(self, wheel, job, *, runtime, log_path) -> VerifyReport:
+    def verify(self, wheel, job, *, runtime) -> VerifyReport:
         ok = self.verdict.get(job.package, True)
         check = Check(name="gpu-archs", ok=ok, detail="SASS 9.0" if ok else "expected SASS 9.0, found SASS 8.0")
         return VerifyReport(wheel=wheel.name, job=job.identifier, checks=(check,))
@@ -109,11 +113,17 @@ def test_unchanged_inputs_are_skipped_and_a_missing_wheel_is_rebuilt(stages: Fak
     assert len(stages.compiled) == 1 and first.is_file()
 
 
-def test_a_failing_job_does_not_stop_the_others_and_is_retried_only_on_request(stages: FakeStages, tmp_path: Path) -> None:
+def test_a_failing_job_does_not_stop_the_others_and_is_retried_only_on_request(
+    stages: FakeStages, tmp_path: Path
+) -> None:
     stages.fail["mamba-ssm"] = WheelwrightError("mamba-ssm: compile failed (exit 1)")
     causal, mamba = run_build(tmp_path)
     assert causal.entry.status == "built"
-    assert (mamba.entry.status, mamba.entry.phase, mamba.entry.reason) == ("failed", "compile", "mamba-ssm: compile failed (exit 1)")
+    assert (mamba.entry.status, mamba.entry.phase, mamba.entry.reason) == (
+        "failed",
+        "compile",
+        "mamba-ssm: compile failed (exit 1)",
+    )
     del stages.fail["mamba-ssm"]
     assert run_build(tmp_path)[1].skipped
     assert run_build(tmp_path, retry_failed=True)[1].entry.status == "built"
@@ -147,7 +157,11 @@ def test_recovery_after_a_kill(stages: FakeStages, tmp_path: Path) -> None:
     with Ledger(layout.ledger) as ledger:
         moved = ledger.get(causal.identifier)
         ledger.put(dataclasses.replace(moved, status="running", phase="install"))
-        ledger.put(dataclasses.replace(ledger.get(mamba.identifier), status="running", phase="compile", wheel=None, wheel_sha256=None))
+        ledger.put(
+            dataclasses.replace(
+                ledger.get(mamba.identifier), status="running", phase="compile", wheel=None, wheel_sha256=None
+            )
+        )
     (layout.tmp / "leftover").mkdir()
     stages.compiled.clear()
     outcomes = run_build(tmp_path)
@@ -165,10 +179,32 @@ def test_input_hash_changes_with_what_the_wheel_is_built_from() -> None:
     assert input_hash(job) != input_hash(dataclasses.replace(job, sdist=other_sdist))
 
 
+@pytest.mark.parametrize("resource", resources.BUILD_DATA, ids=lambda r: r.source)
+def test_editing_a_data_file_the_build_reads_rebuilds_the_job(
+    resource: resources.Resource, stages: FakeStages, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_build(tmp_path)
+    stages.compiled.clear()
+    assert all(o.skipped for o in run_build(tmp_path))
+    edited = tmp_path / "edited" / resource.name
+    edited.parent.mkdir(parents=True)
+    edited.write_bytes(resource.read_bytes() + b"\n# one more line\n")
+    original = resources.Resource.traversable
+    monkeypatch.setattr(resources.Resource, "traversable", lambda self: edited if self == resource else original(self))
+    outcomes = run_build(tmp_path)
+    assert [o.skipped for o in outcomes] == [False, False]
+    assert stages.compiled == [job.identifier for job in local_jobs()]
+
+
+def test_the_resume_hash_reads_repair_toml() -> None:
+    """The issue's own case, spelled out: repair.toml's exclude list decides what a wheel bundles."""
+    assert resources.REPAIR_EXCLUDES in resources.BUILD_DATA
+
+
 def test_a_second_build_on_the_same_output_is_refused(stages: FakeStages, tmp_path: Path) -> None:
-    with build_stage._exclusive((tmp_path / "out").mkdir() or tmp_path / "out" / ".lock"):
-        with pytest.raises(WheelwrightError, match="another wheelwright build"):
-            run_build(tmp_path)
+    lock = (tmp_path / "out").mkdir() or tmp_path / "out" / ".lock"
+    with build_stage._exclusive(lock), pytest.raises(WheelwrightError, match="another wheelwright build"):
+        run_build(tmp_path)
 
 
 def test_ledger_rows_round_trip(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import WheelError
-from builder.steps.fatbin import FatbinContents, arch_key, arch_name, fatbin_archs, parse_fatbin
+from builder.core.fatbin import FatbinContents, arch_key, arch_name, fatbin_archs, parse_fatbin
 from tests.synth import (
     ARCH_SPECIFIC,
     COMPRESSED_DEFAULT,
@@ -143,3 +143,11 @@ def test_not_an_elf_file(tmp_path: Path) -> None:
     path.write_text("not an ELF")
     with pytest.raises(WheelError, match="notes.so: not a readable ELF file"):
         fatbin_archs(path)
+
+
+def test_arch_order_is_the_plans() -> None:
+    """core's reader sorts archs itself (it may not import the plan); the order must be builder.plan.arch's."""
+    from builder.plan.arch import Arch
+
+    archs = ["12.0f", "9.0", "10.0a", "7.5", "10.0", "8.6", "12.0", "9.0a", "10.3f"]
+    assert sorted(archs, key=arch_key) == sorted(archs, key=lambda a: Arch.parse(a).sort_key)

@@ -130,7 +130,9 @@ def test_pep691_lookup_joins_relative_url_and_asks_for_json(monkeypatch: pytest.
         {"filename": "causal_conv1d-1.6.1.tar.gz", "url": "../../files/old.tar.gz", "hashes": {}},
         {"filename": SDIST.filename, "url": "../../files/c.tar.gz", "hashes": {"sha256": PAYLOAD_SHA}},
     ])
-    requests = serve(monkeypatch, {INDEX + "causal-conv1d/": page, "http://index.invalid/files/c.tar.gz": Response(PAYLOAD)})
+    requests = serve(
+        monkeypatch, {INDEX + "causal-conv1d/": page, "http://index.invalid/files/c.tar.gz": Response(PAYLOAD)}
+    )
     fetch.fetch_sdist(unpinned, "Causal_Conv1D", cache_dir=tmp_path)
     assert requests[0] == (INDEX + "causal-conv1d/", fetch.PEP691_JSON)
 
@@ -138,7 +140,9 @@ def test_pep691_lookup_joins_relative_url_and_asks_for_json(monkeypatch: pytest.
 def test_pep691_registry_hash_disagreeing_with_pin_fails_before_download(monkeypatch: pytest.MonkeyPatch) -> None:
     page = project_page([{"filename": SDIST.filename, "url": "x.tar.gz", "hashes": {"sha256": "f" * 64}}])
     serve(monkeypatch, {INDEX + "causal-conv1d/": page})
-    with pytest.raises(FetchError, match=f"lists causal_conv1d-1.7.0.tar.gz with sha256 {'f' * 64}.*pins {PAYLOAD_SHA}"):
+    with pytest.raises(
+        FetchError, match=f"lists causal_conv1d-1.7.0.tar.gz with sha256 {'f' * 64}.*pins {PAYLOAD_SHA}"
+    ):
         fetch.find_file_url(SDIST, "causal-conv1d", index=INDEX)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import sys
 import tarfile
 from pathlib import Path
 
@@ -15,17 +14,15 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from builder.plan.expand import load_plan
+from scripts import gpu_acceptance, gpu_carry
+from scripts.acceptance import bench, numerics, upstream
+from scripts.acceptance import summary as record
+from scripts.acceptance.config import DTYPES, ConfigError, Expected, Tolerance, load_config
+from scripts.acceptance.doctor import doctor_checks, planned_checks
+from scripts.acceptance.installed import install_checks
+from scripts.acceptance.summary import FAILED, PASSED, SKIPPED, Check
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import gpu_acceptance  # noqa: E402
-import gpu_carry  # noqa: E402
-from acceptance import bench, numerics, upstream  # noqa: E402
-from acceptance import summary as record  # noqa: E402
-from acceptance.config import DTYPES, ConfigError, Expected, Tolerance, load_config  # noqa: E402
-from acceptance.installed import install_checks  # noqa: E402
-from acceptance.summary import FAILED, PASSED, SKIPPED, Check  # noqa: E402
 
 CONFIG = load_config()
 BOX = gpu_carry.load_box()
@@ -422,6 +419,54 @@ def test_install_checks(tmp_path: Path, change: dict, problem: str | None) -> No
         assert conv.status == PASSED and conv.data["wheel"].startswith("causal_conv1d-1.7.0+pt211cu130")
     else:
         assert conv.status == FAILED and problem in conv.detail
+
+
+# -- what doctor says ------------------------------------------------------------------------------------------
+
+DOCTOR_FIXTURE = ROOT / "tests" / "unit" / "data" / "doctor" / "gpu-h200-by-hand.json"
+
+
+def _doctor_report() -> dict:
+    return json.loads(DOCTOR_FIXTURE.read_text())
+
+
+def test_doctor_checks_pass_on_the_h200_report() -> None:
+    report = _doctor_report()
+    checks = doctor_checks(report, _doctor_report(), packages=CONFIG.packages, label=CONFIG.label, arch=CONFIG.gpu_arch)
+    assert [c.name for c in checks] == planned_checks(CONFIG.packages, CONFIG.gpu_arch)
+    assert [c.status for c in checks] == [PASSED] * 4, [c.detail for c in checks]
+    assert checks[0].detail.startswith("NVIDIA H200 sm_90 via nvidia-smi, driver 580.")
+
+
+@pytest.mark.parametrize(
+    ("edit", "failed", "problem"),
+    [
+        (lambda r: r["environment"].update(gpu_source="torch"), 0, "via torch"),
+        (lambda r: r["environment"]["gpus"][0].update(arch="8.0"), 0, "sm_80"),
+        (lambda r: r["environment"]["packages"][0]["extensions"][0].update(sass=["8.0"]), 1, "not 9.0"),
+        (lambda r: r["diagnoses"][1]["verdicts"].insert(0, {"code": "torch-minor", "message": "built for 2.10"}), 2,
+         "torch-minor: built for 2.10"),
+        (lambda r: r["environment"]["packages"][1]["extensions"][0].update(imports=False, import_error="boom"), 2,
+         "does not import: boom"),
+        (lambda r: r["diagnoses"].pop(1), 2, "did not find it installed"),
+    ],
+    ids=["gpu-from-torch", "gpu-arch", "no-sass", "verdict", "import", "missing"],
+)
+def test_doctor_checks_fail_with_the_reason(edit, failed: int, problem: str) -> None:
+    report = _doctor_report()
+    edit(report)
+    checks = doctor_checks(report, report, packages=CONFIG.packages, label=CONFIG.label, arch=CONFIG.gpu_arch)
+    assert checks[failed].status == FAILED and problem in checks[failed].detail
+    assert [c.status for i, c in enumerate(checks) if i != failed] == [PASSED] * 3
+
+
+def test_doctor_checks_compare_the_two_reports() -> None:
+    other = _doctor_report()
+    other["diagnoses"][0]["verdicts"][0]["message"] = "something else"
+    checks = doctor_checks(_doctor_report(), other, packages=CONFIG.packages, label=CONFIG.label, arch="9.0")
+    assert checks[-1].status == FAILED and "!=" in checks[-1].detail
+    missing = doctor_checks(_doctor_report(), None, packages=CONFIG.packages, label=CONFIG.label, arch="9.0")
+    assert missing[-1].detail == "`wheelwright doctor --json` gave no report"
 
 
 # -- benchmarks -------------------------------------------------------------------------------------------------

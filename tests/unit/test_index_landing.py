@@ -1,11 +1,18 @@
-"""The landing grid: rows per variant (newest torch first, CUDA before ROCm), a column per Python, and each cell
-built with its install command, failed with the ledger's reason, or absent."""
+"""The coverage model and the selector's setups: rows per variant (newest torch first, CUDA before ROCm), a column
+per Python, each cell built, failed with the ledger's reason, n/a by the torch facts or not in the plan; one setup
+per variant and Python torch shipped, with one exact command per project and choices that keep the other axes."""
 
 from __future__ import annotations
 
+import json
+
 from builder.core.ledger import LedgerEntry
+from index_site import layout
 from index_site.catalog import Catalog, ScanStats
-from index_site.landing import build_landing
+from index_site.landing import BUILT, FAILED, NOT_PLANNED, NOT_SHIPPED, build_coverage
+from index_site.manifest import manifest
+from index_site.setups import build_setups, default_setup
+from index_site.wheels import GpuArchs
 from tests.wheelfactory import indexed_wheel
 
 
@@ -28,64 +35,137 @@ def _failure(label: str, python: str, *, status: str = "failed", reason: str | N
 WHEELS = (
     indexed_wheel("causal_conv1d-1.7.0+pt24rocm61-cp311-cp311-linux_x86_64.whl", "1"),
     indexed_wheel("causal_conv1d-1.7.0+pt213cu130-cp311-cp311-linux_x86_64.whl", "2"),
-    indexed_wheel("causal_conv1d-1.7.0+pt214cu126-cp311-cp311-linux_x86_64.whl", "3"),
-    indexed_wheel("causal_conv1d-1.7.0+pt214cu130-cp312-cp312-linux_x86_64.whl", "4"),
+    indexed_wheel("causal_conv1d-1.7.0+pt213cu126-cp311-cp311-linux_x86_64.whl", "3"),
+    indexed_wheel("causal_conv1d-1.7.0+pt214cu130-cp312-cp312-manylinux_2_28_x86_64.whl", "4"),
     indexed_wheel("causal_conv1d-1.6.1+pt214cu130-cp311-cp311-linux_x86_64.whl", "5"),
 )
+ARCHS = {WHEELS[3].filename: GpuArchs(sass=("9.0", "12.0"), ptx=("12.0",))}
 
 
-def _landing(*failures: LedgerEntry):
-    return build_landing(
-        Catalog(wheels=WHEELS, rejected=(), failures=failures, stats=ScanStats()), base_url="https://w.example/"
-    )
+def _catalog(*failures: LedgerEntry) -> Catalog:
+    return Catalog(wheels=WHEELS, rejected=(), failures=failures, stats=ScanStats(), archs=ARCHS)
+
+
+def _cells(release) -> dict[tuple[str, str], object]:
+    return {(row.variant.label, cell.python): cell for row in release.rows for cell in row.cells}
 
 
 def test_rows_newest_torch_first_cuda_before_rocm_and_releases_newest_first() -> None:
-    landing = _landing()
-    assert [(r.project, r.version) for r in landing.releases] == [
+    coverage = build_coverage(_catalog())
+    assert [(r.project, r.version) for r in coverage.releases] == [
         ("causal-conv1d", "1.7.0"),
         ("causal-conv1d", "1.6.1"),
     ]
-    labels = [row.variant.label for row in landing.releases[0].rows]
-    assert labels == ["pt214cu130", "pt214cu126", "pt213cu130", "pt24rocm61"]
-    assert landing.torches == ("2.14", "2.13", "2.4")
-    assert landing.accelerators == ("cu130", "cu126", "rocm6.1")
+    assert [row.variant.label for row in coverage.releases[0].rows] == [
+        "pt214cu130",
+        "pt213cu130",
+        "pt213cu126",
+        "pt24rocm61",
+    ]
+    assert [(r.project, r.version) for r in coverage.newest()] == [("causal-conv1d", "1.7.0")]
+    assert coverage.variants["pt24rocm61"].pythons == ("3.8", "3.9", "3.10", "3.11", "3.12")  # from the facts
 
 
-def test_cells_are_built_with_command_or_absent() -> None:
-    release = _landing().releases[0]
-    assert release.pythons == ("3.11", "3.12")
-    row = release.rows[0]  # pt214cu130
-    absent, built = row.cells
-    assert absent.state == "absent"
-    assert built.state == "built"
-    only_binary = "pip install --only-binary causal-conv1d causal-conv1d==1.7.0"
-    assert built.command == f"{only_binary} -f https://w.example/whl/pt214cu130.html"
-    assert built.wheels[0].href == "whl/pt214cu130.html"  # the variant page: the landing page links no wheel
-
-
-def test_failed_cells_carry_the_ledger_reason_and_a_built_wheel_wins() -> None:
-    release = _landing(
-        _failure("pt214cu130", "3.13", reason="nvcc fatal: sm_120"),
-        _failure("pt214cu130", "3.12", reason="an old failure, since rebuilt"),
-        _failure("pt212cu118", "3.11", status="unbuildable", reason=None),
-    ).releases[0]
+def test_cells_distinguish_built_failed_not_shipped_and_not_planned() -> None:
+    release = build_coverage(_catalog(_failure("pt214cu130", "3.13", reason="nvcc fatal: sm_121"))).releases[0]
     assert release.pythons == ("3.11", "3.12", "3.13")
-    cells = {(row.variant.label, cell.python): cell for row in release.rows for cell in row.cells}
+    cells = _cells(release)
+    assert cells[("pt214cu130", "3.12")].state == BUILT
     failed = cells[("pt214cu130", "3.13")]
-    assert (failed.state, failed.status, failed.phase, failed.reason) == (
-        "failed",
-        "failed",
-        "compile",
-        "nvcc fatal: sm_120",
-    )
-    assert cells[("pt214cu130", "3.12")].state == "built"
-    assert cells[("pt212cu118", "3.11")].reason == "no reason recorded"
-    assert [e.python for e in release.failures] == ["3.11", "3.13"]
-    no_wheels = next(row.variant for row in release.rows if row.variant.label == "pt212cu118")
-    assert no_wheels.findlinks == ""  # no page to link for a variant that only failed
+    assert (failed.state, failed.failure.reason) == (FAILED, "nvcc fatal: sm_121")
+    assert cells[("pt214cu130", "3.11")].state == NOT_PLANNED  # torch 2.14 shipped 3.11; the plan built only 1.6.1
+    assert cells[("pt24rocm61", "3.13")].state == NOT_SHIPPED  # torch 2.4 never shipped Python 3.13
+    assert [e.python for e in release.failures] == ["3.13"]
 
 
-def test_a_ledger_row_with_a_hostile_label_is_left_out() -> None:
-    landing = _landing(_failure('pt214cu130"><script>', "3.11"))
-    assert all('"' not in row.variant.label for release in landing.releases for row in release.rows)
+def test_a_built_wheel_wins_over_an_old_failure_and_a_ledger_row_over_the_facts() -> None:
+    release = build_coverage(
+        _catalog(_failure("pt214cu130", "3.12", reason="since rebuilt"), _failure("pt214cu130", "3.9"))
+    ).releases[0]
+    cells = _cells(release)
+    assert cells[("pt214cu130", "3.12")].state == BUILT
+    assert cells[("pt214cu130", "3.9")].state == FAILED  # torch 2.14 has no 3.9, but the ledger says it was tried
+    assert [e.python for e in release.failures] == ["3.9"]
+
+
+def test_ledger_rows_that_cannot_name_a_page_are_left_out() -> None:
+    hostile = [
+        _failure('pt214cu130"><script>', "3.11"),
+        _failure("pt214cu130", "3.11/../../x"),
+        LedgerEntry(**{**_failure("pt214cu130", "3.11").__dict__, "package": "../evil"}),
+        LedgerEntry(**{**_failure("pt214cu130", "3.11").__dict__, "version": "not a version"}),
+    ]
+    coverage = build_coverage(_catalog(*hostile))
+    assert all(not release.failures for release in coverage.releases)
+    assert set(coverage.projects) == {"causal-conv1d"}
+
+
+def test_setups_cover_every_python_torch_shipped_with_exact_commands() -> None:
+    coverage = build_coverage(_catalog(_failure("pt214cu130", "3.13")))
+    setups = build_setups(coverage, base_url="https://w.example/")
+    assert layout.setup_path("pt214cu130", "3.12") == "select/pt214cu130-cp312.html"
+    assert {p for p in setups if p.startswith("select/pt214cu130-")} == {
+        f"select/pt214cu130-cp3{minor}.html" for minor in range(10, 15)
+    }
+    offer = setups["select/pt214cu130-cp312.html"].offers[0]
+    findlinks = "https://w.example/whl/pt214cu130.html"
+    assert offer.pip == f"pip install causal-conv1d==1.7.0+pt214cu130 -f {findlinks}"
+    assert offer.uv == f"uv pip install causal-conv1d==1.7.0+pt214cu130 -f {findlinks}"
+    older = setups["select/pt214cu130-cp311.html"].offers[0]
+    assert older.pip.startswith("pip install causal-conv1d==1.6.1+pt214cu130 ")  # the newest built for 3.11
+    failed = setups["select/pt214cu130-cp313.html"].offers[0]
+    assert failed.pip == "" and "1.7.0 failed in compile: nvcc exploded" in failed.note
+    nothing = setups["select/pt214cu130-cp310.html"].offers[0]
+    assert nothing.wheel is None and "not in the build plan" in nothing.note
+
+
+def test_choices_change_one_axis_and_keep_the_others_where_they_exist() -> None:
+    setups = build_setups(build_coverage(_catalog()), base_url="https://w.example")
+    setup = setups["select/pt213cu126-cp311.html"]
+    torches = {c.text: c.path for c in setup.torches}
+    assert torches == {
+        "2.14": "select/pt214cu130-cp311.html",  # no cu126 for torch 2.14: its main variant
+        "2.13": "select/pt213cu126-cp311.html",
+        "2.4": "select/pt24rocm61-cp311.html",
+    }
+    assert [c.text for c in setup.torches if c.current] == ["2.13"]
+    assert [(c.text, c.path) for c in setup.accelerators] == [
+        ("CUDA 13.0", "select/pt213cu130-cp311.html"),
+        ("CUDA 12.6", "select/pt213cu126-cp311.html"),
+    ]
+    on_38 = setups["select/pt24rocm61-cp38.html"]
+    assert {c.text: c.path for c in on_38.torches}["2.14"] == "select/pt214cu130-cp310.html"  # nearest Python
+
+
+def test_the_landing_page_starts_at_the_newest_torch_and_its_most_built_python() -> None:
+    coverage = build_coverage(_catalog())
+    setup = default_setup(coverage, build_setups(coverage, base_url="https://w.example"))
+    assert setup is not None and setup.path == "select/pt214cu130-cp312.html"
+
+
+def test_manifest_lists_every_wheel_with_its_variant_archs_digest_and_url() -> None:
+    document = json.loads(manifest(WHEELS, ARCHS, base_url="https://w.example/"))
+    assert document["schema"] == 1 and len(document["wheels"]) == len(WHEELS)
+    entry = next(e for e in document["wheels"] if e["filename"] == WHEELS[3].filename)
+    assert entry == {
+        "filename": WHEELS[3].filename,
+        "package": "causal-conv1d",
+        "version": "1.7.0",
+        "local_version": "1.7.0+pt214cu130",
+        "label": "pt214cu130",
+        "torch": "2.14",
+        "accelerator": "cu130",
+        "python": "3.12",
+        "pythons": ["3.12"],
+        "python_tag": "cp312",
+        "abi_tag": "cp312",
+        "platform_tag": "manylinux_2_28_x86_64",
+        "requires_python": ">=3.9",
+        "archs": {"sass": ["9.0", "12.0"], "ptx": ["12.0"]},
+        "sha256": "4" * 64,
+        "size": 12_345_678,
+        "url": "https://w.example/whl/pt214cu130/causal_conv1d-1.7.0%2Bpt214cu130-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "find_links": "https://w.example/whl/pt214cu130.html",
+        "setup": "https://w.example/select/pt214cu130-cp312.html",
+    }
+    assert next(e for e in document["wheels"] if e["filename"] == WHEELS[0].filename)["archs"] is None

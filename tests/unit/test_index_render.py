@@ -4,12 +4,15 @@ PEP 503/592/658/714 clients read, escaping, and the PEP 691 JSON form against a 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from builder.core.ledger import LedgerEntry
+from builder.doctor.standalone import standalone_source
+from index_site import layout
 from index_site.catalog import Catalog, ScanStats
 from index_site.render import render_site
 from tests.wheelfactory import indexed_wheel
@@ -56,6 +59,8 @@ def pages() -> dict[str, bytes]:
 
 
 def test_pages_match_golden_files(pages: dict[str, bytes], update_golden: bool) -> None:
+    # doctor.py is generated from builder.doctor's code, not from the catalog: tests/unit/test_doctor_standalone.py
+    pages = {path: content for path, content in pages.items() if path != layout.DOCTOR}
     if update_golden:
         for path, content in pages.items():
             (GOLDEN / path).parent.mkdir(parents=True, exist_ok=True)
@@ -64,6 +69,13 @@ def test_pages_match_golden_files(pages: dict[str, bytes], update_golden: bool) 
     assert golden == set(pages), "pages added or removed; rerun with --update-golden and review the diff"
     for path, content in pages.items():
         assert content == (GOLDEN / path).read_bytes(), f"{path} differs from its golden file (--update-golden)"
+
+
+def test_the_site_carries_doctor_py_pointing_at_itself(pages: dict[str, bytes]) -> None:
+    assert pages[layout.DOCTOR] == standalone_source(BASE).encode()
+    assert f"DEFAULT_INDEX_URL = {BASE.rstrip('/')!r}" in pages[layout.DOCTOR].decode()
+    landing = pages[layout.LANDING].decode()
+    assert f"curl -s {BASE.rstrip('/')}/doctor.py | python -" in landing and 'href="doctor.py"' in landing
 
 
 def test_one_find_links_page_and_one_index_per_variant(pages: dict[str, bytes]) -> None:
@@ -87,7 +99,7 @@ def test_links_carry_hash_metadata_and_escaped_requires_python(pages: dict[str, 
 
 def test_hostile_metadata_and_reasons_are_escaped_on_the_landing_page(pages: dict[str, bytes]) -> None:
     landing = pages["index.html"].decode()
-    assert "<script>" not in landing
+    assert landing.count("<script") == 1  # the page's own progressive script, nothing from a wheel or the ledger
     assert "&lt;script&gt;alert(&#39;mamba&#39;)&lt;/script&gt;" in landing
     assert "nvcc fatal: &#34;&lt;script&gt;&#34; unsupported" in landing
 
@@ -134,3 +146,27 @@ def test_json_pages_follow_pep_691_and_700(pages: dict[str, bytes]) -> None:
     assert first["upload-time"] == "2023-11-14T22:13:20.500000Z" and first["size"] == 12_345_678
     root = json.loads(pages["whl/pt214cu130/json/index.json"])
     assert root == {"meta": {"api-version": "1.1"}, "projects": [{"name": "causal-conv1d"}, {"name": "mamba-ssm"}]}
+
+
+def test_landing_matrix_cells_link_their_setup_page_and_say_their_state(pages: dict[str, bytes]) -> None:
+    landing = pages["index.html"].decode()
+    built = '<a class=b href="select/pt214cu130-cp311.html" title="linux_x86_64; GPU archs not recorded">✓</a>'
+    assert built in landing
+    assert '<a class=f href="select/pt214cu130-cp313.html" aria-describedby="causal-conv1d-1.7.0-f1">✗</a>' in landing
+    assert '<td><a class=u href="select/pt213cu130-cp312.html">–</a>' in landing  # shipped, not in the plan
+    text = re.sub(r"<[^>]+>", "", landing)
+    assert "pip install causal-conv1d==1.7.0+pt214cu130 -f https://wheels.example.org/whl/pt214cu130.html" in text
+    assert text.count(" -f https://") == 4  # pip and uv for each of the two packages, in the selector; none per cell
+
+
+def test_setup_pages_and_manifest_are_served_and_published_as_their_kind(pages: dict[str, bytes]) -> None:
+    from index_site import layout
+
+    assert layout.kind_of("wheels.json").content_type == "application/json"
+    assert layout.kind_of("select/pt214cu130-cp311.html").tier == layout.Tier.SETUP
+    assert layout.kind_of("coverage/causal-conv1d.html").tier == layout.Tier.COVERAGE
+    assert layout.Tier.ROOT < layout.Tier.SETUP < layout.Tier.COVERAGE < layout.Tier.LANDING
+    setup = pages["select/pt214cu130-cp313.html"].decode()
+    assert "failed in compile: nvcc fatal: &#34;&lt;script&gt;&#34; unsupported" in setup
+    assert 'href="../whl/pt214cu130.html"' in setup and 'aria-current="true">3.13</a>' in setup
+    assert json.loads(pages["wheels.json"])["wheels"][0]["url"].startswith("https://wheels.example.org/whl/")

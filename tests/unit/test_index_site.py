@@ -4,6 +4,7 @@ takes from the ledger instead of hashing, and what it prunes or refuses."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -73,6 +74,8 @@ def test_one_new_wheel_hashes_one_file_and_rewrites_only_the_pages_that_list_it(
         "whl/pt213cu130/json/causal-conv1d/index.json",
         "simple/causal-conv1d/index.html",
         "json/causal-conv1d/index.json",
+        "select/pt213cu130-cp312.html",  # the setup page of the new wheel
+        "wheels.json",
         "index.html",
     }
     assert set(report.written) == expected
@@ -131,7 +134,8 @@ def test_hostile_files_in_dist_are_reported_and_never_reach_the_site(output: Pat
         for p in (output / "site").rglob("*")
         if p.is_file() and not p.name.endswith((".whl", ".metadata"))
     )
-    assert "<script>" not in text and "evil" not in text and "pt211cu128" not in text
+    assert "x<script>" not in text and "x&lt;script" not in text
+    assert "evil" not in text and "pt211cu128" not in text
 
 
 def test_refuses_to_take_over_a_folder_it_did_not_create(output: Path) -> None:
@@ -172,3 +176,28 @@ def _entry(job_id: str, *, status: str, python: str = "3.11", **fields: object) 
         phase="compile" if status == "failed" else "verify",
         **fields,
     )
+
+
+def test_gpu_archs_come_from_the_verify_report_and_malformed_ones_are_left_out(output: Path) -> None:
+    wheels = sorted((output / "dist").iterdir())
+    reports = [
+        json.dumps({"sass": ["7.5", "9.0"], "ptx": ["9.0"]}),
+        json.dumps({"sass": ['9.0"><script>'], "ptx": []}),  # not an arch: the wheel shows none recorded
+        "not json",
+    ]
+    with Ledger(output / "ledger.sqlite") as ledger:
+        for wheel, report in zip(wheels, reports):
+            digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+            size = wheel.stat().st_size
+            ledger.put(
+                _entry(
+                    wheel.name, status="built", wheel=wheel.name, wheel_sha256=digest, wheel_size=size, report=report
+                )
+            )
+    build_site(output, output / "site", base_url=BASE)
+    manifest = json.loads((output / "site" / "wheels.json").read_text())
+    archs = {entry["filename"]: entry["archs"] for entry in manifest["wheels"]}
+    assert archs[wheels[0].name] == {"sass": ["7.5", "9.0"], "ptx": ["9.0"]}
+    assert archs[wheels[1].name] is None and archs[wheels[2].name] is None
+    pages = [(output / "site" / "index.html").read_text(), *(p.read_text() for p in (output / "site/select").iterdir())]
+    assert not any("&lt;script&gt;" in page or '9.0"><script>' in page for page in pages)

@@ -15,7 +15,12 @@ NVCC_ARGS = [
 
 
 def for_python(args: list[str], tag: str, version: str) -> list[str]:
-    return [a.replace("cpython-311", f"cpython-{tag}").replace("3.11.7", version).replace("python3.11", f"python{version[:4]}") for a in args]
+    return [
+        a.replace("cpython-311", f"cpython-{tag}")
+        .replace("3.11.7", version)
+        .replace("python3.11", f"python{version[:4]}")
+        for a in args
+    ]
 
 
 def test_key_ignores_output_paths_and_python_include() -> None:

@@ -11,7 +11,7 @@ import pytest
 from builder.core.errors import WheelError
 from builder.steps import provenance
 from builder.steps.elf import ElfFacts
-from builder.steps.fatbin import FatbinContents
+from builder.core.fatbin import FatbinContents
 from builder.steps.verify import verify_wheel
 from builder.steps.wheelzip import Member, read_members, write_wheel
 from tests.jobs import local_job

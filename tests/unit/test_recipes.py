@@ -212,7 +212,9 @@ def test_injection_keeps_future_import_first_and_routes_the_call() -> None:
     compile(patched, "setup.py", "exec")
     lines = patched.splitlines()
     assert lines[:3] == SETUP.splitlines()[:3] and lines[3] == setup_py.PRELUDE_BEGIN
-    assert lines[-1] == 'wheelwright_setup(name="pkg", version="1.0", ext_modules=[], install_requires=["torch", "ninja"])'
+    assert (
+        lines[-1] == 'wheelwright_setup(name="pkg", version="1.0", ext_modules=[], install_requires=["torch", "ninja"])'
+    )
     assert "WHEELWRIGHT_JOB = {'identifier': 'x'}" in patched
     with pytest.raises(RecipeError, match="already has the wheelwright prelude"):
         setup_py.read_shape(patched, W)
@@ -309,3 +311,23 @@ def test_sdist_version_must_match_the_job(tmp_path: Path) -> None:
     recipe.check_sdist_version(tmp_path, make_job(version="2.2.6.post3"), W)
     with pytest.raises(RecipeError, match="holds version 2.2.6.post3, not 2.3.2.post1"):
         recipe.check_sdist_version(tmp_path, make_job(), W)
+
+
+def test_the_plan_knows_exactly_the_patches_the_recipes_define() -> None:
+    from builder.plan.job import PATCH_NAMES
+    from builder.steps.recipes import PATCHES
+
+    assert set(PATCHES) == PATCH_NAMES
+
+
+def test_recipe_facts_errors_name_the_file_table_and_key(tmp_path: Path) -> None:
+    from builder.core.data import load_data
+    from builder.steps.recipes.facts import RecipeFacts
+
+    path = tmp_path / "recipes.toml"
+    path.write_text('[packages.Pkg_A]\nlocal_version_env = "A"\nrocm_arch_env = "B"\n')
+    with pytest.raises(ConfigError, match=r"recipes.toml: \[packages\] Pkg_A: write the package name normalized"):
+        load_data(path, RecipeFacts, what="the recipe facts")
+    path.write_text("[packages\n")
+    with pytest.raises(ConfigError, match=r"recipes.toml: not valid TOML"):
+        load_data(path, RecipeFacts, what="the recipe facts")

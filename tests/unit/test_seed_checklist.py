@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+from scripts import gpu_acceptance, seed_checklist
+from scripts.acceptance import checklist, detach, memory, stages
+from scripts.acceptance import summary as record
+from scripts.acceptance.config import ConfigError, load_config
+from scripts.acceptance.summary import FAILED, PASSED, PENDING, RUNNING, SKIPPED, Check
 
-import gpu_acceptance  # noqa: E402
-import seed_checklist  # noqa: E402
-from acceptance import checklist, detach, memory, stages  # noqa: E402
-from acceptance import summary as record  # noqa: E402
-from acceptance.config import ConfigError, load_config  # noqa: E402
-from acceptance.summary import FAILED, PASSED, PENDING, RUNNING, SKIPPED, Check  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 CONFIG = load_config()
 MIB = memory.MIB
@@ -204,6 +201,7 @@ def test_resume_runs_what_is_not_settled_with_the_setup_stages_again() -> None:
         "carry": PASSED,
         "build": RUNNING,
         "index": SKIPPED,
+        "doctor": PASSED,
         "upstream": PASSED,
         "mamba": FAILED,
         "bench": PENDING,

@@ -9,9 +9,9 @@ from types import MappingProxyType
 
 import pytest
 
+from builder.core.fatbin import FatbinContents
 from builder.steps.elf import ElfFacts
 from builder.steps.environment import RuntimeEnv, installed_torch
-from builder.steps.fatbin import FatbinContents
 from builder.steps.repair import load_excludes, manylinux_policies
 from builder.steps.verify import (
     VerifyReport,

@@ -4,53 +4,69 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from importlib import resources
 from types import MappingProxyType
+from typing import Annotated, Any
 
 from packaging.utils import canonicalize_name
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, model_validator
 
-from builder.core.errors import ConfigError, RecipeError
+from builder.core.data import load_data, validate
+from builder.core.errors import RecipeError
+from builder.core.resources import RECIPE_FACTS
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-SOURCE = "builder/data/recipes.toml"
+SOURCE = RECIPE_FACTS.source
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
-@dataclass(frozen=True, kw_only=True)
-class PackageFacts:
-    local_version_env: str  # setup.py appends "+$VALUE" to the version it reads
-    rocm_arch_env: str  # setup.py passes its value to hipcc as --offload-arch
+def _env_name(value: object) -> str:
+    if not isinstance(value, str) or not _ENV_NAME.match(value):
+        raise ValueError(f"{value!r} is not an environment variable name")
+    return value
+
+
+EnvName = Annotated[str, BeforeValidator(_env_name)]
+
+
+class PackageFacts(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    local_version_env: EnvName  # setup.py appends "+$VALUE" to the version it reads
+    rocm_arch_env: EnvName  # setup.py passes its value to hipcc as --offload-arch
+
+    @model_validator(mode="before")
+    @classmethod
+    def _exactly_the_keys(cls, entry: object) -> object:
+        known = sorted(cls.model_fields)
+        if isinstance(entry, dict) and set(entry) != set(known):
+            raise ValueError(f"needs exactly the keys {known}, got {sorted(entry)}")
+        return entry
 
     def env_names(self) -> tuple[str, ...]:
-        return tuple(getattr(self, f.name) for f in fields(self))
+        return tuple(getattr(self, name) for name in type(self).model_fields)
 
 
-def parse_package_facts(raw: Mapping, source: str = SOURCE) -> Mapping[str, PackageFacts]:
-    known = {f.name for f in fields(PackageFacts)}
-    packages = {}
-    for name, entry in raw.get("packages", {}).items():
-        where = f"{source}: [packages.{name}]"
-        if canonicalize_name(name) != name:
-            raise ConfigError(f"{where}: write the package name normalized, as {canonicalize_name(name)!r}")
-        if set(entry) != known:
-            raise ConfigError(f"{where}: needs exactly the keys {sorted(known)}, got {sorted(entry)}")
-        for key, value in entry.items():
-            if not isinstance(value, str) or not _ENV_NAME.match(value):
-                raise ConfigError(f"{where}: {key} = {value!r} is not an environment variable name")
-        packages[name] = PackageFacts(**entry)
-    return MappingProxyType(packages)
+def _package_name(name: str) -> str:
+    if canonicalize_name(name) != name:
+        raise ValueError(f"write the package name normalized, as {canonicalize_name(name)!r}")
+    return name
+
+
+class RecipeFacts(BaseModel):
+    """builder/data/recipes.toml."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    packages: dict[Annotated[str, AfterValidator(_package_name)], PackageFacts] = {}
+
+
+def parse_package_facts(raw: Mapping[str, Any], source: str = SOURCE) -> Mapping[str, PackageFacts]:
+    return MappingProxyType(validate(raw, RecipeFacts, source).packages)
 
 
 @functools.cache
 def _all_facts() -> Mapping[str, PackageFacts]:
-    return parse_package_facts(tomllib.loads(resources.files("builder.data").joinpath("recipes.toml").read_text()))
+    return MappingProxyType(load_data(RECIPE_FACTS, RecipeFacts, what="the recipe facts").packages)
 
 
 def package_facts(package: str) -> PackageFacts:

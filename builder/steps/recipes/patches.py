@@ -6,12 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from builder.plan.job import PATCH_NAMES
+
 PatchFunction = Callable[[Path, object], list[str]]
 
 PATCHES: dict[str, PatchFunction] = {}
 
 
 def patch(name: str) -> Callable[[PatchFunction], PatchFunction]:
+    if name not in PATCH_NAMES:  # the plan accepts only names it knows: add it to PATCH_NAMES too
+        raise ValueError(f"patch {name!r} is not in builder.plan.job.PATCH_NAMES")
+
     def register(function: PatchFunction) -> PatchFunction:
         PATCHES[name] = function
         return function

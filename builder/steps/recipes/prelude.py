@@ -61,7 +61,9 @@ def wheelwright_set_arch_flags(ext_modules, kind, arch_flags, where):
         upstream.extend(removed)
         args["nvcc"] = kept + list(arch_flags)
     if not upstream:
-        raise WheelwrightRecipeError(f"{where}: setup.py passed no {kind} arch flags to any extension; it changed shape")
+        raise WheelwrightRecipeError(
+            f"{where}: setup.py passed no {kind} arch flags to any extension; it changed shape"
+        )
     return upstream
 
 

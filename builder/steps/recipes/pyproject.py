@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -25,11 +26,12 @@ _DEPENDENCIES = re.compile(r"^dependencies\s*=\s*\[(?P<items>.*?)^\]", re.MULTIL
 _STRING = re.compile(r"""(?P<quote>["'])(?P<value>[^"'\n]*)(?P=quote)""")
 
 
-def _project(text: str | None, where: str) -> Mapping | None:
+def _project(text: str | None, where: str) -> Mapping[str, Any] | None:
     if text is None:
         return None
     try:
-        return tomllib.loads(text).get("project")
+        project: Mapping[str, Any] | None = tomllib.loads(text).get("project")
+        return project
     except tomllib.TOMLDecodeError as error:
         raise RecipeError(f"{where}: pyproject.toml does not parse: {error}") from None
 
@@ -58,9 +60,16 @@ def _is_torch(requirement: str) -> bool:
         return False
 
 
+def _dependencies(text: str, where: str) -> list[str]:
+    project = _project(text, where)
+    if project is None or not isinstance(project.get("dependencies"), list):
+        raise RecipeError(f"{where}: pyproject.toml's [project] lists no dependencies")
+    return list(project["dependencies"])
+
+
 def pin_torch(text: str, pin: str, where: str) -> str:
     """``text`` with the torch entries of ``[project] dependencies`` replaced by ``pin``; checked by re-parsing."""
-    before = _project(text, where)["dependencies"]
+    before = _dependencies(text, where)
     if not any(_is_torch(r) for r in before):
         raise RecipeError(f"{where}: pyproject.toml's dependencies do not list torch: {before}")
     match = _DEPENDENCIES.search(text)
@@ -68,7 +77,7 @@ def pin_torch(text: str, pin: str, where: str) -> str:
         raise RecipeError(f"{where}: pyproject.toml has no multi-line 'dependencies = [' array the recipe can edit")
     items = _STRING.sub(lambda m: f'"{pin}"' if _is_torch(m["value"]) else m[0], match["items"])
     patched = text[: match.start("items")] + items + text[match.end("items") :]
-    after = _project(patched, where)["dependencies"]
+    after = _dependencies(patched, where)
     expected = [pin if _is_torch(r) else r for r in before]
     if after != expected:
         raise RecipeError(f"{where}: could not pin torch in pyproject.toml dependencies {before}")

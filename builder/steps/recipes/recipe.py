@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import email.parser
 import logging
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import RecipeError
+from builder.plan.arch import Arch
 from builder.plan.job import Job, PatchRef
 from builder.steps.recipes import pyproject, setup_py
 from builder.steps.recipes.facts import PackageFacts, package_facts
@@ -23,8 +23,6 @@ from builder.steps.recipes.patches import PATCHES
 
 log = logging.getLogger(__name__)
 
-_CUDA_ARCH = re.compile(r"^(?P<major>\d+)\.(?P<minor>\d)(?P<variant>[af]?)(?P<ptx>\+PTX)?$")
-_ROCM_ARCH = re.compile(r"^gfx[0-9a-f]+$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,19 +34,25 @@ class RecipeResult:
 def cuda_gencode_flags(archs: tuple[str, ...], where: str) -> tuple[str, ...]:
     """``9.0`` -> ``-gencode arch=compute_90,code=sm_90``; ``12.0+PTX`` also embeds PTX (``code=compute_120``)."""
     flags: list[str] = []
-    for arch in archs:
-        match = _CUDA_ARCH.match(arch)
-        if match is None:
-            raise RecipeError(f"{where}: {arch!r} is not a CUDA arch like '9.0', '9.0a' or '12.0+PTX'")
-        number = f"{match['major']}{match['minor']}{match['variant']}"
-        flags += ["-gencode", f"arch=compute_{number},code=sm_{number}"]
-        if match["ptx"]:
-            flags += ["-gencode", f"arch=compute_{number},code=compute_{number}"]
+    for text in archs:
+        arch = _parsed(text)
+        if arch is None or arch.kind != "cuda" or arch.minor > 9:  # sm_XY: a one-digit minor
+            raise RecipeError(f"{where}: {text!r} is not a CUDA arch like '9.0', '9.0a' or '12.0+PTX'")
+        flags += ["-gencode", f"arch=compute_{arch.number},code=sm_{arch.number}"]
+        if arch.ptx:
+            flags += ["-gencode", f"arch=compute_{arch.number},code=compute_{arch.number}"]
     return tuple(flags)
 
 
+def _parsed(text: str) -> Arch | None:
+    try:
+        return Arch.parse(text)
+    except ValueError:
+        return None
+
+
 def rocm_offload_flags(archs: tuple[str, ...], where: str) -> tuple[str, ...]:
-    bad = [arch for arch in archs if not _ROCM_ARCH.match(arch)]
+    bad = [text for text in archs if (arch := _parsed(text)) is None or arch.kind != "rocm"]
     if bad:
         raise RecipeError(f"{where}: {bad} are not ROCm archs like 'gfx942'")
     return tuple(f"--offload-arch={arch}" for arch in archs)
@@ -182,7 +186,7 @@ def plan_edits(root: Path, job: Job, facts: PackageFacts, where: str) -> dict[Pa
     patched_setup = setup_py.inject_prelude(setup_text, checked.shape, prelude_values(job, checked), where)
     summary = f"version {job.local_version}, {job.torch_requirement}, {arch_note}"
     edits = {root / "setup.py": (patched_setup, f"setup.py: setup() routed through {setup_py.WRAPPER}(): {summary}")}
-    if checked.requirements_in == pyproject.PYPROJECT:
+    if checked.requirements_in == pyproject.PYPROJECT and pyproject_text is not None:
         patched = pyproject.pin_torch(pyproject_text, job.torch_requirement, where)
         edits[pyproject_path] = (patched, f"pyproject.toml: dependencies torch -> {job.torch_requirement}")
     return edits

@@ -8,9 +8,9 @@ import pprint
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 
 from builder.core.errors import RecipeError
+from builder.core.resources import RECIPE_PRELUDE
 
 PRELUDE_BEGIN = "# >>> wheelwright recipe prelude >>>"
 PRELUDE_END = "# <<< wheelwright recipe prelude <<<"
@@ -35,7 +35,9 @@ def read_shape(text: str, where: str) -> SetupShape:
     except SyntaxError as error:
         raise RecipeError(f"{where}: setup.py does not parse: {error}") from None
     if PRELUDE_BEGIN in text:
-        raise RecipeError(f"{where}: setup.py already has the wheelwright prelude", tip="apply recipes to a fresh unpack")
+        raise RecipeError(
+            f"{where}: setup.py already has the wheelwright prelude", tip="apply recipes to a fresh unpack"
+        )
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _is_setup(node.func)]
     if len(calls) != 1:
         raise RecipeError(f"{where}: setup.py has {len(calls)} setup() calls, the recipe expects exactly one")
@@ -44,7 +46,9 @@ def read_shape(text: str, where: str) -> SetupShape:
     if missing:
         raise RecipeError(f"{where}: setup() in setup.py is not given {', '.join(sorted(missing))}")
     constants = frozenset(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str))
-    return SetupShape(setup_call=calls[0], insert_line=_insert_line(tree), constants=constants, env_reads=_env_reads(tree))
+    return SetupShape(
+        setup_call=calls[0], insert_line=_insert_line(tree), constants=constants, env_reads=_env_reads(tree)
+    )
 
 
 def _is_setup(func: ast.expr) -> bool:
@@ -60,7 +64,7 @@ def _insert_line(tree: ast.Module) -> int:
         future = isinstance(node, ast.ImportFrom) and node.module == "__future__"
         if not (docstring or future):
             return node.lineno - 1
-    return tree.body[-1].end_lineno if tree.body else 0
+    return (tree.body[-1].end_lineno or 0) if tree.body else 0
 
 
 def _env_name(node: ast.AST) -> str | None:
@@ -70,7 +74,8 @@ def _env_name(node: ast.AST) -> str | None:
         if func in ("os.getenv", "getenv", "os.environ.get", "environ.get"):
             return node.args[0].value if isinstance(node.args[0].value, str) else None
     if isinstance(node, ast.Subscript) and ast.unparse(node.value) in ("os.environ", "environ"):
-        return node.slice.value if isinstance(node.slice, ast.Constant) else None
+        value = node.slice.value if isinstance(node.slice, ast.Constant) else None
+        return value if isinstance(value, str) else None
     return None
 
 
@@ -123,7 +128,7 @@ def check_install_requires_torch(shape: SetupShape, where: str) -> None:
 
 
 def prelude_source() -> str:
-    return resources.files("builder.steps.recipes").joinpath("prelude.py").read_text(encoding="utf-8")
+    return RECIPE_PRELUDE.read_text()
 
 
 def inject_prelude(text: str, shape: SetupShape, job_values: Mapping[str, object], where: str) -> str:
@@ -143,7 +148,7 @@ def inject_prelude(text: str, shape: SetupShape, job_values: Mapping[str, object
 
 def _rename_call(lines: list[str], func: ast.expr) -> list[str]:
     """Replace the called name's source span (ast columns count UTF-8 bytes) with the wrapper's name."""
-    first, last = func.lineno - 1, func.end_lineno - 1
+    first, last = func.lineno - 1, (func.end_lineno or func.lineno) - 1
     head = lines[first].encode()[: func.col_offset].decode()
     tail = lines[last].encode()[func.end_col_offset :].decode()
     return lines[:first] + [head + WRAPPER + tail] + lines[last + 1 :]

@@ -24,7 +24,9 @@ translation unit plus one for the device link step), each starting on an 8-byte 
       0x28 u64  flags, see the _FLAG_* constants
       0x38 u64  uncompressed payload size (0 when stored plain)
 
-Only headers are read: compressed payloads still name their arch, so nothing is ever decompressed.
+Only headers are read: compressed payloads still name their arch, so nothing is ever decompressed. Standard library
+only: the verify gate and ``doctor.py`` (which runs on Python 3.9, hence no ``kw_only``) read GPU code with this one
+implementation.
 """
 
 from __future__ import annotations
@@ -35,9 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-
+from builder.core.elfread import ElfFile
 from builder.core.errors import WheelError
 
 SECTION = ".nv_fatbin"
@@ -53,7 +53,7 @@ _FLAG_ARCH_SPECIFIC = 0x100000  # sm_90a: runs only on that exact arch
 _FLAG_FAMILY_SPECIFIC = 0x200000  # sm_100f: runs on the family (sm_100, sm_103)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class FatbinEntry:
     kind: Literal["sass", "ptx", "other"]
     arch: str  # "9.0", "9.0a", "10.0f"
@@ -63,7 +63,7 @@ class FatbinEntry:
     kind_code: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class FatbinContents:
     """The archs a shared object has kernels for; ``entries`` keeps every entry for reports."""
 
@@ -92,10 +92,14 @@ class FatbinContents:
 
 
 def arch_key(arch: str) -> tuple[int, int, str]:
-    """Sort key for "9.0", "10.0a", "12.0f": numeric, then the variant letter."""
+    """Sort key for "9.0", "10.0a", "12.0f": numeric, then the variant letter.
+
+    The same order as ``builder.plan.arch.Arch.sort_key`` (a test holds them together); spelled out here because
+    this reader sits in core, below the plan, and runs inside doctor.py.
+    """
     major, _, rest = arch.partition(".")
     minor = rest.rstrip("af")
-    return int(major), int(minor), rest[len(minor):]
+    return int(major), int(minor), rest[len(minor) :]
 
 
 def arch_name(sm: int, flags: int) -> str:
@@ -151,15 +155,12 @@ def _entries(data: bytes, offset: int, end: int, where: str) -> Iterator[FatbinE
 
 def fatbin_archs(path: Path) -> FatbinContents:
     """The GPU code in the shared object at ``path``; empty when it has no ``.nv_fatbin`` section."""
-    try:
-        with path.open("rb") as stream:
-            return elf_fatbin(ELFFile(stream), where=str(path))
-    except ELFError as error:
-        raise WheelError(f"{path}: not a readable ELF file ({error})") from None
+    with path.open("rb") as stream:
+        return elf_fatbin(ElfFile(stream, where=str(path)), where=str(path))
 
 
-def elf_fatbin(elf: ELFFile, *, where: str) -> FatbinContents:
+def elf_fatbin(elf: ElfFile, *, where: str) -> FatbinContents:
     """The GPU code of an ELF file already open (``where`` names it in errors)."""
-    section = elf.get_section_by_name(SECTION)
-    data = b"" if section is None else section.data()
+    section = elf.section(SECTION)
+    data = b"" if section is None else elf.data(section)
     return FatbinContents.from_entries(parse_fatbin(data, where=f"{where} {SECTION}"))

@@ -1,0 +1,70 @@
+"""Every data file and template wheelwright opens at run time, named once.
+
+Code opens these through the names below, never by a path of its own, and setup.py declares the package data from
+``PACKAGE_DATA`` here: a file the code reads cannot be missing from the wheel. This module imports only the standard
+library, because setup.py loads it by path before wheelwright is installed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A file inside one of wheelwright's packages, e.g. ``torch.toml`` in ``builder.data``."""
+
+    package: str
+    name: str
+
+    @property
+    def source(self) -> str:
+        """The path in the repository, for messages: ``builder/data/torch.toml``."""
+        return f"{self.package.replace('.', '/')}/{self.name}"
+
+    def traversable(self) -> Traversable:
+        return resources.files(self.package).joinpath(self.name)
+
+    def read_text(self) -> str:
+        return self.traversable().read_text(encoding="utf-8")
+
+    def read_bytes(self) -> bytes:
+        return self.traversable().read_bytes()
+
+
+# -- data files (builder/data) -----------------------------------------------------------------------------------
+TORCH_FACTS = Resource("builder.data", "torch.toml")  # torch releases: Pythons, toolkits, ABI, manylinux, archs
+RECIPE_FACTS = Resource("builder.data", "recipes.toml")  # per-package facts about upstream setup.py files
+REPAIR_EXCLUDES = Resource("builder.data", "repair.toml")  # sonames torch provides; never grafted
+BUILD_REQUIREMENTS = Resource("builder.data", "build-requirements.txt")  # the build venv's pinned tools
+
+# -- code run as a file (not imported) ---------------------------------------------------------------------------
+RECIPE_PRELUDE = Resource("builder.steps.recipes", "prelude.py")  # prepended to an upstream setup.py
+OBJCACHE_SCRIPT = Resource("builder.steps", "objcache.py")  # PYTORCH_NVCC wrapper, run by path
+
+# -- templates (index_site/templates), loaded by jinja2's PackageLoader -----------------------------------------
+TEMPLATE_PACKAGE = "index_site"
+TEMPLATE_FOLDER = "templates"
+TEMPLATES = tuple(
+    Resource(TEMPLATE_PACKAGE, f"{TEMPLATE_FOLDER}/{name}")
+    for name in (
+        "_macros.html", "base.html", "coverage.html", "landing.html", "setup.html",
+        "simple_project.html", "simple_root.html", "site.css", "site.js",
+    )
+)
+
+# What a build reads besides the job itself; the resume hash covers each one's bytes (builder/farm/build.py).
+# torch.toml is not here: the facts a job is built from (ABI, manylinux, archs, toolkit) are fields of the job.
+BUILD_DATA = (RECIPE_FACTS, REPAIR_EXCLUDES, BUILD_REQUIREMENTS, RECIPE_PRELUDE, OBJCACHE_SCRIPT)
+
+# Files that are not Python modules, by package: setup.py's package_data. (.py files ship as modules anyway.)
+NOT_MODULES = (TORCH_FACTS, RECIPE_FACTS, REPAIR_EXCLUDES, BUILD_REQUIREMENTS, *TEMPLATES)
+PACKAGE_DATA: dict[str, list[str]] = {}
+for _resource in NOT_MODULES:
+    PACKAGE_DATA.setdefault(_resource.package, []).append(_resource.name)
+del _resource

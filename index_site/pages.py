@@ -1,0 +1,202 @@
+"""The pages for people: the landing page (the selector, then the coverage matrices of each project's newest
+version), one page per setup (``select/pt214cu130-cp311.html``), one page per project for its older versions, and
+``wheels.json`` beside them. Pure: catalog in, {site path: bytes} out."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+
+import markupsafe
+
+from builder.core.ledger import LedgerEntry
+from index_site import layout
+from index_site.catalog import Catalog
+from index_site.landing import BUILT, FAILED, NOT_PLANNED, NOT_SHIPPED, Coverage, Release, Row, build_coverage
+from index_site.manifest import manifest
+from index_site.setups import Setup, build_setups, default_setup
+from index_site.wheels import GpuArchs, WheelFile
+
+Render = Callable[..., bytes]
+SYMBOLS = {BUILT: "✓", FAILED: "✗", NOT_SHIPPED: "n/a"}  # anything else: "–" (not in the plan)
+
+
+def render_pages(catalog: Catalog, *, base_url: str, render: Render) -> dict[str, bytes]:
+    """``render(template, **context)`` is the site's template renderer (render.py owns the environment)."""
+    coverage = build_coverage(catalog)
+    setups = build_setups(coverage, base_url=base_url)
+    base_url = base_url.rstrip("/")
+    render = functools.partial(render, base_url=base_url)
+    pages = {path: _setup_page(render, setup, coverage, base_url) for path, setup in setups.items()}
+    older = {project: coverage.older(project) for project in coverage.projects}
+    for project, releases in older.items():
+        if releases:
+            path = layout.coverage_path(project)
+            pages[path] = _page(render, "coverage.html", path, coverage, project=project, releases=releases)
+    setup = default_setup(coverage, setups)
+    pages[layout.LANDING] = _page(
+        render, "landing.html", layout.LANDING, coverage, setup=setup, releases=coverage.newest(), older=older
+    )
+    pages[layout.MANIFEST] = manifest(catalog.wheels, catalog.archs, base_url=base_url)
+    return pages
+
+
+def _page(render: Render, template: str, page: str, coverage: Coverage, **context: object) -> bytes:
+    def link(target: str) -> str:
+        return _href(page, target)
+
+    def matrix(release: Release) -> markupsafe.Markup:
+        return matrix_html(release, link, coverage.archs)
+
+    return render(
+        template,
+        page=page,
+        link=link,
+        matrix=matrix,
+        coverage=coverage,
+        describe_archs=lambda wheel: describe_archs(coverage.archs.get(wheel.filename)),
+        failure_text=failure_text,
+        setup_path=layout.setup_path,
+        coverage_path=layout.coverage_path,
+        findlinks_path=layout.findlinks_path,
+        simple_root=layout.simple_root,
+        wheel_path=layout.wheel_path,
+        symbols=SYMBOLS,
+        **context,
+    )
+
+
+def _setup_page(render: Render, setup: Setup, coverage: Coverage, base_url: str) -> bytes:
+    """A setup page, rendered only when what it shows differs from the last time this process rendered it: a
+    re-index after one new wheel re-renders one of a few hundred."""
+    key = (base_url, _fingerprint(setup, coverage.archs))
+    page = _SETUP_PAGES.get(key)
+    if page is None:
+        page = _SETUP_PAGES[key] = _page(render, "setup.html", setup.path, coverage, setup=setup)
+        while len(_SETUP_PAGES) > _SETUP_PAGES_KEPT:
+            del _SETUP_PAGES[next(iter(_SETUP_PAGES))]
+    return page
+
+
+def _fingerprint(setup: Setup, archs: Mapping[str, GpuArchs]) -> tuple[object, ...]:
+    """Everything a setup page shows, as plain values."""
+    choices = tuple(
+        (c.text, c.path, c.current) for axis in (setup.torches, setup.accelerators, setup.pythons) for c in axis
+    )
+    offers = tuple(
+        (
+            o.project,
+            o.pip,
+            o.uv,
+            o.note,
+            o.more,
+            o.wheel.name.version if o.wheel else "",
+            tuple(
+                (
+                    r.version,
+                    r.state,
+                    _failure_key(r.failure),
+                    tuple(
+                        (w.filename, w.sha256, w.size, w.metadata.requires_python, archs.get(w.filename))
+                        for w in r.wheels
+                    ),
+                )
+                for r in o.records
+            ),
+        )
+        for o in setup.offers
+    )
+    return (setup.path, setup.variant, choices, offers)
+
+
+def _failure_key(failure: LedgerEntry | None) -> tuple[object, ...]:
+    return () if failure is None else (failure.job_id, failure.status, failure.phase, failure.reason)
+
+
+# a bounded memo (oldest out first), like the lru_caches of render.py
+_SETUP_PAGES: dict[tuple[object, ...], bytes] = {}
+_SETUP_PAGES_KEPT = 4096
+
+_href = functools.lru_cache(maxsize=65536)(layout.href)  # every matrix links the same few hundred setup pages
+
+
+# The matrices are most of the landing page's bytes and most of its rendering time, so they are built here,
+# terse (no indentation, optional end tags left out) and cell by cell from a cache, rather than in a template.
+
+
+def matrix_html(release: Release, link: Callable[[str], str], archs: Mapping[str, GpuArchs]) -> markupsafe.Markup:
+    """One release's table: a row group per torch, a row per accelerator, a cell per Python."""
+    anchor = f"{release.project}-{release.version}"
+    head = "".join(f"<th scope=col>{markupsafe.escape(py)}" for py in release.pythons)
+    table = f'<table class=cov aria-labelledby="h-{markupsafe.escape(anchor)}">'
+    parts = [f"{table}<thead><tr><th scope=col>torch<th scope=col>build{head}</thead>"]
+    failures = 0
+    for group in _by_torch(release.rows):
+        parts.append("<tbody>")
+        for index, row in enumerate(group):
+            torch = f"<th scope=rowgroup rowspan={len(group)}>{row.variant.torch}" if index == 0 else ""
+            parts.append(f"<tr>{torch}<th scope=row>{markupsafe.escape(row.variant.accelerator_text)}")
+            for cell in row.cells:
+                target = layout.setup_path(row.variant.label, cell.python)
+                if cell.state == FAILED and cell.failure is not None:
+                    failures += 1
+                    parts.append(_failed_cell(link(target), f"{anchor}-f{failures}", failure_text(cell.failure)))
+                elif cell.state == BUILT:
+                    parts.append(_built_cell(link(target), _built_title(cell.wheels, archs)))
+                elif cell.state == NOT_PLANNED and cell.python in row.variant.pythons:  # its setup page exists
+                    parts.append(_unplanned_cell(link(target)))
+                else:
+                    parts.append(_empty_cell(cell.state))
+    parts.append("</table>")
+    return markupsafe.Markup("".join(parts))
+
+
+def _by_torch(rows: Iterable[Row]) -> list[list[Row]]:
+    groups: list[list[Row]] = []
+    for row in rows:
+        if groups and groups[-1][0].variant.torch == row.variant.torch:
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return groups
+
+
+@functools.lru_cache(maxsize=65536)
+def _built_cell(href: str, title: str) -> str:
+    return f'<td><a class=b href="{markupsafe.escape(href)}" title="{markupsafe.escape(title)}">{SYMBOLS[BUILT]}</a>'
+
+
+def _failed_cell(href: str, tip: str, reason: str) -> str:
+    return (
+        f'<td><a class=f href="{markupsafe.escape(href)}" aria-describedby="{markupsafe.escape(tip)}">'
+        f'{SYMBOLS[FAILED]}</a><span class=tip id="{markupsafe.escape(tip)}" role=tooltip>'
+        f"{markupsafe.escape(reason)}</span>"
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _unplanned_cell(href: str) -> str:
+    return f'<td><a class=u href="{markupsafe.escape(href)}">–</a>'
+
+
+@functools.cache
+def _empty_cell(state: str) -> str:
+    if state == NOT_SHIPPED:
+        return f"<td class=n>{SYMBOLS[NOT_SHIPPED]}"
+    return "<td class=u>–"
+
+
+def _built_title(wheels: tuple[WheelFile, ...], archs: Mapping[str, GpuArchs]) -> str:
+    return " | ".join(f"{w.name.platform_tag}; {describe_archs(archs.get(w.filename))}" for w in wheels)
+
+
+@functools.lru_cache(maxsize=4096)
+def describe_archs(archs: GpuArchs | None) -> str:
+    if archs is None:
+        return "GPU archs not recorded"
+    return f"SASS {' '.join(archs.sass) or 'none'}; PTX {' '.join(archs.ptx) or 'none'}"
+
+
+def failure_text(failure: LedgerEntry) -> str:
+    phase = f" in {failure.phase}" if failure.phase else ""
+    return f"{failure.status}{phase}: {failure.reason or 'no reason recorded'}"

@@ -1,0 +1,222 @@
+"""The selector's model: one setup per variant and Python (``select/pt214cu130-cp311.html``), each with its choices
+of torch, accelerator and Python (links to the neighbouring setups) and, per project, the one install command for
+pip and for uv, or why there is no wheel."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from builder.core.ledger import LedgerEntry
+from builder.plan.facts import version_key
+from index_site import layout
+from index_site.landing import BUILT, FAILED, NOT_SHIPPED, Coverage, Release, Variant, python_key
+from index_site.wheels import WheelFile
+
+SHOWN = 4  # versions of a project a setup page details; a farm's long history would make every page heavy
+
+
+@dataclass(frozen=True, kw_only=True)
+class Choice:
+    text: str
+    path: str  # site path of the setup this choice leads to
+    current: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    """What the site holds for one version of a project on one setup."""
+
+    version: str
+    state: str  # BUILT | FAILED
+    wheels: tuple[WheelFile, ...] = ()
+    failure: LedgerEntry | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Offer:
+    """One project on one setup: its newest wheel here and the commands that install exactly that wheel."""
+
+    project: str
+    wheel: WheelFile | None
+    pip: str = ""
+    uv: str = ""
+    note: str = ""  # why the newest version recorded here has no wheel, or why nothing is
+    records: tuple[Record, ...] = ()  # the newest SHOWN versions recorded here, newest first
+    more: int = 0  # older versions recorded here beyond those (the find-links page lists every wheel)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setup:
+    variant: Variant
+    python: str
+    path: str
+    torches: tuple[Choice, ...]
+    accelerators: tuple[Choice, ...]
+    pythons: tuple[Choice, ...]
+    offers: tuple[Offer, ...]
+
+    @property
+    def key(self) -> str:
+        """``pt214cu130-cp311``: the page name, also the id the selector's script knows it by."""
+        return self.path.rsplit("/", 1)[1].removesuffix(".html")
+
+
+def build_setups(coverage: Coverage, *, base_url: str) -> dict[str, Setup]:
+    """Every setup page, by site path: each Python torch shipped for a variant of the site, and any other the
+    site holds a wheel or a failure for."""
+    base_url = base_url.rstrip("/")
+    records = _records(coverage)
+    navigator = _Navigator(coverage)
+    setups = {}
+    for variant in coverage.variants.values():
+        for python in variant.pythons:
+            path = layout.setup_path(variant.label, python)
+            offers = tuple(
+                _offer(project, variant, python, records.get((project, variant.label, python), []), base_url)
+                for project in coverage.projects
+            )
+            setups[path] = Setup(
+                variant=variant, python=python, path=path, offers=offers, **navigator.choices(variant, python)
+            )
+    return setups
+
+
+def default_setup(coverage: Coverage, setups: Mapping[str, Setup]) -> Setup | None:
+    """What the landing page shows first: the newest torch with wheels of the projects' newest versions, its
+    variant with the most of them, and the Python with the most of them there (then across the site, then the
+    newest)."""
+    if not setups:
+        return None
+    per_setup = Counter((w.name.label, py) for w in _wheels(coverage, coverage.newest()) for py in w.name.pythons)
+    per_label: Counter[str] = Counter()
+    per_python: Counter[str] = Counter()
+    for (label, python), count in per_setup.items():
+        per_label[label] += count
+        per_python[python] += count
+    built_torches = {coverage.variants[label].torch for label in per_label}
+
+    def rank(setup: Setup) -> tuple[object, ...]:
+        variant = setup.variant
+        return (
+            variant.torch in built_torches,
+            version_key(variant.torch),
+            per_label[variant.label],
+            per_setup[(variant.label, setup.python)],
+            per_python[setup.python],
+            python_key(setup.python),
+        )
+
+    return max(setups.values(), key=rank)
+
+
+def _wheels(coverage: Coverage, releases: tuple[Release, ...] | None = None) -> list[WheelFile]:
+    releases = coverage.releases if releases is None else releases
+    return [w for r in releases for row in r.rows for c in row.cells for w in c.wheels]
+
+
+class _Navigator:
+    """Where each choice leads: change one axis, keep the others where the new variant has them."""
+
+    def __init__(self, coverage: Coverage) -> None:
+        self._variants = list(coverage.variants.values())
+        self._by_build = {(v.torch, v.accelerator): v for v in self._variants}
+        self._torches = list(dict.fromkeys(v.torch for v in self._variants))
+        built = Counter(w.name.label for w in _wheels(coverage))
+        self._main: dict[
+            str, Variant
+        ] = {}  # torch -> its variant with the most wheels (the first in row order on a tie)
+        for variant in self._variants:
+            best = self._main.get(variant.torch)
+            if best is None or built[variant.label] > built[best.label]:
+                self._main[variant.torch] = variant
+
+    def choices(self, variant: Variant, python: str) -> dict[str, tuple[Choice, ...]]:
+        siblings = [v for v in self._variants if v.torch == variant.torch]
+        return {
+            "torches": tuple(
+                self._choice(torch, self._variant(torch, variant.accelerator), python, torch == variant.torch)
+                for torch in self._torches
+            ),
+            "accelerators": tuple(
+                self._choice(v.accelerator_text, v, python, v.label == variant.label) for v in siblings
+            ),
+            "pythons": tuple(
+                Choice(text=py, path=layout.setup_path(variant.label, py), current=py == python)
+                for py in variant.pythons
+            ),
+        }
+
+    def _variant(self, torch: str, accelerator: str) -> Variant:
+        return self._by_build.get((torch, accelerator)) or self._main[torch]
+
+    @staticmethod
+    def _choice(text: str, variant: Variant, python: str, current: bool) -> Choice:
+        return Choice(
+            text=text, path=layout.setup_path(variant.label, _nearest(variant.pythons, python)), current=current
+        )
+
+
+def _nearest(pythons: tuple[str, ...], python: str) -> str:
+    """``python`` if offered, else the offered one closest to it (the newer on a tie)."""
+    if python in pythons:
+        return python
+    target = python_key(python)
+
+    def distance(candidate: str) -> tuple[int, int]:
+        key = python_key(candidate)
+        if isinstance(key[1], str) or isinstance(target[1], str):  # not a dotted version: after every real one
+            return (1, 0)
+        return (abs(key[1][-1] - target[1][-1]), -key[1][-1])
+
+    return min(pythons, key=distance)
+
+
+_RecordKey = tuple[str, str, str]  # project, label, python
+
+
+def _records(coverage: Coverage) -> dict[_RecordKey, list[Record]]:
+    records: dict[_RecordKey, list[Record]] = {}
+    for release in coverage.releases:  # newest version first within a project
+        for row in release.rows:
+            for cell in row.cells:
+                if cell.state in (BUILT, FAILED):
+                    record = Record(version=release.version, state=cell.state, wheels=cell.wheels, failure=cell.failure)
+                    records.setdefault((release.project, row.variant.label, cell.python), []).append(record)
+    return records
+
+
+def _offer(project: str, variant: Variant, python: str, records: list[Record], base_url: str) -> Offer:
+    built = next((r for r in records if r.state == BUILT), None)
+    note = _note(project, variant, python, records, built)
+    shown, more = tuple(records[:SHOWN]), max(0, len(records) - SHOWN)
+    if built is None:
+        return Offer(project=project, wheel=None, note=note, records=shown, more=more)
+    wheel = built.wheels[0]
+    pin = f"{project}=={wheel.name.version}"
+    findlinks = f"{base_url}/{layout.findlinks_path(variant.label)}"
+    return Offer(
+        project=project,
+        wheel=wheel,
+        pip=f"pip install {pin} -f {findlinks}",
+        uv=f"uv pip install {pin} -f {findlinks}",
+        note=note,
+        records=shown,
+        more=more,
+    )
+
+
+def _note(project: str, variant: Variant, python: str, records: list[Record], built: Record | None) -> str:
+    setup = f"torch {variant.torch} + {variant.accelerator_text}, Python {python}"
+    failure = records[0].failure if records else None
+    if failure is not None:
+        phase = f" in {failure.phase}" if failure.phase else ""
+        why = f"{failure.status}{phase}: {failure.reason or 'no reason recorded'}"
+        older = f"; the newest wheel here is {built.version}" if built else ""
+        return f"{project} {records[0].version} {why}{older}"
+    if built is not None:
+        return ""
+    if variant.ships(python) is False:
+        return f"no {project} wheel: torch published no build for {setup} ({NOT_SHIPPED})"
+    return f"no {project} wheel for {setup}: not in the build plan"

@@ -1,0 +1,46 @@
+""".ci/run's budget: it prints the seconds of each part `make test` timed and fails a run over the budget, or one
+where pytest collected nothing. `make` is replaced by a script that reports given timings, so no suite runs here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _ci_run(
+    tmp_path: Path, timings: str, *, budget: int = 3600, exit_code: int = 0
+) -> subprocess.CompletedProcess[str]:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    make = fake / "make"
+    make.write_text(f'#!/bin/sh\nprintf "{timings}" >> "$WHEELWRIGHT_TIMINGS"\nexit {exit_code}\n')
+    make.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "WHEELWRIGHT_CI_BUDGET": str(budget)}
+    return subprocess.run(["bash", str(ROOT / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+PARTS = "system packages 40.2 0\\nvenv 120.4 0\\nchecks 30.0 0\\nunit 12.6 0\\nintegration 600.0 0\\nslow 700.1 0\\n"
+
+
+def test_prints_seconds_per_part_and_passes_within_the_budget(tmp_path: Path) -> None:
+    done = _ci_run(tmp_path, PARTS)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "system packages      40s" in lines and "venv                120s" in lines
+    assert "slow                700s" in lines and "checks               30s" in lines
+    assert "total              1503s (budget 3600s)" in lines
+
+
+def test_a_run_over_the_budget_fails_with_one_error_line(tmp_path: Path) -> None:
+    done = _ci_run(tmp_path, PARTS, budget=1000)
+    assert done.returncode == 1
+    assert done.stderr == "ERROR the run took 1503s, over the CI budget of 1000s: make the slowest part faster\n"
+
+
+def test_no_tests_collected_is_a_failure(tmp_path: Path) -> None:
+    done = _ci_run(tmp_path, "unit 1.0 5\\n", exit_code=2)
+    assert done.returncode == 1 and "collected no tests" in done.stderr

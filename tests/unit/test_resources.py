@@ -1,0 +1,25 @@
+"""builder/core/resources.py names every data file and template there is, so the wheel (whose package data comes
+from it) cannot miss one that a new feature added to the folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from builder.core import resources
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_template_is_named() -> None:
+    on_disk = {p.name for p in (ROOT / "index_site" / "templates").iterdir() if p.is_file()}
+    assert {Path(t.name).name for t in resources.TEMPLATES} == on_disk
+
+
+def test_every_data_file_is_named() -> None:
+    on_disk = {p.name for p in (ROOT / "builder" / "data").iterdir() if p.is_file() and p.suffix != ".py"}
+    assert set(resources.PACKAGE_DATA["builder.data"]) == on_disk
+
+
+def test_each_resource_reads() -> None:
+    for resource in (*resources.NOT_MODULES, *resources.BUILD_DATA):
+        assert resource.read_bytes(), resource.source
