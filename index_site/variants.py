@@ -111,18 +111,30 @@ def _read_twin(path: Path, key: list[int]) -> dict | None:
     if list(variant.get("variants", {})) != [match["label"]]:
         log.warning("variant channel: %s: variant.json does not describe %s; not listed", path.name, match["label"])
         return None
-    return {"key": key, "sha256": _sha256(path), "metadata": metadata.decode("utf-8", "replace"),
-            "properties": variant["variants"][match["label"]], "providers": variant.get("providers", {}),
-            "provenance": record.decode("utf-8", "replace")}
+    return {
+        "key": key,
+        "sha256": _sha256(path),
+        "metadata": metadata.decode("utf-8", "replace"),
+        "properties": variant["variants"][match["label"]],
+        "providers": variant.get("providers", {}),
+        "provenance": record.decode("utf-8", "replace"),
+    }
 
 
 def _twin(path: Path, filename: str, facts: Mapping) -> VariantWheel:
     match = _TWIN.match(filename)
     assert match is not None
     return VariantWheel(
-        source=path, filename=filename, project=canonicalize_name(match["dist"]), version=match["version"],
-        label=match["label"], sha256=facts["sha256"], size=facts["key"][0], metadata=facts["metadata"].encode(),
-        properties=facts["properties"], providers=facts["providers"],
+        source=path,
+        filename=filename,
+        project=canonicalize_name(match["dist"]),
+        version=match["version"],
+        label=match["label"],
+        sha256=facts["sha256"],
+        size=facts["key"][0],
+        metadata=facts["metadata"].encode(),
+        properties=facts["properties"],
+        providers=facts["providers"],
         provenance=facts.get("provenance", "").encode(),
     )
 
@@ -195,7 +207,9 @@ def _channel(torch_tag: str | None, twins: list[VariantWheel]) -> dict[str, byte
     links = "".join(f'    <a href="{p}/">{p}</a><br>\n' for p in projects)
     pages = {
         f"{root}/simple/index.html": _html(title, links),
-        f"{root}/json/index.json": _json({"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in projects]}),
+        f"{root}/json/index.json": _json(
+            {"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in projects]}
+        ),
     }
     for project, members in by_project.items():
         pages.update(_project(root, project, members))
@@ -224,7 +238,8 @@ def _project(root: str, project: str, twins: list[VariantWheel]) -> dict[str, by
     pages[f"{root}/simple/{project}/index.html"] = _html(f"Links for {project}", "".join(anchors))
     versions = sorted(by_version, key=_version_key)
     pages[f"{root}/json/{project}/index.json"] = _json(
-        {"meta": {"api-version": API_VERSION}, "name": project, "versions": versions, "files": files_json})
+        {"meta": {"api-version": API_VERSION}, "name": project, "versions": versions, "files": files_json}
+    )
     return pages
 
 
@@ -237,7 +252,9 @@ def variants_document(twins: Iterable[VariantWheel]) -> dict[str, object]:
     for twin in twins:
         providers.update({ns: p for ns, p in twin.providers.items() if ns != "abi_dependency"})
         minors.update(twin.properties.get("abi_dependency", {}).get("torch", []))
-    order = [ns for ns in ("abi_dependency", "nvidia", "rocm") if ns in providers or (ns == "abi_dependency" and minors)]
+    order = [
+        ns for ns in ("abi_dependency", "nvidia", "rocm") if ns in providers or (ns == "abi_dependency" and minors)
+    ]
     if minors:
         newest_first = sorted(minors, key=lambda v: tuple(int(p) for p in v.split(".")), reverse=True)
         providers["abi_dependency"] = {"static-properties": {"torch": newest_first}}
@@ -259,15 +276,23 @@ def _anchor(href: str, twin: VariantWheel) -> str:
     metadata = escape(f"sha256={hashlib.sha256(twin.metadata).hexdigest()}")
     python = twin.requires_python
     requires = f' data-requires-python="{escape(python)}"' if python else ""
-    return (f'    <a href="{escape(href)}#sha256={twin.sha256}"{requires} data-core-metadata="{metadata}" '
-            f'data-dist-info-metadata="{metadata}">{escape(twin.filename)}</a><br>\n')
+    return (
+        f'    <a href="{escape(href)}#sha256={twin.sha256}"{requires} data-core-metadata="{metadata}" '
+        f'data-dist-info-metadata="{metadata}">{escape(twin.filename)}</a><br>\n'
+    )
 
 
 def _json_file(href: str, twin: VariantWheel) -> dict[str, object]:
     metadata = {"sha256": hashlib.sha256(twin.metadata).hexdigest()}
-    entry: dict[str, object] = {"filename": twin.filename, "url": href, "hashes": {"sha256": twin.sha256},
-                                "core-metadata": metadata, "dist-info-metadata": metadata, "size": twin.size,
-                                "yanked": False}
+    entry: dict[str, object] = {
+        "filename": twin.filename,
+        "url": href,
+        "hashes": {"sha256": twin.sha256},
+        "core-metadata": metadata,
+        "dist-info-metadata": metadata,
+        "size": twin.size,
+        "yanked": False,
+    }
     if twin.requires_python:
         entry["requires-python"] = twin.requires_python
     return entry
@@ -282,9 +307,11 @@ def _version_key(version: str) -> tuple:
 
 def _html(title: str, body: str) -> bytes:
     escaped = markupsafe.escape(title)
-    return (f'<!DOCTYPE html>\n<html lang="en">\n  <head>\n    <meta charset="utf-8">\n'
-            f'    <meta name="pypi:repository-version" content="{API_VERSION}">\n    <title>{escaped}</title>\n'
-            f"  </head>\n  <body>\n    <h1>{escaped}</h1>\n{body}  </body>\n</html>\n").encode()
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n  <head>\n    <meta charset="utf-8">\n'
+        f'    <meta name="pypi:repository-version" content="{API_VERSION}">\n    <title>{escaped}</title>\n'
+        f"  </head>\n  <body>\n    <h1>{escaped}</h1>\n{body}  </body>\n</html>\n"
+    ).encode()
 
 
 def _json(document: Mapping[str, object]) -> bytes:
@@ -293,4 +320,5 @@ def _json(document: Mapping[str, object]) -> bytes:
 
 def variant_command(base_url: str, torch_tag: str | None = None) -> str:
     """The one-URL uv command of the variant channel (all torch minors, or one)."""
-    return f"uv pip install --preview-features wheel-variants PACKAGE --index-url {base_url}/{channel_root(torch_tag)}/simple/"
+    index = f"{base_url}/{channel_root(torch_tag)}/simple/"
+    return f"uv pip install --preview-features wheel-variants PACKAGE --index-url {index}"

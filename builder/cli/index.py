@@ -14,10 +14,10 @@ from rich.table import Table
 from builder.cli.console import console, out, print_table
 from builder.core.errors import ConfigError
 from index_site import layout
-from index_site.variants import variant_command
 from index_site.publish import PublishReport, check_plan, publish
 from index_site.serve import make_server
 from index_site.site import IndexReport, build_site, site_base_url
+from index_site.variants import variant_command
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 

@@ -23,8 +23,12 @@ def add_commands(commands, add_plan_arguments) -> None:
     parser.set_defaults(func=cmd_provenance)
 
     upstream = commands.add_parser("upstream", help="list packages whose upstream has a newer release than we pin")
-    upstream.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), help="the matrix file (default: %(default)s)")
-    upstream.add_argument("--index-url", help="the registry's simple index (default: WHEELWRIGHT_INDEX_URL or the registry)")
+    upstream.add_argument(
+        "--matrix", type=Path, default=Path("matrix.yaml"), help="the matrix file (default: %(default)s)"
+    )
+    upstream.add_argument(
+        "--index-url", help="the registry's simple index (default: WHEELWRIGHT_INDEX_URL or the registry)"
+    )
     upstream.set_defaults(func=cmd_upstream)
 
 
@@ -37,14 +41,18 @@ def cmd_upstream(args: argparse.Namespace) -> int:
     for column in ("package", "ours", "upstream", "status"):
         table.add_column(column, no_wrap=True)
     for s in statuses:
-        table.add_row(s.package, s.ours, s.upstream or "-", "[red]behind[/red]" if s.behind else "[green]current[/green]")
+        table.add_row(
+            s.package, s.ours, s.upstream or "-", "[red]behind[/red]" if s.behind else "[green]current[/green]"
+        )
     print_table(table)
     behind = [s for s in statuses if s.behind]
     if behind:
         names = ", ".join(f"{s.package} {s.upstream}" for s in behind)
-        raise WheelwrightError(f"upstream released {names}, newer than matrix.yaml pins",
-                         tip="pin the new version (sdist sha256) in matrix.yaml and build it; until then the "
-                             "landing page's commands stay pinned to the versions we built")
+        raise WheelwrightError(
+            f"upstream released {names}, newer than matrix.yaml pins",
+            tip="pin the new version (sdist sha256) in matrix.yaml and build it; until then the "
+            "landing page's commands stay pinned to the versions we built",
+        )
     return 0
 
 
@@ -66,8 +74,11 @@ def cmd_provenance(args: argparse.Namespace) -> int:
     if problems:
         for problem in problems:
             console.print(f"[bold red]MISMATCH[/bold red] {escape(problem)}", highlight=False, soft_wrap=True)
-        raise WheelError(f"{args.wheel.name}: provenance disagrees with the wheel's contents ({len(problems)})",
-                         tip="the wheel was changed after it was built; rebuild it")
-    out.print(f"[green]OK[/green] the record agrees with the wheel: {len(record.files)} payload files, "
-              "metadata and GPU archs")
+        raise WheelError(
+            f"{args.wheel.name}: provenance disagrees with the wheel's contents ({len(problems)})",
+            tip="the wheel was changed after it was built; rebuild it",
+        )
+    out.print(
+        f"[green]OK[/green] the record agrees with the wheel: {len(record.files)} payload files, metadata and GPU archs"
+    )
     return 0

@@ -196,7 +196,8 @@ class Builder:
         self._repair_lock = threading.Lock()  # auditwheel changes the process's working directory while it repairs
 
     def run(self, jobs: Sequence[Job]) -> list[Outcome]:
-        for folder in (self.layout.dist, self.layout.variant, self.layout.quarantine, self.layout.logs, self.layout.tmp):
+        layout = self.layout
+        for folder in (layout.dist, layout.variant, layout.quarantine, layout.logs, layout.tmp):
             folder.mkdir(parents=True, exist_ok=True)
         with _exclusive(self.layout.root / ".lock"), Ledger(self.layout.ledger) as ledger:
             self._recover(ledger)

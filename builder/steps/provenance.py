@@ -18,10 +18,10 @@ from pathlib import Path
 
 from builder import __version__
 from builder.core.errors import WheelError, WheelwrightError
+from builder.core.fatbin import arch_key
 from builder.core.runner import run
 from builder.plan.job import Job
 from builder.steps.elf import ElfFacts
-from builder.core.fatbin import arch_key
 from builder.steps.wheelzip import Member, dist_info_dir, read_members, write_wheel
 
 log = logging.getLogger(__name__)

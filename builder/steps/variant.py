@@ -28,7 +28,10 @@ log = logging.getLogger(__name__)
 SCHEMA_URL = "https://variants-schema.wheelnext.dev/peps/850/v0.2.0.json"  # the variant schema uv 0.13 reads
 VARIANT_JSON = "variant.json"
 # uv 0.13 swaps its own implementation in for a provider declared with this plugin-api (checked with real uv).
-NVIDIA_PROVIDER = {"requires": ["nvidia-variant-provider"], "plugin-api": "nvidia_variant_provider.plugin:NvidiaVariantPlugin"}
+NVIDIA_PROVIDER = {
+    "requires": ["nvidia-variant-provider"],
+    "plugin-api": "nvidia_variant_provider.plugin:NvidiaVariantPlugin",
+}
 # No installer implements a ROCm provider yet: declared as a plugin, so installers that cannot run it treat ROCm
 # variants as unsupported (never installed by mistake) rather than as always compatible.
 ROCM_PROVIDER = {"requires": ["rocm-variant-provider"], "plugin-api": "rocm_variant_provider.plugin:RocmVariantPlugin"}
@@ -65,7 +68,10 @@ def properties_for(label: str, archs: Mapping[str, list[str]]) -> dict[str, dict
         sm = sm_values(archs.get("sass", []), "_real") + sm_values(archs.get("ptx", []), "_virtual")
         properties["nvidia"] = {"cuda_version_lower_bound": [accelerator.version], "sm_arch": sm}
     else:
-        properties["rocm"] = {"rocm_version_lower_bound": [accelerator.version], "gfx_arch": list(archs.get("sass", []))}
+        properties["rocm"] = {
+            "rocm_version_lower_bound": [accelerator.version],
+            "gfx_arch": list(archs.get("sass", [])),
+        }
     return properties
 
 
@@ -73,7 +79,11 @@ def providers_for(namespaces: Iterable[str], torch_minors: Iterable[str]) -> dic
     """The provider table for ``namespaces``. uv 0.13 implements no ABI dependency provider, so torch is declared
     statically, newest minor first (see README, 'The variant channel', for what that means for selection)."""
     minors = sorted(set(torch_minors), key=lambda v: tuple(int(p) for p in v.split(".")), reverse=True)
-    known = {"abi_dependency": {"static-properties": {"torch": minors}}, "nvidia": NVIDIA_PROVIDER, "rocm": ROCM_PROVIDER}
+    known = {
+        "abi_dependency": {"static-properties": {"torch": minors}},
+        "nvidia": NVIDIA_PROVIDER,
+        "rocm": ROCM_PROVIDER,
+    }
     return {namespace: known[namespace] for namespace in NAMESPACE_ORDER if namespace in set(namespaces)}
 
 
@@ -86,8 +96,10 @@ def variant_document(variants: Mapping[str, Mapping[str, Mapping[str, list[str]]
         "$schema": SCHEMA_URL,
         "default-priorities": {"namespace": list(providers)},
         "providers": providers,
-        "variants": {label: {ns: {f: list(v) for f, v in feats.items()} for ns, feats in props.items()}
-                     for label, props in sorted(variants.items())},
+        "variants": {
+            label: {ns: {f: list(v) for f, v in feats.items()} for ns, feats in props.items()}
+            for label, props in sorted(variants.items())
+        },
     }
 
 
@@ -106,11 +118,14 @@ def make_twin(wheel: Path, out_dir: Path) -> Twin:
     path = write_wheel(out_dir / variant_filename(wheel.name, label), twin_members)
     check_twin(wheel, path)
     log.info("%s: variant twin %s", wheel.name, path.name)
-    return Twin(path=path, label=label, properties={ns: {f: tuple(v) for f, v in fs.items()} for ns, fs in properties.items()})
+    return Twin(
+        path=path, label=label, properties={ns: {f: tuple(v) for f, v in fs.items()} for ns, fs in properties.items()}
+    )
 
 
-def _twin_members(members: Mapping[str, Member], where: str, label: str,
-                  properties: Mapping[str, Mapping[str, list[str]]]) -> dict[str, Member]:
+def _twin_members(
+    members: Mapping[str, Member], where: str, label: str, properties: Mapping[str, Mapping[str, list[str]]]
+) -> dict[str, Member]:
     """The original's files with ``name-1.7.0+label.dist-info`` renamed to ``name-1.7.0.dist-info`` (and the
     same for ``.data``), METADATA's version made public, and variant.json added."""
     old = dist_info_dir(members, where)
@@ -147,8 +162,9 @@ def check_twin(original: Path, twin: Path) -> None:
         raise WheelError(f"{twin.name}: variant twin of {original.name} is wrong: {'; '.join(problems)}")
 
 
-def twin_problems(original: Mapping[str, Member], original_name: str, twin: Mapping[str, Member],
-                  twin_name: str) -> list[str]:
+def twin_problems(
+    original: Mapping[str, Member], original_name: str, twin: Mapping[str, Member], twin_name: str
+) -> list[str]:
     old, new = dist_info_dir(original, original_name), dist_info_dir(twin, twin_name)
     payload = {n: hashlib.sha256(m.data).digest() for n, m in original.items() if not n.startswith(old + "/")}
     twin_payload = {n: hashlib.sha256(m.data).digest() for n, m in twin.items() if not n.startswith(new + "/")}
@@ -174,8 +190,13 @@ def _variant_problems(member: Member | None, label: str) -> list[str]:
     priorities = document.get("default-priorities", {}).get("namespace", [])
     if sorted(priorities) != sorted(document.get("providers", {})) or not set(variants[label]) <= set(priorities):
         return [f"{VARIANT_JSON}: providers, priorities and the namespaces used disagree"]
-    bad = [f"{ns}::{f}::{v}" for ns, fs in variants[label].items() for f, vs in fs.items() for v in vs
-           if not _VALUE.fullmatch(v)]
+    bad = [
+        f"{ns}::{f}::{v}"
+        for ns, fs in variants[label].items()
+        for f, vs in fs.items()
+        for v in vs
+        if not _VALUE.fullmatch(v)
+    ]
     return [f"{VARIANT_JSON}: invalid property values {bad}"] if bad else []
 
 

@@ -22,8 +22,15 @@ pytestmark = [pytest.mark.nvcc, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 def test_provenance_of_the_real_wheel_prints_and_agrees(real_build: Path) -> None:
     (wheel,) = (real_build / "dist").iterdir()
-    result = subprocess.run([sys.executable, "-m", "builder.cli.main", "provenance", str(wheel)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300, check=False, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-m", "builder.cli.main", "provenance", str(wheel)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK the record agrees with the wheel" in result.stdout
     record = provenance.read_wheel(wheel).record

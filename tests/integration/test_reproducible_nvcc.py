@@ -50,10 +50,11 @@ args = ["-gencode", "arch=compute_90,code=sm_90", "-Xcompiler", "-fPIC", "-c", s
 sys.argv = ["objcache", str(out / "unused-cache"), "off", nvcc, *args]
 assert objcache.main(sys.argv[1:]) == 0
 library = src.parent / "toy_cuda.so"
-subprocess.run(["g++", "-shared", "-o", str(library), str(obj), "-L" + str(Path(nvcc).parents[1] / "lib64"), "-lcudart"], check=True)
+lib64 = "-L" + str(Path(nvcc).parents[1] / "lib64")
+subprocess.run(["g++", "-shared", "-o", str(library), str(obj), lib64, "-lcudart"], check=True)
 job = local_job()
-wheel = job_wheel(out, job, {"causal_conv1d/__init__.py": b"", "causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so": library},
-                  platform="manylinux_2_28_x86_64")
+files = {"causal_conv1d/__init__.py": b"", "causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so": library}
+wheel = job_wheel(out, job, files, platform="manylinux_2_28_x86_64")
 with_provenance(wheel, job)
 """
 
@@ -63,8 +64,12 @@ def _sha256(path: Path) -> str:
 
 
 def _build(nvcc: Path, source: Path, out: Path) -> Path:
-    subprocess.run([sys.executable, "-c", BUILD, str(nvcc), str(source), str(out)], cwd=ROOT, check=True,
-                   env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "SOURCE_DATE_EPOCH": "315532800"})
+    subprocess.run(
+        [sys.executable, "-c", BUILD, str(nvcc), str(source), str(out)],
+        cwd=ROOT,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "SOURCE_DATE_EPOCH": "315532800"},
+    )
     (wheel,) = out.glob("*.whl")
     return wheel
 
@@ -88,8 +93,20 @@ def test_plain_nvcc_objects_differ_only_in_the_temp_file_name(tmp_path: Path, cu
     objects = []
     for n in (1, 2):
         objects.append(tmp_path / f"plain{n}.o")
-        subprocess.run([cuda_home / "bin" / "nvcc", "-gencode", "arch=compute_90,code=sm_90", "-Xcompiler", "-fPIC",
-                        "-c", source, "-o", objects[-1]], check=True)
+        subprocess.run(
+            [
+                cuda_home / "bin" / "nvcc",
+                "-gencode",
+                "arch=compute_90,code=sm_90",
+                "-Xcompiler",
+                "-fPIC",
+                "-c",
+                source,
+                "-o",
+                objects[-1],
+            ],
+            check=True,
+        )
     first, second = (o.read_bytes() for o in objects)
     assert first != second and len(first) == len(second)
     assert comparable_bytes(objects[0]) == comparable_bytes(objects[1])  # masked: nothing else differs

@@ -31,16 +31,30 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("upstream")
     files = root / "files"
     files.mkdir()
-    wheel = make_wheel(files, name="causal_conv1d", version="1.8.0", python_tag="py3", platform="any", pure=True,
-                       requires=(), files={"causal_conv1d/__init__.py": b'WHEEL_FILENAME = "upstream 1.8.0"\n'})
+    wheel = make_wheel(
+        files,
+        name="causal_conv1d",
+        version="1.8.0",
+        python_tag="py3",
+        platform="any",
+        pure=True,
+        requires=(),
+        files={"causal_conv1d/__init__.py": b'WHEEL_FILENAME = "upstream 1.8.0"\n'},
+    )
     (files / "causal_conv1d-1.7.0.tar.gz").write_bytes(b"an sdist pip must never build here")
     names = [wheel.name, "causal_conv1d-1.7.0.tar.gz"]
     (root / "simple" / "causal-conv1d").mkdir(parents=True)
     links = "".join(f'<a href="../../files/{n}">{n}</a><br>\n' for n in names)
-    (root / "simple" / "causal-conv1d" / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
+    (root / "simple" / "causal-conv1d" / "index.html").write_text(
+        f"<!DOCTYPE html><html><body>\n{links}</body></html>\n"
+    )
     (root / "json" / "causal-conv1d").mkdir(parents=True)
-    document = {"meta": {"api-version": "1.1"}, "name": "causal-conv1d", "versions": ["1.7.0", "1.8.0"],
-                "files": [{"filename": n, "url": f"../../files/{n}", "hashes": {}} for n in names]}
+    document = {
+        "meta": {"api-version": "1.1"},
+        "name": "causal-conv1d",
+        "versions": ["1.7.0", "1.8.0"],
+        "files": [{"filename": n, "url": f"../../files/{n}", "hashes": {}} for n in names],
+    }
     (root / "json" / "causal-conv1d" / "index.json").write_text(json.dumps(document))
     (root / "json" / "mamba-ssm").mkdir()  # current: the check names only the package that is behind
     (root / "json" / "mamba-ssm" / "index.json").write_text(json.dumps({"versions": ["2.3.2.post1"], "files": []}))
@@ -54,8 +68,16 @@ def pip(python: Path, env: dict[str, str], *args: str) -> subprocess.CompletedPr
 
 
 def with_torch(python: Path, env: dict[str, str], tmp_path: Path, version: str) -> None:
-    stub = make_wheel(tmp_path, name="torch", version=version, python_tag="py3", platform="any", pure=True, requires=(),
-                      files={"torch/__init__.py": f'__version__ = "{version}"\n'.encode()})
+    stub = make_wheel(
+        tmp_path,
+        name="torch",
+        version=version,
+        python_tag="py3",
+        platform="any",
+        pure=True,
+        requires=(),
+        files={"torch/__init__.py": f'__version__ = "{version}"\n'.encode()},
+    )
     result = pip(python, env, "--no-index", str(stub))
     assert result.returncode == 0, result.stderr
 
@@ -90,8 +112,17 @@ def test_printed_flags_at_the_root_refuse_instead_of_building_upstreams_sdist(
     served_index: ServedIndex, upstream: str, fresh_venv: Path, installer_env: dict, tmp_path: Path
 ) -> None:
     with_torch(fresh_venv, installer_env, tmp_path, "2.14.1")
-    result = pip(fresh_venv, installer_env, "--only-binary", "causal-conv1d", "causal-conv1d==1.7.0",
-                 "-f", f"{served_index.url}/", "--index-url", f"{upstream}/simple/")
+    result = pip(
+        fresh_venv,
+        installer_env,
+        "--only-binary",
+        "causal-conv1d",
+        "causal-conv1d==1.7.0",
+        "-f",
+        f"{served_index.url}/",
+        "--index-url",
+        f"{upstream}/simple/",
+    )
     assert result.returncode != 0
     assert "No matching distribution found for causal-conv1d==1.7.0" in result.stderr
     assert "sdist" not in result.stdout and "Building" not in result.stdout
@@ -104,7 +135,9 @@ def test_the_unpinned_seed_command_is_the_hazard_the_pins_exist_for(
     on a static page can stop that, which is why every command we print is pinned and `wheelwright upstream`
     tells the farm when upstream is ahead."""
     with_torch(fresh_venv, installer_env, tmp_path, "2.14.1")
-    result = pip(fresh_venv, installer_env, "causal-conv1d", "-f", f"{served_index.url}/", "--index-url", f"{upstream}/simple/")
+    result = pip(
+        fresh_venv, installer_env, "causal-conv1d", "-f", f"{served_index.url}/", "--index-url", f"{upstream}/simple/"
+    )
     assert result.returncode == 0, result.stderr
     assert installed_wheel(fresh_venv, installer_env) == "upstream 1.8.0"
 
@@ -112,8 +145,22 @@ def test_the_unpinned_seed_command_is_the_hazard_the_pins_exist_for(
 def test_wheelwright_upstream_notices_a_newer_release(upstream: str, tmp_path: Path) -> None:
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text((ROOT / "matrix.yaml").read_text())
-    result = subprocess.run([sys.executable, "-m", "builder.cli.main", "upstream", "--matrix", str(matrix),
-                             "--index-url", f"{upstream}/json/"], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                            check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "builder.cli.main",
+            "upstream",
+            "--matrix",
+            str(matrix),
+            "--index-url",
+            f"{upstream}/json/",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "ERROR upstream released causal-conv1d 1.8.0, newer than matrix.yaml pins" in result.stdout + result.stderr

@@ -74,16 +74,19 @@ def test_twins_carry_variant_json_that_variantlib_accepts(channel: Channel) -> N
     twin = channel.output / "variant" / "causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl"
     with zipfile.ZipFile(twin) as archive:
         properties = json.loads(archive.read("causal_conv1d-1.7.0.dist-info/variant.json"))["variants"]["pt214cu130"]
-    assert properties == {"abi_dependency": {"torch": ["2.14"]},
-                          "nvidia": {"cuda_version_lower_bound": ["13.0"],
-                                     "sm_arch": ["90_real", "120_real", "120_virtual"]}}
+    assert properties == {
+        "abi_dependency": {"torch": ["2.14"]},
+        "nvidia": {"cuda_version_lower_bound": ["13.0"], "sm_arch": ["90_real", "120_real", "120_virtual"]},
+    }
 
 
 @pytest.mark.parametrize("root", ["variant/simple", "variant/pt214/simple"])
 def test_index_level_variants_json_validates_and_is_linked(channel: Channel, root: str) -> None:
     page = (channel.output / "site" / root / "causal-conv1d" / "index.html").read_text()
     assert 'href="causal_conv1d-1.7.0-variants.json#sha256=' in page
-    document = json.loads((channel.output / "site" / root / "causal-conv1d" / "causal_conv1d-1.7.0-variants.json").read_text())
+    document = json.loads(
+        (channel.output / "site" / root / "causal-conv1d" / "causal_conv1d-1.7.0-variants.json").read_text()
+    )
     parsed = VariantsJson(document)
     labels = {"pt214cu130", "pt214cu126"} | ({"pt213cu130"} if root == "variant/simple" else set())
     assert set(parsed.variants) == labels

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import WheelError
+from builder.core.fatbin import FatbinContents
 from builder.steps import provenance
 from builder.steps.elf import ElfFacts
-from builder.core.fatbin import FatbinContents
 from builder.steps.verify import verify_wheel
 from builder.steps.wheelzip import Member, read_members, write_wheel
 from tests.jobs import local_job

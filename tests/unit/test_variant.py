@@ -27,17 +27,22 @@ def verified(tmp_path: Path, job=JOB) -> Path:
 
 
 def test_variant_filename_moves_the_label_out_of_the_version() -> None:
-    name = variant.variant_filename("causal_conv1d-1.7.0+pt214cu130-cp311-cp311-manylinux_2_28_x86_64.whl", "pt214cu130")
+    name = variant.variant_filename(
+        "causal_conv1d-1.7.0+pt214cu130-cp311-cp311-manylinux_2_28_x86_64.whl", "pt214cu130"
+    )
     assert name == "causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl"
 
 
 def test_properties_name_torch_cuda_and_archs() -> None:
     properties = variant.properties_for("pt214cu130", {"sass": ["8.0", "9.0", "12.0"], "ptx": ["12.0"]})
-    assert properties == {"abi_dependency": {"torch": ["2.14"]},
-                          "nvidia": {"cuda_version_lower_bound": ["13.0"],
-                                     "sm_arch": ["80_real", "90_real", "120_real", "120_virtual"]}}
+    assert properties == {
+        "abi_dependency": {"torch": ["2.14"]},
+        "nvidia": {"cuda_version_lower_bound": ["13.0"], "sm_arch": ["80_real", "90_real", "120_real", "120_virtual"]},
+    }
     assert variant.properties_for("pt24rocm61", {"sass": ["gfx942"], "ptx": []}) == {
-        "abi_dependency": {"torch": ["2.4"]}, "rocm": {"rocm_version_lower_bound": ["6.1"], "gfx_arch": ["gfx942"]}}
+        "abi_dependency": {"torch": ["2.4"]},
+        "rocm": {"rocm_version_lower_bound": ["6.1"], "gfx_arch": ["gfx942"]},
+    }
 
 
 def test_twin_holds_the_same_payload_under_the_public_version(tmp_path: Path) -> None:
@@ -91,14 +96,18 @@ def test_channel_pages_link_twins_metadata_and_variants_json(tmp_path: Path) -> 
     pages = channel.render_channel(twins)
     assert channel.torch_tags(twins) == ("pt214",)
     page = pages["variant/simple/causal-conv1d/index.html"].decode()
-    assert 'href="../../../variant/files/causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl#sha256=' in page
+    assert (
+        'href="../../../variant/files/causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl#sha256='
+        in page
+    )
     assert 'data-core-metadata="sha256=' in page and 'href="causal_conv1d-1.7.0-variants.json#sha256=' in page
     document = json.loads(pages["variant/simple/causal-conv1d/causal_conv1d-1.7.0-variants.json"])
     assert document["default-priorities"]["namespace"] == ["abi_dependency", "nvidia", "rocm"]
     assert sorted(document["variants"]) == ["pt214cu126", "pt214cu130", "pt214rocm61"]
     assert "variant/pt214/json/causal-conv1d/index.json" in pages
-    provenance = json.loads(pages["variant/files/causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl"
-                                  ".provenance.json"])
+    provenance = json.loads(
+        pages["variant/files/causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl.provenance.json"]
+    )
     assert provenance["label"] == "pt214cu130" and provenance["files"]
     assert channel.render_channel([]) == {}
 
