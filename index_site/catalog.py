@@ -1,7 +1,9 @@
 """The catalog: every wheel in dist/ with its digest and core metadata, plus the failed builds from the ledger.
 
-Digests come from the build ledger for wheels it built and from the index's own cache table (``index_files`` in
-the same SQLite file) for everything else, so re-indexing hashes only the wheels it has not seen in that form."""
+Digests come from the build ledger for wheels it built and from the index's own cache table (``index_wheels`` in
+the same SQLite file) for everything else, each reused only while the file's full identity (inode, size, mtime,
+ctime) is the one recorded with it; anything else is hashed again. Only regular files are catalogued: a symlink,
+FIFO or device named like a wheel is skipped with a warning, never followed or read."""
 
 from __future__ import annotations
 
@@ -12,10 +14,13 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from builder.core.hashing import sha256_of as sha256_file
-from builder.core.ledger import Ledger, LedgerEntry
+if TYPE_CHECKING:
+    from typing import Self
+
+from builder.core.hashing import FileIdentity, open_regular, regular_identity, sha256_stream
+from builder.core.ledger import Ledger, LedgerEntry, lock_timeout, sqlite_errors
 from index_site.wheels import (
     CoreMetadata,
     GpuArchs,
@@ -23,6 +28,7 @@ from index_site.wheels import (
     WheelFile,
     WheelName,
     check_core_metadata,
+    check_variant,
     parse_gpu_archs,
     parse_wheel_name,
     read_core_metadata,
@@ -31,11 +37,15 @@ from index_site.wheels import (
 log = logging.getLogger(__name__)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
+# The table of an older release, keyed by (size, mtime) only: dropped, so nothing is trusted on that alone.
 CACHE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS index_files (
+DROP TABLE IF EXISTS index_files;
+CREATE TABLE IF NOT EXISTS index_wheels (
     filename        TEXT PRIMARY KEY,
+    inode           INTEGER NOT NULL,  -- with size, mtime_ns and ctime_ns: the file's identity when hashed
     size            INTEGER NOT NULL,
     mtime_ns        INTEGER NOT NULL,
+    ctime_ns        INTEGER NOT NULL,
     sha256          TEXT NOT NULL,
     metadata_sha256 TEXT NOT NULL,
     metadata_size   INTEGER NOT NULL,
@@ -66,45 +76,72 @@ class Catalog:
     failures: tuple[LedgerEntry, ...]
     stats: ScanStats
     fresh_metadata: Mapping[str, bytes] = field(default_factory=dict)  # METADATA read this run, by wheel filename
+    identities: Mapping[str, FileIdentity] = field(default_factory=dict)  # of each wheel when its hash held
     archs: Mapping[str, GpuArchs] = field(default_factory=dict)  # by wheel filename, where the ledger recorded them
 
 
 @dataclass(frozen=True, kw_only=True)
 class _Cached:
     wheel: WheelFile
-    mtime_ns: int
+    identity: FileIdentity
 
 
 class HashCache:
-    """Digests and metadata of wheels already indexed, keyed by filename and valid while size and mtime hold."""
+    """Digests and metadata of wheels already indexed, keyed by filename and valid while the identity holds."""
 
     def __init__(self, path: Path) -> None:
-        self._db = sqlite3.connect(path, timeout=30, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(CACHE_SCHEMA)
+        self.path = path
+        with sqlite_errors(path):
+            self._db = sqlite3.connect(path, timeout=lock_timeout(), isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(CACHE_SCHEMA)
 
-    def close(self) -> None:
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         self._db.close()
 
-    def load(self, names: Mapping[str, WheelName]) -> dict[str, _Cached]:
-        cached = {}
-        for row in self._db.execute("SELECT * FROM index_files"):
-            name = names.get(row[0])
-            if name is not None:
-                cached[name.filename] = _row_to_cached(row, name)
-        return cached
+    def load(self, names: Mapping[str, WheelName]) -> tuple[dict[str, _Cached], set[str]]:
+        """The entries of the files in ``names``, and the filenames of every row (to drop those gone)."""
+        cached, rows = {}, set()
+        with sqlite_errors(self.path):
+            for row in self._db.execute("SELECT * FROM index_wheels"):
+                rows.add(row[0])
+                name = names.get(row[0])
+                entry = _row_to_cached(row, name) if name is not None else None
+                if entry is not None:
+                    cached[entry.wheel.filename] = entry
+        return cached, rows
 
-    def replace(self, entries: Iterable[_Cached]) -> None:
-        """Make the table hold exactly ``entries`` (files gone from dist/ drop out)."""
-        rows = [_cached_to_row(entry) for entry in entries]
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            self._db.execute("DELETE FROM index_files")
-            self._db.executemany("INSERT INTO index_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+    def update(self, changed: Iterable[_Cached], gone: Iterable[str]) -> None:
+        """Write the entries hashed this run and drop the rows of files no longer catalogued, in one transaction."""
+        self._write(
+            ("DELETE FROM index_wheels WHERE filename = ?", [(name,) for name in gone]),
+            (
+                "INSERT OR REPLACE INTO index_wheels VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [_cached_to_row(e) for e in changed],
+            ),
+        )
+
+    def refresh(self, identities: Mapping[str, FileIdentity]) -> None:
+        """Record new identities of unchanged bytes (placing a hard link changes the file's ctime)."""
+        rows: list[tuple[object, ...]] = [(*identity, filename) for filename, identity in identities.items()]
+        statement = "UPDATE index_wheels SET inode = ?, size = ?, mtime_ns = ?, ctime_ns = ? WHERE filename = ?"
+        self._write((statement, rows))
+
+    def _write(self, *statements: tuple[str, list[tuple[object, ...]]]) -> None:
+        if not any(rows for _, rows in statements):
+            return
+        with sqlite_errors(self.path):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement, rows in statements:
+                    self._db.executemany(statement, rows)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
 
 def scan(dist: Path, ledger_path: Path) -> Catalog:
@@ -114,13 +151,11 @@ def scan(dist: Path, ledger_path: Path) -> Catalog:
         built = ledger.wheel_hashes()
         failures = tuple(ledger.failures())
         recorded_archs = ledger.wheel_archs()
-    cache = HashCache(ledger_path)
-    try:
-        previous = cache.load(names)
+    with HashCache(ledger_path) as cache:
+        previous, rows = cache.load(names)
         entries, stats, more_rejected, fresh = _catalogue(dist, names, built, previous)
-        cache.replace(entries)
-    finally:
-        cache.close()
+        catalogued = {entry.wheel.filename for entry in entries}
+        cache.update([e for e in entries if previous.get(e.wheel.filename) is not e], rows - catalogued)
     wheels = tuple(entry.wheel for entry in entries)
     log.info("catalogued %d wheels (%s); rejected %d", len(wheels), stats, len(rejected) + len(more_rejected))
     return Catalog(
@@ -129,8 +164,15 @@ def scan(dist: Path, ledger_path: Path) -> Catalog:
         failures=failures,
         stats=stats,
         fresh_metadata=fresh,
+        identities={entry.wheel.filename: entry.identity for entry in entries},
         archs=_archs(wheels, recorded_archs),
     )
+
+
+def refresh_identities(ledger_path: Path, identities: Mapping[str, FileIdentity]) -> None:
+    """See HashCache.refresh."""
+    with HashCache(ledger_path) as cache:
+        cache.refresh(identities)
 
 
 def _archs(wheels: Iterable[WheelFile], recorded: Mapping[str, tuple[str, str]]) -> dict[str, GpuArchs]:
@@ -147,61 +189,89 @@ def _archs(wheels: Iterable[WheelFile], recorded: Mapping[str, tuple[str, str]])
 def _parse_names(dist: Path) -> tuple[dict[str, WheelName], list[Rejection]]:
     names: dict[str, WheelName] = {}
     rejected = []
-    filenames = sorted(entry.name for entry in os.scandir(dist) if entry.name.endswith(".whl")) if dist.is_dir() else []
-    for filename in filenames:
+    entries = sorted(os.scandir(dist), key=lambda e: e.name) if dist.is_dir() else []
+    for entry in entries:
+        if not entry.name.endswith(".whl"):
+            continue
         try:
-            names[filename] = parse_wheel_name(filename)
+            if not entry.is_file(follow_symlinks=False):
+                raise RejectedWheel(f"{entry.name}: {_not_regular(entry)}, not a wheel file; skipped")
+            name = parse_wheel_name(entry.name)
+            check_variant(name)
+            names[entry.name] = name
         except RejectedWheel as error:
             log.info("not indexed: %s", error)
-            rejected.append(Rejection(filename=filename, reason=str(error)))
+            rejected.append(Rejection(filename=entry.name, reason=str(error)))
     return names, rejected
 
 
+def _not_regular(entry: os.DirEntry[str]) -> str:
+    if entry.is_symlink():
+        return "a symbolic link (never followed)"
+    return "a folder" if entry.is_dir(follow_symlinks=False) else "a special file (FIFO, socket or device)"
+
+
 def _catalogue(
-    dist: Path, names: Mapping[str, WheelName], built: Mapping[str, tuple[str, int]], previous: Mapping[str, _Cached]
+    dist: Path,
+    names: Mapping[str, WheelName],
+    built: Mapping[str, tuple[str, FileIdentity]],
+    previous: Mapping[str, _Cached],
 ) -> tuple[list[_Cached], ScanStats, list[Rejection], dict[str, bytes]]:
     entries, rejected, fresh = [], [], {}
     counts = {"hashed": 0, "from_ledger": 0, "cached": 0}
+    folder = os.fspath(dist)
     for filename, name in names.items():
-        path = dist / filename
-        stat = path.stat()
         old = previous.get(filename)
-        if old is not None and (old.wheel.size, old.mtime_ns) == (stat.st_size, stat.st_mtime_ns):
-            entries.append(old)
-            counts["cached"] += 1
-            continue
         try:
-            fresh[filename] = read_core_metadata(path, name)
-            metadata = check_core_metadata(fresh[filename], name)
-        except RejectedWheel as error:
-            log.info("not indexed: %s", error)
-            rejected.append(Rejection(filename=filename, reason=str(error)))
+            if old is not None and old.identity == regular_identity(os.path.join(folder, filename)):
+                entries.append(old)
+                counts["cached"] += 1
+                continue
+            entry, source, fresh[filename] = _index_one(dist / filename, name, built.get(filename), old)
+        except (RejectedWheel, OSError) as error:
+            reason = str(error) if isinstance(error, RejectedWheel) else f"{filename}: {error.strerror or error}"
+            log.info("not indexed: %s", reason)
+            rejected.append(Rejection(filename=filename, reason=reason))
             continue
-        known = built.get(filename)
-        if known is not None and known[1] == stat.st_size and _SHA256.match(known[0] or ""):
-            sha256, source = known[0], "from_ledger"
-        else:
-            sha256, source = sha256_file(path), "hashed"
         counts[source] += 1
-        first_seen = old.wheel.upload_time if old is not None and old.wheel.sha256 == sha256 else stat.st_mtime
-        wheel = WheelFile(name=name, sha256=sha256, size=stat.st_size, metadata=metadata, upload_time=first_seen)
-        entries.append(_Cached(wheel=wheel, mtime_ns=stat.st_mtime_ns))
+        entries.append(entry)
     return entries, ScanStats(**counts), rejected, fresh
 
 
-def _row_to_cached(row: tuple[Any, ...], name: WheelName) -> _Cached:
-    _filename, size, mtime_ns, sha256, meta_sha, meta_size, requires_python, summary, upload_time = row
+def _index_one(
+    path: Path, name: WheelName, known: tuple[str, FileIdentity] | None, old: _Cached | None
+) -> tuple[_Cached, str, bytes]:
+    """Read METADATA and the digest from one open descriptor, so both describe the same inode."""
+    with os.fdopen(open_regular(path), "rb") as file:
+        identity = FileIdentity.of(os.fstat(file.fileno()))
+        data = read_core_metadata(file, name)
+        metadata = check_core_metadata(data, name)
+        if known is not None and known[1] == identity and _SHA256.match(known[0]):
+            sha256, source = known[0], "from_ledger"
+        else:
+            file.seek(0)
+            sha256, source = sha256_stream(file), "hashed"
+            if FileIdentity.of(os.fstat(file.fileno())) != identity:
+                raise RejectedWheel(f"{name.filename}: changed while it was being read; index again when it is written")
+    first_seen = old.wheel.upload_time if old is not None and old.wheel.sha256 == sha256 else identity.mtime_ns / 1e9
+    wheel = WheelFile(name=name, sha256=sha256, size=identity.size, metadata=metadata, upload_time=first_seen)
+    return _Cached(wheel=wheel, identity=identity), source, data
+
+
+def _row_to_cached(row: tuple[Any, ...], name: WheelName) -> _Cached | None:
+    _filename, inode, size, mtime_ns, ctime_ns, sha256, meta_sha, meta_size, requires_python, summary, upload_time = row
+    if not isinstance(sha256, str) or not _SHA256.match(sha256):
+        return None  # a damaged row is simply not trusted: the file is hashed again
     metadata = CoreMetadata(sha256=meta_sha, size=meta_size, requires_python=requires_python, summary=summary)
     wheel = WheelFile(name=name, sha256=sha256, size=size, metadata=metadata, upload_time=upload_time)
-    return _Cached(wheel=wheel, mtime_ns=mtime_ns)
+    return _Cached(wheel=wheel, identity=FileIdentity(inode, size, mtime_ns, ctime_ns))
 
 
 def _cached_to_row(entry: _Cached) -> tuple[object, ...]:
     wheel, metadata = entry.wheel, entry.wheel.metadata
     return (
         wheel.filename,
-        wheel.size,
-        entry.mtime_ns,
+        *entry.identity,
         wheel.sha256,
         metadata.sha256,
         metadata.size,

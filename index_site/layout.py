@@ -14,6 +14,19 @@ JSON_CONTENT_TYPE = "application/vnd.pypi.simple.v1+json"
 LANDING = "index.html"
 DOCTOR = "doctor.py"  # the standalone doctor, generated from builder.doctor
 MANIFEST = "wheels.json"  # every wheel with its variant, archs and digest, for tools (and the doctor)
+# The only top-level names of a site: what the index writes and prunes, serve serves and publish uploads. A site
+# folder may hold other things (the build output's ledger.sqlite and dist/, when --site names it): never shown.
+VARIANTS = "variant"  # the PEP 825 variant channel (index_site/variants.py)
+MANAGED = ("whl", "simple", "json", "select", "coverage", VARIANTS, MANIFEST, LANDING, DOCTOR)
+
+
+def is_site_path(path: str) -> bool:
+    """Whether ``path`` (POSIX, relative to the site root) may be part of the site: under a managed name, without
+    hidden, empty, '.' or '..' parts, and without characters no site file has (NUL, backslash, controls)."""
+    parts = path.split("/")
+    if parts[0] not in MANAGED or any(not part or part.startswith(".") for part in parts):
+        return False
+    return not any(ord(c) < 0x20 or c in "\\\x7f" for c in path)
 
 
 class Tier(IntEnum):

@@ -7,6 +7,7 @@ under a lock object created with a conditional write, so a publish that dies mid
 
 from __future__ import annotations
 
+import calendar
 import getpass
 import hashlib
 import json
@@ -20,12 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from builder.core.errors import ConfigError, PublishError
-from builder.core.hashing import sha256_of as sha256_file
+from builder.core.hashing import FileIdentity, sha256_stream
 from index_site import layout
-from index_site.site import load_manifest
+from index_site.site import FileRecord, load_manifest
+from index_site.tree import open_site_file, site_files
 
 log = logging.getLogger(__name__)
 
@@ -102,26 +104,56 @@ def normalise_prefix(prefix: str) -> str:
 
 
 def local_objects(site: Path, prefix: str) -> list[LocalObject]:
-    """Every file of the site as the object it becomes, directory index pages also under their directory key."""
+    """Every file the index wrote into the site (its manifest) as the object it becomes, directory index pages also
+    under their directory key. Anything else in the folder (a ledger, dist/, a stray file) is never uploaded, and a
+    file whose identity moved since the index recorded it is hashed again and must still have the recorded bytes."""
     if not (site / layout.SITE_MARKER).is_file():
         raise ConfigError(
             f"{site}: not a wheelwright site (no {layout.SITE_MARKER})", tip="run `wheelwright index` first"
         )
     manifest = load_manifest(site)
+    present = set(site_files(site))
+    if present and not manifest:
+        raise ConfigError(
+            f"{site}: its manifest records no file (indexed by an older wheelwright?)",
+            tip="run `wheelwright index` again before publishing",
+        )
+    missing = sorted(set(manifest) - present)
+    if missing:
+        raise ConfigError(
+            f"{site}: {len(missing)} file(s) the index wrote are gone or not regular files: {', '.join(missing[:5])}",
+            tip="run `wheelwright index` again before publishing",
+        )
+    for stray in sorted(present - set(manifest))[:20]:
+        log.warning("%s: not written by the index; not published", stray)
     objects = []
-    for path in sorted(_site_files(site)):
-        relative = path.relative_to(site).as_posix()
-        stat = path.stat()
-        record = manifest.get(relative)
-        known = record is not None and (record.size, record.mtime_ns) == (stat.st_size, stat.st_mtime_ns)
-        sha256 = record.sha256 if record is not None and known else sha256_file(path)
+    for relative in sorted(manifest):
+        path, record = site / relative, manifest[relative]
+        _verify(site, relative, record)
         kind = layout.kind_of(relative)
-        objects.append(LocalObject(key=prefix + relative, path=path, sha256=sha256, size=stat.st_size, kind=kind))
+        objects.append(LocalObject(key=prefix + relative, path=path, sha256=record.sha256, size=record.size, kind=kind))
         directory = layout.directory_index(relative)
         if directory is not None and (directory or prefix):
             # Object stores resolve no directory URLs; store the page under the directory's own key too.
-            objects.append(LocalObject(key=prefix + directory, path=path, sha256=sha256, size=stat.st_size, kind=kind))
+            objects.append(
+                LocalObject(key=prefix + directory, path=path, sha256=record.sha256, size=record.size, kind=kind)
+            )
     return objects
+
+
+def _verify(site: Path, relative: str, record: FileRecord) -> None:
+    """Raise unless the site file still holds the bytes the index recorded (re-hashed when its identity moved:
+    a wheel hard-linked into dist/ changes whenever its twin there is rewritten in place)."""
+    with os.fdopen(open_site_file(site, relative), "rb") as file:
+        if FileIdentity.of(os.fstat(file.fileno())) == record.identity:
+            return
+        if sha256_stream(file) == record.sha256:
+            return
+    raise PublishError(
+        f"{site / relative}: its bytes changed since the index recorded them "
+        f"(sha256 no longer {record.sha256[:16]}...)",
+        tip="run `wheelwright index` again: its pages must state the hash of what is uploaded",
+    )
 
 
 def remote_state(store: ObjectStore, prefix: str, wanted: Iterable[str], *, jobs: int = 8) -> dict[str, RemoteObject]:
@@ -216,27 +248,131 @@ def publish(
 
 @contextmanager
 def publish_lock(store: ObjectStore, key: str, *, break_lock: bool) -> Iterator[None]:
-    """Hold the lock object ``key`` (created only if absent) for the duration of the block."""
+    """Hold the lock object ``key`` (created only if absent) for the duration of the block.
+
+    A lock left by a publish that provably died (same host, its process gone) is taken over with a warning. Any
+    other lock is broken only with ``break_lock`` and only once it is older than LOCK_EXPIRY_SECONDS: a publish on
+    another machine cannot be seen to have died, and one that is alive must not lose its lock."""
     token = uuid.uuid4().hex
     holder = {
         "owner": f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}",
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "process_start": _process_start(os.getpid()),
         "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "since_epoch": time.time(),
         "token": token,
     }
-    if break_lock:
-        log.warning("breaking the publish lock %s (held by %s)", key, _lock_holder(store, key))
-        store.delete(key)
+    _HELD.add(token)
     try:
-        _put_json(store, key, holder, create_only=True)
-    except AlreadyExists:
-        raise PublishError(
-            f"another publish holds the lock {key} ({_lock_holder(store, key)})",
-            tip="wait for it to finish; if it died, rerun with --break-lock",
-        ) from None
-    try:
-        yield
+        _acquire(store, key, holder, break_lock=break_lock)
+        try:
+            yield
+        finally:
+            _release_lock(store, key, token)
     finally:
-        _release_lock(store, key, token)
+        _HELD.discard(token)
+
+
+LOCK_EXPIRY_SECONDS = 3600  # --break-lock takes a lock this old even when its holder cannot be seen to be gone
+_HELD: set[str] = set()  # tokens of the locks this process holds now (threads may publish concurrently)
+
+
+def _acquire(store: ObjectStore, key: str, holder: dict[str, Any], *, break_lock: bool) -> None:
+    for _attempt in range(3):
+        try:
+            _put_json(store, key, holder, create_only=True)
+            return
+        except AlreadyExists:
+            pass
+        current = _read_lock(store, key)
+        if current is None:
+            continue  # released meanwhile: try again
+        gone, why = _holder_gone(current)
+        expired = _lock_age(current) > LOCK_EXPIRY_SECONDS
+        if not (gone or (break_lock and expired)):
+            raise PublishError(
+                f"another publish holds the lock {key} ({_describe(current)}){why}",
+                tip=_lock_tip(current, break_lock),
+            )
+        reason = why.strip(" ;") or "expired"
+        log.warning("taking over the publish lock %s from %s: %s", key, _describe(current), reason)
+        _delete_if_unchanged(store, key, current)
+    raise PublishError(f"could not take the publish lock {key}: it keeps changing hands", tip="try again later")
+
+
+def _holder_gone(holder: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the holder is provably no longer running, and why (or why that cannot be known)."""
+    host, pid = holder.get("host"), holder.get("pid")
+    if host != socket.gethostname() or not isinstance(pid, int) or isinstance(pid, bool):
+        return False, "; it is not on this machine, so whether it still runs cannot be checked"
+    if pid == os.getpid():
+        alive = holder.get("token") in _HELD
+    else:
+        alive = _pid_alive(pid) and _process_start(pid) == holder.get("process_start")
+    return (False, "; its process is still running") if alive else (True, f"; process {pid} is gone")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _process_start(pid: int) -> int | None:
+    """When the process started (clock ticks since boot), so a reused pid is not mistaken for the holder."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _lock_age(holder: dict[str, Any]) -> float:
+    since = holder.get("since_epoch")
+    if not isinstance(since, (int, float)):
+        try:
+            since = calendar.timegm(time.strptime(str(holder.get("since")), "%Y-%m-%dT%H:%M:%SZ"))
+        except ValueError:
+            return float("inf")  # an unreadable lock says nothing about a live holder
+    return time.time() - since
+
+
+def _lock_tip(holder: dict[str, Any], break_lock: bool) -> str:
+    age = _lock_age(holder)
+    limit = f"{LOCK_EXPIRY_SECONDS // 60} minutes"
+    if break_lock:
+        return (
+            f"the lock is {age / 60:.0f} minutes old; --break-lock takes it only after {limit}, "
+            "or once its process is gone"
+        )
+    return f"wait for it to finish; if it died on another machine, rerun with --break-lock once the lock is {limit} old"
+
+
+def _read_lock(store: ObjectStore, key: str) -> dict[str, Any] | None:
+    raw = store.get(key)
+    if raw is None:
+        return None
+    try:
+        holder = json.loads(raw)
+    except ValueError:
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    if "owner" in holder and "since" in holder:
+        return f"{holder['owner']} since {holder['since']}"
+    return "an unreadable lock object"
+
+
+def _delete_if_unchanged(store: ObjectStore, key: str, holder: dict[str, Any]) -> None:
+    if _read_lock(store, key) == holder:  # another publisher may have broken and taken it meanwhile
+        store.delete(key)
 
 
 def _upload(
@@ -305,17 +441,6 @@ def _put_json(store: ObjectStore, key: str, document: object, *, create_only: bo
     )
 
 
-def _lock_holder(store: ObjectStore, key: str) -> str:
-    raw = store.get(key)
-    if raw is None:
-        return "nobody now"
-    try:
-        holder = json.loads(raw)
-        return f"{holder['owner']} since {holder['since']}"
-    except (ValueError, KeyError, TypeError):
-        return "an unreadable lock object"
-
-
 def _release_lock(store: ObjectStore, key: str, token: str) -> None:
     try:
         raw = store.get(key)
@@ -324,8 +449,3 @@ def _release_lock(store: ObjectStore, key: str, token: str) -> None:
     except (PublishError, ValueError) as error:  # the publish's own error, if any, matters more
         log.warning("could not release the publish lock %s: %s", key, error)
 
-
-def _site_files(site: Path) -> Iterator[Path]:
-    for directory, dirs, files in os.walk(site):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        yield from (Path(directory) / name for name in files if not name.startswith("."))

@@ -1,15 +1,23 @@
 """Render the catalog into pages: per variant a find-links page, a PEP 503 simple index and a PEP 691 JSON index,
 the same two indexes over all variants, and the pages for people (pages.py). Pure: catalog in, {site path: bytes}
-out."""
+out.
+
+Pages come in groups (PageGroup), each made from one part of the catalog only (one variant's wheels, one project's,
+the project names, everything for the pages for people) and carrying a digest of that part and of the code and
+templates that render it, so the index renders again only the groups whose digest moved: one added wheel does not
+re-render 10,000."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 import jinja2
 import markupsafe
@@ -65,19 +73,94 @@ def _filesize(size: float) -> str:
     return f"{size:.1f} GB"
 
 
+@dataclass(frozen=True, kw_only=True)
+class PageGroup:
+    """Pages made from one part of the catalog: ``render()`` gives the same bytes while ``digest`` holds."""
+
+    key: str  # "variant:pt214cu130", "project:causal-conv1d", "projects", "landing"
+    digest: str
+    render: Callable[[], dict[str, bytes]]
+
+
 def render_site(catalog: Catalog, *, base_url: str) -> dict[str, bytes]:
     """Every page of the site, keyed by its path under the site root."""
     pages: dict[str, bytes] = {}
+    for group in page_groups(catalog, base_url=base_url):
+        pages.update(group.render())
+    return pages
+
+
+def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
+    """The site's pages in groups, none rendered yet."""
+    fingerprints = {wheel.filename: _fingerprint(wheel) for wheel in catalog.wheels}
     by_label: dict[str, list[WheelFile]] = defaultdict(list)
+    by_project: dict[str, list[WheelFile]] = defaultdict(list)
     for wheel in catalog.wheels:
         by_label[wheel.name.label].append(wheel)
-    for label, wheels in by_label.items():
-        pages[layout.findlinks_path(label)] = _findlinks_page(label, wheels)
-        pages.update(_indexes(label, wheels))
-    pages.update(_indexes(None, catalog.wheels))
-    pages.update(render_pages(catalog, base_url=base_url, render=_render_page))
-    pages[layout.DOCTOR] = standalone_source(base_url).encode()
-    return pages
+        by_project[wheel.name.project].append(wheel)
+    groups = [
+        PageGroup(
+            key=f"variant:{label}",
+            digest=_digest(fingerprints[w.filename] for w in wheels),
+            render=functools.partial(_variant_pages, label, wheels),
+        )
+        for label, wheels in by_label.items()
+    ]
+    groups += [
+        PageGroup(
+            key=f"project:{project}",
+            digest=_digest(fingerprints[w.filename] for w in wheels),
+            render=functools.partial(_project_pages, None, project, wheels),
+        )
+        for project, wheels in by_project.items()
+    ]
+    projects = sorted(by_project)
+    groups.append(PageGroup(key="projects", digest=_digest(projects), render=functools.partial(_roots, None, projects)))
+    failures = sorted(repr(entry) for entry in catalog.failures)
+    archs = sorted(f"{name}\0{archs!r}" for name, archs in catalog.archs.items())
+    groups.append(
+        PageGroup(
+            key="pages",
+            digest=_digest([base_url, *failures, *archs, *fingerprints.values()]),
+            render=functools.partial(render_pages, catalog, base_url=base_url, render=_render_page),
+        )
+    )
+    doctor = standalone_source(base_url).encode()  # cheap to make; its digest is its own bytes
+    digest = _digest([hashlib.sha256(doctor).hexdigest()])
+    groups.append(PageGroup(key="doctor", digest=digest, render=lambda: {layout.DOCTOR: doctor}))
+    return groups
+
+
+def _fingerprint(wheel: WheelFile) -> str:
+    """Everything of a wheel any page shows."""
+    metadata = wheel.metadata
+    return (
+        f"{wheel.filename}\0{wheel.sha256}\0{wheel.size}\0{wheel.upload_time!r}\0{metadata.sha256}\0"
+        f"{metadata.size}\0{metadata.requires_python}\0{metadata.summary}"
+    )
+
+
+def _digest(parts: Iterable[str]) -> str:
+    digest = hashlib.sha256(_code_digest().encode())
+    digest.update("\n".join(parts).encode())
+    return digest.hexdigest()
+
+
+@functools.cache
+def _code_digest() -> str:
+    """The templates and the modules that render: a change to either renders every page again."""
+    digest = hashlib.sha256(API_VERSION.encode())
+    package = Path(__file__).parent
+    sources = [path for path in sorted((package / "templates").rglob("*")) if path.is_file()]
+    modules = [package / f"{name}.py" for name in ("render", "landing", "pages", "setups", "manifest", "layout")]
+    for path in [*sources, *modules]:
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _variant_pages(label: str, wheels: list[WheelFile]) -> dict[str, bytes]:
+    return {layout.findlinks_path(label): _findlinks_page(label, wheels), **_indexes(label, wheels)}
+
 
 
 def _render_page(template: str, **context: object) -> bytes:
@@ -89,25 +172,32 @@ def _indexes(label: str | None, wheels: Iterable[WheelFile]) -> dict[str, bytes]
     by_project: dict[str, list[WheelFile]] = defaultdict(list)
     for wheel in wheels:
         by_project[wheel.name.project].append(wheel)
+    pages = _roots(label, sorted(by_project))
+    for project, files in by_project.items():
+        pages.update(_project_pages(label, project, files))
+    return pages
+
+
+def _roots(label: str | None, projects: list[str]) -> dict[str, bytes]:
     simple, json_root = layout.simple_root(label), layout.json_root(label)
-    pages = {
-        f"{simple}/index.html": _simple_root_page(f"{simple}/index.html", sorted(by_project), label),
+    return {
+        f"{simple}/index.html": _simple_root_page(f"{simple}/index.html", projects, label),
         f"{json_root}/index.json": _json_bytes(
-            {"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in sorted(by_project)]}
+            {"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in projects]}
         ),
     }
-    for project, files in by_project.items():
-        page = f"{simple}/{project}/index.html"
-        pages[page] = _render(
-            "simple_project.html",
-            page=page,
-            title=f"Links for {project}",
-            links=_links(page, files),
-            api_version=API_VERSION,
-        )
-        page = f"{json_root}/{project}/index.json"
-        pages[page] = _json_bytes(_json_project(page, project, files))
-    return pages
+
+
+def _project_pages(label: str | None, project: str, files: list[WheelFile]) -> dict[str, bytes]:
+    simple_page = f"{layout.simple_root(label)}/{project}/index.html"
+    json_page = f"{layout.json_root(label)}/{project}/index.json"
+    links = _links(simple_page, files)
+    return {
+        simple_page: _render(
+            "simple_project.html", page=simple_page, title=f"Links for {project}", links=links, api_version=API_VERSION
+        ),
+        json_page: _json_bytes(_json_project(json_page, project, files)),
+    }
 
 
 def _findlinks_page(label: str, wheels: list[WheelFile]) -> bytes:

@@ -1,47 +1,59 @@
 """The index stage: turn dist/ and the ledger into the static site. It plans every file the site should hold, then
 writes only what differs, in publish order (wheels, then the pages that link them), each file atomically, so a
-server running over the site never sees a link to a missing file or a half-written page."""
+server running over the site never sees a link to a missing file or a half-written page.
+
+The manifest (layout.SITE_MARKER) records each file's sha256 with its full identity (inode, size, mtime, ctime);
+a record is trusted only while that identity holds. Wheels are hard links into dist/ where possible: placing one
+re-checks that the file in dist/ is still the one hashed, and the catalog re-checks it on every run. The marker
+is written before anything else, so a killed run leaves a folder the next run recognises and finishes."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
 import shutil
+import stat
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from builder.core.errors import ConfigError
+from builder.core.errors import ConfigError, FileSystemError
 from builder.core.files import write_atomic
+from builder.core.hashing import FileIdentity, regular_identity
 from index_site import layout, variants
-from index_site.catalog import Catalog, Rejection, ScanStats, scan
-from index_site.render import render_site
+from index_site.catalog import Catalog, Rejection, ScanStats, refresh_identities, scan
+from index_site.render import page_groups
 from index_site.wheels import WheelFile, read_core_metadata
 
 log = logging.getLogger(__name__)
 
-# The only top-level names the index writes or prunes.
-MANAGED = ("whl", "simple", "json", "select", "coverage", variants.ROOT, layout.MANIFEST, layout.LANDING, layout.DOCTOR)
+MANAGED = layout.MANAGED
+# (the file to place, its path in the site, what is known of it): a wheel of dist/ or a variant twin
+_Link = tuple[Path, str, "WheelFile | variants.VariantWheel"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class FileRecord:
-    """What the manifest remembers of a site file, valid while its size and mtime hold."""
+class FileRecord(NamedTuple):
+    """What the manifest remembers of a site file, valid while its identity holds."""
 
     sha256: str
-    size: int
-    mtime_ns: int
+    identity: FileIdentity
+
+    @property
+    def size(self) -> int:
+        return self.identity.size
 
 
 @dataclass(frozen=True, kw_only=True)
 class SitePlan:
-    links: tuple[tuple[Path, str, WheelFile], ...]  # (wheel in dist/, site path, wheel): link or copy
+    links: tuple[_Link, ...]  # (wheel in dist/ or variant/, site path, wheel): link or copy
     metadata: tuple[tuple[Path, str, WheelFile], ...]  # (wheel in dist/, site path of its .metadata, wheel)
     metadata_bytes: Mapping[str, bytes]  # METADATA already read from wheels this run, by filename
     pages: Mapping[str, bytes]  # only pages whose bytes differ from what is on disk
+    groups: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)  # key: (digest, its pages)
     stale: tuple[str, ...]  # managed files no longer part of the site
     kept: Mapping[str, FileRecord]  # files already right on disk, with what the manifest should say of them
 
@@ -65,14 +77,19 @@ class IndexReport:
 
 def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     """Index ``output``/dist with ``output``/ledger.sqlite into ``site``."""
-    _check_site(site)
+    document = _check_site(site, base_url)
     catalog = scan(output / "dist", output / "ledger.sqlite")
+    manifest, previous_groups = _records(document), _groups(document)
+    pages, reused, groups = render_changed(catalog, site, manifest, previous_groups, base_url=base_url)
     twins = variants.scan_twins(output / variants.ROOT)  # the variant channel; absent until the build makes twins
-    pages = render_site(catalog, base_url=base_url)
-    pages.update(variants.render_channel(twins))
-    manifest = load_manifest(site)
-    plan = plan_site(catalog, pages, output / "dist", site, manifest, extra_files=variants.files(twins))
-    written = apply_plan(plan, site, base_url=base_url)
+    pages.update(variants.render_channel(twins))  # small and cheap: rendered every run, written only when changed
+    plan = plan_site(
+        catalog, pages, output / "dist", site, manifest, reused=reused, groups=groups, extra_files=variants.files(twins)
+    )
+    recorded = (manifest, previous_groups, document.get("base_url"))
+    written, linked = apply_plan(plan, site, base_url=base_url, identities=catalog.identities, recorded=recorded)
+    if linked:
+        refresh_identities(output / "ledger.sqlite", linked)
     return IndexReport(
         site=site,
         wheels=len(catalog.wheels),
@@ -86,23 +103,59 @@ def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     )
 
 
+def render_changed(
+    catalog: Catalog,
+    site: Path,
+    manifest: Mapping[str, FileRecord],
+    previous: Mapping[str, tuple[str, tuple[str, ...]]],
+    *,
+    base_url: str,
+) -> tuple[dict[str, bytes], dict[str, FileRecord], dict[str, tuple[str, tuple[str, ...]]]]:
+    """Render only the page groups whose inputs moved since the last run, or whose pages are no longer exactly
+    as recorded. Returns the rendered pages, the records of pages reused as they are, and every group's entry."""
+    pages: dict[str, bytes] = {}
+    reused: dict[str, FileRecord] = {}
+    groups = {}
+    for group in page_groups(catalog, base_url=base_url):
+        digest, paths = previous.get(group.key, ("", ()))
+        records = [_recorded(os.path.join(site, path), manifest.get(path)) for path in paths]
+        if digest == group.digest and paths and all(records):
+            reused.update((path, record) for path, record in zip(paths, records, strict=True) if record is not None)
+        else:
+            rendered = group.render()
+            pages.update(rendered)
+            paths = tuple(sorted(rendered))
+        groups[group.key] = (group.digest, paths)
+    return pages, reused, groups
+
+
 def plan_site(
-    catalog: Catalog, pages: Mapping[str, bytes], dist: Path, site: Path, manifest: Mapping[str, FileRecord],
+    catalog: Catalog,
+    pages: Mapping[str, bytes],
+    dist: Path,
+    site: Path,
+    manifest: Mapping[str, FileRecord],
+    *,
+    reused: Mapping[str, FileRecord] | None = None,
+    groups: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
     extra_files: Sequence[tuple[Path, str, variants.VariantWheel]] = (),
 ) -> SitePlan:
-    """Compare what the site should hold with what it holds; nothing is written here. ``extra_files`` are other
-    immutable files to place like the wheels (the variant channel's twins)."""
+    """Compare what the site should hold with what it holds; nothing is written here. ``reused`` are pages known
+    to be in place without rendering them (see render_changed); ``extra_files`` are other immutable files to place
+    like the wheels (the variant channel's twins)."""
     links, metadata, kept = _plan_files(catalog, dist, site, manifest)
+    kept.update(reused or {})
     for source, path, twin in extra_files:
-        record = _placed_wheel(os.fspath(source), os.path.join(site, path), twin.sha256)
+        record = _placed_wheel(os.path.join(site, path), twin.sha256, None, manifest.get(path))
         if record is not None:
             kept[path] = record
         else:
             links.append((source, path, twin))
     changed = {}
     for path, content in pages.items():
-        if _current_bytes(site / path) == content:
-            kept[path] = _record(site / path, hashlib.sha256(content).hexdigest())
+        record = _page_in_place(site, path, content, manifest.get(path))
+        if record is not None:
+            kept[path] = record
         else:
             changed[path] = content
     expected = kept.keys() | changed.keys() | {path for _, path, _ in links + metadata}
@@ -114,6 +167,7 @@ def plan_site(
         pages=changed,
         stale=stale,
         kept=kept,
+        groups=dict(groups or {}),
     )
 
 
@@ -122,54 +176,93 @@ _Placement = tuple[Path, str, WheelFile]  # (the wheel in dist/, its path in the
 
 def _plan_files(
     catalog: Catalog, dist: Path, site: Path, manifest: Mapping[str, FileRecord]
-) -> tuple[list[_Placement], list[_Placement], dict[str, FileRecord]]:
+) -> tuple[list[_Link], list[_Placement], dict[str, FileRecord]]:
     """Wheels to link and .metadata files to write, and the records of those already in place."""
-    links: list[_Placement] = []
+    links: list[_Link] = []
     metadata: list[_Placement] = []
     kept: dict[str, FileRecord] = {}
+    root = os.fspath(site) + "/"  # string paths: this loop runs twice per wheel on every index
     for wheel in catalog.wheels:
-        source = dist / wheel.filename
         path = layout.wheel_path(wheel.name.label, wheel.filename)
-        record = _placed_wheel(os.fspath(source), os.path.join(site, path), wheel.sha256)
+        hashed = catalog.identities.get(wheel.filename)
+        record = _placed_wheel(root + path, wheel.sha256, hashed, manifest.get(path))
         if record is not None:
             kept[path] = record
         else:
-            links.append((source, path, wheel))
-        path = layout.metadata_path(wheel.name.label, wheel.filename)
-        record = _recorded(os.path.join(site, path), manifest.get(path))
+            links.append((dist / wheel.filename, path, wheel))
+        path += ".metadata"
+        record = _recorded(root + path, manifest.get(path))
         if record is not None and record.sha256 == wheel.metadata.sha256:
             kept[path] = record
         else:
-            metadata.append((source, path, wheel))
+            metadata.append((dist / wheel.filename, path, wheel))
     return links, metadata, kept
 
 
-def apply_plan(plan: SitePlan, site: Path, *, base_url: str) -> tuple[str, ...]:
-    """Write the plan: files first, then pages tier by tier, then prune, then the manifest; return what was written."""
+def apply_plan(
+    plan: SitePlan,
+    site: Path,
+    *,
+    base_url: str,
+    identities: Mapping[str, FileIdentity] | None = None,
+    recorded: tuple[Mapping[str, FileRecord], Mapping[str, Any], str | None] | None = None,
+) -> tuple[tuple[str, ...], dict[str, FileIdentity]]:
+    """Write the plan: files first, then pages tier by tier, then prune, then the manifest (unless it would say
+    what ``recorded``, the manifest read at the start, says). Returns what was written, and the new identities of
+    the wheels in dist/ that were hard-linked (a link changes their ctime)."""
     records = dict(plan.kept)
+    linked = {}
     for source, path, wheel in plan.links:
-        _place_wheel(source, site / path)
-        records[path] = _record(site / path, wheel.sha256)
+        # a twin (variant/) is not in dist/: no identity of the catalog's to hold it to
+        expected = (identities or {}).get(wheel.filename) if isinstance(wheel, WheelFile) else None
+        placed = _place_wheel(source, site / path, expected)
+        records[path] = FileRecord(sha256=wheel.sha256, identity=placed)
+        if expected is not None and placed.inode == expected.inode:
+            linked[wheel.filename] = placed
     for source, path, wheel in plan.metadata:
         content = plan.metadata_bytes.get(wheel.filename) or read_core_metadata(source, wheel.name)
-        write_atomic(site / path, content)
-        records[path] = _record(site / path, wheel.metadata.sha256)
+        if hashlib.sha256(content).hexdigest() != wheel.metadata.sha256:
+            raise _changed(source)
+        records[path] = FileRecord(sha256=wheel.metadata.sha256, identity=_write_atomic(site / path, content))
     for path in sorted(plan.pages, key=lambda p: (layout.kind_of(p).tier, p)):
-        write_atomic(site / path, plan.pages[path])
-        records[path] = _record(site / path, hashlib.sha256(plan.pages[path]).hexdigest())
+        identity = _write_atomic(site / path, plan.pages[path])
+        records[path] = FileRecord(sha256=hashlib.sha256(plan.pages[path]).hexdigest(), identity=identity)
     for path in plan.stale:
-        (site / path).unlink()
+        (site / path).unlink(missing_ok=True)
         _remove_empty_parents(site, site / path)
-    _write_manifest(site, records, base_url)
+    if recorded != (records, plan.groups, base_url):
+        _write_manifest(site, records, base_url, plan.groups)
     written = tuple(path for path in records if path not in plan.kept)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
-    return written
+    return written, linked
 
 
 def load_manifest(site: Path) -> dict[str, FileRecord]:
     """What the last index run wrote into ``site``: {site path: FileRecord}."""
-    raw = _read_marker(site)
-    return {path: FileRecord(sha256=r[0], size=r[1], mtime_ns=r[2]) for path, r in raw.get("files", {}).items()}
+    return _records(_read_marker(site))
+
+
+def _records(document: Mapping[str, Any]) -> dict[str, FileRecord]:
+    records = {}
+    for path, raw in document.get("files", {}).items():
+        # [sha256, inode, size, mtime_ns, ctime_ns]; an older manifest's [sha256, size, mtime_ns] is not trusted.
+        # Damaged numbers need no check here: they never equal a real file's, so the file is verified again.
+        if isinstance(raw, list) and len(raw) == 5:
+            records[path] = FileRecord(raw[0], FileIdentity(*raw[1:]))
+    return records
+
+
+def load_groups(site: Path) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The page groups of the last run: {key: (digest, site paths)} (see render.PageGroup)."""
+    return _groups(_read_marker(site))
+
+
+def _groups(document: Mapping[str, Any]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    groups = {}
+    for key, raw in document.get("groups", {}).items():
+        if isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], str) and isinstance(raw[1], list):
+            groups[key] = (raw[0], tuple(str(path) for path in raw[1]))
+    return groups
 
 
 def site_base_url(site: Path) -> str | None:
@@ -178,78 +271,152 @@ def site_base_url(site: Path) -> str | None:
 
 
 def _read_marker(site: Path) -> dict[str, Any]:
+    marker = site / layout.SITE_MARKER
     try:
-        marker: dict[str, Any] = json.loads((site / layout.SITE_MARKER).read_text())
-        return marker
+        fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise ValueError("not a regular file")
+            document = json.loads(file.read(_MAX_MANIFEST_BYTES + 1))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as error:
-        raise ConfigError(
-            f"{site / layout.SITE_MARKER}: unreadable ({error})", tip="delete it and index again"
-        ) from None
+        raise ConfigError(f"{marker}: unreadable ({error})", tip="delete it and index again") from None
+    if not isinstance(document, dict) or document.get("generator") != "wheelwright":
+        raise ConfigError(f"{marker}: not a wheelwright site manifest", tip="delete it and index again")
+    return document
 
 
-def _check_site(site: Path) -> None:
-    """Refuse to write into (and prune) a folder the index did not create."""
+_MAX_MANIFEST_BYTES = 1 << 28  # ~2 million files; a bigger one is not ours
+
+
+def _check_site(site: Path, base_url: str) -> dict[str, Any]:
+    """Refuse to write into (and prune) a folder the index did not create. A new or empty folder gets the marker
+    before anything else is written, so that a run killed part-way is finished by the next, not refused."""
     if site.exists() and not site.is_dir():
         raise ConfigError(f"{site}: not a folder", tip="pass --site with an empty or new folder")
-    if site.exists() and any(site.iterdir()) and not (site / layout.SITE_MARKER).exists():
+    marker = site / layout.SITE_MARKER
+    if site.exists() and not (marker.exists() or marker.is_symlink()) and any(site.iterdir()):
         raise ConfigError(
             f"{site}: not empty and not a wheelwright site (no {layout.SITE_MARKER})",
             tip="pass --site with an empty or new folder",
         )
     site.mkdir(parents=True, exist_ok=True)
+    if not marker.exists():
+        _write_manifest(site, {}, base_url)
+    return _read_marker(site)  # a damaged marker is reported before any work is done
 
 
-def _write_manifest(site: Path, records: Mapping[str, FileRecord], base_url: str) -> None:
-    files = {path: [r.sha256, r.size, r.mtime_ns] for path, r in sorted(records.items())}
-    document = {"generator": "wheelwright", "base_url": base_url, "files": files}
+def _write_manifest(
+    site: Path,
+    records: Mapping[str, FileRecord],
+    base_url: str,
+    groups: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
+) -> None:
+    files = {path: [r.sha256, *r.identity] for path, r in sorted(records.items())}
+    page_groups = {key: [digest, list(paths)] for key, (digest, paths) in sorted((groups or {}).items())}
+    document = {"generator": "wheelwright", "base_url": base_url, "files": files, "groups": page_groups}
     content = (json.dumps(document, separators=(",", ":")) + "\n").encode()
     if _current_bytes(site / layout.SITE_MARKER) != content:
         write_atomic(site / layout.SITE_MARKER, content)
 
 
-def _recorded(path: str, record: FileRecord | None) -> FileRecord | None:
-    """``record`` if the file at ``path`` still has the size and mtime it was recorded with."""
+def _identity(path: str | Path) -> FileIdentity | None:
+    """The identity of the regular file at ``path``; None when it is missing or not a regular file."""
     try:
-        stat = os.stat(path)
-    except FileNotFoundError:
+        return regular_identity(path)
+    except OSError:
         return None
-    if record is None or (record.size, record.mtime_ns) != (stat.st_size, stat.st_mtime_ns):
+
+
+def _recorded(path: str, record: FileRecord | None) -> FileRecord | None:
+    """``record`` if the file at ``path`` still has the identity it was recorded with."""
+    if record is None or _identity(path) != record.identity:
         return None
     return record
 
 
-def _placed_wheel(source: str, target: str, sha256: str) -> FileRecord | None:
-    """The record of ``target`` if it is ``source`` (a hard link, or a copy with its size and mtime), else None."""
-    try:
-        placed = os.stat(target)
-    except FileNotFoundError:
+def _page_in_place(site: Path, path: str, content: bytes, record: FileRecord | None) -> FileRecord | None:
+    """The record of the page at ``path`` if it already holds ``content``: known from the manifest while the
+    file's identity holds, else by reading it."""
+    sha256 = hashlib.sha256(content).hexdigest()
+    if record is not None and record.sha256 == sha256 and _recorded(os.path.join(site, path), record):
+        return record
+    if _current_bytes(site / path) == content:
+        return FileRecord(sha256=sha256, identity=regular_identity(site / path))
+    return None
+
+
+def _placed_wheel(
+    target: str, sha256: str, hashed: FileIdentity | None, record: FileRecord | None
+) -> FileRecord | None:
+    """The record of ``target`` if it already holds the bytes hashed as ``sha256``: the hard link to the very
+    file of dist/ the catalog just verified, or a copy whose identity the manifest recorded with that digest."""
+    placed = _identity(target)
+    if placed is None:
         return None
-    original = os.stat(source)
-    same_inode = (placed.st_ino, placed.st_dev) == (original.st_ino, original.st_dev)
-    if not same_inode and (placed.st_size, placed.st_mtime_ns) != (original.st_size, original.st_mtime_ns):
-        return None
-    return FileRecord(sha256=sha256, size=placed.st_size, mtime_ns=placed.st_mtime_ns)
+    if hashed is not None and placed == hashed:
+        return FileRecord(sha256=sha256, identity=placed)
+    if record is not None and record.sha256 == sha256 and record.identity == placed and placed.inode != getattr(
+        hashed, "inode", None
+    ):
+        return record
+    return None
 
 
-def _record(path: Path, sha256: str) -> FileRecord:
-    stat = path.stat()
-    return FileRecord(sha256=sha256, size=stat.st_size, mtime_ns=stat.st_mtime_ns)
-
-
-def _place_wheel(source: Path, target: Path) -> None:
-    """Hard-link the wheel into the site (no copy of big files); copy where the site is on another filesystem."""
+def _place_wheel(source: Path, target: Path, expected: FileIdentity | None) -> FileIdentity:
+    """Hard-link the wheel into the site (no copy of big files); copy where the site is on another filesystem.
+    Either way the file of dist/ must still be the one the catalog hashed, before and after."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    if expected is not None and _identity(source) != expected:
+        raise _changed(source)
     try:
-        os.link(source, temporary)
-    except OSError:
-        shutil.copy2(source, temporary)
-    os.replace(temporary, target)
+        linked = _link_or_copy(source, temporary)
+        placed = regular_identity(temporary)
+        if expected is not None and not _still_hashed(source, placed, expected, linked=linked):
+            raise _changed(source)
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)  # a full disk must not leave half a wheel behind
+        raise
+    return regular_identity(target)
+
+
+def _still_hashed(source: Path, placed: FileIdentity, expected: FileIdentity, *, linked: bool) -> bool:
+    """A link is the hashed inode with its size and mtime (the link itself moved its ctime); a copy was taken
+    from a source whose whole identity still holds."""
+    if linked:
+        return (placed.inode, placed.size, placed.mtime_ns) == (expected.inode, expected.size, expected.mtime_ns)
+    return _identity(source) == expected and placed.size == expected.size
+
+
+def _changed(source: Path) -> FileSystemError:
+    return FileSystemError(f"{source}: changed while being indexed", tip="run `wheelwright index` again")
+
+
+def _link_or_copy(source: Path, temporary: Path) -> bool:
+    """True if hard-linked, False if copied (another filesystem, or one without hard links)."""
+    try:
+        os.link(source, temporary, follow_symlinks=False)
+        return True
+    except OSError as error:
+        if error.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+    shutil.copyfile(source, temporary, follow_symlinks=False)
+    return False
+
+
+def _write_atomic(target: Path, content: bytes) -> FileIdentity:
+    """Write ``content`` whole or not at all (a full disk leaves no half page behind); its identity."""
+    write_atomic(target, content)
+    return regular_identity(target)
 
 
 def _current_bytes(path: Path) -> bytes | None:
+    """The bytes of the regular file at ``path``, or None (missing, or a symlink or special file to replace)."""
+    if _identity(path) is None:
+        return None
     try:
         return path.read_bytes()
     except FileNotFoundError:
@@ -257,14 +424,16 @@ def _current_bytes(path: Path) -> bytes | None:
 
 
 def _managed_files(site: Path) -> Iterator[str]:
+    """Everything but folders under the managed names: files, leftover temporaries, symlinks, special files."""
     for top in MANAGED:
         root = site / top
-        if root.is_file():
+        if root.is_symlink() or root.is_file() or (root.exists() and not root.is_dir()):
             yield top
             continue
-        for directory, _dirs, files in os.walk(root):
+        for directory, folders, files in os.walk(root):
             relative = Path(directory).relative_to(site).as_posix()
             yield from (f"{relative}/{name}" for name in files)
+            yield from (f"{relative}/{name}" for name in folders if os.path.islink(os.path.join(directory, name)))
 
 
 def _remove_empty_parents(site: Path, path: Path) -> None:

@@ -16,14 +16,17 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import markupsafe
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from index_site import layout
+
 log = logging.getLogger(__name__)
 
-ROOT = "variant"
+ROOT = layout.VARIANTS
 CACHE = ".variant-index.json"  # in OUTPUT/variant: sha256 and metadata of each twin, valid while size+mtime hold
 SCHEMA_URL = "https://variants-schema.wheelnext.dev/peps/850/v0.2.0.json"
 # name-version-python-abi-platform-label.whl, every part URL- and HTML-safe
@@ -93,7 +96,7 @@ def scan_twins(folder: Path) -> list[VariantWheel]:
     return twins
 
 
-def _read_twin(path: Path, key: list[int]) -> dict | None:
+def _read_twin(path: Path, key: list[int]) -> dict[str, Any] | None:
     match = _TWIN.match(path.name)
     if match is None:
         log.warning("variant channel: %s is not a variant wheel name; not listed", path.name)
@@ -121,7 +124,7 @@ def _read_twin(path: Path, key: list[int]) -> dict | None:
     }
 
 
-def _twin(path: Path, filename: str, facts: Mapping) -> VariantWheel:
+def _twin(path: Path, filename: str, facts: Mapping[str, Any]) -> VariantWheel:
     match = _TWIN.match(filename)
     assert match is not None
     return VariantWheel(
@@ -147,14 +150,15 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _load_cache(path: Path) -> dict:
+def _load_cache(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text())
+        cache = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+    return cache if isinstance(cache, dict) else {}  # a damaged cache is rebuilt, never trusted
 
 
-def _write_cache(path: Path, cache: Mapping) -> None:
+def _write_cache(path: Path, cache: Mapping[str, Any]) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     temporary.write_text(json.dumps(cache, sort_keys=True))
     os.replace(temporary, path)
@@ -252,7 +256,7 @@ def variants_document(twins: Iterable[VariantWheel]) -> dict[str, object]:
     for twin in twins:
         providers.update({ns: p for ns, p in twin.providers.items() if ns != "abi_dependency"})
         minors.update(twin.properties.get("abi_dependency", {}).get("torch", []))
-    order = [
+    order: list[str] = [
         ns for ns in ("abi_dependency", "nvidia", "rocm") if ns in providers or (ns == "abi_dependency" and minors)
     ]
     if minors:
@@ -298,7 +302,7 @@ def _json_file(href: str, twin: VariantWheel) -> dict[str, object]:
     return entry
 
 
-def _version_key(version: str) -> tuple:
+def _version_key(version: str) -> tuple[Any, ...]:
     try:
         return (0, Version(version))
     except InvalidVersion:

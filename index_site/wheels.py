@@ -6,18 +6,21 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from packaging.metadata import parse_email
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from builder.core.hashing import open_regular
 from builder.core.wheelname import InvalidWheelFilename, WheelFilename
-from builder.plan.facts import Accelerator
+from builder.plan.facts import Accelerator, TorchFacts, load_facts
 from builder.plan.job import parse_label
 
 # Stricter than the wheel spec on purpose: every character of a filename ends up in hrefs, S3 keys and HTML.
@@ -26,6 +29,10 @@ _SAFE_FILENAME = re.compile(
 )
 _PROJECT_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _GPU_ARCH = re.compile(r"^(?:[1-9]\d?\.\d{1,2}[af]?|gfx[0-9a-f]{2,6}[a-z]?)$")  # 9.0, 9.0a, 12.0f, gfx942
+# Bounds on what one wheel may make the index read: METADATA is a few KB (it is served beside every wheel), and a
+# wheel is a few thousand members. A zip bomb's METADATA is refused at its stated size, or at the cap while reading.
+MAX_METADATA_BYTES = 1 << 20
+MAX_MEMBERS = 100_000
 
 
 class RejectedWheel(ValueError):
@@ -111,19 +118,16 @@ def parse_wheel_name(filename: str) -> WheelName:
         parsed = WheelFilename.parse(filename)
     except InvalidWheelFilename as error:
         raise RejectedWheel(f"{filename}: {error}") from None
-    project, version = _normalised(filename, parsed.dist, parsed.version_text)
-    if version.local is None:
-        raise RejectedWheel(f"{filename}: no variant label (expected a version like {version}+pt214cu130)")
     try:
-        torch, accelerator = parse_label(version.local)
+        project, version, public_version, label, torch, accelerator = _release_of(parsed.dist, parsed.version_text)
     except ValueError as error:
         raise RejectedWheel(f"{filename}: {error}") from None
     return WheelName(
         filename=filename,
         project=project,
-        version=str(version),
-        public_version=version.public,
-        label=version.local,
+        version=version,
+        public_version=public_version,
+        label=label,
         torch=torch,
         accelerator=accelerator,
         python_tag=parsed.python_tag,
@@ -132,36 +136,84 @@ def parse_wheel_name(filename: str) -> WheelName:
     )
 
 
-def _normalised(filename: str, dist: str, raw_version: str) -> tuple[str, Version]:
-    """The canonical project name and the version, both required to be written in normal form already."""
+@functools.lru_cache(maxsize=65536)
+def _release_of(dist: str, raw_version: str) -> tuple[str, str, str, str, str, Accelerator]:
+    """Project, version, public version, label, torch minor and accelerator of a name-version pair (thousands of
+    wheels share one), each required to be written in normal form already; ValueError says what is wrong."""
     try:
         version = Version(raw_version)
     except InvalidVersion:
-        raise RejectedWheel(f"{filename}: {raw_version!r} is not a version") from None
+        raise ValueError(f"{raw_version!r} is not a version") from None
     project = canonicalize_name(dist)
     if "__" in dist or dist != project.replace("-", "_"):
-        raise RejectedWheel(
-            f"{filename}: project name {dist!r} is not normalised (expected {project.replace('-', '_')!r})"
-        )
+        raise ValueError(f"project name {dist!r} is not normalised (expected {project.replace('-', '_')!r})")
     if str(version) != raw_version:
-        raise RejectedWheel(f"{filename}: version {raw_version!r} is not normalised (expected {version})")
-    return project, version
+        raise ValueError(f"version {raw_version!r} is not normalised (expected {version})")
+    if version.local is None:
+        raise ValueError(f"no variant label (expected a version like {version}+pt214cu130)")
+    torch, accelerator = parse_label(version.local)
+    return project, str(version), version.public, version.local, torch, accelerator
 
 
+def check_variant(name: WheelName, facts: TorchFacts | None = None) -> None:
+    """A label is a variant only if torch shipped it (builder/data/torch.toml): ``pt214cu118`` parses, but torch
+    2.14 was never built for CUDA 11.8, so no one could install that wheel beside a torch it matches."""
+    if facts is None:
+        problem = _known_variant_problem(name.torch, name.accelerator)
+    else:
+        problem = _variant_problem(name.torch, name.accelerator, facts)
+    if problem is not None:
+        raise RejectedWheel(f"{name.filename}: not a known variant: {problem}")
 
-def read_core_metadata(path: Path, name: WheelName) -> bytes:
-    """The bytes of the wheel's ``.dist-info/METADATA``, served unchanged beside it (PEP 658)."""
+
+@functools.lru_cache(maxsize=1024)
+def _known_variant_problem(torch: str, accelerator: Accelerator) -> str | None:
+    return _variant_problem(torch, accelerator, load_facts())
+
+
+def _variant_problem(torch: str, accelerator: Accelerator, facts: TorchFacts) -> str | None:
     try:
-        with zipfile.ZipFile(path) as archive:
-            dist_info = {
-                entry.split("/", 1)[0] for entry in archive.namelist() if entry.endswith(".dist-info/METADATA")
-            }
-            if len(dist_info) != 1:
-                raise RejectedWheel(f"{name.filename}: expected one .dist-info/METADATA, found {len(dist_info)}")
-            data = archive.read(f"{dist_info.pop()}/METADATA")
-    except (OSError, zipfile.BadZipFile, KeyError) as error:
+        release = facts.release(torch)
+    except KeyError as error:
+        return str(error.args[0])
+    if not release.has(accelerator):
+        shipped = ", ".join(a.name for a in release.accelerators)
+        return f"torch {torch} was not released for {accelerator.name} (it was for {shipped})"
+    return None
+
+
+def read_core_metadata(source: Path | BinaryIO, name: WheelName) -> bytes:
+    """The bytes of the wheel's ``.dist-info/METADATA``, served unchanged beside it (PEP 658); from a regular file
+    only (a path is opened without following a symlink), and never more than MAX_METADATA_BYTES of it."""
+    try:
+        if isinstance(source, Path):
+            with os.fdopen(open_regular(source), "rb") as file, zipfile.ZipFile(file) as archive:
+                return _bounded_metadata(archive, name)
+        with zipfile.ZipFile(source) as archive:
+            return _bounded_metadata(archive, name)
+    except (OSError, zipfile.BadZipFile, KeyError, EOFError, NotImplementedError, RuntimeError) as error:
         raise RejectedWheel(f"{name.filename}: cannot read the wheel: {error}") from None
+
+
+def _bounded_metadata(archive: zipfile.ZipFile, name: WheelName) -> bytes:
+    members = archive.infolist()
+    if len(members) > MAX_MEMBERS:
+        raise RejectedWheel(f"{name.filename}: {len(members):,} members; a wheel may have at most {MAX_MEMBERS:,}")
+    found = [m for m in members if m.filename.endswith(".dist-info/METADATA") and m.filename.count("/") == 1]
+    if len(found) != 1:
+        raise RejectedWheel(f"{name.filename}: expected one .dist-info/METADATA, found {len(found)}")
+    info = found[0]
+    if info.file_size > MAX_METADATA_BYTES:
+        raise RejectedWheel(_too_big(name, info.file_size))
+    with archive.open(info) as member:
+        data = member.read(MAX_METADATA_BYTES + 1)  # the stated size may lie; the read is capped regardless
+    if len(data) > MAX_METADATA_BYTES:
+        raise RejectedWheel(_too_big(name, len(data)))
     return data
+
+
+def _too_big(name: WheelName, size: int) -> str:
+    return f"{name.filename}: METADATA is {size:,}+ bytes; the index accepts at most {MAX_METADATA_BYTES:,}"
 
 
 def check_core_metadata(data: bytes, name: WheelName) -> CoreMetadata:

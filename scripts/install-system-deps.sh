@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # System packages wheelwright needs beyond Python, installed only when missing (the Makefile runs this before
 # `make test` and `make build-matrix`, so a fresh Debian machine needs no step by hand):
-#   build  g++ (the host compiler nvcc and torch's extension builder call)
+#   build  g++ (the host compiler nvcc and torch's extension builder call); gcc-11/g++-11, the host compiler CUDA
+#          11.8's nvcc accepts; and Debian's archive keyring, which the toolchain provider's private apt
+#          configuration checks Debian's CUDA 11.8 packages against (they are downloaded and unpacked into
+#          ~/.cache/wheelwright/toolkits, never installed)
 #   test   the build's, plus Debian's Chromium for the landing-page test (playwright's own browser download is not
 #          reachable from CI) and the fonts it renders with; npm (where no Node.js is installed) for axe-core, the
-#          accessibility engine those tests run, which scripts/install-axe.sh then caches
+#          accessibility engine those tests run, which scripts/install-axe.sh then caches, and actionlint; the Docker
+#          engine and debootstrap for the builder-image test (it starts dockerd itself)
 # Installing needs root (or sudo without a password); without it, one ERROR line names the command to run.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -13,10 +17,11 @@ usage() {
     echo "usage: scripts/install-system-deps.sh [build|test]   (default: test)"
 }
 
+build_packages=(g++ gcc-11 g++-11 debian-archive-keyring)
 part=${1:-test}
 case "$part" in
-    build) packages=(g++) ;;
-    test) packages=(g++ chromium fonts-dejavu-core); command -v npm >/dev/null || packages+=(npm) ;;
+    build) packages=("${build_packages[@]}") ;;
+    test) packages=("${build_packages[@]}" chromium fonts-dejavu-core docker.io debootstrap); command -v npm >/dev/null || packages+=(npm) ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
 esac

@@ -36,9 +36,22 @@ def add_commands(
     build.add_argument("--parallel", type=int, default=1, metavar="N", help="jobs at once; cores and memory are shared")
     build.add_argument("--objcache", choices=("use", "verify", "off"), default="use",
                        help="reuse CUDA objects across Pythons (verify: compile anyway and prove them identical)")
+    build.add_argument("--backend", choices=("local", "container"), default="local",
+                       help="local: on this machine; container: each job inside its builder image (docker/)")
+    build.add_argument("--base", default="bullseye",
+                       help="container backend: the image base (builder/data/images.toml)")
+    build.add_argument("--engine", choices=("docker", "podman"),
+                       help="container backend: the engine (default: docker, else podman)")
+    build.add_argument("--only", action="append", metavar="ID", default=[],
+                       help="exactly these job identifiers (repeatable; how the container backend hands over a group)")
     build.add_argument("--preflight", action="store_true",
                        help="check the data files, interpreters and toolkits each job needs; build nothing")
     build.set_defaults(func=cmd_build)
+
+    merge = commands.add_parser("merge", help="merge build outputs (CI artifacts) into one wheelhouse and ledger")
+    merge.add_argument("sources", nargs="+", type=Path, help="wheelhouses: each a build's --output folder")
+    merge.add_argument("--output", type=Path, default=Path("wheelhouse"))
+    merge.set_defaults(func=cmd_merge)
 
     status = commands.add_parser("status", help="print the build ledger")
     status.add_argument("--output", type=Path, default=Path("wheelhouse"))
@@ -52,8 +65,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         Layout,
         Progress,
     )
+    from builder.farm.container import ContainerBackend, Invocation
 
-    plan = load_plan(args.matrix, args.profile).select(args.select)
+    only = [identifier for value in args.only for identifier in value.split()]
+    plan = load_plan(args.matrix, args.profile).select(args.select).only(only)
     if args.preflight:
         return _preflight(plan.jobs)
     options = BuildOptions(retry_failed=args.retry_failed, parallel=args.parallel, objcache=args.objcache)
@@ -65,7 +80,16 @@ def cmd_build(args: argparse.Namespace) -> int:
         groups = os.environ.get("GITHUB_ACTIONS") == "true" and options.parallel == 1  # groups cannot interleave
         display = shown = LineReporter(_write_line, groups=groups)
     progress = Progress(on_phase=display.phase, on_line=display.line, on_done=display.done)
-    builder = Builder(Layout(root=args.output), load_facts(), options, progress)
+    layout = Layout(root=args.output.resolve())
+    builder: Builder | ContainerBackend
+    if args.backend == "container":
+        from builder.farm.engine import find_engine
+
+        invocation = Invocation(matrix=args.matrix.resolve(), profile=plan.profile)
+        builder = ContainerBackend(find_engine(args.engine), layout, load_facts(), options, invocation,
+                                   base=args.base, progress=progress)
+    else:
+        builder = Builder(layout, load_facts(), options, progress)
     with shown:
         outcomes = builder.run(plan.jobs)
     _summary(outcomes, args.output)
@@ -115,6 +139,16 @@ def _summary(outcomes: list[Outcome], output: Path) -> None:
     if step_summary:
         with open(step_summary, "a") as handle:
             handle.write("\n".join(["## wheelwright build", "", *markdown, ""]))
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from builder.farm.build import Layout
+    from builder.farm.merge import merge_outputs
+
+    merged = merge_outputs(args.sources, Layout(root=args.output))
+    console.print(f"merged {merged.sources} wheelhouses into {args.output}: "
+                  f"{merged.jobs} ledger rows, {merged.wheels} wheels")
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:

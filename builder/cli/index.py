@@ -93,13 +93,16 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     site = _site(args)
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port {args.port}: a TCP port is 0-65535", tip="pick another --port (0 = any free one)")
     if not (site / layout.SITE_MARKER).is_file():
         raise ConfigError(f"{site}: no site to serve", tip="run `wheelwright index` (or `make index`) first")
     try:
         server = make_server(site, host=args.host, port=args.port)
-    except OSError as error:
+    except (OSError, OverflowError, UnicodeError) as error:
         raise ConfigError(
-            f"cannot listen on {args.host}:{args.port}: {error.strerror}", tip="pick another --port (0 = any free one)"
+            f"cannot listen on {args.host}:{args.port}: {getattr(error, 'strerror', None) or error}",
+            tip="pick another --port (0 = any free one) or --host",
         ) from None
     out.print(f"Serving [bold]{site}[/bold] at [bold]{server.url}/[/bold] (Ctrl-C stops)")
     for page in sorted(site.glob("whl/*.html"))[:3]:

@@ -15,7 +15,8 @@ from rich.table import Table
 
 from builder import __version__
 from builder.cli.console import console, out, print_table
-from builder.core.errors import WheelwrightError
+from builder.core.errors import FileSystemError, WheelwrightError
+from builder.plan.archs import split
 from builder.plan.expand import Plan, load_plan
 
 
@@ -35,19 +36,40 @@ def _plan(args: argparse.Namespace) -> Plan:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     plan = _plan(args)
+    if args.estimate:
+        return _estimate(plan, args)
+    if args.format == "shards":
+        from builder.plan.estimate import ledger_model, seed_model
+        from builder.plan.shards import shard
+
+        model = ledger_model(args.ledger, seed_model())
+        shards = shard(plan.jobs, model, args.shard_size)
+        sys.stdout.write(json.dumps(shards, indent=None if args.compact else 2) + "\n")
+        return 0
     if args.format == "json":
         # Plain text, never highlighted: this is read by fromJSON() and `jq`, also when colour is forced.
         sys.stdout.write(json.dumps(plan.as_github_matrix(), indent=None if args.compact else 2) + "\n")
         return 0
     out.print(f"profile {plan.profile}: {len(plan.jobs)} jobs")
     table = Table()
-    for column in ("job", "torch", "toolkit", "python", "abi", "archs", "manylinux"):
+    for column in ("job", "torch", "toolkit", "python", "abi", "sass", "ptx", "manylinux"):
         table.add_column(column, no_wrap=True)
     for job in plan.jobs:
         abi = "cxx11" if job.cxx11_abi else "pre-cxx11"
         toolkit = f"{job.accelerator.kind} {job.accelerator.version}"
-        table.add_row(job.identifier, job.torch, toolkit, job.python, abi, " ".join(job.archs), job.manylinux)
+        sass, ptx = split(job.archs)
+        table.add_row(
+            job.identifier, job.torch, toolkit, job.python, abi, " ".join(sass), " ".join(ptx) or "-", job.manylinux
+        )
     print_table(table)
+    if args.explain and plan.arch_notes:
+        out.print(f"arch facts applied: {len(plan.arch_notes)} (builder/data/archs.toml)")
+        notes = Table()
+        notes.add_column("job", no_wrap=True)
+        notes.add_column("archs", no_wrap=True)
+        for note in plan.arch_notes:
+            notes.add_row(note.identifier, escape(note.describe()))
+        print_table(notes)
     if args.explain and not plan.dropped:
         out.print("dropped: none; every combination of the profile's axes is buildable and selected")
     elif args.explain:
@@ -69,6 +91,26 @@ if TYPE_CHECKING:  # argparse's action class is generic only to the type checker
     ]
 
 
+def _estimate(plan: Plan, args: argparse.Namespace) -> int:
+    from builder.plan.estimate import estimate as estimate_plan
+    from builder.plan.estimate import ledger_model, seed_model
+
+    model = ledger_model(args.ledger, seed_model())
+    ours, upstream = estimate_plan(plan.jobs, model, runners=args.runners, cores=args.cores)
+    out.print(f"profile {plan.profile}: {len(plan.jobs)} jobs in {len(ours.items)} (package version, torch, toolkit) "
+              f"groups, on {args.runners} runners of {args.cores} cores")
+    table = Table()
+    for column in ("method", "CPU-hours", f"wall on {args.runners}x{args.cores}", "longest runner item"):
+        table.add_column(column)
+    for result in (ours, upstream):
+        hours = (f"{result.cpu_hours:.1f}", f"{result.wall_hours:.2f} h", f"{result.longest_item_hours:.2f} h")
+        table.add_row(result.method, *hours)
+    print_table(table)
+    out.print(f"wheelwright / upstream CPU-hours: {ours.cpu_hours / upstream.cpu_hours:.3f} (goal <= 0.25)")
+    out.print(f"costs: {model.source}; {ours.extrapolated} of {ours.costs} (unit, arch) costs extrapolated")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     description = "Build, repair, verify and index PyTorch CUDA/ROCm extension wheels from one matrix file."
     parser = argparse.ArgumentParser(prog="wheelwright", description=description)
@@ -79,8 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
     plan = commands.add_parser("plan", help="expand the matrix into build jobs")
     _add_plan_arguments(plan)
     plan.add_argument(
-        "--format", choices=("table", "json"), default="table", help="json: a GitHub Actions strategy.matrix object"
+        "--format", choices=("table", "json", "shards"), default="table",
+        help="json: a GitHub Actions strategy.matrix object; shards: one row per group, in matrices of <= 256 rows"
     )
+    plan.add_argument("--shard-size", type=int, default=256, metavar="N", help="shards: rows per matrix (at most 256)")
+    plan.add_argument("--estimate", action="store_true", help="CPU-hours and wall time, ours beside upstream's method")
+    plan.add_argument("--runners", type=int, default=20, metavar="N", help="estimate: runners (default: %(default)s)")
+    plan.add_argument("--cores", type=int, default=4, metavar="C",
+                      help="estimate: cores per runner (default: %(default)s)")
+    plan.add_argument("--ledger", type=Path, default=Path("wheelhouse/ledger.sqlite"),
+                      help="estimate/shards: measured compile costs (default: %(default)s)")
     plan.add_argument("--compact", action="store_true", help="one-line JSON (for $GITHUB_OUTPUT)")
     plan.add_argument("--explain", action="store_true", help="also list dropped combinations and why")
     plan.set_defaults(func=cmd_plan)
@@ -92,9 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _stage_commands() -> tuple[AddCommands, ...]:
     """Stages add their own subcommands; each module's add_commands(commands, add_plan_arguments)."""
-    from builder.cli import build, doctor, index, provenance
+    from builder.cli import build, doctor, facts, images, index, provenance
 
-    return (build.add_commands, index.add_commands, doctor.add_commands, provenance.add_commands)
+    return (
+        build.add_commands,
+        index.add_commands,
+        doctor.add_commands,
+        facts.add_commands,
+        images.add_commands,
+        provenance.add_commands,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -104,10 +161,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     try:
-        code: int = args.func(args)
+        try:
+            code: int = args.func(args)
+        except OSError as error:  # a full disk, a read-only or missing folder: the user's to fix, said in one line
+            if args.debug:
+                console.print_exception()
+            raise FileSystemError.from_os(error) from error
         return code
     except WheelwrightError as error:
-        if args.debug:
+        if args.debug and not isinstance(error, FileSystemError):
             console.print_exception()
         # Messages quote selectors and TOML tables ("[archs.cuda]"): escape them, or rich reads them as markup.
         for line in str(error).splitlines():

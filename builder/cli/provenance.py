@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.markup import escape
@@ -16,7 +17,10 @@ from builder.steps.elf import wheel_elf_facts
 from builder.steps.wheelzip import read_members
 
 
-def add_commands(commands, add_plan_arguments) -> None:
+def add_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    add_plan_arguments: Callable[[argparse.ArgumentParser], None],
+) -> None:
     parser = commands.add_parser("provenance", help="print a wheel's provenance and check it against the wheel")
     parser.add_argument("wheel", type=Path, help="a wheel built by wheelwright (or its variant twin)")
     parser.add_argument("--json", action="store_true", help="print the stored record as JSON")
@@ -34,7 +38,7 @@ def add_commands(commands, add_plan_arguments) -> None:
 
 def cmd_upstream(args: argparse.Namespace) -> int:
     from builder.plan.matrix import load_matrix
-    from builder.steps.upstream import check_upstream
+    from builder.steps.releases import check_upstream
 
     statuses = check_upstream(load_matrix(args.matrix).packages, index=args.index_url)
     table = Table()

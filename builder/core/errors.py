@@ -4,6 +4,7 @@ with the error's code; anything else is a bug and shows a traceback only with --
 from __future__ import annotations
 
 import difflib
+import errno
 from collections.abc import Iterable
 
 
@@ -69,6 +70,37 @@ class RecipeError(WheelwrightError):
     """An upstream sdist no longer has the shape its recipe expects (the recipe must be updated, not skipped)."""
 
     exit_code = 8
+
+
+class LedgerError(WheelwrightError):
+    """ledger.sqlite cannot be used: corrupt, not a database, from a newer wheelwright, or locked too long."""
+
+    exit_code = 9
+
+
+class FileSystemError(WheelwrightError):
+    """The operating system refused a file operation (no space, no permission, read-only, not a folder)."""
+
+    exit_code = 11
+
+    @classmethod
+    def from_os(cls, error: OSError) -> FileSystemError:
+        """The OSError as one sentence naming the path, with a tip for the usual causes."""
+        where = " -> ".join(str(name) for name in (error.filename, error.filename2) if name is not None)
+        reason = error.strerror or str(error)
+        return cls(f"{where}: {reason}" if where else reason, tip=_OS_TIPS.get(error.errno or 0))
+
+
+_OS_TIPS = {
+    errno.ENOSPC: "free space on that filesystem, or point --output/--site somewhere else, then run again",
+    errno.EDQUOT: "free space on that filesystem, or point --output/--site somewhere else, then run again",
+    errno.EACCES: "pick a folder you may write to (--output/--site), or fix its permissions",
+    errno.EPERM: "pick a folder you may write to (--output/--site), or fix its permissions",
+    errno.EROFS: "that filesystem is read-only; pick another --output/--site",
+    errno.ENOTDIR: "a path that must be a folder names a file; pass a folder",
+    errno.EEXIST: "a path that must be a folder names a file; pass a folder",
+    errno.EISDIR: "a path that must be a file names a folder",
+}
 
 
 def did_you_mean(word: object, choices: Iterable[object]) -> str:

@@ -3,7 +3,9 @@ inputs, how long each phase took, and why a job failed. The index reads wheel ha
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -15,6 +17,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from typing import Self
+
+from builder.core.errors import LedgerError
+from builder.core.hashing import FileIdentity
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -35,11 +40,22 @@ CREATE TABLE IF NOT EXISTS jobs (
     wheel_size   INTEGER,
     reason       TEXT,               -- why it failed, was quarantined, or cannot be built here
     report       TEXT,               -- JSON: the verify gate's checks and recorded facts (GLIBC, NEEDED, archs)
+    toolchain    TEXT,               -- JSON: the toolkit source, its CUDA version and root, the host compiler
+    compile_times TEXT,              -- JSON: [{unit, arch, seconds}] from nvcc --time (object-cache hits add none)
+    wheel_identity TEXT,             -- inode:size:mtime_ns:ctime_ns of the wheel in dist/ when its hash was taken
     updated_at   REAL NOT NULL
 );
 """
 # Columns added after the first release of the schema, added to older ledgers on open.
-MIGRATIONS = {"report": "ALTER TABLE jobs ADD COLUMN report TEXT"}
+MIGRATIONS = {
+    "report": "ALTER TABLE jobs ADD COLUMN report TEXT",
+    "toolchain": "ALTER TABLE jobs ADD COLUMN toolchain TEXT",
+    "compile_times": "ALTER TABLE jobs ADD COLUMN compile_times TEXT",
+    "wheel_identity": "ALTER TABLE jobs ADD COLUMN wheel_identity TEXT",
+}
+SCHEMA_VERSION = 2  # PRAGMA user_version; a ledger with a higher one was written by a newer wheelwright
+# How long to wait for another process's write transaction before saying so (env WHEELWRIGHT_LEDGER_TIMEOUT).
+DEFAULT_LOCK_TIMEOUT = 30.0
 
 class Status(str, Enum):
     """A job's row: in flight, or how it ended. A str, so rows, JSON and comparisons with text keep working."""
@@ -77,11 +93,44 @@ class LedgerEntry:
     wheel_size: int | None = None
     reason: str | None = None
     report: str | None = None
+    toolchain: str | None = None
+    compile_times: str | None = None
+    wheel_identity: str | None = None
     updated_at: float = 0.0
 
     @property
     def total_seconds(self) -> float:
         return sum(self.timings.values())
+
+
+_COLUMNS = ", ".join(f.name for f in dataclasses.fields(LedgerEntry))
+
+
+def lock_timeout() -> float:
+    try:
+        return max(0.0, float(os.environ.get("WHEELWRIGHT_LEDGER_TIMEOUT", DEFAULT_LOCK_TIMEOUT)))
+    except ValueError:
+        return DEFAULT_LOCK_TIMEOUT
+
+
+@contextmanager
+def sqlite_errors(path: Path) -> Iterator[None]:
+    """Every SQLite failure on ``path`` as a LedgerError that says what is wrong with the file."""
+    try:
+        yield
+    except sqlite3.OperationalError as error:
+        text = str(error)
+        if "locked" in text or "busy" in text:
+            raise LedgerError(
+                f"{path}: locked by another process for more than {lock_timeout():g} s",
+                tip="wait for the other wheelwright run to finish (or raise WHEELWRIGHT_LEDGER_TIMEOUT)",
+            ) from None
+        raise LedgerError(f"{path}: cannot use the ledger: {text}", tip=_TIP) from None
+    except sqlite3.DatabaseError as error:  # corrupt, truncated, or not SQLite at all
+        raise LedgerError(f"{path}: not a usable ledger: {error}", tip=_TIP) from None
+
+
+_TIP = "move the file aside; `wheelwright build` records a new ledger (built wheels in dist/ are kept)"
 
 
 class Ledger:
@@ -90,14 +139,33 @@ class Ledger:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, timeout=30, isolation_level=None)
+        if path.is_dir():
+            raise LedgerError(f"{path}: a folder, not a ledger file", tip=_TIP)
+        with sqlite_errors(path):
+            self._db = sqlite3.connect(path, timeout=lock_timeout(), isolation_level=None)
+            try:
+                self._open()
+            except BaseException:
+                self._db.close()
+                raise
+
+    def _open(self) -> None:
         self._db.row_factory = sqlite3.Row
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise LedgerError(
+                f"{self.path}: written by a newer wheelwright "
+                f"(ledger schema {version}, this one knows {SCHEMA_VERSION})",
+                tip="upgrade wheelwright, or use another --output",
+            )
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
         columns = {row["name"] for row in self._db.execute("PRAGMA table_info(jobs)")}
         for column, statement in MIGRATIONS.items():
             if column not in columns:
                 self._db.execute(statement)
+        if version < SCHEMA_VERSION:
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def close(self) -> None:
         self._db.close()
@@ -110,20 +178,26 @@ class Ledger:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        with sqlite_errors(self.path):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _select(self, where: str = "", parameters: tuple[object, ...] = ()) -> list[LedgerEntry]:
+        with sqlite_errors(self.path):
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM jobs {where}", parameters).fetchall()
+            return [_entry(row, self.path) for row in rows]
 
     def get(self, job_id: str) -> LedgerEntry | None:
-        row = self._db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-        return _entry(row) if row else None
+        found = self._select("WHERE job_id = ?", (job_id,))
+        return found[0] if found else None
 
     def entries(self) -> list[LedgerEntry]:
-        return [_entry(row) for row in self._db.execute("SELECT * FROM jobs ORDER BY job_id")]
+        return self._select("ORDER BY job_id")
 
     def put(self, entry: LedgerEntry) -> None:
         if entry.status not in STATUSES:  # a plain str from elsewhere must still be one of them
@@ -134,28 +208,44 @@ class Ledger:
         with self._transaction() as db:
             db.execute(f"INSERT OR REPLACE INTO jobs ({columns}) VALUES ({marks})", values)
 
-    def wheel_hashes(self) -> dict[str, tuple[str, int]]:
-        """{wheel filename: (sha256, size)} of every built wheel, so the index need not re-hash them."""
-        rows = self._db.execute(
-            "SELECT wheel, wheel_sha256, wheel_size FROM jobs WHERE status = 'built' AND wheel IS NOT NULL"
-        )
-        return {row["wheel"]: (row["wheel_sha256"], row["wheel_size"]) for row in rows}
+    def wheel_hashes(self) -> dict[str, tuple[str, FileIdentity]]:
+        """{wheel filename: (sha256, identity)} of every built wheel whose identity in dist/ was recorded, so the
+        index need not re-hash a wheel still exactly as built."""
+        query = "SELECT wheel, wheel_sha256, wheel_identity FROM jobs WHERE status = 'built' AND wheel IS NOT NULL"
+        with sqlite_errors(self.path):
+            rows = self._db.execute(query).fetchall()
+        known = {}
+        for row in rows:
+            identity = FileIdentity.parse(row["wheel_identity"])
+            if identity is not None and isinstance(row["wheel_sha256"], str):
+                known[row["wheel"]] = (row["wheel_sha256"], identity)
+        return known
 
     def wheel_archs(self) -> dict[str, tuple[str, str]]:
         """{wheel filename: (SASS, PTX)} of every built wheel whose verify report recorded its GPU code, each a JSON
         list as the report holds it; SQLite extracts them, so a big ledger's reports are not parsed in Python."""
-        rows = self._db.execute(
+        query = (
             "SELECT wheel, json_extract(report, '$.sass') AS sass, json_extract(report, '$.ptx') AS ptx FROM jobs"
             " WHERE status = 'built' AND wheel IS NOT NULL AND json_valid(report)"
         )
+        with sqlite_errors(self.path):
+            rows = self._db.execute(query).fetchall()
         return {row["wheel"]: (row["sass"], row["ptx"]) for row in rows if row["sass"] is not None}
 
     def failures(self) -> list[LedgerEntry]:
         return [e for e in self.entries() if e.status in NOT_BUILT]
 
 
-def _entry(row: sqlite3.Row) -> LedgerEntry:
+def _entry(row: sqlite3.Row, path: Path) -> LedgerEntry:
     data = dict(row)
-    data["timings"] = json.loads(data["timings"] or "{}")
-    data["status"] = Status(data["status"])
-    return LedgerEntry(**data)
+    try:
+        timings = json.loads(data["timings"] or "{}")
+    except (TypeError, ValueError):
+        timings = None
+    if not isinstance(timings, dict):
+        raise LedgerError(f"{path}: job {data['job_id']!r} has unreadable timings", tip=_TIP)
+    try:
+        status = Status(data["status"])
+    except ValueError:
+        raise LedgerError(f"{path}: job {data['job_id']!r} has unknown status {data['status']!r}", tip=_TIP) from None
+    return LedgerEntry(**{**data, "timings": timings, "status": status})

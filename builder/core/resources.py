@@ -42,6 +42,10 @@ TORCH_FACTS = Resource("builder.data", "torch.toml")  # torch releases: Pythons,
 RECIPE_FACTS = Resource("builder.data", "recipes.toml")  # per-package facts about upstream setup.py files
 REPAIR_EXCLUDES = Resource("builder.data", "repair.toml")  # sonames torch provides; never grafted
 BUILD_REQUIREMENTS = Resource("builder.data", "build-requirements.txt")  # the build venv's pinned tools
+TOOLKITS = Resource("builder.data", "toolkits.toml")  # where each CUDA version's toolkit and host compiler come from
+ARCH_FACTS = Resource("builder.data", "archs.toml")  # SASS a toolkit range miscompiles, per package
+IMAGE_BASES = Resource("builder.data", "images.toml")  # builder-image bases: glibc, compiler, Pythons, digests
+COMPILE_COSTS = Resource("builder.data", "compile-costs.toml")  # seed per-(unit, arch) costs for plan --estimate
 
 # -- code run as a file (not imported) ---------------------------------------------------------------------------
 RECIPE_PRELUDE = Resource("builder.steps.recipes", "prelude.py")  # prepended to an upstream setup.py
@@ -59,11 +63,22 @@ TEMPLATES = tuple(
 )
 
 # What a build reads besides the job itself; the resume hash covers each one's bytes (builder/farm/build.py).
-# torch.toml is not here: the facts a job is built from (ABI, manylinux, archs, toolkit) are fields of the job.
-BUILD_DATA = (RECIPE_FACTS, REPAIR_EXCLUDES, BUILD_REQUIREMENTS, RECIPE_PRELUDE, OBJCACHE_SCRIPT)
+# torch.toml and archs.toml are not here: the facts a job is planned from (ABI, manylinux, archs, toolkit version)
+# are fields of the job.
+BUILD_DATA = (RECIPE_FACTS, REPAIR_EXCLUDES, BUILD_REQUIREMENTS, TOOLKITS, RECIPE_PRELUDE, OBJCACHE_SCRIPT)
 
 # Files that are not Python modules, by package: setup.py's package_data. (.py files ship as modules anyway.)
-NOT_MODULES = (TORCH_FACTS, RECIPE_FACTS, REPAIR_EXCLUDES, BUILD_REQUIREMENTS, *TEMPLATES)
+NOT_MODULES = (
+    TORCH_FACTS,
+    RECIPE_FACTS,
+    REPAIR_EXCLUDES,
+    BUILD_REQUIREMENTS,
+    TOOLKITS,
+    ARCH_FACTS,
+    IMAGE_BASES,
+    COMPILE_COSTS,
+    *TEMPLATES,
+)
 PACKAGE_DATA: dict[str, list[str]] = {}
 for _resource in NOT_MODULES:
     PACKAGE_DATA.setdefault(_resource.package, []).append(_resource.name)

@@ -25,7 +25,7 @@ from typing import Any
 
 from builder.core.context import job_context, log_note
 from builder.core.errors import WheelwrightError
-from builder.core.hashing import sha256_of
+from builder.core.hashing import FileIdentity, sha256_of
 from builder.core.ledger import NOT_BUILT, Ledger, LedgerEntry, Status
 from builder.core.resources import BUILD_DATA
 from builder.plan.facts import TorchFacts
@@ -42,9 +42,11 @@ from builder.steps.environment import (
     runtime_env,
 )
 from builder.steps.fetch import fetch_sdist, unpack_sdist
+from builder.steps.nvcc_time import read_times
 from builder.steps.recipes import apply_recipe
 from builder.steps.recipes.facts import package_facts
 from builder.steps.repair import load_excludes, repair_wheel
+from builder.steps.upstream import overlay_upstream
 from builder.steps.verify import quarantine, verify_wheel
 
 log = logging.getLogger(__name__)
@@ -131,14 +133,18 @@ class PhaseTimer:
 
 
 def input_hash(job: Job) -> str:
-    """What a wheel is built from: sdist, recipe and recipe code, torch, toolkit, flags, and every data file the
-    build reads (resources.BUILD_DATA). Same hash, same wheel."""
+    """What a wheel is built from: sdist (and the upstream commit overlaid on it), recipe and recipe code, torch,
+    toolkit, flags, and every data file the build reads (resources.BUILD_DATA). Same hash, same wheel."""
     inputs = {
         "job": {k: v for k, v in asdict(job).items() if k != "sdist"},
         "sdist": job.sdist.sha256,
+        "upstream": asdict(job.sdist.upstream) if job.sdist.upstream else None,
         "recipe_code": _recipe_code_digest(),
         "data": {resource.source: hashlib.sha256(resource.read_bytes()).hexdigest() for resource in BUILD_DATA},
     }
+    image = os.environ.get("WHEELWRIGHT_BUILDER_IMAGE")  # set inside a builder image: its glibc and compiler count
+    if image:
+        inputs["image"] = image
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -289,8 +295,9 @@ class Builder:
             env = build_env(job, runtime, toolkit)
         with timer("patch"):
             source = unpack_sdist(sdist, work / "unpacked")
+            added = overlay_upstream(job, source)
             recipe = apply_recipe(source, job)
-            for change in recipe.changes:
+            for change in (*added, *recipe.changes):
                 log_note(f"recipe: {change}")
         with timer("compile"), compile_stage.workspace(job, source, runtime.site_packages) as space:
             parallelism = compile_stage.Parallelism.fit(len(job.archs), share=share)
@@ -299,11 +306,15 @@ class Builder:
             )
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache)
             built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
+            compiled = {  # how it was compiled, for the ledger (the wheel carries its own record: provenance below)
+                "toolchain": json.dumps(toolkit.as_dict(), sort_keys=True),
+                "compile_times": json.dumps(read_times(space.nvcc_times)),
+            }
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired")
             # After repair (which rewrites the ELF files), so the record's digests are of what ships.
-            provenance.embed(repaired.wheel, provenance.build_record(
-                job, toolkit_root=toolkit.root, recipe_changes=recipe.changes))
+            record = provenance.build_record(job, toolchain=toolkit.as_dict(), recipe_changes=recipe.changes)
+            provenance.embed(repaired.wheel, record)
         with timer("verify"):
             report = verify_wheel(repaired.wheel, job, runtime=runtime)
             log_note(report.describe())
@@ -322,25 +333,44 @@ class Builder:
                 wheel_size=destination.stat().st_size,
                 reason="; ".join(report.reasons),
                 report=summary,
+                **compiled,
             )
         with timer("install"):
             twin = variant_stage.make_twin(repaired.wheel, work / "variant")  # after the gate, checked again
-            entry = self._install(job, digest, repaired.wheel, timer, ledger, summary)
+            entry = self._install(job, digest, repaired.wheel, timer, ledger, summary, compiled)
             os.replace(twin.path, self.layout.variant / twin.path.name)
             return entry
 
     def _install(
-        self, job: Job, digest: str, wheel: Path, timer: PhaseTimer, ledger: Ledger, report: str
+        self,
+        job: Job,
+        digest: str,
+        wheel: Path,
+        timer: PhaseTimer,
+        ledger: Ledger,
+        report: str,
+        compiled: dict[str, str],
     ) -> LedgerEntry:
         """Record the wheel's hash first, then move it into dist/ atomically: a kill between the two is recovered."""
         checksum, size = sha256_of(wheel), wheel.stat().st_size
         destination = self.layout.dist / wheel.name
         if destination.exists() and sha256_of(destination) != checksum:
             log.warning("%s: replacing %s built from older inputs", job.identifier, destination.name)
-        fields = dict(timings=timer.timings, wheel=wheel.name, wheel_sha256=checksum, wheel_size=size, report=report)
+        fields = dict(
+            timings=timer.timings,
+            wheel=wheel.name,
+            wheel_sha256=checksum,
+            wheel_size=size,
+            report=report,
+            **compiled,
+        )
         ledger.put(_base_entry(job, digest, self.layout, status=Status.RUNNING, phase="install", **fields))
         os.replace(wheel, destination)
-        return _base_entry(job, digest, self.layout, status=Status.BUILT, phase="install", **fields)
+        # Taken after the move (a rename changes ctime): the index reuses the hash only while this still holds.
+        identity = str(FileIdentity.of(destination.stat()))
+        return _base_entry(
+            job, digest, self.layout, status=Status.BUILT, phase="install", wheel_identity=identity, **fields
+        )
 
 
 @contextmanager

@@ -1,5 +1,6 @@
 """GPU architectures as matrix.yaml, torch's arch-list variables and the fatbin reader spell them, parsed in one place:
-CUDA ``9.0``, ``9.0a`` (arch-specific), ``10.0f`` (family), ``12.0+PTX`` (also embed PTX); ROCm ``gfx942``."""
+CUDA ``9.0``, ``9.0a`` (arch-specific), ``10.0f`` (family), ``12.0+PTX`` (also embed PTX), ``compute_90`` (PTX alone,
+nvcc's name for a virtual arch, for GPUs newer than any SASS to JIT from); ROCm ``gfx942``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 _CUDA = re.compile(r"(?P<major>\d+)\.(?P<minor>\d+)(?P<variant>[af]?)(?P<ptx>\+PTX)?")
+_PTX_ONLY = re.compile(r"compute_(?P<major>\d+)(?P<minor>\d)(?P<variant>[af]?)")  # nvcc's minor is one digit
 _ROCM = re.compile(r"gfx[0-9a-f]+")
 
 
@@ -17,7 +19,8 @@ class Arch:
     major: int = 0
     minor: int = 0
     variant: str = ""  # CUDA only, "", "a" or "f": arch-specific (a) or family-specific (f) code
-    ptx: bool = False  # CUDA only: PTX embedded beside the SASS
+    ptx: bool = False  # CUDA only: PTX embedded (beside the SASS unless ptx_only)
+    ptx_only: bool = False  # CUDA only: ``compute_90``, PTX and no SASS
     gfx: str = ""  # ROCm only: the target name
 
     @classmethod
@@ -26,9 +29,15 @@ class Arch:
         cuda = _CUDA.fullmatch(text)
         if cuda is not None:
             return cls("cuda", int(cuda["major"]), int(cuda["minor"]), cuda["variant"], bool(cuda["ptx"]))
+        ptx_only = _PTX_ONLY.fullmatch(text)
+        if ptx_only is not None:
+            major, minor, variant = int(ptx_only["major"]), int(ptx_only["minor"]), ptx_only["variant"]
+            return cls("cuda", major, minor, variant, ptx=True, ptx_only=True)
         if _ROCM.fullmatch(text):
             return cls("rocm", gfx=text)
-        raise ValueError(f"{text!r} is not a GPU architecture like '9.0', '9.0a', '12.0+PTX' or 'gfx942'")
+        raise ValueError(
+            f"{text!r} is not a GPU architecture like '9.0', '9.0a', '12.0+PTX', 'compute_90' (PTX only) or 'gfx942'"
+        )
 
     @property
     def plain(self) -> bool:
@@ -36,8 +45,13 @@ class Arch:
         return self.kind == "cuda" and not self.variant and not self.ptx
 
     @property
+    def has_sass(self) -> bool:
+        """Machine code is built for it: everything but ``compute_90`` (ROCm code objects count as SASS)."""
+        return not self.ptx_only
+
+    @property
     def sass(self) -> str:
-        """The machine code's name, without +PTX: ``9.0a``; for ROCm the target."""
+        """The arch's dotted name, without +PTX: ``9.0a`` (also for ``compute_90a``); for ROCm the target."""
         return f"{self.major}.{self.minor}{self.variant}" if self.kind == "cuda" else self.gfx
 
     @property
@@ -51,4 +65,6 @@ class Arch:
         return (self.major, self.minor, self.variant) if self.kind == "cuda" else (0, 0, self.gfx)
 
     def __str__(self) -> str:
+        if self.ptx_only:
+            return f"compute_{self.number}"
         return self.sass + ("+PTX" if self.ptx else "")

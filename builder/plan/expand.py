@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import itertools
+import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from builder.core.errors import PlanError, did_you_mean
+from builder.plan.archs import ArchNote, apply_known_bad
 from builder.plan.facts import Accelerator, TorchFacts, TorchRelease, load_facts
-from builder.plan.job import Job, PatchRef, Recipe, Sdist
+from builder.plan.job import Job, PatchRef, Recipe, Sdist, UpstreamFiles
 from builder.plan.matrix import HOST_PYTHON, Matrix, PackageSpec, SdistPin, load_matrix
 
 _WILDCARDS = re.compile(r"[*?\[]")
@@ -32,10 +36,16 @@ class Plan:
     profile: str
     jobs: tuple[Job, ...]
     dropped: tuple[Dropped, ...]
+    arch_notes: tuple[ArchNote, ...] = ()  # archs the arch facts changed, per job (builder/data/archs.toml)
 
     def select(self, pattern: str | None) -> Plan:
-        if not pattern:
+        if pattern is None:
             return self
+        if not pattern.strip():
+            # An unset CI variable expands to '': selecting everything then would start the whole matrix.
+            raise PlanError(
+                f"--select {pattern!r} is empty", tip="give an fnmatch pattern, e.g. '*pt214*cp311*', or leave it out"
+            )
         jobs = tuple(j for j in self.jobs if fnmatch.fnmatchcase(j.identifier, pattern))
         if not jobs:
             hint = did_you_mean(pattern, [j.identifier for j in self.jobs])
@@ -43,6 +53,21 @@ class Plan:
                 f"--select {pattern!r} matches none of the {len(self.jobs)} jobs of profile {self.profile!r}{hint}",
                 tip=f"`wheelwright plan --profile {self.profile}` lists the job identifiers",
             )
+        kept = {j.identifier for j in jobs}
+        notes = tuple(n for n in self.arch_notes if n.identifier in kept)
+        return Plan(profile=self.profile, jobs=jobs, dropped=self.dropped, arch_notes=notes)
+
+    def only(self, identifiers: Sequence[str]) -> Plan:
+        """Exactly the jobs named (the container backend's hand-off); an unknown identifier is an error."""
+        if not identifiers:
+            return self
+        known = {j.identifier for j in self.jobs}
+        for identifier in identifiers:
+            if identifier not in known:
+                hint = did_you_mean(identifier, known)
+                raise PlanError(f"--only {identifier!r} is not a job of profile {self.profile!r}{hint}")
+        wanted = set(identifiers)
+        jobs = tuple(j for j in self.jobs if j.identifier in wanted)
         return Plan(profile=self.profile, jobs=jobs, dropped=self.dropped)
 
     def as_github_matrix(self) -> dict[str, list[dict[str, object]]]:
@@ -50,13 +75,19 @@ class Plan:
 
 
 def host_python() -> str:
-    return f"{sys.version_info.major}.{sys.version_info.minor}"
+    """The ``host`` Python; a builder container is told the host's (WHEELWRIGHT_HOST_PYTHON) so its plan matches."""
+    return os.environ.get("WHEELWRIGHT_HOST_PYTHON") or f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def _recipe(package: PackageSpec) -> Recipe:
+def _recipe(package: PackageSpec, version: str) -> Recipe:
+    """The package's recipe as it applies to ``version``: env_by_version entries add to env where they match."""
     spec = package.recipe
+    env = dict(spec.env)
+    for entry in spec.env_by_version:
+        if SpecifierSet(entry.versions).contains(version, prereleases=True):
+            env.update(entry.env)
     return Recipe(
-        env=tuple(sorted(spec.env.items())),
+        env=tuple(sorted(env.items())),
         abi_env=spec.abi_env,
         arch_control=spec.arch_control,
         patches=tuple(PatchRef(name=p.name, versions=p.versions, torch=p.torch) for p in spec.patches),
@@ -66,7 +97,15 @@ def _recipe(package: PackageSpec) -> Recipe:
 
 def _sdist(package: PackageSpec, pin: SdistPin) -> Sdist:
     filename = f"{package.name.replace('-', '_')}-{pin.version}.tar.gz"
-    return Sdist(filename=filename, sha256=pin.sha256, url=pin.url)
+    upstream = None
+    if pin.upstream is not None:
+        upstream = UpstreamFiles(
+            repo=pin.upstream.repo,
+            commit=pin.upstream.commit,
+            paths=tuple(pin.upstream.paths),
+            tree_digest=pin.upstream.tree_digest,
+        )
+    return Sdist(filename=filename, sha256=pin.sha256, url=pin.url, upstream=upstream)
 
 
 def _toolkit(accelerator: Accelerator) -> str:
@@ -199,13 +238,22 @@ def _combinations(axes: _Axes) -> Iterator[_Combination]:
                 yield package, pin, torch, release, accelerator, python
 
 
-def _job(combination: _Combination, axes: _Axes, facts: TorchFacts) -> Job:
+def _job(combination: _Combination, axes: _Axes, facts: TorchFacts) -> tuple[Job, tuple[ArchNote, ...]]:
+    """The combination's job, its archs corrected by the arch facts (and what they changed)."""
+    job = _planned_job(combination, axes, facts)
+    if job.accelerator.kind != "cuda":
+        return job, ()
+    archs, notes = apply_known_bad(job.identifier, job.package, job.version, job.accelerator.version, job.archs)
+    return (dataclasses.replace(job, archs=archs) if notes else job), notes
+
+
+def _planned_job(combination: _Combination, axes: _Axes, facts: TorchFacts) -> Job:
     package, pin, torch, release, accelerator, python = combination
     return Job(
         package=package.name,
         version=pin.version,
         sdist=_sdist(package, pin),
-        recipe=_recipe(package),
+        recipe=_recipe(package, pin.version),
         torch=torch,
         accelerator=accelerator,
         python=python,
@@ -221,21 +269,23 @@ def expand(matrix: Matrix, facts: TorchFacts, profile_name: str | None = None, *
     axes = _Resolver(matrix, name, facts, host or host_python()).resolve()
     jobs: list[Job] = []
     dropped: list[Dropped] = []
+    notes: list[ArchNote] = []
     for combination in _combinations(axes):
-        job = _job(combination, axes, facts)
+        job, job_notes = _job(combination, axes, facts)
         _, _, _, release, accelerator, python = combination
         reason = _why_impossible(release, accelerator, python) or (
             None if _selected(job.identifier, axes) else NOT_SELECTED
         )
         if reason is None:
             jobs.append(job)
+            notes += job_notes
         else:
             dropped.append(Dropped(identifier=job.identifier, reason=reason))
     _check_selectors(matrix, name, jobs, dropped)
     if not jobs:
         tip = f"`wheelwright plan --profile {name} --explain` says why each combination was dropped"
         raise PlanError(f"profile {name!r} expands to no jobs", tip=tip)
-    return Plan(profile=name, jobs=tuple(jobs), dropped=tuple(dropped))
+    return Plan(profile=name, jobs=tuple(jobs), dropped=tuple(dropped), arch_notes=tuple(notes))
 
 
 def _selected(identifier: str, axes: _Axes) -> bool:

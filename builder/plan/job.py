@@ -39,15 +39,26 @@ def parse_label(label: str) -> tuple[str, Accelerator]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class UpstreamFiles:
+    """Files the sdist lacks (csrc/ of old releases), from upstream's release commit, pinned by content."""
+
+    repo: str  # owner/name on the forge
+    commit: str
+    paths: tuple[str, ...]
+    tree_digest: str  # builder.steps.upstream.tree_digest of ``paths``
+
+
+@dataclass(frozen=True, kw_only=True)
 class Sdist:
     filename: str
     sha256: str
     url: str | None = None  # None: look it up on the registry by filename
+    upstream: UpstreamFiles | None = None
 
 
 # The patches matrix.yaml may name. The plan checks names only; the functions are builder.steps.recipes.patches,
 # which registers exactly these (the plan layer does not import the build steps).
-PATCH_NAMES = frozenset({"cxx20"})
+PATCH_NAMES = frozenset({"cxx20", "drop-buildtools"})
 
 
 @dataclass(frozen=True, kw_only=True)

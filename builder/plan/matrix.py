@@ -79,8 +79,9 @@ def _sha256(value: str) -> str:
 
 
 def _url(value: str) -> str:
-    if not re.match(r"https?://[^/\s]+/", value):
-        raise ValueError(f"{value!r} is not an http(s) URL")
+    # Whole-string match: a space or control character anywhere would fail only at fetch time, deep in a build.
+    if not re.fullmatch(r"https?://[^/\s\x00-\x1f\x7f]+/[^\s\x00-\x1f\x7f]*", value):
+        raise ValueError(f"{value!r} is not an http(s) URL (no spaces or control characters; quote them as %20)")
     return value
 
 
@@ -156,10 +157,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+class UpstreamPin(_Strict):
+    """Files the sdist lacks, from upstream's release commit (see builder/steps/upstream.py)."""
+
+    repo: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")]
+    commit: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
+    paths: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]*$")]] = Field(min_length=1)
+    tree_digest: Sha256
+
+
 class SdistPin(_Strict):
     version: PackageVersion
     sha256: Sha256
     url: Url | None = None
+    upstream: UpstreamPin | None = None
 
 
 class PatchSpec(_Strict):
@@ -168,8 +179,16 @@ class PatchSpec(_Strict):
     torch: Specifier = ""
 
 
+class VersionedEnv(_Strict):
+    """Build switches only some releases read (mamba-ssm's MAMBA_KEEP_CUDA_BUILD opt-in, from after 2.3.2.post1)."""
+
+    versions: Specifier
+    env: dict[EnvName, str] = Field(min_length=1)
+
+
 class RecipeSpec(_Strict):
     env: dict[EnvName, str] = {}
+    env_by_version: list[VersionedEnv] = []
     abi_env: EnvName | None = None
     arch_control: Literal["gencode-rewrite", "torch-arch-list"] = "gencode-rewrite"
     patches: list[PatchSpec] = []
@@ -194,7 +213,7 @@ class Axes(_Strict):
     accelerators: list[AcceleratorName] | None = Field(default=None, min_length=1)
     python: list[PythonVersion] | None = Field(default=None, min_length=1)
     archs: dict[AcceleratorName, Annotated[list[Arch], Field(min_length=1)]] | None = None
-    include: list[Selector] | None = None
+    include: list[Selector] | None = Field(default=None, min_length=1)  # [] would select nothing; say so
     exclude: list[Selector] | None = None
 
 
@@ -437,9 +456,49 @@ class _YamlProblem(Exception):
         self.line, self.loc, self.text = line, loc, text
 
 
+# A matrix is a few hundred nodes; these bound the work a hostile file can ask for ("billion laughs": a few
+# hundred bytes of nested aliases that expand to billions of nodes in everything that walks the result).
+MAX_MATRIX_BYTES = 1 << 20
+MAX_EXPANDED_NODES = 100_000
+MAX_DEPTH = 50
+
+
+def _expanded_size(node: yaml.Node) -> int:
+    """How many nodes ``node`` stands for once every alias is expanded; raises past the limits or on a cycle."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node, depth: int) -> int:
+        if depth > MAX_DEPTH:
+            raise _YamlProblem(node.start_mark.line + 1, (), f"nested deeper than {MAX_DEPTH} levels")
+        known = sizes.get(id(node))
+        if known == -1:
+            raise _YamlProblem(node.start_mark.line + 1, (), "an alias refers to the node that contains it")
+        if known is not None:
+            return known
+        sizes[id(node)] = -1
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        total = 1 + sum(size(child, depth + 1) for child in children)
+        if total > MAX_EXPANDED_NODES:
+            raise _YamlProblem(
+                node.start_mark.line + 1, (), f"expands to more than {MAX_EXPANDED_NODES:,} nodes (aliases included)"
+            )
+        sizes[id(node)] = total
+        return total
+
+    return size(node, 0)
+
+
 def _parse_yaml(text: str, path: Path) -> tuple[Any, dict[Loc, int]]:
+    if len(text) > MAX_MATRIX_BYTES:
+        raise ConfigError(f"{path}: {len(text):,} characters; a matrix file may have at most {MAX_MATRIX_BYTES:,}")
     try:
         node = yaml.compose(text, Loader=_Loader)
+        if node is not None:
+            _expanded_size(node)
         lines = _line_map(node) if node is not None else {}
         raw = yaml.load(text, Loader=_Loader)
     except _YamlProblem as problem:
@@ -449,6 +508,8 @@ def _parse_yaml(text: str, path: Path) -> tuple[Any, dict[Loc, int]]:
         mark = getattr(error, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise ConfigError(f"{where}: not valid YAML: {_yaml_problem(error)}") from None
+    except RecursionError:  # the composer recurses per level, before our depth limit can look
+        raise ConfigError(f"{path}: nested too deeply (a matrix needs a few levels)") from None
     return raw, lines
 
 
@@ -470,9 +531,11 @@ def _report(source: str, lines: dict[Loc, int], problems: Sequence[tuple[Loc, st
 
 def load_matrix(path: Path) -> Matrix:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"{path}: cannot read the matrix: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {error.start}: {error.reason})") from None
     raw, lines = _parse_yaml(text, path)
     if not isinstance(raw, dict) or not raw:
         what = "empty" if not raw else f"{_yaml_kind(raw)}, not a mapping"

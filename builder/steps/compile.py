@@ -21,6 +21,7 @@ import build
 from builder.core import context
 from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, run
+from builder.plan.archs import torch_arch_list
 from builder.plan.job import Job
 from builder.steps import objcache as nvcc_cache
 from builder.steps.environment import BuildEnv
@@ -72,6 +73,14 @@ class Workspace:
     def torch_site(self) -> Path:
         return self.root / "torch-site"
 
+    @property
+    def cuda_home(self) -> Path:
+        return self.root / "cuda-home"
+
+    @property
+    def nvcc_times(self) -> Path:
+        return self.root / "nvcc-time.csv"
+
     @classmethod
     def for_job(cls, job: Job) -> Workspace:
         return cls(root=FIXED_ROOT / f"{job.package}-{job.local_version}")
@@ -90,6 +99,7 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
         if space.torch_site.is_symlink() or space.torch_site.exists():
             space.torch_site.unlink()
         space.torch_site.symlink_to(torch_site, target_is_directory=True)
+        space.nvcc_times.unlink(missing_ok=True)
         yield space
 
 
@@ -108,14 +118,18 @@ def build_environ(
     environ.update(recipe_env)
     environ.update(
         CUDA_HOME=str(toolkit.root),
+        # the host compiler the toolkit accepts; torch passes $CC to nvcc as -ccbin, setuptools compiles with both
+        CC=str(toolkit.cc),
+        CXX=str(toolkit.cxx),
         CUDA_PATH=str(toolkit.root),
         PATH=os.pathsep.join([str(env.python.parent), str(toolkit.root / "bin"), environ.get("PATH", "")]),
         # the build venv's own tools first (a system torch's site-packages may hold other setuptools), then torch at
         # the fixed path, so torch's header paths inside objects are the same for every Python
         PYTHONPATH=os.pathsep.join([str(env.site_packages), str(space.torch_site)]),
         MAX_JOBS=str(parallelism.max_jobs),
-        NVCC_APPEND_FLAGS=f"--threads {parallelism.nvcc_threads}",  # last --threads wins over setup.py's hardcoded 4
-        TORCH_CUDA_ARCH_LIST=";".join(job.archs),
+        # last --threads wins over setup.py's hardcoded 4; --time appends a CSV row per phase, arch and unit
+        NVCC_APPEND_FLAGS=f"--threads {parallelism.nvcc_threads} --time {space.nvcc_times}",
+        TORCH_CUDA_ARCH_LIST=torch_arch_list(job.archs) if job.accelerator.kind == "cuda" else ";".join(job.archs),
         PIP_NO_BUILD_ISOLATION="1",
         PYTHONUNBUFFERED="1",  # the backend writes to our pipe: lines reach the log and the progress as they happen
         SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", "315532800"),
@@ -123,10 +137,37 @@ def build_environ(
     # The wrapper runs even without the cache ("off"): it makes every nvcc call deterministic (see objcache.py).
     root, mode = objcache if objcache is not None else (objcache_root(), "off")
     # run as a script (it needs only the standard library): PYTHONPATH above does not lead to wheelwright
-    environ["PYTORCH_NVCC"] = shlex.join([sys.executable, nvcc_cache.__file__, str(root), mode, str(toolkit.nvcc)])
+    wrapper = [sys.executable, nvcc_cache.__file__, str(root), mode, str(toolkit.nvcc)]
+    environ["PYTORCH_NVCC"] = shlex.join(wrapper)
+    if not honours_pytorch_nvcc(space.torch_site):
+        home = cuda_home_with_wrapper(toolkit.root, wrapper, space.cuda_home)
+        environ.update(CUDA_HOME=str(home), CUDA_PATH=str(home))
     # setuptools adds the build venv's include directory: per Python, like the interpreter's own
     environ[nvcc_cache.PER_PYTHON_ENV] = str(env.python.parent.parent / "include")
     return environ
+
+
+def honours_pytorch_nvcc(torch_site: Path) -> bool:
+    """torch reads PYTORCH_NVCC from 2.1 on; torch 2.0 and 1.13 always run $CUDA_HOME/bin/nvcc."""
+    source = torch_site / "torch" / "utils" / "cpp_extension.py"
+    return not source.is_file() or "PYTORCH_NVCC" in source.read_text(encoding="utf-8", errors="replace")
+
+
+def cuda_home_with_wrapper(root: Path, wrapper: list[str], home: Path) -> Path:
+    """A CUDA_HOME of links to ``root`` whose bin/nvcc runs ``wrapper`` (the object cache), for a torch that
+    ignores PYTORCH_NVCC. It lives at the workspace's fixed path, so the include paths nvcc sees stay the same."""
+    shutil.rmtree(home, ignore_errors=True)
+    (home / "bin").mkdir(parents=True)
+    for entry in root.iterdir():
+        if entry.name != "bin":
+            (home / entry.name).symlink_to(entry.resolve())
+    for tool in (root / "bin").iterdir():
+        if tool.name != "nvcc":
+            (home / "bin" / tool.name).symlink_to(tool.resolve())
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text(f'#!/bin/sh\nexec {shlex.join(wrapper)} "$@"\n')
+    nvcc.chmod(0o755)
+    return home
 
 
 def compile_wheel(

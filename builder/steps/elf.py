@@ -18,10 +18,12 @@ from auditwheel.elfutils import elf_find_versioned_symbols
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from builder.core.elfread import ElfFile
 from builder.core.errors import WheelError
 from builder.core.fatbin import FatbinContents, elf_fatbin
+from builder.steps.cxxabi import AbiEvidence, classify
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,7 @@ class ElfFacts:
     # the library that defines them -> versions needed: {"libc.so.6": {"GLIBC_2.2.5", "GLIBC_2.34"}}
     symbol_versions: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
     gpu: FatbinContents = field(default_factory=FatbinContents)
+    abi: AbiEvidence = field(default_factory=AbiEvidence)  # C++ ABI of the symbols shared with torch
 
     @property
     def name(self) -> str:
@@ -57,11 +60,22 @@ def read_elf(path: Path, *, name: str, gpu: bool = True) -> ElfFacts:
             versions: dict[str, set[str]] = {}
             for library, version in elf_find_versioned_symbols(elf):
                 versions.setdefault(library, set()).add(version)
+            abi = classify(_dynamic_symbols(elf)) if gpu else AbiEvidence()
     except ELFError as error:
         raise WheelError(f"{name}: not a readable ELF file ({error})") from None
     kernels = _kernels(path, name) if gpu else FatbinContents()
     frozen = MappingProxyType({lib: frozenset(v) for lib, v in sorted(versions.items())})
-    return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen, gpu=kernels)
+    return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen, gpu=kernels, abi=abi)
+
+
+def _dynamic_symbols(elf: ELFFile) -> Iterator[str]:
+    """Names in .dynsym, defined and undefined: what the dynamic linker matches against torch's libraries."""
+    table = elf.get_section_by_name(".dynsym")
+    if not isinstance(table, SymbolTableSection):
+        return
+    for symbol in table.iter_symbols():
+        if symbol.name:
+            yield symbol.name
 
 
 def _kernels(path: Path, name: str) -> FatbinContents:

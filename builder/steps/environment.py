@@ -20,6 +20,8 @@ from builder.core.resources import BUILD_REQUIREMENTS
 from builder.core.runner import run
 from builder.plan.facts import Accelerator, TorchFacts
 from builder.plan.job import Job
+from builder.steps.toolchain import Toolchain as Toolkit
+from builder.steps.toolchain import ToolkitUnavailable, provide
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +45,7 @@ else:
 class NotBuildableHere(WheelwrightError):
     """The job's toolkit, interpreter or torch cannot be had on this machine; reported, never attempted."""
 
-    exit_code = 9
-
-
-@dataclass(frozen=True, kw_only=True)
-class Toolkit:
-    accelerator: Accelerator
-    root: Path
-
-    @property
-    def nvcc(self) -> Path:
-        return self.root / "bin" / "nvcc"
+    exit_code = 4  # like ToolchainError: something the machine lacks, not something the user typed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,25 +206,13 @@ def build_env(job: Job, runtime: RuntimeEnv, toolkit: Toolkit) -> BuildEnv:
 # -- toolkits ---------------------------------------------------------------------------------------------------
 
 def find_toolkit(accelerator: Accelerator) -> Toolkit:
-    """The CUDA toolkit of the job's version, checked; ROCm cannot be had on this machine yet."""
-    if accelerator.kind != "cuda":
-        raise NotBuildableHere(f"no ROCm {accelerator.version} toolkit on this machine (hipcc not provisioned)")
-    candidates = [
-        os.environ.get("WHEELWRIGHT_CUDA_HOME"),
-        os.environ.get("CUDA_HOME"),
-        f"/usr/local/cuda-{accelerator.version}",
-        "/usr/local/cuda",
-    ]
-    for candidate in filter(None, candidates):
-        root = Path(candidate)
-        if (root / "bin" / "nvcc").is_file() and toolkit_version(root) == accelerator.version:
-            toolkit = Toolkit(accelerator=accelerator, root=root)
-            check_toolkit(toolkit)
-            return toolkit
-    raise NotBuildableHere(
-        f"no CUDA {accelerator.version} toolkit on this machine (looked for bin/nvcc of that version in "
-        f"$WHEELWRIGHT_CUDA_HOME, $CUDA_HOME, /usr/local/cuda-{accelerator.version}, /usr/local/cuda)"
-    )
+    """The job's toolkit and host compiler from the toolchain provider (builder/data/toolkits.toml), checked."""
+    try:
+        toolkit = provide(accelerator)
+    except ToolkitUnavailable as error:
+        raise NotBuildableHere(str(error), tip=error.tip) from None
+    check_toolkit(toolkit)
+    return toolkit
 
 
 def toolkit_version(root: Path) -> str | None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from email.parser import Parser
 from pathlib import Path
+from typing import Any
 
 from builder import __version__
 from builder.core.errors import WheelError, WheelwrightError
@@ -35,11 +36,12 @@ _REPOSITORY = Path(__file__).resolve().parents[2]  # the checkout wheelwright ru
 class Provenance:
     """A parsed record; ``record`` is the JSON object as stored."""
 
-    record: Mapping[str, object]
+    record: Mapping[str, Any]
 
     @property
     def files(self) -> Mapping[str, str]:
-        return self.record.get("files", {})  # type: ignore[return-value]
+        files: Mapping[str, str] = self.record.get("files", {})
+        return files
 
     @property
     def label(self) -> str:
@@ -92,18 +94,21 @@ def job_archs(job: Job) -> dict[str, list[str]]:
     return {"sass": sass, "ptx": ptx}
 
 
-def _arch_sort(arch: str) -> tuple:
+def _arch_sort(arch: str) -> tuple[Any, ...]:
     return arch_key(arch) if not arch.startswith("gfx") else (0, 0, arch)
 
 
-def build_record(job: Job, *, toolkit_root: Path | None, recipe_changes: tuple[str, ...] = (),
+def build_record(job: Job, *, toolchain: Mapping[str, str] | None, recipe_changes: tuple[str, ...] = (),
                  log_path: Path | None = None) -> dict[str, object]:
-    """Everything the record says about the build (the file digests are added when it is embedded)."""
-    compiler = os.environ.get("CXX", "c++")
+    """Everything the record says about the build (the file digests are added when it is embedded).
+
+    ``toolchain`` is the job's toolkit record (``Toolchain.as_dict()``: source, CUDA version, root, host compilers),
+    the same the ledger keeps; the record adds what those tools say they are."""
+    compiler = (toolchain or {}).get("cxx") or os.environ.get("CXX", "c++")
     toolkit: dict[str, str] = {"kind": job.accelerator.kind, "version": job.accelerator.version}
-    if toolkit_root is not None and job.accelerator.kind == "cuda":
-        toolkit["root"] = str(toolkit_root)
-        toolkit["nvcc"] = _first_line([str(toolkit_root / "bin" / "nvcc"), "--version"], log_path)
+    if toolchain is not None and job.accelerator.kind == "cuda":
+        toolkit.update(toolchain)
+        toolkit["nvcc"] = _first_line([str(Path(toolchain["root"]) / "bin" / "nvcc"), "--version"], log_path)
     return {
         "schema": SCHEMA,
         "job": job.identifier,
@@ -147,10 +152,11 @@ def embed(wheel: Path, record: Mapping[str, object]) -> Provenance:
     """Add ``record`` with the payload's digests to ``wheel`` (rewritten in place, reproducibly)."""
     members = read_members(wheel)
     dist_info = dist_info_dir(members, wheel.name)
-    full = {**record, "files": payload_digests(members, dist_info)}
+    digests = payload_digests(members, dist_info)
+    full = {**record, "files": digests}
     members[f"{dist_info}/{FILENAME}"] = Member(data=encode(full))
     write_wheel(wheel, members)
-    log.info("%s: provenance embedded (%d payload files)", wheel.name, len(full["files"]))
+    log.info("%s: provenance embedded (%d payload files)", wheel.name, len(digests))
     return Provenance(record=full)
 
 
@@ -185,8 +191,8 @@ def disagreements(members: Mapping[str, Member], where: str, elves: tuple[ElfFac
     dist_info = dist_info_dir(members, where)
     problems = _file_problems(provenance.files, payload_digests(members, dist_info))
     problems += _metadata_problems(provenance.record, members, dist_info)
-    if elves is not None and provenance.record.get("toolkit", {}).get("kind") == "cuda":  # type: ignore[union-attr]
-        problems += _arch_problems(provenance.record.get("archs", {}), elves)  # type: ignore[arg-type]
+    if elves is not None and provenance.record.get("toolkit", {}).get("kind") == "cuda":
+        problems += _arch_problems(provenance.record.get("archs", {}), elves)
     return problems
 
 
@@ -200,7 +206,7 @@ def _file_problems(recorded: Mapping[str, str], actual: Mapping[str, str]) -> li
     return problems
 
 
-def _metadata_problems(record: Mapping[str, object], members: Mapping[str, Member], dist_info: str) -> list[str]:
+def _metadata_problems(record: Mapping[str, Any], members: Mapping[str, Member], dist_info: str) -> list[str]:
     metadata_member = members.get(f"{dist_info}/METADATA")
     if metadata_member is None:
         return [f"no {dist_info}/METADATA"]
@@ -213,7 +219,7 @@ def _metadata_problems(record: Mapping[str, object], members: Mapping[str, Membe
         problems.append(f"METADATA Version {metadata.get('Version')} but provenance says {expected}")
     if variant is not None and label not in json.loads(variant.data).get("variants", {}):
         problems.append(f"variant.json does not describe the recorded label {label}")
-    requirement = record.get("torch", {}).get("requirement")  # type: ignore[union-attr]
+    requirement = record.get("torch", {}).get("requirement")
     torch_pins = [r.replace(" ", "") for r in metadata.get_all("Requires-Dist") or [] if r.startswith("torch")]
     if requirement and requirement not in torch_pins:
         problems.append(f"METADATA pins {torch_pins or 'no torch'} but provenance records {requirement}")
@@ -244,7 +250,7 @@ def gate(wheel: Path, elves: tuple[ElfFacts, ...]) -> tuple[bool, str]:
     return True, f"{len(record.files)} payload files, metadata and GPU archs agree with {FILENAME}"
 
 
-def _abi(torch: Mapping) -> str:
+def _abi(torch: Mapping[str, Any]) -> str:
     return "cxx11" if torch.get("cxx11_abi") else "pre-cxx11"
 
 
@@ -255,16 +261,16 @@ def describe(provenance: Provenance) -> list[tuple[str, str]]:
         r.get(k, {}) for k in ("sdist", "toolkit", "torch", "archs", "wheelwright", "build_host"))
     recipe = r.get("recipe", {})
     patches = ", ".join(f"{p['name']} ({p['versions'] or 'any'} / torch {p['torch'] or 'any'})"
-                        for p in recipe.get("patches", [])) or "none"  # type: ignore[union-attr]
+                        for p in recipe.get("patches", [])) or "none"
     return [
         ("job", str(r.get("job"))),
-        ("sdist", f"{sdist.get('filename')} sha256 {sdist.get('sha256')}"),  # type: ignore[union-attr]
-        ("recipe", f"arch control {recipe.get('arch_control')}; patches {patches}"),  # type: ignore[union-attr]
+        ("sdist", f"{sdist.get('filename')} sha256 {sdist.get('sha256')}"),
+        ("recipe", f"arch control {recipe.get('arch_control')}; patches {patches}"),
         ("torch", f"{torch.get('version')} ({_abi(torch)} ABI), wheel pins {torch.get('requirement')}"),
-        ("toolkit", f"{toolkit.get('kind')} {toolkit.get('version')}: {toolkit.get('nvcc', '-')}"),  # type: ignore[union-attr]
+        ("toolkit", f"{toolkit.get('kind')} {toolkit.get('version')}: {toolkit.get('nvcc', '-')}"),
         ("host compiler", str(r.get("host_compiler"))),
-        ("archs", f"SASS {' '.join(archs.get('sass', [])) or 'none'}; PTX {' '.join(archs.get('ptx', [])) or 'none'}"),  # type: ignore[union-attr]
-        ("wheelwright", f"{ww.get('version')} at {ww.get('commit')}"),  # type: ignore[union-attr]
-        ("build host", f"{host.get('name')} ({host.get('system')}, {host.get('libc')}), image {host.get('image')}"),  # type: ignore[union-attr]
+        ("archs", f"SASS {' '.join(archs.get('sass', [])) or 'none'}; PTX {' '.join(archs.get('ptx', [])) or 'none'}"),
+        ("wheelwright", f"{ww.get('version')} at {ww.get('commit')}"),
+        ("build host", f"{host.get('name')} ({host.get('system')}, {host.get('libc')}), image {host.get('image')}"),
         ("payload files", str(len(provenance.files))),
     ]

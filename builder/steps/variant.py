@@ -28,13 +28,16 @@ log = logging.getLogger(__name__)
 SCHEMA_URL = "https://variants-schema.wheelnext.dev/peps/850/v0.2.0.json"  # the variant schema uv 0.13 reads
 VARIANT_JSON = "variant.json"
 # uv 0.13 swaps its own implementation in for a provider declared with this plugin-api (checked with real uv).
-NVIDIA_PROVIDER = {
+NVIDIA_PROVIDER: dict[str, object] = {
     "requires": ["nvidia-variant-provider"],
     "plugin-api": "nvidia_variant_provider.plugin:NvidiaVariantPlugin",
 }
 # No installer implements a ROCm provider yet: declared as a plugin, so installers that cannot run it treat ROCm
 # variants as unsupported (never installed by mistake) rather than as always compatible.
-ROCM_PROVIDER = {"requires": ["rocm-variant-provider"], "plugin-api": "rocm_variant_provider.plugin:RocmVariantPlugin"}
+ROCM_PROVIDER: dict[str, object] = {
+    "requires": ["rocm-variant-provider"],
+    "plugin-api": "rocm_variant_provider.plugin:RocmVariantPlugin",
+}
 NAMESPACE_ORDER = ("abi_dependency", "nvidia", "rocm")  # torch's ABI first: a wrong torch never loads
 _LABEL = re.compile(r"[0-9a-z._]+")
 _VALUE = re.compile(r"[a-z0-9_.]+")
@@ -79,7 +82,7 @@ def providers_for(namespaces: Iterable[str], torch_minors: Iterable[str]) -> dic
     """The provider table for ``namespaces``. uv 0.13 implements no ABI dependency provider, so torch is declared
     statically, newest minor first (see README, 'The variant channel', for what that means for selection)."""
     minors = sorted(set(torch_minors), key=lambda v: tuple(int(p) for p in v.split(".")), reverse=True)
-    known = {
+    known: dict[str, dict[str, object]] = {
         "abi_dependency": {"static-properties": {"torch": minors}},
         "nvidia": NVIDIA_PROVIDER,
         "rocm": ROCM_PROVIDER,
@@ -112,7 +115,7 @@ def make_twin(wheel: Path, out_dir: Path) -> Twin:
     members = read_members(wheel)
     record = provenance.read(members, wheel.name).record
     label = str(record["label"])
-    properties = properties_for(label, record["archs"])  # type: ignore[arg-type]
+    properties = properties_for(label, record["archs"])
     twin_members = _twin_members(members, wheel.name, label, properties)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = write_wheel(out_dir / variant_filename(wheel.name, label), twin_members)

@@ -24,7 +24,7 @@ from builder.core.errors import WheelError
 from builder.core.fatbin import arch_key
 from builder.core.runner import run
 from builder.core.wheelname import InvalidWheelFilename, WheelFilename
-from builder.plan.arch import Arch
+from builder.plan.archs import split
 from builder.plan.facts import torch_minor
 from builder.plan.job import Job
 from builder.steps import provenance
@@ -282,11 +282,9 @@ def check_symbol_versions(facts: WheelFacts, policy: Policy | None) -> Check:
 
 
 def expected_archs(job: Job) -> tuple[frozenset[str], frozenset[str]]:
-    """(SASS, PTX) the job asks for: "8.0" is SASS only, "9.0+PTX" SASS and PTX for 9.0."""
-    archs = [Arch.parse(text) for text in job.archs]
-    sass = frozenset(arch.sass for arch in archs)
-    ptx = frozenset(arch.sass for arch in archs if arch.ptx)
-    return sass, ptx
+    """(SASS, PTX) the job asks for: "8.0" is SASS only, "9.0+PTX" SASS and PTX for 9.0, "compute_90" PTX only."""
+    sass, ptx = split(job.archs)
+    return frozenset(sass), frozenset(ptx)
 
 
 def _listed(archs: Iterable[str]) -> str:
@@ -324,6 +322,34 @@ def _arch_gaps(elf: ElfFacts, sass: frozenset[str], ptx: frozenset[str]) -> str:
     return "; ".join(gaps)
 
 
+def _abi_name(cxx11: bool) -> str:
+    return "cxx11 (_GLIBCXX_USE_CXX11_ABI=1)" if cxx11 else "pre-cxx11 (_GLIBCXX_USE_CXX11_ABI=0)"
+
+
+def check_cxx_abi(facts: WheelFacts, job: Job) -> Check:
+    """The symbols an extension shares with torch must be mangled for torch's C++ ABI; the other ABI's names are
+    symbols torch does not define ("undefined symbol: _ZN3c10..." at import)."""
+    want = "cxx11" if job.cxx11_abi else "pre-cxx11"
+    problems, seen = [], []
+    for elf in facts.elves:
+        found = elf.abi.abi
+        if found is None:
+            continue
+        seen.append(f"{elf.path}: {found} ({elf.abi.cxx11 + elf.abi.pre_cxx11} symbols shared with torch)")
+        if found != want:
+            wrong = elf.abi.pre_cxx11_examples if job.cxx11_abi else elf.abi.cxx11_examples
+            problems.append(f"{elf.path} uses the {found} ABI (e.g. {wrong[0] if wrong else '?'})")
+    if problems:
+        return failed(
+            "cxx-abi",
+            f"C++ ABI mismatch: torch {job.torch} was built with the {_abi_name(job.cxx11_abi)} ABI, "
+            f"but {'; '.join(problems)}",
+        )
+    if not seen:
+        return passed("cxx-abi", "no symbol shared with torch takes a std::string or std::list; either ABI loads")
+    return passed("cxx-abi", f"{want}, as torch {job.torch}: {'; '.join(seen)}")
+
+
 def target_warnings(policy: Policy | None, job: Job, policies: WheelPolicies) -> tuple[str, ...]:
     """Not a failure: the tag is honest; the wheel just installs on fewer systems than the job aimed for."""
     target = target_policy(job, policies)
@@ -346,6 +372,7 @@ def evaluate(facts: WheelFacts, job: Job, *, excludes: Excludes, policies: Wheel
         check_needed(facts, job, excludes, policy),
         check_symbol_versions(facts, policy),
         check_gpu_archs(facts, job),
+        check_cxx_abi(facts, job),
     )
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from builder.core.hashing import FileIdentity
 from builder.core.ledger import Ledger, LedgerEntry
 from builder.core.runner import run
 from index_site.serve import Served, serving
@@ -128,6 +129,7 @@ def write_wheelhouse(output: Path) -> None:
                     wheel=path.name,
                     wheel_sha256=digest,
                     wheel_size=path.stat().st_size,
+                    wheel_identity=str(FileIdentity.of(path.stat())),
                 )
             )
         ledger.put(_ledger_entry("cp39", "failed", phase="compile", reason=FAILED_REASON))

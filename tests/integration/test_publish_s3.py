@@ -226,10 +226,8 @@ def test_a_publish_killed_midway_leaves_the_previous_index_consistent_and_the_ne
     crawled = crawl(bucket.url + "/")
     assert crawled.problems == []  # every link of what readers see resolves, with the right bytes
     assert fetch(bucket.url + "/")[2] == landing_before
-    with pytest.raises(PublishError, match="another publish holds the lock"):
-        publish(bucket.site, bucket.store(), prefix=PREFIX)
-
-    report = publish(bucket.site, bucket.store(), prefix=PREFIX, break_lock=True)
+    # The dead publish's lock is its own process's and no longer held: provably gone, so taken over without a flag.
+    report = publish(bucket.site, bucket.store(), prefix=PREFIX)
     assert set(report.uploaded).isdisjoint(dying.uploaded)
     assert crawl(bucket.url + "/").problems == []
     assert b"pt211cu128" in fetch(bucket.url + "/")[2] and b"1.7.1" in fetch(bucket.url + "/")[2]

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """causal-conv1d 1.8.0 (a wheel that says it is upstream's) and a 1.7.0 sdist, as PEP 503 and PEP 691 pages."""
     root = tmp_path_factory.mktemp("upstream")
-    files = root / "files"
+    files = root / "whl"  # serve answers only a site's own top-level names
     files.mkdir()
     wheel = make_wheel(
         files,
@@ -44,7 +44,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (files / "causal_conv1d-1.7.0.tar.gz").write_bytes(b"an sdist pip must never build here")
     names = [wheel.name, "causal_conv1d-1.7.0.tar.gz"]
     (root / "simple" / "causal-conv1d").mkdir(parents=True)
-    links = "".join(f'<a href="../../files/{n}">{n}</a><br>\n' for n in names)
+    links = "".join(f'<a href="../../whl/{n}">{n}</a><br>\n' for n in names)
     (root / "simple" / "causal-conv1d" / "index.html").write_text(
         f"<!DOCTYPE html><html><body>\n{links}</body></html>\n"
     )
@@ -53,7 +53,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "meta": {"api-version": "1.1"},
         "name": "causal-conv1d",
         "versions": ["1.7.0", "1.8.0"],
-        "files": [{"filename": n, "url": f"../../files/{n}", "hashes": {}} for n in names],
+        "files": [{"filename": n, "url": f"../../whl/{n}", "hashes": {}} for n in names],
     }
     (root / "json" / "causal-conv1d" / "index.json").write_text(json.dumps(document))
     (root / "json" / "mamba-ssm").mkdir()  # current: the check names only the package that is behind

@@ -32,7 +32,7 @@ def _run(tmp_path: Path, *args: str, installed: bool) -> subprocess.CompletedPro
 def test_nothing_missing_installs_nothing(tmp_path: Path) -> None:
     done = _run(tmp_path, "build", installed=True)  # (the test part also fetches axe-core: not hermetic)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "system packages present: g++\n"
+    assert done.stdout == "system packages present: g++ gcc-11 g++-11 debian-archive-keyring\n"
     assert not (tmp_path / "apt.log").exists()
 
 
@@ -40,11 +40,16 @@ def test_missing_without_root_is_one_error_line_naming_the_command(tmp_path: Pat
     done = _run(tmp_path, "test", installed=False)
     assert done.returncode == 1
     assert len(done.stderr.splitlines()) == 1  # one line; npm is in the list only where there is none
-    assert done.stderr.startswith("ERROR missing system packages g++ chromium fonts-dejavu-core")
+    assert done.stderr.startswith(
+        "ERROR missing system packages g++ gcc-11 g++-11 debian-archive-keyring chromium fonts-dejavu-core"
+    )
     assert done.stderr.endswith(": run `sudo bash scripts/install-system-deps.sh test`\n")
     assert not (tmp_path / "apt.log").exists()
 
 
-def test_the_build_needs_only_the_compiler(tmp_path: Path) -> None:
+def test_the_build_needs_only_the_compilers_and_the_keyring(tmp_path: Path) -> None:
+    """g++, plus gcc-11/g++-11 (CUDA 11.8's host compiler) and the keyring Debian's CUDA 11.8 packages are checked
+    against: no browser or npm for a build."""
     done = _run(tmp_path, "build", installed=False)
-    assert done.returncode == 1 and "missing system packages g++:" in done.stderr
+    assert done.returncode == 1
+    assert "missing system packages g++ gcc-11 g++-11 debian-archive-keyring:" in done.stderr

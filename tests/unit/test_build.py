@@ -36,7 +36,7 @@ class FakeStages:
         self.fail: dict[str, Exception] = {}
         self.verdict: dict[str, bool] = {}
         self.tmp = tmp_path
-        stub = SimpleNamespace(site_packages=tmp_path, root=tmp_path)
+        stub = SimpleNamespace(site_packages=tmp_path, root=tmp_path, as_dict=lambda: {"source": "stub-toolkit"})
         monkeypatch.setattr(build_stage, "fetch_sdist", lambda job: tmp_path / "sdist.tar.gz")
         monkeypatch.setattr(build_stage, "find_toolkit", lambda accelerator: stub)
         monkeypatch.setattr(build_stage, "runtime_env", lambda job, facts: stub)
@@ -64,7 +64,7 @@ class FakeStages:
     @staticmethod
     @contextmanager
     def workspace(job, source, torch_site):
-        yield SimpleNamespace(source=source)
+        yield SimpleNamespace(source=source, nvcc_times=source / "no-nvcc-time.csv")
 
     def compile_wheel(self, job, env, space, environ, outdir) -> Path:
         if job.package in self.fail:

@@ -5,14 +5,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from builder.core.errors import ConfigError, PublishError
 from index_site import layout
-from index_site.publish import STATE_DIR, AlreadyExists, RemoteObject, normalise_prefix, publish
+from index_site.publish import (
+    LOCK_EXPIRY_SECONDS,
+    STATE_DIR,
+    AlreadyExists,
+    RemoteObject,
+    _process_start,
+    normalise_prefix,
+    publish,
+)
 from index_site.site import build_site
 from tests.wheelfactory import WheelSpec, make_wheel
 
@@ -248,3 +258,66 @@ def test_prefix_is_normalised_and_checked(site: Path) -> None:
         normalise_prefix("a/../b")
     with pytest.raises(ConfigError, match="not a wheelwright site"):
         publish(site.parent / "dist", MemoryStore())
+
+
+def _lock(store: MemoryStore, **holder: object) -> None:
+    document = {"owner": "someone", "since": "2026-01-01T00:00:00Z", "token": "t", **holder}
+    store.put(f"{STATE_DIR}lock", json.dumps(document).encode(), content_type="", cache_control="", sha256="")
+
+
+def _live_process() -> tuple[int, int | None]:
+    import os
+
+    return os.getppid(), _process_start(os.getppid())
+
+
+def test_break_lock_refuses_a_live_publisher_on_this_machine(site: Path) -> None:
+    pid, started = _live_process()
+    store = MemoryStore()
+    _lock(store, host=socket.gethostname(), pid=pid, process_start=started, since_epoch=time.time() - 2.5)
+    with pytest.raises(PublishError, match="its process is still running"):
+        publish(site, store, break_lock=True)
+    assert not any(key.endswith(".whl") for key in store.objects)
+
+
+def test_a_lock_whose_process_is_gone_is_taken_over_without_a_flag(site: Path) -> None:
+    store = MemoryStore()
+    _lock(store, host=socket.gethostname(), pid=2**22 + 12345, process_start=1, since_epoch=time.time())
+    publish(site, store)
+    assert any(key.endswith(".whl") for key in store.objects) and f"{STATE_DIR}lock" not in store.objects
+
+
+def test_a_reused_pid_is_not_mistaken_for_the_holder(site: Path) -> None:
+    pid, started = _live_process()
+    store = MemoryStore()
+    _lock(store, host=socket.gethostname(), pid=pid, process_start=(started or 0) + 1, since_epoch=time.time())
+    publish(site, store)
+    assert any(key.endswith(".whl") for key in store.objects)
+
+
+def test_break_lock_takes_a_lock_from_another_machine_only_once_it_is_old(site: Path) -> None:
+    store = MemoryStore()
+    _lock(store, host="elsewhere", pid=1, since_epoch=time.time() - 60)
+    with pytest.raises(PublishError, match="not on this machine"):
+        publish(site, store, break_lock=True)
+    _lock(store, host="elsewhere", pid=1, since_epoch=time.time() - LOCK_EXPIRY_SECONDS - 1)
+    with pytest.raises(PublishError, match="not on this machine"):
+        publish(site, store)  # old, but breaking it is the operator's decision
+    publish(site, store, break_lock=True)
+    assert any(key.endswith(".whl") for key in store.objects)
+
+
+def test_publish_uploads_only_what_the_index_recorded(site: Path) -> None:
+    (site / "whl" / "stray.html").write_text("not the index's")
+    (site / "simple" / "passwd").symlink_to("/etc/passwd")
+    store = MemoryStore()
+    publish(site, store)
+    assert "whl/stray.html" not in store.objects and "simple/passwd" not in store.objects
+    assert "index.html" in store.objects
+
+
+def test_publish_refuses_a_site_file_whose_bytes_moved(site: Path) -> None:
+    page = site / "whl" / "pt214cu130.html"
+    page.write_text(page.read_text().replace("sha256=", "sha256=0"))
+    with pytest.raises(PublishError, match="bytes changed since the index recorded them"):
+        publish(site, MemoryStore())

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import ConfigError
+from builder.core.hashing import FileIdentity
 from builder.core.ledger import Ledger, LedgerEntry
 from index_site import catalog as catalog_module
 from index_site.site import build_site
@@ -88,18 +89,50 @@ def test_wheels_the_ledger_built_are_not_hashed_again(output: Path, monkeypatch:
     with Ledger(output / "ledger.sqlite") as ledger:
         for wheel in (output / "dist").iterdir():
             digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+            identity = str(FileIdentity.of(wheel.stat()))
             ledger.put(
                 _entry(
-                    wheel.name, status="built", wheel=wheel.name, wheel_sha256=digest, wheel_size=wheel.stat().st_size
+                    wheel.name,
+                    status="built",
+                    wheel=wheel.name,
+                    wheel_sha256=digest,
+                    wheel_size=wheel.stat().st_size,
+                    wheel_identity=identity,
                 )
             )
 
-    def refuse(path: Path) -> str:
-        raise AssertionError(f"{path} was hashed although the ledger knows it")
+    def refuse(file: object) -> str:
+        raise AssertionError(f"{file} was hashed although the ledger knows it")
 
-    monkeypatch.setattr(catalog_module, "sha256_file", refuse)
+    monkeypatch.setattr(catalog_module, "sha256_stream", refuse)
     report = build_site(output, output / "site", base_url=BASE)
     assert (report.stats.from_ledger, report.stats.hashed) == (len(SPECS), 0)
+
+
+def test_a_ledger_hash_is_not_trusted_on_size_alone(output: Path) -> None:
+    """A wheel replaced by other bytes of the same size after the build: the ledger's digest no longer applies."""
+    wheel = min((output / "dist").iterdir())
+    with Ledger(output / "ledger.sqlite") as ledger:
+        ledger.put(
+            _entry(
+                wheel.name,
+                status="built",
+                wheel=wheel.name,
+                wheel_sha256="0" * 64,
+                wheel_size=wheel.stat().st_size,
+                wheel_identity=str(FileIdentity.of(wheel.stat())),
+            )
+        )
+    data = bytearray(wheel.read_bytes())
+    data[-30] ^= 1  # same size, other bytes (the zip's comment area is not checked by the index)
+    mtime = wheel.stat().st_mtime_ns
+    wheel.write_bytes(bytes(data))
+    os.utime(wheel, ns=(mtime, mtime))  # even with the old mtime restored
+    report = build_site(output, output / "site", base_url=BASE)
+    assert report.stats.from_ledger == 0
+    pages = [path.read_text() for path in (output / "site").rglob("*.html")]
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert not any("0" * 64 in page for page in pages) and any(digest in page for page in pages)
 
 
 def test_a_rebuilt_wheel_with_the_same_name_is_hashed_again(output: Path) -> None:

@@ -20,6 +20,14 @@ from tests.wheels import job_wheel
 
 JOB = local_job()
 EXTENSION = "causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so"
+# what Toolchain.as_dict() gives the build (and the ledger): the record takes its toolkit and compiler from it
+TOOLCHAIN = {
+    "source": "host-13.0",
+    "cuda": "13.0",
+    "root": "/usr/local/cuda-13.0",
+    "cc": "/usr/bin/gcc-12",
+    "cxx": "/usr/bin/g++-12",
+}
 KERNELS = elf_with_sections({".text": b"\xc3" * 8, ".nv_fatbin": fatbin_container(fatbin_entry(SASS, 90))})
 
 
@@ -32,7 +40,7 @@ def _no_probes(monkeypatch: pytest.MonkeyPatch) -> None:
 def built(tmp_path: Path) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
     wheel = job_wheel(tmp_path, JOB, {"causal_conv1d/__init__.py": b"x = 1\n", EXTENSION: KERNELS})
-    provenance.embed(wheel, provenance.build_record(JOB, toolkit_root=Path("/usr/local/cuda-13.0")))
+    provenance.embed(wheel, provenance.build_record(JOB, toolchain=TOOLCHAIN))
     return wheel
 
 
@@ -47,7 +55,8 @@ def test_record_says_how_the_wheel_was_made(tmp_path: Path) -> None:
     assert record["sdist"] == {"filename": JOB.sdist.filename, "sha256": JOB.sdist.sha256}
     assert record["torch"] == {"version": "2.14.1", "requirement": "torch==2.14.*", "cxx11_abi": JOB.cxx11_abi}
     assert record["archs"] == {"sass": ["9.0"], "ptx": []}
-    assert record["toolkit"]["nvcc"] == "nvcc 1.0" and record["host_compiler"] == "c++ 1.0"
+    assert record["toolkit"] == {"kind": "cuda", "version": JOB.accelerator.version, **TOOLCHAIN, "nvcc": "nvcc 1.0"}
+    assert record["host_compiler"] == "g++-12 1.0"  # the toolchain's own compiler was asked, not $CXX
     assert record["wheelwright"]["commit"] == "0123abc"
     assert set(record["files"]) == {"causal_conv1d/__init__.py", EXTENSION}
     assert [p["name"] for p in record["recipe"]["patches"]] == [p.name for p in JOB.recipe.patches]

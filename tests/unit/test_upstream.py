@@ -1,60 +1,98 @@
-"""`wheelwright upstream`'s logic: the newest final release upstream against the newest version we pin."""
+"""Upstream commit archives (builder/steps/upstream.py) without the forge: an archive in the source cache is
+overlaid after its tree digest is checked; one neither cached nor downloadable makes the job unbuildable here, with
+the reason and the command that caches it, never a traceback or an obscure failure."""
 
 from __future__ import annotations
 
-import io
-import json
+import dataclasses
+import socket
+import tarfile
+from pathlib import Path
 
 import pytest
 
-from builder.core.errors import FetchError, WheelError
-from builder.plan.matrix import load_matrix
-from builder.steps import upstream
-from builder.steps.wheelzip import Member, source_date_epoch, write_wheel
-from tests.jobs import MATRIX
+from builder.core.ledger import Status
+from builder.farm.build import Builder, BuildOptions, Layout
+from builder.plan.facts import load_facts
+from builder.plan.job import Job, UpstreamFiles
+from builder.steps import upstream as upstream_module
+from builder.steps.environment import NotBuildableHere
+from builder.steps.upstream import UpstreamUnavailable, archive_name, fetch_archive, overlay_upstream, tree_digest
+from tests.jobs import local_job
+from tests.unit.test_build import FakeStages
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+SETUP_PY = b"# the release's setup.py, in the sdist and at the commit\n"
 
 
-def serve(monkeypatch: pytest.MonkeyPatch, pages: dict[str, object]) -> list[str]:
-    asked: list[str] = []
-
-    def open_url(url: str, *, accept: str | None = None) -> io.BytesIO:
-        asked.append(url)
-        if url not in pages:
-            raise OSError(f"404 {url}")
-        return io.BytesIO(json.dumps(pages[url]).encode())
-
-    monkeypatch.setattr(upstream, "open_url", open_url)
-    return asked
+def closed_port_url() -> str:
+    """A loopback URL nothing listens on: a download from it fails at once, as the forge does from CI."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/archive.tar.gz"
 
 
-def test_behind_when_upstream_has_a_newer_final_release(monkeypatch: pytest.MonkeyPatch) -> None:
-    serve(monkeypatch, {
-        "https://idx/causal-conv1d/": {"versions": ["1.6.0", "1.7.0", "1.8.0", "1.9.0rc1", "junk!"]},
-        "https://idx/mamba-ssm/": {"versions": ["2.3.2.post1"]},
-    })
-    statuses = upstream.check_upstream(load_matrix(MATRIX).packages, index="https://idx/")
-    by_name = {s.package: s for s in statuses}
-    assert (by_name["causal-conv1d"].upstream, by_name["causal-conv1d"].behind) == ("1.8.0", True)
-    assert (by_name["mamba-ssm"].ours, by_name["mamba-ssm"].behind) == ("2.3.2.post1", False)
+def pinned(tree_digest_value: str = "0" * 64) -> UpstreamFiles:
+    return UpstreamFiles(repo="example/pkg", commit=COMMIT, paths=("csrc",), tree_digest=tree_digest_value)
 
 
-def test_an_unreadable_page_is_one_fetch_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    serve(monkeypatch, {"https://idx/causal-conv1d/": {"files": []}})
-    with pytest.raises(FetchError, match="lists no 'versions'"):
-        upstream.released_versions("causal-conv1d", index="https://idx/")
-    with pytest.raises(FetchError, match="cannot read https://idx/mamba-ssm/"):
-        upstream.released_versions("mamba-ssm", index="https://idx/")
+def job_with(upstream: UpstreamFiles) -> Job:
+    job = local_job()
+    return dataclasses.replace(job, sdist=dataclasses.replace(job.sdist, upstream=upstream))
 
 
-def test_wheel_bytes_depend_on_contents_and_source_date_epoch_only(tmp_path, monkeypatch) -> None:
-    members = {"pkg/b.py": Member(data=b"b"), "pkg/a.so": Member(data=b"\x7fELF", executable=True),
-               "pkg-1.0.dist-info/METADATA": Member(data=b"Name: pkg\n")}
-    first = write_wheel(tmp_path / "first.whl", members).read_bytes()
-    second = write_wheel(tmp_path / "second.whl", dict(reversed(list(members.items())))).read_bytes()
-    assert first == second
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    assert source_date_epoch() == 1700000000
-    assert write_wheel(tmp_path / "third.whl", members).read_bytes() != first
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
-    with pytest.raises(WheelError, match="SOURCE_DATE_EPOCH='yesterday' is not a number"):
-        source_date_epoch()
+def commit_archive(tmp_path: Path) -> tuple[Path, str]:
+    """An archive laid out as the forge's (<name>-<commit>/...), of files this test writes; and its csrc digest."""
+    top = tmp_path / "commit" / f"pkg-{COMMIT}"
+    (top / "csrc").mkdir(parents=True)
+    (top / "csrc" / "kernel.cu").write_text("__global__ void kernel() {}\n")
+    (top / "setup.py").write_bytes(SETUP_PY)
+    archive = tmp_path / "archive.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(top, arcname=top.name)
+    return archive, tree_digest(top, ["csrc"])
+
+
+@pytest.fixture
+def unreachable_forge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("WHEELWRIGHT_CACHE", str(tmp_path / "cache"))
+    url = closed_port_url()
+    monkeypatch.setattr(upstream_module, "archive_url", lambda upstream: url)
+    return tmp_path / "cache" / "sdists"
+
+
+def test_an_archive_neither_cached_nor_downloadable_is_unavailable(unreachable_forge: Path) -> None:
+    with pytest.raises(UpstreamUnavailable) as caught:
+        fetch_archive(pinned(), "causal-conv1d-1.0.0+pt20cu117-cp310-x86_64")
+    assert isinstance(caught.value, NotBuildableHere)
+    message = str(caught.value)
+    assert f"csrc of example/pkg@{COMMIT[:12]}" in message
+    assert str(unreachable_forge / archive_name(pinned())) in message
+    assert f"python -m scripts.cache_upstream CLONE example/pkg {COMMIT} csrc" in (caught.value.tip or "")
+    assert not any(unreachable_forge.glob("*"))  # no partial archive left to be mistaken for a cached one
+
+
+def test_the_build_reports_such_a_job_unbuildable_with_the_reason(
+    unreachable_forge: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    stages = FakeStages(monkeypatch, tmp_path)
+    job = job_with(pinned())
+    (outcome,) = Builder(Layout(root=tmp_path / "out"), load_facts(), BuildOptions()).run([job])
+    assert outcome.entry.status == Status.UNBUILDABLE and outcome.entry.phase == "patch"
+    assert "is not in the source cache" in (outcome.entry.reason or "")
+    assert stages.compiled == []
+
+
+def test_a_cached_archive_is_overlaid_after_its_digest_is_checked(
+    unreachable_forge: Path, tmp_path: Path
+) -> None:
+    archive, digest = commit_archive(tmp_path)
+    unreachable_forge.mkdir(parents=True)
+    archive.rename(unreachable_forge / archive_name(pinned(digest)))
+    source = tmp_path / "sdist"
+    source.mkdir()
+    (source / "setup.py").write_bytes(SETUP_PY)
+    added = overlay_upstream(job_with(pinned(digest)), source)  # the forge is unreachable: the cache serves it
+    assert (source / "csrc" / "kernel.cu").is_file()
+    assert added == [f"upstream: csrc from example/pkg@{COMMIT[:12]} (tree digest checked)"]

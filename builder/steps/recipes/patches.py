@@ -3,6 +3,7 @@ the changes it made (for the job log)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,3 +35,16 @@ def cxx20(root: Path, job: object) -> list[str]:
         return []
     setup.write_text(changed)
     return ["setup.py: -std=c++17 -> -std=c++20"]
+
+
+@patch("drop-buildtools")
+def drop_buildtools(root: Path, job: object) -> list[str]:
+    """causal-conv1d 1.1.x lists "buildtools" in install_requires: an unrelated 2013 package whose sdist no longer
+    builds on Python 3, so pip cannot install the wheel with its dependencies. Nothing imports it; drop it."""
+    setup = root / "setup.py"
+    text = setup.read_text()
+    changed = re.sub(r'^\s*"buildtools",\n', "", text, flags=re.MULTILINE)
+    if changed == text:
+        return []
+    setup.write_text(changed)
+    return ['setup.py: install_requires without "buildtools"']

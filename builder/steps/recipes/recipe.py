@@ -16,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core.errors import RecipeError
 from builder.plan.arch import Arch
+from builder.plan.archs import torch_arch_list
 from builder.plan.job import Job, PatchRef
 from builder.steps.recipes import pyproject, setup_py
 from builder.steps.recipes.facts import PackageFacts, package_facts
@@ -32,13 +33,15 @@ class RecipeResult:
 
 
 def cuda_gencode_flags(archs: tuple[str, ...], where: str) -> tuple[str, ...]:
-    """``9.0`` -> ``-gencode arch=compute_90,code=sm_90``; ``12.0+PTX`` also embeds PTX (``code=compute_120``)."""
+    """``9.0`` -> ``-gencode arch=compute_90,code=sm_90``; ``12.0+PTX`` also embeds PTX (``code=compute_120``);
+    ``compute_90`` embeds the PTX alone."""
     flags: list[str] = []
     for text in archs:
         arch = _parsed(text)
         if arch is None or arch.kind != "cuda" or arch.minor > 9:  # sm_XY: a one-digit minor
-            raise RecipeError(f"{where}: {text!r} is not a CUDA arch like '9.0', '9.0a' or '12.0+PTX'")
-        flags += ["-gencode", f"arch=compute_{arch.number},code=sm_{arch.number}"]
+            raise RecipeError(f"{where}: {text!r} is not a CUDA arch like '9.0', '9.0a', '12.0+PTX' or 'compute_90'")
+        if arch.has_sass:
+            flags += ["-gencode", f"arch=compute_{arch.number},code=sm_{arch.number}"]
         if arch.ptx:
             flags += ["-gencode", f"arch=compute_{arch.number},code=compute_{arch.number}"]
     return tuple(flags)
@@ -75,7 +78,7 @@ def build_env(job: Job, facts: PackageFacts) -> dict[str, str]:
         env[job.recipe.abi_env] = "TRUE" if job.cxx11_abi else "FALSE"
     archs = ";".join(job.archs)
     if job.accelerator.kind == "cuda":
-        env["TORCH_CUDA_ARCH_LIST"] = archs
+        env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(job.archs)
     else:
         env["PYTORCH_ROCM_ARCH"] = archs
         env[facts.rocm_arch_env] = archs

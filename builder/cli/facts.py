@@ -1,0 +1,60 @@
+"""`wheelwright facts check` (torch.toml against the registry) and `wheelwright toolkits` (where each toolkit of a
+profile comes from, and what it lacks here). Console output lives here."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from rich.markup import escape
+
+from builder.cli.console import console, out
+from builder.plan.expand import load_plan
+from builder.plan.facts import load_facts
+
+BEHIND_EXIT = 12  # distinct from every error code: a scheduled job can tell "facts are behind" from "check broke"
+
+
+def add_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    add_plan_arguments: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    facts = commands.add_parser("facts", help="the torch release facts (builder/data/torch.toml)")
+    actions = facts.add_subparsers(dest="facts_command", required=True, metavar="ACTION")
+    check = actions.add_parser(
+        "check", help=f"compare the facts with the registry's torch releases (exit {BEHIND_EXIT} when behind)"
+    )
+    check.set_defaults(func=cmd_facts_check)
+
+    toolkits = commands.add_parser(
+        "toolkits", help="where each CUDA toolkit of a profile comes from, and what it lacks here"
+    )
+    add_plan_arguments(toolkits)
+    toolkits.set_defaults(func=cmd_toolkits)
+
+
+def cmd_facts_check(args: argparse.Namespace) -> int:
+    from builder.steps.torch_registry import check
+
+    findings = check(load_facts())
+    if not findings:
+        out.print("torch facts are current: every torch release on the registry is in builder/data/torch.toml")
+        return 0
+    for finding in findings:
+        console.print(f"[bold yellow]BEHIND[/bold yellow] {escape(finding.problem)}", highlight=False, soft_wrap=True)
+    stanzas = [finding.stanza for finding in findings if finding.stanza]
+    if stanzas:
+        out.print("# paste into builder/data/torch.toml (before [archs.cuda]), review the marked fields:\n")
+        for text in stanzas:
+            out.print(escape(text), highlight=False)
+    return BEHIND_EXIT
+
+
+def cmd_toolkits(args: argparse.Namespace) -> int:
+    from builder.steps.toolchain import preflight
+
+    plan = load_plan(args.matrix, args.profile).select(args.select)
+    for accelerator in sorted({job.accelerator for job in plan.jobs}):
+        for line in preflight(accelerator):
+            out.print(f"{accelerator}: {escape(line)}")
+    return 0

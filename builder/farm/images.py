@@ -1,0 +1,279 @@
+"""Builder images: which ones a plan needs (one per toolkit family and version), their Dockerfiles and build args,
+the base they start from, and building them through an Engine with the bootstrapped base and the built images
+kept under the cache so a fresh daemon (a new CI machine) loads them instead of rebuilding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomllib
+
+from builder.core.errors import ConfigError, ToolchainError, WheelwrightError
+from builder.core.resources import IMAGE_BASES
+from builder.core.runner import run
+from builder.farm.engine import Engine
+from builder.plan.facts import Accelerator
+from builder.plan.job import Job
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE = "bullseye"
+CONTEXT_FILES = ("install-python.sh", "rocm/fix-bf16-header.sh")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Base:
+    """Where an image starts: a locally bootstrapped Debian, or a registry image pinned by digest."""
+
+    name: str
+    description: str
+    kind: str  # debootstrap | registry
+    glibc: str
+    toolkit: str  # mounted (the host's, at run time) | image (the base ships it)
+    families: tuple[str, ...]
+    pythons: tuple[str, ...]
+    runner_python: str
+    compiler_packages: str = ""  # installed into the image where the base's compiler is too old
+    cc: str = ""  # CC/CXX for the container's builds ("" = the base's default)
+    cxx: str = ""
+    suite: str = ""
+    image: str = ""
+    repository: str = ""
+    digests: Mapping[str, str] | None = None
+
+    def reference(self, family: str, version: str) -> str:
+        """The FROM reference; a registry base without a pinned digest says so instead of floating on a tag."""
+        if self.kind == "debootstrap":
+            return self.image
+        tag = f"{family}{version}"
+        digest = (self.digests or {}).get(tag)
+        return f"{self.repository}:{tag}@{digest}" if digest else f"{self.repository}:{tag}"
+
+    def pinned(self, family: str, version: str) -> bool:
+        return self.kind == "debootstrap" or f"{family}{version}" in (self.digests or {})
+
+
+def load_bases() -> dict[str, Base]:
+    raw = tomllib.loads(IMAGE_BASES.read_text())
+    bases = {}
+    for name, table in raw.get("bases", {}).items():
+        try:
+            bases[name] = Base(
+                name=name, families=tuple(table.pop("families")), pythons=tuple(table.pop("pythons")), **table
+            )
+        except (KeyError, TypeError) as error:
+            raise ConfigError(f"builder/data/images.toml: bases.{name}: {error}") from None
+        if bases[name].kind not in ("debootstrap", "registry"):
+            raise ConfigError(
+                f"builder/data/images.toml: bases.{name}.kind: {bases[name].kind!r} is not debootstrap or registry"
+            )
+    return bases
+
+
+def docker_dir() -> Path:
+    """The Dockerfiles and their context (the repository's docker/ folder)."""
+    folder = Path(os.environ.get("WHEELWRIGHT_DOCKER_DIR", Path(__file__).resolve().parents[2] / "docker"))
+    if not (folder / "cuda.Dockerfile").is_file():
+        raise ToolchainError(
+            f"no Dockerfiles at {folder}", tip="run from a wheelwright checkout or set WHEELWRIGHT_DOCKER_DIR"
+        )
+    return folder
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageSpec:
+    """One builder image: a toolkit family and version on a base, with the Pythons its jobs need."""
+
+    accelerator: Accelerator
+    base: Base
+    pythons: tuple[str, ...]
+
+    @property
+    def family(self) -> str:
+        return "cuda" if self.accelerator.kind == "cuda" else "rocm"
+
+    @property
+    def name(self) -> str:
+        """``cuda13.0``, ``rocm6.0``: what the workflow's build jobs are grouped by."""
+        return f"{self.family}{self.accelerator.version}"
+
+    @property
+    def dockerfile(self) -> str:
+        return f"{self.family}.Dockerfile"
+
+    @property
+    def build_args(self) -> dict[str, str]:
+        version_arg = "CUDA_VERSION" if self.family == "cuda" else "ROCM_VERSION"
+        return {
+            "BASE": self.base.reference(self.family, self.accelerator.version),
+            version_arg: self.accelerator.version,
+            "PYTHONS": " ".join(self.pythons),
+            "RUNNER_PYTHON": self.base.runner_python,
+            "COMPILER_PACKAGES": self.base.compiler_packages,
+        }
+
+    def content_hash(self, folder: Path) -> str:
+        """Dockerfile, context scripts and build args: change any and the tag changes (a cache key, too)."""
+        digest = hashlib.sha256()
+        for relative in (self.dockerfile, *CONTEXT_FILES):
+            digest.update(relative.encode() + b"\0" + (folder / relative).read_bytes())
+        digest.update(repr(sorted(self.build_args.items())).encode())
+        return digest.hexdigest()[:12]
+
+    def tag(self, folder: Path) -> str:
+        return f"wheelwright/builder:{self.name}-{self.base.name}-{self.content_hash(folder)}"
+
+    def not_buildable(self) -> str | None:
+        """Why this image is rendered and linted but not built here, or None."""
+        if self.family not in self.base.families:
+            return f"base {self.base.name} has no {self.family} images"
+        missing = [p for p in self.pythons if p not in self.base.pythons]
+        if missing:
+            has = ", ".join(self.base.pythons)
+            return f"base {self.base.name} cannot provide Python {', '.join(missing)} (it has {has})"
+        if not self.base.pinned(self.family, self.accelerator.version):
+            reference = self.base.reference(self.family, self.accelerator.version)
+            return f"{reference} has no pinned digest (`wheelwright images pin`)"
+        return None
+
+
+def images_for(
+    jobs: Sequence[Job], base_name: str = DEFAULT_BASE, bases: Mapping[str, Base] | None = None
+) -> list[ImageSpec]:
+    """The images a plan needs, in plan order. ROCm has no local base: its images use manylinux_2_28's."""
+    bases = bases or load_bases()
+    if base_name not in bases:
+        raise ConfigError(f"--base {base_name!r} is not in builder/data/images.toml; known: {', '.join(bases)}")
+    pythons: dict[Accelerator, dict[str, None]] = {}
+    for job in jobs:
+        pythons.setdefault(job.accelerator, {})[job.python] = None
+    specs = []
+    for accelerator, minors in pythons.items():
+        family = "cuda" if accelerator.kind == "cuda" else "rocm"
+        base = (
+            bases[base_name]
+            if family in bases[base_name].families
+            else next(b for b in bases.values() if family in b.families)
+        )
+        ordered = tuple(sorted(minors, key=lambda p: tuple(map(int, p.split(".")))))
+        specs.append(ImageSpec(accelerator=accelerator, base=base, pythons=ordered))
+    return specs
+
+
+def image_for(job: Job, specs: Sequence[ImageSpec]) -> ImageSpec:
+    return next(spec for spec in specs if spec.accelerator == job.accelerator)
+
+
+# -- render ----------------------------------------------------------------------------------------------------------
+
+
+def render(spec: ImageSpec, destination: Path, folder: Path | None = None) -> Path:
+    """A self-contained build context for one image: Dockerfile, scripts, build args, and the command that builds it."""
+    folder = folder or docker_dir()
+    target = destination / spec.name
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    shutil.copy2(folder / spec.dockerfile, target / "Dockerfile")
+    for relative in CONTEXT_FILES:
+        (target / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(folder / relative, target / relative)
+    args = "".join(f"  --build-arg {key}='{value}' \\\n" for key, value in spec.build_args.items())
+    (target / "build.sh").write_text(
+        f"#!/bin/sh\n# {spec.name} on {spec.base.name}: {spec.not_buildable() or 'buildable'}\n"
+        f"exec docker build --file Dockerfile \\\n{args}  --tag {spec.tag(folder)} .\n"
+    )
+    (target / "build.sh").chmod(0o755)
+    return target
+
+
+# -- the local base --------------------------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    from builder.steps.environment import cache_root
+
+    return cache_root()
+
+
+def ensure_base(engine: Engine, base: Base, *, log_path: Path | None = None) -> str:
+    """The base image in the engine: already there, else imported from the cached root tarball, else bootstrapped."""
+    if base.kind != "debootstrap" or engine.image_id(base.image):
+        return "present"
+    tarball = cache_dir() / "bases" / f"{base.suite}.tar"
+    how = "cached"
+    if not tarball.is_file():
+        bootstrap_rootfs(base.suite, tarball, log_path=log_path)
+        how = "bootstrapped"
+    engine.import_rootfs(tarball, base.image, log_path=log_path)
+    return how
+
+
+def bootstrap_rootfs(suite: str, tarball: Path, *, log_path: Path | None = None) -> None:
+    """debootstrap a minimal Debian ``suite`` from the Debian archive and pack it; renamed into place when whole."""
+    if os.geteuid() != 0:
+        raise ToolchainError(
+            f"bootstrapping Debian {suite} needs root (debootstrap)", tip="run as root, or `docker load` a base image"
+        )
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{suite}-", dir=tarball.parent) as work:
+        root = Path(work) / "root"
+        run(
+            ["debootstrap", "--variant=minbase", "--include=ca-certificates", suite, root],
+            step=f"debootstrap {suite}",
+            log_path=log_path,
+        )
+        staging = Path(work) / "rootfs.tar"
+        with tarfile.open(staging, "w") as archive:
+            for entry in sorted(root.iterdir()):
+                archive.add(entry, arcname=entry.name)
+        staging.rename(tarball)
+
+
+# -- build -----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Built:
+    spec: ImageSpec
+    tag: str
+    how: str  # present | loaded | built
+    seconds: float
+
+
+def saved_image(tag: str) -> Path:
+    return cache_dir() / "images" / (tag.replace("/", "_").replace(":", "_") + ".tar")
+
+
+def ensure_image(engine: Engine, spec: ImageSpec, *, log_path: Path | None = None, save: bool = True) -> Built:
+    """The image in the engine: present, loaded from the cache's saved copy, or built (then saved for next time)."""
+    reason = spec.not_buildable()
+    if reason:
+        raise WheelwrightError(f"image {spec.name} cannot be built here: {reason}")
+    folder = docker_dir()
+    tag = spec.tag(folder)
+    start = time.monotonic()
+    if engine.image_id(tag):
+        return Built(spec=spec, tag=tag, how="present", seconds=0.0)
+    saved = saved_image(tag)
+    if saved.is_file():
+        engine.load(saved, log_path=log_path)
+        return Built(spec=spec, tag=tag, how="loaded", seconds=round(time.monotonic() - start, 1))
+    ensure_base(engine, spec.base, log_path=log_path)
+    engine.build(folder, folder / spec.dockerfile, tag, spec.build_args, log_path=log_path)
+    if save:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        for stale in saved.parent.glob(f"{saved.name.rsplit('-', 1)[0]}-*.tar"):
+            stale.unlink()  # an older build of the same image and base
+        engine.save(tag, saved.with_suffix(".partial"), log_path=log_path)
+        saved.with_suffix(".partial").rename(saved)
+    return Built(spec=spec, tag=tag, how="built", seconds=round(time.monotonic() - start, 1))

@@ -1,0 +1,157 @@
+"""GPU architectures as a profile spells them, split into SASS and PTX, and the arch facts (builder/data/archs.toml):
+SASS a toolkit range is known to miscompile for a package, dropped for the family SASS that covers it.
+
+Spellings: ``9.0`` SASS for sm_90; ``9.0+PTX`` SASS and PTX (as torch's TORCH_CUDA_ARCH_LIST writes it);
+``compute_90`` PTX alone (nvcc's name for a virtual arch), for GPUs newer than any SASS to JIT from.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from builder.core.errors import FactsError
+from builder.core.resources import ARCH_FACTS
+from builder.plan.arch import Arch
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+SOURCE = ARCH_FACTS.source
+_FIELDS = ("package", "versions", "toolkit", "sass", "kept", "reason", "citation")
+
+
+def split(archs: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(SASS, PTX) of an arch list, each as ``9.0`` names in the list's order; ROCm targets count as SASS."""
+    parsed = [Arch.parse(text) for text in archs]
+    return (
+        tuple(arch.sass for arch in parsed if arch.has_sass),
+        tuple(arch.sass for arch in parsed if arch.ptx),
+    )
+
+
+def torch_arch_list(archs: Iterable[str]) -> str:
+    """TORCH_CUDA_ARCH_LIST for ``archs``; torch has no PTX-only spelling, so ``compute_90`` becomes ``9.0+PTX``
+    (recipes that rewrite -gencode, as both packages' do, embed exactly the PTX asked for)."""
+    spelled = []
+    for text in archs:
+        arch = Arch.parse(text)
+        spelled.append(f"{arch.sass}+PTX" if arch.ptx_only else text)
+    return ";".join(spelled)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnownBad:
+    package: str
+    versions: SpecifierSet
+    toolkit: SpecifierSet
+    sass: str
+    kept: str
+    reason: str
+    citation: str
+
+    def applies(self, package: str, version: str, toolkit: str) -> bool:
+        return (
+            package == self.package
+            and self.versions.contains(version, prereleases=True)
+            and self.toolkit.contains(toolkit, prereleases=True)
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchNote:
+    """What the arch facts changed in one job's list, for `plan --explain`."""
+
+    identifier: str
+    dropped: str
+    kept: str
+    reason: str
+    citation: str
+
+    def describe(self) -> str:
+        dropped, kept = Arch.parse(self.dropped).number, Arch.parse(self.kept).number
+        return f"no sm_{dropped} SASS (sm_{kept} covers it): {self.reason} [{self.citation}]"
+
+
+def _specifier(raw: Mapping[str, Any], key: str, where: str) -> SpecifierSet:
+    try:
+        return SpecifierSet(raw[key])
+    except (InvalidSpecifier, TypeError):
+        raise FactsError(f"{where}: {key} = {raw[key]!r} is not a version specifier") from None
+
+
+def _sass_name(raw: Mapping[str, Any], key: str, where: str) -> str:
+    """A SASS-only CUDA arch like ``10.0`` (the facts name machine code, never PTX)."""
+    try:
+        arch = Arch.parse(raw[key]) if isinstance(raw[key], str) else None
+    except ValueError:
+        arch = None
+    if arch is None or arch.kind != "cuda" or arch.ptx:
+        raise FactsError(f"{where}: {key} = {raw[key]!r} is not a CUDA arch like '10.0'")
+    return arch.sass
+
+
+def parse_known_bad(raw: Mapping[str, Any], source: str = SOURCE) -> tuple[KnownBad, ...]:
+    entries = []
+    for index, table in enumerate(raw.get("known_bad", [])):
+        where = f"{source}: known_bad #{index + 1}"
+        if set(table) != set(_FIELDS):
+            raise FactsError(f"{where}: needs exactly the keys {list(_FIELDS)}, got {sorted(table)}")
+        sass, kept = _sass_name(table, "sass", where), _sass_name(table, "kept", where)
+        if not table["citation"].startswith("https://"):
+            raise FactsError(f"{where}: citation must be a link to the upstream report")
+        entries.append(
+            KnownBad(
+                package=table["package"],
+                versions=_specifier(table, "versions", where),
+                toolkit=_specifier(table, "toolkit", where),
+                sass=sass,
+                kept=kept,
+                reason=table["reason"],
+                citation=table["citation"],
+            )
+        )
+    return tuple(entries)
+
+
+@functools.cache
+def known_bad() -> tuple[KnownBad, ...]:
+    return parse_known_bad(tomllib.loads(ARCH_FACTS.read_text()))
+
+
+def _drop_sass(arch: str, sass: str) -> str | None:
+    """``arch`` without the SASS of ``sass``: ``10.3`` goes, ``10.3+PTX`` keeps its PTX as ``compute_103``."""
+    parsed = Arch.parse(arch)
+    if parsed.kind != "cuda" or not parsed.has_sass or parsed.sass != sass:
+        return arch
+    return f"compute_{parsed.number}" if parsed.ptx else None
+
+
+def apply_known_bad(
+    identifier: str,
+    package: str,
+    version: str,
+    toolkit: str,
+    archs: Sequence[str],
+    facts: Sequence[KnownBad] | None = None,
+) -> tuple[tuple[str, ...], tuple[ArchNote, ...]]:
+    """The job's arch list with known-bad SASS dropped (and the covering SASS kept), and a note per change."""
+    result = list(archs)
+    notes = []
+    for bad in known_bad() if facts is None else facts:
+        if not bad.applies(package, version, toolkit) or bad.sass not in split(result)[0]:
+            continue
+        result = [kept for arch in result if (kept := _drop_sass(arch, bad.sass)) is not None]
+        if bad.kept not in split(result)[0]:
+            result.append(bad.kept)
+        notes.append(
+            ArchNote(identifier=identifier, dropped=bad.sass, kept=bad.kept, reason=bad.reason, citation=bad.citation)
+        )
+    return tuple(result), tuple(notes)

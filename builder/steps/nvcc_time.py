@@ -1,0 +1,39 @@
+"""Per-(translation unit, arch) compile times from ``nvcc --time FILE``: nvcc appends one CSV row per phase
+(cicc and ptxas per arch, the host compile once). The farm-cost estimate and the compile scheduler read the sums
+from the ledger; an object-cache hit runs no nvcc and adds no row."""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections import defaultdict
+from pathlib import Path
+
+_ARCH = re.compile(r"(?:compute|sm)_(?P<number>\d+)(?P<variant>[af]?)")
+HOST = "host"  # phases that run once per translation unit, whatever the archs (preprocessing, cudafe, g++)
+
+
+def _arch(field: str) -> str:
+    match = _ARCH.fullmatch(field.strip())
+    if match is None:
+        return HOST
+    number = match["number"]
+    return f"{number[:-1]}.{number[-1]}{match['variant']}"
+
+
+def read_times(path: Path) -> list[dict[str, object]]:
+    """[{"unit": "causal_conv1d_fwd.cu", "arch": "9.0", "seconds": 41.2}, ...], sorted; [] when nvcc wrote none."""
+    if not path.is_file():
+        return []
+    totals: dict[tuple[str, str], float] = defaultdict(float)
+    with path.open(newline="", encoding="utf-8", errors="replace") as handle:
+        rows = csv.reader(handle)
+        for row in rows:
+            if len(row) < 8 or row[0].strip() in ("", "source file name") or row[7].strip() != "ms":
+                continue
+            try:
+                milliseconds = float(row[6])
+            except ValueError:
+                continue
+            totals[(Path(row[0].strip()).name, _arch(row[4]))] += milliseconds
+    return [{"unit": unit, "arch": arch, "seconds": round(ms / 1000, 3)} for (unit, arch), ms in sorted(totals.items())]

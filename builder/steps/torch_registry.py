@@ -1,0 +1,247 @@
+"""`wheelwright facts check`: compare builder/data/torch.toml with the torch releases on the registry — versions and
+Python tags from the wheel filenames, the CUDA X.Y of the default wheel from its Requires-Dist pins — and write the
+stanza a missing minor needs, ready to paste. A farm that lags torch by months is what users complain about.
+
+The registry is read through the PEP 691 JSON API; a wheel's METADATA through PEP 658 when the index offers it,
+else with HTTP range requests on the wheel itself (its zip directory and one member: a few hundred kilobytes of a
+500 MB file)."""
+
+from __future__ import annotations
+
+import email.parser
+import io
+import re
+import urllib.error
+import urllib.request
+import zipfile
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urljoin
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import Version
+
+from builder.core.errors import FetchError
+from builder.plan.facts import TorchFacts, TorchRelease
+from builder.steps.fetch import _project_files, index_url, open_url
+
+# Requires-Dist pins that name the CUDA runtime the wheel was built with.
+_CUDA_PINS = (
+    re.compile(r"^nvidia-cuda-runtime-cu\d+\s*\(?==\s*(?P<major>\d+)\.(?P<minor>\d+)"),  # CUDA 11 and 12 wheels
+    re.compile(r"^cuda-toolkit\[[^\]]*\]\s*==\s*(?P<major>\d+)\.(?P<minor>\d+)"),  # CUDA 13: cuda-toolkit[...]==13.0.3
+)
+
+
+class Registry(Protocol):
+    def files(self, project: str) -> list[dict[str, Any]]: ...
+
+    def metadata(self, file: Mapping[str, Any]) -> str: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegistryRelease:
+    """What the registry shows of one torch minor: its patch releases, the Pythons of the newest, its CUDA."""
+
+    minor: str
+    patches: tuple[str, ...]
+    python: tuple[str, ...]
+    pypi_cuda: str | None  # None: the default wheel pins no CUDA runtime (or could not be read)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    minor: str
+    problem: str
+    stanza: str | None = None  # the [[release]] table to paste, for a minor the facts lack
+
+
+def _python(tag: str) -> str | None:
+    """cp311 -> 3.11; free-threaded (cp313t) and other interpreters are not torch.toml's Python axis."""
+    match = re.fullmatch(r"cp3(\d+)", tag)
+    return f"3.{match[1]}" if match else None
+
+
+def _linux_wheels(files: Iterable[Mapping[str, Any]]) -> dict[Version, dict[str, Mapping[str, Any]]]:
+    """{version: {python: file}} of the manylinux x86_64 wheels that are not yanked, pre-releases or local builds."""
+    wheels: dict[Version, dict[str, Mapping[str, Any]]] = defaultdict(dict)
+    for file in files:
+        try:
+            _, version, _, tags = parse_wheel_filename(file["filename"])
+        except (InvalidWheelFilename, KeyError):
+            continue
+        if file.get("yanked") or version.is_prerelease or version.local:
+            continue
+        for tag in tags:
+            python = _python(tag.interpreter)
+            if python and "linux" in tag.platform and tag.platform.endswith("x86_64"):
+                wheels[version][python] = file
+    return wheels
+
+
+def cuda_of(metadata: str) -> str | None:
+    """The CUDA X.Y a torch wheel's METADATA pins (nvidia-cuda-runtime-cu12==12.8.90, cuda-toolkit[...]==13.0.3)."""
+    parsed = email.parser.Parser().parsestr(metadata, headersonly=True)
+    for requirement in parsed.get_all("Requires-Dist") or []:
+        for pattern in _CUDA_PINS:
+            if match := pattern.match(requirement.strip()):
+                return f"{match['major']}.{match['minor']}"
+    return None
+
+
+def _default_wheel(by_python: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The wheel whose metadata is read: the oldest Python's (every Python's wheel pins the same CUDA)."""
+    return by_python[min(by_python, key=lambda p: int(p.split(".")[1]))]
+
+
+def registry_releases(registry: Registry, *, since: str = "1.13") -> list[RegistryRelease]:
+    """Every torch minor from ``since`` on, as the registry shows it."""
+    by_minor: dict[str, dict[Version, dict[str, Mapping[str, Any]]]] = defaultdict(dict)
+    for version, by_python in _linux_wheels(registry.files("torch")).items():
+        if version >= Version(since):
+            by_minor[f"{version.major}.{version.minor}"][version] = by_python
+    releases = []
+    for minor, versions in sorted(by_minor.items(), key=lambda item: Version(item[0])):
+        newest = max(versions)
+        python = tuple(sorted(versions[newest], key=lambda p: int(p.split(".")[1])))
+        releases.append(
+            RegistryRelease(
+                minor=minor,
+                patches=tuple(str(v) for v in sorted(versions)),
+                python=python,
+                pypi_cuda=cuda_of(registry.metadata(_default_wheel(versions[newest]))),
+            )
+        )
+    return releases
+
+
+def _quoted(values: Sequence[str]) -> str:
+    return "[" + ", ".join(f'"{v}"' for v in values) + "]"
+
+
+def stanza(release: RegistryRelease, like: TorchRelease | None) -> str:
+    """A [[release]] table for torch.toml; what the registry cannot tell (variants, ROCm, ABI) comes from the newest
+    known release and is marked for review."""
+    cuda = release.pypi_cuda or "?"
+    lines = [
+        "[[release]]",
+        f'torch = "{release.minor}"',
+        f"patches = {_quoted(release.patches)}",
+        f"python = {_quoted(release.python)}",
+        f'cuda = ["{cuda}"]  # review: the registry shows only its default variant',
+        f'pypi_cuda = "{cuda}"',
+        "rocm = []  # review: ROCm variants live on PyTorch's own index",
+        (
+            f"cxx11_abi = {'true' if like is None or like.cxx11_abi else 'false'}"
+            f"  # review: as torch {like.minor if like else '?'}"
+        ),
+        f'manylinux = "{like.manylinux if like else "manylinux_2_28"}"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def compare(facts: TorchFacts, releases: Sequence[RegistryRelease]) -> list[Finding]:
+    """What the facts lack or get wrong against the registry; empty when they are current."""
+    known = {release.minor: release for release in facts.releases}
+    findings = []
+    for release in releases:
+        mine = known.get(release.minor)
+        if mine is None:
+            newest = facts.releases[-1] if Version(release.minor) > Version(facts.releases[-1].minor) else None
+            findings.append(
+                Finding(
+                    minor=release.minor,
+                    problem=f"torch {release.minor} ({', '.join(release.patches)}) "
+                    "is on the registry but not in the facts",
+                    stanza=stanza(release, newest),
+                )
+            )
+            continue
+        findings += _differences(mine, release)
+    return findings
+
+
+def _differences(mine: TorchRelease, release: RegistryRelease) -> list[Finding]:
+    problems = []
+    missing = [p for p in release.patches if p not in mine.patches]
+    if missing:
+        merged = sorted({*mine.patches, *release.patches}, key=Version)
+        problems.append(f"patches lack {', '.join(missing)}: patches = {_quoted(merged)}")
+    if set(release.python) != set(mine.python):
+        problems.append(
+            f"python is {list(mine.python)}, the registry's {release.patches[-1]} wheels are for {list(release.python)}"
+        )
+    if release.pypi_cuda and release.pypi_cuda != mine.pypi_cuda:
+        problems.append(f"pypi_cuda is {mine.pypi_cuda}, the registry's default wheel pins CUDA {release.pypi_cuda}")
+    return [Finding(minor=mine.minor, problem=f"torch {mine.minor}: {p}") for p in problems]
+
+
+# -- the real registry --------------------------------------------------------------------------------------------
+
+
+class _RangeReader(io.RawIOBase):
+    """A remote file read with HTTP range requests, enough for zipfile to find one member."""
+
+    def __init__(self, url: str, size: int, opener: Callable[[urllib.request.Request], io.BufferedIOBase]) -> None:
+        self.url, self.size, self.opener, self.position = url, size, opener, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        self.position = base + offset
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        count = min(len(buffer), self.size - self.position)
+        if count <= 0:
+            return 0
+        request = urllib.request.Request(
+            self.url, headers={"Range": f"bytes={self.position}-{self.position + count - 1}"}
+        )
+        with self.opener(request) as response:
+            data = response.read()
+        buffer[: len(data)] = data
+        self.position += len(data)
+        return len(data)
+
+
+class PyPIRegistry:
+    """The configured index (WHEELWRIGHT_INDEX_URL, default the public registry) through PEP 691 and PEP 658."""
+
+    def __init__(self, index: str | None = None) -> None:
+        self.index = index or index_url()
+
+    def files(self, project: str) -> list[dict[str, Any]]:
+        page = urljoin(self.index if self.index.endswith("/") else self.index + "/", f"{project}/")
+        self._page = page
+        return _project_files(page, "facts check")
+
+    def metadata(self, file: Mapping[str, Any]) -> str:
+        url = urljoin(self._page, file["url"])
+        try:
+            if file.get("core-metadata") or file.get("dist-info-metadata"):
+                with open_url(url + ".metadata") as response:
+                    return response.read().decode("utf-8", errors="replace")
+            return self._metadata_by_range(url, int(file["size"]), file["filename"])
+        except (urllib.error.URLError, OSError, zipfile.BadZipFile, KeyError, ValueError) as error:
+            raise FetchError(f"facts check: cannot read the METADATA of {file['filename']}: {error}") from None
+
+    def _metadata_by_range(self, url: str, size: int, filename: str) -> str:
+        opener = lambda request: urllib.request.urlopen(request, timeout=60)  # noqa: E731
+        with zipfile.ZipFile(io.BufferedReader(_RangeReader(url, size, opener), 1 << 16)) as wheel:
+            (name,) = [n for n in wheel.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+            return wheel.read(name).decode("utf-8", errors="replace")
+
+
+def check(facts: TorchFacts, registry: Registry | None = None) -> list[Finding]:
+    since = facts.releases[0].minor
+    return compare(facts, registry_releases(registry or PyPIRegistry(), since=since))

@@ -1,0 +1,399 @@
+"""Hostile input, as an attacker or an unlucky operator would give it, one case a line, grouped by class. Each runs
+the real CLI in a subprocess under a time limit and an address-space limit, and must end in exactly what an
+operator can act on: one ERROR line naming the problem and a non-zero exit, or (for a file in dist/ that is not
+a wheel the index may list) a WARN line, exit 0 and a site whose every link resolves to bytes with the stated
+hash. Never a traceback, a hang or unbounded memory. A new class of mistake gets its lines here."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import socket
+import sqlite3
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from builder.core.ledger import Ledger
+from tests.sitecheck import check_site
+from tests.wheelfactory import WheelSpec, make_wheel
+
+ROOT = Path(__file__).resolve().parents[2]
+MATRIX = (ROOT / "tests/data/matrix-minimal.yaml").read_text()
+MEMORY_LIMIT = 3 << 30  # a run that tries to inflate a bomb dies here instead of taking the machine
+pytestmark = pytest.mark.timeout(120)
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    output: str
+
+
+def wheelwright(*args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60) -> Run:
+    """The real CLI in a subprocess, bounded in time and memory."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+    environment = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", **(env or {})}
+    result = subprocess.run(
+        [sys.executable, "-m", "builder.cli.main", *map(str, args)],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=limit,
+        check=False,
+    )
+    return Run(code=result.returncode, output=result.stdout + result.stderr)
+
+
+def assert_one_error(run: Run, code: int, pattern: str) -> None:
+    assert "Traceback" not in run.output, run.output
+    errors = [line for line in run.output.splitlines() if line.startswith("ERROR ")]
+    assert run.code == code, run.output
+    assert errors and re.search(pattern, errors[0]), run.output
+
+
+# -- setups: each writes the hostile thing into the case's folder ------------------------------------------------
+
+
+def matrix(text: str | bytes) -> Callable[[Path], None]:
+    def write(tmp: Path) -> None:
+        path = tmp / "matrix.yaml"
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+
+    return write
+
+
+def laughs(levels: int = 9) -> str:
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def nested(depth: int) -> str:
+    return "packages: " + "[" * depth + "]" * depth + "\n"
+
+
+def with_url(url: str) -> str:
+    return MATRIX.replace("sha256: 3202", f"url: {json.dumps(url)}\n        sha256: 3202")
+
+
+def ledger_bytes(content: bytes) -> Callable[[Path], None]:
+    def write(tmp: Path) -> None:
+        (tmp / "out").mkdir(exist_ok=True)
+        (tmp / "out/ledger.sqlite").write_bytes(content)
+
+    return write
+
+
+def ledger_sql(*statements: str) -> Callable[[Path], None]:
+    def write(tmp: Path) -> None:
+        (tmp / "out").mkdir(exist_ok=True)
+        db = sqlite3.connect(tmp / "out/ledger.sqlite")
+        for statement in statements:
+            db.execute(statement)
+        db.commit()
+        db.close()
+
+    return write
+
+
+def truncated_ledger(tmp: Path) -> None:
+    (tmp / "out").mkdir(exist_ok=True)
+    with Ledger(tmp / "out/ledger.sqlite") as ledger:
+        ledger._db.execute("PRAGMA journal_mode=DELETE")
+        ledger._db.execute("CREATE TABLE filler (x)")
+        ledger._db.executemany("INSERT INTO filler VALUES (?)", [("x" * 1000,)] * 200)
+    data = (tmp / "out/ledger.sqlite").read_bytes()
+    (tmp / "out/ledger.sqlite").write_bytes(data[: len(data) // 3])
+
+
+def directory(relative: str) -> Callable[[Path], None]:
+    return lambda tmp: (tmp / relative).mkdir(parents=True, exist_ok=True)
+
+
+def text_file(relative: str, content: str = "x") -> Callable[[Path], None]:
+    def write(tmp: Path) -> None:
+        (tmp / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / relative).write_text(content)
+
+    return write
+
+
+def indexed_site(tmp: Path) -> None:
+    make_wheel(tmp / "out/dist", WheelSpec())
+    assert wheelwright("index", "--output", "out", cwd=tmp).code == 0
+
+
+def nothing(tmp: Path) -> None:
+    pass
+
+
+LEDGER_TIMINGS_BROKEN = (
+    (
+        "CREATE TABLE jobs (job_id TEXT PRIMARY KEY, package TEXT, version TEXT, label TEXT, torch TEXT,"
+        " accelerator TEXT, python TEXT, input_hash TEXT, status TEXT, phase TEXT, timings TEXT, log_path TEXT,"
+        " wheel TEXT, wheel_sha256 TEXT, wheel_size INTEGER, reason TEXT, report TEXT, wheel_identity TEXT,"
+        " updated_at REAL)"
+    ),
+    (
+        "INSERT INTO jobs VALUES ('j', 'p', '1', 'pt214cu130', '2.14', 'cu130', '3.11', 'h', 'failed', NULL,"
+        " '{not json', NULL, NULL, NULL, NULL, 'r', NULL, NULL, 0)"
+    ),
+)
+
+# (case, setup, arguments, exit code, pattern of the ERROR line)
+ERROR_CASES = [
+    # unbounded work from tiny input
+    ("yaml-billion-laughs", matrix(laughs()), ["plan"], 2, r"expands to more than 100,000 nodes"),
+    ("yaml-recursive-alias", matrix("a: &a [*a]\n"), ["plan"], 2, r"alias refers to the node that contains it"),
+    ("yaml-nested-60", matrix(nested(60)), ["plan"], 2, r"nested deeper than 50 levels"),
+    ("yaml-nested-20000", matrix(nested(20000)), ["plan"], 2, r"nested too deeply"),
+    ("yaml-2-mib", matrix("# " + "x" * (2 << 20) + "\n"), ["plan"], 2, r"may have at most 1,048,576"),
+    # bytes that are not a matrix
+    ("matrix-binary", matrix(bytes(range(256)) * 4), ["plan"], 2, r"not UTF-8 text"),
+    ("matrix-nul", matrix("packages: [\x00]\n"), ["plan"], 2, r"not valid YAML"),
+    ("matrix-missing", nothing, ["plan"], 2, r"cannot read the matrix"),
+    ("matrix-directory", directory("matrix.yaml"), ["plan"], 2, r"cannot read the matrix"),
+    ("matrix-empty", matrix(""), ["plan"], 2, r"the matrix is empty"),
+    ("matrix-a-list", matrix("- 1\n- 2\n"), ["plan"], 2, r"not a mapping"),
+    ("url-with-space", matrix(with_url("https://example.org/a b.tar.gz")), ["plan"], 2, r"not an http\(s\) URL"),
+    ("url-with-tab", matrix(with_url("https://example.org/a\tb.tar.gz")), ["plan"], 2, r"not an http\(s\) URL"),
+    ("url-no-path", matrix(with_url("https://example.org")), ["plan"], 2, r"not an http\(s\) URL"),
+    ("url-ftp", matrix(with_url("ftp://example.org/a.tar.gz")), ["plan"], 2, r"not an http\(s\) URL"),
+    # selectors that would select everything
+    ("select-empty", matrix(MATRIX), ["plan", "--select", ""], 3, r"--select '' is empty"),
+    ("select-blank", matrix(MATRIX), ["plan", "--select", "  "], 3, r"--select '  ' is empty"),
+    ("select-nothing", matrix(MATRIX), ["plan", "--select", "*cu999*"], 3, r"matches none of the"),
+    ("include-empty", matrix(MATRIX + "    include: []\n"), ["plan"], 2, r"include"),
+    # the ledger: damaged, foreign, newer, shaped wrong
+    ("ledger-random", ledger_bytes(os.urandom(4096)), ["index", "--output", "out"], 9, r"not a usable ledger"),
+    ("ledger-text", ledger_bytes(b"hello\n" * 100), ["index", "--output", "out"], 9, r"not a usable ledger"),
+    ("ledger-truncated", truncated_ledger, ["index", "--output", "out"], 9, r"ledger"),
+    ("ledger-directory", directory("out/ledger.sqlite"), ["index", "--output", "out"], 9, r"a folder, not a ledger"),
+    ("ledger-newer", ledger_sql("PRAGMA user_version = 99"), ["index", "--output", "out"], 9, r"newer wheelwright"),
+    ("ledger-foreign-jobs", ledger_sql("CREATE TABLE jobs (x)"), ["index", "--output", "out"], 9, r"ledger"),
+    ("ledger-bad-timings", ledger_sql(*LEDGER_TIMINGS_BROKEN), ["index", "--output", "out"], 9, r"unreadable timings"),
+    ("ledger-bad-timings-status", ledger_sql(*LEDGER_TIMINGS_BROKEN), ["status", "--output", "out"], 9, r"timings"),
+    ("ledger-random-status", ledger_bytes(os.urandom(4096)), ["status", "--output", "out"], 9, r"not a usable ledger"),
+    # output and site folders that are not folders, or not ours
+    ("output-is-a-file", text_file("out"), ["index", "--output", "out"], 11, r"out.*Not a directory"),
+    ("site-is-a-file", text_file("site"), ["index", "--output", "out", "--site", "site"], 2, r"not a folder"),
+    ("site-not-ours", text_file("site/notes.txt"), ["index", "--output", "out", "--site", "site"], 2, r"not a wheelwright site"),
+    ("site-marker-garbage", text_file("out/site/.wheelwright-site.json", "{"), ["index", "--output", "out"], 2, r"unreadable"),
+    ("site-marker-foreign", text_file("out/site/.wheelwright-site.json", "[]"), ["index", "--output", "out"], 2, r"not a wheelwright site manifest"),
+    ("site-marker-directory", directory("out/site/.wheelwright-site.json"), ["index", "--output", "out"], 2, r"unreadable"),
+    # serve and publish arguments
+    ("serve-port-99999", indexed_site, ["serve", "--output", "out", "--port", "99999"], 2, r"--port 99999: a TCP port is 0-65535"),
+    ("serve-port-negative", indexed_site, ["serve", "--output", "out", "--port", "-1"], 2, r"a TCP port is 0-65535"),
+    ("serve-host-bogus", indexed_site, ["serve", "--output", "out", "--host", "no such host!", "--port", "0"], 2, r"cannot listen"),
+    ("serve-no-site", nothing, ["serve", "--output", "out"], 2, r"no site to serve"),
+    ("publish-no-site", nothing, ["publish", "--output", "out", "--bucket", "b", "--dry-run"], 2, r"not a wheelwright site"),
+    ("publish-jobs-0", indexed_site, ["publish", "--output", "out", "--bucket", "b", "--jobs", "0"], 2, r"--jobs 0"),
+    ("publish-prefix-dotdot", indexed_site, ["publish", "--output", "out", "--bucket", "b", "--prefix", "a/../b"], 2, r"'\.\.' are not allowed"),
+]
+
+
+@pytest.mark.parametrize(("setup", "arguments", "code", "pattern"), [c[1:] for c in ERROR_CASES], ids=[c[0] for c in ERROR_CASES])
+def test_bad_input_is_one_error_line(tmp_path: Path, setup, arguments: list[str], code: int, pattern: str) -> None:
+    setup(tmp_path)
+    assert_one_error(wheelwright(*arguments, cwd=tmp_path), code, pattern)
+
+
+# -- files in dist/ that are not wheels the index may list: skipped with a WARN, the rest indexed ------------------
+
+
+def zip_bomb(tmp: Path) -> str:
+    """A small wheel whose METADATA inflates to 100 MiB (a real bomb's header states its size honestly)."""
+    spec = WheelSpec(version="1.7.1")
+    path = tmp / "out/dist" / spec.wheel_filename
+    member = f"causal_conv1d-{spec.local_version}.dist-info/METADATA"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive, archive.open(member, "w") as metadata:
+        metadata.write(b"Metadata-Version: 2.1\nName: causal-conv1d\nVersion: 1.7.1+pt214cu130\n\n")
+        for _ in range(100):
+            metadata.write(b"\0" * (1 << 20))
+    return path.name
+
+
+def symlink_outside(tmp: Path) -> str:
+    outside = make_wheel(tmp / "elsewhere", WheelSpec(version="1.7.2"))
+    (tmp / "out/dist" / outside.name).symlink_to(outside)
+    return outside.name
+
+
+def dangling_symlink(tmp: Path) -> str:
+    name = WheelSpec(version="1.7.3").wheel_filename
+    (tmp / "out/dist" / name).symlink_to(tmp / "gone.whl")
+    return name
+
+
+def fifo(tmp: Path) -> str:
+    name = WheelSpec(version="1.7.4").wheel_filename
+    os.mkfifo(tmp / "out/dist" / name)
+    return name
+
+
+def dev_zero(tmp: Path) -> str:
+    name = WheelSpec(version="1.7.5").wheel_filename
+    (tmp / "out/dist" / name).symlink_to("/dev/zero")
+    return name
+
+
+def folder(tmp: Path) -> str:
+    name = WheelSpec(version="1.7.6").wheel_filename
+    (tmp / "out/dist" / name).mkdir()
+    return name
+
+
+def labelled(label: str) -> Callable[[Path], str]:
+    return lambda tmp: make_wheel(tmp / "out/dist", WheelSpec(version="1.7.7", label=label)).name
+
+
+def not_a_zip(tmp: Path) -> str:
+    name = WheelSpec(version="1.7.8").wheel_filename
+    (tmp / "out/dist" / name).write_bytes(b"PK\x03\x04" + os.urandom(2000))
+    return name
+
+
+def two_metadata(tmp: Path) -> str:
+    spec = WheelSpec(version="1.7.9")
+    path = make_wheel(tmp / "out/dist", spec)
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr("other-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: other\nVersion: 1.0\n")
+    return path.name
+
+
+def metadata_lies(tmp: Path) -> str:
+    return make_wheel(tmp / "out/dist", WheelSpec(version="1.7.10", metadata_name="mamba-ssm")).name
+
+
+# (case, setup returning the refused filename, pattern of its WARN line)
+SKIPPED_CASES = [
+    # archives that would inflate without bound
+    ("metadata-zip-bomb", zip_bomb, r"METADATA is 104,857,\d+\+? bytes; the index accepts at most 1,048,576"),
+    # files that are not what their name says
+    ("symlink-outside-dist", symlink_outside, r"a symbolic link \(never followed\)"),
+    ("symlink-dangling", dangling_symlink, r"a symbolic link \(never followed\)"),
+    ("fifo-named-whl", fifo, r"a special file"),
+    ("symlink-to-dev-zero", dev_zero, r"a symbolic link \(never followed\)"),
+    ("folder-named-whl", folder, r"a folder"),
+    ("not-a-zip", not_a_zip, r"cannot read the wheel"),
+    ("two-dist-infos", two_metadata, r"expected one \.dist-info/METADATA, found 2"),
+    ("metadata-names-another-project", metadata_lies, r"METADATA names project"),
+    # labels that are not variants torch shipped
+    ("label-unknown-torch", labelled("pt99cu999"), r"not a known variant: torch 9\.9 is not in the facts table"),
+    ("label-cuda-never-shipped", labelled("pt214cu118"), r"torch 2\.14 was not released for cu118"),
+    ("label-rocm-never-shipped", labelled("pt214rocm10"), r"not a known variant"),
+]
+
+
+@pytest.mark.parametrize(("setup", "pattern"), [c[1:] for c in SKIPPED_CASES], ids=[c[0] for c in SKIPPED_CASES])
+def test_a_file_that_is_not_a_listable_wheel_is_skipped_with_a_warning(tmp_path: Path, setup, pattern: str) -> None:
+    good = make_wheel(tmp_path / "out/dist", WheelSpec())
+    refused = setup(tmp_path)
+    run = wheelwright("index", "--output", "out", cwd=tmp_path)
+    assert run.code == 0 and "Traceback" not in run.output, run.output
+    warnings = [line for line in run.output.splitlines() if line.startswith("WARN") and refused in line]
+    assert warnings and re.search(pattern, warnings[0]), run.output
+    site = tmp_path / "out/site"
+    assert check_site(site) == []
+    assert [path.name for path in site.rglob("*.whl")] == [good.name]
+    assert not any(refused in path.read_text() for path in site.rglob("*.html"))
+
+
+# -- requests to `serve`: nothing outside the site, nothing that is not a regular file of it ---------------------
+
+
+@pytest.fixture(scope="module")
+def trapped_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A site that is also the build output (ledger.sqlite and dist/ inside it), then laced with traps."""
+    out = tmp_path_factory.mktemp("trapped") / "out"
+    out.mkdir()
+    assert wheelwright("index", "--output", out, "--site", out, cwd=out.parent).code == 0
+    make_wheel(out / "dist", WheelSpec())
+    with Ledger(out / "ledger.sqlite"):
+        pass
+    assert wheelwright("index", "--output", out, "--site", out, cwd=out.parent).code == 0
+    (out / "whl/passwd.html").symlink_to("/etc/passwd")
+    (out / "simple/root").symlink_to("/")
+    (out / "whl/pt214cu130/zero.whl").symlink_to("/dev/zero")
+    os.mkfifo(out / "whl/pt214cu130/fifo.whl")
+    (out / "json/dist").symlink_to(out / "dist")
+    return out
+
+
+WHEEL = "/whl/pt214cu130/" + WheelSpec().wheel_filename.replace("+", "%2B")
+# (case, request path, status)
+REQUESTS = [
+    ("landing", "/", 200),
+    ("wheel", WHEEL, 200),
+    ("metadata", WHEEL + ".metadata", 200),
+    ("ledger-in-site", "/ledger.sqlite", 404),
+    ("dist-in-site", "/dist/" + WheelSpec().wheel_filename.replace("+", "%2B"), 404),
+    ("manifest", "/.wheelwright-site.json", 404),
+    ("symlinked-page", "/whl/passwd.html", 404),
+    ("symlinked-folder", "/simple/root/etc/passwd", 404),
+    ("symlinked-folder-to-dist", "/json/dist/", 404),
+    ("symlink-to-dev-zero", "/whl/pt214cu130/zero.whl", 404),
+    ("fifo", "/whl/pt214cu130/fifo.whl", 404),
+    ("dotdot", "/../ledger.sqlite", 404),
+    ("dotdot-encoded", "/%2e%2e/ledger.sqlite", 404),
+    ("dotdot-inside", "/whl/../ledger.sqlite", 404),
+    ("double-slash", "//ledger.sqlite", 404),
+    ("backslash", "/whl\\..\\ledger.sqlite", 404),
+    ("absolute-encoded", "/%2fetc%2fpasswd", 404),
+    ("nul", "/%00", 400),
+    ("nul-in-name", "/whl/pt214cu130.html%00.txt", 400),
+    ("not-utf8", "/%ff%fe", 400),
+    ("folder-without-index", "/whl/", 404),
+    ("very-long", "/" + "a" * 70_000, 414),
+]
+
+
+@pytest.mark.parametrize(("path", "status"), [c[1:] for c in REQUESTS], ids=[c[0] for c in REQUESTS])
+def test_serve_answers_hostile_paths_without_leaving_the_site(
+    trapped_site: Path, path: str, status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    from index_site.serve import serving
+
+    with serving(trapped_site) as server, socket.create_connection(server.server_address[:2], timeout=10) as client:
+        client.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        answer = _read_all(client)
+    assert answer.split(b"\r\n", 1)[0].split()[1] == str(status).encode(), answer[:200]
+    assert b"root:" not in answer and b"SQLite format" not in answer
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [b"\x00\x01\x02garbage\r\n\r\n", b"GET\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n", b"GET / HTTP/1.1\r\nHost: x\r\n" + b"X: y\r\n" * 200 + b"\r\n"],
+    ids=["binary", "no-path", "http-9", "200-headers"],
+)
+def test_serve_survives_malformed_requests(trapped_site: Path, request_bytes: bytes) -> None:
+    from index_site.serve import serving
+
+    with serving(trapped_site) as server:
+        with socket.create_connection(server.server_address[:2], timeout=10) as client:
+            client.sendall(request_bytes)
+            assert _read_all(client).startswith(b"HTTP/1.")
+        with socket.create_connection(server.server_address[:2], timeout=10) as client:
+            client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert _read_all(client).startswith(b"HTTP/1.1 200")  # still serving
+
+
+def _read_all(client: socket.socket) -> bytes:
+    chunks = []
+    while chunk := client.recv(1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)

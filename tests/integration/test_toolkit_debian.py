@@ -1,0 +1,72 @@
+"""The CUDA 11.8 path, the smallest real compile that proves it (it runs in CI): the toolchain provider downloads
+Debian's CUDA 11.8 packages with a private apt configuration and unpacks them into the cache (never installed
+system-wide; first run ~860 MB, then cached under ~/.cache/wheelwright/toolkits), pairs nvcc 11.8 with gcc-11,
+and that toolkit compiles the toy kernel for sm_80 SASS + sm_90 PTX, which the verify gate's fatbin reader and the
+toolkit's own cuobjdump both see. torch 2.0's cu117 jobs resolve to this toolkit."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from builder.core.fatbin import fatbin_archs
+from builder.core.runner import run
+from builder.plan.facts import Accelerator
+from builder.steps.environment import check_toolkit, toolkit_version
+from builder.steps.toolchain import candidates, provide
+
+from .conftest import TOY_KERNEL
+from .test_fatbin_nvcc import cuobjdump_archs
+
+pytestmark = [
+    pytest.mark.nvcc,
+    pytest.mark.skipif(
+        shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None,
+        reason="Debian's toolkit is fetched with apt-get and unpacked with dpkg-deb",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def cuda118():
+    return provide(Accelerator.parse("cu117"))
+
+
+def test_torch_cu117_resolves_to_debians_11_8_with_gcc_11(cuda118) -> None:
+    assert [s.name for s in candidates(Accelerator.parse("cu117"))] == ["debian-11.8"]
+    assert cuda118.source == "debian-11.8" and cuda118.cuda == "11.8"
+    assert cuda118.cxx.name == "g++-11"
+    assert toolkit_version(cuda118.root) == "11.8"
+    check_toolkit(cuda118)
+    assert not Path("/usr/lib/nvidia-cuda-toolkit").exists() or os.environ.get("CI") is None  # nothing under /usr
+
+
+def test_nvcc_11_8_compiles_sm80_sass_and_sm90_ptx(cuda118, tmp_path: Path) -> None:
+    library = tmp_path / "scale.so"
+    run(
+        [
+            cuda118.nvcc,
+            "-ccbin",
+            cuda118.cxx,
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            "-gencode",
+            "arch=compute_80,code=sm_80",
+            "-gencode",
+            "arch=compute_90,code=compute_90",
+            "--time",
+            tmp_path / "time.csv",
+            TOY_KERNEL,
+            "-o",
+            library,
+        ],
+        step="nvcc 11.8 toy kernel",
+    )
+    found = fatbin_archs(library)
+    assert (found.sass, found.ptx) == ({"8.0"}, {"9.0"})
+    assert cuobjdump_archs(cuda118.root / "bin" / "cuobjdump", library) == found
+    assert "ptxas" in (tmp_path / "time.csv").read_text()

@@ -1,0 +1,48 @@
+"""A CUDA 13.x the host lacks, from the registry's compiler wheels (nvcc, crt, nvvm, runtime, CCCL; ~115 MB once,
+then cached under ~/.cache/wheelwright/toolkits/wheels-13.2): torch 2.15's cu132 jobs get it, side by side with the
+host's CUDA 13.0, and it compiles the toy kernel to exactly the SASS and PTX asked for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from builder.core.fatbin import fatbin_archs
+from builder.core.runner import run
+from builder.plan.facts import Accelerator
+from builder.steps.environment import check_toolkit, toolkit_version
+from builder.steps.toolchain import provide
+
+from .conftest import TOY_KERNEL
+
+pytestmark = pytest.mark.nvcc
+
+
+def test_cuda_13_2_from_the_registry_wheels_compiles(tmp_path: Path) -> None:
+    toolkit = provide(Accelerator.parse("cu132"))
+    assert toolkit.source == "wheels-13" and toolkit.cuda == "13.2"
+    assert toolkit_version(toolkit.root) == "13.2"
+    check_toolkit(toolkit)
+    library = tmp_path / "scale.so"
+    run(
+        [
+            toolkit.nvcc,
+            "-ccbin",
+            toolkit.cxx,
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            "-gencode",
+            "arch=compute_90,code=sm_90",
+            "-gencode",
+            "arch=compute_100,code=compute_100",
+            TOY_KERNEL,
+            "-o",
+            library,
+        ],
+        step="nvcc 13.2 toy kernel",
+    )
+    found = fatbin_archs(library)
+    assert (found.sass, found.ptx) == ({"9.0"}, {"10.0"})
+    assert provide(Accelerator.parse("cu130")).root != toolkit.root  # the host's 13.0 stays the 13.0 source

@@ -1,0 +1,110 @@
+"""Arch spellings split into SASS and PTX, and the arch facts of builder/data/archs.toml applied to a plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from builder.cli.main import main
+from builder.core.errors import FactsError
+from builder.plan.archs import apply_known_bad, known_bad, parse_known_bad, split, torch_arch_list
+from builder.plan.expand import load_plan
+from builder.steps.recipes.recipe import cuda_gencode_flags
+
+MATRIX = """\
+default_profile: b300
+packages:
+  - name: causal-conv1d
+    versions:
+      - {version: 1.7.0, sha256: 3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b}
+    recipe: {import_names: [causal_conv1d_cuda]}
+  - name: mamba-ssm
+    versions:
+      - {version: 2.3.2.post1, sha256: 104cc47e9101e5401a675fa2b784f2952b9b037f3b1dd83b5ac544394e95d028}
+    recipe: {import_names: [selective_scan_cuda]}
+profiles:
+  b300:
+    torch: [2.14.1]
+    accelerators: [cu130]
+    python: ["3.11"]
+    archs:
+      cu130: ["9.0", "10.0", "10.3"]
+  jit:
+    torch: [2.14.1]
+    accelerators: [cu130]
+    python: ["3.11"]
+    archs:
+      cu130: ["8.0", "9.0+PTX", "compute_100"]
+"""
+
+
+def test_split_spellings() -> None:
+    assert split(["8.0", "9.0+PTX", "compute_100", "10.0f"]) == (("8.0", "9.0", "10.0f"), ("9.0", "10.0"))
+    assert split(["gfx942"]) == (("gfx942",), ())
+    assert torch_arch_list(["8.0", "9.0+PTX", "compute_100"]) == "8.0;9.0+PTX;10.0+PTX"
+
+
+def test_ptx_only_reaches_nvcc_as_a_virtual_arch_only() -> None:
+    assert cuda_gencode_flags(("compute_90",), "w") == ("-gencode", "arch=compute_90,code=compute_90")
+    assert cuda_gencode_flags(("9.0+PTX",), "w") == (
+        "-gencode",
+        "arch=compute_90,code=sm_90",
+        "-gencode",
+        "arch=compute_90,code=compute_90",
+    )
+
+
+def test_sm103_is_dropped_for_causal_conv1d_under_nvcc_13_only() -> None:
+    archs, (note,) = apply_known_bad("id", "causal-conv1d", "1.7.0", "13.0", ("9.0", "10.3"))
+    assert archs == ("9.0", "10.0")  # the family SASS that runs on sm_103 is added when missing
+    assert "issues/105" in note.citation and "sm_100 covers it" in note.describe()
+    assert apply_known_bad("id", "causal-conv1d", "1.7.0", "12.9", ("10.3",)) == (("10.3",), ())
+    assert apply_known_bad("id", "mamba-ssm", "2.3.2.post1", "13.0", ("10.3",)) == (("10.3",), ())
+    # with +PTX the PTX of 10.3 stays: only its SASS is wrong
+    assert apply_known_bad("id", "causal-conv1d", "1.7.0", "13.0", ("10.0", "10.3+PTX"))[0] == ("10.0", "compute_103")
+
+
+def test_the_plan_drops_it_and_explain_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(MATRIX)
+    plan = load_plan(path)
+    archs = {job.package: job.archs for job in plan.jobs}
+    assert archs == {"causal-conv1d": ("9.0", "10.0"), "mamba-ssm": ("9.0", "10.0", "10.3")}
+    assert main(["plan", "--matrix", str(path), "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "arch facts applied: 1" in out
+    assert "no sm_103 SASS (sm_100 covers it): nvcc 13.x miscompiles" in out
+    assert "https://github.com/Dao-AILab/causal-conv1d/issues/105" in out
+
+
+def test_the_plan_table_shows_sass_and_ptx_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(MATRIX)
+    assert main(["plan", "--matrix", str(path), "--profile", "jit"]) == 0
+    rows = [
+        [c.strip() for c in line.split("│")[1:-1]]
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("│")
+    ]
+    row = next(r for r in rows if r[0].startswith("mamba-ssm"))
+    assert row[5:7] == ["8.0 9.0", "9.0 10.0"]
+
+
+def test_the_arch_facts_are_checked_on_load() -> None:
+    assert known_bad()[0].package == "causal-conv1d"
+    good = {
+        "package": "p",
+        "versions": "<2",
+        "toolkit": ">=13",
+        "sass": "10.3",
+        "kept": "10.0",
+        "reason": "r",
+        "citation": "https://example.org/1",
+    }
+    with pytest.raises(FactsError, match="citation must be a link"):
+        parse_known_bad({"known_bad": [{**good, "citation": "issue 105"}]})
+    with pytest.raises(FactsError, match="kept = '10' is not a CUDA arch"):
+        parse_known_bad({"known_bad": [{**good, "kept": "10"}]})
+    with pytest.raises(FactsError, match="toolkit = 'thirteen' is not a version specifier"):
+        parse_known_bad({"known_bad": [{**good, "toolkit": "thirteen"}]})

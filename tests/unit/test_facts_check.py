@@ -1,0 +1,103 @@
+"""`wheelwright facts check` against a recorded registry answer (tests/data/registry/torch.json: the real PEP 691
+page trimmed to torch 2.13.0-2.15.0, and the METADATA headers of each minor's default wheel)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from builder.cli.facts import BEHIND_EXIT
+from builder.cli.main import main
+from builder.plan.facts import TorchFacts, load_facts
+from builder.steps import torch_registry
+from builder.steps.torch_registry import compare, cuda_of, registry_releases
+
+RECORDED = json.loads((Path(__file__).parent.parent / "data" / "registry" / "torch.json").read_text())
+
+
+class Recorded:
+    def files(self, project: str) -> list[dict]:
+        assert project == "torch"
+        return RECORDED["files"]
+
+    def metadata(self, file: Mapping) -> str:
+        return RECORDED["metadata"][file["filename"]]
+
+
+def facts_without(minor: str) -> TorchFacts:
+    facts = load_facts()
+    return dataclasses.replace(facts, releases=tuple(r for r in facts.releases if r.minor != minor))
+
+
+def test_the_registry_releases_read_from_filenames_and_metadata() -> None:
+    releases = {r.minor: r for r in registry_releases(Recorded(), since="2.13")}
+    assert releases["2.14"].patches == ("2.14.0", "2.14.1")
+    assert releases["2.15"].python == ("3.11", "3.12", "3.13", "3.14", "3.15")
+    assert releases["2.14"].pypi_cuda == "13.0"  # cuda-toolkit[...]==13.0.3
+    assert releases["2.15"].pypi_cuda == "13.2"
+
+
+def test_cuda_pins_of_each_generation() -> None:
+    assert cuda_of("Requires-Dist: nvidia-cuda-runtime-cu11 (==11.7.99) ; platform_system == 'Linux'\n") == "11.7"
+    assert cuda_of("Requires-Dist: nvidia-cuda-runtime-cu12==12.8.90; platform_system == 'Linux'\n") == "12.8"
+    assert cuda_of("Requires-Dist: cuda-toolkit[cublas,cudart]==13.0.3; platform_system == 'Linux'\n") == "13.0"
+    assert cuda_of("Requires-Dist: filelock\n") is None
+
+
+def test_current_facts_have_no_findings_for_the_recorded_releases() -> None:
+    assert compare(load_facts(), registry_releases(Recorded(), since="2.13")) == []
+
+
+def test_a_missing_minor_gets_a_stanza_that_loads_as_facts() -> None:
+    (finding,) = compare(facts_without("2.15"), registry_releases(Recorded(), since="2.13"))
+    assert "torch 2.15 (2.15.0) is on the registry but not in the facts" in finding.problem
+    assert finding.stanza is not None
+    assert 'python = ["3.11", "3.12", "3.13", "3.14", "3.15"]' in finding.stanza
+    assert 'pypi_cuda = "13.2"' in finding.stanza
+    import tomllib
+
+    from builder.plan.facts import parse_facts
+
+    raw = tomllib.loads(finding.stanza)
+    raw["release"][0]["cuda"] = ["13.2"]
+    pasted = parse_facts({"release": raw["release"], "archs": {"cuda": {"13.2": ["9.0"]}}}, "stanza")
+    assert pasted.release("2.15.0").pypi_cuda == "13.2"
+
+
+def test_a_missing_patch_and_wrong_python_are_findings() -> None:
+    facts = load_facts()
+    stale = dataclasses.replace(facts.release("2.14"), patches=("2.14.0",), python=("3.10", "3.11"))
+    releases = tuple(stale if r.minor == "2.14" else r for r in facts.releases)
+    problems = [
+        f.problem
+        for f in compare(dataclasses.replace(facts, releases=releases), registry_releases(Recorded(), since="2.13"))
+    ]
+    assert any("patches lack 2.14.1" in p for p in problems)
+    assert any("python is ['3.10', '3.11']" in p for p in problems)
+
+
+def test_the_cli_exits_non_zero_and_prints_the_stanza(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(torch_registry, "PyPIRegistry", Recorded)
+    monkeypatch.setattr("builder.cli.facts.load_facts", lambda: facts_without("2.15"))
+    assert main(["facts", "check"]) == BEHIND_EXIT
+    captured = capsys.readouterr()
+    assert "BEHIND torch 2.15" in captured.err
+    assert '[[release]]\ntorch = "2.15"' in captured.out
+
+
+def test_the_cli_exits_zero_when_current(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(torch_registry, "PyPIRegistry", Recorded)
+    monkeypatch.setattr(
+        "builder.cli.facts.load_facts",
+        lambda: dataclasses.replace(
+            load_facts(), releases=tuple(r for r in load_facts().releases if r.minor in ("2.13", "2.14", "2.15"))
+        ),
+    )
+    assert main(["facts", "check"]) == 0
+    assert "torch facts are current" in capsys.readouterr().out
