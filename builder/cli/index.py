@@ -83,10 +83,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     made, skipped = ensure_twins(args.output / "dist", args.output / "variant")
     for path in made:
         out.print(f"  variant twin made: {path.name}")
-    for reason in skipped:
-        console.print(f"[yellow]WARN[/yellow] no variant twin: {reason}", soft_wrap=True)
     report = build_site(args.output, _site(args), base_url=args.base_url)
     _print_index_report(report, args.base_url)
+    for reason in skipped:  # after the index's own verdict on each file of dist/, which says why first
+        console.print(f"[yellow]WARN[/yellow] no variant twin: {reason}", soft_wrap=True)
     _step_summary(report)
     return 0
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,6 +210,8 @@ def ensure_twins(dist: Path, variant_dir: Path) -> tuple[list[Path], list[str]]:
     made, skipped = [], []
     present = {p.name for p in variant_dir.glob("*.whl")} if variant_dir.is_dir() else set()
     for wheel in sorted(dist.glob("*.whl")) if dist.is_dir() else []:
+        if not stat.S_ISREG(wheel.lstat().st_mode):  # a symlink is never followed, a FIFO or device never opened
+            continue  # the index refuses it with its reason
         try:
             name = parse_wheel_filename(wheel.name)[1]
             label = name.local
