@@ -34,6 +34,7 @@ stage_carry() { :; }
 stage_index() { :; }
 stage_serve() { :; }
 stage_install() { :; }
+stage_doctor() { :; }
 for s in checklist upstream mamba bench; do eval "stage_$s() { echo $s >>\"\$WORK/ran.txt\"; }"; done
 start_build() {
     rm -f "$BUILD_CONSOLE"
@@ -112,7 +113,7 @@ def test_a_proof_across_commands_detached_build_then_deadline_then_the_rest(tmp_
     assert ran(work) == ["checklist"] and (summary["outcome"], summary["acceptance"]) == ("passed", True)
     assert [c["ran"] for c in summary["commands"]] == [
         ["preflight", "carry", "build"],
-        ["preflight", "carry", "build", "index", "serve", "install", "upstream", "mamba", "bench"],
+        ["preflight", "carry", "build", "index", "serve", "install", "doctor", "upstream", "mamba", "bench"],
         ["preflight", "carry", "index", "serve", "install", "checklist"],
     ]
     assert summary["commands"][1]["command"].endswith("--resume")
@@ -374,6 +375,6 @@ def test_checklist_runs_upstreams_models_end_to_end_on_the_cpu(
 
 
 def checklist_table_cells(row: dict) -> list[str]:
-    from acceptance import checklist
+    from scripts.acceptance import checklist
 
     return [cell.strip() for cell in checklist.perf_table([row])[2].strip("|").split("|")]
