@@ -16,7 +16,8 @@ DOCTOR = "doctor.py"  # the standalone doctor, generated from builder.doctor
 MANIFEST = "wheels.json"  # every wheel with its variant, archs and digest, for tools (and the doctor)
 # The only top-level names of a site: what the index writes and prunes, serve serves and publish uploads. A site
 # folder may hold other things (the build output's ledger.sqlite and dist/, when --site names it): never shown.
-MANAGED = ("whl", "simple", "json", "select", "coverage", MANIFEST, LANDING, DOCTOR)
+VARIANTS = "variant"  # the PEP 825 variant channel (index_site/variants.py)
+MANAGED = ("whl", "simple", "json", "select", "coverage", VARIANTS, MANIFEST, LANDING, DOCTOR)
 
 
 def is_site_path(path: str) -> bool:
@@ -121,12 +122,23 @@ def _quote(name: str) -> str:
     return quote(name)  # "+" of a local version becomes %2B: some servers read a literal "+" as a space
 
 
+# PEP 825's {name}-{version}-variants.json: linked from project pages, so published before them; it changes when a
+# variant of that version is added, so it is cached like a page.
+VARIANTS_JSON = Kind(content_type="application/json", cache_control=_PAGE_CACHE, immutable=False, tier=Tier.FILE)
+# A wheel's wheelwright.json, served beside it: as immutable as the wheel it describes.
+PROVENANCE = Kind(content_type="application/json", cache_control=WHEEL.cache_control, immutable=True, tier=Tier.FILE)
+
+
 def kind_of(path: str) -> Kind:
     """The kind of the site file at ``path`` (a POSIX path relative to the site root)."""
     if path.endswith(".whl"):
         return WHEEL
     if path.endswith(".whl.metadata"):
         return METADATA
+    if path.endswith("-variants.json"):
+        return VARIANTS_JSON
+    if path.endswith(".whl.provenance.json"):
+        return PROVENANCE
     if path == MANIFEST:
         return Kind(content_type="application/json", cache_control=_PAGE_CACHE, immutable=False, tier=Tier.PROJECT)
     content_type = JSON_CONTENT_TYPE if path.endswith(".json") else _suffix_type(path)

@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from builder.core.errors import ConfigError, FileSystemError
 from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, regular_identity
-from index_site import layout
+from index_site import layout, variants
 from index_site.catalog import Catalog, Rejection, ScanStats, refresh_identities, scan
 from index_site.render import page_groups
 from index_site.wheels import WheelFile, read_core_metadata
@@ -32,6 +32,8 @@ from index_site.wheels import WheelFile, read_core_metadata
 log = logging.getLogger(__name__)
 
 MANAGED = layout.MANAGED
+# (the file to place, its path in the site, what is known of it): a wheel of dist/ or a variant twin
+_Link = tuple[Path, str, "WheelFile | variants.VariantWheel"]
 
 
 class FileRecord(NamedTuple):
@@ -47,7 +49,7 @@ class FileRecord(NamedTuple):
 
 @dataclass(frozen=True, kw_only=True)
 class SitePlan:
-    links: tuple[tuple[Path, str, WheelFile], ...]  # (wheel in dist/, site path, wheel): link or copy
+    links: tuple[_Link, ...]  # (wheel in dist/ or variant/, site path, wheel): link or copy
     metadata: tuple[tuple[Path, str, WheelFile], ...]  # (wheel in dist/, site path of its .metadata, wheel)
     metadata_bytes: Mapping[str, bytes]  # METADATA already read from wheels this run, by filename
     pages: Mapping[str, bytes]  # only pages whose bytes differ from what is on disk
@@ -79,7 +81,11 @@ def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     catalog = scan(output / "dist", output / "ledger.sqlite")
     manifest, previous_groups = _records(document), _groups(document)
     pages, reused, groups = render_changed(catalog, site, manifest, previous_groups, base_url=base_url)
-    plan = plan_site(catalog, pages, output / "dist", site, manifest, reused=reused, groups=groups)
+    twins = variants.scan_twins(output / variants.ROOT)  # the variant channel; absent until the build makes twins
+    pages.update(variants.render_channel(twins))  # small and cheap: rendered every run, written only when changed
+    plan = plan_site(
+        catalog, pages, output / "dist", site, manifest, reused=reused, groups=groups, extra_files=variants.files(twins)
+    )
     recorded = (manifest, previous_groups, document.get("base_url"))
     written, linked = apply_plan(plan, site, base_url=base_url, identities=catalog.identities, recorded=recorded)
     if linked:
@@ -132,11 +138,19 @@ def plan_site(
     *,
     reused: Mapping[str, FileRecord] | None = None,
     groups: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
+    extra_files: Sequence[tuple[Path, str, variants.VariantWheel]] = (),
 ) -> SitePlan:
     """Compare what the site should hold with what it holds; nothing is written here. ``reused`` are pages known
-    to be in place without rendering them (see render_changed)."""
+    to be in place without rendering them (see render_changed); ``extra_files`` are other immutable files to place
+    like the wheels (the variant channel's twins)."""
     links, metadata, kept = _plan_files(catalog, dist, site, manifest)
     kept.update(reused or {})
+    for source, path, twin in extra_files:
+        record = _placed_wheel(os.path.join(site, path), twin.sha256, None, manifest.get(path))
+        if record is not None:
+            kept[path] = record
+        else:
+            links.append((source, path, twin))
     changed = {}
     for path, content in pages.items():
         record = _page_in_place(site, path, content, manifest.get(path))
@@ -162,9 +176,9 @@ _Placement = tuple[Path, str, WheelFile]  # (the wheel in dist/, its path in the
 
 def _plan_files(
     catalog: Catalog, dist: Path, site: Path, manifest: Mapping[str, FileRecord]
-) -> tuple[list[_Placement], list[_Placement], dict[str, FileRecord]]:
+) -> tuple[list[_Link], list[_Placement], dict[str, FileRecord]]:
     """Wheels to link and .metadata files to write, and the records of those already in place."""
-    links: list[_Placement] = []
+    links: list[_Link] = []
     metadata: list[_Placement] = []
     kept: dict[str, FileRecord] = {}
     root = os.fspath(site) + "/"  # string paths: this loop runs twice per wheel on every index
@@ -199,7 +213,8 @@ def apply_plan(
     records = dict(plan.kept)
     linked = {}
     for source, path, wheel in plan.links:
-        expected = (identities or {}).get(wheel.filename)
+        # a twin (variant/) is not in dist/: no identity of the catalog's to hold it to
+        expected = (identities or {}).get(wheel.filename) if isinstance(wheel, WheelFile) else None
         placed = _place_wheel(source, site / path, expected)
         records[path] = FileRecord(sha256=wheel.sha256, identity=placed)
         if expected is not None and placed.inode == expected.inode:

@@ -60,3 +60,18 @@ def job_wheel(out_dir: Path, job: Job, files: Mapping[str, bytes | Path], **over
     arguments: dict = {"name": job.dist_name, "version": job.local_version, "python_tag": job.python_tag,
                        "requires": (job.torch_requirement,), **overrides}
     return make_wheel(out_dir, files=files, **arguments)
+
+
+def with_provenance(wheel: Path, job: Job) -> Path:
+    """Embed the provenance fields verify compares (what the build records, without probing any tool)."""
+    from builder.steps import provenance
+
+    record = {
+        "schema": provenance.SCHEMA, "job": job.identifier, "package": job.package, "version": job.version,
+        "label": job.label, "torch": {"version": job.torch, "requirement": job.torch_requirement,
+                                      "cxx11_abi": job.cxx11_abi},
+        "toolkit": {"kind": job.accelerator.kind, "version": job.accelerator.version},
+        "archs": provenance.job_archs(job),
+    }
+    provenance.embed(wheel, record)
+    return wheel

@@ -17,6 +17,7 @@ from index_site import layout
 from index_site.publish import PublishReport, check_plan, publish
 from index_site.serve import make_server
 from index_site.site import IndexReport, build_site, site_base_url
+from index_site.variants import variant_command
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
@@ -77,8 +78,15 @@ def _site(args: argparse.Namespace) -> Path:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from builder.steps.variant import ensure_twins  # the index reads twins; builds before twins existed lack them
+
+    made, skipped = ensure_twins(args.output / "dist", args.output / "variant")
+    for path in made:
+        out.print(f"  variant twin made: {path.name}")
     report = build_site(args.output, _site(args), base_url=args.base_url)
     _print_index_report(report, args.base_url)
+    for reason in skipped:  # after the index's own verdict on each file of dist/, which says why first
+        console.print(f"[yellow]WARN[/yellow] no variant twin: {reason}", soft_wrap=True)
     _step_summary(report)
     return 0
 
@@ -155,6 +163,8 @@ def _print_index_report(report: IndexReport, base_url: str) -> None:
         console.print(f"[yellow]WARN[/yellow] not indexed: {rejection.reason}", soft_wrap=True)
     for label in report.variants:
         out.print(f"  {label}  pip install PACKAGE -f {base_url.rstrip('/')}/{layout.findlinks_path(label)}")
+    if (report.site / "variant" / "simple" / "index.html").is_file():
+        out.print(f"  variant channel  {variant_command(base_url.rstrip('/'))}")
 
 
 def _print_plan(report: PublishReport, where: str) -> None:

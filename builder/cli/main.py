@@ -142,9 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _stage_commands() -> tuple[AddCommands, ...]:
     """Stages add their own subcommands; each module's add_commands(commands, add_plan_arguments)."""
-    from builder.cli import build, doctor, facts, images, index
+    from builder.cli import build, doctor, facts, images, index, provenance
 
-    return (build.add_commands, index.add_commands, doctor.add_commands, facts.add_commands, images.add_commands)
+    return (
+        build.add_commands,
+        index.add_commands,
+        doctor.add_commands,
+        facts.add_commands,
+        images.add_commands,
+        provenance.add_commands,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,6 +31,8 @@ from builder.core.resources import BUILD_DATA
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps import compile as compile_stage
+from builder.steps import provenance
+from builder.steps import variant as variant_stage
 from builder.steps.environment import (
     NotBuildableHere,
     build_env,
@@ -54,13 +56,18 @@ PHASES = ("fetch", "env", "patch", "compile", "repair", "verify", "install")
 
 @dataclass(frozen=True, kw_only=True)
 class Layout:
-    """The output folder: dist/ (verified wheels only), quarantine/, logs/, ledger.sqlite, tmp/ (work in flight)."""
+    """The output folder: dist/ (verified wheels only), variant/ (their PEP 825 variant twins, verified again),
+    quarantine/, logs/, ledger.sqlite, tmp/ (work in flight)."""
 
     root: Path
 
     @property
     def dist(self) -> Path:
         return self.root / "dist"
+
+    @property
+    def variant(self) -> Path:
+        return self.root / "variant"
 
     @property
     def quarantine(self) -> Path:
@@ -195,7 +202,8 @@ class Builder:
         self._repair_lock = threading.Lock()  # auditwheel changes the process's working directory while it repairs
 
     def run(self, jobs: Sequence[Job]) -> list[Outcome]:
-        for folder in (self.layout.dist, self.layout.quarantine, self.layout.logs, self.layout.tmp):
+        layout = self.layout
+        for folder in (layout.dist, layout.variant, layout.quarantine, layout.logs, layout.tmp):
             folder.mkdir(parents=True, exist_ok=True)
         with _exclusive(self.layout.root / ".lock"), Ledger(self.layout.ledger) as ledger:
             self._recover(ledger)
@@ -298,12 +306,15 @@ class Builder:
             )
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache)
             built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
-            provenance = {
+            compiled = {  # how it was compiled, for the ledger (the wheel carries its own record: provenance below)
                 "toolchain": json.dumps(toolkit.as_dict(), sort_keys=True),
                 "compile_times": json.dumps(read_times(space.nvcc_times)),
             }
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired")
+            # After repair (which rewrites the ELF files), so the record's digests are of what ships.
+            record = provenance.build_record(job, toolchain=toolkit.as_dict(), recipe_changes=recipe.changes)
+            provenance.embed(repaired.wheel, record)
         with timer("verify"):
             report = verify_wheel(repaired.wheel, job, runtime=runtime)
             log_note(report.describe())
@@ -322,10 +333,13 @@ class Builder:
                 wheel_size=destination.stat().st_size,
                 reason="; ".join(report.reasons),
                 report=summary,
-                **provenance,
+                **compiled,
             )
         with timer("install"):
-            return self._install(job, digest, repaired.wheel, timer, ledger, summary, provenance)
+            twin = variant_stage.make_twin(repaired.wheel, work / "variant")  # after the gate, checked again
+            entry = self._install(job, digest, repaired.wheel, timer, ledger, summary, compiled)
+            os.replace(twin.path, self.layout.variant / twin.path.name)
+            return entry
 
     def _install(
         self,
@@ -335,7 +349,7 @@ class Builder:
         timer: PhaseTimer,
         ledger: Ledger,
         report: str,
-        provenance: dict[str, str],
+        compiled: dict[str, str],
     ) -> LedgerEntry:
         """Record the wheel's hash first, then move it into dist/ atomically: a kill between the two is recovered."""
         checksum, size = sha256_of(wheel), wheel.stat().st_size
@@ -348,7 +362,7 @@ class Builder:
             wheel_sha256=checksum,
             wheel_size=size,
             report=report,
-            **provenance,
+            **compiled,
         )
         ledger.put(_base_entry(job, digest, self.layout, status=Status.RUNNING, phase="install", **fields))
         os.replace(wheel, destination)

@@ -132,16 +132,16 @@ def build_environ(
         SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", "315532800"),
     )
     environ.update(compiler_environ(toolkit.cc, toolkit.cxx, environ["PATH"]))
-    if objcache is not None:
-        root, mode = objcache
-        # run as a script (it needs only the standard library): PYTHONPATH above does not lead to wheelwright
-        wrapper = [sys.executable, nvcc_cache.__file__, str(root), mode, str(toolkit.nvcc)]
-        environ["PYTORCH_NVCC"] = shlex.join(wrapper)
-        if not honours_pytorch_nvcc(space.torch_site):
-            home = cuda_home_with_wrapper(toolkit.root, wrapper, space.cuda_home)
-            environ.update(CUDA_HOME=str(home), CUDA_PATH=str(home))
-        # setuptools adds the build venv's include directory: per Python, like the interpreter's own
-        environ[nvcc_cache.PER_PYTHON_ENV] = str(env.python.parent.parent / "include")
+    # The wrapper runs even without the cache ("off"): it makes every nvcc call deterministic (see objcache.py).
+    root, mode = objcache if objcache is not None else (objcache_root(), "off")
+    # run as a script (it needs only the standard library): PYTHONPATH above does not lead to wheelwright
+    wrapper = [sys.executable, nvcc_cache.__file__, str(root), mode, str(toolkit.nvcc)]
+    environ["PYTORCH_NVCC"] = shlex.join(wrapper)
+    if not honours_pytorch_nvcc(space.torch_site):
+        home = cuda_home_with_wrapper(toolkit.root, wrapper, space.cuda_home)
+        environ.update(CUDA_HOME=str(home), CUDA_PATH=str(home))
+    # setuptools adds the build venv's include directory: per Python, like the interpreter's own
+    environ[nvcc_cache.PER_PYTHON_ENV] = str(env.python.parent.parent / "include")
     return environ
 
 

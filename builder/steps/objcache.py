@@ -87,6 +87,37 @@ def comparable_bytes(path: Path) -> bytes:
     return _NVCC_TEMP_NAME.sub(b"tmpxft_<pid>", path.read_bytes())
 
 
+_FIXED_TEMP_NAME = b"tmpxft_00000000_00000000"  # the same length as nvcc's: no offset in the object moves
+
+
+def deterministic_args(args: list[str]) -> list[str]:
+    """nvcc's arguments with a per-translation-unit ``-frandom-seed`` (the source path, stable because builds run
+    from fixed paths): nvcc then names its generated symbols and variables the same in every process."""
+    if any(arg.startswith(("-frandom-seed", "--frandom-seed")) for arg in args):
+        return args
+    return [*args, f"-frandom-seed={source_of(args)}"]
+
+
+def normalise_object(path: Path) -> None:
+    """Replace the one thing -frandom-seed leaves per-process, the temp-file name nvcc hands the host compiler
+    (``tmpxft_<pid>_<n>``, kept as the object's STT_FILE symbol), with a fixed name of the same length."""
+    data = path.read_bytes()
+    fixed = _NVCC_TEMP_NAME.sub(_FIXED_TEMP_NAME, data)
+    if fixed != data:
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_bytes(fixed)
+        os.replace(temporary, path)
+
+
+def compile_deterministic(nvcc: str, args: list[str]) -> int:
+    """Run nvcc for one translation unit so that the same inputs give the same object bytes."""
+    returncode = subprocess.call([nvcc, *deterministic_args(args)])
+    if returncode == 0:
+        output = args[args.index("-o") + 1]
+        normalise_object(Path(output))
+    return returncode
+
+
 def _atomic_copy(source: Path, destination: Path) -> None:
     destination.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=destination.parent, delete=False, prefix=".tmp-") as handle:
@@ -159,10 +190,12 @@ def main(argv: list[str]) -> int:
     if mode not in MODES:
         sys.stderr.write(f"builder.steps.objcache: mode must be one of {MODES}, not {mode!r}\n")
         return 2
+    if "-c" not in args or "-o" not in args:
+        return subprocess.call([nvcc, *args])
+    if mode == "off":
+        return compile_deterministic(nvcc, args)
     cache = ObjectCache(Path(root))
     cache.root.mkdir(parents=True, exist_ok=True)
-    if "-c" not in args or "-o" not in args or mode == "off":
-        return subprocess.call([nvcc, *args])
     per_python = frozenset(filter(None, os.environ.get(PER_PYTHON_ENV, "").split(os.pathsep)))
     key, output, depfile = command_key(args, per_python)
     key = _digest(f"{key}:{_file_digest(str(source_of(args)))}:{_file_digest(nvcc)}".encode())
@@ -173,7 +206,7 @@ def main(argv: list[str]) -> int:
         cache.restore(entry, Path(output), Path(depfile) if depfile else None)
         _record(cache, {"source": source, "result": "hit", "seconds": time.monotonic() - start})
         return 0
-    returncode = subprocess.call([nvcc, *args])
+    returncode = compile_deterministic(nvcc, args)
     if returncode != 0:
         return returncode
     if entry is not None:  # verify mode: the cached object must equal the fresh one

@@ -27,6 +27,7 @@ from builder.core.wheelname import InvalidWheelFilename, WheelFilename
 from builder.plan.archs import split
 from builder.plan.facts import torch_minor
 from builder.plan.job import Job
+from builder.steps import provenance
 from builder.steps.elf import ElfFacts, tree_elf_facts, unpacked
 from builder.steps.environment import RuntimeEnv
 from builder.steps.repair import Excludes, load_excludes, manylinux_policies, target_policy
@@ -451,6 +452,12 @@ def _import_outcome(returncode: int, output: str, job: Job) -> Check:
     return passed("import", f"import torch ({torch}), {', '.join(job.recipe.import_names)} in a clean venv")
 
 
+def check_provenance(wheel: Path, facts: WheelFacts) -> Check:
+    """The wheel's wheelwright.json must describe what the wheel holds (see builder/steps/provenance.py)."""
+    ok, detail = provenance.gate(wheel, facts.elves)
+    return passed("provenance", detail) if ok else failed("provenance", detail)
+
+
 # --- the gate --------------------------------------------------------------------------------------------------------
 
 
@@ -465,6 +472,7 @@ def verify_wheel(
     except WheelError as error:
         return VerifyReport(wheel=wheel.name, job=job.identifier, checks=(failed("readable", str(error)),))
     checks = evaluate(facts, job, excludes=excludes, policies=policies)
+    checks += (check_provenance(wheel, facts),)
     checks += (check_import(wheel, job, runtime),)
     policy = claimed_policy(facts.filename, policies)
     report = VerifyReport(wheel=wheel.name, job=job.identifier, checks=checks,

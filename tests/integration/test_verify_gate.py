@@ -16,7 +16,7 @@ from builder.steps.environment import RuntimeEnv, runtime_env
 from builder.steps.repair import repair_wheel
 from builder.steps.verify import check_import, quarantine, verify_wheel
 from tests.jobs import local_job
-from tests.wheels import job_wheel, make_wheel
+from tests.wheels import job_wheel, make_wheel, with_provenance
 
 from .conftest import CompileCu
 
@@ -25,7 +25,7 @@ EXTENSION = "causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so"
 
 def repaired(tmp_path: Path, job: Job, files: dict) -> Path:
     built = job_wheel(tmp_path, job, files)
-    return repair_wheel(built, job, tmp_path / "repaired").wheel
+    return with_provenance(repair_wheel(built, job, tmp_path / "repaired").wheel, job)
 
 
 @pytest.mark.nvcc

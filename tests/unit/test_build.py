@@ -36,7 +36,7 @@ class FakeStages:
         self.fail: dict[str, Exception] = {}
         self.verdict: dict[str, bool] = {}
         self.tmp = tmp_path
-        stub = SimpleNamespace(site_packages=tmp_path, as_dict=lambda: {"source": "stub-toolkit"})
+        stub = SimpleNamespace(site_packages=tmp_path, root=tmp_path, as_dict=lambda: {"source": "stub-toolkit"})
         monkeypatch.setattr(build_stage, "fetch_sdist", lambda job: tmp_path / "sdist.tar.gz")
         monkeypatch.setattr(build_stage, "find_toolkit", lambda accelerator: stub)
         monkeypatch.setattr(build_stage, "runtime_env", lambda job, facts: stub)
@@ -50,6 +50,16 @@ class FakeStages:
         monkeypatch.setattr(build_stage.compile_stage, "compile_wheel", self.compile_wheel)
         monkeypatch.setattr(build_stage, "repair_wheel", lambda wheel, job, out: SimpleNamespace(wheel=wheel))
         monkeypatch.setattr(build_stage, "verify_wheel", self.verify)
+        monkeypatch.setattr(build_stage.provenance, "build_record", lambda job, **kwargs: {"job": job.identifier})
+        monkeypatch.setattr(build_stage.provenance, "embed", lambda wheel, record: None)
+        monkeypatch.setattr(build_stage.variant_stage, "make_twin", self.make_twin)
+
+    @staticmethod
+    def make_twin(wheel: Path, out_dir: Path) -> SimpleNamespace:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        twin = out_dir / ("twin-of-" + wheel.name)
+        twin.write_bytes(wheel.read_bytes())
+        return SimpleNamespace(path=twin)
 
     @staticmethod
     @contextmanager
@@ -89,6 +99,8 @@ def test_builds_every_job_into_dist_and_records_it(stages: FakeStages, tmp_path:
         entry = ledger.get(outcomes[0].job.identifier)
     assert entry.wheel_sha256 == build_stage.sha256_of(tmp_path / "out" / "dist" / entry.wheel)
     assert set(entry.timings) == {"fetch", "env", "patch", "compile", "repair", "verify", "install"}
+    twins = sorted(p.name for p in (tmp_path / "out" / "variant").iterdir())
+    assert twins == sorted("twin-of-" + name for name in dist)
 
 
 def test_unchanged_inputs_are_skipped_and_a_missing_wheel_is_rebuilt(stages: FakeStages, tmp_path: Path) -> None:

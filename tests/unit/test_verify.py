@@ -29,7 +29,7 @@ from builder.steps.verify import (
 )
 from tests.jobs import local_job, rocm_job
 from tests.synth import PTX, SASS, elf_with_sections, fatbin_container, fatbin_entry
-from tests.wheels import job_wheel
+from tests.wheels import job_wheel, with_provenance
 
 JOB = local_job()
 POLICIES = manylinux_policies()
@@ -336,8 +336,8 @@ def kernel_library(*entries: bytes) -> bytes:
 
 
 def test_gate_passes_a_wheel_with_the_right_kernels(tmp_path: Path) -> None:
-    wheel = job_wheel(tmp_path, JOB, {EXTENSION: kernel_library(fatbin_entry(SASS, 90))},
-                      platform="manylinux_2_28_x86_64")
+    wheel = with_provenance(job_wheel(tmp_path, JOB, {EXTENSION: kernel_library(fatbin_entry(SASS, 90))},
+                                      platform="manylinux_2_28_x86_64"), JOB)
     report = verify_wheel(wheel, JOB, runtime=None)
     assert report.ok, report.describe()
     (skip,) = report.skipped
@@ -348,10 +348,11 @@ def test_gate_passes_a_wheel_with_the_right_kernels(tmp_path: Path) -> None:
 
 def test_gate_fails_the_wrong_arch_and_quarantine_says_why(tmp_path: Path) -> None:
     library = kernel_library(fatbin_entry(SASS, 80), fatbin_entry(PTX, 80))
-    wheel = job_wheel(tmp_path, JOB, {EXTENSION: library}, platform="manylinux_2_28_x86_64")
+    wheel = with_provenance(job_wheel(tmp_path, JOB, {EXTENSION: library}, platform="manylinux_2_28_x86_64"), JOB)
     report = verify_wheel(wheel, JOB, runtime=None)
     assert not report.ok
-    (reason,) = report.reasons
+    reason, disagreement = report.reasons
+    assert disagreement.startswith("provenance: the fatbins hold SASS ['8.0'], PTX ['8.0']")
     assert reason.startswith(f"gpu-archs: {EXTENSION}: expected SASS 9.0; PTX none, found SASS 8.0; PTX 8.0")
 
     moved = quarantine(wheel, report, tmp_path / "quarantine")
@@ -362,8 +363,8 @@ def test_gate_fails_the_wrong_arch_and_quarantine_says_why(tmp_path: Path) -> No
 
 
 def test_gate_warns_when_the_tag_misses_the_target(tmp_path: Path) -> None:
-    wheel = job_wheel(tmp_path, JOB, {EXTENSION: kernel_library(fatbin_entry(SASS, 90))},
-                      platform="manylinux_2_36_x86_64")
+    wheel = with_provenance(job_wheel(tmp_path, JOB, {EXTENSION: kernel_library(fatbin_entry(SASS, 90))},
+                                      platform="manylinux_2_36_x86_64"), JOB)
     report = verify_wheel(wheel, JOB, runtime=None)
     assert report.ok
     assert report.warnings == ("tagged manylinux_2_36_x86_64, newer than the job's target manylinux_2_28_x86_64",)

@@ -1,0 +1,154 @@
+"""The variant channel with the pinned uv (0.13.9, `--preview-features wheel-variants`) against the served site, in
+fresh venvs holding a minimal distribution named torch: uv picks the CUDA variant the driver can run and the SASS
+the GPU executes, refuses clearly where none fits, and never replaces the installed torch. The variant files
+validate with variantlib, the PEPs' reference library.
+
+GPU properties: uv's built-in NVIDIA provider reads the driver and the GPU, or NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_
+VERSION and NV_VARIANT_PROVIDER_FORCE_SM_ARCH (measured: UV_CUDA_DRIVER_VERSION, the --torch-backend knob, is
+ignored by the variant provider). CPU tests force both; the `gpu` test forces nothing and runs on the GPU machine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from variantlib.variant_dist_info import VariantDistInfo
+from variantlib.variants_json import VariantsJson
+
+from index_site.serve import serving
+from index_site.site import build_site
+from tests import variant_channel
+from tests.index_checks import installer_environment
+
+UV = Path(sys.executable).parent / "uv"
+ON_H200 = {"NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION": "13.0", "NV_VARIANT_PROVIDER_FORCE_SM_ARCH": "9.0"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Channel:
+    url: str
+    output: Path
+    torch_wheels: Path
+
+
+@pytest.fixture(scope="module")
+def channel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Channel]:
+    output = tmp_path_factory.mktemp("variant-site")
+    torch_wheels = variant_channel.write_channel(output)
+    with serving(output / "site") as server:
+        build_site(output, output / "site", base_url=server.url)
+        yield Channel(url=server.url, output=output, torch_wheels=torch_wheels)
+
+
+def venv_with_torch(root: Path, channel: Channel, torch: str) -> tuple[Path, dict[str, str]]:
+    env = installer_environment(root / "uv-cache")
+    return variant_channel.venv_with_torch(UV, root, channel.torch_wheels, torch, env), env
+
+
+def uv_one_url(python: Path, env: dict[str, str], index: str, **gpu: str) -> subprocess.CompletedProcess:
+    return variant_channel.uv_one_url(UV, python, {**env, **gpu}, index)
+
+
+installed = variant_channel.installed
+
+
+# --- the files -------------------------------------------------------------------------------------------------------
+
+
+def test_twins_carry_variant_json_that_variantlib_accepts(channel: Channel) -> None:
+    twins = sorted((channel.output / "variant").glob("*.whl"))
+    assert [t.name.rsplit("-", 1)[1] for t in twins] == ["pt213cu130.whl", "pt214cu126.whl", "pt214cu130.whl"]
+    for twin in twins:
+        label = twin.name.removesuffix(".whl").rsplit("-", 1)[1]
+        with zipfile.ZipFile(twin) as archive:
+            assert "causal_conv1d-1.7.0.dist-info/METADATA" in archive.namelist()  # the public version inside
+            dist_info = VariantDistInfo(archive.read("causal_conv1d-1.7.0.dist-info/variant.json"), label)
+        assert dist_info.variant_label == label
+    twin = channel.output / "variant" / "causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl"
+    with zipfile.ZipFile(twin) as archive:
+        properties = json.loads(archive.read("causal_conv1d-1.7.0.dist-info/variant.json"))["variants"]["pt214cu130"]
+    assert properties == {
+        "abi_dependency": {"torch": ["2.14"]},
+        "nvidia": {"cuda_version_lower_bound": ["13.0"], "sm_arch": ["90_real", "120_real", "120_virtual"]},
+    }
+
+
+@pytest.mark.parametrize("root", ["variant/simple", "variant/pt214/simple"])
+def test_index_level_variants_json_validates_and_is_linked(channel: Channel, root: str) -> None:
+    page = (channel.output / "site" / root / "causal-conv1d" / "index.html").read_text()
+    assert 'href="causal_conv1d-1.7.0-variants.json#sha256=' in page
+    document = json.loads(
+        (channel.output / "site" / root / "causal-conv1d" / "causal_conv1d-1.7.0-variants.json").read_text()
+    )
+    parsed = VariantsJson(document)
+    labels = {"pt214cu130", "pt214cu126"} | ({"pt213cu130"} if root == "variant/simple" else set())
+    assert set(parsed.variants) == labels
+    assert parsed.namespace_priorities == ["abi_dependency", "nvidia"]
+
+
+# --- uv against the served channel -----------------------------------------------------------------------------------
+
+
+def test_uv_one_url_installs_the_variant_the_driver_and_gpu_can_run(channel: Channel, tmp_path: Path) -> None:
+    python, env = venv_with_torch(tmp_path / "a", channel, "2.14.1")
+    result = uv_one_url(python, env, f"{channel.url}/variant/simple/", **ON_H200)
+    assert result.returncode == 0, result.stderr
+    assert installed(python) == ("pt214cu130", "2.14.1")
+
+    older_driver = {**ON_H200, "NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION": "12.8"}
+    python, env = venv_with_torch(tmp_path / "b", channel, "2.14.1")
+    result = uv_one_url(python, env, f"{channel.url}/variant/simple/", **older_driver)
+    assert result.returncode == 0, result.stderr
+    assert installed(python) == ("pt214cu126", "2.14.1")
+
+
+def test_uv_refuses_clearly_when_no_variant_fits_the_gpu(channel: Channel, tmp_path: Path) -> None:
+    python, env = venv_with_torch(tmp_path, channel, "2.14.1")
+    turing = {**ON_H200, "NV_VARIANT_PROVIDER_FORCE_SM_ARCH": "7.5"}  # no build carries sm_75 SASS
+    result = uv_one_url(python, env, f"{channel.url}/variant/simple/", **turing)
+    assert result.returncode != 0
+    assert "causal-conv1d==1.7.0 has only unsupported wheel variants" in result.stderr
+    assert installed(python) == (None, "2.14.1")
+
+
+def test_two_torch_minors_each_get_their_variant_and_keep_their_torch(channel: Channel, tmp_path: Path) -> None:
+    """The per-torch channel installs the matching variant in both venvs. The all-torch root serves the newest
+    torch minor: uv 0.13.9 implements no ABI dependency provider, so for an older torch it refuses (torch==2.14.*
+    cannot be met from this index) and leaves the installed torch alone."""
+    for torch, tag in (("2.14.1", "pt214"), ("2.13.0", "pt213")):
+        python, env = venv_with_torch(tmp_path / tag, channel, torch)
+        result = uv_one_url(python, env, f"{channel.url}/variant/{tag}/simple/", **ON_H200)
+        assert result.returncode == 0, result.stderr
+        assert installed(python) == (f"{tag}cu130", torch)
+
+    python, env = venv_with_torch(tmp_path / "root", channel, "2.13.0")
+    result = uv_one_url(python, env, f"{channel.url}/variant/simple/", **ON_H200)
+    assert result.returncode != 0
+    assert "torch==2.14.*" in result.stderr
+    assert installed(python) == (None, "2.13.0")
+
+
+def test_uv_reads_the_json_channel(channel: Channel, tmp_path: Path) -> None:
+    python, env = venv_with_torch(tmp_path, channel, "2.14.1")
+    result = uv_one_url(python, env, f"{channel.url}/variant/json/", **ON_H200)
+    assert result.returncode == 0, result.stderr
+    assert installed(python) == ("pt214cu130", "2.14.1")
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_machine_uv_detects_driver_and_arch_itself(channel: Channel, tmp_path: Path) -> None:
+    """Run on the GPU box (a driver for CUDA >= 13.0 and an sm_90 GPU): nothing forced, uv asks the hardware."""
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("no NVIDIA driver on this machine (on the GPU box: this test, or scripts/gpu_variant_selection.py)")
+    python, env = venv_with_torch(tmp_path, channel, "2.14.1")
+    env = {k: v for k, v in env.items() if not k.startswith("NV_VARIANT_PROVIDER_")}
+    result = uv_one_url(python, env, f"{channel.url}/variant/simple/")
+    assert result.returncode == 0, result.stderr
+    assert installed(python) == ("pt214cu130", "2.14.1")

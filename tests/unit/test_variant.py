@@ -1,0 +1,121 @@
+"""Variant twins and the variant channel's pages: names, properties, the checks a twin must pass after
+conversion, and the variants.json an index serves beside the twins."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from builder.core.errors import WheelError
+from builder.plan.facts import Accelerator
+from builder.steps import variant
+from builder.steps.wheelzip import Member, read_members, write_wheel
+from index_site import variants as channel
+from tests.jobs import local_job, rocm_job
+from tests.wheels import job_wheel, with_provenance
+
+JOB = local_job()
+
+
+def verified(tmp_path: Path, job=JOB) -> Path:
+    files = {"causal_conv1d/__init__.py": b"x = 1\n"}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    return with_provenance(job_wheel(tmp_path, job, files, platform="manylinux_2_28_x86_64"), job)
+
+
+def test_variant_filename_moves_the_label_out_of_the_version() -> None:
+    name = variant.variant_filename(
+        "causal_conv1d-1.7.0+pt214cu130-cp311-cp311-manylinux_2_28_x86_64.whl", "pt214cu130"
+    )
+    assert name == "causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl"
+
+
+def test_properties_name_torch_cuda_and_archs() -> None:
+    properties = variant.properties_for("pt214cu130", {"sass": ["8.0", "9.0", "12.0"], "ptx": ["12.0"]})
+    assert properties == {
+        "abi_dependency": {"torch": ["2.14"]},
+        "nvidia": {"cuda_version_lower_bound": ["13.0"], "sm_arch": ["80_real", "90_real", "120_real", "120_virtual"]},
+    }
+    assert variant.properties_for("pt24rocm61", {"sass": ["gfx942"], "ptx": []}) == {
+        "abi_dependency": {"torch": ["2.4"]},
+        "rocm": {"rocm_version_lower_bound": ["6.1"], "gfx_arch": ["gfx942"]},
+    }
+
+
+def test_twin_holds_the_same_payload_under_the_public_version(tmp_path: Path) -> None:
+    twin = variant.make_twin(verified(tmp_path), tmp_path / "variant")
+    members = read_members(twin.path)
+    assert twin.path.name == "causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl"
+    assert "Version: 1.7.0\n" in members["causal_conv1d-1.7.0.dist-info/METADATA"].data.decode()
+    document = json.loads(members["causal_conv1d-1.7.0.dist-info/variant.json"].data)
+    assert list(document["variants"]) == ["pt214cu130"]
+    assert document["default-priorities"]["namespace"] == ["abi_dependency", "nvidia"]
+    assert document["providers"]["nvidia"]["plugin-api"] == "nvidia_variant_provider.plugin:NvidiaVariantPlugin"
+    assert "causal_conv1d-1.7.0.dist-info/wheelwright.json" in members  # provenance travels with the twin
+
+
+def test_twin_conversion_is_reproducible(tmp_path: Path) -> None:
+    wheel = verified(tmp_path)
+    first = variant.make_twin(wheel, tmp_path / "a").path.read_bytes()
+    assert variant.make_twin(wheel, tmp_path / "b").path.read_bytes() == first
+
+
+def test_a_wrong_twin_is_refused(tmp_path: Path) -> None:
+    wheel = verified(tmp_path)
+    twin = variant.make_twin(wheel, tmp_path / "variant").path
+    members = read_members(twin)
+    members["causal_conv1d/__init__.py"] = Member(data=b"x = 2\n")
+    write_wheel(twin, members)
+    with pytest.raises(WheelError, match="payload differs from the verified wheel"):
+        variant.check_twin(wheel, twin)
+
+
+def test_a_wheel_without_provenance_gets_no_twin(tmp_path: Path) -> None:
+    plain = job_wheel(tmp_path, JOB, {"causal_conv1d/__init__.py": b""})
+    with pytest.raises(WheelError, match="wheelwright.json"):
+        variant.make_twin(plain, tmp_path / "variant")
+
+
+def test_ensure_twins_makes_only_missing_ones(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    verified(dist)
+    job_wheel(dist, dataclasses.replace(JOB, accelerator=Accelerator.parse("cu126")), {"x.py": b""})  # no provenance
+    made, skipped = variant.ensure_twins(dist, tmp_path / "variant")
+    assert [p.name for p in made] == ["causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl"]
+    assert len(skipped) == 1 and "wheelwright.json" in skipped[0]
+    assert variant.ensure_twins(dist, tmp_path / "variant")[0] == []
+
+
+def test_channel_pages_link_twins_metadata_and_variants_json(tmp_path: Path) -> None:
+    for job in (JOB, dataclasses.replace(JOB, accelerator=Accelerator.parse("cu126")), rocm_job()):
+        variant.make_twin(verified(tmp_path / job.label, job), tmp_path / "variant")
+    twins = channel.scan_twins(tmp_path / "variant")
+    pages = channel.render_channel(twins)
+    assert channel.torch_tags(twins) == ("pt214",)
+    page = pages["variant/simple/causal-conv1d/index.html"].decode()
+    assert (
+        'href="../../../variant/files/causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl#sha256='
+        in page
+    )
+    assert 'data-core-metadata="sha256=' in page and 'href="causal_conv1d-1.7.0-variants.json#sha256=' in page
+    document = json.loads(pages["variant/simple/causal-conv1d/causal_conv1d-1.7.0-variants.json"])
+    assert document["default-priorities"]["namespace"] == ["abi_dependency", "nvidia", "rocm"]
+    assert sorted(document["variants"]) == ["pt214cu126", "pt214cu130", "pt214rocm61"]
+    assert "variant/pt214/json/causal-conv1d/index.json" in pages
+    provenance = json.loads(
+        pages["variant/files/causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl.provenance.json"]
+    )
+    assert provenance["label"] == "pt214cu130" and provenance["files"]
+    assert channel.render_channel([]) == {}
+
+
+def test_scan_skips_foreign_files_and_caches(tmp_path: Path) -> None:
+    folder = tmp_path / "variant"
+    variant.make_twin(verified(tmp_path), folder)
+    (folder / "not-a-variant-1.0-py3-none-any.whl").write_bytes(b"zip?")
+    assert [t.label for t in channel.scan_twins(folder)] == ["pt214cu130"]
+    assert (folder / channel.CACHE).is_file()
+    assert [t.label for t in channel.scan_twins(folder)] == ["pt214cu130"]

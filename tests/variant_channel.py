@@ -1,0 +1,60 @@
+"""A small variant channel for selection tests (the integration test and scripts/gpu_variant_selection.py): three
+verified-then-converted builds of causal-conv1d 1.7.0, torch stubs, a venv per torch, and the one-URL uv command."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+from builder.plan.facts import Accelerator
+from builder.steps.variant import make_twin
+from tests.jobs import local_job
+from tests.wheels import job_wheel, make_wheel, with_provenance
+
+BUILDS = (  # (torch, accelerator, archs): three variants of 1.7.0
+    ("2.14.1", "cu130", ("9.0", "12.0+PTX")),
+    ("2.14.1", "cu126", ("8.0", "9.0")),
+    ("2.13.0", "cu130", ("9.0",)),
+)
+TORCHES = ("2.14.1", "2.13.0")
+
+
+def write_channel(output: Path) -> Path:
+    """dist/ and variant/ under ``output`` as the build leaves them, plus torch stub wheels; returns their folder."""
+    (output / "dist").mkdir(parents=True, exist_ok=True)
+    for torch, accelerator, archs in BUILDS:
+        job = dataclasses.replace(local_job(), torch=torch, accelerator=Accelerator.parse(accelerator), archs=archs)
+        files = {"causal_conv1d/__init__.py": f'LABEL = "{job.label}"\n'.encode()}
+        wheel = job_wheel(output / "dist", job, files, platform="manylinux_2_28_x86_64")
+        make_twin(with_provenance(wheel, job), output / "variant")
+    torch_wheels = output / "torch"
+    torch_wheels.mkdir(exist_ok=True)
+    for version in TORCHES:
+        make_wheel(torch_wheels, name="torch", version=version, python_tag="py3", platform="any", pure=True,
+                   requires=(), files={"torch/__init__.py": f'__version__ = "{version}"\n'.encode()})
+    return torch_wheels
+
+
+def venv_with_torch(uv: Path, root: Path, torch_wheels: Path, torch: str, env: dict[str, str]) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", root / "venv"], env=env, check=True)
+    python = root / "venv" / "bin" / "python"
+    subprocess.run([uv, "pip", "install", "--python", python, "--no-index", "-f", torch_wheels, f"torch=={torch}"],
+                   env=env, check=True, capture_output=True)
+    return python
+
+
+def uv_one_url(uv: Path, python: Path, env: dict[str, str], index: str) -> subprocess.CompletedProcess:
+    """The landing page's uv command, as a user runs it (it may fail: the caller judges the outcome)."""
+    command = [uv, "pip", "install", "--python", python, "--preview-features", "wheel-variants", "causal-conv1d",
+               "--index-url", index]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def installed(python: Path) -> tuple[str | None, str]:
+    """(label of the installed causal-conv1d or None, torch version) in ``python``'s environment."""
+    probe = ("import importlib.util, torch; spec = importlib.util.find_spec('causal_conv1d');"
+             "label = __import__('causal_conv1d').LABEL if spec else None; print(label, torch.__version__)")
+    label, torch = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    return (None if label == "None" else label), torch
