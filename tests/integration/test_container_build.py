@@ -135,7 +135,7 @@ def test_the_container_wheel_passes_the_host_verify_gate(container_build: Path, 
     row = ledger_row(container_build, CAUSAL)
     wheel = container_build / "dist" / row["wheel"]
     job = load_plan(container_build.parent / "matrix.yaml", "container").select(CAUSAL).jobs[0]
-    report = verify_wheel(wheel, job, runtime=runtime_env(job, load_facts()), log_path=tmp_path / "verify.log")
+    report = verify_wheel(wheel, job, runtime=runtime_env(job, load_facts()))
     assert report.ok, report.describe()
 
 
