@@ -131,7 +131,7 @@ def test_the_container_wheel_is_built_verified_and_tagged_for_the_image_glibc(co
     print(f"container wheel tag: {platform}")
 
 
-def test_the_container_wheel_passes_the_host_verify_gate(container_build: Path, tmp_path: Path) -> None:
+def test_the_container_wheel_passes_the_host_verify_gate(container_build: Path) -> None:
     row = ledger_row(container_build, CAUSAL)
     wheel = container_build / "dist" / row["wheel"]
     job = load_plan(container_build.parent / "matrix.yaml", "container").select(CAUSAL).jobs[0]
