@@ -26,6 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+try:
+    from builder.steps import nvcc_plan
+except ImportError:  # run as a script (PYTORCH_NVCC) where wheelwright is not importable: the sibling module
+    import nvcc_plan  # type: ignore[no-redef]
+
 MODES = ("use", "verify", "off")
 PER_PYTHON_ENV = "WHEELWRIGHT_OBJCACHE_PER_PYTHON"  # os.pathsep-separated include directories, set by compile.py
 _NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
@@ -110,8 +115,14 @@ def normalise_object(path: Path) -> None:
 
 
 def compile_deterministic(nvcc: str, args: list[str]) -> int:
-    """Run nvcc for one translation unit so that the same inputs give the same object bytes."""
-    returncode = subprocess.call([nvcc, *deterministic_args(args)])
+    """Run nvcc for one translation unit so that the same inputs give the same object bytes: through the build's
+    core pool, one unit of work per arch, where the build set one up (nvcc_plan.py), else nvcc whole."""
+    args = deterministic_args(args)
+    returncode = None
+    if os.environ.get(nvcc_plan.POOL_ENV):
+        returncode = nvcc_plan.compile_split(nvcc, args, source_of(args), os.environ)
+    if returncode is None:
+        returncode = subprocess.call([nvcc, *args])
     if returncode == 0:
         output = args[args.index("-o") + 1]
         normalise_object(Path(output))

@@ -1,0 +1,380 @@
+"""Schedule (translation unit, arch) pairs, not translation units: one nvcc compile taken apart into the steps
+``nvcc --dryrun`` lists, each arch's device chain (preprocess, cicc, ptxas) run as its own unit of work on a core
+pool shared by every nvcc process of a build, longest first by the measured costs the build hands down.
+
+nvcc's own ``--threads N`` compiles a TU's archs in rounds of N inside one process, blind to the other TUs, so
+MAX_JOBS x N oversubscribes some cores while one TU's last archs run alone. Here each step asks the pool for one
+core; the pool serves the waiter with the longest remaining critical path first. The steps are nvcc's own commands
+with nvcc's own temporary files, so the object is the same as nvcc's (objcache.py's ``-frandom-seed`` and
+temp-name normalisation make it byte-identical; tests/integration/test_nvcc_plan.py proves it).
+
+Standard library only: objcache.py, run as a script as PYTORCH_NVCC, imports it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+POOL_ENV = "WHEELWRIGHT_NVCC_POOL"  # the pool's directory: one lock file per core
+SLOTS_ENV = "WHEELWRIGHT_NVCC_SLOTS"  # how many cores the pool hands out
+COSTS_ENV = "WHEELWRIGHT_NVCC_COSTS"  # JSON {unit: {arch: seconds, "host": seconds}} from the ledger
+_POLL_SECONDS = 0.05
+_VARIABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_CICC_ARCH = re.compile(r"-arch[= ](compute_\d+[af]?)")
+_OUTPUT = re.compile(r'-o "?([^"\s]+)"?')
+_FILTER_DEPENDENCIES = "-- Filter Dependencies --"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """A compile in three parts: the host front end (preprocessing, cudafe++), one device chain per virtual arch,
+    and the back end (fatbinary, the host compile) that needs every chain's output."""
+
+    variables: dict[str, str]
+    front: list[str]
+    chains: dict[str, list[str]]  # virtual arch (compute_90) -> its commands, in order
+    back: list[str]
+    depfiles: list[str] = field(default_factory=list)  # the preprocessings' depfile parts, merged at the end
+
+
+class NotPlannable(Exception):
+    """The dryrun lists something this module does not take apart: run nvcc whole instead."""
+
+
+def split_flags(args: list[str], environ: Mapping[str, str]) -> tuple[list[str], str | None]:
+    """nvcc's arguments with NVCC_PREPEND/APPEND_FLAGS made explicit, ``--threads`` dropped (the pool decides) and
+    ``--time FILE`` taken out (this module writes that file's rows); returns (arguments, time file)."""
+    words = [
+        *shlex.split(environ.get("NVCC_PREPEND_FLAGS", "")),
+        *args,
+        *shlex.split(environ.get("NVCC_APPEND_FLAGS", "")),
+    ]
+    kept: list[str] = []
+    time_file = None
+    index = 0
+    while index < len(words):
+        word = words[index]
+        name, equals, value = word.partition("=")
+        if name in ("--threads", "-t", "--time", "-time"):
+            if not equals:
+                index += 1
+                value = words[index] if index < len(words) else ""
+            if name in ("--time", "-time"):
+                time_file = value
+        else:
+            kept.append(word)
+        index += 1
+    return kept, time_file
+
+
+def parse_dryrun(text: str) -> tuple[dict[str, str], list[str]]:
+    """(variables, commands) from ``nvcc --dryrun``'s ``#$ `` lines on stderr."""
+    variables: dict[str, str] = {}
+    commands: list[str] = []
+    for line in text.splitlines():
+        if not line.startswith("#$ "):
+            continue
+        body = line[3:].strip()
+        match = _VARIABLE.match(body)
+        if match:
+            variables[match[1]] = " ".join(shlex.split(match[2]))
+        elif body:
+            commands.append(body)
+    return variables, commands
+
+
+def _program(command: str) -> str:
+    first = shlex.split(command)[0] if command else ""
+    return Path(first.replace("$CICC_PATH/", "")).name
+
+
+def _output_of(command: str) -> str | None:
+    match = _OUTPUT.search(command)
+    return match[1] if match else None
+
+
+def plan(variables: dict[str, str], commands: list[str], *, depfile: str | None, output: str) -> Plan:
+    """Sort the dryrun's commands into front, per-arch chains and back; the depfile nvcc would filter out of its
+    host preprocessing comes from that same preprocessing's ``-MD`` instead."""
+    ciccs = {i: m[1] for i, c in enumerate(commands) if _program(c) == "cicc" and (m := _CICC_ARCH.search(c))}
+    if not ciccs or any(_program(c) == "cicc" for i, c in enumerate(commands) if i not in ciccs):
+        raise NotPlannable("no cicc step with an -arch")
+    first_cicc = min(ciccs)
+    chains: dict[str, list[str]] = {arch: [] for arch in ciccs.values()}
+    cicc_inputs = {arch: commands[i] for i, arch in ciccs.items()}
+    ptx_of = {_output_of(commands[i]): arch for i, arch in ciccs.items()}
+    front: list[str] = []
+    back: list[str] = []
+    for index, command in enumerate(commands):
+        program = _program(command)
+        out = _output_of(command)
+        if index in ciccs:
+            chains[ciccs[index]].append(command)
+        elif program == "ptxas":
+            arch = next((a for ptx, a in ptx_of.items() if ptx and ptx in command), None)
+            if arch is None:
+                raise NotPlannable(f"ptxas without its cicc: {command}")
+            chains[arch].append(command)
+        elif " -E " in command and out and (arch := _arch_reading(out, cicc_inputs)) is not None:
+            chains[arch].insert(0, command)  # this arch's preprocessing: before its cicc, off the front end
+        elif command.startswith(_FILTER_DEPENDENCIES):
+            continue
+        elif index < first_cicc:
+            front.append(command)
+        else:
+            back.append(command)
+    depfiles: list[str] = []
+    if any(c.startswith(_FILTER_DEPENDENCIES) for c in commands):
+        if depfile is None:
+            raise NotPlannable("nvcc filters dependencies but no -MF file was given")
+        front = [_with_depfile(c, depfile, output, depfiles) for c in front]
+        chains = {arch: [_with_depfile(c, depfile, output, depfiles) for c in chain] for arch, chain in chains.items()}
+        if not depfiles:
+            raise NotPlannable("no preprocessing step to write the depfile")
+    return Plan(variables=variables, front=front, chains=chains, back=back, depfiles=depfiles)
+
+
+def _arch_reading(path: str, cicc_commands: dict[str, str]) -> str | None:
+    return next((arch for arch, command in cicc_commands.items() if path in command), None)
+
+
+def _with_depfile(command: str, depfile: str, output: str, depfiles: list[str]) -> str:
+    """nvcc's depfile is the union of what its host and device preprocessings read: each ``-E`` step writes its
+    part (``-MD``), merge_depfiles joins them."""
+    if " -E " not in command:
+        return command
+    part = f"{depfile}.part{len(depfiles)}"
+    depfiles.append(part)
+    return f"{command} -MD -MF {shlex.quote(part)} -MT {shlex.quote(output)}"
+
+
+def merge_depfiles(parts: list[str], depfile: str, output: str) -> None:
+    """One make-style depfile, target ``output``, each prerequisite once in first-seen order; the parts removed."""
+    seen: dict[str, None] = {}
+    for part in parts:
+        text = Path(part).read_text().replace("\\\n", " ")
+        _, _, prerequisites = text.partition(": ")
+        for word in re.split(r"(?<!\\)\s+", prerequisites):
+            if word:
+                seen.setdefault(word, None)
+        Path(part).unlink()
+    lines = [f"{output}:", *seen]
+    Path(depfile).write_text(" \\\n  ".join(lines) + "\n")
+
+
+# ---- the core pool ------------------------------------------------------------------------------------------
+
+
+class CorePool:
+    """A build's cores as ``slots`` lock files: a step holds one (flock, so a killed process gives it back) while
+    it runs. Waiters leave a ticket named by priority; only the ``slots`` highest-priority live waiters try for a
+    free core, so the longest remaining critical path starts first."""
+
+    def __init__(self, root: Path, slots: int) -> None:
+        self.root = root
+        self.slots = max(1, slots)
+        self._sequence = iter(range(1 << 62))
+        self._lock = threading.Lock()
+
+    def _ticket(self, priority: float) -> Path:
+        with self._lock:
+            sequence = next(self._sequence)
+        waiting = self.root / "waiting"
+        waiting.mkdir(parents=True, exist_ok=True)
+        # the name sorts by priority (descending) then arrival; it carries the pid, for liveness
+        ticket = waiting / f"{1e9 - priority:016.3f}-{time.monotonic_ns():020d}-{os.getpid()}-{sequence}"
+        ticket.touch()
+        return ticket
+
+    def _rank(self, ticket: Path) -> int:
+        rank = 0
+        for other in sorted((self.root / "waiting").iterdir()):
+            if other.name >= ticket.name:
+                break
+            if _alive(int(other.name.split("-")[2])):
+                rank += 1
+            else:
+                other.unlink(missing_ok=True)
+        return rank
+
+    def _take(self) -> int | None:
+        for index in range(self.slots):
+            fd = os.open(self.root / f"slot-{index}", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                os.close(fd)
+        return None
+
+    @contextmanager
+    def core(self, priority: float) -> Iterator[None]:
+        """Hold one core of the pool; ``priority`` is the seconds of work this step still stands in front of."""
+        ticket = self._ticket(priority)
+        try:
+            while True:
+                fd = self._take() if self._rank(ticket) < self.slots else None
+                if fd is not None:
+                    break
+                time.sleep(_POLL_SECONDS)
+        finally:
+            ticket.unlink(missing_ok=True)
+        try:
+            yield
+        finally:
+            os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ---- costs and running --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Costs:
+    """Seconds per (arch) of one TU and its host part; what the pool orders waiters by."""
+
+    by_arch: dict[str, float] = field(default_factory=dict)
+    host: float = 0.0
+    default: float = 1.0
+
+    def arch(self, virtual: str) -> float:
+        return self.by_arch.get(arch_label(virtual), self.default)
+
+    @classmethod
+    def load(cls, environ: Mapping[str, str], unit: str, source: Path) -> Costs:
+        """The unit's measured costs, or (none measured yet) its source size as a stand-in: bigger TUs first."""
+        path = environ.get(COSTS_ENV)
+        measured = {}
+        if path and Path(path).is_file():
+            measured = json.loads(Path(path).read_text()).get(unit, {})
+        if measured:
+            host = float(measured.pop("host", 0.0))
+            values = [float(v) for v in measured.values()]
+            return cls(by_arch={k: float(v) for k, v in measured.items()}, host=host, default=max(values, default=1.0))
+        size = source.stat().st_size / 1000 if source.is_file() else 1.0
+        return cls(default=size, host=size / 4)
+
+
+def arch_label(virtual: str) -> str:
+    """compute_90a -> 9.0a, the ledger's spelling (nvcc_time.py)."""
+    match = re.fullmatch(r"(?:compute|sm)_(\d+)([af]?)", virtual)
+    if match is None:
+        return virtual
+    return f"{match[1][:-1]}.{match[1][-1]}{match[2]}"
+
+
+class _Timings:
+    """Rows for the ``--time`` file in nvcc's own CSV layout (nvcc_time.py reads them), appended once at the end."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.rows: list[str] = []
+        self._lock = threading.Lock()
+
+    def add(self, phase: str, arch: str, seconds: float) -> None:
+        with self._lock:
+            self.rows.append(f"{self.source} , {phase} , , , {arch} , nvcc , {seconds * 1000:.4f} , ms\n")
+
+    def write(self, path: str | None) -> None:
+        if not path or not self.rows:
+            return
+        header = "" if Path(path).is_file() else "source file name , phase name , phase input files , " \
+            "phase output file , arch , tool, metric , unit\n"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, (header + "".join(self.rows)).encode())
+        finally:
+            os.close(fd)
+
+
+def _run_commands(commands: list[str], env: dict[str, str], timings: _Timings, arch: str) -> int:
+    for command in commands:
+        if _program(command) == "rm":  # nvcc cleans up files some steps only write in some modes: never fatal
+            command = command.replace("rm ", "rm -f ", 1)
+        start = time.monotonic()
+        returncode = subprocess.call(["/bin/sh", "-c", command], env=env)
+        phase = _program(command) + (" (preprocessing)" if " -E " in command else "")
+        timings.add(phase, arch if _program(command) != "ptxas" else _ptxas_arch(command, arch), time.monotonic() - start)
+        if returncode != 0:
+            sys.stderr.write(f"nvcc step failed ({returncode}): {command}\n")
+            return returncode
+    return 0
+
+
+def _ptxas_arch(command: str, virtual: str) -> str:
+    match = re.search(r"-arch=(sm_\d+[af]?)", command)
+    return match[1] if match else virtual
+
+
+def execute(plan_: Plan, pool: CorePool, costs: Costs, timings: _Timings) -> int:
+    """Front end, then every chain on its own core, then the back end; each step waits for a core."""
+    env = {**os.environ, **plan_.variables}
+    env.pop("NVCC_APPEND_FLAGS", None)
+    env.pop("NVCC_PREPEND_FLAGS", None)
+    longest = max((costs.arch(a) for a in plan_.chains), default=0.0)
+    with pool.core(costs.host + longest):
+        if (code := _run_commands(plan_.front, env, timings, "")) != 0:
+            return code
+    results: dict[str, int] = {}
+
+    def chain(arch: str) -> None:
+        with pool.core(costs.arch(arch) + costs.host / 2):
+            results[arch] = _run_commands(plan_.chains[arch], env, timings, arch)
+
+    threads = [threading.Thread(target=chain, args=(arch,)) for arch in plan_.chains]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    failed = [results.get(arch, 1) for arch in plan_.chains if results.get(arch, 1) != 0]
+    if failed:
+        return failed[0]
+    with pool.core(costs.host / 2):
+        return _run_commands(plan_.back, env, timings, "")
+
+
+def compile_split(nvcc: str, args: list[str], source: Path, environ: Mapping[str, str]) -> int | None:
+    """Compile one TU through the pool; None when nvcc's plan is not one this module takes apart (the caller
+    then runs nvcc whole)."""
+    flags, time_file = split_flags(args, environ)
+    output = flags[flags.index("-o") + 1]
+    depfile = flags[flags.index("-MF") + 1] if "-MF" in flags else None
+    pool = CorePool(Path(environ[POOL_ENV]), int(environ.get(SLOTS_ENV, "1")))
+    with tempfile.TemporaryDirectory(prefix="nvcc-plan-") as scratch:
+        env = {k: v for k, v in environ.items() if k not in ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS")}
+        env["TMPDIR"] = scratch  # nvcc's temporary files, named in the dryrun, live here
+        dry = subprocess.run([nvcc, "--dryrun", *flags], env=env, capture_output=True, text=True, check=False)
+        if dry.returncode != 0:
+            return None
+        try:
+            steps = plan(*parse_dryrun(dry.stderr), depfile=depfile, output=output)
+        except NotPlannable:
+            return None
+        timings = _Timings(str(source))
+        returncode = execute(steps, pool, Costs.load(environ, source.name, source), timings)
+        timings.write(time_file)
+        if returncode == 0 and depfile is not None and steps.depfiles:
+            merge_depfiles(steps.depfiles, depfile, output)
+        return returncode
