@@ -42,7 +42,7 @@ from builder.steps.environment import (
     runtime_env,
 )
 from builder.steps.fetch import fetch_sdist, unpack_sdist
-from builder.steps.nvcc_time import read_times
+from builder.steps.nvcc_time import read_times, unit_costs
 from builder.steps.recipes import apply_recipe
 from builder.steps.recipes.facts import package_facts
 from builder.steps.repair import load_excludes, repair_wheel
@@ -304,7 +304,11 @@ class Builder:
             objcache = (
                 None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
             )
-            environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache)
+            costs = unit_costs(  # this version's measured (TU, arch) costs: the core pool starts the longest first
+                e.compile_times for e in ledger.entries()
+                if e.package == job.package and e.version == job.version and e.compile_times
+            )
+            environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache, costs)
             built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
             compiled = {  # how it was compiled, for the ledger (the wheel carries its own record: provenance below)
                 "toolchain": json.dumps(toolkit.as_dict(), sort_keys=True),

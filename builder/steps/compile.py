@@ -4,6 +4,7 @@ job's toolkit, torch, ABI, arch list and a parallelism fitted to free cores and 
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import re
@@ -23,6 +24,7 @@ from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, run
 from builder.plan.archs import torch_arch_list
 from builder.plan.job import Job
+from builder.steps import nvcc_plan
 from builder.steps import objcache as nvcc_cache
 from builder.steps.environment import BuildEnv
 
@@ -35,20 +37,31 @@ FIXED_ROOT = Path(os.environ.get("WHEELWRIGHT_FIXED_ROOT", "/tmp/wheelwright-bui
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\] .*\s-c\s+(\S+\.(?:cu|cpp|cc|c|hip))\b")
 
 
+# WHEELWRIGHT_NVCC_SPLIT=0 compiles each TU with nvcc whole (its own --threads), as before the core pool
+SPLIT = os.environ.get("WHEELWRIGHT_NVCC_SPLIT", "1") != "0"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Parallelism:
     max_jobs: int  # ninja workers (translation units at once)
-    nvcc_threads: int  # archs compiled at once inside one translation unit
+    nvcc_threads: int  # archs compiled at once inside one translation unit (nvcc whole, without the pool)
+    pool_slots: int = 0  # cores of the build's nvcc core pool (nvcc_plan.py); 0: no pool, nvcc whole
 
     @classmethod
-    def fit(cls, archs: int, *, share: int = 1) -> Parallelism:
-        """Split this machine's free cores and memory between ``share`` concurrent builds."""
+    def fit(cls, archs: int, *, share: int = 1, split: bool = SPLIT) -> Parallelism:
+        """Split this machine's free cores and memory between ``share`` concurrent builds.
+
+        With the pool, every (TU, arch) device step holds one core, so the pool's size is the core and memory
+        bound, and ninja may start more TUs than that: a waiting TU costs nothing, and the pool needs every TU's
+        work in view to start the longest first."""
         cores = max(
             1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) // share
         )
         memory = available_memory() // share
-        max_jobs = max(1, min(cores, memory // COMPILE_MEMORY_BYTES))
-        return cls(max_jobs=max_jobs, nvcc_threads=max(1, min(archs, cores)))
+        bounded = max(1, min(cores, memory // COMPILE_MEMORY_BYTES))
+        if split:
+            return cls(max_jobs=min(64, 4 * bounded), nvcc_threads=1, pool_slots=bounded)
+        return cls(max_jobs=bounded, nvcc_threads=max(1, min(archs, cores)))
 
 
 def available_memory() -> int:
@@ -81,6 +94,14 @@ class Workspace:
     def nvcc_times(self) -> Path:
         return self.root / "nvcc-time.csv"
 
+    @property
+    def core_pool(self) -> Path:
+        return self.root / "core-pool"
+
+    @property
+    def nvcc_costs(self) -> Path:
+        return self.root / "nvcc-costs.json"
+
     @classmethod
     def for_job(cls, job: Job) -> Workspace:
         return cls(root=FIXED_ROOT / f"{job.package}-{job.local_version}")
@@ -100,6 +121,7 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
             space.torch_site.unlink()
         space.torch_site.symlink_to(torch_site, target_is_directory=True)
         space.nvcc_times.unlink(missing_ok=True)
+        shutil.rmtree(space.core_pool, ignore_errors=True)
         yield space
 
 
@@ -110,7 +132,10 @@ def build_environ(
     space: Workspace,
     parallelism: Parallelism,
     objcache: tuple[Path, str] | None,
+    costs: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, str]:
+    """The build's environment; ``costs`` ({unit: {arch: seconds, "host": seconds}}, measured: the ledger's
+    compile times) order the core pool's waiters."""
     toolkit = env.toolkit
     environ = {
         k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CUDA", "TORCH_", "NVCC_"))
@@ -125,7 +150,7 @@ def build_environ(
         PYTHONPATH=os.pathsep.join([str(env.site_packages), str(space.torch_site)]),
         MAX_JOBS=str(parallelism.max_jobs),
         # last --threads wins over setup.py's hardcoded 4; --time appends a CSV row per phase, arch and unit
-        NVCC_APPEND_FLAGS=f"--threads {parallelism.nvcc_threads} --time {space.nvcc_times}",
+        NVCC_APPEND_FLAGS=f"--threads {parallelism.nvcc_threads} --time {space.nvcc_times}",  # the pool drops it
         TORCH_CUDA_ARCH_LIST=torch_arch_list(job.archs) if job.accelerator.kind == "cuda" else ";".join(job.archs),
         PIP_NO_BUILD_ISOLATION="1",
         PYTHONUNBUFFERED="1",  # the backend writes to our pipe: lines reach the log and the progress as they happen
@@ -140,6 +165,11 @@ def build_environ(
     if not honours_pytorch_nvcc(space.torch_site):
         home = cuda_home_with_wrapper(toolkit.root, wrapper, space.cuda_home)
         environ.update(CUDA_HOME=str(home), CUDA_PATH=str(home))
+    if parallelism.pool_slots:
+        environ[nvcc_plan.POOL_ENV] = str(space.core_pool)
+        environ[nvcc_plan.SLOTS_ENV] = str(parallelism.pool_slots)
+        space.nvcc_costs.write_text(json.dumps(dict(costs or {}), sort_keys=True))
+        environ[nvcc_plan.COSTS_ENV] = str(space.nvcc_costs)
     # setuptools adds the build venv's include directory: per Python, like the interpreter's own
     environ[nvcc_cache.PER_PYTHON_ENV] = str(env.python.parent.parent / "include")
     return environ

@@ -5,8 +5,10 @@ from the ledger; an object-cache hit runs no nvcc and adds no row."""
 from __future__ import annotations
 
 import csv
+import json
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 
 _ARCH = re.compile(r"(?:compute|sm)_(?P<number>\d+)(?P<variant>[af]?)")
@@ -37,3 +39,16 @@ def read_times(path: Path) -> list[dict[str, object]]:
                 continue
             totals[(Path(row[0].strip()).name, _arch(row[4]))] += milliseconds
     return [{"unit": unit, "arch": arch, "seconds": round(ms / 1000, 3)} for (unit, arch), ms in sorted(totals.items())]
+
+
+def unit_costs(records: Iterable[str]) -> dict[str, dict[str, float]]:
+    """{unit: {arch: mean seconds, "host": ...}} over several builds' ledger ``compile_times`` (JSON as read_times
+    returns it): what the core pool orders its waiters by (nvcc_plan.py)."""
+    samples: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for text in records:
+        for timing in json.loads(text or "[]"):
+            samples[timing["unit"]][timing["arch"]].append(float(timing["seconds"]))
+    return {
+        unit: {arch: round(sum(values) / len(values), 3) for arch, values in by_arch.items()}
+        for unit, by_arch in sorted(samples.items())
+    }

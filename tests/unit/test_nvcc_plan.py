@@ -1,0 +1,143 @@
+"""nvcc_plan's logic without nvcc: the dryrun taken apart into front, per-arch chains and back; the flags the pool
+owns taken out; the depfile parts merged; the core pool bounding and ordering its waiters."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from builder.steps import nvcc_plan
+from builder.steps.compile import Parallelism
+from builder.steps.nvcc_time import unit_costs
+from builder.steps.objcache import headers_of
+
+DRYRUN = (Path(__file__).parent / "data" / "nvcc_plan" / "dryrun-2arch.txt").read_text()
+
+
+def test_split_flags_makes_env_flags_explicit_and_drops_threads_and_time() -> None:
+    environ = {"NVCC_APPEND_FLAGS": "--threads 8 --time /w/t.csv", "NVCC_PREPEND_FLAGS": "-t=2"}
+    flags, time_file = nvcc_plan.split_flags(["-c", "a.cu", "-o", "a.o", "--threads", "4"], environ)
+    assert flags == ["-c", "a.cu", "-o", "a.o"]
+    assert time_file == "/w/t.csv"
+
+
+def test_dryrun_splits_into_one_chain_per_virtual_arch() -> None:
+    variables, commands = nvcc_plan.parse_dryrun(DRYRUN)
+    assert variables["CICC_PATH"].endswith("/nvvm/bin")
+    plan = nvcc_plan.plan(variables, commands, depfile="k.o.d", output="k.o")
+    assert sorted(plan.chains) == ["compute_80", "compute_90"]
+    for arch, chain in plan.chains.items():
+        programs = [nvcc_plan._program(c) for c in chain]
+        assert programs[1:] == ["cicc", "ptxas"], chain  # its own preprocessing first
+        assert f"-D__CUDA_ARCH__={arch[-2:]}0" in chain[0]
+    assert [nvcc_plan._program(c) for c in plan.front] == ["gcc", "cudafe++"]
+    assert [nvcc_plan._program(c) for c in plan.back] == ["fatbinary", "rm", "gcc"]
+    assert " -c " in plan.back[-1] and '-o "k.o"' in plan.back[-1]
+    # every preprocessing writes a depfile part, the host's and each arch's: nvcc's depfile is their union
+    assert len(plan.depfiles) == 3 and all("-MD -MF k.o.d.part" in c for c in [plan.front[0], *(
+        chain[0] for chain in plan.chains.values())])
+
+
+def test_a_dryrun_without_cicc_is_not_planned() -> None:
+    variables, commands = nvcc_plan.parse_dryrun(DRYRUN)
+    with pytest.raises(nvcc_plan.NotPlannable):
+        nvcc_plan.plan(variables, [c for c in commands if "cicc" not in c], depfile="k.o.d", output="k.o")
+    with pytest.raises(nvcc_plan.NotPlannable):
+        nvcc_plan.plan(variables, commands, depfile=None, output="k.o")
+
+
+def test_depfile_parts_merge_into_one_in_first_seen_order(tmp_path: Path) -> None:
+    first, second = tmp_path / "d.part0", tmp_path / "d.part1"
+    first.write_text("k.o: k.cu \\\n /usr/a.h /usr/b\\ c.h\n")
+    second.write_text("k.o: k.cu /usr/a.h \\\n /usr/assert.h\n")
+    nvcc_plan.merge_depfiles([str(first), str(second)], str(tmp_path / "d"), "k.o")
+    text = (tmp_path / "d").read_text()
+    assert [w for w in text.split() if w != "\\"] == ["k.o:", "k.cu", "/usr/a.h", "/usr/b\\", "c.h", "/usr/assert.h"]
+    assert headers_of(tmp_path / "d") == ["/usr/a.h", "/usr/assert.h", "/usr/b c.h", "k.cu"]
+    assert not first.exists() and not second.exists()
+
+
+def test_pool_never_runs_more_than_its_slots(tmp_path: Path) -> None:
+    pool = nvcc_plan.CorePool(tmp_path / "pool", 2)
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def step() -> None:
+        with pool.core(1.0):
+            with lock:
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+            time.sleep(0.1)
+            with lock:
+                running[0] -= 1
+
+    threads = [threading.Thread(target=step) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert peak[0] == 2
+
+
+def test_pool_serves_the_longest_waiter_first(tmp_path: Path) -> None:
+    pool = nvcc_plan.CorePool(tmp_path / "pool", 1)
+    order: list[float] = []
+    release = threading.Event()
+
+    def hold() -> None:
+        with pool.core(0.0):
+            release.wait()
+
+    def step(priority: float) -> None:
+        with pool.core(priority):
+            order.append(priority)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    time.sleep(0.1)
+    waiters = [threading.Thread(target=step, args=(p,)) for p in (5.0, 300.0, 40.0)]
+    for waiter in waiters:
+        waiter.start()
+    time.sleep(0.3)  # every waiter has its ticket before the core frees up
+    release.set()
+    for thread in (holder, *waiters):
+        thread.join()
+    assert order == [300.0, 40.0, 5.0]
+
+
+def test_a_dead_waiters_ticket_is_ignored(tmp_path: Path) -> None:
+    pool = nvcc_plan.CorePool(tmp_path / "pool", 1)
+    (tmp_path / "pool" / "waiting").mkdir(parents=True)
+    stale = tmp_path / "pool" / "waiting" / f"{0:016.3f}-{0:020d}-999999999-0"  # a pid that cannot exist
+    stale.touch()
+    with pool.core(1.0):
+        pass
+    assert not stale.exists()
+
+
+def test_costs_come_from_measurements_else_from_the_source_size(tmp_path: Path) -> None:
+    costs_file = tmp_path / "costs.json"
+    costs_file.write_text('{"bwd.cu": {"9.0": 330.0, "8.0": 200.0, "host": 30.0}}')
+    environ = {nvcc_plan.COSTS_ENV: str(costs_file)}
+    measured = nvcc_plan.Costs.load(environ, "bwd.cu", tmp_path / "bwd.cu")
+    assert (measured.arch("compute_90"), measured.arch("compute_100"), measured.host) == (330.0, 330.0, 30.0)
+    source = tmp_path / "fwd.cu"
+    source.write_bytes(b"x" * 5000)
+    assert nvcc_plan.Costs.load(environ, "fwd.cu", source).arch("compute_90") == 5.0
+
+
+def test_unit_costs_average_the_ledgers_compile_times() -> None:
+    records = ['[{"unit": "a.cu", "arch": "9.0", "seconds": 10}, {"unit": "a.cu", "arch": "host", "seconds": 2}]',
+               '[{"unit": "a.cu", "arch": "9.0", "seconds": 20}]', ""]
+    assert unit_costs(records) == {"a.cu": {"9.0": 15.0, "host": 2.0}}
+
+
+def test_parallelism_with_the_pool_sizes_the_pool_to_cores_and_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(16)))
+    monkeypatch.setattr("builder.steps.compile.available_memory", lambda: 40 * 2**30)
+    pooled = Parallelism.fit(9, split=True)
+    assert (pooled.pool_slots, pooled.nvcc_threads, pooled.max_jobs) == (11, 1, 44)
+    whole = Parallelism.fit(9, split=False)
+    assert (whole.pool_slots, whole.nvcc_threads, whole.max_jobs) == (0, 9, 11)
