@@ -315,8 +315,9 @@ def _run_commands(commands: list[str], env: dict[str, str], timings: _Timings, a
             command = command.replace("rm ", "rm -f ", 1)
         start = time.monotonic()
         returncode = subprocess.call(["/bin/sh", "-c", command], env=env)
-        phase = _program(command) + (" (preprocessing)" if " -E " in command else "")
-        timings.add(phase, arch if _program(command) != "ptxas" else _ptxas_arch(command, arch), time.monotonic() - start)
+        program = _program(command)
+        phase = program + (" (preprocessing)" if " -E " in command else "")
+        timings.add(phase, _ptxas_arch(command, arch) if program == "ptxas" else arch, time.monotonic() - start)
         if returncode != 0:
             sys.stderr.write(f"nvcc step failed ({returncode}): {command}\n")
             return returncode
