@@ -45,11 +45,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "causal-conv1d"
 
 
-def bench_matrix(workdir: Path, pythons: list[str], archs: list[str], package: str = PACKAGE) -> Path:
+def bench_matrix(
+    workdir: Path, pythons: list[str], archs: list[str], package: str = PACKAGE, torch: str = "2.14.1"
+) -> Path:
     """matrix.yaml plus a `bench` profile: the local job, for the given Pythons and archs."""
     matrix = yaml.safe_load((ROOT / "matrix.yaml").read_text())
     matrix["profiles"]["bench"] = {
-        "torch": ["2.14.1"],
+        "torch": [torch],
         "accelerators": ["cu130"],
         "python": pythons,
         "archs": {"cu130": archs},
@@ -139,9 +141,9 @@ def measure(name: str, command: list[str], env: dict[str, str], limit: float, lo
     return Measured(name, wall, usage.ru_utime + usage.ru_stime, cores)
 
 
-def upstream_build(package: str, python: str, workdir: Path, limit: float) -> Measured:
+def upstream_build(package: str, python: str, torch: str, workdir: Path, limit: float) -> Measured:
     """The released sdist as its own setup.py builds it: no recipe, plain nvcc, MAX_JOBS = cores."""
-    matrix = bench_matrix(workdir, [python], ["9.0"], package)
+    matrix = bench_matrix(workdir, [python], ["9.0"], package, torch)
     job = load_plan(matrix, "bench").jobs[0]
     toolkit = find_toolkit(job.accelerator)
     runtime = runtime_env(job, load_facts())
@@ -160,10 +162,12 @@ def upstream_build(package: str, python: str, workdir: Path, limit: float) -> Me
         return measure("upstream", command, environ, limit, workdir / "upstream.log")
 
 
-def ours_build(name: str, package: str, python: str, archs: list[str], workdir: Path, limit: float) -> Measured:
+def ours_build(
+    name: str, package: str, python: str, torch: str, archs: list[str], workdir: Path, limit: float
+) -> Measured:
     """`wheelwright build` of the job with ``archs``, a cold object cache; "today" compiles with nvcc whole."""
     (workdir / name).mkdir(parents=True, exist_ok=True)
-    matrix = bench_matrix(workdir / name, [python], archs, package)
+    matrix = bench_matrix(workdir / name, [python], archs, package, torch)
     env = {**os.environ, "WHEELWRIGHT_OBJCACHE_DIR": str(workdir / name / "objcache"),
            "WHEELWRIGHT_NVCC_SPLIT": "0" if name == "today" else "1"}
     command = [sys.executable, "-m", "builder.cli.main", "build", "--matrix", str(matrix), "--profile", "bench",
@@ -174,14 +178,14 @@ def ours_build(name: str, package: str, python: str, archs: list[str], workdir: 
 def full_arch(args: argparse.Namespace, workdir: Path) -> None:
     archs = args.archs.split(",") if args.archs else list(load_facts().cuda_archs["13.0"])
     runs = args.runs.split(",")
-    print(f"bench_build (d): {args.full_arch}, torch 2.14.1+cu130, {len(os.sched_getaffinity(0))} cores, "
+    print(f"bench_build (d): {args.full_arch}, torch {args.torch}+cu130, {len(os.sched_getaffinity(0))} cores, "
           f"archs {','.join(archs)} (upstream: its own flags), workdir {workdir}", flush=True)
     results: dict[str, Measured] = {}
     for name in runs:
         if name == "upstream":
-            results[name] = upstream_build(args.full_arch, args.python, workdir, args.limit)
+            results[name] = upstream_build(args.full_arch, args.python, args.torch, workdir, args.limit)
         else:
-            results[name] = ours_build(name, args.full_arch, args.python, archs, workdir, args.limit)
+            results[name] = ours_build(name, args.full_arch, args.python, args.torch, archs, workdir, args.limit)
         print(results[name].line(), flush=True)
     if "ours" in results:
         for other in ("upstream", "today"):
@@ -211,6 +215,7 @@ def main() -> int:
                         help="only (d): upstream's released build vs ours, full arch list")
     parser.add_argument("--runs", default="upstream,today,ours", help="(d): which builds, in this order")
     parser.add_argument("--archs", default="", help="(d): comma-separated archs for today/ours (default: all 9)")
+    parser.add_argument("--torch", default="2.14.1", help="(d): the torch to build against (the GPU box: 2.11.0)")
     parser.add_argument("--limit", type=float, default=3600.0, help="(d): seconds each build may take")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()

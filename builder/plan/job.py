@@ -58,7 +58,7 @@ class Sdist:
 
 # The patches matrix.yaml may name. The plan checks names only; the functions are builder.steps.recipes.patches,
 # which registers exactly these (the plan layer does not import the build steps).
-PATCH_NAMES = frozenset({"cxx20", "drop-buildtools"})
+PATCH_NAMES = frozenset({"cxx20", "drop-buildtools", "split-causal-conv1d-bwd"})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from builder.plan.job import PATCH_NAMES
+from builder.steps.recipes.tu_split import split_tu
 
 PatchFunction = Callable[[Path, object], list[str]]
 
@@ -48,3 +49,14 @@ def drop_buildtools(root: Path, job: object) -> list[str]:
         return []
     setup.write_text(changed)
     return ['setup.py: install_requires without "buildtools"']
+
+
+# Six parts: causal_conv1d_bwd.cu's 18 instantiations (2 kernel families x 9 dtype pairs), 3 each; its sm_90 alone
+# (330-400 s on 16 cores) was the full-arch build's critical path, a sixth of it falls below the cores-bound.
+BWD_PARTS = 6
+
+
+@patch("split-causal-conv1d-bwd")
+def split_causal_conv1d_bwd(root: Path, job: object) -> list[str]:
+    """csrc/causal_conv1d_bwd.cu as BWD_PARTS TUs, generated from its explicit instantiations (tu_split.py)."""
+    return split_tu(root, "csrc/causal_conv1d_bwd.cu", BWD_PARTS)
