@@ -45,3 +45,17 @@ def test_setup_py_lists_the_parts_in_place_of_the_tu(tmp_path: Path) -> None:
     assert '"csrc/k_part1.cu", "csrc/k_part2.cu",\n    "csrc/z.cu"' in setup and '"csrc/k.cu"' not in setup
     assert (tmp_path / "csrc" / "k_part2.cu").read_text().startswith(BODY)
     assert split_tu(tmp_path, "csrc/k.cu", 2) == []  # setup.py no longer lists it: the patch reports no change
+
+
+def test_the_bwd_patch_splits_only_for_a_job_of_many_archs(tmp_path: Path) -> None:
+    from builder.steps.recipes.patches import BWD_SPLIT_MIN_ARCHS, split_causal_conv1d_bwd
+    from tests.jobs import local_job
+
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "causal_conv1d_bwd.cu").write_text(BODY + TAIL)
+    (tmp_path / "setup.py").write_text('sources=["csrc/causal_conv1d_bwd.cu"]\n')
+    narrow = split_causal_conv1d_bwd(tmp_path, local_job(archs=("9.0",)))
+    assert narrow == [f"csrc/causal_conv1d_bwd.cu kept whole: 1 arch(s), fewer than {BWD_SPLIT_MIN_ARCHS}"]
+    assert not (tmp_path / "csrc" / "causal_conv1d_bwd_part1.cu").exists()
+    full = split_causal_conv1d_bwd(tmp_path, local_job(archs=("7.5", "8.0", "9.0", "10.0", "12.0")))
+    assert "split into 6 TUs" in full[0] and (tmp_path / "csrc" / "causal_conv1d_bwd_part6.cu").is_file()

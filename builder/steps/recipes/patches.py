@@ -54,9 +54,16 @@ def drop_buildtools(root: Path, job: object) -> list[str]:
 # Six parts: causal_conv1d_bwd.cu's 18 instantiations (2 kernel families x 9 dtype pairs), 3 each; its sm_90 alone
 # (330-400 s on 16 cores) was the full-arch build's critical path, a sixth of it falls below the cores-bound.
 BWD_PARTS = 6
+# Each part repeats the TU's host work (preprocessing, cudafe++, the host compile: about 40 s of CPU for torch's
+# headers); with few archs the TU is no critical path and the other TUs fill the cores, so the split only costs.
+BWD_SPLIT_MIN_ARCHS = 4
 
 
 @patch("split-causal-conv1d-bwd")
 def split_causal_conv1d_bwd(root: Path, job: object) -> list[str]:
-    """csrc/causal_conv1d_bwd.cu as BWD_PARTS TUs, generated from its explicit instantiations (tu_split.py)."""
+    """csrc/causal_conv1d_bwd.cu as BWD_PARTS TUs, generated from its explicit instantiations (tu_split.py), for
+    a job of BWD_SPLIT_MIN_ARCHS archs or more."""
+    archs = len(getattr(job, "archs", ()))
+    if archs < BWD_SPLIT_MIN_ARCHS:
+        return [f"csrc/causal_conv1d_bwd.cu kept whole: {archs} arch(s), fewer than {BWD_SPLIT_MIN_ARCHS}"]
     return split_tu(root, "csrc/causal_conv1d_bwd.cu", BWD_PARTS)
