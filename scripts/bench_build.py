@@ -24,6 +24,7 @@ import dataclasses
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -175,6 +176,22 @@ def ours_build(
     return measure(name, command, env, limit, workdir / f"{name}.log")
 
 
+def critical_path(name: str, workdir: Path, measured: Measured) -> str:
+    """The longest (TU, arch) device compile the build's ledger recorded (nvcc --time rows), against the build's
+    cores-bound: a TU split pays only where that pair is longer."""
+    ledger = workdir / name / "out" / "ledger.sqlite"
+    with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True) as connection:
+        rows = connection.execute("SELECT compile_times FROM jobs WHERE compile_times IS NOT NULL").fetchall()
+    pairs = [t for (text,) in rows for t in json.loads(text or "[]") if t["arch"] != "host"]
+    if not pairs:
+        return f"(d) {name}: no compile times recorded"
+    longest = max(pairs, key=lambda t: t["seconds"])
+    units = {t["unit"] for t in pairs}
+    return (f"(d) {name}: {len(units)} TUs x archs = {len(pairs)} device compiles; the longest, {longest['unit']} "
+            f"sm_{longest['arch'].replace('.', '')}, {longest['seconds']:.0f} s vs cores-bound "
+            f"{measured.cores_bound:.0f} s")
+
+
 def full_arch(args: argparse.Namespace, workdir: Path) -> None:
     archs = args.archs.split(",") if args.archs else list(load_facts().cuda_archs["13.0"])
     runs = args.runs.split(",")
@@ -187,6 +204,8 @@ def full_arch(args: argparse.Namespace, workdir: Path) -> None:
         else:
             results[name] = ours_build(name, args.full_arch, args.python, args.torch, archs, workdir, args.limit)
         print(results[name].line(), flush=True)
+        if name != "upstream":
+            print(critical_path(name, workdir, results[name]), flush=True)
     if "ours" in results:
         for other in ("upstream", "today"):
             if other in results:
