@@ -31,7 +31,8 @@ from pathlib import Path
 POOL_ENV = "WHEELWRIGHT_NVCC_POOL"  # the pool's directory: one lock file per core
 SLOTS_ENV = "WHEELWRIGHT_NVCC_SLOTS"  # how many cores the pool hands out
 COSTS_ENV = "WHEELWRIGHT_NVCC_COSTS"  # JSON {unit: {arch: seconds, "host": seconds}} from the ledger
-_POLL_SECONDS = 0.05
+_POLL_SECONDS = 0.05  # a waiter in line for a core looks this often; steps last seconds to minutes
+_BACK_OF_LINE_SECONDS = 0.5  # one behind `slots` others waits longer: a hundred waiters must not spin a core
 _VARIABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _CICC_ARCH = re.compile(r"-arch[= ](compute_\d+[af]?)")
 _OUTPUT = re.compile(r'-o "?([^"\s]+)"?')
@@ -226,10 +227,11 @@ class CorePool:
         ticket = self._ticket(priority)
         try:
             while True:
-                fd = self._take() if self._rank(ticket) < self.slots else None
+                in_line = self._rank(ticket) < self.slots
+                fd = self._take() if in_line else None
                 if fd is not None:
                     break
-                time.sleep(_POLL_SECONDS)
+                time.sleep(_POLL_SECONDS if in_line else _BACK_OF_LINE_SECONDS)
         finally:
             ticket.unlink(missing_ok=True)
         try:
