@@ -2,7 +2,8 @@
 # The full-arch build proof (issue 16) on the lent GPU box, from the repository root:
 #
 #   scripts/gpu_build_proof.sh OUTDIR [--package causal-conv1d|mamba-ssm] [--runs ours|upstream,ours] [--detach]
-#   scripts/gpu_build_proof.sh OUTDIR --collect SECONDS
+#                              [--work DIR]
+#   scripts/gpu_build_proof.sh OUTDIR --collect SECONDS [--work DIR]
 #
 # It fills the cache from .carry as scripts/gpu_acceptance.sh does (its preflight and carry stages), then runs
 # scripts/bench_build.py's full-arch mode against the box's torch 2.11.0+cu130 and Python 3.12, with the same
@@ -12,14 +13,16 @@
 # alone fits (about 4 minutes); upstream's build (670 s measured there) needs --detach, and a later --collect.
 set -euo pipefail
 
-out="" package=causal-conv1d runs=ours detach=0 collect=""
+out="" package=causal-conv1d runs=ours detach=0 collect="" work=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --package) package=$2; shift 2 ;;
         --runs) runs=$2; shift 2 ;;
         --detach) detach=1; shift ;;
-        --collect) collect=$2; shift 2 ;;
-        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        --collect) [[ ${2:-} =~ ^[0-9]+$ ]] || { echo "ERROR --collect wants seconds, not '${2:-}'" >&2; exit 2; }
+                   collect=$2; shift 2 ;;
+        --work) work=$2; shift 2 ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
         -*) echo "ERROR unknown option: $1" >&2; exit 2 ;;
         *) out=$1; shift ;;
     esac
@@ -28,7 +31,7 @@ done
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=$(mkdir -p "$out" && cd "$out" && pwd)
-WORK=$ROOT/.gpu-work
+WORK=$(mkdir -p "${work:-$ROOT/.gpu-work}" && cd "${work:-$ROOT/.gpu-work}" && pwd)
 STATE=$WORK/build-proof       # the detached run's pid and console, kept between commands
 mkdir -p "$STATE"
 cd "$ROOT"
@@ -39,13 +42,14 @@ if [ -n "$collect" ]; then  # wait for a detached run, at most SECONDS, then rep
         { [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; } || break
         sleep 1
     done
+    [ -f "$STATE/bench-full.txt" ] || { echo "ERROR no detached run in $STATE: start one with --detach" >&2; exit 1; }
     cp "$STATE/bench-full.txt" "$OUT/bench-full.txt"
     cat "$OUT/bench-full.txt"
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "still running: --collect again"; exit 4; fi
     exit 0
 fi
 
-scripts/gpu_acceptance.sh "$OUT/carry" --stages carry  # the carried wheels into .gpu-work/ww-site, sdists into the cache
+scripts/gpu_acceptance.sh "$OUT/carry" --stages carry --work "$WORK"  # the carried wheels into .gpu-work/ww-site, sdists into the cache
 export PYTHONUNBUFFERED=1 WHEELWRIGHT_CACHE=$WORK/cache PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 export PIP_FIND_LINKS="$ROOT/.carry/build-wheels $ROOT/.carry/wheels"
 export WHEELWRIGHT_COMPILE_MEMORY_GB=${WHEELWRIGHT_COMPILE_MEMORY_GB:-1}  # as gpu_acceptance.sh: MemAvailable starts low
