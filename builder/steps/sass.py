@@ -16,8 +16,12 @@ _FUNCTION = re.compile(r"^\s*Function : (\S+)\s*$")
 _INTERNAL = re.compile(r"\d*_INTERNAL_[0-9a-f]+_\d+_\w+?_[0-9a-f]{8}")
 
 
+_SPACES = re.compile(r"\s+")
+
+
 def normalise(text: str) -> str:
-    return _INTERNAL.sub("_INTERNAL_<module>", text)
+    """Module ids masked, and runs of blanks made one: nvdisasm pads its columns to the listing's longest line."""
+    return _SPACES.sub(" ", _INTERNAL.sub("_INTERNAL_<module>", text)).strip()
 
 
 def kernel_sass(cuobjdump: Path, path: Path) -> dict[tuple[str, str], str]:
@@ -36,5 +40,5 @@ def kernel_sass(cuobjdump: Path, path: Path) -> dict[tuple[str, str], str]:
             body = []
             kernels[(arch, normalise(match[1]))].append(body)
         elif body is not None:
-            body.append(normalise(line.strip()))
+            body.append(normalise(line))
     return {key: "\n--\n".join(sorted("\n".join(b) for b in bodies)) for key, bodies in sorted(kernels.items())}
