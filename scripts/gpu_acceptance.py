@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from scripts.acceptance import archs, bench, checklist, detach, numerics, ptxspeed, seed, stages, upstream
 from scripts.acceptance import summary as record
 from scripts.acceptance.config import Config, ConfigError, load_config
@@ -507,8 +509,8 @@ def cmd_arch_installed(args: argparse.Namespace) -> int:
     packages = (config.arch.package,)
     checks = install_checks(report, packages=packages, label=config.label, index_url=args.index_url, dist=args.dist)
     checks += environment_checks(packages, report)
-    installed = [p["metadata"]["name"] for p in report.get("install", [])]
-    if installed != [config.arch.package]:
+    installed = [canonicalize_name(p["metadata"]["name"]) for p in report.get("install", [])]
+    if installed != [canonicalize_name(config.arch.package)]:
         checks.append(Check(name="nothing else installed", status=FAILED, detail=f"pip installed {installed}"))
     for check in checks:
         _report(check)

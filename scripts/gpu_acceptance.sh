@@ -296,8 +296,8 @@ stage_build() {
         say "collecting the build an earlier command started ($found)"
     else
         [ "$found" != running ] || py detach-stop --state "$BUILD_STATE"  # a fresh run does not share the wheelhouse
+        start_arch_builds  # first: the main build's own start is then the last thing before it is looked at
         start_build
-        start_arch_builds
     fi
     if [ "$detach_only" -eq 0 ]; then
         local wait=$(($(remaining) - 30))
@@ -328,8 +328,7 @@ start_build() {
 start_arch_builds() {
     local entry
     for entry in ${ARCH_VARIANTS//,/ }; do
-        [ "$(py detach-status --state "$ARCH/${entry%%:*}/build-run")" != running ] \
-            || py detach-stop --state "$ARCH/${entry%%:*}/build-run"
+        py detach-stop --state "$ARCH/${entry%%:*}/build-run"  # a fresh run's, like the main build's
         start_arch_build "${entry%%:*}" "${entry#*:}"
     done
 }

@@ -49,7 +49,8 @@ def build_check(root: Path, variant: ArchVariant, *, package: str, label: str, c
             entries = [e for e in ledger.entries() if e.label == label and e.package == package]
     exit_code = progress.exit_code if progress.exit_code is not None else -1
     if len(entries) != 1:
-        return Check(name=name, status=FAILED, detail=f"{len(entries)} {package} jobs in {ledger_path} (exit {exit_code})")
+        detail = f"{len(entries)} {package} jobs in {ledger_path} (exit {exit_code})"
+        return Check(name=name, status=FAILED, detail=detail)
     entry = entries[0]
     wheel = folder(root, variant) / "dist" / str(entry.wheel)
     if entry.status != "built" or not wheel.is_file() or exit_code != 0:
@@ -66,7 +67,8 @@ def build_check(root: Path, variant: ArchVariant, *, package: str, label: str, c
         "timings": entry.timings,
         "compile_profile": profile,
     }
-    detail = f"{entry.wheel}, {(entry.wheel_size or 0) / 2**20:.1f} MiB, {progress.seconds():.0f} s; " + describe(profile)
+    size = f"{(entry.wheel_size or 0) / 2**20:.1f} MiB"
+    detail = f"{entry.wheel}, {size}, built in {progress.seconds():.0f} s; {describe(profile)}"
     return Check(name=name, status=PASSED, detail=detail, data=data)
 
 

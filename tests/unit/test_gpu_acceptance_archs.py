@@ -5,6 +5,7 @@ profile from nvcc's times, the PTX/SASS comparison, the build report from a ledg
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -37,7 +38,8 @@ def test_each_variant_profile_plans_one_causal_conv1d_job_with_its_archs(variant
     (job,) = plan.jobs
     main = {j.package: j for j in load_plan(ROOT / "matrix.yaml", "gpu-box").jobs}[CONFIG.arch.package]
     assert job.package == CONFIG.arch.package and job.label == CONFIG.label
-    assert (job.identifier, job.version, job.python) == (main.identifier, main.version, main.python)  # why each needs its own folder
+    # the same job as the main build's: why each variant needs a folder of its own
+    assert (job.identifier, job.version, job.python) == (main.identifier, main.version, main.python)
     sass, ptx = split(job.archs)
     assert (tuple(sorted(sass)), tuple(sorted(ptx))) == (tuple(sorted(variant.sass)), tuple(sorted(variant.ptx)))
 
@@ -230,3 +232,27 @@ def test_ptx_may_be_slower_only_within_the_noise() -> None:
 def test_arch_commands_refuse_an_unknown_variant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = gpu_acceptance.main(["--summary", str(tmp_path / "s.json"), "no-kernel", "--variant", "sm75"])
     assert code == 2 and "no arch variant 'sm75'; [arch.variants] has fat, ptx, sm80" in capsys.readouterr().err
+
+
+def test_arch_install_wants_the_variants_wheel_alone_from_its_own_index(tmp_path: Path) -> None:
+    wheel = tmp_path / f"causal_conv1d-1.7.0+{CONFIG.label}-cp312-cp312-linux_x86_64.whl"
+    wheel.write_bytes(b"fat wheel")
+    url = "http://127.0.0.1:8124"
+    item = {
+        "metadata": {"name": "causal_conv1d", "version": f"1.7.0+{CONFIG.label}"},
+        "download_info": {
+            "url": f"{url}/whl/{CONFIG.label}/{wheel.name.replace('+', '%2B')}",
+            "archive_info": {"hashes": {"sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}},
+        },
+    }
+    extra = {"metadata": {"name": "einops", "version": "0.8.1"}, "download_info": {"url": f"{url}/e.whl"}}
+    report = tmp_path / "pip-report.json"
+    report.write_text(json.dumps({"install": [item, extra]}))
+    summary = tmp_path / "summary.json"
+    code = gpu_acceptance.main(["--summary", str(summary), "arch-installed", "--variant", "fat", "--report",
+                                str(report), "--index-url", url, "--dist", str(tmp_path)])
+    entry = json.loads(summary.read_text())["stages"]["arch_fat"]
+    checks = {c["name"]: c for c in entry["checks"]}
+    assert code == 1 and entry["data"] == {"index_url": url, "variant": "fat"}
+    assert checks["causal-conv1d installed from the index"]["status"] == PASSED  # its name as the wheel spells it
+    assert checks["nothing else installed"]["detail"] == "pip installed ['causal-conv1d', 'einops']"
