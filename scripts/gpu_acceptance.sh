@@ -202,12 +202,13 @@ collect() {  # copies of the build logs and the ledger's table, next to the summ
 
 collect_details() {  # what only a closer look needs, in one file (8 files at most come back from the box)
     local items=() path
-    for path in pip-report.json doctor-cli.json arch; do
-        if [ -e "$WORK/$path" ]; then items+=("$path"); fi
+    # reports and logs only: never a wheel (dist/, variant/, quarantine/, tmp/), a site or a ledger
+    for path in "$WORK"/{pip-report.json,doctor-cli.json,arch/ptx-speed} \
+        "$WORK"/arch/*/{build-console.log,logs,pip-report.json,doctor.json,doctor-cli.json,upstream-pytest.log,build-run}; do
+        if [ -e "$path" ]; then items+=("${path#"$WORK"/}"); fi
     done
     [ "${#items[@]}" -gt 0 ] || return 0
-    tar -czf "$OUTDIR/details.tar.gz" -C "$WORK" --exclude='arch/*/dist' --exclude='arch/*/site' \
-        --exclude='arch/*/ledger.sqlite*' --exclude='arch/*/doctor.py' "${items[@]}" || say "could not pack details.tar.gz"
+    tar -czf "$OUTDIR/details.tar.gz" -C "$WORK" "${items[@]}" || say "could not pack details.tar.gz"
 }
 
 free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
