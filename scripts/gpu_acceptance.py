@@ -547,6 +547,15 @@ def cmd_no_kernel(args: argparse.Namespace) -> int:
     return _gpu_stage(args, variant.stage, [archs.NO_KERNEL_CHECK], lambda: [_report(archs.no_kernel_call())])
 
 
+def cmd_jit_warm(args: argparse.Namespace) -> int:
+    """In a venv: the first call of each kernel unit, timed, into the variant's stage (fills the JIT cache)."""
+    variant = args.config.arch.variant(args.variant)
+    args.stage, args.append = variant.stage, True
+    settings = args.config.ptx_speed
+    return _gpu_stage(args, variant.stage, [ptxspeed.WARM_CHECK],
+                      lambda: [_report(record.guarded(ptxspeed.WARM_CHECK, lambda: ptxspeed.warm_calls(settings)))])
+
+
 def cmd_first_call(args: argparse.Namespace) -> int:
     """In a venv: the first causal_conv1d_fn call's time, as JSON to --out (no summary entry)."""
     if unavailable_reason():
@@ -738,6 +747,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("no-kernel", help="a kernel call that must fail with 'no kernel image' (GPU)")
     sub.add_argument("--variant", required=True, help="fat, ptx or sm80 ([arch.variants] in the data file)")
     sub.set_defaults(func=cmd_no_kernel)
+
+    sub = commands.add_parser("jit-warm", help="time each kernel unit's first call, filling the JIT cache (GPU)")
+    sub.add_argument("--variant", required=True, help="the arch variant whose stage it joins")
+    sub.set_defaults(func=cmd_jit_warm)
 
     for name, func, what in (
         ("first-call", cmd_first_call, "the first causal_conv1d_fn call's seconds"),

@@ -122,6 +122,9 @@ EOF
     # the box's MemAvailable starts far below its 128 GiB and grows with use; sized by it, the build would run half
     # the compiles it can (16 translation units at causal-conv1d's 3.4 GB peak fit easily)
     export WHEELWRIGHT_COMPILE_MEMORY_GB=${WHEELWRIGHT_COMPILE_MEMORY_GB:-1}
+    # the PTX-only wheel's JIT output (every kernel of causal-conv1d, recompiled for sm_90) must fit the driver's JIT
+    # cache, or each process compiles it again; its default of 256 MiB may not hold it with the rest
+    export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 }
 
 # the scripts are a package of the checkout (scripts/__init__.py): run as modules with the checkout's root on the path
@@ -459,6 +462,11 @@ arch_stage() {
     avpy "$name" arch-installed --variant "$name" --report "$ARCH/$name/pip-report.json" --index-url "$arch_url" \
         --dist "$ARCH/$name/dist" || status=$?
     if [ "$status" -eq 0 ]; then arch_doctor "$name" || status=$?; fi
+    if [ "$status" -eq 0 ] && [ "$proof" = suite ]; then
+        # one process JIT-compiles (PTX) or loads (SASS) each kernel unit first, timed; the suite's 16 workers then
+        # find PTX's JIT output in the cache rather than each compiling the same modules at once
+        avpy "$name" jit-warm --variant "$name" || status=$?
+    fi
     if [ "$status" -eq 0 ] && [ "$proof" = suite ]; then
         local budget=$(($(remaining) - 20))
         [ "$budget" -gt 60 ] || budget=60

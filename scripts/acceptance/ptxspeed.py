@@ -44,6 +44,35 @@ def first_call(settings: PtxSpeed) -> dict:
     }
 
 
+WARM_CHECK = "first calls of the forward, backward and update kernels (the JIT cache filled before the suite)"
+
+
+def warm_calls(settings: PtxSpeed) -> Check:
+    """One call of each of causal-conv1d's translation units, timed, in the process that fills the JIT cache: the
+    suite's workers then find the JIT-compiled modules there instead of compiling each its own at once."""
+    import torch
+    from causal_conv1d import causal_conv1d_fn, causal_conv1d_update
+
+    size = settings.first_call
+    dtype = getattr(torch, size["dtype"])
+    x = torch.randn(size["batch"], size["dim"], size["seqlen"], device="cuda", dtype=dtype, requires_grad=True)
+    weight = torch.randn(size["dim"], size["width"], device="cuda", dtype=dtype, requires_grad=True)
+    state = torch.zeros(size["batch"], size["dim"], size["width"] - 1, device="cuda", dtype=dtype)
+    seconds = {}
+    for name, run in (
+        ("fwd", lambda: causal_conv1d_fn(x, weight, activation="silu")),
+        ("bwd", lambda: causal_conv1d_fn(x, weight, activation="silu").sum().backward()),
+        ("update", lambda: causal_conv1d_update(x[:, :, 0].detach(), state, weight.detach(), activation="silu")),
+    ):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        run()
+        torch.cuda.synchronize()
+        seconds[name] = round(time.perf_counter() - started, 3)
+    detail = ", ".join(f"{name} {value:.3f} s" for name, value in seconds.items())
+    return Check(name=WARM_CHECK, status=PASSED, detail=detail, data={"seconds": seconds})
+
+
 def kernel_times(settings: Bench) -> dict:
     """Median milliseconds of causal_conv1d_fn forward, and forward + backward, per benchmark size (name -> ms)."""
     import torch

@@ -134,7 +134,7 @@ def test_python_part_skips_gpu_checks_with_a_distinct_exit(tmp_path: Path, comma
 @pytest.mark.parametrize(
     ("command", "stage"),
     [(["arch-doctor", "--variant", "sm80"], "arch_sm80"), (["no-kernel", "--variant", "sm80"], "arch_sm80"),
-     (["upstream", "--stage", "arch_fat", "--append"], "arch_fat")],
+     (["upstream", "--stage", "arch_fat", "--append"], "arch_fat"), (["jit-warm", "--variant", "ptx"], "arch_ptx")],
 )
 def test_arch_parts_skip_without_a_gpu_into_their_own_stage(tmp_path: Path, command: list[str], stage: str) -> None:
     summary_path = tmp_path / "summary.json"

@@ -256,3 +256,16 @@ def test_arch_install_wants_the_variants_wheel_alone_from_its_own_index(tmp_path
     assert code == 1 and entry["data"] == {"index_url": url, "variant": "fat"}
     assert checks["causal-conv1d installed from the index"]["status"] == PASSED  # its name as the wheel spells it
     assert checks["nothing else installed"]["detail"] == "pip installed ['causal-conv1d', 'einops']"
+
+
+def test_compile_profile_from_a_real_nvcc_time_file_of_the_fat_gencodes() -> None:
+    """tests/unit/data/nvcc/fat-time.csv: nvcc 13.0 `--time` of a one-kernel unit with the fat wheel's gencodes
+    (sm_80, sm_90, sm_100 and compute_100 PTX, --threads 3), captured on the CPU machine."""
+    from builder.steps.nvcc_time import read_times
+
+    times = read_times(ROOT / "tests" / "unit" / "data" / "nvcc" / "fat-time.csv")
+    assert {row["arch"] for row in times} == {"host", "8.0", "9.0", "10.0"}  # the PTX counts with its arch
+    by_arch = {row["arch"]: row["seconds"] for row in times}
+    profile = archs.compile_profile(times, wall=None, cores=16)
+    assert profile["critical_path_s"] == round(by_arch["host"] + max(by_arch[a] for a in ("8.0", "9.0", "10.0")), 1)
+    assert profile["sum_s"] == round(sum(by_arch.values()), 1) and profile["wall_over_bound"] is None
