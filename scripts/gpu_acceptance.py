@@ -496,6 +496,11 @@ def cmd_arch_build_report(args: argparse.Namespace) -> int:
         _say(f"arch_build: running ({detail})")
         return EXIT_PENDING
     data = {c.name.split()[0]: c.data for c in checks if c.data}
+    if args.main is not None:  # the sm_90 build beside them, for comparison
+        main = archs.main_profile(args.main, package=config.arch.package, label=config.label, cores=args.cores)
+        data["main"] = {"compile_profile": main}
+        if main:
+            _say(f"  the main build's {config.arch.package} (SASS {config.gpu_arch} alone): {archs.describe(main)}")
     return _stage(args, "arch_build", checks, started, data=data)
 
 
@@ -727,6 +732,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = commands.add_parser("arch-build-report", help="record the arch_build stage from the variants' builds")
     sub.add_argument("--root", type=Path, required=True, help="the folder holding one build folder per variant")
+    sub.add_argument("--main", type=Path, help="the main build's output folder, whose profile is kept beside")
     sub.add_argument("--cores", type=_positive, default=len(os.sched_getaffinity(0)),
                      help="the cores the builds shared, for the cores bound (default: this machine's)")
     sub.set_defaults(func=cmd_arch_build_report)

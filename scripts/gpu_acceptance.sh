@@ -406,7 +406,7 @@ stage_arch_build() {  # collects the arch builds; starts those this run's build 
         [ "$wait" -gt 0 ] || wait=0
         py detach-wait --state "$state" --seconds "$wait" --log "$ARCH/${entry%%:*}/build-console.log" || [ $? -eq 4 ]
     done
-    py arch-build-report --root "$ARCH"
+    py arch-build-report --root "$ARCH" --main "$WH"
 }
 
 avpy() {  # avpy NAME ARGS...: the Python part in the arch variant's venv

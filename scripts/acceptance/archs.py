@@ -72,6 +72,20 @@ def build_check(root: Path, variant: ArchVariant, *, package: str, label: str, c
     return Check(name=name, status=PASSED, detail=detail, data=data)
 
 
+def main_profile(wheelhouse: Path, *, package: str, label: str, cores: int) -> dict | None:
+    """The main build's job of the same package (sm_90 alone), for comparison with the fat build's profile."""
+    from builder.core.ledger import Ledger
+
+    path = wheelhouse / "ledger.sqlite"
+    if not path.is_file():
+        return None
+    with Ledger(path) as ledger:
+        entry = next((e for e in ledger.entries() if e.label == label and e.package == package), None)
+    if entry is None or entry.compile_times is None:
+        return None
+    return compile_profile(json.loads(entry.compile_times), wall=entry.timings.get("compile"), cores=cores)
+
+
 def compile_profile(times: list[dict], *, wall: float | None, cores: int) -> dict:
     """The compile phase's wall time beside its work: ``times`` are nvcc's per-(unit, arch) seconds (host phases
     as arch "host"). A unit's archs run side by side (nvcc --threads), so a unit takes at least its host phases plus

@@ -160,11 +160,13 @@ def test_arch_build_report_records_each_wheel_and_the_fat_builds_profile(tmp_pat
     for name in ("fat", "ptx", "sm80"):
         fake_variant_build(tmp_path / "arch", name, times=FAT_TIMES if name == "fat" else None)
     summary = tmp_path / "summary.json"
+    fake_variant_build(tmp_path, "main", times=FAT_TIMES[:2])  # the sm_90 build's ledger, for comparison
     code = gpu_acceptance.main(["--summary", str(summary), "arch-build-report", "--root", str(tmp_path / "arch"),
-                                "--cores", "16"])
+                                "--cores", "16", "--main", str(tmp_path / "main")])
     entry = json.loads(summary.read_text())["stages"]["arch_build"]
     assert code == 0 and entry["status"] == PASSED and len(entry["checks"]) == 3
     assert entry["data"]["fat"]["compile_profile"]["critical_path_s"] == 380.0
+    assert entry["data"]["main"]["compile_profile"]["critical_path_s"] == 320.0
     assert entry["data"]["fat"]["build_seconds"] >= 409
     # collected: a later command sees the builds as taken
     assert (tmp_path / "arch" / "fat" / "build-run" / "collected").exists()
