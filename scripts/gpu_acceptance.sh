@@ -454,27 +454,27 @@ arch_doctor() {  # arch_doctor NAME: both doctors on its venv, before any of its
 }
 
 # arch_stage NAME suite|kernel-call: install from its own index, doctor's verdict, then the whole upstream suite or
-# the one kernel call that must fail
+# the one kernel call that must fail (run whatever doctor said: the two together are the proof)
 arch_stage() {
     local name=$1 proof=$2 status=0
     arch_ready "$name" || return $?
     arch_prepare "$name"
     avpy "$name" arch-installed --variant "$name" --report "$ARCH/$name/pip-report.json" --index-url "$arch_url" \
         --dist "$ARCH/$name/dist" || status=$?
-    if [ "$status" -eq 0 ]; then arch_doctor "$name" || status=$?; fi
-    if [ "$status" -eq 0 ] && [ "$proof" = suite ]; then
-        # one process JIT-compiles (PTX) or loads (SASS) each kernel unit first, timed; the suite's 16 workers then
-        # find PTX's JIT output in the cache rather than each compiling the same modules at once
-        avpy "$name" jit-warm --variant "$name" || status=$?
-    fi
-    if [ "$status" -eq 0 ] && [ "$proof" = suite ]; then
-        local budget=$(($(remaining) - 20))
-        [ "$budget" -gt 60 ] || budget=60
-        avpy "$name" upstream --stage "arch_$name" --append --sdist-dir "$WHEELWRIGHT_CACHE/sdists" \
-            --workers "$workers" --timeout "$budget" --log "$ARCH/$name/upstream-pytest.log" ${quick_flag:+--quick} \
-            || status=$?
-    elif [ "$status" -eq 0 ]; then
-        avpy "$name" no-kernel --variant "$name" || status=$?
+    if [ "$status" -eq 0 ]; then
+        arch_doctor "$name" || status=$?
+        if [ "$proof" = suite ]; then
+            # one process JIT-compiles (PTX) or loads (SASS) each kernel unit first, timed; the suite's 16 workers
+            # then find PTX's JIT output in the cache rather than each compiling the same modules at once
+            avpy "$name" jit-warm --variant "$name" || status=$?
+            local budget=$(($(remaining) - 20))
+            [ "$budget" -gt 60 ] || budget=60
+            avpy "$name" upstream --stage "arch_$name" --append --sdist-dir "$WHEELWRIGHT_CACHE/sdists" \
+                --workers "$workers" --timeout "$budget" --log "$ARCH/$name/upstream-pytest.log" \
+                ${quick_flag:+--quick} || status=$?
+        else
+            avpy "$name" no-kernel --variant "$name" || status=$?
+        fi
     fi
     arch_unserve "$name"
     return "$status"
