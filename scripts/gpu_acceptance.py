@@ -603,6 +603,8 @@ def cmd_finish(args: argparse.Namespace) -> int:
         _say(line)
     for line in checklist.report_lines(summary["stages"].get("checklist", {}).get("checks", [])):
         _say(line)
+    for line in archs.closing_lines(summary):
+        _say(line)
     if summary["outcome"] == "incomplete":
         _say("stages are pending: run the same command again with --resume (while the machine is still warm)")
     exits = {"passed": EXIT_PASSED, "no-gpu": EXIT_NO_GPU, "incomplete": EXIT_PENDING}

@@ -211,3 +211,27 @@ def no_kernel_call() -> Check:
     except Exception as error:  # noqa: BLE001 (the error is the result)
         return judge_failed_call(error)
     return judge_failed_call(None)
+
+
+# -- the closing figures ----------------------------------------------------------------------------------------
+
+
+def closing_lines(summary: dict) -> list[str]:
+    """The three figures the issue's closing note quotes, from the summary: the JIT's cost, PTX's speed against
+    SASS, and the fat build's wall time against its critical path (nothing for a stage that has not run)."""
+    stages = summary.get("stages", {})
+    lines = []
+    speed = stages.get("ptx_speed", {}).get("data", {})
+    if speed.get("jit_s") is not None:
+        first = speed.get("first_call", {}).get("ptx", {})
+        lines.append(
+            f"PTX JIT: {speed['jit_s']:.2f} s more than SASS for the first call (CUDA_CACHE_DISABLE="
+            f"{first.get('CUDA_CACHE_DISABLE')}, CUDA_MODULE_LOADING={first.get('CUDA_MODULE_LOADING')})"
+        )
+    if speed.get("worst_ratio") is not None:
+        lines.append(f"PTX/SASS kernel time, once JIT-ed: worst ratio {speed['worst_ratio']:.3f} over "
+                     f"{len(speed.get('ratios', {}))} cases")
+    fat = stages.get("arch_build", {}).get("data", {}).get("fat", {}).get("compile_profile")
+    if fat and fat.get("pairs"):
+        lines.append(f"fat build: {describe(fat)}")
+    return lines

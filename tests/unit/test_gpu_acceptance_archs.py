@@ -271,3 +271,17 @@ def test_compile_profile_from_a_real_nvcc_time_file_of_the_fat_gencodes() -> Non
     profile = archs.compile_profile(times, wall=None, cores=16)
     assert profile["critical_path_s"] == round(by_arch["host"] + max(by_arch[a] for a in ("8.0", "9.0", "10.0")), 1)
     assert profile["sum_s"] == round(sum(by_arch.values()), 1) and profile["wall_over_bound"] is None
+
+
+def test_closing_lines_quote_the_jit_the_ratio_and_the_critical_path() -> None:
+    assert archs.closing_lines({"stages": {}}) == []
+    checks = ptxspeed.speed_checks([{"a fwd": 1.0}, {"a fwd": 1.0}], {"a fwd": 1.01}, noise_floor=0.05)
+    summary = {"stages": {
+        "ptx_speed": {"data": {"jit_s": 2.5, **ptxspeed.ratio_summary(checks),
+                               "first_call": {"ptx": first(0.5, 3.0)}}},
+        "arch_build": {"data": {"fat": {"compile_profile": archs.compile_profile(FAT_TIMES, wall=400.0, cores=16)}}},
+    }}
+    jit, ratio, fat = archs.closing_lines(summary)
+    assert jit == "PTX JIT: 2.50 s more than SASS for the first call (CUDA_CACHE_DISABLE=1, CUDA_MODULE_LOADING=LAZY)"
+    assert ratio == "PTX/SASS kernel time, once JIT-ed: worst ratio 1.010 over 1 cases"
+    assert fat.startswith("fat build: compile wall 400.0 s vs sum 1082.0 s")
