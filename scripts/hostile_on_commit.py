@@ -2,11 +2,12 @@
 #11 how many cases fail there and pass here: the proof that each class's tests fail on the code the issue was
 filed against.
 
-The older code is checked out into a temporary git worktree; this tree's ``tests/`` is copied over its own, so the
-tests and their helpers are today's and everything they exercise (builder/, index_site/, the torch facts) is the
-older revision's. A conftest of today's that cannot even be imported there is replaced by that revision's own (it
-is fixture plumbing, not a test), and the report says so. A test module that cannot be imported on the older code
-counts as failing there, and the report shows those separately from tests that ran and failed.
+Both sides are committed code, each checked out into a temporary git worktree: HEAD as it is, and the older
+revision with HEAD's ``tests/`` over its own, so the tests and their helpers are today's and everything they
+exercise (builder/, index_site/, the torch facts) is the older revision's. A conftest of today's that cannot even
+be imported there is replaced by that revision's own (it is fixture plumbing, not a test), and the report says so.
+A test module that cannot be imported on the older code counts as failing there, and the report shows those apart
+from tests that ran and failed.
 
     .venv/bin/python -m scripts.hostile_on_commit b4aff38                 # the code issue #11 was filed against
     .venv/bin/python -m scripts.hostile_on_commit b4aff38 --markdown docs/hostile-before-after.md
@@ -16,17 +17,20 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import io
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
-import xml.etree.ElementTree as ElementTree
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_FILES = (
@@ -125,14 +129,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     head = _git("rev-parse", "HEAD")
     pytest_args = [*args.tests, *(["-k", args.keyword] if args.keyword else [])]
     with tempfile.TemporaryDirectory(prefix="hostile-on-commit-") as temporary:
-        worktree = Path(temporary) / "tree"
-        _git("worktree", "add", "--detach", str(worktree), old)
-        try:
-            replaced = _overlay_tests(worktree, old)
-            before = _run_pytest(worktree, pytest_args, Path(temporary) / "old.xml")
-        finally:
-            _git("worktree", "remove", "--force", str(worktree))
-        after = _run_pytest(ROOT, pytest_args, Path(temporary) / "head.xml")
+        config = Path(temporary) / "config/pyproject.toml"  # HEAD's pytest settings on both sides
+        config.parent.mkdir()
+        config.write_text(_git("show", f"{head}:pyproject.toml") + "\n")
+        with _worktree(Path(temporary) / "old", old) as tree:
+            replaced = _overlay_tests(tree, head)
+            before = _run_pytest(tree, config, pytest_args, Path(temporary) / "old.xml")
+        with _worktree(Path(temporary) / "head", head) as tree:  # committed code: edits in progress are not HEAD
+            after = _run_pytest(tree, config, pytest_args, Path(temporary) / "head.xml")
     command = "python -m scripts.hostile_on_commit " + shlex.join(sys.argv[1:] if argv is None else argv)
     report = render_report(before, after, old=old, head=head, replaced=replaced, command=command)
     print(report)
@@ -148,11 +152,23 @@ def _git(*args: str) -> str:
     return result.stdout.strip()
 
 
-def _overlay_tests(worktree: Path, revision: str) -> list[str]:
-    """Today's tests/ over the older one; a conftest that cannot import on the older code goes back to its own.
+@contextmanager
+def _worktree(path: Path, revision: str) -> Iterator[Path]:
+    _git("worktree", "add", "--detach", str(path), revision)
+    try:
+        yield path
+    finally:
+        _git("worktree", "remove", "--force", str(path))
+
+
+def _overlay_tests(worktree: Path, head: str) -> list[str]:
+    """HEAD's tests/ over the older one; a conftest that cannot import on the older code goes back to its own.
     Returns the conftests replaced."""
+    revision = _git("-C", str(worktree), "rev-parse", "HEAD")
     shutil.rmtree(worktree / "tests")
-    shutil.copytree(ROOT / "tests", worktree / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    tests = subprocess.run(["git", "-C", str(ROOT), "archive", head, "tests"], capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(tests.stdout)) as archive:
+        archive.extractall(worktree, filter="data")
     replaced = []
     for conftest in CONFTESTS:
         module = conftest.removesuffix(".py").replace("/", ".")
@@ -177,9 +193,9 @@ def _environment(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def _run_pytest(tree: Path, arguments: Sequence[str], junit: Path) -> dict[str, Outcome]:
+def _run_pytest(tree: Path, config: Path, arguments: Sequence[str], junit: Path) -> dict[str, Outcome]:
     command = [
-        sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tree),
+        sys.executable, "-m", "pytest", "-c", str(config), "--rootdir", str(tree),
         "-p", "no:cacheprovider", "-q", "--continue-on-collection-errors", "--junitxml", str(junit), *arguments,
     ]  # fmt: skip
     print(f"running {len(arguments)} test files in {tree} ...", file=sys.stderr, flush=True)
