@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,7 +28,7 @@ from builder.doctor.standalone import standalone_source
 from index_site import layout
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text
-from index_site.pages import render_pages
+from index_site.pages import other_pages, people, render_pages, setup_fingerprints
 from index_site.wheels import WheelFile
 
 API_VERSION = "1.1"  # PEP 700: size, upload-time and versions in the JSON form
@@ -77,9 +77,12 @@ def _filesize(size: float) -> str:
 class PageGroup:
     """Pages made from one part of the catalog: ``render()`` gives the same bytes while ``digest`` holds."""
 
-    key: str  # "variant:pt214cu130", "project:causal-conv1d", "projects", "landing"
+    key: str  # "variant:pt214cu130", "project:causal-conv1d", "projects", "pages", "pages/select/..."
     digest: str
     render: Callable[[], dict[str, bytes]]
+    # Finer groups, keyed "<key>/...", that together make the same pages: when this digest moves, each of them is
+    # rendered again only if its own digest moved (the pages for people: one setup page of hundreds changes).
+    parts: Callable[[], list[PageGroup]] | None = None
 
 
 def render_site(catalog: Catalog, *, base_url: str) -> dict[str, bytes]:
@@ -118,17 +121,31 @@ def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
     groups.append(PageGroup(key="projects", digest=_digest(projects), render=functools.partial(_roots, None, projects)))
     failures = sorted(repr(entry) for entry in catalog.failures)
     archs = sorted(f"{name}\0{archs!r}" for name, archs in catalog.archs.items())
-    groups.append(
-        PageGroup(
-            key="pages",
-            digest=_digest([base_url, *failures, *archs, *fingerprints.values()]),
-            render=functools.partial(render_pages, catalog, base_url=base_url, render=_render_page),
-        )
-    )
+    groups.append(_people_group(catalog, _digest([base_url, *failures, *archs, *fingerprints.values()]), base_url))
     doctor = standalone_source(base_url).encode()  # cheap to make; its digest is its own bytes
     digest = _digest([hashlib.sha256(doctor).hexdigest()])
     groups.append(PageGroup(key="doctor", digest=digest, render=lambda: {layout.DOCTOR: doctor}))
     return groups
+
+
+def _people_group(catalog: Catalog, digest: str, base_url: str) -> PageGroup:
+    """The pages for people: one group for the whole catalog, in parts of one setup page each plus the rest (the
+    landing page, the older versions' pages and wheels.json, which show every wheel or every release)."""
+    model = functools.cache(lambda: people(catalog, base_url=base_url))
+
+    def pages(only: Collection[str] | None = None) -> dict[str, bytes]:
+        return render_pages(catalog, base_url=base_url, render=_render_page, model=model(), only=only)
+
+    def parts() -> list[PageGroup]:
+        setups = setup_fingerprints(model())
+        groups = [
+            PageGroup(key=f"pages/{path}", digest=_digest([base_url, text]), render=functools.partial(pages, {path}))
+            for path, text in setups.items()
+        ]
+        rest = other_pages(model())
+        return [*groups, PageGroup(key="pages/rest", digest=digest, render=functools.partial(pages, rest))]
+
+    return PageGroup(key="pages", digest=digest, render=pages, parts=parts)
 
 
 def _fingerprint(wheel: WheelFile) -> str:
