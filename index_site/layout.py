@@ -111,6 +111,11 @@ def href(page: str, target: str) -> str:
     return prefix + _quote(name)
 
 
+def wheel_href(page: str, label: str, filename: str) -> str:
+    """``href(page, wheel_path(label, filename))``, for the thousands of wheels one page links."""
+    return _relative_directory(posixpath.dirname(page), f"whl/{label}") + _quote(filename)
+
+
 @functools.lru_cache(maxsize=4096)
 def _relative_directory(base: str, directory: str) -> str:
     """``directory`` seen from ``base``, quoted, with a trailing slash ("" when they are the same)."""

@@ -46,7 +46,7 @@ def _entry(
         "archs": {"sass": list(archs.sass), "ptx": list(archs.ptx)} if archs is not None else None,
         "sha256": sha256,
         "size": size,
-        "url": f"{base_url}/{layout.href('', layout.wheel_path(name.label, filename))}",
+        "url": f"{base_url}/{layout.wheel_href('', name.label, filename)}",
         "find_links": f"{base_url}/{layout.findlinks_path(name.label)}",
         "setup": f"{base_url}/{layout.setup_path(name.label, pythons[0])}",
     }

@@ -179,7 +179,6 @@ def _variant_pages(label: str, wheels: list[WheelFile]) -> dict[str, bytes]:
     return {layout.findlinks_path(label): _findlinks_page(label, wheels), **_indexes(label, wheels)}
 
 
-
 def _render_page(template: str, **context: object) -> bytes:
     return _render(template, api_version=API_VERSION, **context)
 
@@ -232,7 +231,7 @@ def _simple_root_page(page: str, projects: list[str], label: str | None) -> byte
 
 def _links(page: str, wheels: Iterable[WheelFile]) -> list[markupsafe.Markup]:
     """One anchor per wheel: the hash in the URL fragment, Requires-Python and the PEP 658/714 metadata digest."""
-    return [_anchor(layout.href(page, layout.wheel_path(w.name.label, w.filename)), w) for w in _ordered(wheels)]
+    return [_anchor(layout.wheel_href(page, w.name.label, w.filename), w) for w in _ordered(wheels)]
 
 
 def _anchor(href: str, wheel: WheelFile) -> markupsafe.Markup:
@@ -254,7 +253,7 @@ def _json_project(page: str, project: str, wheels: list[WheelFile]) -> dict[str,
     for wheel in _ordered(wheels):
         entry: dict[str, object] = {
             "filename": wheel.filename,
-            "url": layout.href(page, layout.wheel_path(wheel.name.label, wheel.filename)),
+            "url": layout.wheel_href(page, wheel.name.label, wheel.filename),
             "hashes": {"sha256": wheel.sha256},
             "core-metadata": {"sha256": wheel.metadata.sha256},
             "dist-info-metadata": {"sha256": wheel.metadata.sha256},

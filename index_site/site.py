@@ -371,8 +371,11 @@ def _placed_wheel(
         return None
     if hashed is not None and placed == hashed:
         return FileRecord(sha256=sha256, identity=placed)
-    if record is not None and record.sha256 == sha256 and record.identity == placed and placed.inode != getattr(
-        hashed, "inode", None
+    if (
+        record is not None
+        and record.sha256 == sha256
+        and record.identity == placed
+        and placed.inode != getattr(hashed, "inode", None)
     ):
         return record
     return None
