@@ -113,7 +113,12 @@ def href(page: str, target: str) -> str:
 
 def wheel_href(page: str, label: str, filename: str) -> str:
     """``href(page, wheel_path(label, filename))``, for the thousands of wheels one page links."""
-    return _relative_directory(posixpath.dirname(page), f"whl/{label}") + _quote(filename)
+    return _wheel_directory(page, label) + _quote(filename)
+
+
+@functools.lru_cache(maxsize=4096)
+def _wheel_directory(page: str, label: str) -> str:
+    return _relative_directory(posixpath.dirname(page), f"whl/{label}")
 
 
 @functools.lru_cache(maxsize=4096)

@@ -258,7 +258,7 @@ def _records(document: Mapping[str, Any]) -> dict[str, FileRecord]:
         # [sha256, inode, size, mtime_ns, ctime_ns]; an older manifest's [sha256, size, mtime_ns] is not trusted.
         # Damaged numbers need no check here: they never equal a real file's, so the file is verified again.
         if isinstance(raw, list) and len(raw) == 5:
-            records[path] = FileRecord(raw[0], FileIdentity(*raw[1:]))
+            records[path] = FileRecord._make((raw[0], FileIdentity._make(raw[1:])))  # _make: no per-field checks
     return records
 
 

@@ -210,15 +210,16 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, help="keep the generated files here (default: a temporary folder)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-index-") as temporary:
+    # a shared machine's cleaners may race the removal of 10,000 files: the results matter more than the folder
+    with tempfile.TemporaryDirectory(prefix="bench-index-", ignore_cleanup_errors=True) as temporary:
         workdir = args.workdir or Path(temporary)
         workdir.mkdir(parents=True, exist_ok=True)
         results = bench(args.wheels, args.payload_bytes, args.resolved_wheel_mb, workdir, max(1, args.repeat))
         results["big"] = bench_big_wheels(args.big_wheels, args.big_wheel_mb, workdir) if args.big_wheels else None
-    if args.json:
-        print(json.dumps(results, indent=2))
-    else:
-        _print_results(results)
+        if args.json:
+            print(json.dumps(results, indent=2), flush=True)
+        else:
+            _print_results(results)
     return 0
 
 
