@@ -3,6 +3,7 @@ archs, digest and URL, for tools (the doctor picks the wheel for an environment 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 
@@ -15,21 +16,21 @@ SCHEMA_VERSION = 1
 def manifest(wheels: tuple[WheelFile, ...], archs: Mapping[str, GpuArchs], *, base_url: str) -> bytes:
     base_url = base_url.rstrip("/")
     head = json.dumps({"schema": SCHEMA_VERSION, "generator": "wheelwright", "base_url": base_url})
-    entries = [
+    entries = ",".join(
         _entry(w.name, w.sha256, w.size, w.metadata.requires_python, archs.get(w.filename), base_url)
         for w in sorted(wheels, key=lambda w: w.filename)
-    ]
-    # one encoder call for all of them: per entry, the call costs more than the encoding
-    return f'{head[:-1]},"wheels":{json.dumps(entries, separators=(",", ":"))}}}\n'.encode()
+    )
+    return f'{head[:-1]},"wheels":[{entries}]}}\n'.encode()
 
 
+@functools.lru_cache(maxsize=65536)
 def _entry(
     name: WheelName, sha256: str, size: int, requires_python: str | None, archs: GpuArchs | None, base_url: str
-) -> dict[str, object]:
-    """One wheel's entry."""
+) -> str:
+    """One wheel's entry as JSON text (a pure function of these fields, so built once per wheel per process)."""
     filename = name.filename
     pythons = name.pythons
-    return {
+    entry = {
         "filename": filename,
         "package": name.project,
         "version": name.public_version,
@@ -50,3 +51,4 @@ def _entry(
         "find_links": f"{base_url}/{layout.findlinks_path(name.label)}",
         "setup": f"{base_url}/{layout.setup_path(name.label, pythons[0])}",
     }
+    return json.dumps(entry, separators=(",", ":"))

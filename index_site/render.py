@@ -235,8 +235,14 @@ def _links(page: str, wheels: Iterable[WheelFile]) -> list[markupsafe.Markup]:
 
 
 def _anchor(href: str, wheel: WheelFile) -> markupsafe.Markup:
-    head = f'<a href="{markupsafe.escape(href)}#sha256={markupsafe.escape(wheel.sha256)}"'
-    return markupsafe.Markup(head + _anchor_tail(wheel.filename, wheel.metadata.requires_python, wheel.metadata.sha256))
+    python, metadata = wheel.metadata.requires_python, wheel.metadata.sha256
+    return markupsafe.Markup(_anchor_html(href, wheel.sha256, wheel.filename, python, metadata))
+
+
+@functools.lru_cache(maxsize=65536)  # a wheel's anchor on each of the few pages that list it, kept for the next run
+def _anchor_html(href: str, sha256: str, filename: str, requires_python: str | None, metadata_sha256: str) -> str:
+    head = f'<a href="{markupsafe.escape(href)}#sha256={markupsafe.escape(sha256)}"'
+    return head + _anchor_tail(filename, requires_python, metadata_sha256)
 
 
 @functools.lru_cache(maxsize=65536)
