@@ -111,7 +111,7 @@ def check(wheel: Built, wheels: list[Built], port: int, pip_version: str | None)
         (site,) = venv.glob("lib/python*/site-packages")
         (site / "torch-runtime.pth").write_text(f"{runtime.site_packages}\n")
         python = venv / "bin" / "python"
-        pip = [python, "-m", "pip", "install", "--disable-pip-version-check"]
+        pip: list[str | Path] = [python, "-m", "pip", "install", "--disable-pip-version-check"]
         if pip_version:
             subprocess.run([*pip, "--quiet", f"pip=={pip_version}"], check=True)
         pip_says = subprocess.run([python, "-m", "pip", "--version"], capture_output=True, text=True, check=True)
