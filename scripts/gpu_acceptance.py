@@ -21,7 +21,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from scripts.acceptance import bench, checklist, detach, numerics, seed, stages, upstream
+from packaging.utils import canonicalize_name
+
+from scripts.acceptance import archs, bench, checklist, detach, numerics, ptxspeed, seed, stages, upstream
 from scripts.acceptance import summary as record
 from scripts.acceptance.config import Config, ConfigError, load_config
 from scripts.acceptance.device import torch_facts, unavailable_reason
@@ -46,7 +48,13 @@ def _report(check: Check) -> Check:
 def _stage(
     args: argparse.Namespace, name: str, checks: list[Check], started: float, *, data: dict | None = None
 ) -> int:
-    """Record a stage of checks; the exit code says whether it passed, failed, or lacked a GPU."""
+    """Record a stage of checks; the exit code says whether it passed, failed, or lacked a GPU. With --stage and
+    --append (an arch stage's parts), the checks join those the stage already has in this command."""
+    name = getattr(args, "stage", None) or name
+    if getattr(args, "append", False):
+        entry = record.append_checks(args.summary, name, checks, data=data)["stages"][name]
+        _say(f"{name}: {entry['status']} so far ({entry['detail']})")
+        return {PASSED: EXIT_PASSED, FAILED: EXIT_FAILED}.get(record.status_of(checks), EXIT_NO_GPU)
     status = record.status_of(checks)
     failed = sum(check.status == FAILED for check in checks)
     detail = f"{len(checks) - failed} of {len(checks)} checks passed" if status != SKIPPED else checks[0].detail
@@ -469,11 +477,133 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return _gpu_stage(args, "bench", [bench.conv_name(s) for s in convs] + [bench.scan_name(s) for s in scans], run)
 
 
+# -- the arch wheels (issue #13) ----------------------------------------------------------------------------------
+
+
+def cmd_arch_build_report(args: argparse.Namespace) -> int:
+    """The arch_build stage: each variant's detached build, collected; exit 4 while one is still running."""
+    config: Config = args.config
+    started = time.monotonic()
+    _say("== arch_build")
+    checks = [
+        _report(archs.build_check(args.root, v, package=config.arch.package, label=config.label, cores=args.cores))
+        for v in config.arch.variants
+    ]
+    running = [c for c in checks if c.status == archs.STILL_RUNNING]
+    if running:
+        detail = "; ".join(f"{c.name}: {c.detail}" for c in running) + "; --resume collects them"
+        record.record_stage(args.summary, "arch_build", status=record.RUNNING, detail=detail)
+        _say(f"arch_build: running ({detail})")
+        return EXIT_PENDING
+    data = {c.name.split()[0]: c.data for c in checks if c.data}
+    if args.main is not None:  # the sm_90 build beside them, for comparison
+        main = archs.main_profile(args.main, package=config.arch.package, label=config.label, cores=args.cores)
+        data["main"] = {"compile_profile": main}
+        if main:
+            _say(f"  the main build's {config.arch.package} (SASS {config.gpu_arch} alone): {archs.describe(main)}")
+    return _stage(args, "arch_build", checks, started, data=data)
+
+
+def cmd_arch_installed(args: argparse.Namespace) -> int:
+    """An arch stage's first part: pip put exactly the variant's wheel from its own index into its own venv."""
+    config: Config = args.config
+    started = time.monotonic()
+    variant = config.arch.variant(args.variant)
+    _say(f"== {variant.stage}: install")
+    report = json.loads(args.report.read_text())
+    packages = (config.arch.package,)
+    checks = install_checks(report, packages=packages, label=config.label, index_url=args.index_url, dist=args.dist)
+    checks += environment_checks(packages, report)
+    installed = [canonicalize_name(p["metadata"]["name"]) for p in report.get("install", [])]
+    if installed != [canonicalize_name(config.arch.package)]:
+        checks.append(Check(name="nothing else installed", status=FAILED, detail=f"pip installed {installed}"))
+    for check in checks:
+        _report(check)
+    args.stage, args.append = variant.stage, False
+    return _stage(args, variant.stage, checks, started, data={"index_url": args.index_url, "variant": variant.name})
+
+
+def cmd_arch_doctor(args: argparse.Namespace) -> int:
+    """What doctor says of the variant's wheel before any of its kernels runs."""
+    config: Config = args.config
+    variant = config.arch.variant(args.variant)
+    args.stage, args.append = variant.stage, True
+    name = f"doctor says {variant.doctor} for the {variant.name} wheel"
+
+    def run() -> list[Check]:
+        gpu = gpu_check_of(_read_json(args.report), config.gpu_arch)
+        check = archs.doctor_check(
+            _read_json(args.report), _read_json(args.cli_report), variant, package=config.arch.package
+        )
+        return [_report(gpu), _report(check)]
+
+    return _gpu_stage(args, variant.stage, [name], run)
+
+
+def gpu_check_of(report: dict | None, arch: str) -> Check:
+    from scripts.acceptance.doctor import gpu_check
+
+    return gpu_check((report or {}).get("environment", {}), arch)
+
+
+def cmd_no_kernel(args: argparse.Namespace) -> int:
+    variant = args.config.arch.variant(args.variant)
+    args.stage, args.append = variant.stage, True
+    return _gpu_stage(args, variant.stage, [archs.NO_KERNEL_CHECK], lambda: [_report(archs.no_kernel_call())])
+
+
+def cmd_jit_warm(args: argparse.Namespace) -> int:
+    """In a venv: the first call of each kernel unit, timed, into the variant's stage (fills the JIT cache)."""
+    variant = args.config.arch.variant(args.variant)
+    args.stage, args.append = variant.stage, True
+    settings = args.config.ptx_speed
+    return _gpu_stage(args, variant.stage, [ptxspeed.WARM_CHECK],
+                      lambda: [_report(record.guarded(ptxspeed.WARM_CHECK, lambda: ptxspeed.warm_calls(settings)))])
+
+
+def cmd_first_call(args: argparse.Namespace) -> int:
+    """In a venv: the first causal_conv1d_fn call's time, as JSON to --out (no summary entry)."""
+    if unavailable_reason():
+        print(f"ERROR {unavailable_reason()}", file=sys.stderr)
+        return EXIT_NO_GPU
+    args.out.write_text(json.dumps(ptxspeed.first_call(args.config.ptx_speed)))
+    return EXIT_PASSED
+
+
+def cmd_kernel_times(args: argparse.Namespace) -> int:
+    """In a venv: causal-conv1d's kernel medians at the benchmark sizes, as JSON to --out (no summary entry)."""
+    if unavailable_reason():
+        print(f"ERROR {unavailable_reason()}", file=sys.stderr)
+        return EXIT_NO_GPU
+    args.out.write_text(json.dumps(ptxspeed.kernel_times(args.config.bench)))
+    return EXIT_PASSED
+
+
+def cmd_ptx_speed(args: argparse.Namespace) -> int:
+    """The ptx_speed stage from the measurements' JSON files: the JIT's cost, and PTX against SASS once JIT-ed."""
+    started = time.monotonic()
+    _say("== ptx_speed")
+    if unavailable_reason():
+        return _stage(args, "ptx_speed", record.skipped_checks([ptxspeed.FIRST_CALL_CHECK], unavailable_reason()),
+                      started)
+    first = ptxspeed.first_call_check(_read_json(args.sass_first), _read_json(args.ptx_first))
+    sass_runs = [run for run in map(_read_json, args.sass_times) if run]
+    ptx = _read_json(args.ptx_times)
+    speed = ptxspeed.speed_checks(sass_runs, ptx or {}, noise_floor=args.config.ptx_speed.noise_floor)
+    if not ptx:
+        speed = [Check(name="PTX vs SASS", status=FAILED, detail=f"no timings in {args.ptx_times}")]
+    checks = [_report(c) for c in (first, *speed)]
+    data = {"jit_s": first.data.get("jit_s"), **ptxspeed.ratio_summary(speed), "first_call": first.data}
+    return _stage(args, "ptx_speed", checks, started, data=data)
+
+
 def cmd_finish(args: argparse.Namespace) -> int:
     summary = record.finish(args.summary, args.config.stages)
     for line in record.render(summary, args.config.stages):
         _say(line)
     for line in checklist.report_lines(summary["stages"].get("checklist", {}).get("checks", [])):
+        _say(line)
+    for line in archs.closing_lines(summary):
         _say(line)
     if summary["outcome"] == "incomplete":
         _say("stages are pending: run the same command again with --resume (while the machine is still warm)")
@@ -602,7 +732,52 @@ def build_parser() -> argparse.ArgumentParser:
                      help="each leak run's length (default: the data file's, 60)")
     sub.set_defaults(func=cmd_checklist)
 
+    sub = commands.add_parser("arch-build-report", help="record the arch_build stage from the variants' builds")
+    sub.add_argument("--root", type=Path, required=True, help="the folder holding one build folder per variant")
+    sub.add_argument("--main", type=Path, help="the main build's output folder, whose profile is kept beside")
+    sub.add_argument("--cores", type=_positive, default=len(os.sched_getaffinity(0)),
+                     help="the cores the builds shared, for the cores bound (default: this machine's)")
+    sub.set_defaults(func=cmd_arch_build_report)
+
+    sub = commands.add_parser("arch-installed", help="an arch stage's install, from pip's report")
+    sub.add_argument("--variant", required=True, help="fat, ptx or sm80 ([arch.variants] in the data file)")
+    sub.add_argument("--report", type=Path, required=True)
+    sub.add_argument("--index-url", required=True)
+    sub.add_argument("--dist", type=Path, required=True)
+    sub.set_defaults(func=cmd_arch_installed)
+
+    sub = commands.add_parser("arch-doctor", help="an arch stage's doctor verdict (GPU)")
+    sub.add_argument("--variant", required=True, help="fat, ptx or sm80 ([arch.variants] in the data file)")
+    sub.add_argument("--report", type=Path, required=True, help="doctor.py --json's output")
+    sub.add_argument("--cli-report", type=Path, required=True, help="wheelwright doctor --json's output")
+    sub.set_defaults(func=cmd_arch_doctor)
+
+    sub = commands.add_parser("no-kernel", help="a kernel call that must fail with 'no kernel image' (GPU)")
+    sub.add_argument("--variant", required=True, help="fat, ptx or sm80 ([arch.variants] in the data file)")
+    sub.set_defaults(func=cmd_no_kernel)
+
+    sub = commands.add_parser("jit-warm", help="time each kernel unit's first call, filling the JIT cache (GPU)")
+    sub.add_argument("--variant", required=True, help="the arch variant whose stage it joins")
+    sub.set_defaults(func=cmd_jit_warm)
+
+    for name, func, what in (
+        ("first-call", cmd_first_call, "the first causal_conv1d_fn call's seconds"),
+        ("kernel-times", cmd_kernel_times, "causal-conv1d's kernel medians at the benchmark sizes"),
+    ):
+        sub = commands.add_parser(name, help=f"{what}, as JSON (GPU; run in the wheel's venv)")
+        sub.add_argument("--out", type=Path, required=True)
+        sub.set_defaults(func=func)
+
+    sub = commands.add_parser("ptx-speed", help="record the ptx_speed stage from first-call and kernel-times JSON")
+    sub.add_argument("--sass-first", type=Path, required=True)
+    sub.add_argument("--ptx-first", type=Path, required=True)
+    sub.add_argument("--sass-times", type=Path, nargs="+", required=True, help="the SASS runs, before and after")
+    sub.add_argument("--ptx-times", type=Path, required=True)
+    sub.set_defaults(func=cmd_ptx_speed)
+
     sub = commands.add_parser("upstream", help="causal-conv1d's own test file from its sdist (GPU)")
+    sub.add_argument("--stage", help="record under this stage (an arch stage) instead of upstream")
+    sub.add_argument("--append", action="store_true", help="add to the stage's checks of this command")
     sub.add_argument("--sdist-dir", type=Path, required=True, help="the fetch cache's sdists folder")
     sub.add_argument("--workers", type=_positive, default=16, help="pytest-xdist workers (default: %(default)s)")
     sub.add_argument("--quick", action="store_true", help="a subset; counts are not compared with upstream's")
@@ -629,7 +804,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"ERROR {error}", file=sys.stderr)
         return EXIT_USAGE
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ConfigError as error:  # an argument the data file does not know (an arch variant)
+        print(f"ERROR {error}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

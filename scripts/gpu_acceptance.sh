@@ -31,8 +31,9 @@ usage: scripts/gpu_acceptance.sh OUTDIR [--stages LIST] [--resume] [--detach] [-
                           than it needs (it is left pending for --resume) (default: 570)
   --build-limit SECONDS   the detached build is stopped after this long, across commands (default: 1800)
 
-stages: preflight carry build index serve install checklist upstream mamba bench (setup: preflight carry index
-serve install, which run again in every command that runs a later stage)
+stages: preflight carry build index serve install doctor checklist upstream mamba bench arch_build arch_fat arch_ptx
+arch_sm80 ptx_speed (setup: preflight carry index serve install, which run again in every command that runs a later
+stage). The build stage starts the three arch builds (fat, ptx, sm80) beside the main one; arch_build collects them.
 
 exit status: 0 every stage passed, 1 a stage failed, 2 bad arguments, 3 no CUDA device, 4 stages pending: run the
 same command again with --resume (the work folder survives between commands while the machine stays warm)
@@ -98,9 +99,17 @@ setup() {  # absolute paths, the log, and the environment every stage shares
     VENV=$WORK/venv                # where pip installs our wheels; sees the box's torch
     BUILD_STATE=$WORK/build-run    # the detached build's pid and exit status (scripts/acceptance/detach.py)
     BUILD_CONSOLE=$WORK/build-console.log
-    LABEL=$("$PY" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["label"])' scripts/data/gpu_acceptance.toml)
+    ARCH=$WORK/arch                # one build folder per arch variant: its dist/, ledger, site, logs and reports
+    read -r LABEL ARCH_PACKAGE ARCH_NICE ARCH_PARALLEL PTX_LOADING PTX_TIMEOUT ARCH_VARIANTS < <("$PY" - scripts/data/gpu_acceptance.toml <<'EOF'
+import sys, tomllib
+data = tomllib.load(open(sys.argv[1], "rb"))
+arch, speed = data["arch"], data["ptx_speed"]
+variants = ",".join(f"{name}:{v['profile']}" for name, v in arch["variants"].items())
+print(data["label"], arch["package"], arch["nice"], arch["build_parallel"], speed["module_loading"], int(speed["timeout_s"]), variants)
+EOF
+)
     rm -f "$OUTDIR/summary.json" "$OUTDIR"/build-*.log "$OUTDIR"/build-status.txt "$OUTDIR/upstream-pytest.log" "$OUTDIR/pip-report.json" \
-        "$OUTDIR/doctor.json"
+        "$OUTDIR/doctor.json" "$OUTDIR/details.tar.gz"
     [ "$resume" -eq 1 ] || rm -f "$SUMMARY"
     : >"$LOG"
     exec > >(tee -a "$LOG") 2>&1
@@ -113,6 +122,9 @@ setup() {  # absolute paths, the log, and the environment every stage shares
     # the box's MemAvailable starts far below its 128 GiB and grows with use; sized by it, the build would run half
     # the compiles it can (16 translation units at causal-conv1d's 3.4 GB peak fit easily)
     export WHEELWRIGHT_COMPILE_MEMORY_GB=${WHEELWRIGHT_COMPILE_MEMORY_GB:-1}
+    # the PTX-only wheel's JIT output (every kernel of causal-conv1d, recompiled for sm_90) must fit the driver's JIT
+    # cache, or each process compiles it again; its default of 256 MiB may not hold it with the rest
+    export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 }
 
 # the scripts are a package of the checkout (scripts/__init__.py): run as modules with the checkout's root on the path
@@ -129,10 +141,12 @@ publish_summary() {  # the summary, as it stands, into OUTDIR (what comes back f
 cleanup() {
     local status=$?
     publish_summary
-    if [ -f "$WORK/serve.pid" ]; then
-        kill "$(cat "$WORK/serve.pid")" 2>/dev/null || true
-        rm -f "$WORK/serve.pid"
-    fi
+    local pidfile
+    for pidfile in "$WORK"/serve.pid "$WORK"/serve-*.pid; do  # the main index's server, and an arch stage's
+        [ -f "$pidfile" ] || continue
+        kill "$(cat "$pidfile")" 2>/dev/null || true
+        rm -f "$pidfile"
+    done
     exec >&- 2>&-  # tee sees the end of its input, writes the last lines, and exits
     wait "$tee_pid" 2>/dev/null || true
     exit "$status"
@@ -182,11 +196,52 @@ collect() {  # copies of the build logs and the ledger's table, next to the summ
         name=$(basename "$log")
         cp "$log" "$OUTDIR/build-${name//+/_}"
     done
-    if [ -f "$WORK/pip-report.json" ]; then cp "$WORK/pip-report.json" "$OUTDIR/pip-report.json"; fi
+    collect_details
     if [ -f "$WORK/serve.log" ]; then
         echo "--- wheelwright serve's log"
         tail -n 40 "$WORK/serve.log"
     fi
+}
+
+collect_details() {  # what only a closer look needs, in one file (8 files at most come back from the box)
+    local items=() path
+    # reports and logs only: never a wheel (dist/, variant/, quarantine/, tmp/), a site or a ledger
+    for path in "$WORK"/{pip-report.json,doctor-cli.json,arch/ptx-speed} \
+        "$WORK"/arch/*/{build-console.log,logs,pip-report.json,doctor.json,doctor-cli.json,upstream-pytest.log,build-run}; do
+        if [ -e "$path" ]; then items+=("${path#"$WORK"/}"); fi
+    done
+    [ "${#items[@]}" -gt 0 ] || return 0
+    tar -czf "$OUTDIR/details.tar.gz" -C "$WORK" "${items[@]}" || say "could not pack details.tar.gz"
+}
+
+free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+wait_for_page() {  # wait_for_page URL: the served page answers with a wheel link, within 30 s
+    "$PY" - "$1" <<'EOF'
+import sys, time, urllib.request
+for _ in range(60):
+    try:
+        with urllib.request.urlopen(sys.argv[1], timeout=2) as page:
+            sys.exit(0 if b".whl" in page.read() else 1)
+    except OSError:
+        time.sleep(0.5)
+sys.exit(f"{sys.argv[1]} did not answer within 30 s")
+EOF
+}
+
+download() {  # download URL: its bytes to stdout (urllib: the box may lack curl)
+    "$PY" -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=30).read())' "$1"
+}
+
+make_venv() {  # make_venv DIR: a clean venv that sees the box's torch
+    # python3 on the box is itself a venv, so `venv --system-site-packages` would expose its base interpreter's
+    # packages, not torch: a .pth file adds python3's own site-packages (torch, triton, pytest) instead
+    rm -rf "$1"
+    "$PY" -m venv --without-pip "$1"
+    local site
+    site=$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    "$PY" -c 'import site, sys; print("import site; " + "; ".join(f"site.addsitedir({d!r})" for d in site.getsitepackages()))' \
+        >"$site/box-site-packages.pth"
 }
 
 detect_cuda_home() {  # $CUDA_HOME, else the toolkit nvcc on PATH belongs to, else /usr/local/cuda*
@@ -245,6 +300,7 @@ stage_build() {
         say "collecting the build an earlier command started ($found)"
     else
         [ "$found" != running ] || py detach-stop --state "$BUILD_STATE"  # a fresh run does not share the wheelhouse
+        start_arch_builds  # first: the main build's own start is then the last thing before it is looked at
         start_build
     fi
     if [ "$detach_only" -eq 0 ]; then
@@ -270,6 +326,28 @@ start_build() {
         "$PY" -m builder.cli.main build --profile gpu-box --output "$WH" --parallel 2 --objcache off
 }
 
+# The arch wheels: same package, version and label as the main build's causal-conv1d, so each builds into a folder
+# of its own, and from a build root of its own (WHEELWRIGHT_FIXED_ROOT: one workspace lock per job id would queue
+# them behind each other). Niced: the main wheels gate the first command's stages, these only later ones.
+start_arch_builds() {
+    local entry
+    for entry in ${ARCH_VARIANTS//,/ }; do
+        py detach-stop --state "$ARCH/${entry%%:*}/build-run"  # a fresh run's, like the main build's
+        start_arch_build "${entry%%:*}" "${entry#*:}"
+    done
+}
+
+start_arch_build() {  # start_arch_build NAME PROFILE
+    local out=$ARCH/$1
+    mkdir -p "$out"
+    rm -f "$out/build-console.log"
+    say "wheelwright build --profile $2 --output $out, detached and niced"
+    py detach-start --state "$out/build-run" --log "$out/build-console.log" --limit "$build_limit" -- \
+        nice -n "$ARCH_NICE" env PYTHONPATH="$WW_SITE:$ROOT" PATH="$WW_SITE/bin:$PATH" COLUMNS=160 \
+        WHEELWRIGHT_FIXED_ROOT="/tmp/wheelwright-build-$1" \
+        "$PY" -m builder.cli.main build --profile "$2" --output "$out" --parallel "$ARCH_PARALLEL" --objcache off
+}
+
 stage_index() {
     ww index --output "$WH" --base-url "$URL"
     [ -f "$WH/site/whl/$LABEL.html" ] || { echo "no find-links page whl/$LABEL.html in $WH/site" >"$WORK/stage-detail"; return 1; }
@@ -279,28 +357,12 @@ stage_index() {
 stage_serve() {
     ww serve --site "$WH/site" --host 127.0.0.1 --port "$PORT" >"$WORK/serve.log" 2>&1 &
     echo $! >"$WORK/serve.pid"
-    "$PY" - "$URL/whl/$LABEL.html" <<'EOF'
-import sys, time, urllib.request
-for _ in range(60):
-    try:
-        with urllib.request.urlopen(sys.argv[1], timeout=2) as page:
-            sys.exit(0 if b".whl" in page.read() else 1)
-    except OSError:
-        time.sleep(0.5)
-sys.exit(f"{sys.argv[1]} did not answer within 30 s")
-EOF
+    wait_for_page "$URL/whl/$LABEL.html"
     echo "$URL/whl/$LABEL.html answers" >"$WORK/stage-detail"
 }
 
 stage_install() {
-    # python3 on the box is itself a venv, so `venv --system-site-packages` would expose its base interpreter's
-    # packages, not torch: a .pth file adds python3's own site-packages (torch, triton, pytest) instead
-    rm -rf "$VENV"
-    "$PY" -m venv --without-pip "$VENV"
-    local site
-    site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    "$PY" -c 'import site, sys; print("import site; " + "; ".join(f"site.addsitedir({d!r})" for d in site.getsitepackages()))' \
-        >"$site/box-site-packages.pth"
+    make_venv "$VENV"
     env -u PIP_FIND_LINKS "$PY" -m pip --python "$VENV/bin/python" install --no-index --no-deps --no-cache-dir \
         --find-links "$URL/whl/$LABEL.html" --report "$WORK/pip-report.json" causal-conv1d mamba-ssm
     vpy installed --report "$WORK/pip-report.json" --index-url "$URL" --dist "$WH/dist"
@@ -309,8 +371,7 @@ stage_install() {
 stage_doctor() {
     # the site's standalone doctor.py piped into the venv's python, as `curl -s URL/doctor.py | python -` does
     # (urllib: the box may lack curl), and wheelwright's own subcommand on the same venv; both must say OK
-    "$PY" -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=30).read())' \
-        "$URL/doctor.py" >"$WORK/doctor.py"
+    download "$URL/doctor.py" >"$WORK/doctor.py"
     env -u PYTHONPATH "$VENV/bin/python" - --json <"$WORK/doctor.py" >"$OUTDIR/doctor.json" || true
     ww doctor --python "$VENV/bin/python" --index-url "$URL" --json >"$WORK/doctor-cli.json" || true
     py doctor --report "$OUTDIR/doctor.json" --cli-report "$WORK/doctor-cli.json"
@@ -329,12 +390,127 @@ stage_mamba() { vpy mamba; }
 
 stage_bench() { vpy bench; }
 
+# -- the arch wheels' stages (issue #13) --------------------------------------------------------------------------
+
+stage_arch_build() {  # collects the arch builds; starts those this run's build stage did not (--skip-build, --stages)
+    local entry state wait
+    for entry in ${ARCH_VARIANTS//,/ }; do
+        case "$(py detach-status --state "$ARCH/${entry%%:*}/build-run")" in
+            running|finished|collected) ;;
+            *) start_arch_build "${entry%%:*}" "${entry#*:}" ;;
+        esac
+    done
+    for entry in ${ARCH_VARIANTS//,/ }; do
+        state=$ARCH/${entry%%:*}/build-run
+        wait=$(($(remaining) - 30))
+        [ "$wait" -gt 0 ] || wait=0
+        py detach-wait --state "$state" --seconds "$wait" --log "$ARCH/${entry%%:*}/build-console.log" || [ $? -eq 4 ]
+    done
+    py arch-build-report --root "$ARCH" --main "$WH"
+}
+
+avpy() {  # avpy NAME ARGS...: the Python part in the arch variant's venv
+    local name=$1
+    shift
+    env PYTHONPATH="$ROOT" "$WORK/venv-$name/bin/python" -m scripts.gpu_acceptance --summary "$SUMMARY" "$@"
+}
+
+arch_ready() {  # arch_ready NAME: 0 when its wheel is there, 4 while its build still runs, 1 when it has none
+    local out=$ARCH/$1
+    if [ "$(py detach-status --state "$out/build-run")" = running ]; then
+        echo "pending: the $1 build is still running; --resume runs it" >"$WORK/stage-detail"
+        return 4
+    fi
+    if [ -z "$(ls "$out"/dist/*.whl 2>/dev/null)" ]; then
+        echo "no $1 wheel in $out/dist (the arch_build stage builds it)" >"$WORK/stage-detail"
+        return 1
+    fi
+}
+
+arch_prepare() {  # arch_prepare NAME: its own site, served on its own port; its own clean venv; its wheel from there
+    local name=$1 out=$ARCH/$1
+    arch_port=$(free_port)
+    arch_url=http://127.0.0.1:$arch_port
+    ww index --output "$out" --base-url "$arch_url"
+    ww serve --site "$out/site" --host 127.0.0.1 --port "$arch_port" >"$out/serve.log" 2>&1 &
+    echo $! >"$WORK/serve-$name.pid"
+    wait_for_page "$arch_url/whl/$LABEL.html"
+    make_venv "$WORK/venv-$name"
+    env -u PIP_FIND_LINKS "$PY" -m pip --python "$WORK/venv-$name/bin/python" install --no-index --no-deps \
+        --no-cache-dir --find-links "$arch_url/whl/$LABEL.html" --report "$out/pip-report.json" "$ARCH_PACKAGE"
+}
+
+arch_unserve() {  # one arch server at a time
+    kill "$(cat "$WORK/serve-$1.pid")" 2>/dev/null || true
+    rm -f "$WORK/serve-$1.pid"
+}
+
+arch_doctor() {  # arch_doctor NAME: both doctors on its venv, before any of its kernels runs
+    local name=$1 out=$ARCH/$1
+    download "$arch_url/doctor.py" >"$out/doctor.py"
+    env -u PYTHONPATH "$WORK/venv-$name/bin/python" - --json <"$out/doctor.py" >"$out/doctor.json" || true
+    ww doctor --python "$WORK/venv-$name/bin/python" --index-url "$arch_url" --json >"$out/doctor-cli.json" || true
+    py arch-doctor --variant "$name" --report "$out/doctor.json" --cli-report "$out/doctor-cli.json"
+}
+
+# arch_stage NAME suite|kernel-call: install from its own index, doctor's verdict, then the whole upstream suite or
+# the one kernel call that must fail (run whatever doctor said: the two together are the proof)
+arch_stage() {
+    local name=$1 proof=$2 status=0
+    arch_ready "$name" || return $?
+    arch_prepare "$name"
+    avpy "$name" arch-installed --variant "$name" --report "$ARCH/$name/pip-report.json" --index-url "$arch_url" \
+        --dist "$ARCH/$name/dist" || status=$?
+    if [ "$status" -eq 0 ]; then
+        arch_doctor "$name" || status=$?
+        if [ "$proof" = suite ]; then
+            # one process JIT-compiles (PTX) or loads (SASS) each kernel unit first, timed; the suite's 16 workers
+            # then find PTX's JIT output in the cache rather than each compiling the same modules at once
+            avpy "$name" jit-warm --variant "$name" || status=$?
+            local budget=$(($(remaining) - 20))
+            [ "$budget" -gt 60 ] || budget=60
+            avpy "$name" upstream --stage "arch_$name" --append --sdist-dir "$WHEELWRIGHT_CACHE/sdists" \
+                --workers "$workers" --timeout "$budget" --log "$ARCH/$name/upstream-pytest.log" \
+                ${quick_flag:+--quick} || status=$?
+        else
+            avpy "$name" no-kernel --variant "$name" || status=$?
+        fi
+    fi
+    arch_unserve "$name"
+    return "$status"
+}
+
+stage_arch_fat() { arch_stage fat suite; }
+stage_arch_ptx() { arch_stage ptx suite; }
+stage_arch_sm80() { arch_stage sm80 kernel-call; }
+
+# The JIT's cost and PTX's speed: fresh processes, the JIT cache off; the SASS wheel is the main venv's
+stage_ptx_speed() {
+    arch_ready ptx || return $?
+    arch_prepare ptx  # its venv afresh: this stage may run in a later command than arch_ptx
+    arch_unserve ptx
+    local to=$ARCH/ptx-speed run
+    mkdir -p "$to"
+    rm -f "$to"/*.json
+    for run in "sass:$VENV" "ptx:$WORK/venv-ptx"; do
+        env PYTHONPATH="$ROOT" CUDA_CACHE_DISABLE=1 CUDA_MODULE_LOADING="$PTX_LOADING" timeout "$PTX_TIMEOUT" \
+            "${run#*:}/bin/python" -m scripts.gpu_acceptance --summary "$SUMMARY" first-call \
+            --out "$to/${run%%:*}-first.json" || say "the ${run%%:*} first call gave no result"
+    done
+    for run in "sass-1:$VENV" "ptx:$WORK/venv-ptx" "sass-2:$VENV"; do  # SASS before and after: its spread is the noise
+        env PYTHONPATH="$ROOT" timeout "$PTX_TIMEOUT" "${run#*:}/bin/python" -m scripts.gpu_acceptance \
+            --summary "$SUMMARY" kernel-times --out "$to/${run%%:*}-times.json" || say "no ${run%%:*} timings"
+    done
+    py ptx-speed --sass-first "$to/sass-first.json" --ptx-first "$to/ptx-first.json" \
+        --sass-times "$to/sass-1-times.json" "$to/sass-2-times.json" --ptx-times "$to/ptx-times.json"
+}
+
 # -- the run ----------------------------------------------------------------------------------------------------
 
 # after_stage NAME: what a stage's end means for the rest of this command (returns when the run goes on)
 after_stage() {
     local name=$1 setup=$2
-    if [ "$stage_status" -eq 4 ]; then
+    if [ "$stage_status" -eq 4 ] && [ "$name" = build ]; then  # an arch stage's pending build holds up only itself
         stop_here --status pending --reason "pending: the build is still running; --resume collects it"
     elif [ "$name" = build ] && [ -z "$(ls "$WH"/dist/*.whl 2>/dev/null)" ]; then
         stop_here --reason "skipped: no wheels were built"
@@ -359,9 +535,7 @@ main() {
         "--argv=scripts/gpu_acceptance.sh ${argv[*]}") || status=$?
     [ "$status" -eq 0 ] || exit 2  # plan said why
     say "stages this command: $(echo "$plan" | cut -d' ' -f1 | tr '\n' ' ')"
-    if [ "$port" -eq 0 ]; then
-        port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    fi
+    if [ "$port" -eq 0 ]; then port=$(free_port); fi
     PORT=$port
     URL=http://127.0.0.1:$PORT
 

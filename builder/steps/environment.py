@@ -167,13 +167,23 @@ def _matches(info: dict[str, Any], job: Job) -> bool:
 
 
 def _ensure_venv(venv: Path, python: Path, requirements: list[str], *, step: str) -> None:
-    """Create ``venv`` with ``requirements`` once; a marker written last makes an interrupted install redo."""
+    """Create ``venv`` with ``requirements`` once; a marker written last makes an interrupted install redo. Under a
+    lock: builds sharing the cache (the jobs of one build, or several builds at once) would otherwise remove and
+    refill the same venv under each other's pip."""
     marker = venv / ".wheelwright-complete"
     wanted = "\n".join(requirements)
     if marker.is_file() and marker.read_text() == wanted:
         return
-    shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
+    with (venv.parent / f"{venv.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (marker.is_file() and marker.read_text() == wanted):  # another holder may have made it meanwhile
+            _create_venv(venv, python, requirements, step=step)
+            marker.write_text(wanted)
+
+
+def _create_venv(venv: Path, python: Path, requirements: list[str], *, step: str) -> None:
+    shutil.rmtree(venv, ignore_errors=True)
     # --without-pip + our own pip pointed at it: works where the interpreter has no ensurepip (Debian's python3)
     run([python, "-m", "venv", "--without-pip", venv], step=f"{step}: create venv")
     pip: list[str | os.PathLike[str]] = [
@@ -187,7 +197,6 @@ def _ensure_venv(venv: Path, python: Path, requirements: list[str], *, step: str
         "--disable-pip-version-check",
     ]
     run([*pip, *requirements], step=step)
-    marker.write_text(wanted)
 
 
 def build_requirements() -> list[str]:

@@ -135,6 +135,41 @@ class Checklist:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ArchVariant:
+    """One more causal-conv1d wheel of the label, built from its own profile into its own folder (issue #13)."""
+
+    name: str  # its folder under the work folder's arch/, and its venv's suffix
+    profile: str
+    stage: str
+    doctor: str  # the verdict code doctor must give first: ok, ptx-jit or no-kernel-image
+    suite: bool  # the whole upstream suite must pass; else one kernel call must fail with "no kernel image"
+    sass: tuple[str, ...]
+    ptx: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Arch:
+    package: str
+    nice: int
+    build_parallel: int
+    variants: tuple[ArchVariant, ...]
+
+    def variant(self, name: str) -> ArchVariant:
+        for variant in self.variants:
+            if variant.name == name:
+                return variant
+        raise ConfigError(f"no arch variant {name!r}; [arch.variants] has {', '.join(v.name for v in self.variants)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PtxSpeed:
+    module_loading: str  # CUDA_MODULE_LOADING for the first-call runs
+    first_call: dict  # causal_conv1d_fn's sizes for it
+    noise_floor: float  # PTX may be this much slower than SASS, or 3x the SASS runs' spread if more
+    timeout_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     label: str
     packages: tuple[str, ...]
@@ -149,6 +184,8 @@ class Config:
     inner: InnerCases
     bench: Bench
     checklist: Checklist
+    arch: Arch
+    ptx_speed: PtxSpeed
 
     def stage(self, name: str) -> Stage:
         return next(stage for stage in self.registry if stage.name == name)
@@ -214,6 +251,32 @@ def _config(data: dict) -> Config:
             selective_scan=tuple(bench["selective_scan"]),
         ),
         checklist=_checklist(data["checklist"]),
+        arch=_arch(data["arch"]),
+        ptx_speed=PtxSpeed(
+            module_loading=str(data["ptx_speed"]["module_loading"]),
+            first_call=dict(data["ptx_speed"]["first_call"]),
+            noise_floor=float(data["ptx_speed"]["noise_floor"]),
+            timeout_s=float(data["ptx_speed"]["timeout_s"]),
+        ),
+    )
+
+
+def _arch(table: dict) -> Arch:
+    variants = tuple(
+        ArchVariant(
+            name=name,
+            profile=str(v["profile"]),
+            stage=str(v["stage"]),
+            doctor=str(v["doctor"]),
+            suite=bool(v["suite"]),
+            sass=tuple(map(str, v["sass"])),
+            ptx=tuple(map(str, v["ptx"])),
+        )
+        for name, v in table["variants"].items()
+    )
+    return Arch(
+        package=str(table["package"]), nice=int(table["nice"]), build_parallel=int(table["build_parallel"]),
+        variants=variants,
     )
 
 
@@ -292,6 +355,7 @@ def _check(config: Config, path: Path) -> None:
             ):
                 problems.append(f"bench.{kind}: {size} needs positive integer sizes and a dtype of {DTYPES}")
     problems += _registry_problems(config)
+    problems += _arch_problems(config)
     problems += _checklist_problems(config.checklist)
     if problems:
         raise ConfigError(f"{path}: " + "; ".join(problems))
@@ -303,6 +367,31 @@ def _registry_problems(config: Config) -> list[str]:
         for stage in config.registry
         if not stage.name.isidentifier() or not stage.name.isascii()
     ]
+    return problems
+
+
+DOCTOR_CODES = ("ok", "ptx-jit", "no-kernel-image")  # the verdicts an arch variant may expect (builder/doctor)
+MODULE_LOADING = ("LAZY", "EAGER")
+
+
+def _arch_problems(config: Config) -> list[str]:
+    problems = []
+    for variant in config.arch.variants:
+        where = f"arch.variants.{variant.name}"
+        if variant.stage not in config.stages:
+            problems.append(f"{where}.stage {variant.stage!r} is not in `stages`")
+        if variant.doctor not in DOCTOR_CODES:
+            problems.append(f"{where}.doctor {variant.doctor!r} is not one of {DOCTOR_CODES}")
+        if not variant.name.isidentifier():
+            problems.append(f"{where}: the name must be an identifier (it names a folder and a venv)")
+    if len({v.stage for v in config.arch.variants}) != len(config.arch.variants):
+        problems.append("arch.variants: two variants share a stage")
+    if not 0 <= config.arch.nice <= 19 or config.arch.build_parallel < 1:
+        problems.append("arch: nice must be 0..19 and build_parallel positive")
+    if config.ptx_speed.module_loading not in MODULE_LOADING:
+        problems.append(f"ptx_speed.module_loading must be one of {MODULE_LOADING}")
+    if config.ptx_speed.first_call.get("dtype") not in DTYPES:
+        problems.append(f"ptx_speed.first_call needs a dtype of {DTYPES}")
     return problems
 
 

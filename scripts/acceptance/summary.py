@@ -88,9 +88,12 @@ def record_stage(
         raise ValueError(f"stage status {status!r} is not one of {STATUSES}")
     summary = load(path)
     if keep_result and _ran_here(summary, name):
-        if seconds is not None and not summary["stages"][name].get("own_seconds"):
-            summary["stages"][name]["seconds"] = round(seconds, 2)
-            save(path, summary)
+        entry = summary["stages"][name]
+        if seconds is not None and not entry.get("own_seconds"):
+            entry["seconds"] = round(seconds, 2)
+        if status == FAILED and entry["status"] == PASSED:  # a later step of the stage failed after the checks
+            entry["status"], entry["detail"] = FAILED, f"{detail or 'failed'} after: {entry['detail']}"
+        save(path, summary)
         return summary
     entry: dict = {"status": status, "detail": detail}
     if seconds is not None:
@@ -106,6 +109,26 @@ def record_stage(
         ran = summary["commands"][-1].setdefault("ran", [])
         if name not in ran:
             ran.append(name)
+    save(path, summary)
+    return summary
+
+
+def append_checks(path: Path, name: str, checks: Sequence[Check], *, data: dict | None = None) -> dict:
+    """Add checks (and data) to a stage this command recorded, for a stage whose parts are separate commands (an
+    arch stage: install, doctor, suite); its status and detail are then those of all its checks. A stage this command
+    has not recorded yet is recorded afresh."""
+    summary = load(path)
+    entry = summary["stages"].get(name)
+    earlier = entry.get("checks", []) if entry is not None and _ran_here(summary, name) else []
+    merged = [*earlier, *(check.as_dict() for check in checks)]
+    statuses = [Check(name=c["name"], status=c["status"]) for c in merged]
+    status = status_of(statuses)
+    failed = sum(c["status"] == FAILED for c in merged)
+    detail = f"{len(merged) - failed} of {len(merged)} checks passed" if status != SKIPPED else merged[0]["detail"]
+    kept = entry.get("data", {}) if earlier and entry is not None else {}
+    record_stage(path, name, status=status, detail=detail, data={**kept, **(data or {})})
+    summary = load(path)
+    summary["stages"][name]["checks"] = merged
     save(path, summary)
     return summary
 

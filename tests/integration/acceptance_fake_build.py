@@ -1,7 +1,8 @@
 """Stands in for `wheelwright build` in the acceptance script's resume tests: after SECONDS, it leaves what a build
 leaves in WHEELHOUSE (a wheel per package in dist/ and a ledger saying so), for the build stage to collect.
 
-Usage: python acceptance_fake_build.py WHEELHOUSE LABEL SECONDS
+Usage: python acceptance_fake_build.py WHEELHOUSE LABEL SECONDS [PACKAGE,...]   (default: both packages; an arch
+build's stand-in names causal-conv1d alone)
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from builder.core.ledger import Ledger, LedgerEntry
 PACKAGES = {"causal-conv1d": "1.7.0", "mamba-ssm": "2.3.2.post1"}
 
 
-def main(wheelhouse: str, label: str, seconds: str) -> int:
+def main(wheelhouse: str, label: str, seconds: str, packages: str = ",".join(PACKAGES)) -> int:
     print("fake build: compiling", flush=True)
     time.sleep(float(seconds))
     out = Path(wheelhouse)
     (out / "dist").mkdir(parents=True, exist_ok=True)
     with Ledger(out / "ledger.sqlite") as ledger:
         for package, version in PACKAGES.items():
+            if package not in packages.split(","):
+                continue
             wheel = f"{package.replace('-', '_')}-{version}+{label}-cp312-cp312-manylinux_2_38_x86_64.whl"
             (out / "dist" / wheel).write_bytes(b"not a real wheel")
             ledger.put(

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -36,10 +37,20 @@ stage_serve() { :; }
 stage_install() { :; }
 stage_doctor() { :; }
 for s in checklist upstream mamba bench; do eval "stage_$s() { echo $s >>\"\$WORK/ran.txt\"; }"; done
+# the arch stages wait for their own build (arch_ready, for real), then only say they ran
+for s in arch_fat:fat arch_ptx:ptx arch_sm80:sm80 ptx_speed:ptx; do
+    eval "stage_${s%%:*}() { arch_ready ${s#*:} || return \$?; echo ${s%%:*} >>\"\$WORK/ran.txt\"; }"
+done
 start_build() {
     rm -f "$BUILD_CONSOLE"
     py detach-start --state "$BUILD_STATE" --log "$BUILD_CONSOLE" --limit 120 -- \
         "$PY" "$ROOT/tests/integration/acceptance_fake_build.py" "$WH" "$LABEL" "${FAKE_BUILD_SECONDS:-2}"
+}
+start_arch_build() {  # the real one runs `wheelwright build --profile $2` into $ARCH/$1
+    mkdir -p "$ARCH/$1"
+    py detach-start --state "$ARCH/$1/build-run" --log "$ARCH/$1/build-console.log" --limit 120 -- \
+        "$PY" "$ROOT/tests/integration/acceptance_fake_build.py" "$ARCH/$1" "$LABEL" "${FAKE_ARCH_SECONDS:-2}" \
+        causal-conv1d
 }
 SECONDS=${START_AT:-0}  # as if this many seconds of the command had passed already
 main "$@"
@@ -47,7 +58,7 @@ main "$@"
 
 
 def command(
-    out: Path, work: Path, *args: str, start_at: int = 0, build_seconds: float = 2
+    out: Path, work: Path, *args: str, start_at: int = 0, build_seconds: float = 2, arch_seconds: float = 2
 ) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
@@ -55,6 +66,7 @@ def command(
         "PYTHON": sys.executable,
         "START_AT": str(start_at),
         "FAKE_BUILD_SECONDS": str(build_seconds),
+        "FAKE_ARCH_SECONDS": str(arch_seconds),
     }
     return subprocess.run(
         ["bash", "-c", HARNESS, "harness", str(out), "--work", str(work), *args],
@@ -83,6 +95,8 @@ def work(tmp_path: Path):
     folder = tmp_path / "work"
     yield folder
     detach.stop(folder / "build-run")  # nothing this test started outlives it
+    for variant in CONFIG.arch.variants:
+        detach.stop(folder / "arch" / variant.name / "build-run")
 
 
 def test_a_proof_across_commands_detached_build_then_deadline_then_the_rest(tmp_path: Path, work: Path) -> None:
@@ -93,18 +107,24 @@ def test_a_proof_across_commands_detached_build_then_deadline_then_the_rest(tmp_
     assert got["build"] == "running" and {got[s] for s in ("index", "checklist", "bench")} == {"pending"}
     assert ran(work) == [] and "run the same command again with --resume" in first.stdout
 
-    # 2: collect it; 170 s are left of the 570 s deadline, too few for the checklist (it needs 300), enough for the rest
-    second = command(tmp_path / "out2", work, "--resume", start_at=400)
+    # 2: collect it and the arch builds; 270 s are left of the 570 s deadline, too few for the checklist (it needs
+    # 300), enough for the rest
+    second = command(tmp_path / "out2", work, "--resume", start_at=300)
     assert second.returncode == EXIT_PENDING, second.stdout + second.stderr
     got = statuses(tmp_path / "out2")
     assert got["build"] == "passed" and got["checklist"] == "pending"
-    assert ran(work) == ["upstream", "mamba", "bench"]
+    assert ran(work) == ["upstream", "mamba", "bench", "arch_fat", "arch_ptx", "arch_sm80", "ptx_speed"]
+    assert got["arch_build"] == "passed"  # started beside the main build in the first command, collected here
     assert "collecting the build an earlier command started" in second.stdout and "fake build: done" in second.stdout
     assert sorted(p.name for p in (tmp_path / "out2").iterdir()) == [
         "acceptance.log",
         "build-status.txt",
+        "details.tar.gz",
         "summary.json",
     ]
+    with tarfile.open(tmp_path / "out2" / "details.tar.gz") as details:  # the arch builds' logs, not their wheels
+        names = details.getnames()
+    assert "arch/fat/build-console.log" in names and not [n for n in names if n.endswith((".whl", ".sqlite"))]
 
     # 3: the checklist, after the setup stages again; the proof is whole
     third = command(tmp_path / "out3", work, "--resume")
@@ -113,7 +133,8 @@ def test_a_proof_across_commands_detached_build_then_deadline_then_the_rest(tmp_
     assert ran(work) == ["checklist"] and (summary["outcome"], summary["acceptance"]) == ("passed", True)
     assert [c["ran"] for c in summary["commands"]] == [
         ["preflight", "carry", "build"],
-        ["preflight", "carry", "build", "index", "serve", "install", "doctor", "upstream", "mamba", "bench"],
+        ["preflight", "carry", "build", "index", "serve", "install", "doctor", "upstream", "mamba", "bench",
+         "arch_build", "arch_fat", "arch_ptx", "arch_sm80", "ptx_speed"],
         ["preflight", "carry", "index", "serve", "install", "checklist"],
     ]
     assert summary["commands"][1]["command"].endswith("--resume")
@@ -137,6 +158,23 @@ def test_picked_stages_and_a_fresh_run_stop_an_earlier_detached_build(tmp_path: 
         name: "passed" for name in ("preflight", "carry", "build", "index", "serve", "install", "upstream")
     }
     assert ran(work) == ["upstream"]
+
+
+def test_an_arch_build_still_running_holds_up_only_its_own_stages(tmp_path: Path, work: Path) -> None:
+    # picked without the build stage, arch_build starts the arch builds itself; 35 s are left: it waits 5 s of them
+    first = command(tmp_path / "out1", work, "--stages", "arch_build,arch_fat", start_at=535, arch_seconds=60)
+    assert first.returncode == EXIT_PENDING, first.stdout + first.stderr
+    got = statuses(tmp_path / "out1")
+    assert (got["arch_build"], got["arch_fat"]) == ("running", "pending") and "build" not in got
+    assert first.stdout.count("started detached") == len(CONFIG.arch.variants)
+    assert {detach.status(work / "arch" / v.name / "build-run").state for v in CONFIG.arch.variants} == {"running"}
+    # with time to spare, the arch stages find their builds still at work: pending, and the command goes on
+    second = command(tmp_path / "out2", work, "--resume", "--stages", "arch_fat,arch_sm80")
+    assert second.returncode == EXIT_PENDING, second.stdout + second.stderr
+    stages = json.loads((tmp_path / "out2" / "summary.json").read_text())["stages"]
+    assert stages["arch_fat"]["status"] == stages["arch_sm80"]["status"] == "pending"
+    assert "the sm80 build is still running" in stages["arch_sm80"]["detail"]
+    assert ran(work) == []
 
 
 def test_resume_without_an_earlier_run_and_unknown_stages_are_refused(tmp_path: Path, work: Path) -> None:

@@ -131,6 +131,43 @@ def test_python_part_skips_gpu_checks_with_a_distinct_exit(tmp_path: Path, comma
     assert f"{command}: skipped (no CUDA device" in done.stdout
 
 
+@pytest.mark.parametrize(
+    ("command", "stage"),
+    [(["arch-doctor", "--variant", "sm80"], "arch_sm80"), (["no-kernel", "--variant", "sm80"], "arch_sm80"),
+     (["upstream", "--stage", "arch_fat", "--append"], "arch_fat"), (["jit-warm", "--variant", "ptx"], "arch_ptx")],
+)
+def test_arch_parts_skip_without_a_gpu_into_their_own_stage(tmp_path: Path, command: list[str], stage: str) -> None:
+    summary_path = tmp_path / "summary.json"
+    extra = {
+        "arch-doctor": ["--report", str(tmp_path / "d.json"), "--cli-report", str(tmp_path / "c.json")],
+        "upstream": ["--sdist-dir", str(tmp_path), "--log", str(tmp_path / "pytest.log")],
+    }.get(command[0], [])
+    done = run([sys.executable, "-m", "scripts.gpu_acceptance", "--summary", str(summary_path), *command, *extra])
+    assert done.returncode == NO_GPU_EXIT, done.stderr
+    stages = json.loads(summary_path.read_text())["stages"]
+    assert list(stages) == [stage] and stages[stage]["status"] == "skipped"
+
+
+def test_arch_builds_start_niced_each_into_its_own_folder_and_build_root(tmp_path: Path) -> None:
+    """The real start_arch_build, with `py` (the detached start) only printing what it would start."""
+    script = f"""
+source "{SCRIPTS / 'gpu_acceptance.sh'}"
+py() {{ printf '%s\n' "$@"; }}
+say() {{ :; }}
+ARCH={tmp_path}/arch ARCH_NICE=10 ARCH_PARALLEL=1 build_limit=1800 WW_SITE=/site ROOT=/repo PY=python3
+start_arch_build fat gpu-box-fat
+"""
+    done = run(["bash", "-c", script])
+    assert done.returncode == 0, done.stderr
+    argv = done.stdout.splitlines()
+    command = argv[argv.index("--") + 1 :]
+    assert command[:3] == ["nice", "-n", "10"] and "WHEELWRIGHT_FIXED_ROOT=/tmp/wheelwright-build-fat" in command
+    build = command[command.index("builder.cli.main") + 1 :]
+    assert build == ["build", "--profile", "gpu-box-fat", "--output", f"{tmp_path}/arch/fat", "--parallel", "1",
+                     "--objcache", "off"]
+    assert argv[argv.index("--state") + 1] == f"{tmp_path}/arch/fat/build-run"
+
+
 @pytest.fixture(scope="session")
 def torch_runtime() -> RuntimeEnv:
     """torch 2.14.1 (a CUDA build) for cp311 in the builder's cached runtime venv, as the verify tests use it: a real

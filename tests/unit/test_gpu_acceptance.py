@@ -180,7 +180,7 @@ def test_check_refuses_a_carry_over_the_limit(tmp_path: Path, capsys: pytest.Cap
 def test_config_is_complete() -> None:
     assert set(CONFIG.tolerance) == {*DTYPES, "weight"}
     assert CONFIG.upstream.expected["1.7.0"] == Expected(passed=9485, skipped=3888)
-    assert CONFIG.stages[0] == "preflight" and CONFIG.stages[-1] == "bench"
+    assert CONFIG.stages[0] == "preflight" and CONFIG.stages[-1] == "ptx_speed"
 
 
 @pytest.mark.parametrize(
@@ -188,7 +188,10 @@ def test_config_is_complete() -> None:
     [
         (("bfloat16 = { rtol = 3e-2, atol = 5e-2 }", ""), "'bfloat16' is not one of"),
         (("groups = [1, 2]", "groups = [1, 3]"), "dim must divide"),
-        (('"bench"]', '"bench", "bench"]'), "stages names a stage twice"),
+        (('"ptx_speed"]', '"ptx_speed", "bench"]'), "stages names a stage twice"),
+        (('doctor = "ptx-jit"', 'doctor = "jit"'), "arch.variants.ptx.doctor 'jit' is not one of"),
+        (('stage = "arch_sm80"', 'stage = "arch_sm90"'), "arch.variants.sm80.stage 'arch_sm90' is not in"),
+        (('module_loading = "LAZY"', 'module_loading = "lazy"'), "module_loading must be one of"),
         (('label = "pt211cu130"', ""), "missing key 'label'"),
         (("seqlen = 8192", "seqlen = 0"), "needs positive integer sizes"),
     ],

@@ -1,0 +1,88 @@
+"""An arch stage of the GPU acceptance run, for real but for the GPU: a causal-conv1d wheel whose extension nvcc
+compiled with the fat profile's -gencode flags (the toy kernel), in its own build folder with a ledger, is indexed,
+served on its own port, pip-installed into a clean venv, checked byte for byte, and read by both doctors (the fat
+fatbin's SASS and PTX); only the GPU's verdict is skipped here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from builder.core.hashing import FileIdentity
+from builder.core.ledger import Ledger, LedgerEntry
+from builder.plan.expand import load_plan
+from builder.steps.recipes.recipe import cuda_gencode_flags
+from scripts.acceptance.config import load_config
+from tests.integration.conftest import CompileCu
+from tests.wheels import make_wheel
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = load_config()
+TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
+
+# the real script with its setup stages for the main wheels stood in: arch_fat runs as it does on the box
+HARNESS = r"""
+source "$ROOT/scripts/gpu_acceptance.sh"
+stage_preflight() { py record --stage preflight --status passed --detail "a stand-in for the GPU machine"; }
+for s in carry index serve install; do eval "stage_$s() { :; }"; done
+main "$@"
+"""
+
+
+def fat_build(folder: Path, compile_cu: CompileCu) -> Path:
+    """What `wheelwright build --profile gpu-box-fat` leaves, for the test interpreter's Python, with a toy kernel."""
+    (job,) = load_plan(ROOT / "matrix.yaml", CONFIG.arch.variant("fat").profile).jobs
+    flags = cuda_gencode_flags(job.archs, "test")
+    extension = compile_cu("fat", [flags[i + 1] for i in range(0, len(flags), 2)])
+    module = f"causal_conv1d_cuda.cpython-{TAG[2:]}-x86_64-linux-gnu.so"
+    (folder / "dist").mkdir(parents=True)
+    wheel = make_wheel(
+        folder / "dist", name="causal_conv1d", version=f"1.7.0+{CONFIG.label}", python_tag=TAG,
+        files={"causal_conv1d/__init__.py": b"", module: extension}, requires=("torch==2.11.*",),
+    )
+    with Ledger(folder / "ledger.sqlite") as ledger:
+        ledger.put(LedgerEntry(
+            job_id=f"causal-conv1d-1.7.0+{CONFIG.label}-{TAG}-x86_64", package="causal-conv1d", version="1.7.0",
+            label=CONFIG.label, torch="2.11.0", accelerator="cu130", python=f"{TAG[2]}.{TAG[3:]}",
+            input_hash="0" * 64, status="built", phase="verify", timings={"compile": 1.0}, wheel=wheel.name,
+            wheel_sha256=hashlib.sha256(wheel.read_bytes()).hexdigest(), wheel_size=wheel.stat().st_size,
+            wheel_identity=str(FileIdentity.of(wheel.stat())),
+        ))
+    state = folder / "build-run"  # as the detached build leaves it once it has ended
+    state.mkdir()
+    (state / "run.json").write_text(json.dumps({"pid": 1, "started": time.time() - 5, "command": ["build"]}))
+    (state / "exit.json").write_text(json.dumps({"exit": 0, "ended": time.time()}))
+    return wheel
+
+
+def test_arch_fat_installs_its_own_wheel_from_its_own_index_and_doctor_reads_the_fat_fatbin(
+    tmp_path: Path, compile_cu: CompileCu
+) -> None:
+    work, out = tmp_path / "work", tmp_path / "out"
+    wheel = fat_build(work / "arch" / "fat", compile_cu)
+    env = {**os.environ, "ROOT": str(ROOT), "PYTHON": sys.executable}
+    done = subprocess.run(
+        ["bash", "-c", HARNESS, "harness", str(out), "--work", str(work), "--stages", "arch_fat"],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=300,
+    )
+    log = done.stdout + done.stderr
+    stage = json.loads((out / "summary.json").read_text())["stages"]["arch_fat"]
+    checks = {check["name"]: check for check in stage["checks"]}
+    assert checks["causal-conv1d installed from the index"]["status"] == "passed", log
+    assert checks["causal-conv1d installed from the index"]["data"]["wheel"] == wheel.name
+    assert checks["causal-conv1d visible to the test interpreter"]["status"] == "passed", log
+    assert "nothing else installed" not in checks and stage["data"]["variant"] == "fat"
+    # on its own port: not the main index's, which this command never served
+    assert stage["data"]["index_url"].startswith("http://127.0.0.1:") and not (work / "serve-fat.pid").exists()
+    # without a GPU the verdict is skipped, after both doctors read the wheel the box will judge
+    assert checks["doctor says ok for the fat wheel"]["status"] == "skipped"
+    for report in ("doctor.json", "doctor-cli.json"):
+        document = json.loads((work / "arch" / "fat" / report).read_text())
+        (package,) = [p for p in document["environment"]["packages"] if p["name"] == "causal-conv1d"]
+        (extension,) = package["extensions"]
+        assert (extension["sass"], extension["ptx"]) == (["8.0", "9.0", "10.0"], ["10.0"]), report
