@@ -102,11 +102,11 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _why_not(stderr: str) -> str:
+def _why_not(output: str) -> str:
     """pip's reason: its last line, and the line saying why it discarded our wheel if it did (pip 22.3 - 23.1
     discard one whose METADATA spells the name otherwise, then say only "No matching distribution")."""
-    discarded = [line.split(": ", 1)[-1] for line in stderr.splitlines() if "has inconsistent" in line]
-    return "; ".join([*discarded[:1], _last_line(stderr)])
+    discarded = [line.split(": ", 1)[-1] for line in output.splitlines() if "has inconsistent" in line]
+    return "; ".join([*discarded[:1], _last_line(output)])
 
 
 def check(wheel: Built, wheels: list[Built], port: int, pip_version: str | None) -> tuple[bool, str]:
@@ -132,7 +132,8 @@ def check(wheel: Built, wheels: list[Built], port: int, pip_version: str | None)
             text=True,
         )
         if install.returncode != 0:
-            return False, f"{pip_name}: pip install {' '.join(wanted)} failed: {_why_not(install.stderr)}"
+            said = install.stdout + install.stderr
+            return False, f"{pip_name}: pip install {' '.join(wanted)} failed: {_why_not(said)}"
         if any(site.glob("torch-*.dist-info")):
             return False, f"pip installed another torch into the venv: {_last_line(install.stdout)}"
         names = [n for n in job.recipe.import_names if n.endswith("_cuda")] or list(job.recipe.import_names)
