@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import sqlite3
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from typing import Self
 
-from builder.core.hashing import FileIdentity, open_regular, regular_identity, sha256_stream
+from builder.core.hashing import FileIdentity, open_regular, sha256_stream
 from builder.core.ledger import Ledger, LedgerEntry, lock_timeout, sqlite_errors
 from index_site.wheels import (
     CoreMetadata,
@@ -223,7 +224,7 @@ def _catalogue(
     for filename, name in names.items():
         old = previous.get(filename)
         try:
-            if old is not None and old.identity == regular_identity(os.path.join(folder, filename)):
+            if old is not None and old.identity == _lstat_identity(os.path.join(folder, filename)):
                 entries.append(old)
                 counts["cached"] += 1
                 continue
@@ -236,6 +237,15 @@ def _catalogue(
         counts[source] += 1
         entries.append(entry)
     return entries, ScanStats(**counts), rejected, fresh
+
+
+def _lstat_identity(path: str) -> tuple[int, int, int, int] | None:
+    """regular_identity as a plain tuple (equal to a FileIdentity), None for anything but a regular file: one call
+    per wheel on every run, so without the exception and the named tuple."""
+    status = os.lstat(path)
+    if not stat.S_ISREG(status.st_mode):
+        return None
+    return (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
 def _index_one(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import posixpath
+import re
 from dataclasses import dataclass
 from enum import IntEnum
 from urllib.parse import quote
@@ -110,6 +111,16 @@ def href(page: str, target: str) -> str:
     return prefix + _quote(name)
 
 
+def wheel_href(page: str, label: str, filename: str) -> str:
+    """``href(page, wheel_path(label, filename))``, for the thousands of wheels one page links."""
+    return _wheel_directory(page, label) + _quote(filename)
+
+
+@functools.lru_cache(maxsize=4096)
+def _wheel_directory(page: str, label: str) -> str:
+    return _relative_directory(posixpath.dirname(page), f"whl/{label}")
+
+
 @functools.lru_cache(maxsize=4096)
 def _relative_directory(base: str, directory: str) -> str:
     """``directory`` seen from ``base``, quoted, with a trailing slash ("" when they are the same)."""
@@ -117,9 +128,16 @@ def _relative_directory(base: str, directory: str) -> str:
     return "" if relative == "." else quote(relative) + "/"
 
 
-@functools.lru_cache(maxsize=65536)
 def _quote(name: str) -> str:
-    return quote(name)  # "+" of a local version becomes %2B: some servers read a literal "+" as a space
+    """``quote(name)``: "+" of a local version becomes %2B (some servers read a literal "+" as a space). A wheel
+    filename has no other character quote() changes but "!", so those two are replaced directly: this runs for
+    every wheel on every page that lists it, and quote() goes character by character."""
+    if _PLAIN_NAME.match(name):
+        return name.replace("+", "%2B").replace("!", "%21")
+    return quote(name)
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.~+!-]*\Z")  # quote() leaves all of these but "+" and "!" as they are
 
 
 # PEP 825's {name}-{version}-variants.json: linked from project pages, so published before them; it changes when a

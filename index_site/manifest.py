@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from urllib.parse import quote
 
 from index_site import layout
 from index_site.wheels import GpuArchs, WheelFile, WheelName
@@ -28,7 +27,7 @@ def manifest(wheels: tuple[WheelFile, ...], archs: Mapping[str, GpuArchs], *, ba
 def _entry(
     name: WheelName, sha256: str, size: int, requires_python: str | None, archs: GpuArchs | None, base_url: str
 ) -> str:
-    """One wheel's entry as JSON text (a pure function of these fields, so built once per wheel per run)."""
+    """One wheel's entry as JSON text (a pure function of these fields, so built once per wheel per process)."""
     filename = name.filename
     pythons = name.pythons
     entry = {
@@ -48,7 +47,7 @@ def _entry(
         "archs": {"sass": list(archs.sass), "ptx": list(archs.ptx)} if archs is not None else None,
         "sha256": sha256,
         "size": size,
-        "url": f"{base_url}/{quote(layout.wheel_path(name.label, filename))}",
+        "url": f"{base_url}/{layout.wheel_href('', name.label, filename)}",
         "find_links": f"{base_url}/{layout.findlinks_path(name.label)}",
         "setup": f"{base_url}/{layout.setup_path(name.label, pythons[0])}",
     }

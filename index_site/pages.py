@@ -5,14 +5,25 @@ version), one page per setup (``select/pt214cu130-cp311.html``), one page per pr
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 
 import markupsafe
 
 from builder.core.ledger import LedgerEntry
 from index_site import layout
 from index_site.catalog import Catalog
-from index_site.landing import BUILT, FAILED, NOT_PLANNED, NOT_SHIPPED, Coverage, Release, Row, build_coverage
+from index_site.landing import (
+    BUILT,
+    FAILED,
+    NOT_PLANNED,
+    NOT_SHIPPED,
+    Coverage,
+    Release,
+    Row,
+    Variant,
+    build_coverage,
+)
 from index_site.manifest import manifest
 from index_site.setups import Setup, build_setups, default_setup
 from index_site.wheels import GpuArchs, WheelFile
@@ -21,24 +32,64 @@ Render = Callable[..., bytes]
 SYMBOLS = {BUILT: "✓", FAILED: "✗", NOT_SHIPPED: "n/a"}  # anything else: "–" (not in the plan)
 
 
-def render_pages(catalog: Catalog, *, base_url: str, render: Render) -> dict[str, bytes]:
-    """``render(template, **context)`` is the site's template renderer (render.py owns the environment)."""
+@dataclass(frozen=True)
+class People:
+    """What the pages for people show, arranged once per run before any of them is rendered."""
+
+    coverage: Coverage
+    setups: Mapping[str, Setup]  # by site path
+
+
+def people(catalog: Catalog, *, base_url: str) -> People:
     coverage = build_coverage(catalog)
-    setups = build_setups(coverage, base_url=base_url)
+    return People(coverage=coverage, setups=build_setups(coverage, base_url=base_url))
+
+
+def render_pages(
+    catalog: Catalog,
+    *,
+    base_url: str,
+    render: Render,
+    model: People | None = None,
+    only: Collection[str] | None = None,
+) -> dict[str, bytes]:
+    """``render(template, **context)`` is the site's template renderer (render.py owns the environment); ``only``
+    names the site paths to render (default: every page for people)."""
+    model = model or people(catalog, base_url=base_url)
+    coverage, setups = model.coverage, model.setups
+
+    def wanted(path: str) -> bool:
+        return only is None or path in only
+
     base_url = base_url.rstrip("/")
     render = functools.partial(render, base_url=base_url)
-    pages = {path: _setup_page(render, setup, coverage, base_url) for path, setup in setups.items()}
+    pages = {path: _setup_page(render, s, coverage, base_url) for path, s in setups.items() if wanted(path)}
     older = {project: coverage.older(project) for project in coverage.projects}
     for project, releases in older.items():
-        if releases:
-            path = layout.coverage_path(project)
+        path = layout.coverage_path(project)
+        if releases and wanted(path):
             pages[path] = _page(render, "coverage.html", path, coverage, project=project, releases=releases)
-    setup = default_setup(coverage, setups)
-    pages[layout.LANDING] = _page(
-        render, "landing.html", layout.LANDING, coverage, setup=setup, releases=coverage.newest(), older=older
-    )
-    pages[layout.MANIFEST] = manifest(catalog.wheels, catalog.archs, base_url=base_url)
+    if wanted(layout.LANDING):
+        setup = default_setup(coverage, setups)
+        pages[layout.LANDING] = _page(
+            render, "landing.html", layout.LANDING, coverage, setup=setup, releases=coverage.newest(), older=older
+        )
+    if wanted(layout.MANIFEST):
+        pages[layout.MANIFEST] = manifest(catalog.wheels, catalog.archs, base_url=base_url)
     return pages
+
+
+def setup_fingerprints(model: People) -> dict[str, str]:
+    """{setup page path: text that changes whenever what the page shows does}, the same in every process: a
+    re-index after one new wheel renders the few setup pages whose text moved, not all of them."""
+    return {path: repr(_fingerprint(setup, model.coverage.archs)) for path, setup in model.setups.items()}
+
+
+def other_pages(model: People) -> tuple[str, ...]:
+    """The pages for people that are not setup pages: the landing page, the older versions' pages, wheels.json."""
+    coverage = model.coverage
+    older = [layout.coverage_path(p) for p in coverage.projects if coverage.older(p)]
+    return (*older, layout.LANDING, layout.MANIFEST)
 
 
 def _page(render: Render, template: str, page: str, coverage: Coverage, **context: object) -> bytes:
@@ -67,8 +118,8 @@ def _page(render: Render, template: str, page: str, coverage: Coverage, **contex
 
 
 def _setup_page(render: Render, setup: Setup, coverage: Coverage, base_url: str) -> bytes:
-    """A setup page, rendered only when what it shows differs from the last time this process rendered it: a
-    re-index after one new wheel re-renders one of a few hundred."""
+    """A setup page, rendered only when what it shows differs from the last time this process rendered it (across
+    runs, the index compares setup_fingerprints instead)."""
     key = (base_url, _fingerprint(setup, coverage.archs))
     page = _SETUP_PAGES.get(key)
     if page is None:
@@ -106,7 +157,13 @@ def _fingerprint(setup: Setup, archs: Mapping[str, GpuArchs]) -> tuple[object, .
         )
         for o in setup.offers
     )
-    return (setup.path, setup.variant, choices, offers)
+    return (setup.path, _variant_fingerprint(setup.variant), choices, offers)
+
+
+def _variant_fingerprint(variant: Variant) -> tuple[object, ...]:
+    """The variant as plain values in a stable order (a frozenset's repr is not the same in every process)."""
+    shipped = None if variant.shipped is None else tuple(sorted(variant.shipped))
+    return (variant.label, variant.torch, variant.accelerator, variant.accelerator_text, variant.pythons, shipped)
 
 
 def _failure_key(failure: LedgerEntry | None) -> tuple[object, ...]:

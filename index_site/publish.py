@@ -448,4 +448,3 @@ def _release_lock(store: ObjectStore, key: str, token: str) -> None:
             store.delete(key)
     except (PublishError, ValueError) as error:  # the publish's own error, if any, matters more
         log.warning("could not release the publish lock %s: %s", key, error)
-

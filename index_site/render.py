@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,7 +28,7 @@ from builder.doctor.standalone import standalone_source
 from index_site import layout
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text
-from index_site.pages import render_pages
+from index_site.pages import other_pages, people, render_pages, setup_fingerprints
 from index_site.wheels import WheelFile
 
 API_VERSION = "1.1"  # PEP 700: size, upload-time and versions in the JSON form
@@ -77,9 +77,12 @@ def _filesize(size: float) -> str:
 class PageGroup:
     """Pages made from one part of the catalog: ``render()`` gives the same bytes while ``digest`` holds."""
 
-    key: str  # "variant:pt214cu130", "project:causal-conv1d", "projects", "landing"
+    key: str  # "variant:pt214cu130", "project:causal-conv1d", "projects", "pages", "pages/select/..."
     digest: str
     render: Callable[[], dict[str, bytes]]
+    # Finer groups, keyed "<key>/...", that together make the same pages: when this digest moves, each of them is
+    # rendered again only if its own digest moved (the pages for people: one setup page of hundreds changes).
+    parts: Callable[[], list[PageGroup]] | None = None
 
 
 def render_site(catalog: Catalog, *, base_url: str) -> dict[str, bytes]:
@@ -118,17 +121,31 @@ def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
     groups.append(PageGroup(key="projects", digest=_digest(projects), render=functools.partial(_roots, None, projects)))
     failures = sorted(repr(entry) for entry in catalog.failures)
     archs = sorted(f"{name}\0{archs!r}" for name, archs in catalog.archs.items())
-    groups.append(
-        PageGroup(
-            key="pages",
-            digest=_digest([base_url, *failures, *archs, *fingerprints.values()]),
-            render=functools.partial(render_pages, catalog, base_url=base_url, render=_render_page),
-        )
-    )
+    groups.append(_people_group(catalog, _digest([base_url, *failures, *archs, *fingerprints.values()]), base_url))
     doctor = standalone_source(base_url).encode()  # cheap to make; its digest is its own bytes
     digest = _digest([hashlib.sha256(doctor).hexdigest()])
     groups.append(PageGroup(key="doctor", digest=digest, render=lambda: {layout.DOCTOR: doctor}))
     return groups
+
+
+def _people_group(catalog: Catalog, digest: str, base_url: str) -> PageGroup:
+    """The pages for people: one group for the whole catalog, in parts of one setup page each plus the rest (the
+    landing page, the older versions' pages and wheels.json, which show every wheel or every release)."""
+    model = functools.cache(lambda: people(catalog, base_url=base_url))
+
+    def pages(only: Collection[str] | None = None) -> dict[str, bytes]:
+        return render_pages(catalog, base_url=base_url, render=_render_page, model=model(), only=only)
+
+    def parts() -> list[PageGroup]:
+        setups = setup_fingerprints(model())
+        groups = [
+            PageGroup(key=f"pages/{path}", digest=_digest([base_url, text]), render=functools.partial(pages, {path}))
+            for path, text in setups.items()
+        ]
+        rest = other_pages(model())
+        return [*groups, PageGroup(key="pages/rest", digest=digest, render=functools.partial(pages, rest))]
+
+    return PageGroup(key="pages", digest=digest, render=pages, parts=parts)
 
 
 def _fingerprint(wheel: WheelFile) -> str:
@@ -160,7 +177,6 @@ def _code_digest() -> str:
 
 def _variant_pages(label: str, wheels: list[WheelFile]) -> dict[str, bytes]:
     return {layout.findlinks_path(label): _findlinks_page(label, wheels), **_indexes(label, wheels)}
-
 
 
 def _render_page(template: str, **context: object) -> bytes:
@@ -215,12 +231,18 @@ def _simple_root_page(page: str, projects: list[str], label: str | None) -> byte
 
 def _links(page: str, wheels: Iterable[WheelFile]) -> list[markupsafe.Markup]:
     """One anchor per wheel: the hash in the URL fragment, Requires-Python and the PEP 658/714 metadata digest."""
-    return [_anchor(layout.href(page, layout.wheel_path(w.name.label, w.filename)), w) for w in _ordered(wheels)]
+    return [_anchor(layout.wheel_href(page, w.name.label, w.filename), w) for w in _ordered(wheels)]
 
 
 def _anchor(href: str, wheel: WheelFile) -> markupsafe.Markup:
-    head = f'<a href="{markupsafe.escape(href)}#sha256={markupsafe.escape(wheel.sha256)}"'
-    return markupsafe.Markup(head + _anchor_tail(wheel.filename, wheel.metadata.requires_python, wheel.metadata.sha256))
+    python, metadata = wheel.metadata.requires_python, wheel.metadata.sha256
+    return markupsafe.Markup(_anchor_html(href, wheel.sha256, wheel.filename, python, metadata))
+
+
+@functools.lru_cache(maxsize=65536)  # a wheel's anchor on each of the few pages that list it, kept for the next run
+def _anchor_html(href: str, sha256: str, filename: str, requires_python: str | None, metadata_sha256: str) -> str:
+    head = f'<a href="{markupsafe.escape(href)}#sha256={markupsafe.escape(sha256)}"'
+    return head + _anchor_tail(filename, requires_python, metadata_sha256)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -237,7 +259,7 @@ def _json_project(page: str, project: str, wheels: list[WheelFile]) -> dict[str,
     for wheel in _ordered(wheels):
         entry: dict[str, object] = {
             "filename": wheel.filename,
-            "url": layout.href(page, layout.wheel_path(wheel.name.label, wheel.filename)),
+            "url": layout.wheel_href(page, wheel.name.label, wheel.filename),
             "hashes": {"sha256": wheel.sha256},
             "core-metadata": {"sha256": wheel.metadata.sha256},
             "dist-info-metadata": {"sha256": wheel.metadata.sha256},

@@ -26,7 +26,7 @@ from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, regular_identity
 from index_site import layout, variants
 from index_site.catalog import Catalog, Rejection, ScanStats, refresh_identities, scan
-from index_site.render import page_groups
+from index_site.render import PageGroup, page_groups
 from index_site.wheels import WheelFile, read_core_metadata
 
 log = logging.getLogger(__name__)
@@ -112,20 +112,30 @@ def render_changed(
     base_url: str,
 ) -> tuple[dict[str, bytes], dict[str, FileRecord], dict[str, tuple[str, tuple[str, ...]]]]:
     """Render only the page groups whose inputs moved since the last run, or whose pages are no longer exactly
-    as recorded. Returns the rendered pages, the records of pages reused as they are, and every group's entry."""
+    as recorded; a group in parts settles each part the same way. Returns the rendered pages, the records of pages
+    reused as they are, and every group's entry."""
     pages: dict[str, bytes] = {}
     reused: dict[str, FileRecord] = {}
-    groups = {}
-    for group in page_groups(catalog, base_url=base_url):
+    groups: dict[str, tuple[str, tuple[str, ...]]] = {}
+
+    def settle(group: PageGroup) -> tuple[str, ...]:
         digest, paths = previous.get(group.key, ("", ()))
         records = [_recorded(os.path.join(site, path), manifest.get(path)) for path in paths]
         if digest == group.digest and paths and all(records):
             reused.update((path, record) for path, record in zip(paths, records, strict=True) if record is not None)
+            if group.parts is not None:  # its parts' entries stay for the run in which one of them moves
+                groups.update((key, entry) for key, entry in previous.items() if key.startswith(f"{group.key}/"))
+        elif group.parts is not None:
+            paths = tuple(sorted(path for part in group.parts() for path in settle(part)))
         else:
             rendered = group.render()
             pages.update(rendered)
             paths = tuple(sorted(rendered))
         groups[group.key] = (group.digest, paths)
+        return paths
+
+    for group in page_groups(catalog, base_url=base_url):
+        settle(group)
     return pages, reused, groups
 
 
@@ -248,7 +258,7 @@ def _records(document: Mapping[str, Any]) -> dict[str, FileRecord]:
         # [sha256, inode, size, mtime_ns, ctime_ns]; an older manifest's [sha256, size, mtime_ns] is not trusted.
         # Damaged numbers need no check here: they never equal a real file's, so the file is verified again.
         if isinstance(raw, list) and len(raw) == 5:
-            records[path] = FileRecord(raw[0], FileIdentity(*raw[1:]))
+            records[path] = FileRecord._make((raw[0], FileIdentity._make(raw[1:])))  # _make: no per-field checks
     return records
 
 
@@ -322,11 +332,15 @@ def _write_manifest(
 
 
 def _identity(path: str | Path) -> FileIdentity | None:
-    """The identity of the regular file at ``path``; None when it is missing or not a regular file."""
+    """The identity of the regular file at ``path``; None when it is missing or not a regular file (regular_identity
+    without the exception: this runs twice per wheel on every index)."""
     try:
-        return regular_identity(path)
+        status = os.lstat(path)
     except OSError:
         return None
+    if not stat.S_ISREG(status.st_mode):
+        return None
+    return FileIdentity(status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
 def _recorded(path: str, record: FileRecord | None) -> FileRecord | None:
@@ -357,8 +371,11 @@ def _placed_wheel(
         return None
     if hashed is not None and placed == hashed:
         return FileRecord(sha256=sha256, identity=placed)
-    if record is not None and record.sha256 == sha256 and record.identity == placed and placed.inode != getattr(
-        hashed, "inode", None
+    if (
+        record is not None
+        and record.sha256 == sha256
+        and record.identity == placed
+        and placed.inode != getattr(hashed, "inode", None)
     ):
         return record
     return None

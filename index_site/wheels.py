@@ -57,7 +57,7 @@ class WheelName:
     @property
     def pythons(self) -> tuple[str, ...]:
         """Python versions the wheel's interpreter tags name: cp311 -> 3.11, py3 -> 3."""
-        return tuple(_python_of(tag) for tag in self.python_tag.split("."))
+        return _pythons_of(self.python_tag)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,12 +114,18 @@ def parse_wheel_name(filename: str) -> WheelName:
             f"{filename!r}: not a wheel filename "
             "(name-version+label-python-abi-platform.whl, of letters, digits and ._+!)"
         )
+    parts = filename[: -len(".whl")].split("-")
     try:
-        parsed = WheelFilename.parse(filename)
+        if len(parts) == 5:  # no build tag: the usual case, checked in two halves that thousands of names share
+            _check_name_version(parts[0], parts[1])
+            _check_tags("-".join(parts[2:]))
+        else:
+            WheelFilename.parse(filename)
     except InvalidWheelFilename as error:
         raise RejectedWheel(f"{filename}: {error}") from None
+    dist, version_text, *_, python_tag, abi_tag, platform_tag = parts
     try:
-        project, version, public_version, label, torch, accelerator = _release_of(parsed.dist, parsed.version_text)
+        project, version, public_version, label, torch, accelerator = _release_of(dist, version_text)
     except ValueError as error:
         raise RejectedWheel(f"{filename}: {error}") from None
     return WheelName(
@@ -130,10 +136,24 @@ def parse_wheel_name(filename: str) -> WheelName:
         label=label,
         torch=torch,
         accelerator=accelerator,
-        python_tag=parsed.python_tag,
-        abi_tag=parsed.abi_tag,
-        platform_tag=parsed.platform_tag,
+        python_tag=python_tag,
+        abi_tag=abi_tag,
+        platform_tag=platform_tag,
     )
+
+
+# WheelFilename.parse (packaging's parse_wheel_filename) checks the name and version part and the tags part of a
+# name without a build tag independently of each other, so a name passes it exactly when both halves pass it
+# with a neutral other half. A farm's 10,000 names have a few hundred of each: parsing every name whole was most
+# of a re-index's time to read dist/.
+@functools.lru_cache(maxsize=65536)
+def _check_name_version(dist: str, version: str) -> None:
+    WheelFilename.parse(f"{dist}-{version}-py3-none-any.whl")
+
+
+@functools.lru_cache(maxsize=65536)
+def _check_tags(tags: str) -> None:
+    WheelFilename.parse(f"x-0-{tags}.whl")
 
 
 @functools.lru_cache(maxsize=65536)
@@ -243,6 +263,10 @@ def check_core_metadata(data: bytes, name: WheelName) -> CoreMetadata:
 
 
 @functools.lru_cache(maxsize=256)  # a site has a handful of distinct tags and asks for them per wheel
+def _pythons_of(python_tag: str) -> tuple[str, ...]:
+    return tuple(_python_of(tag) for tag in python_tag.split("."))
+
+
 def _python_of(tag: str) -> str:
     match = re.match(r"^(?:cp|py|pp)(\d)(\d*)$", tag)
     if match is None:

@@ -1,6 +1,7 @@
 """Benchmark the index stage: index N synthetic wheels (realistic names across the torch x accelerator x Python
-variants of builder/data/torch.toml) cold, again unchanged, and after one wheel is added; then measure the bytes
-real pip downloads for `install --dry-run` with PEP 658 metadata and without it.
+variants of builder/data/torch.toml) cold, then --repeat times again unchanged and after one more wheel is added
+(medians, wall and CPU, with the load average: the machine may be shared); then measure the bytes real pip
+downloads for `install --dry-run` with PEP 658 metadata and without it.
 
     .venv/bin/python scripts/bench_index.py              # 10,000 wheels
     .venv/bin/python scripts/bench_index.py --wheels 300 --json
@@ -11,7 +12,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import re
+import statistics
 import sys
 import tempfile
 import threading
@@ -60,6 +63,13 @@ def timed(action, *args, **kwargs):
     start = time.perf_counter()
     result = action(*args, **kwargs)
     return result, time.perf_counter() - start
+
+
+def timed_cpu(action, *args, **kwargs):
+    """``action``'s result, wall seconds and CPU seconds of this process (less sensitive to a shared machine)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = action(*args, **kwargs)
+    return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
 def pip_dry_run_bytes(site: Path, page: str, requirement: str, workdir: Path) -> dict[str, int]:
@@ -115,7 +125,7 @@ def bench_big_wheels(count: int, megabytes: float, workdir: Path) -> dict[str, o
     }
 
 
-def bench(count: int, payload: int, resolved_mb: float, workdir: Path) -> dict[str, object]:
+def bench(count: int, payload: int, resolved_mb: float, workdir: Path, repeat: int = 5) -> dict[str, object]:
     output = workdir / "wheelhouse"
     specs, generate_seconds = timed(
         lambda: [make_wheel(output / "dist", spec) for spec in synthetic_specs(count, payload)]
@@ -123,22 +133,32 @@ def bench(count: int, payload: int, resolved_mb: float, workdir: Path) -> dict[s
     total_bytes = sum(path.stat().st_size for path in specs)
     _, hash_seconds = timed(lambda: [sha256_file(path) for path in specs])
     site = output / "site"
-    cold, cold_seconds = timed(build_site, output, site, base_url="https://wheels.example.org")
-    same, same_seconds = timed(build_site, output, site, base_url="https://wheels.example.org")
+    load_before = os.getloadavg()
+    cold, cold_seconds, cold_cpu = timed_cpu(build_site, output, site, base_url="https://wheels.example.org")
     label = "pt214cu130"
-    added = WheelSpec(
-        project="causal-conv1d",
-        version="1.9.0",
-        label=label,
-        python=PYTHON_TAG,
-        platform="manylinux_2_28_x86_64",
-        payload_bytes=int(resolved_mb * 1e6),
-    )
-    make_wheel(output / "dist", added)
-    incremental, incremental_seconds = timed(build_site, output, site, base_url="https://wheels.example.org")
+    same_runs, added_runs, reports = [], [], []
+    for run_index in range(repeat):  # each: a re-index with nothing changed, then one with a new release's wheel
+        same, *same_times = timed_cpu(build_site, output, site, base_url="https://wheels.example.org")
+        added = WheelSpec(
+            project="causal-conv1d",
+            version=f"1.9.{run_index}",
+            label=label,
+            python=PYTHON_TAG,
+            platform="manylinux_2_28_x86_64",
+            payload_bytes=int(resolved_mb * 1e6),
+        )
+        make_wheel(output / "dist", added)
+        incremental, *added_times = timed_cpu(build_site, output, site, base_url="https://wheels.example.org")
+        same_runs.append(same_times)
+        added_runs.append(added_times)
+        reports.append((same, incremental))
+    load_after = os.getloadavg()
+    same, incremental = reports[0]
     page = f"whl/{label}.html"
     with_658 = pip_dry_run_bytes(site, page, "causal-conv1d", workdir)
     without_658 = pip_dry_run_bytes(site, without_pep658(site, page), "causal-conv1d", workdir)
+    unchanged_seconds = statistics.median(wall for wall, _ in same_runs)
+    incremental_seconds = statistics.median(wall for wall, _ in added_runs)
     return {
         "wheels": cold.wheels,
         "variants": len(cold.variants),
@@ -146,12 +166,22 @@ def bench(count: int, payload: int, resolved_mb: float, workdir: Path) -> dict[s
         "generate_seconds": round(generate_seconds, 2),
         "sha256_all_seconds": round(hash_seconds, 3),
         "cold_seconds": round(cold_seconds, 3),
+        "cold_cpu_seconds": round(cold_cpu, 3),
         "cold_files_written": len(cold.written),
-        "unchanged_seconds": round(same_seconds, 3),
-        "unchanged_files_written": len(same.written),
+        "repeat": repeat,
+        "unchanged_seconds": round(unchanged_seconds, 3),  # medians of the repeated runs
+        "unchanged_cpu_seconds": round(statistics.median(cpu for _, cpu in same_runs), 3),
+        "unchanged_runs": [round(wall, 3) for wall, _ in same_runs],
+        "unchanged_files_written": max(len(report.written) for report, _ in reports),
         "incremental_seconds": round(incremental_seconds, 3),
+        "incremental_cpu_seconds": round(statistics.median(cpu for _, cpu in added_runs), 3),
+        "incremental_runs": [round(wall, 3) for wall, _ in added_runs],
         "incremental_hashed": incremental.stats.hashed,
         "incremental_files_written": len(incremental.written),
+        "incremental_vs_cold": round(incremental_seconds / cold_seconds, 4),
+        "unchanged_vs_cold": round(unchanged_seconds / cold_seconds, 4),
+        "incremental_vs_unchanged": round(incremental_seconds / unchanged_seconds, 3),
+        "load_average": [round(x, 2) for x in (*load_before, *load_after)],  # 1/5/15 min, before and after
         "resolved_wheel_bytes": (output / "dist" / added.wheel_filename).stat().st_size,
         "pip_bytes_with_pep658": with_658,
         "pip_bytes_without_pep658": without_658,
@@ -174,18 +204,22 @@ def main() -> int:
         help="realistic-size wheels for the hashing-bound cold run (default: %(default)s)",
     )
     parser.add_argument("--big-wheel-mb", type=float, default=64.0, help="size of each of those (default: %(default)s)")
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="unchanged and one-added runs, reported as medians (default: %(default)s)"
+    )
     parser.add_argument("--workdir", type=Path, help="keep the generated files here (default: a temporary folder)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-index-") as temporary:
+    # a shared machine's cleaners may race the removal of 10,000 files: the results matter more than the folder
+    with tempfile.TemporaryDirectory(prefix="bench-index-", ignore_cleanup_errors=True) as temporary:
         workdir = args.workdir or Path(temporary)
         workdir.mkdir(parents=True, exist_ok=True)
-        results = bench(args.wheels, args.payload_bytes, args.resolved_wheel_mb, workdir)
+        results = bench(args.wheels, args.payload_bytes, args.resolved_wheel_mb, workdir, max(1, args.repeat))
         results["big"] = bench_big_wheels(args.big_wheels, args.big_wheel_mb, workdir) if args.big_wheels else None
-    if args.json:
-        print(json.dumps(results, indent=2))
-    else:
-        _print_results(results)
+        if args.json:
+            print(json.dumps(results, indent=2), flush=True)
+        else:
+            _print_results(results)
     return 0
 
 
@@ -195,14 +229,29 @@ def _print_results(r: dict) -> None:
         ("wheels indexed", f"{r['wheels']} in {r['variants']} variants ({r['dist_bytes'] / 1e6:.1f} MB)"),
         ("cold index", f"{r['cold_seconds']:.2f} s ({r['cold_files_written']} files written)"),
         ("  sha256 of every wheel", f"{r['sha256_all_seconds']:.2f} s"),
-        ("re-index, nothing changed", f"{r['unchanged_seconds']:.2f} s ({r['unchanged_files_written']} files written)"),
         (
-            "incremental, 1 wheel added",
+            f"re-index, nothing changed (median of {r['repeat']})",
             (
-                f"{r['incremental_seconds']:.2f} s (hashed {r['incremental_hashed']}, "
-                f"{r['incremental_files_written']} files written)"
+                f"{r['unchanged_seconds']:.3f} s, CPU {r['unchanged_cpu_seconds']:.3f} s "
+                f"({r['unchanged_files_written']} files written; runs {r['unchanged_runs']})"
             ),
         ),
+        (
+            f"incremental, 1 wheel added (median of {r['repeat']})",
+            (
+                f"{r['incremental_seconds']:.3f} s, CPU {r['incremental_cpu_seconds']:.3f} s "
+                f"(hashed {r['incremental_hashed']}, {r['incremental_files_written']} files written; "
+                f"runs {r['incremental_runs']})"
+            ),
+        ),
+        (
+            "  ratios",
+            (
+                f"+1/cold {r['incremental_vs_cold']:.3f}, unchanged/cold {r['unchanged_vs_cold']:.3f}, "
+                f"+1/unchanged {r['incremental_vs_unchanged']:.2f}"
+            ),
+        ),
+        ("load average (1/5/15 min)", f"before {r['load_average'][:3]}, after {r['load_average'][3:]}"),
     ]
     if r["big"]:
         big = r["big"]

@@ -21,6 +21,7 @@ from builder import __version__
 from builder.core.errors import WheelError, WheelwrightError
 from builder.core.fatbin import arch_key
 from builder.core.runner import run
+from builder.plan.archs import split
 from builder.plan.job import Job
 from builder.steps.elf import ElfFacts
 from builder.steps.wheelzip import Member, dist_info_dir, read_members, write_wheel
@@ -88,10 +89,9 @@ def _host() -> dict[str, str]:
 
 
 def job_archs(job: Job) -> dict[str, list[str]]:
-    """The archs the job compiles: SASS for each, PTX for the ``+PTX`` ones (ROCm: code objects)."""
-    sass = sorted({arch.removesuffix("+PTX") for arch in job.archs}, key=_arch_sort)
-    ptx = sorted({arch.removesuffix("+PTX") for arch in job.archs if arch.endswith("+PTX")}, key=_arch_sort)
-    return {"sass": sass, "ptx": ptx}
+    """The archs the job compiles, by the plan's spellings: SASS (ROCm: code objects) and PTX, each as ``9.0``."""
+    sass, ptx = split(job.archs)
+    return {"sass": sorted(set(sass), key=_arch_sort), "ptx": sorted(set(ptx), key=_arch_sort)}
 
 
 def _arch_sort(arch: str) -> tuple[Any, ...]:

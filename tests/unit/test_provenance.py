@@ -15,7 +15,7 @@ from builder.steps.elf import ElfFacts
 from builder.steps.verify import verify_wheel
 from builder.steps.wheelzip import Member, read_members, write_wheel
 from tests.jobs import local_job
-from tests.synth import SASS, elf_with_sections, fatbin_container, fatbin_entry
+from tests.synth import PTX, SASS, elf_with_sections, fatbin_container, fatbin_entry
 from tests.wheels import job_wheel
 
 JOB = local_job()
@@ -122,3 +122,25 @@ def test_record_is_json_with_sorted_keys(tmp_path: Path) -> None:
     wheel = built(tmp_path)
     raw = read_members(wheel)[f"{JOB.dist_name}-{JOB.local_version}.dist-info/wheelwright.json"].data
     assert raw == provenance.encode(json.loads(raw))
+
+
+@pytest.mark.parametrize(
+    ("archs", "sass", "ptx"),
+    [
+        (("9.0",), ["9.0"], []),
+        (("10.0+PTX", "8.0", "9.0"), ["8.0", "9.0", "10.0"], ["10.0"]),
+        (("compute_80",), [], ["8.0"]),  # PTX alone: the spelling the PTX-only wheel of the GPU proof uses
+        (("compute_90", "8.0"), ["8.0"], ["9.0"]),
+    ],
+)
+def test_record_archs_follow_every_plan_spelling(archs, sass, ptx) -> None:
+    assert provenance.job_archs(local_job(archs=archs)) == {"sass": sass, "ptx": ptx}
+
+
+def test_a_ptx_only_wheel_agrees_with_its_record(tmp_path: Path) -> None:
+    job = local_job(archs=("compute_80",))
+    ptx_only = elf_with_sections({".text": b"\xc3" * 8, ".nv_fatbin": fatbin_container(fatbin_entry(PTX, 80))})
+    wheel = job_wheel(tmp_path, job, {"causal_conv1d/__init__.py": b"x = 1\n", EXTENSION: ptx_only})
+    provenance.embed(wheel, provenance.build_record(job, toolchain=TOOLCHAIN))
+    elves = (ElfFacts(path=EXTENSION, gpu=FatbinContents(ptx=frozenset({"8.0"}))),)
+    assert provenance.disagreements(read_members(wheel), wheel.name, elves) == []

@@ -1,0 +1,130 @@
+"""The index renders again only the pages whose inputs moved (render.PageGroup, site.render_changed), and what it
+leaves alone is still exactly what a full render would write: after every kind of change, the site's pages equal
+render_site's bytes for the same catalog. The digests behind that must be the same in every process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from builder.core.ledger import Ledger, LedgerEntry
+from index_site import pages as pages_module
+from index_site import render as render_module
+from index_site.catalog import scan
+from index_site.pages import people, setup_fingerprints
+from index_site.render import render_site
+from index_site.site import build_site, load_groups
+from index_site.wheels import GpuArchs
+from tests.wheelfactory import WheelSpec, make_wheel
+
+BASE = "https://wheels.example.org"
+SPECS = [
+    WheelSpec(label="pt214cu130", python="cp311"),
+    WheelSpec(label="pt214cu130", python="cp312"),
+    WheelSpec(label="pt213cu130", python="cp311"),
+    WheelSpec(version="1.6.0", label="pt213cu130", python="cp311"),
+    WheelSpec(project="mamba-ssm", version="2.3.2.post1", label="pt214cu130", python="cp311"),
+]
+
+
+@pytest.fixture
+def output(tmp_path: Path) -> Path:
+    for spec in SPECS:
+        make_wheel(tmp_path / "dist", spec)
+    build_site(tmp_path, tmp_path / "site", base_url=BASE)
+    return tmp_path
+
+
+def _failure(output: Path) -> None:
+    with Ledger(output / "ledger.sqlite") as ledger:
+        ledger.put(
+            LedgerEntry(
+                job_id="causal-conv1d-1.7.0-pt212cu126-py3.11",
+                package="causal-conv1d",
+                version="1.7.0",
+                label="pt212cu126",
+                torch="2.12",
+                accelerator="cu126",
+                python="3.11",
+                input_hash="h",
+                status="failed",
+                phase="compile",
+                reason="nvcc: out of memory",
+            )
+        )
+
+
+CHANGES: dict[str, Callable[[Path], object]] = {
+    "new-release": lambda out: make_wheel(out / "dist", WheelSpec(version="1.8.0", label="pt214cu130")),
+    "new-python": lambda out: make_wheel(out / "dist", WheelSpec(label="pt213cu130", python="cp312")),
+    "new-variant": lambda out: make_wheel(out / "dist", WheelSpec(label="pt212cu126", python="cp311")),
+    "wheel-removed": lambda out: next((out / "dist").glob("*1.6.0*")).unlink(),
+    "wheel-rebuilt": lambda out: make_wheel(out / "dist", WheelSpec(label="pt214cu130", payload_bytes=4321)),
+    "failure-recorded": _failure,
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_after_any_change_the_pages_equal_a_full_render(output: Path, change: str) -> None:
+    CHANGES[change](output)
+    build_site(output, output / "site", base_url=BASE)
+    catalog = scan(output / "dist", output / "ledger.sqlite")
+    expected = render_site(catalog, base_url=BASE)
+    site = output / "site"
+    assert {path: (site / path).read_bytes() for path in expected} == expected
+
+
+def test_one_new_wheel_renders_its_own_setup_page_and_no_other(output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered: list[str] = []
+    real = pages_module._page
+
+    def spy(render, template, page, coverage, **context):
+        rendered.append(page)
+        return real(render, template, page, coverage, **context)
+
+    monkeypatch.setattr(pages_module, "_page", spy)
+    monkeypatch.setattr(pages_module, "_SETUP_PAGES", {})  # this process's memo must not be what saves the work
+    make_wheel(output / "dist", WheelSpec(label="pt213cu130", python="cp312"))
+    report = build_site(output, output / "site", base_url=BASE)
+    setups = sorted(page for page in rendered if page.startswith("select/"))
+    assert setups == ["select/pt213cu130-cp312.html"]
+    assert "select/pt213cu130-cp312.html" in report.written
+    assert sum(1 for key in load_groups(output / "site") if key.startswith("pages/select/")) >= 10
+
+
+def test_nothing_changed_builds_no_model_of_the_pages_for_people(output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the pages for people were arranged although nothing changed")
+
+    monkeypatch.setattr(render_module, "people", fail)
+    report = build_site(output, output / "site", base_url=BASE)
+    assert report.written == ()
+
+
+def test_a_setup_page_deleted_from_the_site_is_written_again(output: Path) -> None:
+    page = output / "site/select/pt214cu130-cp311.html"
+    content = page.read_bytes()
+    page.unlink()
+    report = build_site(output, output / "site", base_url=BASE)
+    assert report.written == ("select/pt214cu130-cp311.html",)
+    assert page.read_bytes() == content
+
+
+def test_setup_fingerprints_hold_only_values_printed_the_same_in_every_process(output: Path) -> None:
+    """A digest that differed between processes (a set's repr follows string hashes, which each process seeds
+    anew) would render every setup page on every run."""
+
+    def plain(value: object) -> bool:
+        if isinstance(value, tuple):
+            return all(plain(item) for item in value)
+        if isinstance(value, GpuArchs):
+            return plain(value.sass) and plain(value.ptx)
+        return value is None or isinstance(value, str | int | float)
+
+    _failure(output)
+    model = people(scan(output / "dist", output / "ledger.sqlite"), base_url=BASE)
+    fingerprints = [pages_module._fingerprint(setup, model.coverage.archs) for setup in model.setups.values()]
+    assert len(fingerprints) >= 10 and all(plain(fingerprint) for fingerprint in fingerprints)
+    assert list(setup_fingerprints(model).values()) == [repr(fingerprint) for fingerprint in fingerprints]
