@@ -251,7 +251,9 @@ def _anchor_tail(filename: str, requires_python: str | None, metadata_sha256: st
     escape = markupsafe.escape
     python = f' data-requires-python="{escape(requires_python)}"' if requires_python is not None else ""
     metadata = escape(f"sha256={metadata_sha256}")
-    return f'{python} data-core-metadata="{metadata}" data-dist-info-metadata="{metadata}">{escape(filename)}</a><br>'
+    # PEP 714's name only: pip 22.3-23.1 read the legacy data-dist-info-metadata and compare its Name unnormalised
+    # (an old setup.py's `causal_conv1d` is then "inconsistent" with `causal-conv1d`); they download the wheel instead
+    return f'{python} data-core-metadata="{metadata}">{escape(filename)}</a><br>'
 
 
 def _json_project(page: str, project: str, wheels: list[WheelFile]) -> dict[str, object]:
@@ -261,8 +263,7 @@ def _json_project(page: str, project: str, wheels: list[WheelFile]) -> dict[str,
             "filename": wheel.filename,
             "url": layout.wheel_href(page, wheel.name.label, wheel.filename),
             "hashes": {"sha256": wheel.sha256},
-            "core-metadata": {"sha256": wheel.metadata.sha256},
-            "dist-info-metadata": {"sha256": wheel.metadata.sha256},
+            "core-metadata": {"sha256": wheel.metadata.sha256},  # PEP 714's name only, as on the HTML pages
             "size": wheel.size,
             "upload-time": _iso_time(wheel.upload_time),
             "yanked": False,

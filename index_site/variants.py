@@ -281,8 +281,8 @@ def _anchor(href: str, twin: VariantWheel) -> str:
     python = twin.requires_python
     requires = f' data-requires-python="{escape(python)}"' if python else ""
     return (
-        f'    <a href="{escape(href)}#sha256={twin.sha256}"{requires} data-core-metadata="{metadata}" '
-        f'data-dist-info-metadata="{metadata}">{escape(twin.filename)}</a><br>\n'
+        f'    <a href="{escape(href)}#sha256={twin.sha256}"{requires} data-core-metadata="{metadata}">'
+        f"{escape(twin.filename)}</a><br>\n"
     )
 
 
@@ -293,7 +293,6 @@ def _json_file(href: str, twin: VariantWheel) -> dict[str, object]:
         "url": href,
         "hashes": {"sha256": twin.sha256},
         "core-metadata": metadata,
-        "dist-info-metadata": metadata,
         "size": twin.size,
         "yanked": False,
     }

@@ -561,22 +561,24 @@ def cmd_jit_warm(args: argparse.Namespace) -> int:
                       lambda: [_report(record.guarded(ptxspeed.WARM_CHECK, lambda: ptxspeed.warm_calls(settings)))])
 
 
-def cmd_first_call(args: argparse.Namespace) -> int:
-    """In a venv: the first causal_conv1d_fn call's time, as JSON to --out (no summary entry)."""
-    if unavailable_reason():
-        print(f"ERROR {unavailable_reason()}", file=sys.stderr)
+def _measure_to(out: Path, measure: Callable[[], object]) -> int:
+    """A measurement's JSON to ``out`` (no summary entry); without a GPU, one ERROR line and exit 3."""
+    reason = unavailable_reason()
+    if reason:
+        print(f"ERROR {reason}", file=sys.stderr)
         return EXIT_NO_GPU
-    args.out.write_text(json.dumps(ptxspeed.first_call(args.config.ptx_speed)))
+    out.write_text(json.dumps(measure()))
     return EXIT_PASSED
+
+
+def cmd_first_call(args: argparse.Namespace) -> int:
+    """In a venv: the first causal_conv1d_fn call's time, as JSON to --out."""
+    return _measure_to(args.out, lambda: ptxspeed.first_call(args.config.ptx_speed))
 
 
 def cmd_kernel_times(args: argparse.Namespace) -> int:
-    """In a venv: causal-conv1d's kernel medians at the benchmark sizes, as JSON to --out (no summary entry)."""
-    if unavailable_reason():
-        print(f"ERROR {unavailable_reason()}", file=sys.stderr)
-        return EXIT_NO_GPU
-    args.out.write_text(json.dumps(ptxspeed.kernel_times(args.config.bench)))
-    return EXIT_PASSED
+    """In a venv: causal-conv1d's kernel medians at the benchmark sizes, as JSON to --out."""
+    return _measure_to(args.out, lambda: ptxspeed.kernel_times(args.config.bench))
 
 
 def cmd_ptx_speed(args: argparse.Namespace) -> int:

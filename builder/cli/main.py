@@ -63,7 +63,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
     print_table(table)
     if args.explain and plan.arch_notes:
-        out.print(f"arch facts applied: {len(plan.arch_notes)} (builder/data/archs.toml)")
+        out.print(f"arch lists chosen or corrected: {len(plan.arch_notes)} (package_archs; builder/data/archs.toml)")
         notes = Table()
         notes.add_column("job", no_wrap=True)
         notes.add_column("archs", no_wrap=True)

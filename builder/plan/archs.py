@@ -80,6 +80,18 @@ class ArchNote:
         return f"no sm_{dropped} SASS (sm_{kept} covers it): {self.reason} [{self.citation}]"
 
 
+@dataclass(frozen=True, kw_only=True)
+class ArchChoice:
+    """A profile's own arch list for one job's package (matrix.yaml ``package_archs``), for `plan --explain`."""
+
+    identifier: str
+    archs: tuple[str, ...]
+    reason: str
+
+    def describe(self) -> str:
+        return f"{' '.join(self.archs)} (the profile's package_archs): {self.reason}"
+
+
 def _specifier(raw: Mapping[str, Any], key: str, where: str) -> SpecifierSet:
     try:
         return SpecifierSet(raw[key])

@@ -16,7 +16,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from builder.core.errors import PlanError, did_you_mean
-from builder.plan.archs import ArchNote, apply_known_bad
+from builder.plan.archs import ArchChoice, ArchNote, apply_known_bad
 from builder.plan.facts import Accelerator, TorchFacts, TorchRelease, load_facts
 from builder.plan.job import Job, PatchRef, Recipe, Sdist, UpstreamFiles
 from builder.plan.matrix import HOST_PYTHON, Matrix, PackageSpec, SdistPin, load_matrix
@@ -36,7 +36,8 @@ class Plan:
     profile: str
     jobs: tuple[Job, ...]
     dropped: tuple[Dropped, ...]
-    arch_notes: tuple[ArchNote, ...] = ()  # archs the arch facts changed, per job (builder/data/archs.toml)
+    # per job: a profile's package_archs chosen, and what the arch facts changed (builder/data/archs.toml)
+    arch_notes: tuple[ArchChoice | ArchNote, ...] = ()
 
     def select(self, pattern: str | None) -> Plan:
         if pattern is None:
@@ -139,6 +140,7 @@ class _Axes:
     accelerators: tuple[Accelerator, ...]
     python: tuple[str, ...]
     archs: dict[str, tuple[str, ...]]
+    package_archs: dict[str, tuple[dict[str, tuple[str, ...]], str]]  # package -> (accelerator -> archs, reason)
     include: tuple[str, ...]
     exclude: tuple[str, ...]
 
@@ -209,6 +211,18 @@ class _Resolver:
                     raise PlanError(f"{where}: the profile does not build {accel_name} (its accelerators: {built})")
         return {Accelerator.parse(name).name: tuple(values) for name, values in archs.items()}
 
+    def package_archs(self, accelerators: Sequence[Accelerator]) -> dict[str, tuple[dict[str, tuple[str, ...]], str]]:
+        resolved = {}
+        for k, entry in enumerate(self.profile.package_archs):
+            for accel_name in entry.archs:
+                if Accelerator.parse(accel_name) not in accelerators:
+                    where = self.matrix.locate(("profiles", self.name, "package_archs", k, "archs", accel_name))
+                    built = ", ".join(a.name for a in accelerators)
+                    raise PlanError(f"{where}: the profile does not build {accel_name} (its accelerators: {built})")
+            lists = {Accelerator.parse(name).name: tuple(values) for name, values in entry.archs.items()}
+            resolved[entry.package] = (lists, entry.reason)
+        return resolved
+
     def resolve(self) -> _Axes:
         torch = self.torch()
         releases = [release for _, release in torch]
@@ -222,6 +236,7 @@ class _Resolver:
             accelerators=accelerators,
             python=self.pythons(releases),
             archs=self.archs(accelerators),
+            package_archs=self.package_archs(accelerators),
             include=tuple(self.matrix.axis(self.profile, "include") or ["*"]),
             exclude=tuple(self.matrix.axis(self.profile, "exclude") or []),
         )
@@ -238,13 +253,17 @@ def _combinations(axes: _Axes) -> Iterator[_Combination]:
                 yield package, pin, torch, release, accelerator, python
 
 
-def _job(combination: _Combination, axes: _Axes, facts: TorchFacts) -> tuple[Job, tuple[ArchNote, ...]]:
-    """The combination's job, its archs corrected by the arch facts (and what they changed)."""
+def _job(combination: _Combination, axes: _Axes, facts: TorchFacts) -> tuple[Job, tuple[ArchChoice | ArchNote, ...]]:
+    """The combination's job, its archs corrected by the arch facts (and what chose or changed them)."""
     job = _planned_job(combination, axes, facts)
+    chosen = axes.package_archs.get(job.package, ({}, ""))
+    choice: tuple[ArchChoice, ...] = ()
+    if job.accelerator.name in chosen[0]:
+        choice = (ArchChoice(identifier=job.identifier, archs=job.archs, reason=chosen[1]),)
     if job.accelerator.kind != "cuda":
-        return job, ()
+        return job, choice
     archs, notes = apply_known_bad(job.identifier, job.package, job.version, job.accelerator.version, job.archs)
-    return (dataclasses.replace(job, archs=archs) if notes else job), notes
+    return (dataclasses.replace(job, archs=archs) if notes else job), (*choice, *notes)
 
 
 def _planned_job(combination: _Combination, axes: _Axes, facts: TorchFacts) -> Job:
@@ -258,9 +277,15 @@ def _planned_job(combination: _Combination, axes: _Axes, facts: TorchFacts) -> J
         accelerator=accelerator,
         python=python,
         cxx11_abi=release.cxx11_abi_for(accelerator),
-        archs=axes.archs.get(accelerator.name) or facts.default_archs(accelerator),
+        archs=_archs(package.name, accelerator, axes) or facts.default_archs(accelerator),
         manylinux=release.manylinux_for(accelerator),
     )
+
+
+def _archs(package: str, accelerator: Accelerator, axes: _Axes) -> tuple[str, ...] | None:
+    """The package's own list in the profile, else the profile's list for the accelerator."""
+    own = axes.package_archs.get(package, ({}, ""))[0]
+    return own.get(accelerator.name) or axes.archs.get(accelerator.name)
 
 
 def expand(matrix: Matrix, facts: TorchFacts, profile_name: str | None = None, *, host: str | None = None) -> Plan:
@@ -269,7 +294,7 @@ def expand(matrix: Matrix, facts: TorchFacts, profile_name: str | None = None, *
     axes = _Resolver(matrix, name, facts, host or host_python()).resolve()
     jobs: list[Job] = []
     dropped: list[Dropped] = []
-    notes: list[ArchNote] = []
+    notes: list[ArchChoice | ArchNote] = []
     for combination in _combinations(axes):
         job, job_notes = _job(combination, axes, facts)
         _, _, _, release, accelerator, python = combination

@@ -151,6 +151,7 @@ PythonVersion = Annotated[str, AfterValidator(_python)]
 AcceleratorName = Annotated[str, AfterValidator(_accelerator)]
 Arch = Annotated[str, AfterValidator(_arch)]
 Selector = Annotated[str, AfterValidator(_selector)]
+ArchLists = dict[AcceleratorName, Annotated[list[Arch], Field(min_length=1)]]
 
 
 class _Strict(BaseModel):
@@ -212,14 +213,24 @@ class Axes(_Strict):
     torch: list[TorchVersion] | None = Field(default=None, min_length=1)
     accelerators: list[AcceleratorName] | None = Field(default=None, min_length=1)
     python: list[PythonVersion] | None = Field(default=None, min_length=1)
-    archs: dict[AcceleratorName, Annotated[list[Arch], Field(min_length=1)]] | None = None
+    archs: ArchLists | None = None
     include: list[Selector] | None = Field(default=None, min_length=1)  # [] would select nothing; say so
     exclude: list[Selector] | None = None
+
+
+class PackageArchs(_Strict):
+    """One package's own arch lists in a profile, instead of the profile's, with the reason (`plan --explain`
+    shows it): a package whose kernels take hours per arch on the profile's machine may build fewer."""
+
+    package: str
+    archs: ArchLists = Field(min_length=1)
+    reason: Annotated[str, Field(min_length=1)]
 
 
 class Profile(Axes):
     description: str = ""
     packages: list[str] | None = Field(default=None, min_length=1)  # names; default: every package
+    package_archs: list[PackageArchs] = []
 
 
 class Matrix(Axes):
@@ -289,6 +300,27 @@ def _cross_field_problems(matrix: Matrix) -> Iterator[tuple[Loc, str]]:
                     ("profiles", profile_name, "packages", k),
                     f"no package {name!r} in packages{did_you_mean(name, names)}",
                 )
+        yield from _package_archs_problems(("profiles", profile_name, "package_archs"), profile, names)
+
+
+def _package_archs_problems(prefix: Loc, profile: Profile, names: Sequence[str]) -> Iterator[tuple[Loc, str]]:
+    first: dict[str, str] = {}
+    for k, entry in enumerate(profile.package_archs):
+        loc = (*prefix, k, "package")
+        if entry.package not in names:
+            yield loc, f"no package {entry.package!r} in packages{did_you_mean(entry.package, names)}"
+        elif entry.package in first:
+            yield loc, f"{entry.package!r} already has its arch lists (at {first[entry.package]}); give them once"
+        first.setdefault(entry.package, ".".join(str(part) for part in (*prefix, k)))
+        yield from _arch_kind_problems((*prefix, k), entry.archs)
+
+
+def _arch_kind_problems(prefix: Loc, lists: ArchLists) -> Iterator[tuple[Loc, str]]:
+    for accel_name, archs in lists.items():
+        kind = Accelerator.parse(accel_name).kind
+        for k, arch in enumerate(archs):
+            if arch.startswith("gfx") != (kind == "rocm"):
+                yield (*prefix, "archs", accel_name, k), f"{arch!r} is not a {kind.upper()} architecture"
 
 
 def _axes_problems(prefix: Loc, axes: Axes) -> Iterator[tuple[Loc, str]]:
@@ -296,11 +328,7 @@ def _axes_problems(prefix: Loc, axes: Axes) -> Iterator[tuple[Loc, str]]:
         values = getattr(axes, name) or []
         locs = [(*prefix, name, k) for k in range(len(values))]
         yield from _duplicates(locs, values, _axis_keys(name, values), _AXIS_ITEMS[name])
-    for accel_name, archs in (axes.archs or {}).items():
-        kind = Accelerator.parse(accel_name).kind
-        for k, arch in enumerate(archs):
-            if arch.startswith("gfx") != (kind == "rocm"):
-                yield (*prefix, "archs", accel_name, k), f"{arch!r} is not a {kind.upper()} architecture"
+    yield from _arch_kind_problems(prefix, axes.archs or {})
 
 
 def _axis_keys(name: str, values: Sequence[str]) -> list[str]:

@@ -29,7 +29,7 @@ from typing import Any
 try:
     from builder.steps import nvcc_plan
 except ImportError:  # run as a script (PYTORCH_NVCC) where wheelwright is not importable: the sibling module
-    import nvcc_plan  # type: ignore[no-redef]
+    import nvcc_plan  # type: ignore[no-redef,import-not-found]
 
 MODES = ("use", "verify", "off")
 PER_PYTHON_ENV = "WHEELWRIGHT_OBJCACHE_PER_PYTHON"  # os.pathsep-separated include directories, set by compile.py
@@ -95,12 +95,24 @@ def comparable_bytes(path: Path) -> bytes:
 _FIXED_TEMP_NAME = b"tmpxft_00000000_00000000"  # the same length as nvcc's: no offset in the object moves
 
 
-def deterministic_args(args: list[str]) -> list[str]:
+def deterministic_args(args: list[str], *, seedable: bool = True) -> list[str]:
     """nvcc's arguments with a per-translation-unit ``-frandom-seed`` (the source path, stable because builds run
-    from fixed paths): nvcc then names its generated symbols and variables the same in every process."""
-    if any(arg.startswith(("-frandom-seed", "--frandom-seed")) for arg in args):
+    from fixed paths): nvcc then names its generated symbols and variables the same in every process.
+    ``seedable`` False (an nvcc without the option) leaves them as they are."""
+    if not seedable or any(arg.startswith(("-frandom-seed", "--frandom-seed")) for arg in args):
         return args
     return [*args, f"-frandom-seed={source_of(args)}"]
+
+
+def accepts_random_seed(usage: str) -> bool:
+    """Whether an nvcc whose ``--help`` says ``usage`` knows ``-frandom-seed``: CUDA 11.8's does not ("nvcc fatal:
+    Unknown option"), and its objects keep per-process names (the cache still serves them; ``verify`` mode reports
+    them as mismatches)."""
+    return re.search(r"^--frandom-seed\b", usage, re.MULTILINE) is not None
+
+
+def _usage(nvcc: str) -> str:
+    return subprocess.run([nvcc, "--help"], capture_output=True, text=True, check=False).stdout
 
 
 def normalise_object(path: Path) -> None:
@@ -117,7 +129,7 @@ def normalise_object(path: Path) -> None:
 def compile_deterministic(nvcc: str, args: list[str]) -> int:
     """Run nvcc for one translation unit so that the same inputs give the same object bytes: through the build's
     core pool, one unit of work per arch, where the build set one up (nvcc_plan.py), else nvcc whole."""
-    args = deterministic_args(args)
+    args = deterministic_args(args, seedable=accepts_random_seed(_usage(nvcc)))
     returncode = None
     if os.environ.get(nvcc_plan.POOL_ENV):
         returncode = nvcc_plan.compile_split(nvcc, args, source_of(args), os.environ)

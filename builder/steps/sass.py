@@ -32,7 +32,8 @@ def kernel_sass(cuobjdump: Path, path: Path) -> dict[tuple[str, str], str]:
         [str(cuobjdump), "-sass", str(path)], capture_output=True, text=True, check=True, env=env
     ).stdout
     kernels: dict[tuple[str, str], list[list[str]]] = defaultdict(list)
-    arch, body = "", None
+    arch = ""
+    body: list[str] | None = None
     for line in listing.splitlines():
         if match := _ARCH.match(line):
             arch, body = match[1], None

@@ -6,8 +6,10 @@ toolkit's own cuobjdump both see. torch 2.0's cu117 jobs resolve to this toolkit
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
 from builder.plan.facts import Accelerator
+from builder.steps import objcache
 from builder.steps.environment import check_toolkit, toolkit_version
 from builder.steps.toolchain import candidates, provide
 
@@ -70,3 +73,19 @@ def test_nvcc_11_8_compiles_sm80_sass_and_sm90_ptx(cuda118, tmp_path: Path) -> N
     assert (found.sass, found.ptx) == ({"8.0"}, {"9.0"})
     assert cuobjdump_archs(cuda118.root / "bin" / "cuobjdump", library) == found
     assert "ptxas" in (tmp_path / "time.csv").read_text()
+
+
+def test_the_nvcc_wrapper_drives_nvcc_11_8(cuda118, tmp_path: Path) -> None:
+    """Every build runs nvcc through builder/steps/objcache.py (torch's PYTORCH_NVCC); its determinism flag,
+    -frandom-seed, is one nvcc 11.8 does not know: the wrapper must leave it out there, and still cache."""
+    cache = tmp_path / "cache"
+    for name in ("first", "second"):
+        obj = tmp_path / f"{name}.o"
+        command = [cuda118.nvcc, "-ccbin", cuda118.cxx, "-gencode", "arch=compute_80,code=sm_80"]
+        run(
+            [sys.executable, objcache.__file__, cache, "use", *command, "-c", TOY_KERNEL, "-o", obj],
+            step=f"nvcc 11.8 through the wrapper ({name})",
+        )
+        assert obj.stat().st_size > 0
+    events = [json.loads(line)["result"] for line in (cache / "events.jsonl").read_text().splitlines()]
+    assert events == ["miss", "hit"]

@@ -73,7 +73,7 @@ def test_the_plan_drops_it_and_explain_says_why(tmp_path: Path, capsys: pytest.C
     assert archs == {"causal-conv1d": ("9.0", "10.0"), "mamba-ssm": ("9.0", "10.0", "10.3")}
     assert main(["plan", "--matrix", str(path), "--explain"]) == 0
     out = capsys.readouterr().out
-    assert "arch facts applied: 1" in out
+    assert "arch lists chosen or corrected: 1" in out
     assert "no sm_103 SASS (sm_100 covers it): nvcc 13.x miscompiles" in out
     assert "https://github.com/Dao-AILab/causal-conv1d/issues/105" in out
 
@@ -108,3 +108,57 @@ def test_the_arch_facts_are_checked_on_load() -> None:
         parse_known_bad({"known_bad": [{**good, "kept": "10"}]})
     with pytest.raises(FactsError, match="toolkit = 'thirteen' is not a version specifier"):
         parse_known_bad({"known_bad": [{**good, "toolkit": "thirteen"}]})
+
+
+PACKAGE_ARCHS = """\
+  narrow:
+    torch: [2.14.1]
+    accelerators: [cu130]
+    python: ["3.11"]
+    archs:
+      cu130: ["9.0", "10.0", "10.3"]
+    package_archs:
+      - package: mamba-ssm
+        archs: {cu130: ["9.0+PTX"]}
+        reason: selective_scan costs an hour per arch here
+"""
+
+
+def test_a_package_may_have_its_own_arch_list_with_a_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(MATRIX + PACKAGE_ARCHS)
+    plan = load_plan(path, "narrow")
+    archs = {job.package: job.archs for job in plan.jobs}
+    # the other package keeps the profile's list (and the arch facts still apply to it)
+    assert archs == {"causal-conv1d": ("9.0", "10.0"), "mamba-ssm": ("9.0+PTX",)}
+    assert main(["plan", "--matrix", str(path), "--profile", "narrow", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "9.0+PTX (the profile's package_archs): selective_scan costs an hour per arch here" in out
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (
+            "      - {package: mamba-sm, archs: {cu130: ['9.0']}, reason: r}\n",
+            "package_archs.0.package: no package 'mamba-sm' in packages (did you mean 'mamba-ssm'?)",
+        ),
+        (
+            "      - {package: mamba-ssm, archs: {cu130: ['9.0']}, reason: r}\n"
+            + "      - {package: mamba-ssm, archs: {cu130: ['8.0']}, reason: r}\n",
+            "package_archs.1.package: 'mamba-ssm' already has its arch lists",
+        ),
+        ("      - {package: mamba-ssm, archs: {cu130: [gfx942]}, reason: r}\n", "'gfx942' is not a CUDA architecture"),
+        ("      - {package: mamba-ssm, archs: {cu126: ['9.0']}, reason: r}\n", "the profile does not build cu126"),
+        ("      - {package: mamba-ssm, archs: {cu130: ['9.0']}}\n", "reason"),
+    ],
+)
+def test_bad_package_archs_name_their_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: str, message: str
+) -> None:
+    path = tmp_path / "matrix.yaml"
+    profile = PACKAGE_ARCHS.split("    package_archs:\n")[0] + "    package_archs:\n" + entry
+    path.write_text(MATRIX + profile)
+    assert main(["plan", "--matrix", str(path), "--profile", "narrow"]) != 0
+    err = capsys.readouterr().err
+    assert err.startswith("ERROR ") and message in err and "Traceback" not in err

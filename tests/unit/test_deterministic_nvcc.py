@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.steps.objcache import deterministic_args, normalise_object
+from builder.steps.objcache import accepts_random_seed, deterministic_args, normalise_object
 
 
 def test_seed_is_the_translation_unit_and_a_given_seed_is_kept() -> None:
@@ -13,6 +13,15 @@ def test_seed_is_the_translation_unit_and_a_given_seed_is_kept() -> None:
     assert deterministic_args(args) == [*args, "-frandom-seed=/fixed/src/csrc/a.cu"]
     seeded = [*args, "-frandom-seed=mine"]
     assert deterministic_args(seeded) == seeded
+
+
+def test_an_nvcc_without_the_option_gets_no_seed() -> None:
+    """CUDA 11.8's nvcc stops at "Unknown option '-frandom-seed=...'": the wrapper asks nvcc's usage first."""
+    args = ["-c", "/fixed/src/csrc/a.cu", "-o", "a.o"]
+    assert deterministic_args(args, seedable=False) == args
+    cuda_118 = "--threads <number>                          (-t)\n"
+    cuda_130 = cuda_118 + "--frandom-seed <seed>                       (-frandom-seed)\n"
+    assert (accepts_random_seed(cuda_118), accepts_random_seed(cuda_130)) == (False, True)
 
 
 def test_temp_file_name_is_fixed_in_place(tmp_path: Path) -> None:
