@@ -11,10 +11,15 @@
     `--threads 4`, MAX_JOBS = cores, `pip wheel --no-build-isolation`), then `wheelwright build` of the same arch
     list with nvcc whole ("today", WHEELWRIGHT_NVCC_SPLIT=0) and through the core pool ("ours"), one after the
     other, each bounded by --limit; prints wall, CPU-seconds (user+sys of the whole process tree), the cores-bound
-    (CPU-seconds / cores) and the ratios. --runs picks some; --archs narrows today's and ours (not upstream's).
+    (CPU-seconds / cores), the archs each wheel holds, and the ratios. --runs picks some; --archs narrows today's
+    and ours (not upstream's). Ours compile every arch named, sm_103 too, for this comparison only (through
+    bench_every_arch.py: the arch facts drop it from published wheels; these stay in the workdir). "second" builds
+    the same job for --second-python into ours' output with ours' object cache (ours then runs with the cache on,
+    and prints what the cache itself cost): its wall, its ratio to ours (target <= 0.1) and where its seconds go.
 
 Usage: .venv/bin/python scripts/bench_build.py [--full] [--python 3.11 --second-python 3.12] [--workdir DIR]
-       .venv/bin/python scripts/bench_build.py --full-arch causal-conv1d [--runs upstream,today,ours] [--limit S]
+       .venv/bin/python scripts/bench_build.py --full-arch causal-conv1d [--runs upstream,today,ours,second]
+                                               [--limit S] [--python 3.11 --second-python 3.12]
 """
 
 from __future__ import annotations
@@ -30,14 +35,19 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import yaml
 
+from builder.core.fatbin import FatbinContents
+from builder.core.ledger import Ledger, LedgerEntry
+from builder.plan.archs import apply_known_bad
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.steps import compile as compile_stage
-from builder.steps.environment import build_env, find_toolkit, runtime_env
+from builder.steps.elf import wheel_elf_facts
+from builder.steps.environment import NotBuildableHere, build_env, find_pythons, find_toolkit, runtime_env
 from builder.steps.fetch import fetch_sdist, unpack_sdist
 from builder.steps.recipes import apply_recipe
 
@@ -163,17 +173,125 @@ def upstream_build(package: str, python: str, torch: str, workdir: Path, limit: 
         return measure("upstream", command, environ, limit, workdir / "upstream.log")
 
 
+EVERY_ARCH = ROOT / "scripts" / "bench_every_arch.py"  # `wheelwright`, the arch facts' known-bad SASS kept
+
+
 def ours_build(
-    name: str, package: str, python: str, torch: str, archs: list[str], workdir: Path, limit: float
+    name: str, package: str, python: str, torch: str, archs: list[str], workdir: Path, limit: float,
+    *, objcache: str = "off", into: str | None = None,
 ) -> Measured:
-    """`wheelwright build` of the job with ``archs``, a cold object cache; "today" compiles with nvcc whole."""
+    """`wheelwright build` of the job with exactly ``archs`` (bench_every_arch.py: none dropped by the arch facts),
+    into ``workdir/(into or name)/out``; "today" compiles with nvcc whole. ``objcache`` "use" (a cold cache in
+    ``workdir/ours/objcache``) lets a later `second` run reuse ours' CUDA objects."""
     (workdir / name).mkdir(parents=True, exist_ok=True)
     matrix = bench_matrix(workdir / name, [python], archs, package, torch)
-    env = {**os.environ, "WHEELWRIGHT_OBJCACHE_DIR": str(workdir / name / "objcache"),
+    env = {**os.environ, "WHEELWRIGHT_OBJCACHE_DIR": str(workdir / (into or name) / "objcache"),
            "WHEELWRIGHT_NVCC_SPLIT": "0" if name == "today" else "1"}
-    command = [sys.executable, "-m", "builder.cli.main", "build", "--matrix", str(matrix), "--profile", "bench",
-               "--select", "*", "--output", str(workdir / name / "out"), "--objcache", "off"]
+    command = [sys.executable, str(EVERY_ARCH), "build", "--matrix", str(matrix), "--profile", "bench",
+               "--select", "*", "--output", str(workdir / (into or name) / "out"), "--objcache", objcache]
     return measure(name, command, env, limit, workdir / f"{name}.log")
+
+
+def ledger_entry(output: Path, python: str) -> LedgerEntry:
+    """The ledger row of the build of ``python`` in the output folder ``output``."""
+    with Ledger(output / "ledger.sqlite") as ledger:
+        (entry,) = [e for e in ledger.entries() if e.python == python]
+    return entry
+
+
+def spelled_archs(sass: Iterable[str], ptx: Iterable[str]) -> str:
+    """``SASS 7.5,8.0,...; PTX 12.1`` as fatbin.describe sorts them: the archs a wheel's kernels are for."""
+    return FatbinContents(sass=frozenset(sass), ptx=frozenset(ptx)).describe().replace(", ", ",")
+
+
+def wheel_archs(wheel: Path) -> tuple[frozenset[str], frozenset[str]]:
+    """(SASS, PTX) of a wheel's shared objects, read from their fatbins (what the verify gate reads)."""
+    elves = wheel_elf_facts(wheel)
+    return (frozenset(a for elf in elves for a in elf.gpu.sass), frozenset(a for elf in elves for a in elf.gpu.ptx))
+
+
+def compiled_archs(name: str, workdir: Path, python: str) -> tuple[frozenset[str], frozenset[str]]:
+    """What a run's wheel holds: for ours, the ledger's verify report (read from the wheel by the gate); for
+    upstream, which has no ledger, its wheel read by the same fatbin reader."""
+    if name == "upstream":
+        (wheel,) = (workdir / "upstream-dist").glob("*.whl")
+        return wheel_archs(wheel)
+    report = json.loads(ledger_entry(workdir / name / "out", python).report or "{}")
+    return frozenset(report.get("sass", ())), frozenset(report.get("ptx", ()))
+
+
+def kept_known_bad(package: str, torch: str, archs: list[str], workdir: Path) -> list[str]:
+    """What builder/data/archs.toml would drop from ``archs`` for this job (bench_every_arch.py keeps it)."""
+    (job,) = load_plan(bench_matrix(workdir, ["3.11"], archs, package, torch), "bench").jobs
+    _, notes = apply_known_bad(job.identifier, job.package, job.version, job.accelerator.version, archs)
+    return [f"sm_{note.dropped.replace('.', '')} ({note.citation})" for note in notes]
+
+
+def second_unavailable(first: str, second: str) -> str | None:
+    """Why the 2nd-Python run cannot happen here, or None."""
+    if second == first:
+        return f"the 2nd Python is the 1st ({first}); pass --second-python with another one"
+    try:
+        find_pythons(second)
+    except NotBuildableHere as error:
+        return str(error)
+    return None
+
+
+def ninja_steps(log: Path) -> list[tuple[str, float]]:
+    """(object name, seconds) of each step in a ninja log (v5+: start and end in ms, then mtime and output), the
+    latest run's row for each output, longest first."""
+    steps: dict[str, float] = {}
+    for line in log.read_text().splitlines():
+        fields = line.split("\t")
+        if line.startswith("#") or len(fields) < 4:
+            continue
+        steps[Path(fields[3]).name] = (int(fields[1]) - int(fields[0])) / 1000
+    return sorted(steps.items(), key=lambda step: -step[1])
+
+
+def second_report(entry: LedgerEntry, events: list[dict], ninja: list[tuple[str, float]] | None) -> list[str]:
+    """Where the 2nd Python's seconds go: the ledger's phases, the compile phase's ninja steps (the TUs compiled
+    afresh: the Python-dependent .cpp; the CUDA ones from ours' objects) and the rest of it (setup.py, link, zip)."""
+    timings = entry.timings
+    hits = sum(e["result"] == "hit" for e in events)
+    misses = [Path(e["source"]).name for e in events if e["result"] == "miss"]
+    afresh = f": {', '.join(misses)}" if misses else ""
+    lines = [f"(d) second: CUDA objects: {hits} from ours' cache, {len(misses)} compiled afresh{afresh}"]
+    compile_s = timings.get("compile", 0.0)
+    if ninja is None:
+        lines.append(f"(d) second: compile {compile_s:.1f} s (no ninja log left in the workspace to split it)")
+    else:
+        span = sum(seconds for _, seconds in ninja)  # a bound: steps may overlap
+        slow = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in ninja[:3])
+        lines.append(f"(d) second: compile {compile_s:.1f} s: ninja steps {span:.1f} s in all ({slow}); the rest, "
+                     f"{max(0.0, compile_s - span):.1f} s, is setup.py (torch's import), the link and the wheel's zip")
+    others = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in timings.items() if phase != "compile")
+    lines.append(f"(d) second: other phases: {others}")
+    return lines
+
+
+def second_build(args: argparse.Namespace, archs: list[str], workdir: Path, ours: Measured | None) -> Measured | None:
+    """The same job for the 2nd Python, into ours' output folder with ours' object cache: only what depends on
+    the Python compiles (#15's (b) at the full arch list); prints its wall, its ratio to ours and the phases."""
+    reason = second_unavailable(args.python, args.second_python)
+    if reason is not None:
+        print(f"(d) second: not run: {reason}", flush=True)
+        return None
+    before = len(compile_events(workdir / "ours" / "objcache"))
+    measured = ours_build("second", args.full_arch, args.second_python, args.torch, archs, workdir, args.limit,
+                          objcache="use", into="ours")
+    print(measured.line(), flush=True)
+    if ours is not None:
+        print(f"(d) second/ours: wall {measured.wall / ours.wall:.3f} (target <= 0.1)", flush=True)
+    entry = ledger_entry(workdir / "ours" / "out", args.second_python)
+    (job,) = load_plan(workdir / "second" / "matrix-bench.yaml", "bench").jobs
+    tag = "cpython-" + args.second_python.replace(".", "")
+    logs = sorted((compile_stage.Workspace.for_job(job).source / "build").glob(f"temp.*-{tag}*/.ninja_log"))
+    events = compile_events(workdir / "ours" / "objcache")[before:]
+    for line in second_report(entry, events, ninja_steps(logs[0]) if logs else None):
+        print(line, flush=True)
+    return measured
 
 
 def critical_path(name: str, workdir: Path, measured: Measured) -> str:
@@ -192,20 +310,51 @@ def critical_path(name: str, workdir: Path, measured: Measured) -> str:
             f"{measured.cores_bound:.0f} s")
 
 
+
+def cache_overhead(objcache: Path) -> str:
+    """What ours' object cache itself cost (keys, lookups, stores), summed over its TUs, from its events."""
+    events = compile_events(objcache)
+    total = sum(e.get("cache_seconds", 0.0) for e in events)
+    return f"(d) ours: object cache on (for second): its own work {total:.1f} s summed over {len(events)} TUs"
+
+
 def full_arch(args: argparse.Namespace, workdir: Path) -> None:
     archs = args.archs.split(",") if args.archs else list(load_facts().cuda_archs["13.0"])
     runs = args.runs.split(",")
+    unknown = sorted(set(runs) - {"upstream", "today", "ours", "second"})
+    if unknown:
+        raise SystemExit(f"bench_build: --runs: unknown run {', '.join(unknown)} (upstream, today, ours, second)")
+    if "second" in runs and "ours" not in runs[: runs.index("second")]:
+        raise SystemExit("bench_build: --runs: second reuses ours' CUDA objects, so ours must come before it")
     print(f"bench_build (d): {args.full_arch}, torch {args.torch}+cu130, {len(os.sched_getaffinity(0))} cores, "
           f"archs {','.join(archs)} (upstream: its own flags), workdir {workdir}", flush=True)
+    kept = kept_known_bad(args.full_arch, args.torch, archs, workdir)
+    if kept:
+        print(f"(d) kept for this comparison only (builder/data/archs.toml drops it from published wheels): "
+              f"{'; '.join(kept)}; these wheels stay in {workdir}", flush=True)
     results: dict[str, Measured] = {}
+    compiled: dict[str, str] = {}
     for name in runs:
+        if name == "second":
+            measured = second_build(args, archs, workdir, results.get("ours"))
+            if measured is not None:
+                results[name] = measured
+            continue
         if name == "upstream":
             results[name] = upstream_build(args.full_arch, args.python, args.torch, workdir, args.limit)
         else:
-            results[name] = ours_build(name, args.full_arch, args.python, args.torch, archs, workdir, args.limit)
-        print(results[name].line(), flush=True)
+            objcache = "use" if name == "ours" and "second" in runs else "off"
+            results[name] = ours_build(name, args.full_arch, args.python, args.torch, archs, workdir, args.limit,
+                                       objcache=objcache)
+        compiled[name] = spelled_archs(*compiled_archs(name, workdir, args.python))
+        print(f"{results[name].line()}  compiled: {compiled[name]}", flush=True)
         if name != "upstream":
             print(critical_path(name, workdir, results[name]), flush=True)
+        if name == "ours" and "second" in runs:
+            print(cache_overhead(workdir / "ours" / "objcache"), flush=True)
+    if len(set(compiled.values())) > 1:
+        print("(d) WARNING the runs compiled different archs: "
+              + "; ".join(f"{name}: {archs}" for name, archs in compiled.items()), flush=True)
     if "ours" in results:
         for other in ("upstream", "today"):
             if other in results:
@@ -232,7 +381,8 @@ def main() -> int:
     )
     parser.add_argument("--full-arch", metavar="PACKAGE", choices=("causal-conv1d", "mamba-ssm"),
                         help="only (d): upstream's released build vs ours, full arch list")
-    parser.add_argument("--runs", default="upstream,today,ours", help="(d): which builds, in this order")
+    parser.add_argument("--runs", default="upstream,today,ours",
+                        help="(d): which builds, in this order, of upstream, today, ours, second (after ours)")
     parser.add_argument("--archs", default="", help="(d): comma-separated archs for today/ours (default: all 9)")
     parser.add_argument("--torch", default="2.14.1", help="(d): the torch to build against (the GPU box: 2.11.0)")
     parser.add_argument("--limit", type=float, default=3600.0, help="(d): seconds each build may take")

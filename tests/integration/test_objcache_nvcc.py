@@ -51,6 +51,9 @@ def test_second_python_hits_and_gets_identical_bytes(tmp_path: Path, source: Pat
         tmp_path / "b312/temp.cpython-312/k.o"
     ).read_bytes()
     assert (tmp_path / "b312/temp.cpython-312/k.o.d").is_file()
+    # what the cache itself cost, beside the compile: keys, lookup, store (a miss), the copy back (a hit)
+    miss, hit = [json.loads(line) for line in (cache / "events.jsonl").read_text().splitlines()]
+    assert 0 < miss["cache_seconds"] < miss["seconds"] and 0 < hit["cache_seconds"] < 1
 
 
 def test_verify_mode_compiles_fresh_and_matches_the_cache(tmp_path: Path, source: Path) -> None:

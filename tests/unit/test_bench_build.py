@@ -1,0 +1,88 @@
+"""scripts/bench_build.py's full-arch mode (d), its logic without a build: which archs the comparison keeps, when
+the 2nd-Python run cannot happen here, and where the 2nd Python's seconds go (ledger phases, the ninja log, the
+object cache's events)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+from builder.core.ledger import LedgerEntry, Status
+from scripts import bench_build
+
+ALL_9 = ["7.5", "8.0", "8.7", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1"]
+HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def test_the_comparison_names_the_known_bad_sass_it_keeps(tmp_path: Path) -> None:
+    (kept,) = bench_build.kept_known_bad("causal-conv1d", "2.14.1", ALL_9, tmp_path)
+    assert kept.startswith("sm_103 (https://github.com/Dao-AILab/causal-conv1d/issues/105")
+    assert bench_build.kept_known_bad("mamba-ssm", "2.14.1", ALL_9, tmp_path) == []
+    assert bench_build.kept_known_bad("causal-conv1d", "2.14.1", ["9.0"], tmp_path) == []
+
+
+def test_archs_are_spelled_sorted_sass_then_ptx() -> None:
+    assert bench_build.spelled_archs({"10.3", "9.0", "12.1", "7.5"}, {"12.1"}) == "SASS 7.5,9.0,10.3,12.1; PTX 12.1"
+
+
+def test_second_is_unavailable_for_the_same_python_or_a_missing_one() -> None:
+    assert "the 2nd Python is the 1st (3.12)" in (bench_build.second_unavailable("3.12", "3.12") or "")
+    assert "no Python 3.99 interpreter" in (bench_build.second_unavailable("3.12", "3.99") or "")
+    assert bench_build.second_unavailable("3.0", HERE) is None  # this interpreter is one
+
+
+def test_ninja_log_gives_each_outputs_latest_step_longest_first(tmp_path: Path) -> None:
+    log = tmp_path / ".ninja_log"
+    log.write_text(
+        "# ninja log v7\n"
+        "0\t900\t1\t/w/build/temp/csrc/causal_conv1d_fwd.o\taa\n"
+        "0\t41250\t1\t/w/build/temp/csrc/causal_conv1d.o\tbb\n"
+        "10\t330\t1\t/w/build/temp/csrc/causal_conv1d_bwd_0.o\tcc\n"
+        "0\t400\t2\t/w/build/temp/csrc/causal_conv1d_fwd.o\tdd\n"  # a later run's row for the same output
+    )
+    assert bench_build.ninja_steps(log) == [
+        ("causal_conv1d.o", 41.25), ("causal_conv1d_fwd.o", 0.4), ("causal_conv1d_bwd_0.o", 0.32)
+    ]
+
+
+def entry(timings: dict[str, float]) -> LedgerEntry:
+    return LedgerEntry(job_id="causal-conv1d-1.7.0+pt214cu130-cp312-x86_64", package="causal-conv1d", version="1.7.0",
+                       label="pt214cu130", torch="2.14.1", accelerator="cu130", python="3.12", input_hash="0" * 64,
+                       status=Status.BUILT, timings=timings)
+
+
+def test_second_report_says_what_compiled_and_where_the_seconds_went() -> None:
+    timings = {"fetch": 0.1, "env": 1.2, "patch": 0.3, "compile": 52.0, "repair": 9.5, "verify": 14.0, "install": 2.0}
+    events = [{"source": f"/w/src/csrc/k{i}.cu", "result": "hit", "seconds": 0.1} for i in range(11)]
+    events.append({"source": "/w/src/csrc/causal_conv1d_update.cu", "result": "miss", "seconds": 30.0})
+    ninja = [("causal_conv1d.o", 40.0), ("causal_conv1d_fwd.o", 0.5), ("k2.o", 0.25)]
+    cuda, split, phases = bench_build.second_report(entry(timings), events, ninja)
+    assert cuda == "(d) second: CUDA objects: 11 from ours' cache, 1 compiled afresh: causal_conv1d_update.cu"
+    assert "compile 52.0 s: ninja steps 40.8 s in all (causal_conv1d.o 40.0 s, causal_conv1d_fwd.o 0.5 s" in split
+    assert "the rest, 11.2 s, is setup.py (torch's import), the link and the wheel's zip" in split
+    assert phases == "(d) second: other phases: fetch 0.1 s, env 1.2 s, patch 0.3 s, repair 9.5 s, verify 14.0 s, " \
+                     "install 2.0 s"
+    _, unsplit, _ = bench_build.second_report(entry(timings), events[:11], None)
+    assert unsplit == "(d) second: compile 52.0 s (no ninja log left in the workspace to split it)"
+
+
+def test_cache_overhead_sums_the_events(tmp_path: Path) -> None:
+    (tmp_path / "events.jsonl").write_text(
+        '{"source": "a.cu", "result": "miss", "seconds": 100.0, "cache_seconds": 0.25}\n'
+        '{"source": "b.cu", "result": "miss", "seconds": 50.0, "cache_seconds": 0.5}\n'
+    )
+    assert bench_build.cache_overhead(tmp_path) == "(d) ours: object cache on (for second): its own work 0.8 s " \
+                                                   "summed over 2 TUs"
+
+
+@pytest.mark.parametrize(
+    ("runs", "message"),
+    [("ours,fast", "unknown run fast"), ("second", "ours must come before it"), ("second,ours", "ours must come")],
+)
+def test_runs_are_checked_before_anything_builds(tmp_path: Path, runs: str, message: str) -> None:
+    args = argparse.Namespace(archs="", runs=runs, full_arch="causal-conv1d", torch="2.14.1")
+    with pytest.raises(SystemExit, match=message):
+        bench_build.full_arch(args, tmp_path)
