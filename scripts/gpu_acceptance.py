@@ -11,6 +11,7 @@ still pending (a later command's --resume goes on).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -275,6 +276,37 @@ def _job_check(entry, wheelhouse: Path) -> Check:
         **({"wheel": entry.wheel} if built else {}),
     }
     return Check(name=entry.job_id, status=PASSED if built else FAILED, detail=detail, data=data)
+
+
+def cmd_wheelhouse_packages(args: argparse.Namespace) -> int:
+    """Print the packages (of the data file's) the wheelhouse has a built wheel of for the label, comma-separated:
+    what a --skip-build run installs and checks. None: one ERROR line, exit 1."""
+    from builder.core.ledger import Ledger
+
+    with Ledger(args.wheelhouse / "ledger.sqlite") as ledger:
+        built = {
+            canonicalize_name(entry.package)
+            for entry in ledger.entries()
+            if entry.label == args.config.label and entry.status == "built"
+            and (args.wheelhouse / "dist" / str(entry.wheel)).is_file()
+        }
+    held = [package for package in args.config.packages if canonicalize_name(package) in built]
+    if not held:
+        print(f"ERROR {args.wheelhouse}: no {args.config.label} wheel of {', '.join(args.config.packages)} built there",
+              file=sys.stderr)
+        return EXIT_FAILED
+    print(",".join(held))
+    return EXIT_PASSED
+
+
+def cmd_lacks(args: argparse.Namespace) -> int:
+    """Print why a stage cannot run on the packages this command checks (--packages), or nothing when it can."""
+    config: Config = args.config
+    missing = [p for p in config.stage(args.stage).packages if p not in config.packages]
+    if missing:
+        print(f"skipped: {', '.join(missing)} not in {args.wheelhouse or 'the wheelhouse'} "
+              f"(it holds {', '.join(config.packages)})")
+    return EXIT_PASSED
 
 
 def cmd_detach_start(args: argparse.Namespace) -> int:
@@ -630,6 +662,10 @@ def _parts(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
 def _seconds_value(text: str) -> float:
     try:
         value = float(text)
@@ -638,6 +674,13 @@ def _seconds_value(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
     return value
+
+
+def _only_packages(config: Config, packages: tuple[str, ...]) -> Config:
+    strangers = [p for p in packages if p not in config.packages]
+    if strangers or not packages:
+        raise ConfigError(f"--packages: {', '.join(strangers) or 'none given'}: not among {', '.join(config.packages)}")
+    return dataclasses.replace(config, packages=tuple(p for p in config.packages if p in packages))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -650,7 +693,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--config", type=Path, default=None, help="the checks' data file (default: scripts/data/gpu_acceptance.toml)"
     )
+    parser.add_argument(
+        "--packages", type=_names, default=None,
+        help="comma-separated: the data file's packages the wheelhouse holds (default: all of them); install and "
+        "doctor check these, and a stage testing another is skipped (see `lacks`)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub = commands.add_parser("wheelhouse-packages", help="print the packages a wheelhouse has built wheels of")
+    sub.add_argument("--wheelhouse", type=Path, required=True)
+    sub.set_defaults(func=cmd_wheelhouse_packages)
+
+    sub = commands.add_parser("lacks", help="print why a stage is skipped for --packages (nothing: it can run)")
+    sub.add_argument("--stage", required=True)
+    sub.add_argument("--wheelhouse", help="named in the reason")
+    sub.set_defaults(func=cmd_lacks)
 
     sub = commands.add_parser("record", help="record a stage's result (for the shell's own stages)")
     sub.add_argument("--stage", required=True)
@@ -803,6 +860,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.config = load_config(args.config) if args.config else load_config()
+        if args.packages is not None:
+            args.config = _only_packages(args.config, args.packages)
     except ConfigError as error:
         print(f"ERROR {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -20,7 +20,9 @@ usage: scripts/gpu_acceptance.sh OUTDIR [--stages LIST] [--resume] [--detach] [-
   --resume                go on with the run an earlier command left in the work folder: its results stand, and
                           the stages it left pending (or a build still running) are run (or collected) now
   --detach                start the build and return without waiting for it (a later --resume collects it)
-  --skip-build WHEELHOUSE reuse an earlier run's build output (its dist/ and ledger.sqlite) and only test
+  --skip-build WHEELHOUSE reuse an earlier run's build output (its dist/ and ledger.sqlite) and only test; one
+                          that holds fewer packages (bench_build's full-arch output) has those installed and checked,
+                          and the stages testing another are skipped, saying so
   --quick                 run a subset of causal-conv1d's suite (its counts are then not compared with upstream's)
   --leak-seconds N        each of the seed checklist's two leak runs (default: the data file's, 60)
   --work DIR              scratch folder: wheelhouse, venvs, cache, the summary (default: .gpu-work)
@@ -100,14 +102,15 @@ setup() {  # absolute paths, the log, and the environment every stage shares
     BUILD_STATE=$WORK/build-run    # the detached build's pid and exit status (scripts/acceptance/detach.py)
     BUILD_CONSOLE=$WORK/build-console.log
     ARCH=$WORK/arch                # one build folder per arch variant: its dist/, ledger, site, logs and reports
-    read -r LABEL ARCH_PACKAGE ARCH_NICE ARCH_PARALLEL PTX_LOADING PTX_TIMEOUT ARCH_VARIANTS < <("$PY" - scripts/data/gpu_acceptance.toml <<'EOF'
+    read -r LABEL PACKAGES ARCH_PACKAGE ARCH_NICE ARCH_PARALLEL PTX_LOADING PTX_TIMEOUT ARCH_VARIANTS < <("$PY" - scripts/data/gpu_acceptance.toml <<'EOF'
 import sys, tomllib
 data = tomllib.load(open(sys.argv[1], "rb"))
 arch, speed = data["arch"], data["ptx_speed"]
 variants = ",".join(f"{name}:{v['profile']}" for name, v in arch["variants"].items())
-print(data["label"], arch["package"], arch["nice"], arch["build_parallel"], speed["module_loading"], int(speed["timeout_s"]), variants)
+print(data["label"], ",".join(data["packages"]), arch["package"], arch["nice"], arch["build_parallel"], speed["module_loading"], int(speed["timeout_s"]), variants)
 EOF
 )
+    PKG_ARGS=()  # --packages for the Python part: set by held_packages when a reused wheelhouse holds fewer
     rm -f "$OUTDIR/summary.json" "$OUTDIR"/build-*.log "$OUTDIR"/build-status.txt "$OUTDIR/upstream-pytest.log" "$OUTDIR/pip-report.json" \
         "$OUTDIR/doctor.json" "$OUTDIR/details.tar.gz"
     [ "$resume" -eq 1 ] || rm -f "$SUMMARY"
@@ -128,8 +131,8 @@ EOF
 }
 
 # the scripts are a package of the checkout (scripts/__init__.py): run as modules with the checkout's root on the path
-py() { PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m scripts.gpu_acceptance --summary "$SUMMARY" "$@"; }
-vpy() { env PYTHONPATH="$ROOT" "$VENV/bin/python" -m scripts.gpu_acceptance --summary "$SUMMARY" "$@"; }
+py() { PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m scripts.gpu_acceptance --summary "$SUMMARY" "${PKG_ARGS[@]}" "$@"; }
+vpy() { env PYTHONPATH="$ROOT" "$VENV/bin/python" -m scripts.gpu_acceptance --summary "$SUMMARY" "${PKG_ARGS[@]}" "$@"; }
 ww() { PYTHONPATH="$WW_SITE:$ROOT" PATH="$WW_SITE/bin:$PATH" "$PY" -m builder.cli.main "$@"; }
 remaining() { echo $((deadline - SECONDS)); }
 say() { echo "[$(date +%H:%M:%S) +${SECONDS}s] $*"; }
@@ -364,7 +367,7 @@ stage_serve() {
 stage_install() {
     make_venv "$VENV"
     env -u PIP_FIND_LINKS "$PY" -m pip --python "$VENV/bin/python" install --no-index --no-deps --no-cache-dir \
-        --find-links "$URL/whl/$LABEL.html" --report "$WORK/pip-report.json" causal-conv1d mamba-ssm
+        --find-links "$URL/whl/$LABEL.html" --report "$WORK/pip-report.json" ${PACKAGES//,/ }
     vpy installed --report "$WORK/pip-report.json" --index-url "$URL" --dist "$WH/dist"
 }
 
@@ -412,7 +415,7 @@ stage_arch_build() {  # collects the arch builds; starts those this run's build 
 avpy() {  # avpy NAME ARGS...: the Python part in the arch variant's venv
     local name=$1
     shift
-    env PYTHONPATH="$ROOT" "$WORK/venv-$name/bin/python" -m scripts.gpu_acceptance --summary "$SUMMARY" "$@"
+    env PYTHONPATH="$ROOT" "$WORK/venv-$name/bin/python" -m scripts.gpu_acceptance --summary "$SUMMARY" "${PKG_ARGS[@]}" "$@"
 }
 
 arch_ready() {  # arch_ready NAME: 0 when its wheel is there, 4 while its build still runs, 1 when it has none
@@ -521,10 +524,24 @@ after_stage() {
     fi
 }
 
+# held_packages: a reused wheelhouse (--skip-build) may hold fewer of the packages than a build makes (bench_build's
+# full-arch output holds one): install and doctor then check those, and the stages testing another are skipped
+held_packages() {
+    [ -n "$wheelhouse_reuse" ] || return 0
+    local held
+    held=$(py wheelhouse-packages --wheelhouse "$WH") || exit 2  # it said why
+    if [ "$held" != "$PACKAGES" ]; then
+        say "the reused wheelhouse $WH holds ${held//,/, } (not ${PACKAGES//,/, }): only these are installed and checked"
+        PACKAGES=$held
+        PKG_ARGS=(--packages "$held")
+    fi
+}
+
 main() {
     parse_args "$@"
     setup
     trap cleanup EXIT
+    held_packages
     quick_flag=$([ "$quick" -eq 1 ] && echo 1 || true)
     CUDA_HOME=$(detect_cuda_home || true)
     export CUDA_HOME
@@ -542,6 +559,13 @@ main() {
     local name setup needs
     while read -r name setup needs; do
         [ -n "$name" ] || continue
+        local lacking=""
+        [ "${#PKG_ARGS[@]}" -eq 0 ] || lacking=$(py lacks --stage "$name" --wheelhouse "$WH")
+        if [ -n "$lacking" ]; then
+            say "=== stage $name: $lacking"
+            py record --stage "$name" --status skipped --detail "$lacking"
+            continue
+        fi
         if [ "$(remaining)" -lt "$needs" ]; then
             say "=== stage $name: pending ($(remaining)s left, it needs ${needs}s)"
             py record --stage "$name" --status pending \

@@ -81,6 +81,7 @@ class Stage:
     name: str
     setup: bool  # runs again in every command that runs a later stage; a failure ends the command
     seconds: int  # needed before the deadline to be started
+    packages: tuple[str, ...] = ()  # the main wheelhouse's packages it tests: without one of them it is skipped
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -282,10 +283,19 @@ def _arch(table: dict) -> Arch:
 
 def _registry(data: dict) -> tuple[Stage, ...]:
     setup, seconds = set(data["setup_stages"]), data.get("stage_seconds", {})
-    unknown = sorted((setup | set(seconds)) - set(data["stages"]))
+    tested = data.get("stage_packages", {})
+    unknown = sorted((setup | set(seconds) | set(tested)) - set(data["stages"]))
     if unknown:
-        raise ValueError(f"setup_stages or [stage_seconds] name stages not in `stages`: {', '.join(unknown)}")
-    return tuple(Stage(name=name, setup=name in setup, seconds=int(seconds.get(name, 0))) for name in data["stages"])
+        raise ValueError(
+            f"setup_stages, [stage_seconds] or [stage_packages] name stages not in `stages`: {', '.join(unknown)}"
+        )
+    strangers = sorted({p for packages in tested.values() for p in packages} - set(data["packages"]))
+    if strangers:
+        raise ValueError(f"[stage_packages] names packages not in `packages`: {', '.join(strangers)}")
+    return tuple(
+        Stage(name=name, setup=name in setup, seconds=int(seconds.get(name, 0)), packages=tuple(tested.get(name, ())))
+        for name in data["stages"]
+    )
 
 
 def _checklist(table: dict) -> Checklist:

@@ -1,23 +1,66 @@
-"""scripts/gpu_build_proof.sh's CPU-side behaviour: bad arguments are one ERROR line and exit 2, and --collect
-reports a detached run's output (running: exit 4; finished: exit 0; none: exit 1)."""
+"""scripts/gpu_build_proof.sh's CPU-side behaviour: bad arguments are one ERROR line and exit 2, --collect reports a
+detached run's output (running: exit 4; finished: exit 0; none: exit 1), and --suite hands ours' output folder to
+gpu_acceptance.sh --skip-build (here, without a GPU, its stages are skipped for that reason: exit 3)."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
+
+from builder.core.ledger import Ledger, LedgerEntry
+from scripts.acceptance.config import load_config
+from tests.wheels import make_wheel
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_build_proof.sh"
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, check=False, timeout=60)
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": sys.executable}
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, check=False, timeout=timeout,
+                          env=env)
 
 
-def test_bad_arguments_are_one_error_line(tmp_path: Path) -> None:
-    for args, message in (((), "OUTDIR is required"), ((str(tmp_path), "--nope"), "unknown option: --nope"),
-                          ((str(tmp_path), "--collect", "soon"), "--collect wants seconds")):
-        done = run(*args)
-        assert done.returncode == 2 and done.stderr.startswith("ERROR ") and message in done.stderr, done.stderr
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [((), "OUTDIR is required"), (("--nope",), "unknown option: --nope"),
+     (("--collect", "soon"), "--collect wants seconds"), (("--package", "flash-attn"), "--package wants"),
+     (("--suite", "--detach"), "--suite needs ours' wheel: not with --detach"),
+     (("--runs", "none"), "--runs none builds nothing: give --suite")],
+)
+def test_bad_arguments_are_one_error_line(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    done = run(*((str(tmp_path), *args) if args else ()))
+    assert done.returncode == 2 and done.stderr.startswith("ERROR ") and message in done.stderr, done.stderr
+
+
+def test_suite_without_an_ours_output_says_so(tmp_path: Path) -> None:
+    done = run(str(tmp_path / "out"), "--runs", "none", "--suite", "--work", str(tmp_path / "work"))
+    assert done.returncode == 1 and "ERROR no ours output in" in done.stderr and "run --runs ours first" in done.stderr
+
+
+def test_suite_runs_the_acceptance_stages_on_ours_output(tmp_path: Path) -> None:
+    """What bench_build's ours leaves (one causal-conv1d wheel and its ledger row) goes to gpu_acceptance.sh as a
+    reused wheelhouse; on this machine its preflight finds no CUDA device and every stage says so."""
+    label, work = load_config().label, tmp_path / "work"
+    ours = work / "bench-full-causal-conv1d" / "ours" / "out"
+    (ours / "dist").mkdir(parents=True)
+    wheel = make_wheel(ours / "dist", name="causal_conv1d", version=f"1.7.0+{label}", python_tag="cp312",
+                       files={"causal_conv1d/__init__.py": b""}, requires=("torch==2.11.*",))
+    with Ledger(ours / "ledger.sqlite") as ledger:
+        ledger.put(LedgerEntry(job_id=f"causal-conv1d-1.7.0+{label}-cp312-x86_64", package="causal-conv1d",
+                               version="1.7.0", label=label, torch="2.11.0", accelerator="cu130", python="3.12",
+                               input_hash="0" * 64, status="built", wheel=wheel.name))
+    done = run(str(tmp_path / "out"), "--runs", "none", "--suite", "--work", str(work), timeout=120)
+    assert done.returncode == 3, done.stdout + done.stderr  # no CUDA device
+    assert "holds causal-conv1d (not causal-conv1d, mamba-ssm)" in done.stdout
+    summary = json.loads((tmp_path / "out" / "suite" / "summary.json").read_text())
+    assert summary["commands"][0]["planned"] == ["preflight", "carry", "index", "serve", "install", "doctor",
+                                                 "upstream"]
+    assert {entry["status"] for entry in summary["stages"].values()} == {"skipped"}
 
 
 def test_collect_reports_a_detached_run(tmp_path: Path) -> None:

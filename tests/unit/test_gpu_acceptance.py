@@ -179,6 +179,7 @@ def test_check_refuses_a_carry_over_the_limit(tmp_path: Path, capsys: pytest.Cap
 
 def test_config_is_complete() -> None:
     assert set(CONFIG.tolerance) == {*DTYPES, "weight"}
+    assert CONFIG.stage("upstream").packages == ("causal-conv1d",) and CONFIG.stage("install").packages == ()
     assert CONFIG.upstream.expected["1.7.0"] == Expected(passed=9485, skipped=3888)
     assert CONFIG.stages[0] == "preflight" and CONFIG.stages[-1] == "ptx_speed"
 
@@ -194,6 +195,8 @@ def test_config_is_complete() -> None:
         (('module_loading = "LAZY"', 'module_loading = "lazy"'), "module_loading must be one of"),
         (('label = "pt211cu130"', ""), "missing key 'label'"),
         (("seqlen = 8192", "seqlen = 0"), "needs positive integer sizes"),
+        (('upstream = ["causal-conv1d"]', 'upstream = ["causal_conv1d"]'), "names packages not in `packages`"),
+        (('bench = ["causal-conv1d", "mamba-ssm"]', 'bnech = ["mamba-ssm"]'), "not in `stages`: bnech"),
     ],
 )
 def test_config_errors_name_the_problem(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
@@ -583,3 +586,21 @@ def test_build_report_without_a_ledger_fails(tmp_path: Path) -> None:
         == 1
     )
     assert "no pt211cu130 jobs in" in json.loads(summary.read_text())["stages"]["build"]["checks"][0]["detail"]
+
+
+# -- a reused wheelhouse with fewer packages (--skip-build of bench_build's full-arch output) ---------------------
+
+
+def test_lacks_names_the_package_a_stage_needs_and_packages_must_be_the_data_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = str(tmp_path / "summary.json")
+    for stage, said in (("mamba", "skipped: mamba-ssm not in /w/ours/out (it holds causal-conv1d)"),
+                        ("upstream", ""), ("install", "")):
+        assert gpu_acceptance.main(["--summary", summary, "--packages", "causal-conv1d", "lacks", "--stage", stage,
+                                    "--wheelhouse", "/w/ours/out"]) == 0
+        assert capsys.readouterr().out.strip() == said, stage
+    assert gpu_acceptance.main(["--summary", summary, "lacks", "--stage", "mamba"]) == 0  # all packages: none lacks
+    assert capsys.readouterr().out == ""
+    assert gpu_acceptance.main(["--summary", summary, "--packages", "flash-attn", "lacks", "--stage", "mamba"]) == 2
+    assert "ERROR --packages: flash-attn: not among causal-conv1d, mamba-ssm" in capsys.readouterr().err
