@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -159,6 +160,7 @@ def upstream_build(package: str, python: str, torch: str, workdir: Path, limit: 
     toolkit = find_toolkit(job.accelerator)
     runtime = runtime_env(job, load_facts())
     env = build_env(job, runtime, toolkit)
+    shutil.rmtree(workdir / "upstream-dist", ignore_errors=True)  # the one wheel this run builds, nothing older
     source = unpack_sdist(fetch_sdist(job), workdir / "upstream-src")
     cores = len(os.sched_getaffinity(0))
     parallelism = compile_stage.Parallelism(max_jobs=cores, nvcc_threads=4)
@@ -183,6 +185,8 @@ def ours_build(
     """`wheelwright build` of the job with exactly ``archs`` (bench_every_arch.py: none dropped by the arch facts),
     into ``workdir/(into or name)/out``; "today" compiles with nvcc whole. ``objcache`` "use" (a cold cache in
     ``workdir/ours/objcache``) lets a later `second` run reuse ours' CUDA objects."""
+    if into is None:  # a fresh folder: an earlier run's ledger would make this build "up to date", and no build
+        shutil.rmtree(workdir / name, ignore_errors=True)
     (workdir / name).mkdir(parents=True, exist_ok=True)
     matrix = bench_matrix(workdir / name, [python], archs, package, torch)
     env = {**os.environ, "WHEELWRIGHT_OBJCACHE_DIR": str(workdir / (into or name) / "objcache"),
