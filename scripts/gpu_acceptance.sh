@@ -134,6 +134,8 @@ EOF
 py() { PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m scripts.gpu_acceptance --summary "$SUMMARY" "${PKG_ARGS[@]}" "$@"; }
 vpy() { env PYTHONPATH="$ROOT" "$VENV/bin/python" -m scripts.gpu_acceptance --summary "$SUMMARY" "${PKG_ARGS[@]}" "$@"; }
 ww() { PYTHONPATH="$WW_SITE:$ROOT" PATH="$WW_SITE/bin:$PATH" "$PY" -m builder.cli.main "$@"; }
+# `ww_serve ... &`: the background subshell becomes the server (exec), so $! is the pid that cleanup's kill must end
+ww_serve() { PYTHONPATH="$WW_SITE:$ROOT" PATH="$WW_SITE/bin:$PATH" exec "$PY" -m builder.cli.main serve "$@"; }
 remaining() { echo $((deadline - SECONDS)); }
 say() { echo "[$(date +%H:%M:%S) +${SECONDS}s] $*"; }
 
@@ -358,7 +360,7 @@ stage_index() {
 }
 
 stage_serve() {
-    ww serve --site "$WH/site" --host 127.0.0.1 --port "$PORT" >"$WORK/serve.log" 2>&1 &
+    ww_serve --site "$WH/site" --host 127.0.0.1 --port "$PORT" >"$WORK/serve.log" 2>&1 &
     echo $! >"$WORK/serve.pid"
     wait_for_page "$URL/whl/$LABEL.html"
     echo "$URL/whl/$LABEL.html answers" >"$WORK/stage-detail"
@@ -435,7 +437,7 @@ arch_prepare() {  # arch_prepare NAME: its own site, served on its own port; its
     arch_port=$(free_port)
     arch_url=http://127.0.0.1:$arch_port
     ww index --output "$out" --base-url "$arch_url"
-    ww serve --site "$out/site" --host 127.0.0.1 --port "$arch_port" >"$out/serve.log" 2>&1 &
+    ww_serve --site "$out/site" --host 127.0.0.1 --port "$arch_port" >"$out/serve.log" 2>&1 &
     echo $! >"$WORK/serve-$name.pid"
     wait_for_page "$arch_url/whl/$LABEL.html"
     make_venv "$WORK/venv-$name"
