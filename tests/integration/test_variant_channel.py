@@ -152,3 +152,77 @@ def test_on_the_gpu_machine_uv_detects_driver_and_arch_itself(channel: Channel, 
     result = uv_one_url(python, env, f"{channel.url}/variant/simple/")
     assert result.returncode == 0, result.stderr
     assert installed(python) == ("pt214cu130", "2.14.1")
+
+
+# --- the landing page's one command, for any torch -------------------------------------------------------------------
+
+
+def test_the_landing_pages_one_uv_command_installs_each_torchs_variant(channel: Channel, tmp_path: Path) -> None:
+    """The same command, copied from the served landing page, in two venvs whose torch minors differ: each gets
+    the variant built for its torch (and the driver's CUDA), and keeps its torch."""
+    command = variant_channel.landing_uv_command(channel.output / "site")
+    assert f"{channel.url}/variant/pt$(python -c" in command
+    for torch, label in (("2.14.1", "pt214cu130"), ("2.13.0", "pt213cu130")):
+        python, env = venv_with_torch(tmp_path / torch, channel, torch)
+        result = variant_channel.run_in_venv(UV, command, python, {**env, **ON_H200})
+        assert result.returncode == 0, result.stderr
+        assert installed(python) == (label, torch)
+
+
+def test_the_landing_pages_one_uv_command_refuses_a_torch_with_no_build(channel: Channel, tmp_path: Path) -> None:
+    python, env = venv_with_torch(tmp_path, channel, "2.12.0")
+    command = variant_channel.landing_uv_command(channel.output / "site")
+    result = variant_channel.run_in_venv(UV, command, python, {**env, **ON_H200})
+    assert result.returncode != 0
+    assert "causal-conv1d was not found in the package registry" in result.stderr, result.stderr
+    assert installed(python) == (None, "2.12.0")
+
+
+# --- what the pinned uv does with other declarations of the torch provider -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("provider", "skipped"),
+    [
+        ({"builtin": "abi_dependency"}, "abi_dependency"),
+        (
+            {"requires": ["wheelwright-torch-provider==0.1.0"], "plugin-api": "wheelwright_torch_provider:Plugin"},
+            "wheelwright_torch_provider:Plugin",
+        ),
+    ],
+    ids=["builtin-abi-dependency", "plugin"],
+)
+def test_uv_0_13_9_runs_no_torch_provider_so_every_variant_is_unsupported(
+    channel: Channel, tmp_path: Path, provider: dict[str, object], skipped: str
+) -> None:
+    """Why torch is declared with static-properties: declared as PEP 850's built-in ABI dependency provider or as a
+    plugin, uv 0.13.9 skips the provider (uv-distribution/src/variant/mod.rs, supported_variant_properties: only its
+    vendored nvidia/tpu/x86_64/aarch64 providers run), never fetches the plugin, and finds no variant supported,
+    whatever torch is installed. When this test fails, uv has grown the provider: declare it and drop the
+    per-torch channels' command from the landing page."""
+    site = tmp_path / "site"
+    shutil.copytree(channel.output / "site", site)
+    variant_channel.declare_torch_provider(site, "variant/simple", provider)
+    with serving(site) as server:
+        python, env = venv_with_torch(tmp_path / "venv", channel, "2.14.1")
+        command = [
+            UV,
+            "pip",
+            "install",
+            "-v",
+            "--python",
+            python,
+            "--preview-features",
+            "wheel-variants",
+            "causal-conv1d",
+            "--index-url",
+            f"{server.url}/variant/simple/",
+        ]
+        result = subprocess.run(
+            command, env={**env, **ON_H200}, capture_output=True, text=True, timeout=120, check=False
+        )
+    assert result.returncode != 0
+    assert f"Skipping unsupported wheel variant provider `{skipped}` for namespace `abi_dependency`" in result.stderr
+    assert "causal-conv1d==1.7.0 has only unsupported wheel variants" in result.stderr
+    assert "wheelwright-torch-provider" not in result.stderr.replace(json.dumps(provider), "")  # never fetched
+    assert installed(python) == (None, "2.14.1")
