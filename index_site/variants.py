@@ -327,14 +327,21 @@ def variant_command(base_url: str, torch_tag: str | None = None, package: str = 
     return f"uv pip install --preview-features wheel-variants {package} --index-url {index}"
 
 
-# The shell names the installed torch's channel (2.13.0+cu130 -> pt213): uv 0.13.9 runs no ABI dependency provider
-# (README, 'The variant channel'), so the one command a user copies finds the per-torch channel itself.
-_INSTALLED_TORCH_TAG = """pt$(python -c 'import torch; print(*torch.__version__.split(".")[:2], sep="")')"""
+# The shell names the installed torch's channel (2.13.0+cu130 -> variant/pt213/simple/): uv 0.13.9 runs no ABI
+# dependency provider (README, 'The variant channel'), so the one command a user copies finds the per-torch channel
+# itself. A torch the site has no channel for gets variant/simple/, where uv refuses naming the torch it would need
+# (a missing channel's 404 would read "not found in the package registry").
+_INSTALLED_TORCH_CHANNEL = (
+    '$(python -c \'import torch; t = "pt" + "".join(torch.__version__.split(".")[:2]); '
+    'print(t + "/" if t in {TAGS} else "")\')'
+)
 
 
-def installed_torch_command(base_url: str, package: str) -> str:
-    """The one uv command for any torch: the channel of the torch minor in the environment it runs in."""
-    index = f'"{base_url}/{ROOT}/{_INSTALLED_TORCH_TAG}/simple/"'
+def installed_torch_command(base_url: str, package: str, torch_tags: Iterable[str]) -> str:
+    """The one uv command for any torch: the channel of the torch minor in the environment it runs in, among
+    ``torch_tags`` (the site's), else the channel of every torch."""
+    tags = "{" + ", ".join(f'"{tag}"' for tag in torch_tags) + "}"
+    index = f'"{base_url}/{ROOT}/{_INSTALLED_TORCH_CHANNEL.replace("{TAGS}", tags)}simple/"'
     return f"uv pip install --preview-features wheel-variants {package} --index-url {index}"
 
 

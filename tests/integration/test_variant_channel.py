@@ -10,6 +10,7 @@ ignored by the variant provider). CPU tests force both; the `gpu` test forces no
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from variantlib.variants_json import VariantsJson
 
 from index_site.serve import serving
 from index_site.site import build_site
+from index_site.variants import installed_torch_command
 from tests import variant_channel
 from tests.index_checks import installer_environment
 
@@ -161,7 +163,7 @@ def test_the_landing_pages_one_uv_command_installs_each_torchs_variant(channel: 
     """The same command, copied from the served landing page, in two venvs whose torch minors differ: each gets
     the variant built for its torch (and the driver's CUDA), and keeps its torch."""
     command = variant_channel.landing_uv_command(channel.output / "site")
-    assert f"{channel.url}/variant/pt$(python -c" in command
+    assert command.startswith("uv pip install --preview-features wheel-variants causal-conv1d --index-url ")
     for torch, label in (("2.14.1", "pt214cu130"), ("2.13.0", "pt213cu130")):
         python, env = venv_with_torch(tmp_path / torch, channel, torch)
         result = variant_channel.run_in_venv(UV, command, python, {**env, **ON_H200})
@@ -174,8 +176,29 @@ def test_the_landing_pages_one_uv_command_refuses_a_torch_with_no_build(channel:
     command = variant_channel.landing_uv_command(channel.output / "site")
     result = variant_channel.run_in_venv(UV, command, python, {**env, **ON_H200})
     assert result.returncode != 0
-    assert "causal-conv1d was not found in the package registry" in result.stderr, result.stderr
+    # the channel of every torch: uv names the torch it would need, and keeps the installed one
+    assert "causal-conv1d depend on torch==2.14.*" in result.stderr, result.stderr
     assert installed(python) == (None, "2.12.0")
+
+
+def test_the_one_uv_command_names_the_installed_torchs_channel_or_the_channel_of_every_torch(tmp_path: Path) -> None:
+    """The shell part of the command, run by bash with a python whose torch is a stub of each version."""
+    command = installed_torch_command("https://wheels.test", "causal-conv1d", ("pt214", "pt213"))
+    url = command.split("--index-url ", 1)[1]
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)
+    urls = {}
+    for version in ("2.14.1+cu130", "2.13.0", "2.12.0", "2.14.0a0+git1234"):
+        (tmp_path / "torch.py").write_text(f"__version__ = {version!r}\n")
+        env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "PYTHONPATH": str(tmp_path)}
+        done = subprocess.run(["bash", "-c", f"echo {url}"], env=env, capture_output=True, text=True, check=True)
+        urls[version] = done.stdout.strip()
+    assert urls == {
+        "2.14.1+cu130": "https://wheels.test/variant/pt214/simple/",
+        "2.13.0": "https://wheels.test/variant/pt213/simple/",
+        "2.12.0": "https://wheels.test/variant/simple/",
+        "2.14.0a0+git1234": "https://wheels.test/variant/pt214/simple/",
+    }
 
 
 # --- what the pinned uv does with other declarations of the torch provider -------------------------------------------
