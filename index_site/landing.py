@@ -3,11 +3,13 @@ built, failed (with the ledger's reason), not shipped by torch (n/a, from the to
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -41,8 +43,10 @@ class Variant:
         return None if self.shipped is None else python in self.shipped
 
 
-@dataclass(frozen=True, kw_only=True)
-class Cell:
+class Cell(NamedTuple):
+    """One Python of one variant of one release. A tuple: a farm's matrices hold tens of thousands of cells, all
+    built again whenever one wheel is added."""
+
     python: str
     state: str  # BUILT | FAILED | NOT_SHIPPED | NOT_PLANNED
     wheels: tuple[WheelFile, ...] = ()
@@ -141,8 +145,9 @@ def _release(project: str, version: str, pythons: tuple[str, ...], rows: list[Ro
 
 def _cell(python: str, wheels: list[WheelFile] | None, failure: LedgerEntry | None, variant: Variant) -> Cell:
     """A wheel in dist/ wins over an older failure; a ledger row wins over what the facts say."""
-    if wheels:
-        return Cell(python=python, state=BUILT, wheels=tuple(sorted(wheels, key=lambda w: w.filename)))
+    if wheels:  # nearly always one wheel: no sort for it (this runs for every wheel of the site)
+        ordered = tuple(wheels) if len(wheels) == 1 else tuple(sorted(wheels, key=lambda w: w.filename))
+        return Cell(python=python, state=BUILT, wheels=ordered)
     if failure is not None:
         return Cell(python=python, state=FAILED, failure=failure)
     return Cell(python=python, state=NOT_SHIPPED if variant.ships(python) is False else NOT_PLANNED)
@@ -234,6 +239,7 @@ def _version(text: str) -> Version:
         return Version("0")
 
 
+@functools.lru_cache(maxsize=256)  # a sort key of every matrix and setup page: a site has a dozen Pythons
 def python_key(python: str) -> tuple[int, tuple[int, ...] | str]:
     parts = python.split(".")
     return (0, tuple(int(p) for p in parts)) if all(p.isdigit() for p in parts) else (1, python)

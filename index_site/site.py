@@ -446,11 +446,22 @@ def _managed_files(site: Path) -> Iterator[str]:
         root = site / top
         if root.is_symlink() or root.is_file() or (root.exists() and not root.is_dir()):
             yield top
-            continue
-        for directory, folders, files in os.walk(root):
-            relative = Path(directory).relative_to(site).as_posix()
-            yield from (f"{relative}/{name}" for name in files)
-            yield from (f"{relative}/{name}" for name in folders if os.path.islink(os.path.join(directory, name)))
+        elif root.is_dir():
+            yield from _files_under(os.fspath(root), top + "/")
+
+
+def _files_under(folder: str, prefix: str) -> Iterator[str]:
+    """Site paths of everything under ``folder`` but real folders (a symlink to one is listed, never entered):
+    os.scandir's entry types, without a stat or a Path per file, since the site holds two files per wheel."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # as os.walk did: a folder that cannot be listed is left as it is
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            yield from _files_under(entry.path, f"{prefix}{entry.name}/")
+        else:
+            yield prefix + entry.name
 
 
 def _remove_empty_parents(site: Path, path: Path) -> None:
