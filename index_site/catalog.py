@@ -232,11 +232,11 @@ def _catalogue(
 ) -> tuple[list[_Cached], ScanStats, list[Rejection], dict[str, bytes]]:
     entries, rejected, fresh = [], [], {}
     counts = {"hashed": 0, "from_ledger": 0, "cached": 0}
-    folder = os.fspath(dist)
+    folder = os.fspath(dist) + "/"
     for filename, name in names.items():
         old = previous.get(filename)
         try:
-            if old is not None and old.identity == _lstat_identity(os.path.join(folder, filename)):
+            if old is not None and old.identity == _lstat_identity(folder + filename):
                 entries.append(old)
                 counts["cached"] += 1
                 continue

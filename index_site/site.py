@@ -215,20 +215,21 @@ def _plan_files(
     metadata: list[_Placement] = []
     kept: dict[str, FileRecord] = {}
     root = os.fspath(site) + "/"  # string paths: this loop runs twice per wheel on every index
+    identities = catalog.identities
     for wheel in catalog.wheels:
-        path = layout.wheel_path(wheel.name.label, wheel.filename)
-        hashed = catalog.identities.get(wheel.filename)
-        record = _placed_wheel(root + path, wheel.sha256, hashed, manifest.get(path))
+        filename = wheel.name.filename
+        path = layout.wheel_path(wheel.name.label, filename)
+        record = _placed_wheel(root + path, wheel.sha256, identities.get(filename), manifest.get(path))
         if record is not None:
             kept[path] = record
         else:
-            links.append((dist / wheel.filename, path, wheel))
+            links.append((dist / filename, path, wheel))
         path += ".metadata"
         record = _recorded(root + path, manifest.get(path))
         if record is not None and record.sha256 == wheel.metadata.sha256:
             kept[path] = record
         else:
-            metadata.append((dist / wheel.filename, path, wheel))
+            metadata.append((dist / filename, path, wheel))
     return links, metadata, kept
 
 
@@ -276,13 +277,15 @@ def load_manifest(site: Path) -> dict[str, FileRecord]:
 
 
 def _records(document: Mapping[str, Any]) -> dict[str, FileRecord]:
-    records = {}
-    for path, raw in document.get("files", {}).items():
-        # [sha256, inode, size, mtime_ns, ctime_ns]; an older manifest's [sha256, size, mtime_ns] is not trusted.
-        # Damaged numbers need no check here: they never equal a real file's, so the file is verified again.
-        if isinstance(raw, list) and len(raw) == 5:
-            records[path] = FileRecord._make((raw[0], FileIdentity._make(raw[1:])))  # _make: no per-field checks
-    return records
+    # [sha256, inode, size, mtime_ns, ctime_ns]; an older manifest's [sha256, size, mtime_ns] is not trusted.
+    # Damaged numbers need no check here: they never equal a real file's, so the file is verified again.
+    # tuple.__new__ builds the named tuples without their per-call checks: two per file of the site, every run.
+    new = tuple.__new__
+    return {
+        path: new(FileRecord, (raw[0], new(FileIdentity, raw[1:])))
+        for path, raw in document.get("files", {}).items()
+        if type(raw) is list and len(raw) == 5
+    }
 
 
 def load_groups(site: Path) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -346,7 +349,7 @@ def _write_manifest(
     base_url: str,
     groups: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
 ) -> None:
-    files = {path: [r.sha256, *r.identity] for path, r in sorted(records.items())}
+    files = {path: (sha256, *identity) for path, (sha256, identity) in sorted(records.items())}
     page_groups = {key: [digest, list(paths)] for key, (digest, paths) in sorted((groups or {}).items())}
     document = {"generator": "wheelwright", "base_url": base_url, "files": files, "groups": page_groups}
     content = (json.dumps(document, separators=(",", ":")) + "\n").encode()
