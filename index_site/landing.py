@@ -115,9 +115,10 @@ def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverag
     for project, version in _sorted_releases(labels):
         rows = []
         for label in (label for label in variants if label in labels[(project, version)]):
-            keys = ((project, version, label, python) for python in pythons)
-            cells = tuple(_cell(key[3], built.get(key), failures.get(key), variants[label]) for key in keys)
-            rows.append(Row(variant=variants[label], cells=cells))
+            variant = variants[label]
+            keys = [(project, version, label, python) for python in pythons]
+            cells = tuple([_cell(key[3], built.get(key), failures.get(key), variant) for key in keys])
+            rows.append(Row(variant=variant, cells=cells))
         releases.append(_release(project, version, pythons, rows, counts[(project, version)]))
     return Coverage(
         variants=variants,
@@ -147,10 +148,16 @@ def _cell(python: str, wheels: list[WheelFile] | None, failure: LedgerEntry | No
     """A wheel in dist/ wins over an older failure; a ledger row wins over what the facts say."""
     if wheels:  # nearly always one wheel: no sort for it (this runs for every wheel of the site)
         ordered = tuple(wheels) if len(wheels) == 1 else tuple(sorted(wheels, key=lambda w: w.filename))
-        return Cell(python=python, state=BUILT, wheels=ordered)
+        return Cell(python, BUILT, ordered)
     if failure is not None:
-        return Cell(python=python, state=FAILED, failure=failure)
-    return Cell(python=python, state=NOT_SHIPPED if variant.ships(python) is False else NOT_PLANNED)
+        return Cell(python, FAILED, (), failure)
+    return _empty_cell(python, NOT_SHIPPED if variant.ships(python) is False else NOT_PLANNED)
+
+
+@functools.lru_cache(maxsize=1024)
+def _empty_cell(python: str, state: str) -> Cell:
+    """A cell without wheel or failure: one shared tuple per Python and state (half of a farm's cells)."""
+    return Cell(python, state)
 
 
 def _variants(held: set[tuple[str, str]], facts: TorchFacts) -> dict[str, Variant]:
