@@ -12,7 +12,7 @@ FROM ${BASE}
 
 ARG CUDA_VERSION=13.0
 ARG PYTHONS="3.11"
-ARG RUNNER_PYTHON=3.13
+ARG RUNNER_PYTHON=3.11
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
@@ -29,7 +29,7 @@ RUN if command -v apt-get >/dev/null; then \
 
 # Interpreters at manylinux's paths (/opt/python/cpXY-cpXY), built from Debian's source package where the base
 # does not ship them (see install-python.sh for where each version comes from). wheelwright itself runs on
-# RUNNER_PYTHON: its sdist unpacking needs tarfile's `data` filter, which Debian's 3.9.2 and 3.11.2 lack.
+# RUNNER_PYTHON, best one of PYTHONS (each is a CPython build from source, minutes of the image's build time).
 COPY install-python.sh /opt/wheelwright/install-python.sh
 RUN /opt/wheelwright/install-python.sh ${RUNNER_PYTHON} ${PYTHONS}
 

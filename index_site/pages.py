@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import markupsafe
 
 from builder.core.ledger import LedgerEntry
-from index_site import layout
+from index_site import layout, variants
 from index_site.catalog import Catalog
 from index_site.landing import (
     BUILT,
@@ -72,7 +72,14 @@ def render_pages(
     if wanted(layout.LANDING):
         setup = default_setup(coverage, setups)
         pages[layout.LANDING] = _page(
-            render, "landing.html", layout.LANDING, coverage, setup=setup, releases=coverage.newest(), older=older
+            render,
+            "landing.html",
+            layout.LANDING,
+            coverage,
+            setup=setup,
+            releases=coverage.newest(),
+            older=older,
+            **variants.landing_context(coverage.variants),
         )
     if wanted(layout.MANIFEST):
         pages[layout.MANIFEST] = manifest(catalog.wheels, catalog.archs, base_url=base_url)

@@ -321,7 +321,42 @@ def _json(document: Mapping[str, object]) -> bytes:
     return (json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
-def variant_command(base_url: str, torch_tag: str | None = None) -> str:
+def variant_command(base_url: str, torch_tag: str | None = None, package: str = "PACKAGE") -> str:
     """The one-URL uv command of the variant channel (all torch minors, or one)."""
     index = f"{base_url}/{channel_root(torch_tag)}/simple/"
-    return f"uv pip install --preview-features wheel-variants PACKAGE --index-url {index}"
+    return f"uv pip install --preview-features wheel-variants {package} --index-url {index}"
+
+
+# The shell names the installed torch's channel (2.13.0+cu130 -> variant/pt213/simple/): uv 0.13.9 runs no ABI
+# dependency provider (README, 'The variant channel'), so the one command a user copies finds the per-torch channel
+# itself. A torch the site has no channel for gets variant/simple/, where uv refuses naming the torch it would need
+# (a missing channel's 404 would read "not found in the package registry").
+_INSTALLED_TORCH_CHANNEL = (
+    '$(python -c \'import torch; t = "pt" + "".join(torch.__version__.split(".")[:2]); '
+    'print(t + "/" if t in {TAGS} else "")\')'
+)
+
+
+def installed_torch_command(base_url: str, package: str, torch_tags: Iterable[str]) -> str:
+    """The one uv command for any torch: the channel of the torch minor in the environment it runs in, among
+    ``torch_tags`` (the site's), else the channel of every torch."""
+    tags = "{" + ", ".join(f'"{tag}"' for tag in torch_tags) + "}"
+    index = f'"{base_url}/{ROOT}/{_INSTALLED_TORCH_CHANNEL.replace("{TAGS}", tags)}simple/"'
+    return f"uv pip install --preview-features wheel-variants {package} --index-url {index}"
+
+
+def landing_channels(labels: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """(torch minor, channel tag) of the CUDA builds among the site's variant labels, newest torch first: what the
+    landing page's uv block lists (ROCm twins exist but no installer picks them yet)."""
+    tags = {m.group(0) for label in labels if "cu" in label and (m := _TORCH_TAG.match(label))}
+    ordered = sorted(tags, key=lambda tag: (int(tag[2]), int(tag[3:])), reverse=True)
+    return tuple((f"{tag[2]}.{tag[3:]}", tag) for tag in ordered)
+
+
+def landing_context(labels: Iterable[str]) -> dict[str, object]:
+    """What the landing page's uv block needs: the channels of the site's CUDA builds and the two commands."""
+    return {
+        "uv_channels": landing_channels(labels),
+        "uv_command": variant_command,
+        "uv_torch_command": installed_torch_command,
+    }

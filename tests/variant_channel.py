@@ -4,6 +4,10 @@ verified-then-converted builds of causal-conv1d 1.7.0, torch stubs, a venv per t
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import html
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +22,7 @@ BUILDS = (  # (torch, accelerator, archs): three variants of 1.7.0
     ("2.14.1", "cu126", ("8.0", "9.0")),
     ("2.13.0", "cu130", ("9.0",)),
 )
-TORCHES = ("2.14.1", "2.13.0")
+TORCHES = ("2.14.1", "2.13.0", "2.12.0")  # 2.12: a torch the channel holds no build for
 
 
 def write_channel(output: Path) -> Path:
@@ -58,3 +62,33 @@ def installed(python: Path) -> tuple[str | None, str]:
              "label = __import__('causal_conv1d').LABEL if spec else None; print(label, torch.__version__)")
     label, torch = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
     return (None if label == "None" else label), torch
+
+
+def landing_uv_command(site: Path) -> str:
+    """The landing page's one uv command for any torch, as a user copies it (tags and entities undone)."""
+    page = (site / "index.html").read_text()
+    block = re.search(r'<section class="variant-channel".*?<div class="cmd"><code>(.*?)</code>', page, re.DOTALL)
+    assert block is not None, "the landing page shows no uv block"
+    return html.unescape(re.sub(r"<[^>]+>", "", block.group(1)))
+
+
+def run_in_venv(uv: Path, command: str, python: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``command`` through bash in the activated venv of ``python`` (its python first on PATH, as after activate),
+    with the pinned ``uv`` next on PATH."""
+    venv = python.parent.parent
+    env = {**env, "VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}:{uv.parent}:{env.get('PATH', '')}"}
+    return subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def declare_torch_provider(site: Path, root: str, provider: dict[str, object]) -> None:
+    """Rewrite the ``abi_dependency`` provider of causal-conv1d 1.7.0's variants.json under ``site/root`` and the
+    hash its project page links it with (an experiment on how uv treats other provider declarations)."""
+    folder = site / root / "causal-conv1d"
+    document_path = folder / "causal_conv1d-1.7.0-variants.json"
+    document = json.loads(document_path.read_text())
+    document["providers"]["abi_dependency"] = provider
+    data = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+    document_path.write_bytes(data)
+    page = folder / "index.html"
+    digest = hashlib.sha256(data).hexdigest()
+    page.write_text(re.sub(r"(variants\.json#sha256=)[0-9a-f]{64}", rf"\g<1>{digest}", page.read_text()))

@@ -15,14 +15,15 @@ import tarfile
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from http.client import HTTPResponse
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any
 from urllib.parse import urljoin
 
 from packaging.utils import canonicalize_name
 
-from builder.core.errors import FetchError, ToolchainError
+from builder.core.errors import FetchError
 from builder.core.files import atomic_file
 from builder.core.hashing import sha256_of
 from builder.plan.job import Job, Sdist
@@ -166,10 +167,6 @@ def unpack_sdist(sdist_path: Path, dest: Path) -> Path:
     Each call gives a pristine tree: a previous unpacking of the same sdist in ``dest`` is replaced, because
     recipes edit the tree in place and must start from upstream's files.
     """
-    if not hasattr(tarfile, "data_filter"):
-        raise ToolchainError(
-            "this Python's tarfile has no 'data' extraction filter", tip="use Python >= 3.10.12 / 3.11.4"
-        )
     dest.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=dest, prefix=".unpack-"))
     try:
@@ -191,6 +188,26 @@ def unpack_sdist(sdist_path: Path, dest: Path) -> Path:
 def _extract(sdist_path: Path, into: Path) -> None:
     try:
         with tarfile.open(sdist_path) as archive:
-            archive.extractall(into, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                archive.extractall(into, filter="data")
+            else:
+                archive.extractall(into, members=_plain_members(archive))
     except (tarfile.TarError, OSError) as error:
         raise FetchError(f"{sdist_path}: cannot unpack: {error}") from None
+
+
+def _plain_members(archive: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """The members of an sdist for a Python whose tarfile has no 'data' filter (3.11.2, which a builder image
+    built from Debian bookworm's source runs on): stricter than that filter, since an sdist needs no links or
+    special files. Each is a regular file or directory with a relative name that stays inside the destination;
+    modes lose setuid, setgid, sticky and group/other write bits, and owners are not restored."""
+    for member in archive:
+        parts = PurePosixPath(member.name).parts
+        if member.name.startswith("/") or ".." in parts:
+            raise tarfile.TarError(f"member {member.name!r} would land outside the destination")
+        if not (member.isfile() or member.isdir()):
+            raise tarfile.TarError(f"member {member.name!r} is a link or special file, which an sdist needs not")
+        member.mode &= 0o755
+        member.uid = member.gid = 0
+        member.uname = member.gname = ""
+        yield member

@@ -10,6 +10,7 @@ ignored by the variant provider). CPU tests force both; the `gpu` test forces no
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from variantlib.variants_json import VariantsJson
 
 from index_site.serve import serving
 from index_site.site import build_site
+from index_site.variants import installed_torch_command
 from tests import variant_channel
 from tests.index_checks import installer_environment
 
@@ -152,3 +154,98 @@ def test_on_the_gpu_machine_uv_detects_driver_and_arch_itself(channel: Channel, 
     result = uv_one_url(python, env, f"{channel.url}/variant/simple/")
     assert result.returncode == 0, result.stderr
     assert installed(python) == ("pt214cu130", "2.14.1")
+
+
+# --- the landing page's one command, for any torch -------------------------------------------------------------------
+
+
+def test_the_landing_pages_one_uv_command_installs_each_torchs_variant(channel: Channel, tmp_path: Path) -> None:
+    """The same command, copied from the served landing page, in two venvs whose torch minors differ: each gets
+    the variant built for its torch (and the driver's CUDA), and keeps its torch."""
+    command = variant_channel.landing_uv_command(channel.output / "site")
+    assert command.startswith("uv pip install --preview-features wheel-variants causal-conv1d --index-url ")
+    for torch, label in (("2.14.1", "pt214cu130"), ("2.13.0", "pt213cu130")):
+        python, env = venv_with_torch(tmp_path / torch, channel, torch)
+        result = variant_channel.run_in_venv(UV, command, python, {**env, **ON_H200})
+        assert result.returncode == 0, result.stderr
+        assert installed(python) == (label, torch)
+
+
+def test_the_landing_pages_one_uv_command_refuses_a_torch_with_no_build(channel: Channel, tmp_path: Path) -> None:
+    python, env = venv_with_torch(tmp_path, channel, "2.12.0")
+    command = variant_channel.landing_uv_command(channel.output / "site")
+    result = variant_channel.run_in_venv(UV, command, python, {**env, **ON_H200})
+    assert result.returncode != 0
+    # the channel of every torch: uv names the torch it would need, and keeps the installed one
+    assert "causal-conv1d depend on torch==2.14.*" in result.stderr, result.stderr
+    assert installed(python) == (None, "2.12.0")
+
+
+def test_the_one_uv_command_names_the_installed_torchs_channel_or_the_channel_of_every_torch(tmp_path: Path) -> None:
+    """The shell part of the command, run by bash with a python whose torch is a stub of each version."""
+    command = installed_torch_command("https://wheels.test", "causal-conv1d", ("pt214", "pt213"))
+    url = command.split("--index-url ", 1)[1]
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)
+    urls = {}
+    for version in ("2.14.1+cu130", "2.13.0", "2.12.0", "2.14.0a0+git1234"):
+        (tmp_path / "torch.py").write_text(f"__version__ = {version!r}\n")
+        env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "PYTHONPATH": str(tmp_path)}
+        done = subprocess.run(["bash", "-c", f"echo {url}"], env=env, capture_output=True, text=True, check=True)
+        urls[version] = done.stdout.strip()
+    assert urls == {
+        "2.14.1+cu130": "https://wheels.test/variant/pt214/simple/",
+        "2.13.0": "https://wheels.test/variant/pt213/simple/",
+        "2.12.0": "https://wheels.test/variant/simple/",
+        "2.14.0a0+git1234": "https://wheels.test/variant/pt214/simple/",
+    }
+
+
+# --- what the pinned uv does with other declarations of the torch provider -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("provider", "skipped"),
+    [
+        ({"builtin": "abi_dependency"}, "abi_dependency"),
+        (
+            {"requires": ["wheelwright-torch-provider==0.1.0"], "plugin-api": "wheelwright_torch_provider:Plugin"},
+            "wheelwright_torch_provider:Plugin",
+        ),
+    ],
+    ids=["builtin-abi-dependency", "plugin"],
+)
+def test_uv_0_13_9_runs_no_torch_provider_so_every_variant_is_unsupported(
+    channel: Channel, tmp_path: Path, provider: dict[str, object], skipped: str
+) -> None:
+    """Why torch is declared with static-properties: declared as PEP 850's built-in ABI dependency provider or as a
+    plugin, uv 0.13.9 skips the provider (uv-distribution/src/variant/mod.rs, supported_variant_properties: only its
+    vendored nvidia/tpu/x86_64/aarch64 providers run), never fetches the plugin, and finds no variant supported,
+    whatever torch is installed. When this test fails, uv has grown the provider: declare it and drop the
+    per-torch channels' command from the landing page."""
+    site = tmp_path / "site"
+    shutil.copytree(channel.output / "site", site)
+    variant_channel.declare_torch_provider(site, "variant/simple", provider)
+    with serving(site) as server:
+        python, env = venv_with_torch(tmp_path / "venv", channel, "2.14.1")
+        command = [
+            UV,
+            "pip",
+            "install",
+            "-v",
+            "--python",
+            python,
+            "--preview-features",
+            "wheel-variants",
+            "causal-conv1d",
+            "--index-url",
+            f"{server.url}/variant/simple/",
+        ]
+        result = subprocess.run(
+            command, env={**env, **ON_H200}, capture_output=True, text=True, timeout=120, check=False
+        )
+    assert result.returncode != 0
+    assert f"Skipping unsupported wheel variant provider `{skipped}` for namespace `abi_dependency`" in result.stderr
+    assert "causal-conv1d==1.7.0 has only unsupported wheel variants" in result.stderr
+    assert "wheelwright-torch-provider" not in result.stderr.replace(json.dumps(provider), "")  # never fetched
+    assert installed(python) == (None, "2.14.1")

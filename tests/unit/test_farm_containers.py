@@ -86,7 +86,7 @@ def test_the_local_plan_needs_one_buildable_cuda_image() -> None:
         "BASE": "wheelwright/base:bullseye",
         "CUDA_VERSION": "13.0",
         "PYTHONS": "3.11",
-        "RUNNER_PYTHON": "3.13",
+        "RUNNER_PYTHON": "3.11",
         "COMPILER_PACKAGES": "clang-16",
     }
     assert spec.not_buildable() is None
@@ -177,7 +177,7 @@ def test_a_container_gets_its_group_the_host_caches_and_the_toolkit(backend_setu
     assert (spec.env["CC"], spec.env["CXX"]) == ("clang-16", "clang++-16")
     script = spec.command[-1]
     assert "--only causal-conv1d-1.7.0+pt214cu130-cp" in script and "mamba" not in script
-    assert "--backend local" in script and "python3.13 -m venv" in script
+    assert "--backend local" in script and "python3.11 -m venv" in script
 
 
 def test_a_container_that_fails_records_its_jobs_as_failed(backend_setup) -> None:

@@ -187,6 +187,57 @@ def test_unpack_refuses_members_outside_the_destination(tmp_path: Path) -> None:
     assert not (tmp_path / "escaped").exists()
 
 
+def _hostile_member(kind: str) -> tarfile.TarInfo:
+    if kind == "absolute":
+        return tarfile.TarInfo("/tmp/wheelwright-escaped")
+    if kind == "parent":
+        return tarfile.TarInfo("pkg-1.0/../../escaped")
+    info = tarfile.TarInfo("pkg-1.0/link")
+    info.type, info.linkname = {
+        "symlink out": (tarfile.SYMTYPE, "/etc/passwd"),
+        "hard link out": (tarfile.LNKTYPE, "/etc/passwd"),
+        "device": (tarfile.CHRTYPE, ""),
+        "fifo": (tarfile.FIFOTYPE, ""),
+    }[kind]
+    return info
+
+
+@pytest.fixture(params=["data filter", "plain members"])
+def extraction(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways of unpacking: tarfile's 'data' filter, and ours for a Python without it (a builder image's
+    3.11.2 from Debian bookworm's source)."""
+    if request.param == "plain members":
+        monkeypatch.delattr(tarfile, "data_filter")
+    return str(request.param)
+
+
+@pytest.mark.parametrize("kind", ["absolute", "parent", "symlink out", "hard link out", "device", "fifo"])
+def test_unpack_refuses_hostile_members_either_way(kind: str, extraction: str, tmp_path: Path) -> None:
+    sdist = tmp_path / "evil.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        archive.addfile(tarfile.TarInfo("pkg-1.0/PKG-INFO"), io.BytesIO(b""))
+        member = _hostile_member(kind)
+        archive.addfile(member, io.BytesIO(b"") if member.isfile() else None)
+    # refused either way (the data filter makes an absolute name relative: then two top-level entries)
+    with pytest.raises(FetchError, match="evil.tar.gz: (cannot unpack|expected one top-level directory)"):
+        fetch.unpack_sdist(sdist, tmp_path / "src")
+    assert not Path("/tmp/wheelwright-escaped").exists() and not (tmp_path / "escaped").exists()
+    assert not (tmp_path / "src" / "pkg-1.0").exists()
+
+
+def test_plain_members_unpack_files_with_safe_modes(extraction: str, tmp_path: Path) -> None:
+    sdist = tmp_path / "pkg-1.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        for name, mode in (("pkg-1.0/setup.py", 0o6777), ("pkg-1.0/build.sh", 0o755)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = 2, mode
+            archive.addfile(info, io.BytesIO(b"ok"))
+    root = fetch.unpack_sdist(sdist, tmp_path / "src")
+    assert (root / "setup.py").read_bytes() == b"ok"
+    assert (root / "setup.py").stat().st_mode & 0o7022 == 0  # no setuid/setgid/sticky, no group/other write
+    assert (root / "build.sh").stat().st_mode & 0o100
+
+
 def test_unpack_wants_one_top_level_directory(tmp_path: Path) -> None:
     sdist = make_sdist(tmp_path / "flat.tar.gz", {"setup.py": b"", "PKG-INFO": b""})
     with pytest.raises(FetchError, match=r"expected one top-level directory, found \['PKG-INFO', 'setup.py'\]"):

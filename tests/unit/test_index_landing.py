@@ -4,13 +4,17 @@ per variant and Python torch shipped, with one exact command per project and cho
 
 from __future__ import annotations
 
+import html
 import json
+import re
 
 from builder.core.ledger import LedgerEntry
 from index_site import layout
 from index_site.catalog import Catalog, ScanStats
 from index_site.landing import BUILT, FAILED, NOT_PLANNED, NOT_SHIPPED, build_coverage
 from index_site.manifest import manifest
+from index_site.pages import render_pages
+from index_site.render import _render_page
 from index_site.setups import build_setups, default_setup
 from index_site.wheels import GpuArchs
 from tests.wheelfactory import indexed_wheel
@@ -169,3 +173,36 @@ def test_manifest_lists_every_wheel_with_its_variant_archs_digest_and_url() -> N
         "setup": "https://w.example/select/pt214cu130-cp312.html",
     }
     assert next(e for e in document["wheels"] if e["filename"] == WHEELS[0].filename)["archs"] is None
+
+
+def _landing(catalog: Catalog) -> str:
+    pages = render_pages(catalog, base_url="https://wheels.test", render=_render_page, only={layout.LANDING})
+    return pages[layout.LANDING].decode()
+
+
+def _text(markup: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
+def test_the_landing_page_shows_the_uv_variant_channel_per_torch_minor_and_one_command_for_any_torch() -> None:
+    page = _landing(_catalog())
+    start = page.index('<section class="variant-channel"')
+    block = _text(page[start : page.index("</section>", start)])
+    command = next(line for line in block.splitlines() if line.startswith("uv pip install") and "$(" in line)
+    assert command.startswith(
+        'uv pip install --preview-features wheel-variants causal-conv1d --index-url "https://wheels.test/variant/$('
+    )
+    assert '{"pt214", "pt213"}' in command  # the site's CUDA channels, no ROCm-only torch
+    per_torch = [line for line in block.splitlines() if line.startswith("torch 2.")]
+    assert per_torch == [  # CUDA builds only (no installer picks ROCm twins), newest torch first; 2.4 is ROCm only
+        f"torch 2.{minor}: uv pip install --preview-features wheel-variants causal-conv1d --index-url "
+        f"https://wheels.test/variant/pt2{minor}/simple/"
+        for minor in (14, 13)
+    ]
+    assert "serves torch 2.14" in block
+
+
+def test_a_site_without_cuda_builds_shows_no_uv_block() -> None:
+    rocm_only = Catalog(wheels=WHEELS[:1], rejected=(), failures=(), stats=ScanStats(), archs={})
+    assert 'class="variant-channel"' not in _landing(rocm_only)
+    assert 'class="variant-channel"' in _landing(_catalog())
