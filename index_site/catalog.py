@@ -7,6 +7,7 @@ FIFO or device named like a wheel is skipped with a warning, never followed or r
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -109,8 +110,7 @@ class HashCache:
         with sqlite_errors(self.path):
             for row in self._db.execute("SELECT * FROM index_wheels"):
                 rows.add(row[0])
-                name = names.get(row[0])
-                entry = _row_to_cached(row, name) if name is not None else None
+                entry = _row_to_cached(row) if row[0] in names else None
                 if entry is not None:
                     cached[entry.wheel.filename] = entry
         return cached, rows
@@ -194,16 +194,28 @@ def _parse_names(dist: Path) -> tuple[dict[str, WheelName], list[Rejection]]:
     for entry in entries:
         if not entry.name.endswith(".whl"):
             continue
-        try:
-            if not entry.is_file(follow_symlinks=False):
-                raise RejectedWheel(f"{entry.name}: {_not_regular(entry)}, not a wheel file; skipped")
-            name = parse_wheel_name(entry.name)
-            check_variant(name)
+        if entry.is_file(follow_symlinks=False):
+            name, reason = _checked_name(entry.name)
+        else:
+            name, reason = None, f"{entry.name}: {_not_regular(entry)}, not a wheel file; skipped"
+        if name is not None:
             names[entry.name] = name
-        except RejectedWheel as error:
-            log.info("not indexed: %s", error)
-            rejected.append(Rejection(filename=entry.name, reason=str(error)))
+        else:
+            log.info("not indexed: %s", reason)
+            rejected.append(Rejection(filename=entry.name, reason=reason))
     return names, rejected
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _checked_name(filename: str) -> tuple[WheelName | None, str]:
+    """The parsed name of a wheel, or None and why it is refused: a pure function of the filename (and of the
+    torch facts, fixed for a process), so a long-lived process re-indexing the same 10,000 names parses each once."""
+    try:
+        name = parse_wheel_name(filename)
+        check_variant(name)
+    except RejectedWheel as error:
+        return None, str(error)
+    return name, ""
 
 
 def _not_regular(entry: os.DirEntry[str]) -> str:
@@ -220,11 +232,11 @@ def _catalogue(
 ) -> tuple[list[_Cached], ScanStats, list[Rejection], dict[str, bytes]]:
     entries, rejected, fresh = [], [], {}
     counts = {"hashed": 0, "from_ledger": 0, "cached": 0}
-    folder = os.fspath(dist)
+    folder = os.fspath(dist) + "/"
     for filename, name in names.items():
         old = previous.get(filename)
         try:
-            if old is not None and old.identity == _lstat_identity(os.path.join(folder, filename)):
+            if old is not None and old.identity == _lstat_identity(folder + filename):
                 entries.append(old)
                 counts["cached"] += 1
                 continue
@@ -268,9 +280,13 @@ def _index_one(
     return _Cached(wheel=wheel, identity=identity), source, data
 
 
-def _row_to_cached(row: tuple[Any, ...], name: WheelName) -> _Cached | None:
-    _filename, inode, size, mtime_ns, ctime_ns, sha256, meta_sha, meta_size, requires_python, summary, upload_time = row
-    if not isinstance(sha256, str) or not _SHA256.match(sha256):
+@functools.lru_cache(maxsize=1 << 17)
+def _row_to_cached(row: tuple[Any, ...]) -> _Cached | None:
+    """The entry a row describes: a pure function of the row (the name is parsed from its filename), so a
+    long-lived process re-indexing the same dist/ builds each entry once."""
+    filename, inode, size, mtime_ns, ctime_ns, sha256, meta_sha, meta_size, requires_python, summary, upload_time = row
+    name = _checked_name(filename)[0]
+    if name is None or not isinstance(sha256, str) or not _SHA256.match(sha256):
         return None  # a damaged row is simply not trusted: the file is hashed again
     metadata = CoreMetadata(sha256=meta_sha, size=meta_size, requires_python=requires_python, summary=summary)
     wheel = WheelFile(name=name, sha256=sha256, size=size, metadata=metadata, upload_time=upload_time)

@@ -3,11 +3,13 @@ built, failed (with the ledger's reason), not shipped by torch (n/a, from the to
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -41,8 +43,10 @@ class Variant:
         return None if self.shipped is None else python in self.shipped
 
 
-@dataclass(frozen=True, kw_only=True)
-class Cell:
+class Cell(NamedTuple):
+    """One Python of one variant of one release. A tuple: a farm's matrices hold tens of thousands of cells, all
+    built again whenever one wheel is added."""
+
     python: str
     state: str  # BUILT | FAILED | NOT_SHIPPED | NOT_PLANNED
     wheels: tuple[WheelFile, ...] = ()
@@ -111,9 +115,10 @@ def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverag
     for project, version in _sorted_releases(labels):
         rows = []
         for label in (label for label in variants if label in labels[(project, version)]):
-            keys = ((project, version, label, python) for python in pythons)
-            cells = tuple(_cell(key[3], built.get(key), failures.get(key), variants[label]) for key in keys)
-            rows.append(Row(variant=variants[label], cells=cells))
+            variant = variants[label]
+            keys = [(project, version, label, python) for python in pythons]
+            cells = tuple([_cell(key[3], built.get(key), failures.get(key), variant) for key in keys])
+            rows.append(Row(variant=variant, cells=cells))
         releases.append(_release(project, version, pythons, rows, counts[(project, version)]))
     return Coverage(
         variants=variants,
@@ -141,11 +146,18 @@ def _release(project: str, version: str, pythons: tuple[str, ...], rows: list[Ro
 
 def _cell(python: str, wheels: list[WheelFile] | None, failure: LedgerEntry | None, variant: Variant) -> Cell:
     """A wheel in dist/ wins over an older failure; a ledger row wins over what the facts say."""
-    if wheels:
-        return Cell(python=python, state=BUILT, wheels=tuple(sorted(wheels, key=lambda w: w.filename)))
+    if wheels:  # nearly always one wheel: no sort for it (this runs for every wheel of the site)
+        ordered = tuple(wheels) if len(wheels) == 1 else tuple(sorted(wheels, key=lambda w: w.filename))
+        return Cell(python, BUILT, ordered)
     if failure is not None:
-        return Cell(python=python, state=FAILED, failure=failure)
-    return Cell(python=python, state=NOT_SHIPPED if variant.ships(python) is False else NOT_PLANNED)
+        return Cell(python, FAILED, (), failure)
+    return _empty_cell(python, NOT_SHIPPED if variant.ships(python) is False else NOT_PLANNED)
+
+
+@functools.lru_cache(maxsize=1024)
+def _empty_cell(python: str, state: str) -> Cell:
+    """A cell without wheel or failure: one shared tuple per Python and state (half of a farm's cells)."""
+    return Cell(python, state)
 
 
 def _variants(held: set[tuple[str, str]], facts: TorchFacts) -> dict[str, Variant]:
@@ -234,6 +246,7 @@ def _version(text: str) -> Version:
         return Version("0")
 
 
+@functools.lru_cache(maxsize=256)  # a sort key of every matrix and setup page: a site has a dozen Pythons
 def python_key(python: str) -> tuple[int, tuple[int, ...] | str]:
     parts = python.split(".")
     return (0, tuple(int(p) for p in parts)) if all(p.isdigit() for p in parts) else (1, python)

@@ -207,12 +207,13 @@ def _roots(label: str | None, projects: list[str]) -> dict[str, bytes]:
 def _project_pages(label: str | None, project: str, files: list[WheelFile]) -> dict[str, bytes]:
     simple_page = f"{layout.simple_root(label)}/{project}/index.html"
     json_page = f"{layout.json_root(label)}/{project}/index.json"
-    links = _links(simple_page, files)
+    ordered = _ordered(files)  # once for both pages: a project's page lists thousands of wheels
+    links = _links(simple_page, ordered)
     return {
         simple_page: _render(
             "simple_project.html", page=simple_page, title=f"Links for {project}", links=links, api_version=API_VERSION
         ),
-        json_page: _json_bytes(_json_project(json_page, project, files)),
+        json_page: _json_project(json_page, project, ordered),
     }
 
 
@@ -220,7 +221,8 @@ def _findlinks_page(label: str, wheels: list[WheelFile]) -> bytes:
     page = layout.findlinks_path(label)
     first = wheels[0].name
     title = f"Wheels for torch {first.torch} + {accelerator_text(first.accelerator)} ({label})"
-    return _render("simple_project.html", page=page, title=title, links=_links(page, wheels), api_version=API_VERSION)
+    links = _links(page, _ordered(wheels))
+    return _render("simple_project.html", page=page, title=title, links=links, api_version=API_VERSION)
 
 
 def _simple_root_page(page: str, projects: list[str], label: str | None) -> bytes:
@@ -229,14 +231,17 @@ def _simple_root_page(page: str, projects: list[str], label: str | None) -> byte
     return _render("simple_root.html", page=page, title=title, projects=links, api_version=API_VERSION)
 
 
-def _links(page: str, wheels: Iterable[WheelFile]) -> list[markupsafe.Markup]:
-    """One anchor per wheel: the hash in the URL fragment, Requires-Python and the PEP 658/714 metadata digest."""
-    return [_anchor(layout.wheel_href(page, w.name.label, w.filename), w) for w in _ordered(wheels)]
+def _links(page: str, ordered: Iterable[WheelFile]) -> markupsafe.Markup:
+    """One line per wheel (in page order), an anchor with the hash in the URL fragment, Requires-Python and the
+    PEP 658/714 metadata digest; already escaped."""
+    return markupsafe.Markup(
+        "".join(f"    {_anchor(layout.wheel_href(page, w.name.label, w.filename), w)}\n" for w in ordered)
+    )
 
 
-def _anchor(href: str, wheel: WheelFile) -> markupsafe.Markup:
+def _anchor(href: str, wheel: WheelFile) -> str:
     python, metadata = wheel.metadata.requires_python, wheel.metadata.sha256
-    return markupsafe.Markup(_anchor_html(href, wheel.sha256, wheel.filename, python, metadata))
+    return _anchor_html(href, wheel.sha256, wheel.filename, python, metadata)
 
 
 @functools.lru_cache(maxsize=65536)  # a wheel's anchor on each of the few pages that list it, kept for the next run
@@ -256,23 +261,42 @@ def _anchor_tail(filename: str, requires_python: str | None, metadata_sha256: st
     return f'{python} data-core-metadata="{metadata}">{escape(filename)}</a><br>'
 
 
-def _json_project(page: str, project: str, wheels: list[WheelFile]) -> dict[str, object]:
-    files = []
-    for wheel in _ordered(wheels):
-        entry: dict[str, object] = {
-            "filename": wheel.filename,
-            "url": layout.wheel_href(page, wheel.name.label, wheel.filename),
-            "hashes": {"sha256": wheel.sha256},
-            "core-metadata": {"sha256": wheel.metadata.sha256},  # PEP 714's name only, as on the HTML pages
-            "size": wheel.size,
-            "upload-time": _iso_time(wheel.upload_time),
-            "yanked": False,
-        }
-        if wheel.metadata.requires_python is not None:
-            entry["requires-python"] = wheel.metadata.requires_python
-        files.append(entry)
-    versions = sorted({w.name.version for w in wheels}, key=_version)
-    return {"meta": {"api-version": API_VERSION}, "name": project, "versions": versions, "files": files}
+def _json_project(page: str, project: str, ordered: list[WheelFile]) -> bytes:
+    """The PEP 691 project page of ``ordered`` (in page order), the bytes _json_bytes gives the whole document:
+    each file's entry is JSON text built once per wheel and page, and "files" is the first key in sorted order."""
+    files = ",".join(
+        _json_file(
+            layout.wheel_href(page, w.name.label, w.filename),
+            w.filename,
+            w.sha256,
+            w.metadata.sha256,
+            w.size,
+            w.upload_time,
+            w.metadata.requires_python,
+        )
+        for w in ordered
+    )
+    versions = sorted({w.name.version for w in ordered}, key=_version)
+    rest = _json_bytes({"meta": {"api-version": API_VERSION}, "name": project, "versions": versions})
+    return b'{"files":[' + files.encode() + b"]," + rest[1:]
+
+
+@functools.lru_cache(maxsize=65536)  # each wheel is on a few pages, and stays on them from run to run
+def _json_file(
+    url: str, filename: str, sha256: str, metadata_sha256: str, size: int, upload_time: float, python: str | None
+) -> str:
+    entry: dict[str, object] = {
+        "filename": filename,
+        "url": url,
+        "hashes": {"sha256": sha256},
+        "core-metadata": {"sha256": metadata_sha256},  # PEP 714's name only, as on the HTML pages
+        "size": size,
+        "upload-time": _iso_time(upload_time),
+        "yanked": False,
+    }
+    if python is not None:
+        entry["requires-python"] = python
+    return json.dumps(entry, sort_keys=True, separators=(",", ":"))
 
 
 def _ordered(wheels: Iterable[WheelFile]) -> list[WheelFile]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from builder.core.ledger import LedgerEntry
 from builder.plan.facts import version_key
@@ -17,16 +18,14 @@ from index_site.wheels import WheelFile
 SHOWN = 4  # versions of a project a setup page details; a farm's long history would make every page heavy
 
 
-@dataclass(frozen=True, kw_only=True)
-class Choice:
+class Choice(NamedTuple):  # a tuple: every setup page has a few dozen, all built again for one added wheel
     text: str
     path: str  # site path of the setup this choice leads to
     current: bool
 
 
-@dataclass(frozen=True, kw_only=True)
-class Record:
-    """What the site holds for one version of a project on one setup."""
+class Record(NamedTuple):
+    """What the site holds for one version of a project on one setup (a tuple: one per wheel of the site)."""
 
     version: str
     state: str  # BUILT | FAILED

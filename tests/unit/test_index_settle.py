@@ -13,6 +13,7 @@ from builder.core.ledger import Ledger, LedgerEntry
 from index_site import pages as pages_module
 from index_site import render as render_module
 from index_site.catalog import scan
+from index_site.layout import SITE_MARKER
 from index_site.pages import people, setup_fingerprints
 from index_site.render import render_site
 from index_site.site import build_site, load_groups
@@ -74,6 +75,22 @@ def test_after_any_change_the_pages_equal_a_full_render(output: Path, change: st
     expected = render_site(catalog, base_url=BASE)
     site = output / "site"
     assert {path: (site / path).read_bytes() for path in expected} == expected
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_after_any_change_the_site_equals_a_cold_index_of_the_same_dist(output: Path, change: str) -> None:
+    CHANGES[change](output)
+    build_site(output, output / "site", base_url=BASE)
+    build_site(output, output / "cold", base_url=BASE)
+    incremental, cold = _tree(output / "site"), _tree(output / "cold")
+    assert incremental.keys() == cold.keys()
+    assert [path for path in cold if incremental[path] != cold[path]] == []
+
+
+def _tree(site: Path) -> dict[str, bytes]:
+    """Every file of a site but its manifest (which records inodes), by site path."""
+    files = (path for path in site.rglob("*") if path.is_file() and path.name != SITE_MARKER)
+    return {path.relative_to(site).as_posix(): path.read_bytes() for path in files}
 
 
 def test_one_new_wheel_renders_its_own_setup_page_and_no_other(output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
