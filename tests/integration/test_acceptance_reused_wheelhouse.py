@@ -87,5 +87,5 @@ def test_a_causal_conv1d_only_wheelhouse_is_checked_and_mambas_stages_say_why_th
         assert summary[stage] == {**summary[stage], "status": "skipped",
                                   "detail": f"skipped: mamba-ssm not in {reused} (it holds causal-conv1d)"}, stage
     assert done.returncode == 4, log  # incomplete: not every stage passed (no GPU here), none failed
-    with pytest.raises(urllib.error.URLError):  # the index server ended with the script (its pid was the server's)
+    with pytest.raises(OSError):  # refused or reset: the index server ended with the script (its pid was the server's)
         urllib.request.urlopen(summary["install"]["data"]["index_url"], timeout=5)
