@@ -176,7 +176,8 @@ def plan_site(
     """Compare what the site should hold with what it holds; nothing is written here. ``reused`` are pages known
     to be in place without rendering them (see render_changed); ``extra_files`` are other immutable files to place
     like the wheels (the variant channel's twins)."""
-    links, metadata, kept = _plan_files(catalog, dist, site, manifest)
+    entries = _managed_files(site, _device(dist))
+    links, metadata, kept = _plan_files(catalog, dist, site, manifest, entries)
     kept.update(reused or {})
     for source, path, twin in extra_files:
         record = _placed_wheel(os.path.join(site, path), twin.sha256, None, manifest.get(path))
@@ -192,7 +193,7 @@ def plan_site(
         else:
             changed[path] = content
     expected = kept.keys() | changed.keys() | {path for _, path, _ in links + metadata}
-    stale = tuple(sorted(p for p in _managed_files(site) if p not in expected))
+    stale = tuple(sorted(p for p in entries if p not in expected))
     return SitePlan(
         links=tuple(links),
         metadata=tuple(metadata),
@@ -208,9 +209,14 @@ _Placement = tuple[Path, str, WheelFile]  # (the wheel in dist/, its path in the
 
 
 def _plan_files(
-    catalog: Catalog, dist: Path, site: Path, manifest: Mapping[str, FileRecord]
+    catalog: Catalog,
+    dist: Path,
+    site: Path,
+    manifest: Mapping[str, FileRecord],
+    entries: Mapping[str, int | None],
 ) -> tuple[list[_Link], list[_Placement], dict[str, FileRecord]]:
-    """Wheels to link and .metadata files to write, and the records of those already in place."""
+    """Wheels to link and .metadata files to write, and the records of those already in place. ``entries``: the
+    site's files with the inode numbers of those that may be hard links into dist/ (see _managed_files)."""
     links: list[_Link] = []
     metadata: list[_Placement] = []
     kept: dict[str, FileRecord] = {}
@@ -219,7 +225,15 @@ def _plan_files(
     for wheel in catalog.wheels:
         filename = wheel.name.filename
         path = layout.wheel_path(wheel.name.label, filename)
-        record = _placed_wheel(root + path, wheel.sha256, identities.get(filename), manifest.get(path))
+        hashed = identities.get(filename)
+        if hashed is not None and entries.get(path) == hashed.inode:
+            # The site's entry is a regular file with the inode number of the file of dist/ the catalog has just
+            # held to its full identity, in a folder on the same filesystem: the same inode, so the same
+            # identity, known without a stat of its own (10,000 on every run). Only a mount over that one file
+            # could make the name lead elsewhere, and whoever can mount can change any file anyway.
+            record: FileRecord | None = FileRecord(wheel.sha256, hashed)
+        else:
+            record = _placed_wheel(root + path, wheel.sha256, hashed, manifest.get(path))
         if record is not None:
             kept[path] = record
         else:
@@ -466,28 +480,41 @@ def _current_bytes(path: Path) -> bytes | None:
         return None
 
 
-def _managed_files(site: Path) -> Iterator[str]:
-    """Everything but folders under the managed names: files, leftover temporaries, symlinks, special files."""
+def _device(folder: Path) -> int | None:
+    try:
+        return os.stat(folder).st_dev
+    except OSError:
+        return None
+
+
+def _managed_files(site: Path, device: int | None = None) -> dict[str, int | None]:
+    """Everything but folders under the managed names (files, leftover temporaries, symlinks, special files), each
+    with the inode number its directory entry gives when it is a regular file in a folder on filesystem ``device``
+    (an inode number means something only within one filesystem), else None."""
+    files: dict[str, int | None] = {}
     for top in MANAGED:
         root = site / top
         if root.is_symlink() or root.is_file() or (root.exists() and not root.is_dir()):
-            yield top
+            files[top] = None
         elif root.is_dir():
-            yield from _files_under(os.fspath(root), top + "/")
+            _files_under(os.fspath(root), top + "/", device, files)
+    return files
 
 
-def _files_under(folder: str, prefix: str) -> Iterator[str]:
+def _files_under(folder: str, prefix: str, device: int | None, files: dict[str, int | None]) -> None:
     """Site paths of everything under ``folder`` but real folders (a symlink to one is listed, never entered):
-    os.scandir's entry types, without a stat or a Path per file, since the site holds two files per wheel."""
+    os.scandir's entry types and inode numbers, without a stat or a Path per file, since the site holds two files
+    per wheel; one lstat per folder, for its filesystem."""
     try:
         entries = list(os.scandir(folder))
+        same = device is not None and os.lstat(folder).st_dev == device
     except OSError:  # as os.walk did: a folder that cannot be listed is left as it is
         return
     for entry in entries:
         if entry.is_dir(follow_symlinks=False):
-            yield from _files_under(entry.path, f"{prefix}{entry.name}/")
+            _files_under(entry.path, f"{prefix}{entry.name}/", device, files)
         else:
-            yield prefix + entry.name
+            files[prefix + entry.name] = entry.inode() if same and entry.is_file(follow_symlinks=False) else None
 
 
 def _remove_empty_parents(site: Path, path: Path) -> None:

@@ -9,7 +9,7 @@ import json
 import os
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -79,10 +79,11 @@ class WheelFile:
     size: int
     metadata: CoreMetadata
     upload_time: float  # when the index first saw these bytes (seconds since the epoch)
+    # name.filename, kept as a field: read some 150,000 times a re-index, where a property costs a call each time
+    filename: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def filename(self) -> str:
-        return self.name.filename
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "filename", self.name.filename)
 
 
 @dataclass(frozen=True, kw_only=True)
