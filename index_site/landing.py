@@ -100,26 +100,43 @@ def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverag
     facts = facts or load_facts()
     failures = _failures_by_cell(catalog.failures)
     built: dict[_CellKey, list[WheelFile]] = defaultdict(list)
+    by_release: dict[tuple[str, str], list[WheelFile]] = defaultdict(list)
     for wheel in catalog.wheels:
-        for python in wheel.name.pythons:
-            built[(wheel.name.project, wheel.name.public_version, wheel.name.label, python)].append(wheel)
+        name = wheel.name
+        by_release[(name.project, name.public_version)].append(wheel)
+        for python in name.pythons:
+            built[(name.project, name.public_version, name.label, python)].append(wheel)
+    failed: dict[tuple[str, str], list[tuple[_CellKey, LedgerEntry]]] = defaultdict(list)
+    for key, entry in failures.items():
+        failed[key[:2]].append((key, entry))
     labels: dict[tuple[str, str], set[str]] = defaultdict(set)  # the rows of each release
     for project, version, label, _ in (*built, *failures):
         labels[(project, version)].add(label)
     variants = _variants({(label, py) for _, _, label, py in (*built, *failures)}, facts)
     pythons = tuple(sorted({py for *_, py in (*built, *failures)}, key=python_key))
-    counts: dict[tuple[str, str], int] = defaultdict(int)
-    for wheel in catalog.wheels:
-        counts[(wheel.name.project, wheel.name.public_version)] += 1
     releases = []
     for project, version in _sorted_releases(labels):
-        rows = []
-        for label in (label for label in variants if label in labels[(project, version)]):
-            variant = variants[label]
-            keys = [(project, version, label, python) for python in pythons]
-            cells = tuple([_cell(key[3], built.get(key), failures.get(key), variant) for key in keys])
-            rows.append(Row(variant=variant, cells=cells))
-        releases.append(_release(project, version, pythons, rows, counts[(project, version)]))
+        release_labels = tuple(label for label in variants if label in labels[(project, version)])
+        wheels = by_release.get((project, version), [])
+        inputs = (
+            pythons,
+            tuple(variants[label] for label in release_labels),
+            tuple(wheels),
+            tuple(failed.get((project, version), ())),
+        )
+        remembered = _RELEASES.get((project, version))
+        if remembered is not None and remembered[0] == inputs:
+            release = remembered[1]
+        else:
+            rows = []
+            for label in release_labels:
+                variant = variants[label]
+                keys = [(project, version, label, python) for python in pythons]
+                cells = tuple([_cell(key[3], built.get(key), failures.get(key), variant) for key in keys])
+                rows.append(Row(variant=variant, cells=cells))
+            release = _release(project, version, pythons, rows, len(wheels))
+            _remember_release((project, version), inputs, release)
+        releases.append(release)
     return Coverage(
         variants=variants,
         releases=tuple(releases),
@@ -127,6 +144,20 @@ def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverag
         archs=catalog.archs,
         wheel_count=len(catalog.wheels),
     )
+
+
+# The release of each (project, version) the last run built, with everything it was made of: a re-index after one
+# added wheel builds the one release that moved, not all of them. Frozen values only; the inputs are compared with
+# ==, element by element, so the same wheel objects (the catalog's, kept between runs) match at the cost of an
+# identity check each, and anything else is compared by value.
+_RELEASES: dict[tuple[str, str], tuple[tuple[object, ...], Release]] = {}
+_RELEASES_KEPT = 4096
+
+
+def _remember_release(key: tuple[str, str], inputs: tuple[object, ...], release: Release) -> None:
+    _RELEASES[key] = (inputs, release)
+    while len(_RELEASES) > _RELEASES_KEPT:  # oldest out first
+        del _RELEASES[next(iter(_RELEASES))]
 
 
 def _release(project: str, version: str, pythons: tuple[str, ...], rows: list[Row], wheel_count: int) -> Release:

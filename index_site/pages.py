@@ -104,7 +104,7 @@ def _page(render: Render, template: str, page: str, coverage: Coverage, **contex
         return _href(page, target)
 
     def matrix(release: Release) -> markupsafe.Markup:
-        return matrix_html(release, link, coverage.archs)
+        return _matrix(page, release, link, coverage.archs)
 
     return render(
         template,
@@ -186,6 +186,31 @@ _href = functools.lru_cache(maxsize=65536)(layout.href)  # every matrix links th
 
 # The matrices are most of the landing page's bytes and most of its rendering time, so they are built here,
 # terse (no indentation, optional end tags left out) and cell by cell from a cache, rather than in a template.
+
+
+def _matrix(
+    page: str, release: Release, link: Callable[[str], str], archs: Mapping[str, GpuArchs]
+) -> markupsafe.Markup:
+    """matrix_html, from the last run's table where ``page`` showed this very release object (landing.py keeps the
+    releases that did not move) and its wheels' archs are still the same: one added wheel changes one table of the
+    landing page and one of a project's older versions page, not all of them."""
+    key = (page, release.project, release.version)
+    remembered = _MATRICES.get(key)
+    if remembered is not None:
+        shown, filenames, shown_archs, html = remembered
+        if shown is release and tuple(map(archs.get, filenames)) == shown_archs:
+            return html
+    html = matrix_html(release, link, archs)
+    filenames = tuple(w.filename for row in release.rows for cell in row.cells for w in cell.wheels)
+    _MATRICES[key] = (release, filenames, tuple(map(archs.get, filenames)), html)
+    while len(_MATRICES) > _MATRICES_KEPT:
+        del _MATRICES[next(iter(_MATRICES))]
+    return html
+
+
+_Table = tuple[Release, tuple[str, ...], tuple[GpuArchs | None, ...], markupsafe.Markup]  # with its wheels' archs
+_MATRICES: dict[tuple[str, str, str], _Table] = {}  # by (page, project, version); bounded, oldest out first
+_MATRICES_KEPT = 4096
 
 
 def matrix_html(release: Release, link: Callable[[str], str], archs: Mapping[str, GpuArchs]) -> markupsafe.Markup:
