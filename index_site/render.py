@@ -95,7 +95,7 @@ def render_site(catalog: Catalog, *, base_url: str) -> dict[str, bytes]:
 
 def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
     """The site's pages in groups, none rendered yet."""
-    fingerprints = {wheel.filename: _fingerprint(wheel) for wheel in catalog.wheels}
+    fingerprints = _fingerprints(catalog.wheels)
     by_label: dict[str, list[WheelFile]] = defaultdict(list)
     by_project: dict[str, list[WheelFile]] = defaultdict(list)
     for wheel in catalog.wheels:
@@ -146,6 +146,25 @@ def _people_group(catalog: Catalog, digest: str, base_url: str) -> PageGroup:
         return [*groups, PageGroup(key="pages/rest", digest=digest, render=functools.partial(pages, rest))]
 
     return PageGroup(key="pages", digest=digest, render=pages, parts=parts)
+
+
+def _fingerprints(wheels: Iterable[WheelFile]) -> dict[str, str]:
+    """{filename: _fingerprint(wheel)}, kept for the next run of the process while it is the same wheel object
+    (frozen; the catalog keeps a wheel's object from run to run while its file does not change)."""
+    fingerprints = {}
+    for wheel in wheels:
+        filename = wheel.filename
+        remembered = _FINGERPRINTS.get(filename)
+        if remembered is None or remembered[0] is not wheel:
+            remembered = _FINGERPRINTS[filename] = (wheel, _fingerprint(wheel))
+        fingerprints[filename] = remembered[1]
+    if len(_FINGERPRINTS) > 2 * len(fingerprints) + 1024:  # wheels gone from dist/ are let go
+        for filename in _FINGERPRINTS.keys() - fingerprints.keys():
+            del _FINGERPRINTS[filename]
+    return fingerprints
+
+
+_FINGERPRINTS: dict[str, tuple[WheelFile, str]] = {}
 
 
 def _fingerprint(wheel: WheelFile) -> str:

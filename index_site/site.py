@@ -278,8 +278,8 @@ def apply_plan(
     for path in plan.stale:
         (site / path).unlink(missing_ok=True)
         _remove_empty_parents(site, site / path)
-    if recorded != (records, plan.groups, base_url):
-        _write_manifest(site, records, base_url, plan.groups)
+    if recorded != (records, plan.groups, base_url):  # then its bytes differ too: no need to read them first
+        _write_manifest(site, records, base_url, plan.groups, compare=False)
     written = tuple(path for path in records if path not in plan.kept)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
     return written, linked
@@ -362,12 +362,14 @@ def _write_manifest(
     records: Mapping[str, FileRecord],
     base_url: str,
     groups: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
+    *,
+    compare: bool = True,
 ) -> None:
     files = {path: (sha256, *identity) for path, (sha256, identity) in sorted(records.items())}
     page_groups = {key: [digest, list(paths)] for key, (digest, paths) in sorted((groups or {}).items())}
     document = {"generator": "wheelwright", "base_url": base_url, "files": files, "groups": page_groups}
     content = (json.dumps(document, separators=(",", ":")) + "\n").encode()
-    if _current_bytes(site / layout.SITE_MARKER) != content:
+    if not compare or _current_bytes(site / layout.SITE_MARKER) != content:
         write_atomic(site / layout.SITE_MARKER, content)
 
 
