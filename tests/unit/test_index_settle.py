@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.ledger import Ledger, LedgerEntry
+from index_site import landing as landing_module
 from index_site import pages as pages_module
 from index_site import render as render_module
 from index_site.catalog import scan
@@ -85,6 +86,27 @@ def test_after_any_change_the_site_equals_a_cold_index_of_the_same_dist(output: 
     incremental, cold = _tree(output / "site"), _tree(output / "cold")
     assert incremental.keys() == cold.keys()
     assert [path for path in cold if incremental[path] != cold[path]] == []
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_after_any_change_the_pages_equal_a_render_without_this_process_memos(
+    output: Path, change: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The releases, tables, fingerprints and setup pages a process keeps from its last run are only shortcuts:
+    a render that starts from none of them gives the same bytes."""
+    build_site(output, output / "site", base_url=BASE)  # the memos now hold the site before the change
+    CHANGES[change](output)
+    build_site(output, output / "site", base_url=BASE)
+    for module, memo in (
+        (landing_module, "_RELEASES"),
+        (pages_module, "_MATRICES"),
+        (pages_module, "_SETUP_PAGES"),
+        (render_module, "_FINGERPRINTS"),
+    ):
+        monkeypatch.setattr(module, memo, {})
+    expected = render_site(scan(output / "dist", output / "ledger.sqlite"), base_url=BASE)
+    site = output / "site"
+    assert [path for path, content in expected.items() if (site / path).read_bytes() != content] == []
 
 
 def _tree(site: Path) -> dict[str, bytes]:

@@ -14,6 +14,7 @@ from builder.core.errors import ConfigError
 from builder.core.hashing import FileIdentity
 from builder.core.ledger import Ledger, LedgerEntry
 from index_site import catalog as catalog_module
+from index_site import site as site_module
 from index_site.site import build_site
 from tests.wheelfactory import WheelSpec, make_wheel
 
@@ -59,6 +60,34 @@ def test_reindex_without_changes_writes_nothing(output: Path) -> None:
     assert report.stats.hashed == 0 and report.stats.cached == len(SPECS)
     assert report.written == () and report.deleted == ()
     assert _snapshot(output / "site") == before
+
+
+def test_a_site_wheel_replaced_by_other_bytes_is_linked_again(output: Path) -> None:
+    """The directory entry's inode number is what confirms a site wheel as the hard link into dist/: a file put in
+    its place (another inode, the same size) is replaced by the link again."""
+    build_site(output, output / "site", base_url=BASE)
+    wheel = next((output / "dist").glob("*pt213cu130*"))
+    published = output / "site/whl/pt213cu130" / wheel.name
+    published.unlink()
+    published.write_bytes(b"x" * wheel.stat().st_size)
+    report = build_site(output, output / "site", base_url=BASE)
+    assert report.written == (f"whl/pt213cu130/{wheel.name}",)
+    assert os.path.samefile(wheel, published)
+
+
+def test_a_site_on_another_filesystem_checks_its_wheels_by_their_identity(
+    output: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inode numbers mean nothing across filesystems: there each site wheel is held to its full identity."""
+    build_site(output, output / "site", base_url=BASE)
+    seen: list[str] = []
+    real = site_module._identity
+    monkeypatch.setattr(site_module, "_identity", lambda path: seen.append(os.fspath(path)) or real(path))
+    assert build_site(output, output / "site", base_url=BASE).written == ()
+    assert [path for path in seen if path.endswith(".whl")] == []  # one filesystem: the entries' inodes suffice
+    monkeypatch.setattr(site_module, "_device", lambda folder: -1)  # dist/ on "another" filesystem
+    assert build_site(output, output / "site", base_url=BASE).written == ()
+    assert sum(1 for path in seen if path.endswith(".whl")) == len(SPECS)
 
 
 def test_one_new_wheel_hashes_one_file_and_rewrites_only_the_pages_that_list_it(output: Path) -> None:
