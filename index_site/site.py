@@ -100,16 +100,15 @@ def _cycle_collection_paused() -> Iterator[None]:
 
 
 def _build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
-    document = _check_site(site, base_url)
+    manifest, previous_groups, recorded_url = _check_site(site, base_url)
     catalog = scan(output / "dist", output / "ledger.sqlite")
-    manifest, previous_groups = _records(document), _groups(document)
     pages, reused, groups = render_changed(catalog, site, manifest, previous_groups, base_url=base_url)
     twins = variants.scan_twins(output / variants.ROOT)  # the variant channel; absent until the build makes twins
     pages.update(variants.render_channel(twins))  # small and cheap: rendered every run, written only when changed
     plan = plan_site(
         catalog, pages, output / "dist", site, manifest, reused=reused, groups=groups, extra_files=variants.files(twins)
     )
-    recorded = (manifest, previous_groups, document.get("base_url"))
+    recorded = (manifest, previous_groups, recorded_url)
     written, linked = apply_plan(plan, site, base_url=base_url, identities=catalog.identities, recorded=recorded)
     if linked:
         refresh_identities(output / "ledger.sqlite", linked)
@@ -340,7 +339,43 @@ def _read_marker(site: Path) -> dict[str, Any]:
 _MAX_MANIFEST_BYTES = 1 << 28  # ~2 million files; a bigger one is not ours
 
 
-def _check_site(site: Path, base_url: str) -> dict[str, Any]:
+class _Recorded(NamedTuple):
+    """What a site's manifest says: its files' records, its page groups, the base URL it was indexed for."""
+
+    files: dict[str, FileRecord]
+    groups: dict[str, tuple[str, tuple[str, ...]]]
+    base_url: str | None
+
+
+# The manifest this process last wrote or read into each site, with the identity its file had then. While the
+# marker keeps that identity (its ctime included, which every write moves and no user can set), its bytes are the
+# ones parsed, so the next run of a long-lived process takes the records as they are instead of decoding 4 MB of
+# JSON again; any other file there, even with the same name and size, is read and checked in full.
+_MANIFESTS: dict[str, tuple[FileIdentity, _Recorded]] = {}
+
+
+def _recorded_manifest(site: Path) -> _Recorded:
+    marker = os.path.abspath(site / layout.SITE_MARKER)
+    before = _identity(marker)
+    remembered = _MANIFESTS.get(marker)
+    if remembered is not None and before == remembered[0]:
+        return remembered[1]
+    document = _read_marker(site)
+    recorded = _Recorded(_records(document), _groups(document), document.get("base_url"))
+    if before is not None:  # kept only if the file read is the one whose identity came first
+        _remember_manifest(site, recorded, before)
+    return recorded
+
+
+def _remember_manifest(site: Path, recorded: _Recorded, expected: FileIdentity | None = None) -> None:
+    """Keep ``recorded`` as what the marker says: just written, or read while it had the identity ``expected``."""
+    marker = os.path.abspath(site / layout.SITE_MARKER)
+    identity = _identity(marker)
+    if identity is not None and (expected is None or expected == identity):
+        _MANIFESTS[marker] = (identity, recorded)
+
+
+def _check_site(site: Path, base_url: str) -> _Recorded:
     """Refuse to write into (and prune) a folder the index did not create. A new or empty folder gets the marker
     before anything else is written, so that a run killed part-way is finished by the next, not refused."""
     if site.exists() and not site.is_dir():
@@ -354,7 +389,7 @@ def _check_site(site: Path, base_url: str) -> dict[str, Any]:
     site.mkdir(parents=True, exist_ok=True)
     if not marker.exists():
         _write_manifest(site, {}, base_url)
-    return _read_marker(site)  # a damaged marker is reported before any work is done
+    return _recorded_manifest(site)  # a damaged marker is reported before any work is done
 
 
 def _write_manifest(
@@ -371,6 +406,7 @@ def _write_manifest(
     content = (json.dumps(document, separators=(",", ":")) + "\n").encode()
     if not compare or _current_bytes(site / layout.SITE_MARKER) != content:
         write_atomic(site / layout.SITE_MARKER, content)
+    _remember_manifest(site, _Recorded(dict(records), dict(groups or {}), base_url))
 
 
 def _identity(path: str | Path) -> FileIdentity | None:

@@ -15,7 +15,8 @@ from builder.core.hashing import FileIdentity
 from builder.core.ledger import Ledger, LedgerEntry
 from index_site import catalog as catalog_module
 from index_site import site as site_module
-from index_site.site import build_site
+from index_site.layout import SITE_MARKER
+from index_site.site import build_site, load_manifest
 from tests.wheelfactory import WheelSpec, make_wheel
 
 BASE = "https://wheels.example.org"
@@ -88,6 +89,22 @@ def test_a_site_on_another_filesystem_checks_its_wheels_by_their_identity(
     monkeypatch.setattr(site_module, "_device", lambda folder: -1)  # dist/ on "another" filesystem
     assert build_site(output, output / "site", base_url=BASE).written == ()
     assert sum(1 for path in seen if path.endswith(".whl")) == len(SPECS)
+
+
+def test_a_manifest_changed_behind_the_process_is_read_again(output: Path) -> None:
+    """The process keeps the manifest it wrote while the file's identity holds; one changed by anyone else is read
+    again: records taken out are written back, a damaged one is refused."""
+    site = output / "site"
+    build_site(output, site, base_url=BASE)
+    marker = site / SITE_MARKER
+    complete = {path: record.sha256 for path, record in load_manifest(site).items()}
+    document = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**document, "files": {}}))
+    build_site(output, site, base_url=BASE)
+    assert {path: record.sha256 for path, record in load_manifest(site).items()} == complete
+    marker.write_text("{not json")
+    with pytest.raises(ConfigError, match="unreadable"):
+        build_site(output, site, base_url=BASE)
 
 
 def test_one_new_wheel_hashes_one_file_and_rewrites_only_the_pages_that_list_it(output: Path) -> None:
