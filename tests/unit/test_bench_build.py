@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from builder.core.ledger import LedgerEntry, Status
 from scripts import bench_build
@@ -86,3 +87,14 @@ def test_runs_are_checked_before_anything_builds(tmp_path: Path, runs: str, mess
     args = argparse.Namespace(archs="", runs=runs, full_arch="causal-conv1d", torch="2.14.1")
     with pytest.raises(SystemExit, match=message):
         bench_build.full_arch(args, tmp_path)
+
+
+@pytest.mark.parametrize(("without", "split_kept"), [(bench_build.SPLIT_PATCHES, False), (frozenset(), True)])
+def test_today_builds_without_the_split_patch_and_ours_with_it(
+    tmp_path: Path, without: frozenset[str], split_kept: bool
+) -> None:
+    path = bench_build.bench_matrix(tmp_path, ["3.11"], ["9.0"], without_patches=without)
+    matrix = yaml.safe_load(path.read_text())
+    patches = {p["name"] for entry in matrix["packages"] for p in entry["recipe"].get("patches", [])}
+    assert ("split-causal-conv1d-bwd" in patches) is split_kept
+    assert "drop-buildtools" in patches and "cxx20" in patches  # the other packages' patches stay
