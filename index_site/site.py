@@ -352,6 +352,7 @@ class _Recorded(NamedTuple):
 # ones parsed, so the next run of a long-lived process takes the records as they are instead of decoding 4 MB of
 # JSON again; any other file there, even with the same name and size, is read and checked in full.
 _MANIFESTS: dict[str, tuple[FileIdentity, _Recorded]] = {}
+_MANIFESTS_KEPT = 8
 
 
 def _recorded_manifest(site: Path) -> _Recorded:
@@ -372,7 +373,10 @@ def _remember_manifest(site: Path, recorded: _Recorded, expected: FileIdentity |
     marker = os.path.abspath(site / layout.SITE_MARKER)
     identity = _identity(marker)
     if identity is not None and (expected is None or expected == identity):
+        _MANIFESTS.pop(marker, None)
         _MANIFESTS[marker] = (identity, recorded)
+        while len(_MANIFESTS) > _MANIFESTS_KEPT:  # the sites used last; a test run makes hundreds
+            del _MANIFESTS[next(iter(_MANIFESTS))]
 
 
 def _check_site(site: Path, base_url: str) -> _Recorded:
