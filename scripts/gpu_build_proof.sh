@@ -10,7 +10,7 @@
 # 9-arch list as upstream's release (sm_103 included, for this comparison only): upstream's released build and/or
 # ours (the nvcc core pool and the split TU), one after the other, each bounded. OUTDIR/bench-full.txt gets wall,
 # CPU-seconds of the whole process tree, cores-bound, the archs each wheel holds and the ratios. A command may run
-# 600 s at most: `ours` alone fits (about 4 minutes); upstream's build (670 s measured there) needs --detach, and a
+# 600 s at most: `ours` alone fits (359 s on 2026-12-01); upstream's build (670 s measured there) needs --detach, and a
 # later --collect. --suite then runs the GPU acceptance suite on ours' wheel (gpu_acceptance.sh --skip-build of
 # ours' output, which holds the one package: causal-conv1d's stages install,doctor,upstream; mamba-ssm's
 # install,doctor) into OUTDIR/suite, within what is left of the command's 570 s; --runs none --suite runs only it,
