@@ -25,6 +25,7 @@ NVCC = CUDA_HOME / "bin" / "nvcc"
 pytestmark = [
     pytest.mark.nvcc,
     pytest.mark.slow,
+    pytest.mark.proof,  # ten minutes of compiles no CI build needs: `make test-proof`; passed 2026-12-01 (1080 kernels)
     pytest.mark.skipif(not NVCC.is_file(), reason=f"no CUDA toolkit at {CUDA_HOME}"),
 ]
 WRAPPER = Path(nvcc_plan.__file__).with_name("objcache.py")
