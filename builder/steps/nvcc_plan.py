@@ -240,6 +240,8 @@ class CorePool:
             os.close(fd)
 
 
+# index_site/publish.py has the same probe: this module is standard library only (objcache.py runs it as a script
+# in the build env, where wheelwright is not importable), so it cannot share builder.core's code
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

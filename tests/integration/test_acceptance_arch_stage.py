@@ -5,7 +5,6 @@ fatbin's SASS and PTX); only the GPU's verdict is skipped here."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -13,17 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from builder.core.hashing import FileIdentity
-from builder.core.ledger import Ledger, LedgerEntry
 from builder.plan.expand import load_plan
 from builder.steps.recipes.recipe import cuda_gencode_flags
-from scripts.acceptance.config import load_config
+from tests.integration.acceptance_wheelhouse import CONFIG, built_causal_conv1d
 from tests.integration.conftest import CompileCu
-from tests.wheels import make_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG = load_config()
-TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
 
 # the real script with its setup stages for the main wheels stood in: arch_fat runs as it does on the box
 HARNESS = r"""
@@ -39,20 +33,7 @@ def fat_build(folder: Path, compile_cu: CompileCu) -> Path:
     (job,) = load_plan(ROOT / "matrix.yaml", CONFIG.arch.variant("fat").profile).jobs
     flags = cuda_gencode_flags(job.archs, "test")
     extension = compile_cu("fat", [flags[i + 1] for i in range(0, len(flags), 2)])
-    module = f"causal_conv1d_cuda.cpython-{TAG[2:]}-x86_64-linux-gnu.so"
-    (folder / "dist").mkdir(parents=True)
-    wheel = make_wheel(
-        folder / "dist", name="causal_conv1d", version=f"1.7.0+{CONFIG.label}", python_tag=TAG,
-        files={"causal_conv1d/__init__.py": b"", module: extension}, requires=("torch==2.11.*",),
-    )
-    with Ledger(folder / "ledger.sqlite") as ledger:
-        ledger.put(LedgerEntry(
-            job_id=f"causal-conv1d-1.7.0+{CONFIG.label}-{TAG}-x86_64", package="causal-conv1d", version="1.7.0",
-            label=CONFIG.label, torch="2.11.0", accelerator="cu130", python=f"{TAG[2]}.{TAG[3:]}",
-            input_hash="0" * 64, status="built", phase="verify", timings={"compile": 1.0}, wheel=wheel.name,
-            wheel_sha256=hashlib.sha256(wheel.read_bytes()).hexdigest(), wheel_size=wheel.stat().st_size,
-            wheel_identity=str(FileIdentity.of(wheel.stat())),
-        ))
+    wheel = built_causal_conv1d(folder, extension, phase="verify", compile_seconds=1.0)
     state = folder / "build-run"  # as the detached build leaves it once it has ended
     state.mkdir()
     (state / "run.json").write_text(json.dumps({"pid": 1, "started": time.time() - 5, "command": ["build"]}))

@@ -5,7 +5,6 @@ causal-conv1d alone, and the stages that test mamba-ssm are skipped saying it is
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -16,15 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.core.hashing import FileIdentity
-from builder.core.ledger import Ledger, LedgerEntry
-from scripts.acceptance.config import load_config
+from tests.integration.acceptance_wheelhouse import built_causal_conv1d
 from tests.integration.conftest import CompileCu
-from tests.wheels import make_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG = load_config()
-TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
 
 # the real script; only the preflight (it needs the GPU box's CUDA) and the carry (the box's .carry) stood in
 HARNESS = r"""
@@ -38,21 +32,7 @@ main "$@"
 def full_arch_output(folder: Path, compile_cu: CompileCu) -> Path:
     """bench_build's `ours` output folder: dist/ with one causal-conv1d wheel and its ledger row."""
     extension = compile_cu("full-arch", ["arch=compute_90,code=sm_90", "arch=compute_103,code=sm_103"])
-    module = f"causal_conv1d_cuda.cpython-{TAG[2:]}-x86_64-linux-gnu.so"
-    (folder / "dist").mkdir(parents=True)
-    wheel = make_wheel(
-        folder / "dist", name="causal_conv1d", version=f"1.7.0+{CONFIG.label}", python_tag=TAG,
-        files={"causal_conv1d/__init__.py": b"", module: extension}, requires=("torch==2.11.*",),
-    )
-    with Ledger(folder / "ledger.sqlite") as ledger:
-        ledger.put(LedgerEntry(
-            job_id=f"causal-conv1d-1.7.0+{CONFIG.label}-{TAG}-x86_64", package="causal-conv1d", version="1.7.0",
-            label=CONFIG.label, torch="2.11.0", accelerator="cu130", python=f"{TAG[2]}.{TAG[3:]}",
-            input_hash="0" * 64, status="built", phase="install", timings={"compile": 201.0}, wheel=wheel.name,
-            wheel_sha256=hashlib.sha256(wheel.read_bytes()).hexdigest(), wheel_size=wheel.stat().st_size,
-            wheel_identity=str(FileIdentity.of(wheel.stat())),
-        ))
-    return wheel
+    return built_causal_conv1d(folder, extension, phase="install", compile_seconds=201.0)
 
 
 def test_a_causal_conv1d_only_wheelhouse_is_checked_and_mambas_stages_say_why_they_are_skipped(
