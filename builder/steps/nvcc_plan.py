@@ -49,6 +49,9 @@ class Plan:
     chains: dict[str, list[str]]  # virtual arch (compute_90) -> its commands, in order
     back: list[str]
     depfiles: list[str] = field(default_factory=list)  # the preprocessings' depfile parts, merged at the end
+    # CUDA 11's first cicc writes the TU's module id file (--gen_module_id_file) that every other cicc reads; CUDA
+    # 12+ writes it in the front end. The other chains' cicc waits for this arch's.
+    module_id_writer: str | None = None
 
 
 class NotPlannable(Exception):
@@ -145,7 +148,8 @@ def plan(variables: dict[str, str], commands: list[str], *, depfile: str | None,
         chains = {arch: [_with_depfile(c, depfile, output, depfiles) for c in chain] for arch, chain in chains.items()}
         if not depfiles:
             raise NotPlannable("no preprocessing step to write the depfile")
-    return Plan(variables=variables, front=front, chains=chains, back=back, depfiles=depfiles)
+    writer = next((arch for i, arch in ciccs.items() if "--gen_module_id_file" in commands[i]), None)
+    return Plan(variables=variables, front=front, chains=chains, back=back, depfiles=depfiles, module_id_writer=writer)
 
 
 def _arch_reading(path: str, cicc_commands: dict[str, str]) -> str | None:
@@ -343,10 +347,33 @@ def execute(plan_: Plan, pool: CorePool, costs: Costs, timings: _Timings) -> int
         if (code := _run_commands(plan_.front, env, timings, "")) != 0:
             return code
     results: dict[str, int] = {}
+    module_id_written = threading.Event()
 
     def chain(arch: str) -> None:
-        with pool.core(costs.arch(arch) + costs.host / 2):
-            results[arch] = _run_commands(plan_.chains[arch], env, timings, arch)
+        commands = plan_.chains[arch]
+        cicc = next(i for i, c in enumerate(commands) if _program(c) == "cicc")
+        priority = costs.arch(arch) + costs.host / 2
+        writer = plan_.module_id_writer
+        try:
+            if writer not in (None, arch):
+                with pool.core(priority):  # the preprocessing needs no module id
+                    results[arch] = _run_commands(commands[:cicc], env, timings, arch)
+                module_id_written.wait()
+                results[arch] = results[arch] or results.get(writer, 0)
+                if results[arch] == 0:
+                    with pool.core(priority):
+                        results[arch] = _run_commands(commands[cicc:], env, timings, arch)
+                return
+            first = cicc + 1 if arch == writer else len(commands)
+            with pool.core(priority):
+                results[arch] = _run_commands(commands[:first], env, timings, arch)
+                if arch == writer:
+                    module_id_written.set()
+                if results[arch] == 0:
+                    results[arch] = _run_commands(commands[first:], env, timings, arch)
+        finally:
+            if arch == writer:
+                module_id_written.set()  # also when it failed: the waiters read its result
 
     threads = [threading.Thread(target=chain, args=(arch,)) for arch in plan_.chains]
     for thread in threads:

@@ -17,8 +17,9 @@ import pytest
 from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
 from builder.plan.facts import Accelerator
-from builder.steps import objcache
+from builder.steps import nvcc_plan, objcache
 from builder.steps.environment import check_toolkit, toolkit_version
+from builder.steps.nvcc_time import read_times
 from builder.steps.toolchain import candidates, provide
 
 from .conftest import TOY_KERNEL
@@ -89,3 +90,16 @@ def test_the_nvcc_wrapper_drives_nvcc_11_8(cuda118, tmp_path: Path) -> None:
         assert obj.stat().st_size > 0
     events = [json.loads(line)["result"] for line in (cache / "events.jsonl").read_text().splitlines()]
     assert events == ["miss", "hit"]
+
+
+def test_the_core_pool_takes_apart_an_nvcc_11_8_compile_of_two_archs(cuda118, tmp_path: Path) -> None:
+    """nvcc 11.8's first cicc writes the module id file the other archs' cicc read (CUDA 12+ writes it in the
+    front end): the pool must run that cicc first, or the second arch fails with "cannot open module id file"."""
+    obj = tmp_path / "k.o"
+    command = [cuda118.nvcc, "-ccbin", cuda118.cxx, "-gencode", "arch=compute_80,code=sm_80",
+               "-gencode", "arch=compute_90,code=sm_90", "--time", tmp_path / "time.csv"]
+    env = {**os.environ, nvcc_plan.POOL_ENV: str(tmp_path / "pool"), nvcc_plan.SLOTS_ENV: "2"}
+    run([sys.executable, objcache.__file__, tmp_path / "cache", "off", *command, "-c", TOY_KERNEL, "-o", obj],
+        step="nvcc 11.8 through the core pool", env=env)
+    assert fatbin_archs(obj).sass == {"8.0", "9.0"}
+    assert {row["arch"] for row in read_times(tmp_path / "time.csv")} == {"8.0", "9.0", "host"}  # split, not whole
