@@ -16,11 +16,30 @@ SCHEMA_VERSION = 1
 def manifest(wheels: tuple[WheelFile, ...], archs: Mapping[str, GpuArchs], *, base_url: str) -> bytes:
     base_url = base_url.rstrip("/")
     head = json.dumps({"schema": SCHEMA_VERSION, "generator": "wheelwright", "base_url": base_url})
-    entries = ",".join(
-        _entry(w.name, w.sha256, w.size, w.metadata.requires_python, archs.get(w.filename), base_url)
-        for w in sorted(wheels, key=lambda w: w.filename)
-    )
+    entries = ",".join(_entries(sorted(wheels, key=lambda w: w.filename), archs, base_url))
     return f'{head[:-1]},"wheels":[{entries}]}}\n'.encode()
+
+
+def _entries(wheels: list[WheelFile], archs: Mapping[str, GpuArchs], base_url: str) -> list[str]:
+    """Each wheel's entry, from the last run's text where it was this very wheel object (frozen; the catalog keeps
+    it while its file is unchanged) with the same archs and base URL: a dict lookup per wheel, where _entry's
+    cache hashes every field of the name."""
+    texts = []
+    for wheel in wheels:
+        filename = wheel.filename
+        wheel_archs = archs.get(filename)
+        remembered = _ENTRIES.get(filename)
+        if remembered is None or remembered[0] is not wheel or remembered[1:3] != (wheel_archs, base_url):
+            text = _entry(wheel.name, wheel.sha256, wheel.size, wheel.metadata.requires_python, wheel_archs, base_url)
+            remembered = _ENTRIES[filename] = (wheel, wheel_archs, base_url, text)
+        texts.append(remembered[3])
+    if len(_ENTRIES) > 2 * len(texts) + 1024:  # wheels gone from dist/ are let go
+        for filename in _ENTRIES.keys() - {w.filename for w in wheels}:
+            del _ENTRIES[filename]
+    return texts
+
+
+_ENTRIES: dict[str, tuple[WheelFile, GpuArchs | None, str, str]] = {}
 
 
 @functools.lru_cache(maxsize=65536)

@@ -89,7 +89,22 @@ def render_pages(
 def setup_fingerprints(model: People) -> dict[str, str]:
     """{setup page path: text that changes whenever what the page shows does}, the same in every process: a
     re-index after one new wheel renders the few setup pages whose text moved, not all of them."""
-    return {path: repr(_fingerprint(setup, model.coverage.archs)) for path, setup in model.setups.items()}
+    archs = model.coverage.archs
+    fingerprints = {}
+    for path, setup in model.setups.items():
+        shown = tuple(archs.get(w.filename) for o in setup.offers for r in o.records for w in r.wheels)
+        remembered = _FINGERPRINTS.get(path)
+        if remembered is None or remembered[0] is not setup or remembered[1] != shown:
+            remembered = _FINGERPRINTS[path] = (setup, shown, repr(_fingerprint(setup, archs)))
+            while len(_FINGERPRINTS) > _SETUP_PAGES_KEPT:
+                del _FINGERPRINTS[next(iter(_FINGERPRINTS))]
+        fingerprints[path] = remembered[2]
+    return fingerprints
+
+
+# {setup page path: (the setup, the archs of the wheels it shows, its fingerprint)}: setups.py keeps a setup's
+# object from run to run while it is made of equal parts, so an unchanged setup's fingerprint is known
+_FINGERPRINTS: dict[str, tuple[Setup, tuple[GpuArchs | None, ...], str]] = {}
 
 
 def other_pages(model: People) -> tuple[str, ...]:

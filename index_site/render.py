@@ -253,9 +253,37 @@ def _simple_root_page(page: str, projects: list[str], label: str | None) -> byte
 def _links(page: str, ordered: Iterable[WheelFile]) -> markupsafe.Markup:
     """One line per wheel (in page order), an anchor with the hash in the URL fragment, Requires-Python and the
     PEP 658/714 metadata digest; already escaped."""
-    return markupsafe.Markup(
-        "".join(f"    {_anchor(layout.wheel_href(page, w.name.label, w.filename), w)}\n" for w in ordered)
-    )
+    return markupsafe.Markup("".join(_lines(page, ordered, _anchor_line)))
+
+
+def _anchor_line(page: str, wheel: WheelFile) -> str:
+    return f"    {_anchor(layout.wheel_href(page, wheel.name.label, wheel.filename), wheel)}\n"
+
+
+def _lines(page: str, ordered: Iterable[WheelFile], line: Callable[[str, WheelFile], str]) -> list[str]:
+    """``line(page, wheel)`` for each wheel, from the last run's text where ``page`` listed this very wheel object
+    (frozen; the catalog keeps it while its file is unchanged): one added wheel to a project's 5,000-wheel page
+    builds one line, not 5,000 (a dict lookup and an identity check each, where the lru_caches hash every field)."""
+    memo = _LINES.get(page)
+    if memo is None:
+        memo = _LINES[page] = {}
+        while len(_LINES) > _LINES_KEPT:  # oldest page out first
+            del _LINES[next(iter(_LINES))]
+    lines = []
+    for wheel in ordered:
+        remembered = memo.get(wheel.filename)
+        if remembered is None or remembered[0] is not wheel:
+            remembered = memo[wheel.filename] = (wheel, line(page, wheel))
+        lines.append(remembered[1])
+    if len(memo) > 2 * len(lines) + 1024:  # wheels gone from the page are let go
+        for filename in memo.keys() - {w.filename for w in ordered}:
+            del memo[filename]
+    return lines
+
+
+# {page: {filename: (the wheel, its text on that page)}}, for the pages rendered last (a site has a few hundred)
+_LINES: dict[str, dict[str, tuple[WheelFile, str]]] = {}
+_LINES_KEPT = 4096
 
 
 def _anchor(href: str, wheel: WheelFile) -> str:
@@ -283,21 +311,22 @@ def _anchor_tail(filename: str, requires_python: str | None, metadata_sha256: st
 def _json_project(page: str, project: str, ordered: list[WheelFile]) -> bytes:
     """The PEP 691 project page of ``ordered`` (in page order), the bytes _json_bytes gives the whole document:
     each file's entry is JSON text built once per wheel and page, and "files" is the first key in sorted order."""
-    files = ",".join(
-        _json_file(
-            layout.wheel_href(page, w.name.label, w.filename),
-            w.filename,
-            w.sha256,
-            w.metadata.sha256,
-            w.size,
-            w.upload_time,
-            w.metadata.requires_python,
-        )
-        for w in ordered
-    )
+    files = ",".join(_lines(page, ordered, _json_line))
     versions = sorted({w.name.version for w in ordered}, key=_version)
     rest = _json_bytes({"meta": {"api-version": API_VERSION}, "name": project, "versions": versions})
     return b'{"files":[' + files.encode() + b"]," + rest[1:]
+
+
+def _json_line(page: str, w: WheelFile) -> str:
+    return _json_file(
+        layout.wheel_href(page, w.name.label, w.filename),
+        w.filename,
+        w.sha256,
+        w.metadata.sha256,
+        w.size,
+        w.upload_time,
+        w.metadata.requires_python,
+    )
 
 
 @functools.lru_cache(maxsize=65536)  # each wheel is on a few pages, and stays on them from run to run

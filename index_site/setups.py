@@ -12,7 +12,7 @@ from typing import NamedTuple
 from builder.core.ledger import LedgerEntry
 from builder.plan.facts import version_key
 from index_site import layout
-from index_site.landing import BUILT, FAILED, NOT_SHIPPED, Coverage, Release, Variant, python_key
+from index_site.landing import BUILT, FAILED, NOT_SHIPPED, Cell, Coverage, Release, Variant, python_key
 from index_site.wheels import WheelFile
 
 SHOWN = 4  # versions of a project a setup page details; a farm's long history would make every page heavy
@@ -66,20 +66,90 @@ def build_setups(coverage: Coverage, *, base_url: str) -> dict[str, Setup]:
     """Every setup page, by site path: each Python torch shipped for a variant of the site, and any other the
     site holds a wheel or a failure for."""
     base_url = base_url.rstrip("/")
-    records = _records(coverage)
-    navigator = _Navigator(coverage)
+    summaries = [_summary(release) for release in coverage.releases]
+    records: dict[_RecordKey, list[Record]] = {}
+    for summary in summaries:  # newest version first within a project
+        for key, record in summary.records:
+            records.setdefault(key, []).append(record)
+    navigator = _navigator(coverage, summaries)
+    projects = coverage.projects
     setups = {}
     for variant in coverage.variants.values():
         for python in variant.pythons:
             path = layout.setup_path(variant.label, python)
             offers = tuple(
                 _offer(project, variant, python, records.get((project, variant.label, python), []), base_url)
-                for project in coverage.projects
+                for project in projects
             )
-            setups[path] = Setup(
-                variant=variant, python=python, path=path, offers=offers, **navigator.choices(variant, python)
-            )
+            setups[path] = _setup(variant, python, path, offers, navigator.choices(variant, python))
     return setups
+
+
+def _setup(
+    variant: Variant, python: str, path: str, offers: tuple[Offer, ...], choices: dict[str, tuple[Choice, ...]]
+) -> Setup:
+    """The setup, the same object as the last run's while it is made of equal parts (its fingerprint is then
+    known, see pages.setup_fingerprints)."""
+    inputs = (variant, python, offers, choices)
+    remembered = _SETUPS.get(path)
+    if remembered is not None and remembered[0] == inputs:
+        return remembered[1]
+    setup = Setup(variant=variant, python=python, path=path, offers=offers, **choices)
+    _SETUPS[path] = (inputs, setup)
+    while len(_SETUPS) > _KEPT:  # oldest out first
+        del _SETUPS[next(iter(_SETUPS))]
+    return setup
+
+
+class _Summary(NamedTuple):
+    """What the setups take from one release: its records by (project, label, python), its wheels per label."""
+
+    release: Release
+    records: tuple[tuple[_RecordKey, Record], ...]
+    labels: Counter[str]
+
+
+def _summary(release: Release) -> _Summary:
+    """The release's summary, kept while it is the very release object of the last run (landing.py keeps those
+    whose inputs did not move): one added wheel summarises one release again, not every cell of the site."""
+    key = (release.project, release.version)
+    remembered = _SUMMARIES.get(key)
+    if remembered is not None and remembered.release is release:
+        return remembered
+    records = tuple(
+        ((release.project, row.variant.label, cell.python), _record(release.version, cell))
+        for row in release.rows
+        for cell in row.cells
+        if cell.state in (BUILT, FAILED)
+    )
+    labels = Counter(w.name.label for row in release.rows for cell in row.cells for w in cell.wheels)
+    summary = _SUMMARIES[key] = _Summary(release, records, labels)
+    while len(_SUMMARIES) > _KEPT:
+        del _SUMMARIES[next(iter(_SUMMARIES))]
+    return summary
+
+
+def _record(version: str, cell: Cell) -> Record:
+    return Record(version=version, state=cell.state, wheels=cell.wheels, failure=cell.failure)
+
+
+def _navigator(coverage: Coverage, summaries: list[_Summary]) -> _Navigator:
+    """The last run's navigator (and the choices it worked out) while the variants and each torch's main variant
+    are equal: the choices of 300 setups are worked out again only when a variant comes or goes or leads."""
+    built: Counter[str] = Counter()
+    for summary in summaries:
+        built.update(summary.labels)
+    navigator = _Navigator(coverage, built)
+    if _NAVIGATOR and _NAVIGATOR[0].state == navigator.state:
+        return _NAVIGATOR[0]
+    _NAVIGATOR[:] = [navigator]
+    return navigator
+
+
+_KEPT = 4096  # the memos below are bounded, oldest out first
+_SETUPS: dict[str, tuple[tuple[object, ...], Setup]] = {}  # by site path, with what each was made of
+_SUMMARIES: dict[tuple[str, str], _Summary] = {}  # by (project, version)
+_NAVIGATOR: list[_Navigator] = []  # the last one
 
 
 def default_setup(coverage: Coverage, setups: Mapping[str, Setup]) -> Setup | None:
@@ -118,11 +188,11 @@ def _wheels(coverage: Coverage, releases: tuple[Release, ...] | None = None) -> 
 class _Navigator:
     """Where each choice leads: change one axis, keep the others where the new variant has them."""
 
-    def __init__(self, coverage: Coverage) -> None:
+    def __init__(self, coverage: Coverage, built: Counter[str]) -> None:
+        """``built``: the wheels of each label."""
         self._variants = list(coverage.variants.values())
         self._by_build = {(v.torch, v.accelerator): v for v in self._variants}
         self._torches = list(dict.fromkeys(v.torch for v in self._variants))
-        built = Counter(w.name.label for w in _wheels(coverage))
         self._main: dict[
             str, Variant
         ] = {}  # torch -> its variant with the most wheels (the first in row order on a tie)
@@ -130,8 +200,18 @@ class _Navigator:
             best = self._main.get(variant.torch)
             if best is None or built[variant.label] > built[best.label]:
                 self._main[variant.torch] = variant
+        self.state = (tuple(self._variants), tuple(self._main.items()))  # everything choices() depends on
+        self._choices: dict[tuple[str, str], dict[str, tuple[Choice, ...]]] = {}
 
     def choices(self, variant: Variant, python: str) -> dict[str, tuple[Choice, ...]]:
+        """The setup's choices, worked out once per navigator (variant labels are unique within it)."""
+        key = (variant.label, python)
+        choices = self._choices.get(key)
+        if choices is None:
+            choices = self._choices[key] = self._work_out(variant, python)
+        return choices
+
+    def _work_out(self, variant: Variant, python: str) -> dict[str, tuple[Choice, ...]]:
         siblings = [v for v in self._variants if v.torch == variant.torch]
         return {
             "torches": tuple(
@@ -173,17 +253,6 @@ def _nearest(pythons: tuple[str, ...], python: str) -> str:
 
 
 _RecordKey = tuple[str, str, str]  # project, label, python
-
-
-def _records(coverage: Coverage) -> dict[_RecordKey, list[Record]]:
-    records: dict[_RecordKey, list[Record]] = {}
-    for release in coverage.releases:  # newest version first within a project
-        for row in release.rows:
-            for cell in row.cells:
-                if cell.state in (BUILT, FAILED):
-                    record = Record(version=release.version, state=cell.state, wheels=cell.wheels, failure=cell.failure)
-                    records.setdefault((release.project, row.variant.label, cell.python), []).append(record)
-    return records
 
 
 def _offer(project: str, variant: Variant, python: str, records: list[Record], base_url: str) -> Offer:

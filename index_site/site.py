@@ -404,13 +404,36 @@ def _write_manifest(
     *,
     compare: bool = True,
 ) -> None:
-    files = {path: (sha256, *identity) for path, (sha256, identity) in sorted(records.items())}
     page_groups = {key: [digest, list(paths)] for key, (digest, paths) in sorted((groups or {}).items())}
-    document = {"generator": "wheelwright", "base_url": base_url, "files": files, "groups": page_groups}
-    content = (json.dumps(document, separators=(",", ":")) + "\n").encode()
+    head = json.dumps({"generator": "wheelwright", "base_url": base_url}, separators=(",", ":"))
+    files = ",".join(_file_entries(records))
+    tail = json.dumps(page_groups, separators=(",", ":"))
+    # the bytes json.dumps gives the whole document, with each file's entry from _FILE_ENTRIES
+    content = f'{head[:-1]},"files":{{{files}}},"groups":{tail}}}\n'.encode()
     if not compare or _current_bytes(site / layout.SITE_MARKER) != content:
         write_atomic(site / layout.SITE_MARKER, content)
     _remember_manifest(site, _Recorded(dict(records), dict(groups or {}), base_url))
+
+
+def _file_entries(records: Mapping[str, FileRecord]) -> list[str]:
+    """Each file's ``"path":[sha256,inode,size,mtime_ns,ctime_ns]`` in path order, as JSON text kept from the last
+    write while its record is equal: one added wheel re-encodes a dozen entries of the 20,000, not all of them."""
+    entries = []
+    for path in sorted(records):
+        record = records[path]
+        remembered = _FILE_ENTRIES.get(path)
+        if remembered is None or remembered[0] != record:
+            text = json.dumps(path) + ":" + json.dumps([record[0], *record[1]], separators=(",", ":"))
+            remembered = _FILE_ENTRIES[path] = (record, text)
+        entries.append(remembered[1])
+    if len(_FILE_ENTRIES) > 2 * len(entries) + 4096:  # files gone from the sites written last are let go
+        for path in _FILE_ENTRIES.keys() - records.keys():
+            del _FILE_ENTRIES[path]
+    return entries
+
+
+# {site path: (its record, its manifest entry)}: shared by the sites of one process, compared by value
+_FILE_ENTRIES: dict[str, tuple[FileRecord, str]] = {}
 
 
 def _identity(path: str | Path) -> FileIdentity | None:
