@@ -99,29 +99,31 @@ _CellKey = tuple[str, str, str, str]  # project, version, label, python
 def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverage:
     facts = facts or load_facts()
     failures = _failures_by_cell(catalog.failures)
-    built: dict[_CellKey, list[WheelFile]] = defaultdict(list)
     by_release: dict[tuple[str, str], list[WheelFile]] = defaultdict(list)
     for wheel in catalog.wheels:
         name = wheel.name
         by_release[(name.project, name.public_version)].append(wheel)
-        for python in name.pythons:
-            built[(name.project, name.public_version, name.label, python)].append(wheel)
+    cells = {key: _release_cells(key, tuple(wheels)) for key, wheels in by_release.items()}
     failed: dict[tuple[str, str], list[tuple[_CellKey, LedgerEntry]]] = defaultdict(list)
     for key, entry in failures.items():
         failed[key[:2]].append((key, entry))
-    labels: dict[tuple[str, str], set[str]] = defaultdict(set)  # the rows of each release
-    for project, version, label, _ in (*built, *failures):
-        labels[(project, version)].add(label)
-    variants = _variants({(label, py) for _, _, label, py in (*built, *failures)}, facts)
-    pythons = tuple(sorted({py for *_, py in (*built, *failures)}, key=python_key))
+    labels: dict[tuple[str, str], set[str]] = {key: set(built.labels) for key, built in cells.items()}
+    held: set[tuple[str, str]] = set()  # (label, python) of every cell with a wheel or a failure
+    for built in cells.values():
+        held |= built.held
+    for project, version, label, python in failures:
+        labels.setdefault((project, version), set()).add(label)
+        held.add((label, python))
+    variants = _variants(held, facts)
+    pythons = tuple(sorted({py for _, py in held}, key=python_key))
     releases = []
     for project, version in _sorted_releases(labels):
         release_labels = tuple(label for label in variants if label in labels[(project, version)])
-        wheels = by_release.get((project, version), [])
+        built = cells.get((project, version), _NO_CELLS)
         inputs = (
             pythons,
             tuple(variants[label] for label in release_labels),
-            tuple(wheels),
+            built.wheels,
             tuple(failed.get((project, version), ())),
         )
         remembered = _RELEASES.get((project, version))
@@ -132,9 +134,9 @@ def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverag
             for label in release_labels:
                 variant = variants[label]
                 keys = [(project, version, label, python) for python in pythons]
-                cells = tuple([_cell(key[3], built.get(key), failures.get(key), variant) for key in keys])
-                rows.append(Row(variant=variant, cells=cells))
-            release = _release(project, version, pythons, rows, len(wheels))
+                cells_here = [_cell(k[3], built.wheels_of.get((label, k[3])), failures.get(k), variant) for k in keys]
+                rows.append(Row(variant=variant, cells=tuple(cells_here)))
+            release = _release(project, version, pythons, rows, len(built.wheels))
             _remember_release((project, version), inputs, release)
         releases.append(release)
     return Coverage(
@@ -144,6 +146,37 @@ def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverag
         archs=catalog.archs,
         wheel_count=len(catalog.wheels),
     )
+
+
+class _Built(NamedTuple):
+    """The wheels of one release, by cell."""
+
+    wheels: tuple[WheelFile, ...]  # in catalog order
+    wheels_of: dict[tuple[str, str], list[WheelFile]]  # by (label, python)
+    labels: frozenset[str]
+    held: frozenset[tuple[str, str]]  # the keys of wheels_of
+
+
+def _release_cells(key: tuple[str, str], wheels: tuple[WheelFile, ...]) -> _Built:
+    """The release's wheels by cell, kept while they are the same wheels (the catalog keeps a wheel's object while
+    its file is unchanged): one added wheel sorts the wheels of its own release into cells, not all 10,000."""
+    remembered = _CELLS.get(key)
+    if remembered is not None and remembered.wheels == wheels:
+        return remembered
+    wheels_of: dict[tuple[str, str], list[WheelFile]] = defaultdict(list)
+    for wheel in wheels:
+        for python in wheel.name.pythons:
+            wheels_of[(wheel.name.label, python)].append(wheel)
+    built = _CELLS[key] = _Built(
+        wheels, dict(wheels_of), frozenset(label for label, _ in wheels_of), frozenset(wheels_of)
+    )
+    while len(_CELLS) > _RELEASES_KEPT:  # oldest out first
+        del _CELLS[next(iter(_CELLS))]
+    return built
+
+
+_NO_CELLS = _Built((), {}, frozenset(), frozenset())  # a release the ledger knows only failures of
+_CELLS: dict[tuple[str, str], _Built] = {}
 
 
 # The release of each (project, version) the last run built, with everything it was made of: a re-index after one

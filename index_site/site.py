@@ -55,6 +55,7 @@ class SitePlan:
     metadata: tuple[tuple[Path, str, WheelFile], ...]  # (wheel in dist/, site path of its .metadata, wheel)
     metadata_bytes: Mapping[str, bytes]  # METADATA already read from wheels this run, by filename
     pages: Mapping[str, bytes]  # only pages whose bytes differ from what is on disk
+    digests: Mapping[str, str] = field(default_factory=dict)  # sha256 of those pages, worked out while planning
     groups: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)  # key: (digest, its pages)
     stale: tuple[str, ...]  # managed files no longer part of the site
     kept: Mapping[str, FileRecord]  # files already right on disk, with what the manifest should say of them
@@ -184,9 +185,9 @@ def plan_site(
             kept[path] = record
         else:
             links.append((source, path, twin))
-    changed = {}
+    changed, digests = {}, {}
     for path, content in pages.items():
-        record = _page_in_place(site, path, content, manifest.get(path))
+        record, digests[path] = _page_in_place(site, path, content, manifest.get(path))
         if record is not None:
             kept[path] = record
         else:
@@ -198,6 +199,7 @@ def plan_site(
         metadata=tuple(metadata),
         metadata_bytes=catalog.fresh_metadata,
         pages=changed,
+        digests={path: digests[path] for path in changed},
         stale=stale,
         kept=kept,
         groups=dict(groups or {}),
@@ -272,8 +274,10 @@ def apply_plan(
             raise _changed(source)
         records[path] = FileRecord(sha256=wheel.metadata.sha256, identity=_write_atomic(site / path, content))
     for path in sorted(plan.pages, key=lambda p: (layout.kind_of(p).tier, p)):
-        identity = _write_atomic(site / path, plan.pages[path])
-        records[path] = FileRecord(sha256=hashlib.sha256(plan.pages[path]).hexdigest(), identity=identity)
+        content = plan.pages[path]
+        identity = _write_atomic(site / path, content)
+        sha256 = plan.digests.get(path) or hashlib.sha256(content).hexdigest()
+        records[path] = FileRecord(sha256=sha256, identity=identity)
     for path in plan.stale:
         (site / path).unlink(missing_ok=True)
         _remove_empty_parents(site, site / path)
@@ -455,15 +459,16 @@ def _recorded(path: str, record: FileRecord | None) -> FileRecord | None:
     return record
 
 
-def _page_in_place(site: Path, path: str, content: bytes, record: FileRecord | None) -> FileRecord | None:
-    """The record of the page at ``path`` if it already holds ``content``: known from the manifest while the
-    file's identity holds, else by reading it."""
+def _page_in_place(site: Path, path: str, content: bytes, record: FileRecord | None) -> tuple[FileRecord | None, str]:
+    """The record of the page at ``path`` if it already holds ``content`` (else None), and the digest of
+    ``content``. While the file's identity holds, the manifest's digest says whether it does (a page that changed
+    is not read back: the landing page's neighbours weigh megabytes); else the file is read."""
     sha256 = hashlib.sha256(content).hexdigest()
-    if record is not None and record.sha256 == sha256 and _recorded(os.path.join(site, path), record):
-        return record
+    if record is not None and _recorded(os.path.join(site, path), record):
+        return (record if record.sha256 == sha256 else None), sha256
     if _current_bytes(site / path) == content:
-        return FileRecord(sha256=sha256, identity=regular_identity(site / path))
-    return None
+        return FileRecord(sha256=sha256, identity=regular_identity(site / path)), sha256
+    return None, sha256
 
 
 def _placed_wheel(

@@ -4,20 +4,25 @@ render_site's bytes for the same catalog. The digests behind that must be the sa
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from builder.core.hashing import regular_identity
 from builder.core.ledger import Ledger, LedgerEntry
 from index_site import landing as landing_module
+from index_site import manifest as manifest_module
 from index_site import pages as pages_module
 from index_site import render as render_module
+from index_site import setups as setups_module
 from index_site.catalog import scan
 from index_site.layout import SITE_MARKER
 from index_site.pages import people, setup_fingerprints
 from index_site.render import render_site
-from index_site.site import build_site, load_groups
+from index_site.site import build_site, load_groups, load_manifest
 from index_site.wheels import GpuArchs
 from tests.wheelfactory import WheelSpec, make_wheel
 
@@ -99,14 +104,43 @@ def test_after_any_change_the_pages_equal_a_render_without_this_process_memos(
     build_site(output, output / "site", base_url=BASE)
     for module, memo in (
         (landing_module, "_RELEASES"),
+        (landing_module, "_CELLS"),
         (pages_module, "_MATRICES"),
         (pages_module, "_SETUP_PAGES"),
+        (pages_module, "_FINGERPRINTS"),
         (render_module, "_FINGERPRINTS"),
+        (render_module, "_LINES"),
+        (manifest_module, "_ENTRIES"),
+        (setups_module, "_SETUPS"),
+        (setups_module, "_SUMMARIES"),
     ):
         monkeypatch.setattr(module, memo, {})
+    monkeypatch.setattr(setups_module, "_NAVIGATOR", [])
+    render_module._anchor_html.cache_clear()
+    render_module._json_file.cache_clear()
+    manifest_module._entry.cache_clear()
     expected = render_site(scan(output / "dist", output / "ledger.sqlite"), base_url=BASE)
     site = output / "site"
     assert [path for path, content in expected.items() if (site / path).read_bytes() != content] == []
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_after_any_change_the_manifest_states_every_file_as_it_is(output: Path, change: str) -> None:
+    """The manifest's entries are kept as text from the last write while their records are equal: after a change
+    it still names every file of the site with its own digest and identity, in the bytes json.dumps gives."""
+    CHANGES[change](output)
+    build_site(output, output / "site", base_url=BASE)
+    site = output / "site"
+    raw = (site / SITE_MARKER).read_bytes()
+    assert raw == (json.dumps(json.loads(raw), separators=(",", ":")) + "\n").encode()
+    records, files = load_manifest(site), _tree(site)
+    assert records.keys() == files.keys()
+    wrong = [
+        path
+        for path, record in records.items()
+        if record.sha256 != hashlib.sha256(files[path]).hexdigest() or record.identity != regular_identity(site / path)
+    ]
+    assert wrong == []
 
 
 def _tree(site: Path) -> dict[str, bytes]:
