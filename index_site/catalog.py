@@ -96,6 +96,9 @@ class HashCache:
         with sqlite_errors(path):
             self._db = sqlite3.connect(path, timeout=lock_timeout(), isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
+            # no fsync per commit (WAL stays consistent; a power cut may lose the last commits): a lost row only
+            # means a wheel is hashed again, and each +1 re-index commits twice (new digests, new identities)
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(CACHE_SCHEMA)
 
     def __enter__(self) -> Self:
@@ -233,13 +236,21 @@ def _catalogue(
     entries, rejected, fresh = [], [], {}
     counts = {"hashed": 0, "from_ledger": 0, "cached": 0}
     folder = os.fspath(dist) + "/"
+    lstat, regular, cached = os.lstat, stat.S_ISREG, 0
     for filename, name in names.items():
         old = previous.get(filename)
         try:
-            if old is not None and old.identity == _lstat_identity(folder + filename):
-                entries.append(old)
-                counts["cached"] += 1
-                continue
+            if old is not None:  # its identity, inline (no call, no named tuple): one lstat per wheel every run
+                status = lstat(folder + filename)
+                if regular(status.st_mode) and old.identity == (
+                    status.st_ino,
+                    status.st_size,
+                    status.st_mtime_ns,
+                    status.st_ctime_ns,
+                ):
+                    entries.append(old)
+                    cached += 1
+                    continue
             entry, source, fresh[filename] = _index_one(dist / filename, name, built.get(filename), old)
         except (RejectedWheel, OSError) as error:
             reason = str(error) if isinstance(error, RejectedWheel) else f"{filename}: {error.strerror or error}"
@@ -248,16 +259,8 @@ def _catalogue(
             continue
         counts[source] += 1
         entries.append(entry)
+    counts["cached"] = cached
     return entries, ScanStats(**counts), rejected, fresh
-
-
-def _lstat_identity(path: str) -> tuple[int, int, int, int] | None:
-    """regular_identity as a plain tuple (equal to a FileIdentity), None for anything but a regular file: one call
-    per wheel on every run, so without the exception and the named tuple."""
-    status = os.lstat(path)
-    if not stat.S_ISREG(status.st_mode):
-        return None
-    return (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
 def _index_one(

@@ -110,6 +110,7 @@ def test_after_any_change_the_pages_equal_a_render_without_this_process_memos(
         (pages_module, "_FINGERPRINTS"),
         (render_module, "_FINGERPRINTS"),
         (render_module, "_LINES"),
+        (render_module, "_DIGESTS"),
         (manifest_module, "_ENTRIES"),
         (setups_module, "_SETUPS"),
         (setups_module, "_SUMMARIES"),
