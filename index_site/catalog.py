@@ -193,10 +193,9 @@ def _archs(wheels: Iterable[WheelFile], recorded: Mapping[str, tuple[str, str]])
 def _parse_names(dist: Path) -> tuple[dict[str, WheelName], list[Rejection]]:
     names: dict[str, WheelName] = {}
     rejected = []
-    entries = sorted(os.scandir(dist), key=lambda e: e.name) if dist.is_dir() else []
-    for entry in entries:
-        if not entry.name.endswith(".whl"):
-            continue
+    wheels = {entry.name: entry for entry in os.scandir(dist) if entry.name.endswith(".whl")} if dist.is_dir() else {}
+    for filename in sorted(wheels):  # names, not entries by a key: 10,000 of them on every run
+        entry = wheels[filename]
         if entry.is_file(follow_symlinks=False):
             name, reason = _checked_name(entry.name)
         else:

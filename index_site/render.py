@@ -370,7 +370,18 @@ def _json_file(
 
 
 def _ordered(wheels: Iterable[WheelFile]) -> list[WheelFile]:
-    return sorted(wheels, key=lambda w: (w.name.project, _version(w.name.version), w.filename))
+    """By project, version and filename. Each distinct version is ranked once (equal versions such as 1.0 and
+    1.0.0 share a rank, as they compare equal), so the sort compares strings and integers, not Version objects:
+    a project's page sorts thousands of wheels."""
+    wheels = list(wheels)
+    rank: dict[str, int] = {}
+    previous, current = None, -1
+    for text in sorted({w.name.version for w in wheels}, key=_version):
+        version = _version(text)
+        if version != previous:
+            previous, current = version, current + 1
+        rank[text] = current
+    return sorted(wheels, key=lambda w: (w.name.project, rank[w.name.version], w.filename))
 
 
 @functools.lru_cache(maxsize=4096)

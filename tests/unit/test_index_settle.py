@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from builder.core.hashing import regular_identity
 from builder.core.ledger import Ledger, LedgerEntry
@@ -202,3 +203,12 @@ def test_setup_fingerprints_hold_only_values_printed_the_same_in_every_process(o
     fingerprints = [pages_module._fingerprint(setup, model.coverage.archs) for setup in model.setups.values()]
     assert len(fingerprints) >= 10 and all(plain(fingerprint) for fingerprint in fingerprints)
     assert list(setup_fingerprints(model).values()) == [repr(fingerprint) for fingerprint in fingerprints]
+
+
+def test_pages_list_wheels_in_version_order_with_equal_versions_by_filename(tmp_path: Path) -> None:
+    """render._ordered ranks each distinct version once; versions that compare equal (1.0, 1.0.0) share a rank."""
+    for version in ("1.10", "1.0.0", "1.9", "1.0", "1.0rc1", "1.0.post1", "1.2"):
+        make_wheel(tmp_path / "dist", WheelSpec(version=version, label="pt214cu130"))
+    wheels = scan(tmp_path / "dist", tmp_path / "ledger.sqlite").wheels
+    expected = sorted(wheels, key=lambda w: (w.name.project, Version(w.name.version), w.filename))
+    assert [w.filename for w in render_module._ordered(reversed(wheels))] == [w.filename for w in expected]
