@@ -191,6 +191,23 @@ def test_a_rebuilt_wheel_with_the_same_name_is_hashed_again(output: Path) -> Non
     assert os.path.samefile(replaced, output / "site/whl/pt212cu126" / replaced.name)
 
 
+def test_a_cache_row_another_process_rewrote_is_read_again(output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process keeps the entries it made from the hash cache's rows (catalog._LOADED) and reads only the
+    rows' identities again; a row whose identity moved is read in full, not shadowed by the entry kept."""
+    dist, ledger = output / "dist", output / "ledger.sqlite"
+    catalog_module.scan(dist, ledger)
+    assert catalog_module.scan(dist, ledger).stats.cached == len(SPECS)  # now kept by this process
+    kept = dict(catalog_module._LOADED)
+    replaced = make_wheel(dist, WheelSpec(label="pt212cu126", python="cp311", salt="rebuilt"))
+    monkeypatch.setattr(catalog_module, "_LOADED", {})  # another process hashes the new bytes into the cache
+    assert catalog_module.scan(dist, ledger).stats.hashed == 1
+    monkeypatch.setattr(catalog_module, "_LOADED", kept)  # this process again, with its entry of the old bytes
+    again = catalog_module.scan(dist, ledger)
+    assert (again.stats.hashed, again.stats.cached) == (0, len(SPECS))  # the row, read in full, is trusted
+    digests = {wheel.filename: wheel.sha256 for wheel in again.wheels}
+    assert digests[replaced.name] == hashlib.sha256(replaced.read_bytes()).hexdigest()
+
+
 def test_removed_wheels_and_emptied_variants_are_pruned(output: Path) -> None:
     build_site(output, output / "site", base_url=BASE)
     (output / "site" / "CNAME").write_text("wheels.example.org\n")  # not the index's: left alone
