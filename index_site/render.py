@@ -9,6 +9,7 @@ re-render 10,000."""
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import json
@@ -248,7 +249,7 @@ def _roots(label: str | None, projects: list[str]) -> dict[str, bytes]:
 def _project_pages(label: str | None, project: str, files: list[WheelFile]) -> dict[str, bytes]:
     simple_page = f"{layout.simple_root(label)}/{project}/index.html"
     json_page = f"{layout.json_root(label)}/{project}/index.json"
-    ordered = _ordered(files)  # once for both pages: a project's page lists thousands of wheels
+    ordered = _ordered(files, since=simple_page)  # once for both pages: a project's page lists thousands of wheels
     links = _links(simple_page, ordered)
     return {
         simple_page: _render(
@@ -262,7 +263,7 @@ def _findlinks_page(label: str, wheels: list[WheelFile]) -> bytes:
     page = layout.findlinks_path(label)
     first = wheels[0].name
     title = f"Wheels for torch {first.torch} + {accelerator_text(first.accelerator)} ({label})"
-    links = _links(page, _ordered(wheels))
+    links = _links(page, _ordered(wheels, since=page))
     return _render("simple_project.html", page=page, title=title, links=links, api_version=API_VERSION)
 
 
@@ -369,11 +370,50 @@ def _json_file(
     return json.dumps(entry, sort_keys=True, separators=(",", ":"))
 
 
-def _ordered(wheels: Iterable[WheelFile]) -> list[WheelFile]:
+def _ordered(wheels: Iterable[WheelFile], *, since: str | None = None) -> list[WheelFile]:
     """By project, version and filename. Each distinct version is ranked once (equal versions such as 1.0 and
     1.0.0 share a rank, as they compare equal), so the sort compares strings and integers, not Version objects:
-    a project's page sorts thousands of wheels."""
+    a project's page sorts thousands of wheels. With ``since`` (a page), the order that page had in the last run
+    is kept: the same wheels give it as it was, and a few added wheels (none gone) are put in place by bisection."""
     wheels = list(wheels)
+    remembered = _ORDERS.get(since) if since is not None else None
+    if remembered is not None:
+        before, order = remembered
+        ordered = order if before == wheels else _inserted(order, before, wheels)
+        if ordered is not None:
+            return _remember_order(since, wheels, ordered)
+    ordered = _sorted(wheels)
+    return _remember_order(since, wheels, ordered) if since is not None else ordered
+
+
+def _inserted(order: list[WheelFile], before: list[WheelFile], wheels: list[WheelFile]) -> list[WheelFile] | None:
+    """``order`` with the wheels that are new since ``before`` put in place; None when there are too many."""
+    known = {id(w) for w in before}  # alive: the memo holds them
+    new = [w for w in wheels if id(w) not in known]
+    if len(new) > 64 or len(before) + len(new) != len(wheels):
+        return None
+    ordered = list(order)
+    for wheel in new:
+        bisect.insort(ordered, wheel, key=_order_key)
+    return ordered
+
+
+def _order_key(wheel: WheelFile) -> tuple[str, Version, str]:
+    return (wheel.name.project, _version(wheel.name.version), wheel.filename)
+
+
+def _remember_order(page: str, wheels: list[WheelFile], ordered: list[WheelFile]) -> list[WheelFile]:
+    _ORDERS[page] = (wheels, ordered)
+    while len(_ORDERS) > _ORDERS_KEPT:  # oldest out first
+        del _ORDERS[next(iter(_ORDERS))]
+    return ordered
+
+
+_ORDERS: dict[str, tuple[list[WheelFile], list[WheelFile]]] = {}  # by page: (the wheels given, in order)
+_ORDERS_KEPT = 4096
+
+
+def _sorted(wheels: list[WheelFile]) -> list[WheelFile]:
     rank: dict[str, int] = {}
     previous, current = None, -1
     for text in sorted({w.name.version for w in wheels}, key=_version):

@@ -112,6 +112,7 @@ def test_after_any_change_the_pages_equal_a_render_without_this_process_memos(
         (render_module, "_FINGERPRINTS"),
         (render_module, "_LINES"),
         (render_module, "_DIGESTS"),
+        (render_module, "_ORDERS"),
         (manifest_module, "_ENTRIES"),
         (setups_module, "_SETUPS"),
         (setups_module, "_SUMMARIES"),
@@ -212,3 +213,7 @@ def test_pages_list_wheels_in_version_order_with_equal_versions_by_filename(tmp_
     wheels = scan(tmp_path / "dist", tmp_path / "ledger.sqlite").wheels
     expected = sorted(wheels, key=lambda w: (w.name.project, Version(w.name.version), w.filename))
     assert [w.filename for w in render_module._ordered(reversed(wheels))] == [w.filename for w in expected]
+    # a page's order kept from its last render: wheels added to it are put in place, wheels gone sort it again
+    for given in (wheels[1::2], wheels, wheels[:3], wheels[::-1]):
+        ordered = render_module._ordered(given, since="page.html")
+        assert [w.filename for w in ordered] == [w.filename for w in expected if w in given]
