@@ -335,7 +335,7 @@ def _json_project(page: str, project: str, ordered: list[WheelFile]) -> bytes:
     """The PEP 691 project page of ``ordered`` (in page order), the bytes _json_bytes gives the whole document:
     each file's entry is JSON text built once per wheel and page, and "files" is the first key in sorted order."""
     files = ",".join(_lines(page, ordered, _json_line))
-    versions = sorted({w.name.version for w in ordered}, key=_version)
+    versions = list(dict.fromkeys(w.name.version for w in ordered))  # in page order: by version already
     rest = _json_bytes({"meta": {"api-version": API_VERSION}, "name": project, "versions": versions})
     return b'{"files":[' + files.encode() + b"]," + rest[1:]
 
