@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -636,9 +637,9 @@ def cmd_ptx_rounds(args: argparse.Namespace) -> int:
                                            str(args.summary), "kernel-worker"), env=env)
         for name, python in args.arm
     ]
-    _say(f"== ptx_speed: {settings.rounds} interleaved rounds over {', '.join(name for name, _ in args.arm)}")
-    result = interleave.run_rounds(arms, rounds=args.rounds or settings.rounds, timeout_s=settings.rounds_timeout_s,
-                                   log_dir=args.out.parent)
+    rounds = args.rounds or settings.rounds
+    _say(f"== ptx_speed: {rounds} interleaved rounds over {', '.join(name for name, _ in args.arm)}")
+    result = interleave.run_rounds(arms, rounds=rounds, timeout_s=settings.rounds_timeout_s, log_dir=args.out.parent)
     args.out.write_text(json.dumps(result))
     if result["error"]:
         print(f"ERROR {result['error']}", file=sys.stderr)
@@ -679,7 +680,7 @@ def cmd_ptx_speed(args: argparse.Namespace) -> int:
             "ratio": "median over rounds of the round's PTX/SASS time",
             "noise": "worst round of the SASS wheel in a second process against itself, |ratio - 1|",
         },
-        "command": " ".join(sys.argv),
+        "command": "python -m scripts.gpu_acceptance " + shlex.join(args.argv),
         **data,
     }
     return _stage(args, "ptx_speed", checks, started, data=data)
@@ -949,6 +950,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args.config = load_config(args.config) if args.config else load_config()
         if args.packages is not None:

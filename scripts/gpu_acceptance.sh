@@ -101,22 +101,10 @@ parse_args() {  # sets the options' globals; bad arguments exit 2 with a message
 setup() {  # absolute paths, the log, and the environment every stage shares
     # paths given are taken from where the script was started; the defaults live in the repository
     ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-    OUTDIR=$(mkdir -p "$outdir" && cd "$outdir" && pwd)
-    WORK=$(mkdir -p "${work:-$ROOT/.gpu-work}" && cd "${work:-$ROOT/.gpu-work}" && pwd)
-    CARRY=$(mkdir -p "${carry:-$ROOT/.carry}" && cd "${carry:-$ROOT/.carry}" && pwd)
-    WH=$WORK/wheelhouse
-    if [ -n "$wheelhouse_reuse" ]; then WH=$(cd "$wheelhouse_reuse" && pwd); fi
-    cd "$ROOT"
     PY=${PYTHON:-python3}
-    SUMMARY=$WORK/summary.json     # outlives the command (OUTDIR may not); copied to OUTDIR after every stage
-    LOG=$OUTDIR/acceptance.log
-    WW_SITE=$WORK/ww-site          # the carried wheels, on wheelwright's path only
-    VENV=$WORK/venv                # where pip installs our wheels; sees the box's torch
-    BUILD_STATE=$WORK/build-run    # the detached build's pid and exit status (scripts/acceptance/detach.py)
-    BUILD_CONSOLE=$WORK/build-console.log
-    ARCH=$WORK/arch                # one build folder per arch variant: its dist/, ledger, site, logs and reports
+    # the data file first: a bad --variants is refused before any folder is made
     read -r LABEL PACKAGES ARCH_PACKAGE ARCH_NICE ARCH_PARALLEL PTX_LOADING PTX_TIMEOUT PTX_TARGET PTX_CONTROL ARCH_VARIANTS \
-        < <("$PY" - scripts/data/gpu_acceptance.toml <<'EOF'
+        < <("$PY" - "$ROOT/scripts/data/gpu_acceptance.toml" <<'EOF'
 import sys, tomllib
 data = tomllib.load(open(sys.argv[1], "rb"))
 arch, speed = data["arch"], data["ptx_speed"]
@@ -125,6 +113,19 @@ print(data["label"], ",".join(data["packages"]), arch["package"], arch["nice"], 
 EOF
 )
     select_variants
+    OUTDIR=$(mkdir -p "$outdir" && cd "$outdir" && pwd)
+    WORK=$(mkdir -p "${work:-$ROOT/.gpu-work}" && cd "${work:-$ROOT/.gpu-work}" && pwd)
+    CARRY=$(mkdir -p "${carry:-$ROOT/.carry}" && cd "${carry:-$ROOT/.carry}" && pwd)
+    WH=$WORK/wheelhouse
+    if [ -n "$wheelhouse_reuse" ]; then WH=$(cd "$wheelhouse_reuse" && pwd); fi
+    cd "$ROOT"
+    SUMMARY=$WORK/summary.json     # outlives the command (OUTDIR may not); copied to OUTDIR after every stage
+    LOG=$OUTDIR/acceptance.log
+    WW_SITE=$WORK/ww-site          # the carried wheels, on wheelwright's path only
+    VENV=$WORK/venv                # where pip installs our wheels; sees the box's torch
+    BUILD_STATE=$WORK/build-run    # the detached build's pid and exit status (scripts/acceptance/detach.py)
+    BUILD_CONSOLE=$WORK/build-console.log
+    ARCH=$WORK/arch                # one build folder per arch variant: its dist/, ledger, site, logs and reports
     PKG_ARGS=()  # --packages for the Python part: set by held_packages when a reused wheelhouse holds fewer
     rm -f "$OUTDIR/summary.json" "$OUTDIR"/build-*.log "$OUTDIR"/build-status.txt "$OUTDIR/upstream-pytest.log" "$OUTDIR/pip-report.json" \
         "$OUTDIR/doctor.json" "$OUTDIR/details.tar.gz"

@@ -230,8 +230,9 @@ def closing_lines(summary: dict) -> list[str]:
         )
     if speed.get("worst_ratio") is not None:
         arms = speed.get("arms", {})
-        line = (f"PTX/SASS kernel time, once JIT-ed (median of {speed.get('method', {}).get('rounds')} interleaved "
-                f"rounds): {arms.get(speed.get('target'), 'PTX')} worst {speed['worst_ratio']:.3f} over {len(speed['ratios'])} cases")
+        rounds, target = speed.get("method", {}).get("rounds"), arms.get(speed.get("target"), "PTX")
+        line = (f"PTX/SASS kernel time, once JIT-ed (median of {rounds} interleaved rounds): {target} worst "
+                f"{speed['worst_ratio']:.3f} over {len(speed['ratios'])} cases")
         if speed.get("worst_isa_ratio") is not None:
             line += f", {arms.get(speed.get('isa'), 'the ISA control')} worst {speed['worst_isa_ratio']:.3f}"
         lines.append(f"{line}; A/A noise up to {speed.get('worst_noise', 0):.1%}")

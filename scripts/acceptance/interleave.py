@@ -107,7 +107,10 @@ class _Worker:
         return line.decode(errors="replace")
 
     def _failure(self, what: str) -> WorkerError:
-        code = self.process.poll()
+        try:  # its stdout closed: it is exiting, and its status is a moment away
+            code = self.process.wait(timeout=5) if what == "exited" else self.process.poll()
+        except subprocess.TimeoutExpired:
+            code = None
         tail = self.log.read_text(errors="replace").strip().splitlines()[-5:] if self.log.is_file() else []
         said = " | ".join([*self.stray[-3:], *tail]) or "nothing"
         return WorkerError(f"the {self.arm.name} worker {what} (exit {code}); it said: {said}")
@@ -123,6 +126,12 @@ class _Worker:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:  # the pipe to a worker that already exited
+                pass
 
 
 def run_rounds(arms: Sequence[Arm], *, rounds: int, timeout_s: float, log_dir: Path) -> dict:

@@ -217,10 +217,10 @@ NOISE_CHECK = "A/A control: the SASS wheel in a second process against itself"
 WITHIN, TARGET_ISA, JIT, NO_CONTROL, TOO_NOISY = "within-noise", "target-isa", "jit", "no-control", "too-noisy"
 VERDICTS = {
     WITHIN: "PTX, once JIT-ed, is as fast as SASS within the noise",
-    TARGET_ISA: "the {target} PTX is slower, but {isa} PTX JIT-ed the same way is not: the gap is the older target "
-    "ISA the code was generated for, not the JIT",
-    JIT: "{isa} PTX is slower than SASS for the same GPU: the JIT path itself costs speed",
-    NO_CONTROL: "the {target} PTX is slower and there is no {isa} PTX control to say why",
+    TARGET_ISA: "{target} is slower than SASS, but {isa}, JIT-ed the same way, is not: the gap comes from generating "
+    "code for the older ISA, not from the JIT",
+    JIT: "{isa} is slower than SASS for the same GPU: the JIT path itself costs speed",
+    NO_CONTROL: "{target} is slower than SASS and there is no {isa} wheel to say why",
     TOO_NOISY: "the SASS wheel differs from itself by more than the data file's max_noise: no verdict",
 }
 
