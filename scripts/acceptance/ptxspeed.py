@@ -187,6 +187,7 @@ class KernelTimer:
             "plans": self.plans,
         }
 
+
 FIRST_CALL_CHECK = "first kernel call, JIT cache off: {name} vs SASS"
 
 
