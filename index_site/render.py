@@ -376,8 +376,7 @@ def _ordered(wheels: Iterable[WheelFile], *, since: str | None = None) -> list[W
     a project's page sorts thousands of wheels. With ``since`` (a page), the order that page had in the last run
     is kept: the same wheels give it as it was, and a few added wheels (none gone) are put in place by bisection."""
     wheels = list(wheels)
-    remembered = _ORDERS.get(since) if since is not None else None
-    if remembered is not None:
+    if since is not None and (remembered := _ORDERS.get(since)) is not None:
         before, order = remembered
         ordered = order if before == wheels else _inserted(order, before, wheels)
         if ordered is not None:
