@@ -100,4 +100,5 @@ def test_the_bwd_patch_splits_only_for_a_job_of_many_archs(tmp_path: Path) -> No
     assert narrow == [f"csrc/causal_conv1d_bwd.cu kept whole: 1 arch(s), fewer than {BWD_SPLIT_MIN_ARCHS}"]
     assert not (tmp_path / "csrc" / "causal_conv1d_bwd_part1.cu").exists()
     full = split_causal_conv1d_bwd(tmp_path, local_job(archs=("7.5", "8.0", "9.0", "10.0", "12.0")))
-    assert "split into 6 TUs" in full[0] and "estimated cost per part" in full[0] and (tmp_path / "csrc" / "causal_conv1d_bwd_part6.cu").is_file()
+    assert "split into 6 TUs" in full[0] and "estimated cost per part" in full[0]
+    assert (tmp_path / "csrc" / "causal_conv1d_bwd_part6.cu").is_file()

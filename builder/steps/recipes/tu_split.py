@@ -87,5 +87,6 @@ def split_tu(root: Path, relative: str, parts: int, cost: Cost = _unit_cost) -> 
     quote = quoted[1]
     replacement = ", ".join(f"{quote}{name}{quote}" for name in names) + ("," if quoted[0].endswith(",") else "")
     setup.write_text(text[: quoted.start()] + replacement + text[quoted.end():])
-    return [f"{relative}: split into {parts} TUs by its explicit instantiations ({', '.join(names)}; "
-            f"estimated cost per part {estimates})"]
+    change = (f"{relative}: split into {parts} TUs by its explicit instantiations ({', '.join(names)}; "
+              f"estimated cost per part {estimates})")
+    return [change]
