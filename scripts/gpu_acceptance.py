@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from scripts.acceptance import archs, bench, checklist, detach, numerics, ptxspeed, seed, stages, upstream
+from scripts.acceptance import archs, bench, checklist, detach, interleave, numerics, ptxspeed, seed, stages, upstream
 from scripts.acceptance import summary as record
 from scripts.acceptance.config import Config, ConfigError, load_config
 from scripts.acceptance.device import torch_facts, unavailable_reason
@@ -517,9 +518,10 @@ def cmd_arch_build_report(args: argparse.Namespace) -> int:
     config: Config = args.config
     started = time.monotonic()
     _say("== arch_build")
+    variants = [config.arch.variant(name) for name in args.variants] if args.variants else config.arch.variants
     checks = [
         _report(archs.build_check(args.root, v, package=config.arch.package, label=config.label, cores=args.cores))
-        for v in config.arch.variants
+        for v in variants
     ]
     running = [c for c in checks if c.status == archs.STILL_RUNNING]
     if running:
@@ -608,27 +610,106 @@ def cmd_first_call(args: argparse.Namespace) -> int:
     return _measure_to(args.out, lambda: ptxspeed.first_call(args.config.ptx_speed))
 
 
-def cmd_kernel_times(args: argparse.Namespace) -> int:
-    """In a venv: causal-conv1d's kernel medians at the benchmark sizes, as JSON to --out."""
-    return _measure_to(args.out, lambda: ptxspeed.kernel_times(args.config.bench))
+def cmd_kernel_worker(args: argparse.Namespace) -> int:
+    """In a venv: the A/B worker (scripts/acceptance/interleave.py): warm up, then time a round per request."""
+    reason = unavailable_reason()
+    if reason:
+        print(f"ERROR {reason}", file=sys.stderr)
+        return EXIT_NO_GPU
+    config: Config = args.config
+    return interleave.serve(lambda: ptxspeed.KernelTimer(config.bench, config.ptx_speed), sys.stdin, sys.stdout)
+
+
+def _arm(text: str) -> tuple[str, Path]:
+    name, sep, python = text.partition("=")
+    if not sep or not name or not python:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=PYTHON")
+    return name, Path(python)
+
+
+def cmd_ptx_rounds(args: argparse.Namespace) -> int:
+    """The interleaved rounds: one kernel-worker per --arm (a venv's python), rounds of every case in each, to
+    --out (the judging is ptx-speed's). Exit 1 when a worker failed (what was measured is still written)."""
+    settings = args.config.ptx_speed
+    env = {"PYTHONPATH": str(ROOT)}
+    arms = [
+        interleave.Arm(name=name, command=(str(python), "-m", "scripts.gpu_acceptance", "--summary",
+                                           str(args.summary), "kernel-worker"), env=env)
+        for name, python in args.arm
+    ]
+    rounds = args.rounds or settings.rounds
+    _say(f"== ptx_speed: {rounds} interleaved rounds over {', '.join(name for name, _ in args.arm)}")
+    result = interleave.run_rounds(arms, rounds=rounds, timeout_s=settings.rounds_timeout_s, log_dir=args.out.parent)
+    args.out.write_text(json.dumps(result))
+    if result["error"]:
+        print(f"ERROR {result['error']}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_PASSED
 
 
 def cmd_ptx_speed(args: argparse.Namespace) -> int:
-    """The ptx_speed stage from the measurements' JSON files: the JIT's cost, and PTX against SASS once JIT-ed."""
+    """The ptx_speed stage from the measurements' JSON: each PTX wheel's JIT cost, the A/A noise, and the PTX
+    wheels against the SASS one once JIT-ed, with the verdict that attributes a gap."""
+    config: Config = args.config
     started = time.monotonic()
     _say("== ptx_speed")
     if unavailable_reason():
-        return _stage(args, "ptx_speed", record.skipped_checks([ptxspeed.FIRST_CALL_CHECK], unavailable_reason()),
-                      started)
-    first = ptxspeed.first_call_check(_read_json(args.sass_first), _read_json(args.ptx_first))
-    sass_runs = [run for run in map(_read_json, args.sass_times) if run]
-    ptx = _read_json(args.ptx_times)
-    speed = ptxspeed.speed_checks(sass_runs, ptx or {}, noise_floor=args.config.ptx_speed.noise_floor)
-    if not ptx:
-        speed = [Check(name="PTX vs SASS", status=FAILED, detail=f"no timings in {args.ptx_times}")]
-    checks = [_report(c) for c in (first, *speed)]
-    data = {"jit_s": first.data.get("jit_s"), **ptxspeed.ratio_summary(speed), "first_call": first.data}
+        return _stage(args, "ptx_speed", record.skipped_checks([ptxspeed.NOISE_CHECK], unavailable_reason()), started)
+    speed = config.ptx_speed
+    labels = {v.name: "PTX " + ", ".join(f"compute_{a.replace('.', '')}" for a in v.ptx)
+              for v in config.arch.variants if v.ptx and not v.sass}
+    firsts = dict(args.first)
+    sass_first = _read_json(firsts.pop(ptxspeed.REFERENCE, Path("/nonexistent")))
+    first_checks = [ptxspeed.first_call_check(sass_first, _read_json(path), name=labels.get(name, name))
+                    for name, path in firsts.items()]
+    rounds = _read_json(args.rounds) or {"error": f"no rounds in {args.rounds}"}
+    speed_checks, data = ptxspeed.judge(rounds, target=speed.target, isa=speed.isa_control, floor=speed.noise_floor,
+                                        max_noise=speed.max_noise, labels=labels)
+    checks = [_report(c) for c in (*first_checks, *speed_checks)]
+    for line in ptxspeed.table_lines(data):
+        _say(f"  {line}")
+    jit = {name: c.data.get("jit_s") for name, c in zip(firsts, first_checks, strict=True)}
+    data = {
+        "jit_s": jit.get(speed.target),
+        "jit_s_by_arm": jit,
+        "first_call": {"sass": sass_first, **{name: _read_json(path) for name, path in firsts.items()}},
+        "sass_reference": args.sass_reference,
+        "method": {
+            "rounds": speed.rounds, "repeats": speed.repeats, "warmup": speed.warmup,
+            "min_sample_ms": speed.min_sample_ms, "noise_floor": speed.noise_floor, "max_noise": speed.max_noise,
+            "ratio": "median over rounds of the round's PTX/SASS time",
+            "noise": "worst round of the SASS wheel in a second process against itself, |ratio - 1|",
+        },
+        "command": "python -m scripts.gpu_acceptance " + shlex.join(args.argv),
+        **data,
+    }
     return _stage(args, "ptx_speed", checks, started, data=data)
+
+
+def cmd_sass_reference(args: argparse.Namespace) -> int:
+    """Print the one causal-conv1d wheel of the label under --path (a wheel, or a build output's dist/) after
+    checking that it holds SASS for the GPU's arch: the reference ptx_speed times PTX against."""
+    from builder.core.errors import WheelwrightError
+    from builder.steps.elf import wheel_elf_facts
+
+    config: Config = args.config
+    path: Path = args.path
+    prefix = canonicalize_name(config.arch.package).replace("-", "_") + "-"
+    wheels = [path] if path.is_file() else sorted((path / "dist").glob(f"{prefix}*+{config.label}-*.whl"))
+    if len(wheels) != 1:
+        print(f"ERROR {path}: {len(wheels)} {config.arch.package} wheels of {config.label} (want one)", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        facts = wheel_elf_facts(wheels[0])
+    except WheelwrightError as error:
+        print(f"ERROR {error}", file=sys.stderr)
+        return EXIT_FAILED
+    if not any(config.gpu_arch in f.gpu.sass for f in facts):
+        held = "; ".join(f"{f.name}: {f.gpu.describe()}" for f in facts if not f.gpu.empty) or "no GPU code"
+        print(f"ERROR {wheels[0]}: no SASS for {config.gpu_arch} ({held})", file=sys.stderr)
+        return EXIT_FAILED
+    print(wheels[0].resolve())
+    return EXIT_PASSED
 
 
 def cmd_finish(args: argparse.Namespace) -> int:
@@ -794,6 +875,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("arch-build-report", help="record the arch_build stage from the variants' builds")
     sub.add_argument("--root", type=Path, required=True, help="the folder holding one build folder per variant")
     sub.add_argument("--main", type=Path, help="the main build's output folder, whose profile is kept beside")
+    sub.add_argument("--variants", type=_names, help="comma-separated: only these variants (default: every one)")
     sub.add_argument("--cores", type=_positive, default=len(os.sched_getaffinity(0)),
                      help="the cores the builds shared, for the cores bound (default: this machine's)")
     sub.set_defaults(func=cmd_arch_build_report)
@@ -819,20 +901,30 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--variant", required=True, help="the arch variant whose stage it joins")
     sub.set_defaults(func=cmd_jit_warm)
 
-    for name, func, what in (
-        ("first-call", cmd_first_call, "the first causal_conv1d_fn call's seconds"),
-        ("kernel-times", cmd_kernel_times, "causal-conv1d's kernel medians at the benchmark sizes"),
-    ):
-        sub = commands.add_parser(name, help=f"{what}, as JSON (GPU; run in the wheel's venv)")
-        sub.add_argument("--out", type=Path, required=True)
-        sub.set_defaults(func=func)
+    sub = commands.add_parser("first-call", help="the first causal_conv1d_fn call's seconds, as JSON (GPU; in a venv)")
+    sub.add_argument("--out", type=Path, required=True)
+    sub.set_defaults(func=cmd_first_call)
 
-    sub = commands.add_parser("ptx-speed", help="record the ptx_speed stage from first-call and kernel-times JSON")
-    sub.add_argument("--sass-first", type=Path, required=True)
-    sub.add_argument("--ptx-first", type=Path, required=True)
-    sub.add_argument("--sass-times", type=Path, nargs="+", required=True, help="the SASS runs, before and after")
-    sub.add_argument("--ptx-times", type=Path, required=True)
+    sub = commands.add_parser("kernel-worker", help="time the kernels a round per stdin line (GPU; in a venv)")
+    sub.set_defaults(func=cmd_kernel_worker)
+
+    sub = commands.add_parser("ptx-rounds", help="interleaved A/B rounds over kernel workers, as JSON (GPU)")
+    sub.add_argument("--arm", type=_arm, action="append", required=True, metavar="NAME=PYTHON",
+                     help="an arm and its venv's python (sass, sass-again and the PTX variants' names)")
+    sub.add_argument("--rounds", type=_positive, help="rounds (default: the data file's)")
+    sub.add_argument("--out", type=Path, required=True, help="the rounds' JSON; the workers' logs go beside it")
+    sub.set_defaults(func=cmd_ptx_rounds)
+
+    sub = commands.add_parser("ptx-speed", help="record the ptx_speed stage from first-call and ptx-rounds JSON")
+    sub.add_argument("--first", type=_arm, action="append", required=True, metavar="NAME=JSON",
+                     help="an arm's first-call JSON (sass, and each PTX variant)")
+    sub.add_argument("--rounds", type=Path, required=True, help="ptx-rounds' JSON")
+    sub.add_argument("--sass-reference", default=None, help="the SASS wheel timed against, for the record")
     sub.set_defaults(func=cmd_ptx_speed)
+
+    sub = commands.add_parser("sass-reference", help="print the wheel under PATH that ptx_speed uses as SASS")
+    sub.add_argument("--path", type=Path, required=True, help="a wheel, or a wheelwright build output folder")
+    sub.set_defaults(func=cmd_sass_reference)
 
     sub = commands.add_parser("upstream", help="causal-conv1d's own test file from its sdist (GPU)")
     sub.add_argument("--stage", help="record under this stage (an arch stage) instead of upstream")
@@ -858,6 +950,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args.config = load_config(args.config) if args.config else load_config()
         if args.packages is not None:

@@ -14,12 +14,14 @@ usage() {
 usage: scripts/gpu_acceptance.sh OUTDIR [--stages LIST] [--resume] [--detach] [--skip-build WHEELHOUSE]
                                         [--quick] [--leak-seconds N] [--work DIR] [--carry DIR] [--workers N]
                                         [--port N] [--deadline SECONDS] [--build-limit SECONDS]
+                                        [--variants LIST] [--sass-reference PATH]
 
   OUTDIR                  the log, the summary JSON, the build logs and pytest's output go here (at most 8 files)
   --stages LIST           run only these stages (comma-separated; the setup stages before them come along)
   --resume                go on with the run an earlier command left in the work folder: its results stand, and
                           the stages it left pending (or a build still running) are run (or collected) now
-  --detach                start the build and return without waiting for it (a later --resume collects it)
+  --detach                start the build (and the arch builds) and return without waiting (a later --resume
+                          collects them)
   --skip-build WHEELHOUSE reuse an earlier run's build output (its dist/ and ledger.sqlite) and only test; one
                           that holds fewer packages (bench_build's full-arch output) has those installed and checked,
                           and the stages testing another are skipped, saying so
@@ -32,10 +34,17 @@ usage: scripts/gpu_acceptance.sh OUTDIR [--stages LIST] [--resume] [--detach] [-
   --deadline SECONDS      no stage starts past this many seconds into the command, or with fewer seconds left
                           than it needs (it is left pending for --resume) (default: 570)
   --build-limit SECONDS   the detached build is stopped after this long, across commands (default: 1800)
+  --variants LIST         the arch variants to build and collect (comma-separated; default: all of the data file's:
+                          fat, ptx, ptx90, sm80)
+  --sass-reference PATH   the wheel ptx_speed times the PTX wheels against: a wheel, or a wheelwright output folder
+                          holding one causal-conv1d wheel of the label; it must hold SASS for the GPU (default: the
+                          main wheelhouse's, installed by the install stage)
 
 stages: preflight carry build index serve install doctor checklist upstream mamba bench arch_build arch_fat arch_ptx
 arch_sm80 ptx_speed (setup: preflight carry index serve install, which run again in every command that runs a later
-stage). The build stage starts the three arch builds (fat, ptx, sm80) beside the main one; arch_build collects them.
+stage). The build stage starts the arch builds (fat, ptx, ptx90, sm80) beside the main one; arch_build collects
+them (and starts those not started). ptx_speed times the ptx (compute_80) and ptx90 (compute_90) wheels against the
+SASS reference, interleaved, with the SASS wheel against itself as the noise.
 
 exit status: 0 every stage passed, 1 a stage failed, 2 bad arguments, 3 no CUDA device, 4 stages pending: run the
 same command again with --resume (the work folder survives between commands while the machine stays warm)
@@ -52,7 +61,7 @@ is_count() { [[ $1 =~ ^[0-9]+$ ]]; }
 
 parse_args() {  # sets the options' globals; bad arguments exit 2 with a message
     outdir="" wheelhouse_reuse="" quick=0 work="" carry="" workers=16 port=0 deadline=570
-    stages="" resume=0 detach_only=0 leak_seconds="" build_limit=1800
+    stages="" resume=0 detach_only=0 leak_seconds="" build_limit=1800 variants="" sass_reference=""
     argv=("$@")
     while [ $# -gt 0 ]; do
         case "$1" in
@@ -60,10 +69,14 @@ parse_args() {  # sets the options' globals; bad arguments exit 2 with a message
             --quick) quick=1; shift ;;
             --resume) resume=1; shift ;;
             --detach) detach_only=1; shift ;;
-            --skip-build|--work|--carry|--workers|--port|--deadline|--stages|--leak-seconds|--build-limit)
+            --skip-build|--work|--carry|--workers|--port|--deadline|--stages|--leak-seconds|--build-limit|--variants|\
+            --sass-reference)
                 [ $# -ge 2 ] && [ -n "$2" ] || die_usage "$1 needs a value"
                 case "$1" in
                     --stages) stages=$2 ;;
+                    --variants) variants=$2 ;;
+                    --sass-reference) [ -e "$2" ] || die_usage "--sass-reference $2: no such wheel or folder"
+                        sass_reference=$(cd "$(dirname "$2")" && pwd)/$(basename "$2") ;;
                     --leak-seconds) is_count "$2" && [ "$2" -ge 1 ] || die_usage "--leak-seconds wants a positive number, not '$2'"; leak_seconds=$2 ;;
                     --build-limit) is_count "$2" && [ "$2" -ge 60 ] || die_usage "--build-limit wants seconds >= 60, not '$2'"; build_limit=$2 ;;
                     --skip-build) wheelhouse_reuse=$2 ;;
@@ -88,13 +101,24 @@ parse_args() {  # sets the options' globals; bad arguments exit 2 with a message
 setup() {  # absolute paths, the log, and the environment every stage shares
     # paths given are taken from where the script was started; the defaults live in the repository
     ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+    PY=${PYTHON:-python3}
+    # the data file first: a bad --variants is refused before any folder is made
+    read -r LABEL PACKAGES ARCH_PACKAGE ARCH_NICE ARCH_PARALLEL PTX_LOADING PTX_TIMEOUT PTX_TARGET PTX_CONTROL ARCH_VARIANTS \
+        < <("$PY" - "$ROOT/scripts/data/gpu_acceptance.toml" <<'EOF'
+import sys, tomllib
+data = tomllib.load(open(sys.argv[1], "rb"))
+arch, speed = data["arch"], data["ptx_speed"]
+variants = ",".join(f"{name}:{v['profile']}" for name, v in arch["variants"].items())
+print(data["label"], ",".join(data["packages"]), arch["package"], arch["nice"], arch["build_parallel"], speed["module_loading"], int(speed["timeout_s"]), speed["target"], speed["isa_control"], variants)
+EOF
+)
+    select_variants
     OUTDIR=$(mkdir -p "$outdir" && cd "$outdir" && pwd)
     WORK=$(mkdir -p "${work:-$ROOT/.gpu-work}" && cd "${work:-$ROOT/.gpu-work}" && pwd)
     CARRY=$(mkdir -p "${carry:-$ROOT/.carry}" && cd "${carry:-$ROOT/.carry}" && pwd)
     WH=$WORK/wheelhouse
     if [ -n "$wheelhouse_reuse" ]; then WH=$(cd "$wheelhouse_reuse" && pwd); fi
     cd "$ROOT"
-    PY=${PYTHON:-python3}
     SUMMARY=$WORK/summary.json     # outlives the command (OUTDIR may not); copied to OUTDIR after every stage
     LOG=$OUTDIR/acceptance.log
     WW_SITE=$WORK/ww-site          # the carried wheels, on wheelwright's path only
@@ -102,14 +126,6 @@ setup() {  # absolute paths, the log, and the environment every stage shares
     BUILD_STATE=$WORK/build-run    # the detached build's pid and exit status (scripts/acceptance/detach.py)
     BUILD_CONSOLE=$WORK/build-console.log
     ARCH=$WORK/arch                # one build folder per arch variant: its dist/, ledger, site, logs and reports
-    read -r LABEL PACKAGES ARCH_PACKAGE ARCH_NICE ARCH_PARALLEL PTX_LOADING PTX_TIMEOUT ARCH_VARIANTS < <("$PY" - scripts/data/gpu_acceptance.toml <<'EOF'
-import sys, tomllib
-data = tomllib.load(open(sys.argv[1], "rb"))
-arch, speed = data["arch"], data["ptx_speed"]
-variants = ",".join(f"{name}:{v['profile']}" for name, v in arch["variants"].items())
-print(data["label"], ",".join(data["packages"]), arch["package"], arch["nice"], arch["build_parallel"], speed["module_loading"], int(speed["timeout_s"]), variants)
-EOF
-)
     PKG_ARGS=()  # --packages for the Python part: set by held_packages when a reused wheelhouse holds fewer
     rm -f "$OUTDIR/summary.json" "$OUTDIR"/build-*.log "$OUTDIR"/build-status.txt "$OUTDIR/upstream-pytest.log" "$OUTDIR/pip-report.json" \
         "$OUTDIR/doctor.json" "$OUTDIR/details.tar.gz"
@@ -129,6 +145,23 @@ EOF
     # cache, or each process compiles it again; its default of 256 MiB may not hold it with the rest
     export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 }
+
+select_variants() {  # --variants: only the arch variants named, in the data file's order; an unknown one is bad usage
+    [ -n "$variants" ] || return 0
+    local name entry kept=""
+    for name in ${variants//,/ }; do
+        case ",$ARCH_VARIANTS," in
+            *",$name:"*) ;;
+            *) die_usage "--variants: no arch variant '$name' (the data file has $(variant_names))" ;;
+        esac
+    done
+    for entry in ${ARCH_VARIANTS//,/ }; do
+        case ",$variants," in *",${entry%%:*},"*) kept=${kept:+$kept,}$entry ;; esac
+    done
+    ARCH_VARIANTS=$kept
+}
+
+variant_names() { echo "$ARCH_VARIANTS" | sed 's/:[^,]*//g'; }  # fat:gpu-box-fat,ptx:gpu-box-ptx -> fat,ptx
 
 # the scripts are a package of the checkout (scripts/__init__.py): run as modules with the checkout's root on the path
 py() { PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m scripts.gpu_acceptance --summary "$SUMMARY" "${PKG_ARGS[@]}" "$@"; }
@@ -406,12 +439,13 @@ stage_arch_build() {  # collects the arch builds; starts those this run's build 
         esac
     done
     for entry in ${ARCH_VARIANTS//,/ }; do
+        [ "$detach_only" -eq 0 ] || break  # --detach: started; a later command's --resume collects them
         state=$ARCH/${entry%%:*}/build-run
         wait=$(($(remaining) - 30))
         [ "$wait" -gt 0 ] || wait=0
         py detach-wait --state "$state" --seconds "$wait" --log "$ARCH/${entry%%:*}/build-console.log" || [ $? -eq 4 ]
     done
-    py arch-build-report --root "$ARCH" --main "$WH"
+    py arch-build-report --root "$ARCH" --main "$WH" --variants "$(variant_names)"
 }
 
 avpy() {  # avpy NAME ARGS...: the Python part in the arch variant's venv
@@ -489,25 +523,53 @@ stage_arch_fat() { arch_stage fat suite; }
 stage_arch_ptx() { arch_stage ptx suite; }
 stage_arch_sm80() { arch_stage sm80 kernel-call; }
 
-# The JIT's cost and PTX's speed: fresh processes, the JIT cache off; the SASS wheel is the main venv's
+# ptx_speed: the JIT's cost (fresh processes, the JIT cache off), then the PTX wheels against the SASS reference once
+# JIT-ed, in interleaved rounds with the SASS wheel in a second process as the A/A control (scripts/acceptance/
+# interleave.py). The ISA control (PTX for the GPU's own arch) may be missing: the target is then judged alone.
 stage_ptx_speed() {
-    arch_ready ptx || return $?
-    arch_prepare ptx  # its venv afresh: this stage may run in a later command than arch_ptx
-    arch_unserve ptx
-    local to=$ARCH/ptx-speed run
+    arch_ready "$PTX_TARGET" || return $?
+    local control=$PTX_CONTROL status=0
+    arch_ready "$control" || status=$?
+    [ "$status" -ne 4 ] || return 4  # its build still runs: the verdict waits for it
+    if [ "$status" -ne 0 ]; then
+        say "no $control wheel: the $PTX_TARGET PTX is judged without its control"
+        control=""
+    fi
+    sass_venv
+    local to=$ARCH/ptx-speed name python arms=() firsts=()
     mkdir -p "$to"
-    rm -f "$to"/*.json
-    for run in "sass:$VENV" "ptx:$WORK/venv-ptx"; do
+    rm -f "$to"/*.json "$to"/*.log
+    for name in "$PTX_TARGET" $control; do
+        arch_prepare "$name"  # its venv afresh: this stage may run in a later command than its build
+        arch_unserve "$name"
+    done
+    for name in sass "$PTX_TARGET" $control; do
+        python=$WORK/venv-$name/bin/python
+        [ "$name" != sass ] || python=$SASS_PYTHON
         env PYTHONPATH="$ROOT" CUDA_CACHE_DISABLE=1 CUDA_MODULE_LOADING="$PTX_LOADING" timeout "$PTX_TIMEOUT" \
-            "${run#*:}/bin/python" -m scripts.gpu_acceptance --summary "$SUMMARY" first-call \
-            --out "$to/${run%%:*}-first.json" || say "the ${run%%:*} first call gave no result"
+            "$python" -m scripts.gpu_acceptance --summary "$SUMMARY" first-call --out "$to/$name-first.json" \
+            || say "the $name first call gave no result"
+        firsts+=(--first "$name=$to/$name-first.json")
+        arms+=(--arm "$name=$python")
+        [ "$name" != sass ] || arms+=(--arm "sass-again=$python")
     done
-    for run in "sass-1:$VENV" "ptx:$WORK/venv-ptx" "sass-2:$VENV"; do  # SASS before and after: its spread is the noise
-        env PYTHONPATH="$ROOT" timeout "$PTX_TIMEOUT" "${run#*:}/bin/python" -m scripts.gpu_acceptance \
-            --summary "$SUMMARY" kernel-times --out "$to/${run%%:*}-times.json" || say "no ${run%%:*} timings"
-    done
-    py ptx-speed --sass-first "$to/sass-first.json" --ptx-first "$to/ptx-first.json" \
-        --sass-times "$to/sass-1-times.json" "$to/sass-2-times.json" --ptx-times "$to/ptx-times.json"
+    py ptx-rounds "${arms[@]}" --out "$to/rounds.json" || say "the rounds stopped early ($to/rounds.json says why)"
+    py ptx-speed "${firsts[@]}" --rounds "$to/rounds.json" --sass-reference "$SASS_WHEEL"
+}
+
+sass_venv() {  # sets SASS_PYTHON and SASS_WHEEL: --sass-reference's wheel in a venv of its own, else the main venv's
+    SASS_WHEEL=$(PYTHONPATH="$WW_SITE:$ROOT" "$PY" -m scripts.gpu_acceptance --summary "$SUMMARY" sass-reference \
+        --path "${sass_reference:-$WH}") || {
+        echo "no SASS reference wheel in ${sass_reference:-$WH} (its ERROR line above says why)" >"$WORK/stage-detail"
+        return 1
+    }
+    say "the SASS reference: $SASS_WHEEL"
+    SASS_PYTHON=$VENV/bin/python
+    [ -n "$sass_reference" ] || return 0
+    SASS_PYTHON=$WORK/venv-sass-ref/bin/python
+    make_venv "$WORK/venv-sass-ref"
+    env -u PIP_FIND_LINKS "$PY" -m pip --python "$SASS_PYTHON" install --quiet --no-index --no-deps --no-cache-dir \
+        "$SASS_WHEEL"
 }
 
 # -- the run ----------------------------------------------------------------------------------------------------

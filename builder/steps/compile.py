@@ -221,9 +221,16 @@ def compile_wheel(
     """Run the PEP 517 backend in the job's build environment; returns the wheel it wrote. Its output goes to the
     active job's log and progress (builder.core.context)."""
 
+    pool = environ.get(nvcc_plan.POOL_ENV)
+
+    def stop_pool_on_failure(line: str) -> None:
+        # ninja's "FAILED: <object>" (a host .cpp, or nvcc whole): the TUs it already started wait on the pool
+        if pool and line.startswith("FAILED: "):
+            nvcc_plan.CorePool(Path(pool), 1).stop()
+
     def runner(cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None) -> None:
         run(cmd, step=f"{job.identifier}: compile", cwd=Path(cwd) if cwd else None,
-            env={**environ, **(extra_environ or {})})
+            env={**environ, **(extra_environ or {})}, on_line=stop_pool_on_failure)
 
     outdir.mkdir(parents=True, exist_ok=True)
     project = build.ProjectBuilder(space.source, python_executable=str(env.python), runner=runner)

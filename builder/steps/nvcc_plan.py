@@ -31,7 +31,9 @@ from pathlib import Path
 POOL_ENV = "WHEELWRIGHT_NVCC_POOL"  # the pool's directory: one lock file per core
 SLOTS_ENV = "WHEELWRIGHT_NVCC_SLOTS"  # how many cores the pool hands out
 COSTS_ENV = "WHEELWRIGHT_NVCC_COSTS"  # JSON {unit: {arch: seconds, "host": seconds}} from the ledger
+STOPPED = "stopped"  # in the pool's directory once a step of the build has failed
 _POLL_SECONDS = 0.05  # a waiter in line for a core looks this often; steps last seconds to minutes
+_STOP_POLL_SECONDS = 0.5  # a running step looks this often whether the build has failed elsewhere
 _BACK_OF_LINE_SECONDS = 0.5  # one behind `slots` others waits longer: a hundred waiters must not spin a core
 _VARIABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _CICC_ARCH = re.compile(r"-arch[= ](compute_\d+[af]?)")
@@ -186,7 +188,11 @@ def merge_depfiles(parts: list[str], depfile: str, output: str) -> None:
 class CorePool:
     """A build's cores as ``slots`` lock files: a step holds one (flock, so a killed process gives it back) while
     it runs. Waiters leave a ticket named by priority; only the ``slots`` highest-priority live waiters try for a
-    free core, so the longest remaining critical path starts first."""
+    free core, so the longest remaining critical path starts first.
+
+    A failed step stops the pool (a ``stopped`` file): ninja starts every TU at once when the pool schedules them,
+    so once one fails, ninja's own "stop after the first failure" no longer spares the rest. No step starts after
+    that, and the steps already running are ended: the build has failed, their objects would be thrown away."""
 
     def __init__(self, root: Path, slots: int) -> None:
         self.root = root
@@ -225,12 +231,22 @@ class CorePool:
                 os.close(fd)
         return None
 
+    @property
+    def stopped(self) -> bool:
+        return (self.root / STOPPED).exists()
+
+    def stop(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / STOPPED).touch()
+
     @contextmanager
     def core(self, priority: float) -> Iterator[None]:
-        """Hold one core of the pool; ``priority`` is the seconds of work this step still stands in front of."""
+        """Hold one core of the pool; ``priority`` is the seconds of work this step still stands in front of. A
+        stopped pool hands out no core: the waiter goes on at once, and its steps refuse to run."""
         ticket = self._ticket(priority)
+        fd = None
         try:
-            while True:
+            while not self.stopped:
                 in_line = self._rank(ticket) < self.slots
                 fd = self._take() if in_line else None
                 if fd is not None:
@@ -241,7 +257,8 @@ class CorePool:
         try:
             yield
         finally:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
 
 
 # index_site/publish.py has the same probe: this module is standard library only (objcache.py runs it as a script
@@ -317,19 +334,39 @@ class _Timings:
             os.close(fd)
 
 
-def _run_commands(commands: list[str], env: dict[str, str], timings: _Timings, arch: str) -> int:
+def _run_commands(commands: list[str], env: dict[str, str], timings: _Timings, arch: str, pool: CorePool) -> int:
     for command in commands:
+        if pool.stopped:
+            sys.stderr.write(f"nvcc step not started: an earlier step of this build failed: {command}\n")
+            return 1
         if _program(command) == "rm":  # nvcc cleans up files some steps only write in some modes: never fatal
             command = command.replace("rm ", "rm -f ", 1)
         start = time.monotonic()
-        returncode = subprocess.call(["/bin/sh", "-c", command], env=env)
+        returncode = _call(command, env, pool)
         program = _program(command)
         phase = program + (" (preprocessing)" if " -E " in command else "")
         timings.add(phase, _ptxas_arch(command, arch) if program == "ptxas" else arch, time.monotonic() - start)
         if returncode != 0:
             sys.stderr.write(f"nvcc step failed ({returncode}): {command}\n")
+            pool.stop()
             return returncode
     return 0
+
+
+def _call(command: str, env: dict[str, str], pool: CorePool) -> int:
+    """Run one step; a pool stopped meanwhile (another TU failed) ends it: its object would be thrown away."""
+    # exec: the shell becomes the step (dryrun commands are simple commands), so killing it ends the compiler; it
+    # stays in the build's process group, so killing the build ends it too
+    with subprocess.Popen(["/bin/sh", "-c", f"exec {command}"], env=env) as process:
+        while True:
+            try:
+                return process.wait(timeout=_STOP_POLL_SECONDS)
+            except subprocess.TimeoutExpired:
+                if pool.stopped:
+                    process.kill()
+                    process.wait()
+                    sys.stderr.write(f"nvcc step stopped: another step of this build failed: {command}\n")
+                    return 1
 
 
 def _ptxas_arch(command: str, virtual: str) -> str:
@@ -344,7 +381,7 @@ def execute(plan_: Plan, pool: CorePool, costs: Costs, timings: _Timings) -> int
     env.pop("NVCC_PREPEND_FLAGS", None)
     longest = max((costs.arch(a) for a in plan_.chains), default=0.0)
     with pool.core(costs.host + longest):
-        if (code := _run_commands(plan_.front, env, timings, "")) != 0:
+        if (code := _run_commands(plan_.front, env, timings, "", pool)) != 0:
             return code
     results: dict[str, int] = {}
     module_id_written = threading.Event()
@@ -357,20 +394,20 @@ def execute(plan_: Plan, pool: CorePool, costs: Costs, timings: _Timings) -> int
         try:
             if writer not in (None, arch):
                 with pool.core(priority):  # the preprocessing needs no module id
-                    results[arch] = _run_commands(commands[:cicc], env, timings, arch)
+                    results[arch] = _run_commands(commands[:cicc], env, timings, arch, pool)
                 module_id_written.wait()
                 results[arch] = results[arch] or results.get(writer, 0)
                 if results[arch] == 0:
                     with pool.core(priority):
-                        results[arch] = _run_commands(commands[cicc:], env, timings, arch)
+                        results[arch] = _run_commands(commands[cicc:], env, timings, arch, pool)
                 return
             first = cicc + 1 if arch == writer else len(commands)
             with pool.core(priority):
-                results[arch] = _run_commands(commands[:first], env, timings, arch)
+                results[arch] = _run_commands(commands[:first], env, timings, arch, pool)
                 if arch == writer:
                     module_id_written.set()
                 if results[arch] == 0:
-                    results[arch] = _run_commands(commands[first:], env, timings, arch)
+                    results[arch] = _run_commands(commands[first:], env, timings, arch, pool)
         finally:
             if arch == writer:
                 module_id_written.set()  # also when it failed: the waiters read its result
@@ -384,7 +421,7 @@ def execute(plan_: Plan, pool: CorePool, costs: Costs, timings: _Timings) -> int
     if failed:
         return failed[0]
     with pool.core(costs.host / 2):
-        return _run_commands(plan_.back, env, timings, "")
+        return _run_commands(plan_.back, env, timings, "", pool)
 
 
 def compile_split(nvcc: str, args: list[str], source: Path, environ: Mapping[str, str]) -> int | None:

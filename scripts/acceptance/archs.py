@@ -229,8 +229,14 @@ def closing_lines(summary: dict) -> list[str]:
             f"{first.get('CUDA_CACHE_DISABLE')}, CUDA_MODULE_LOADING={first.get('CUDA_MODULE_LOADING')})"
         )
     if speed.get("worst_ratio") is not None:
-        lines.append(f"PTX/SASS kernel time, once JIT-ed: worst ratio {speed['worst_ratio']:.3f} over "
-                     f"{len(speed.get('ratios', {}))} cases")
+        arms = speed.get("arms", {})
+        rounds, target = speed.get("method", {}).get("rounds"), arms.get(speed.get("target"), "PTX")
+        line = (f"PTX/SASS kernel time, once JIT-ed (median of {rounds} interleaved rounds): {target} worst "
+                f"{speed['worst_ratio']:.3f} over {len(speed['ratios'])} cases")
+        if speed.get("worst_isa_ratio") is not None:
+            line += f", {arms.get(speed.get('isa'), 'the ISA control')} worst {speed['worst_isa_ratio']:.3f}"
+        lines.append(f"{line}; A/A noise up to {speed.get('worst_noise', 0):.1%}")
+        lines.append(f"verdict: {speed.get('verdict')}: {speed.get('verdict_text')}")
     fat = stages.get("arch_build", {}).get("data", {}).get("fat", {}).get("compile_profile")
     if fat and fat.get("pairs"):
         lines.append(f"fat build: {describe(fat)}")

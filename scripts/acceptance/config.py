@@ -166,8 +166,16 @@ class Arch:
 class PtxSpeed:
     module_loading: str  # CUDA_MODULE_LOADING for the first-call runs
     first_call: dict  # causal_conv1d_fn's sizes for it
-    noise_floor: float  # PTX may be this much slower than SASS, or 3x the SASS runs' spread if more
-    timeout_s: float
+    noise_floor: float  # the least allowance: PTX may be this much slower than SASS, or the A/A noise if more
+    max_noise: float  # an A/A control noisier than this gives no verdict (the stage fails)
+    timeout_s: float  # one first-call process; the interleaved rounds get rounds_timeout_s in all
+    rounds_timeout_s: float
+    rounds: int  # each round times every case in every arm's process, in turn
+    warmup: int  # calls of each case before its plan is made, once per process
+    repeats: int  # samples per case and round; their median is the round's time
+    min_sample_ms: float  # fast calls are looped within one sample to span this
+    target: str  # the arch variant the issue asks about (PTX for compute 8.0)
+    isa_control: str  # the arch variant with PTX for the GPU's own ISA: tells the JIT from the older target
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,7 +265,15 @@ def _config(data: dict) -> Config:
             module_loading=str(data["ptx_speed"]["module_loading"]),
             first_call=dict(data["ptx_speed"]["first_call"]),
             noise_floor=float(data["ptx_speed"]["noise_floor"]),
+            max_noise=float(data["ptx_speed"]["max_noise"]),
             timeout_s=float(data["ptx_speed"]["timeout_s"]),
+            rounds_timeout_s=float(data["ptx_speed"]["rounds_timeout_s"]),
+            rounds=int(data["ptx_speed"]["rounds"]),
+            warmup=int(data["ptx_speed"]["warmup"]),
+            repeats=int(data["ptx_speed"]["repeats"]),
+            min_sample_ms=float(data["ptx_speed"]["min_sample_ms"]),
+            target=str(data["ptx_speed"]["target"]),
+            isa_control=str(data["ptx_speed"]["isa_control"]),
         ),
     )
 
@@ -400,8 +416,16 @@ def _arch_problems(config: Config) -> list[str]:
         problems.append("arch: nice must be 0..19 and build_parallel positive")
     if config.ptx_speed.module_loading not in MODULE_LOADING:
         problems.append(f"ptx_speed.module_loading must be one of {MODULE_LOADING}")
-    if config.ptx_speed.first_call.get("dtype") not in DTYPES:
+    speed = config.ptx_speed
+    if speed.first_call.get("dtype") not in DTYPES:
         problems.append(f"ptx_speed.first_call needs a dtype of {DTYPES}")
+    names = {variant.name: variant for variant in config.arch.variants}
+    for key in ("target", "isa_control"):
+        variant = names.get(getattr(speed, key))
+        if variant is None or variant.sass or not variant.ptx:
+            problems.append(f"ptx_speed.{key} must name a PTX-only arch variant, not {getattr(speed, key)!r}")
+    if speed.rounds < 3 or speed.repeats < 1 or speed.warmup < 1 or not 0 <= speed.noise_floor < speed.max_noise:
+        problems.append("ptx_speed: rounds >= 3, repeats and warmup >= 1, 0 <= noise_floor < max_noise")
     return problems
 
 

@@ -59,6 +59,9 @@ def test_scripts_parse_and_print_their_usage(script: str) -> None:
         (["out", "--deadline", "30"], "--deadline wants seconds >= 60, not '30'"),
         (["out", "--work"], "--work needs a value"),
         (["out", "--skip-build", "/nonexistent"], "--skip-build /nonexistent: no dist/ and ledger.sqlite there"),
+        (["out", "--sass-reference", "/nonexistent.whl"], "--sass-reference /nonexistent.whl: no such wheel or folder"),
+        (["out", "--variants", "ptx,sm75"],
+         "--variants: no arch variant 'sm75' (the data file has fat,ptx,ptx90,sm80)"),
     ],
 )
 def test_acceptance_script_refuses_bad_arguments(args: list[str], message: str) -> None:
@@ -166,6 +169,27 @@ start_arch_build fat gpu-box-fat
     assert build == ["build", "--profile", "gpu-box-fat", "--output", f"{tmp_path}/arch/fat", "--parallel", "1",
                      "--objcache", "off"]
     assert argv[argv.index("--state") + 1] == f"{tmp_path}/arch/fat/build-run"
+
+
+def test_arch_build_detached_starts_only_the_variants_asked_for_and_does_not_wait(tmp_path: Path) -> None:
+    """`--stages arch_build --variants ptx,ptx90 --detach`: the two PTX builds start, and the report (pending while
+    they run) is asked about those two only; nothing waits for them."""
+    script = f"""
+source "{SCRIPTS / 'gpu_acceptance.sh'}"
+py() {{ case "$1" in detach-status) echo none ;; *) echo "py $*" ;; esac; }}
+say() {{ :; }}
+ARCH={tmp_path}/arch ARCH_NICE=10 ARCH_PARALLEL=1 build_limit=1800 WW_SITE=/site ROOT=/repo PY=python3 WH=/wh
+ARCH_VARIANTS=fat:gpu-box-fat,ptx:gpu-box-ptx,ptx90:gpu-box-ptx90,sm80:gpu-box-sm80 variants=ptx,ptx90 detach_only=1
+select_variants
+stage_arch_build
+"""
+    done = run(["bash", "-c", script])
+    assert done.returncode == 0, done.stderr
+    calls = [line.split()[1] for line in done.stdout.splitlines()]
+    assert calls == ["detach-start", "detach-start", "arch-build-report"], done.stdout
+    starts = [line for line in done.stdout.splitlines() if "detach-start" in line]
+    assert "--profile gpu-box-ptx --output" in starts[0] and "--profile gpu-box-ptx90 --output" in starts[1]
+    assert done.stdout.splitlines()[-1].endswith("--variants ptx,ptx90")
 
 
 @pytest.fixture(scope="session")

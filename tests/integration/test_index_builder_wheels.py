@@ -21,6 +21,9 @@ from index_site.wheels import RejectedWheel, WheelName, parse_wheel_name
 from tests.index_checks import crawl
 from tests.wheelfactory import WheelSpec, make_wheel
 
+# slow: the session's real build (conftest.real_build) compiles for minutes; in the slow session it is the same build
+# the e2e, provenance and doctor tests use, where in the integration session it would be a second one.
+pytestmark = [pytest.mark.nvcc, pytest.mark.slow]
 OTHER_LABELS = ("pt213cu130", "pt212cu126", "pt211cu128", "pt214cu130")
 
 

@@ -141,3 +141,43 @@ def test_parallelism_with_the_pool_sizes_the_pool_to_cores_and_memory(monkeypatc
     assert (pooled.pool_slots, pooled.nvcc_threads, pooled.max_jobs) == (11, 1, 44)
     whole = Parallelism.fit(9, split=False)
     assert (whole.pool_slots, whole.nvcc_threads, whole.max_jobs) == (0, 9, 11)
+
+
+def test_a_failed_step_stops_the_pool_and_nothing_starts_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[str] = []
+
+    def call(command: str, env: dict[str, str], pool: nvcc_plan.CorePool) -> int:
+        ran.append(command)
+        return 1 if command == "cicc --fails" else 0
+
+    monkeypatch.setattr(nvcc_plan, "_call", call)
+    pool = nvcc_plan.CorePool(tmp_path / "pool", 1)
+    timings = nvcc_plan._Timings("k.cu")
+    assert nvcc_plan._run_commands(["cicc --fails", "ptxas a"], {}, timings, "compute_90", pool) == 1
+    assert pool.stopped
+    assert nvcc_plan._run_commands(["cicc b", "ptxas b"], {}, timings, "compute_80", pool) == 1
+    assert ran == ["cicc --fails"]
+
+
+def test_a_stopped_pool_lets_its_waiters_go_at_once(tmp_path: Path) -> None:
+    pool = nvcc_plan.CorePool(tmp_path / "pool", 1)
+    release = threading.Event()
+    held = threading.Event()
+
+    def hold() -> None:
+        with pool.core(0.0):
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    threading.Timer(0.2, pool.stop).start()
+    start = time.monotonic()
+    with pool.core(1.0):  # the only core is held: without the stop this would wait for the release
+        waited = time.monotonic() - start
+    release.set()
+    holder.join()
+    assert 0.1 < waited < 2.0
