@@ -271,7 +271,9 @@ def apply_plan(plan: RepairPlan, abi: WheelAbIInfo, wheel: Path, out_dir: Path) 
         update_tags=True,
         patcher=RunnerPatchelf(plan.policy),
         strip=False,
-        zip_compression_level=zlib.Z_DEFAULT_COMPRESSION,
+        # stored, not deflated: provenance.embed rewrites every member right after (reproducibly, deflated once
+        # there), so deflating the ~300 MB extension of a full-arch wheel here (~10 s) would be thrown away
+        zip_compression_level=zlib.Z_NO_COMPRESSION,
     )
     if repaired is None:  # auditwheel returns None only for wheels without ELF files, which analyze() refuses
         raise WheelError(f"{wheel.name}: auditwheel wrote no repaired wheel")

@@ -113,14 +113,15 @@ def encode(document: Mapping[str, object]) -> bytes:
 
 def make_twin(wheel: Path, out_dir: Path) -> Twin:
     """Write the variant twin of the verified ``wheel`` into ``out_dir`` and check it; raises WheelError if wrong."""
-    members = read_members(wheel)
+    # the verified wheel is write_wheel's (provenance.embed): its payload's deflated bytes are copied, not redone
+    members = read_members(wheel, keep_deflated=True)
     record = provenance.read(members, wheel.name).record
     label = str(record["label"])
     properties = properties_for(label, record["archs"])
     twin_members = _twin_members(members, wheel.name, label, properties)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = write_wheel(out_dir / variant_filename(wheel.name, label), twin_members)
-    check_twin(wheel, path)
+    _check(members, wheel.name, path)
     log.info("%s: variant twin %s", wheel.name, path.name)
     return Twin(
         path=path, label=label, properties={ns: {f: tuple(v) for f, v in fs.items()} for ns, fs in properties.items()}
@@ -161,9 +162,14 @@ def _public_version(metadata: str, local: str, public: str) -> str:
 def check_twin(original: Path, twin: Path) -> None:
     """The twin holds the original's payload byte for byte, the same metadata but the version, one valid variant
     whose label is the filename's, and provenance that still agrees with it."""
-    problems = twin_problems(read_members(original), original.name, read_members(twin), twin.name)
+    _check(read_members(original), original.name, twin)
+
+
+def _check(original: Mapping[str, Member], original_name: str, twin: Path) -> None:
+    """check_twin against the original's members already read; the twin is read back from disk."""
+    problems = twin_problems(original, original_name, read_members(twin), twin.name)
     if problems:
-        raise WheelError(f"{twin.name}: variant twin of {original.name} is wrong: {'; '.join(problems)}")
+        raise WheelError(f"{twin.name}: variant twin of {original_name} is wrong: {'; '.join(problems)}")
 
 
 def twin_problems(

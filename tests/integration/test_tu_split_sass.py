@@ -15,8 +15,7 @@ from builder.plan.facts import load_facts
 from builder.steps import nvcc_plan
 from builder.steps.environment import runtime_env
 from builder.steps.fetch import fetch_sdist, unpack_sdist
-from builder.steps.recipes.patches import BWD_PARTS
-from builder.steps.recipes.tu_split import split_tu
+from builder.steps.recipes.patches import BWD_PARTS, split_causal_conv1d_bwd
 from builder.steps.sass import kernel_sass
 from tests.jobs import local_job
 
@@ -53,8 +52,10 @@ def test_split_bwd_has_the_unsplit_bwds_sass(tmp_path: Path, cuobjdump: Path) ->
     torch_include = runtime_env(job, load_facts()).site_packages / "torch" / "include"
     includes = [f"-I{source / 'csrc'}", f"-I{torch_include}", f"-I{torch_include / 'torch/csrc/api/include'}",
                 f"-I{CUDA_HOME / 'include'}"]
-    # what the patch does for a full-arch job (this one has one arch, for which the patch keeps the TU whole)
-    assert split_tu(source, "csrc/causal_conv1d_bwd.cu", BWD_PARTS), "setup.py lists causal_conv1d_bwd.cu"
+    # the patch as a full-arch job runs it (this job has one arch, for which the patch keeps the TU whole)
+    full_arch = local_job(archs=("7.5", "8.0", "8.7", "9.0", "10.0", "11.0", "12.0", "12.1"))
+    changes = split_causal_conv1d_bwd(source, full_arch)
+    assert changes and "split into" in changes[0], changes
     units = [source / "csrc" / "causal_conv1d_bwd.cu",
              *(source / "csrc" / f"causal_conv1d_bwd_part{k}.cu" for k in range(1, BWD_PARTS + 1))]
     objects = [tmp_path / "obj" / f"{unit.stem}.o" for unit in units]

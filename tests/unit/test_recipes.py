@@ -131,6 +131,7 @@ def test_wrapper_forces_version_pin_and_archs(monkeypatch: pytest.MonkeyPatch) -
     assert given["version"] == "1.0+pt214cu130"
     assert given["install_requires"] == ["torch==2.14.*", "ninja"]
     assert module.extra_compile_args["nvcc"] == ["-gencode", "arch=compute_90,code=sm_90"]
+    assert given["options"] == {"bdist_wheel": {"compression": "stored"}}  # repair's input only: not deflated
 
 
 @pytest.mark.parametrize(

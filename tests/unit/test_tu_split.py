@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import RecipeError
-from builder.steps.recipes.tu_split import instantiations, split_text, split_tu
+from builder.steps.recipes.patches import BWD_COSTS, BWD_PARTS, bwd_cost
+from builder.steps.recipes.tu_split import instantiations, partition, split_text, split_tu
 
 BODY = """#include "k.h"
 template <typename T> __global__ void k(T* x) { x[0] = T(1); }
@@ -26,6 +27,47 @@ def test_every_instantiation_goes_to_exactly_one_part_with_the_whole_body() -> N
     assert found == sorted(TAIL.splitlines())
     assert [len(instantiations(part)) for part in parts] == [3, 2, 2]
     assert all("extern template void run<double>(int);" in part for part in parts)  # a declaration, kept
+
+
+DTYPES = ("float", "at::Half", "at::BFloat16")
+# causal-conv1d 1.7.0's causal_conv1d_bwd.cu ends with these 18 lines, in this order
+BWD_TAIL = "".join(
+    f"template void {family}<{input_t}, {weight_t}>(ConvParamsBwd &params, cudaStream_t stream);\n"
+    for family in ("causal_conv1d_bwd_cuda", "causal_conv1d_channellast_bwd_cuda")
+    for weight_t in DTYPES
+    for input_t in DTYPES
+)
+
+
+def test_equal_costs_give_round_robin_and_unequal_ones_the_heaviest_first_onto_the_lightest() -> None:
+    assert partition([1.0] * 7, 3) == [[0, 3, 6], [1, 4], [2, 5]]
+    assert partition([1, 1, 1, 5], 2) == [[3], [0, 1, 2]]  # 5 and 3, where round-robin gives 2 and 6
+    # 5 -> a, 4 -> b, 3 -> b (7), 2 -> a (7), the two 1s -> a (8) then b (8)
+    assert partition([5, 1, 1, 4, 2, 3], 2) == [[0, 1, 4], [2, 3, 5]]
+    assert partition([5, 1, 1, 4, 2, 3], 2) == partition([5, 1, 1, 4, 2, 3], 2)
+
+
+def test_the_bwd_parts_hold_every_instantiation_once_and_cost_within_15_percent_of_the_mean() -> None:
+    parts = split_text(BODY + BWD_TAIL, BWD_PARTS, "causal_conv1d_bwd.cu", bwd_cost)
+    lines = [[m[0] for m in instantiations(part)] for part in parts]
+    assert sorted(line for part in lines for line in part) == sorted(BWD_TAIL.splitlines())
+    loads = [sum(bwd_cost(line) for line in part) for part in lines]
+    mean = sum(loads) / len(loads)
+    assert max(loads) <= 1.15 * mean and min(loads) >= 0.85 * mean, loads
+    # the six heaviest (channel-last, 2-byte input) cannot share a part: six parts put one in each
+    assert all(sum(bwd_cost(line) == max(BWD_COSTS.values()) for line in part) == 1 for part in lines)
+    round_robin = [sum(bwd_cost(m[0]) for m in instantiations(part)) for part in split_text(BODY + BWD_TAIL, 6, "x")]
+    assert max(loads) < 0.8 * max(round_robin), (loads, round_robin)
+    assert split_text(BODY + BWD_TAIL, BWD_PARTS, "x", bwd_cost) == parts  # the same parts every time
+
+
+def test_bwd_cost_reads_the_family_and_the_input_width_and_prices_the_unknown_as_the_heaviest() -> None:
+    line = "template void causal_conv1d_channellast_bwd_cuda<at::BFloat16, float>(ConvParamsBwd &p, cudaStream_t s);"
+    assert bwd_cost(line) == BWD_COSTS[("causal_conv1d_channellast_bwd_cuda", 2)]
+    assert bwd_cost("template void causal_conv1d_bwd_cuda<float, at::Half>(ConvParamsBwd &p, cudaStream_t s);") == (
+        BWD_COSTS[("causal_conv1d_bwd_cuda", 4)])
+    assert bwd_cost("template void causal_conv1d_new_bwd_cuda<float, float>(int);") == max(BWD_COSTS.values())
+    assert bwd_cost("template void f(int);") == max(BWD_COSTS.values())
 
 
 def test_code_after_the_instantiations_or_too_few_of_them_is_an_error() -> None:
@@ -58,4 +100,5 @@ def test_the_bwd_patch_splits_only_for_a_job_of_many_archs(tmp_path: Path) -> No
     assert narrow == [f"csrc/causal_conv1d_bwd.cu kept whole: 1 arch(s), fewer than {BWD_SPLIT_MIN_ARCHS}"]
     assert not (tmp_path / "csrc" / "causal_conv1d_bwd_part1.cu").exists()
     full = split_causal_conv1d_bwd(tmp_path, local_job(archs=("7.5", "8.0", "9.0", "10.0", "12.0")))
-    assert "split into 6 TUs" in full[0] and (tmp_path / "csrc" / "causal_conv1d_bwd_part6.cu").is_file()
+    assert "split into 6 TUs" in full[0] and "estimated cost per part" in full[0]
+    assert (tmp_path / "csrc" / "causal_conv1d_bwd_part6.cu").is_file()

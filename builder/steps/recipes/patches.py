@@ -51,19 +51,44 @@ def drop_buildtools(root: Path, job: object) -> list[str]:
     return ['setup.py: install_requires without "buildtools"']
 
 
-# Six parts: causal_conv1d_bwd.cu's 18 instantiations (2 kernel families x 9 dtype pairs), 3 each; its sm_90 alone
-# (330-400 s on 16 cores) was the full-arch build's critical path, a sixth of it falls below the cores-bound.
+# Six parts: causal_conv1d_bwd.cu's 18 instantiations (2 kernel families x 9 dtype pairs); its sm_90 alone
+# (330-450 s on the GPU box) was the full-arch build's critical path, a sixth of it falls below the cores-bound.
 BWD_PARTS = 6
 # Each part repeats the TU's host work (preprocessing, cudafe++, the host compile: about 40 s of CPU for torch's
 # headers); with few archs the TU is no critical path and the other TUs fill the cores, so the split only costs.
 BWD_SPLIT_MIN_ARCHS = 4
+# What one instantiation costs to compile for one arch, by (function, bytes of input_t): the device chain (cpp1,
+# cicc, ptxas; nvcc --time) of a file holding the TU's body and that one instantiation, less the body alone's
+# (7.4 s), for sm_90 with nvcc 13.0 and torch 2.14's flags on the 2-core dev machine, 2026-12-01 (wall under load:
+# only the ratios matter). The channel-last family holds 4x the kernels (96 vs 24: seq_idx x final-states
+# variants) and its 2-byte dtypes twice the elements per vector load: 128 s vs 8 s for the plain 2-byte backward.
+# A part's front end per arch (the 7.4 s) is small beside these, so six balanced parts cost little more CPU than
+# four. Round-robin (instantiation i in part i mod 6) gave parts of 113..271 s here, 33..104 s per arch on the H200
+# (its ledger, 2026-12-01 evening); these give 157..208 s (the six 128 s ones cannot share a part).
+BWD_COSTS = {
+    ("causal_conv1d_bwd_cuda", 4): 13.0,
+    ("causal_conv1d_bwd_cuda", 2): 8.0,
+    ("causal_conv1d_channellast_bwd_cuda", 4): 80.0,
+    ("causal_conv1d_channellast_bwd_cuda", 2): 128.0,
+}
+_BWD_INSTANTIATION = re.compile(r"template\s+void\s+(\w+)\s*<\s*([\w:]+)\s*,")
+_INPUT_BYTES = {"float": 4, "at::Half": 2, "at::BFloat16": 2}
+
+
+def bwd_cost(line: str) -> float:
+    """BWD_COSTS' estimate for one ``template void f<input_t, weight_t>(...);`` line; an instantiation the table
+    does not know (a newer upstream) costs the table's heaviest, so it gets a part of its own sooner than a wrong
+    share."""
+    found = _BWD_INSTANTIATION.match(line)
+    key = (found[1], _INPUT_BYTES.get(found[2], 0)) if found else None
+    return BWD_COSTS.get(key, max(BWD_COSTS.values())) if key else max(BWD_COSTS.values())
 
 
 @patch("split-causal-conv1d-bwd")
 def split_causal_conv1d_bwd(root: Path, job: object) -> list[str]:
-    """csrc/causal_conv1d_bwd.cu as BWD_PARTS TUs, generated from its explicit instantiations (tu_split.py), for
-    a job of BWD_SPLIT_MIN_ARCHS archs or more."""
+    """csrc/causal_conv1d_bwd.cu as BWD_PARTS TUs of about equal cost (BWD_COSTS), generated from its explicit
+    instantiations (tu_split.py), for a job of BWD_SPLIT_MIN_ARCHS archs or more."""
     archs = len(getattr(job, "archs", ()))
     if archs < BWD_SPLIT_MIN_ARCHS:
         return [f"csrc/causal_conv1d_bwd.cu kept whole: {archs} arch(s), fewer than {BWD_SPLIT_MIN_ARCHS}"]
-    return split_tu(root, "csrc/causal_conv1d_bwd.cu", BWD_PARTS)
+    return split_tu(root, "csrc/causal_conv1d_bwd.cu", BWD_PARTS, bwd_cost)

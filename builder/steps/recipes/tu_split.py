@@ -6,6 +6,7 @@ kernel is compiled in exactly one part, from the same code. A TU whose one arch 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from builder.core.errors import RecipeError
@@ -19,9 +20,34 @@ def instantiations(text: str) -> list[re.Match[str]]:
     return list(_INSTANTIATION.finditer(text))
 
 
-def split_text(text: str, parts: int, where: str) -> list[str]:
-    """The texts of ``parts`` TUs; instantiation i goes to part i mod parts (neighbours differ in the dtypes, so
-    the heavier kernel families spread over every part). All instantiations must follow the code they need."""
+def partition(costs: Sequence[float], parts: int) -> list[list[int]]:
+    """The indices of ``costs`` in ``parts`` groups of about equal sum: heaviest first onto the lightest group so far
+    (LPT), ties by position, so equal costs give index i to group i mod parts. Each group keeps source order."""
+    groups: list[list[int]] = [[] for _ in range(parts)]
+    loads = [0.0] * parts
+    for index in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        lightest = min(range(parts), key=lambda k: (loads[k], k))
+        groups[lightest].append(index)
+        loads[lightest] += costs[index]
+    return [sorted(group) for group in groups]
+
+
+Cost = Callable[[str], float]
+
+
+def _unit_cost(line: str) -> float:
+    return 1.0
+
+
+def split_text(text: str, parts: int, where: str, cost: Cost = _unit_cost) -> list[str]:
+    """The texts of ``parts`` TUs, the instantiations spread by ``cost`` (an estimate of one instantiation's
+    device-compile seconds, from its line) so the parts cost about the same. All instantiations must follow the
+    code they need."""
+    return _split(text, parts, where, cost)[0]
+
+
+def _split(text: str, parts: int, where: str, cost: Cost) -> tuple[list[str], list[float]]:
+    """split_text's parts and each one's estimated cost."""
     found = instantiations(text)
     if len(found) < parts:
         raise RecipeError(f"{where}: {len(found)} explicit instantiations, fewer than the {parts} parts asked for")
@@ -32,16 +58,18 @@ def split_text(text: str, parts: int, where: str) -> list[str]:
     ):
         raise RecipeError(f"{where}: code between the explicit instantiations; the split needs them at the end")
     body = text[:body_end]
-    shares: list[list[str]] = [[] for _ in range(parts)]
-    for index, match in enumerate(found):
-        shares[index % parts].append(match[0])
-    return [f"{body}// wheelwright: part {k + 1} of {parts} of the explicit instantiations\n" + "\n".join(share) + "\n"
-            for k, share in enumerate(shares)]
+    costs = [cost(match[0]) for match in found]
+    groups = partition(costs, parts)
+    texts = [f"{body}// wheelwright: part {k + 1} of {parts} of the explicit instantiations\n"
+             + "\n".join(found[i][0] for i in group) + "\n"
+             for k, group in enumerate(groups)]
+    return texts, [sum(costs[i] for i in group) for group in groups]
 
 
-def split_tu(root: Path, relative: str, parts: int) -> list[str]:
-    """Write ``<stem>_partK.cu`` beside ``relative`` and put them in setup.py's sources in its place; returns the
-    changes, [] when setup.py does not list it (the patch then fails: upstream moved on)."""
+def split_tu(root: Path, relative: str, parts: int, cost: Cost = _unit_cost) -> list[str]:
+    """Write ``<stem>_partK.cu`` beside ``relative`` (instantiations spread by ``cost``, see split_text) and put
+    them in setup.py's sources in its place; returns the changes, [] when setup.py does not list it (the patch then
+    fails: upstream moved on)."""
     setup = root / "setup.py"
     text = setup.read_text()
     quoted = re.search(rf"""(["']){re.escape(relative)}\1,?""", text)
@@ -50,11 +78,15 @@ def split_tu(root: Path, relative: str, parts: int) -> list[str]:
         return []
     where = f"{relative}"
     names = []
-    for index, part in enumerate(split_text(source.read_text(), parts, where), start=1):
+    texts, loads = _split(source.read_text(), parts, where, cost)
+    estimates = ", ".join(f"{load:g}" for load in loads)
+    for index, part in enumerate(texts, start=1):
         name = f"{Path(relative).with_suffix('').as_posix()}_part{index}.cu"
         (root / name).write_text(part)
         names.append(name)
     quote = quoted[1]
     replacement = ", ".join(f"{quote}{name}{quote}" for name in names) + ("," if quoted[0].endswith(",") else "")
     setup.write_text(text[: quoted.start()] + replacement + text[quoted.end():])
-    return [f"{relative}: split into {parts} TUs by its explicit instantiations ({', '.join(names)})"]
+    change = (f"{relative}: split into {parts} TUs by its explicit instantiations ({', '.join(names)}; "
+              f"estimated cost per part {estimates})")
+    return [change]
