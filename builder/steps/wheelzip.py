@@ -155,11 +155,14 @@ def _copy_deflated(archive: zipfile.ZipFile, info: zipfile.ZipInfo, member: Memb
     if deflated is None or zlib.crc32(member.data) != deflated.crc:
         return False
     info.CRC, info.file_size, info.compress_size = deflated.crc, len(member.data), len(deflated.raw)
+    fp = archive.fp
+    if fp is None:  # closed: writestr would raise as well
+        raise ValueError("attempt to write to a closed ZIP archive")
     info.header_offset = archive.start_dir
-    archive.fp.seek(info.header_offset)
-    archive.fp.write(info.FileHeader())
-    archive.fp.write(deflated.raw)
-    archive.start_dir = archive.fp.tell()
+    fp.seek(info.header_offset)
+    fp.write(info.FileHeader())
+    fp.write(deflated.raw)
+    archive.start_dir = fp.tell()
     archive.filelist.append(info)
     archive.NameToInfo[info.filename] = info
     return True
