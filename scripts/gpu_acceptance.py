@@ -534,7 +534,7 @@ def cmd_arch_build_report(args: argparse.Namespace) -> int:
         main = archs.main_profile(args.main, package=config.arch.package, label=config.label, cores=args.cores)
         data["main"] = {"compile_profile": main}
         if main:
-            _say(f"  the main build's {config.arch.package} (SASS {config.gpu_arch} alone): {archs.describe(main)}")
+            _say(f"  the reference build's {config.arch.package} ({args.main}): {archs.describe(main)}")
     return _stage(args, "arch_build", checks, started, data=data)
 
 

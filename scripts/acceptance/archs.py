@@ -120,7 +120,7 @@ def compile_profile(times: list[dict], *, wall: float | None, cores: int) -> dic
         "wall_over_bound": round(wall / bound, 2) if wall and bound else None,
         "next_unit_path_s": round(next_path, 1),
         "split_critical_halves_s": round(after_split, 1),
-        "split_gain_s": round(critical - after_split, 1),
+        "split_gain_s": round(max(0.0, bound - after_split), 1),  # 0: the cores, not one unit, bound the build
         "pairs": len(times),
     }
 
@@ -137,8 +137,12 @@ def describe(profile: dict) -> str:
     return (
         f"compile wall {profile['wall_s']} s vs sum {profile['sum_s']} s over {profile['pairs']} (unit, arch) pairs, "
         f"max {pair['seconds']} s ({pair['unit']} {pair['arch']}); critical path {profile['critical_path_s']} s "
-        f"({profile['critical_unit']}), cores bound {profile['cores_bound_s']} s on {profile['cores']}; splitting "
-        f"it in halves would save about {profile['split_gain_s']} s"
+        f"({profile['critical_unit']}), cores bound {profile['cores_bound_s']} s on {profile['cores']}; "
+        + (
+            f"splitting it in halves would save about {profile['split_gain_s']} s"
+            if profile["split_gain_s"] > 0
+            else "the cores bound the build, not one unit: splitting it would save nothing"
+        )
     )
 
 

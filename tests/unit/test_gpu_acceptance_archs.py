@@ -129,6 +129,17 @@ def test_compile_profile_puts_the_wall_beside_the_critical_path_and_the_cores() 
     assert "critical path 380.0 s (causal_conv1d_bwd.cu)" in archs.describe(profile)
 
 
+def test_a_cores_bound_build_gains_nothing_from_a_split() -> None:
+    """The split full-arch build on the H200 (2026-12-01 night): 80 pairs summing to 3696 s on 16 cores, the
+    critical unit 93.5 s: the cores bound it, and a further split must not promise a negative gain."""
+    times = [{"unit": f"part{u}.cu", "arch": a, "seconds": 46.0} for u in range(8) for a in ("8.0", "9.0", "10.0")]
+    times += [{"unit": f"part{u}.cu", "arch": "host", "seconds": 10.0} for u in range(8)]
+    profile = archs.compile_profile(times, wall=130.0, cores=4)
+    assert profile["lower_bound_s"] == profile["cores_bound_s"] == round(sum(r["seconds"] for r in times) / 4, 1)
+    assert profile["split_gain_s"] == 0.0
+    assert "the cores bound the build, not one unit: splitting it would save nothing" in archs.describe(profile)
+
+
 def test_compile_profile_without_times_says_so() -> None:
     assert archs.compile_profile([], wall=12.0, cores=16) == {"wall_s": 12.0, "pairs": 0}
     assert archs.describe({"pairs": 0}) == "no nvcc --time rows recorded"
