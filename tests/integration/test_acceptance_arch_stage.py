@@ -14,18 +14,11 @@ from pathlib import Path
 
 from builder.plan.expand import load_plan
 from builder.steps.recipes.recipe import cuda_gencode_flags
-from tests.integration.acceptance_wheelhouse import CONFIG, built_causal_conv1d
+from tests.integration.acceptance_wheelhouse import CONFIG, HARNESS, built_causal_conv1d
 from tests.integration.conftest import CompileCu
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# the real script with its setup stages for the main wheels stood in: arch_fat runs as it does on the box
-HARNESS = r"""
-source "$ROOT/scripts/gpu_acceptance.sh"
-stage_preflight() { py record --stage preflight --status passed --detail "a stand-in for the GPU machine"; }
-for s in carry index serve install; do eval "stage_$s() { :; }"; done
-main "$@"
-"""
 
 
 def fat_build(folder: Path, compile_cu: CompileCu) -> Path:

@@ -20,7 +20,7 @@ from builder.plan.expand import load_plan
 from builder.steps.recipes.recipe import cuda_gencode_flags
 from scripts import gpu_acceptance
 from scripts.acceptance import interleave
-from tests.integration.acceptance_wheelhouse import CONFIG, built_causal_conv1d
+from tests.integration.acceptance_wheelhouse import CONFIG, HARNESS, built_causal_conv1d
 from tests.integration.conftest import CompileCu
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,13 +143,6 @@ def test_the_sass_reference_must_hold_the_gpus_sass(tmp_path: Path, compile_cu: 
 
 # -- the box script's stage -------------------------------------------------------------------------------------
 
-# the real script with its setup stages stood in: ptx_speed runs as it does on the box, but for the GPU
-HARNESS = r"""
-source "$ROOT/scripts/gpu_acceptance.sh"
-stage_preflight() { py record --stage preflight --status passed --detail "a stand-in for the GPU machine"; }
-for s in carry index serve install; do eval "stage_$s() { :; }"; done
-main "$@"
-"""
 
 
 def test_ptx_speed_stage_installs_each_wheel_and_starts_a_worker_per_arm(tmp_path: Path, compile_cu: CompileCu) -> None:
