@@ -680,7 +680,7 @@ def cmd_ptx_speed(args: argparse.Namespace) -> int:
             "ratio": "median over rounds of the round's PTX/SASS time",
             "noise": "worst round of the SASS wheel in a second process against itself, |ratio - 1|",
         },
-        "command": "python -m scripts.gpu_acceptance " + shlex.join(args.argv),
+        "command": "python -m scripts.gpu_acceptance " + shlex.join(args.invocation),
         **data,
     }
     return _stage(args, "ptx_speed", checks, started, data=data)
@@ -950,7 +950,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.invocation = list(sys.argv[1:] if argv is None else argv)
     try:
         args.config = load_config(args.config) if args.config else load_config()
         if args.packages is not None:
