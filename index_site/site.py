@@ -223,17 +223,16 @@ def _plan_files(
     kept: dict[str, FileRecord] = {}
     root = os.fspath(site) + "/"  # string paths: this loop runs twice per wheel on every index
     identities = catalog.identities
-    new, lstat, regular = tuple.__new__, os.lstat, stat.S_ISREG  # the named tuples without their per-call checks
     for wheel in catalog.wheels:
         filename = wheel.filename
-        path = f"whl/{wheel.name.label}/{filename}"  # layout.wheel_path
+        path = layout.wheel_path(wheel.name.label, filename)
         hashed = identities.get(filename)
         if hashed is not None and entries.get(path) == hashed.inode:
             # The site's entry is a regular file with the inode number of the file of dist/ the catalog has just
             # held to its full identity, in a folder on the same filesystem: the same inode, so the same
             # identity, known without a stat of its own (10,000 on every run). Only a mount over that one file
             # could make the name lead elsewhere, and whoever can mount can change any file anyway.
-            record: FileRecord | None = new(FileRecord, (wheel.sha256, hashed))
+            record: FileRecord | None = FileRecord(wheel.sha256, hashed)
         else:
             record = _placed_wheel(root + path, wheel.sha256, hashed, manifest.get(path))
         if record is not None:
@@ -241,18 +240,10 @@ def _plan_files(
         else:
             links.append((dist / filename, path, wheel))
         path += ".metadata"
-        # _recorded, inline: the manifest's record, while the file still has the identity it was recorded with
         record = manifest.get(path)
-        if record is not None and record.sha256 == wheel.metadata.sha256 and path in entries:
-            try:
-                status = lstat(root + path)
-            except OSError:
-                status = None
-            if (
-                status is not None
-                and regular(status.st_mode)
-                and record.identity == (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
-            ):
+        if record is not None and record.sha256 == wheel.metadata.sha256 and path in entries:  # else not there
+            record = _recorded(root + path, record)
+            if record is not None:
                 kept[path] = record
                 continue
         metadata.append((dist / filename, path, wheel))
