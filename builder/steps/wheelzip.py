@@ -125,8 +125,8 @@ def write_wheel(path: Path, members: Mapping[str, Member]) -> Path:
             info.external_attr = (0o100755 if files[name].executable else 0o100644) << 16
             member = files[name]
             if member.deflated is None and len(member.data) > _CHUNK:
-                member = Member(data=member.data, executable=member.executable, deflated=_deflate(member.data))
-            if not _copy_deflated(archive, info, member):
+                _write_deflated(archive, info, member.data, _deflate(member.data))
+            elif not _copy_deflated(archive, info, member):
                 archive.writestr(info, member.data)
     os.replace(temporary, path)
     return path
@@ -147,14 +147,20 @@ def _deflate_chunk(chunk: memoryview, last: bool) -> bytes:
 
 
 def _copy_deflated(archive: zipfile.ZipFile, info: zipfile.ZipInfo, member: Member) -> bool:
-    """Write ``member`` from its compressed bytes (kept from a wheel write_wheel wrote, or _deflate's), as
-    writestr would have but for the deflate stream; False, and nothing written, when there are none or their CRC
-    is not ``data``'s (a changed member). zipfile has no API for this: it appends at ``start_dir``, where
-    writestr would, and registers the entry as writestr does, for close() to list it."""
+    """Write ``member`` from the compressed bytes kept from a wheel write_wheel wrote; False, and nothing written,
+    when there are none or their CRC is not ``data``'s (a changed member)."""
     deflated = member.deflated
     if deflated is None or zlib.crc32(member.data) != deflated.crc:
         return False
-    info.CRC, info.file_size, info.compress_size = deflated.crc, len(member.data), len(deflated.raw)
+    _write_deflated(archive, info, member.data, deflated)
+    return True
+
+
+def _write_deflated(archive: zipfile.ZipFile, info: zipfile.ZipInfo, data: bytes, deflated: Deflated) -> None:
+    """``data``'s entry from ``deflated`` (its deflate stream and CRC), as writestr would have written it but for
+    the deflate. zipfile has no API for this: it appends at ``start_dir``, where writestr would, and registers the
+    entry as writestr does, for close() to list it."""
+    info.CRC, info.file_size, info.compress_size = deflated.crc, len(data), len(deflated.raw)
     fp = archive.fp
     if fp is None:  # closed: writestr would raise as well
         raise ValueError("attempt to write to a closed ZIP archive")
@@ -165,4 +171,3 @@ def _copy_deflated(archive: zipfile.ZipFile, info: zipfile.ZipInfo, member: Memb
     archive.start_dir = fp.tell()
     archive.filelist.append(info)
     archive.NameToInfo[info.filename] = info
-    return True

@@ -214,6 +214,7 @@ def load_config(path: Path = DATA) -> Config:
 
 def _config(data: dict) -> Config:
     upstream, mamba, bench = data["upstream"], data["mamba"], data["bench"]
+    ptx = data["ptx_speed"]
     scan, inner = mamba["selective_scan"], mamba["inner"]
     return Config(
         label=str(data["label"]),
@@ -262,18 +263,18 @@ def _config(data: dict) -> Config:
         checklist=_checklist(data["checklist"]),
         arch=_arch(data["arch"]),
         ptx_speed=PtxSpeed(
-            module_loading=str(data["ptx_speed"]["module_loading"]),
-            first_call=dict(data["ptx_speed"]["first_call"]),
-            noise_floor=float(data["ptx_speed"]["noise_floor"]),
-            max_noise=float(data["ptx_speed"]["max_noise"]),
-            timeout_s=float(data["ptx_speed"]["timeout_s"]),
-            rounds_timeout_s=float(data["ptx_speed"]["rounds_timeout_s"]),
-            rounds=int(data["ptx_speed"]["rounds"]),
-            warmup=int(data["ptx_speed"]["warmup"]),
-            repeats=int(data["ptx_speed"]["repeats"]),
-            min_sample_ms=float(data["ptx_speed"]["min_sample_ms"]),
-            target=str(data["ptx_speed"]["target"]),
-            isa_control=str(data["ptx_speed"]["isa_control"]),
+            module_loading=str(ptx["module_loading"]),
+            first_call=dict(ptx["first_call"]),
+            noise_floor=float(ptx["noise_floor"]),
+            max_noise=float(ptx["max_noise"]),
+            timeout_s=float(ptx["timeout_s"]),
+            rounds_timeout_s=float(ptx["rounds_timeout_s"]),
+            rounds=int(ptx["rounds"]),
+            warmup=int(ptx["warmup"]),
+            repeats=int(ptx["repeats"]),
+            min_sample_ms=float(ptx["min_sample_ms"]),
+            target=str(ptx["target"]),
+            isa_control=str(ptx["isa_control"]),
         ),
     )
 
