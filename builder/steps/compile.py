@@ -226,7 +226,7 @@ def compile_wheel(
     def stop_pool_on_failure(line: str) -> None:
         # ninja's "FAILED: <object>" (a host .cpp, or nvcc whole): the TUs it already started wait on the pool
         if pool and line.startswith("FAILED: "):
-            nvcc_plan.CorePool(Path(pool), 1).stop()
+            nvcc_plan.stop_pool(Path(pool))
 
     def runner(cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None) -> None:
         run(cmd, step=f"{job.identifier}: compile", cwd=Path(cwd) if cwd else None,

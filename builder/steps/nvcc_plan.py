@@ -236,8 +236,7 @@ class CorePool:
         return (self.root / STOPPED).exists()
 
     def stop(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / STOPPED).touch()
+        stop_pool(self.root)
 
     @contextmanager
     def core(self, priority: float) -> Iterator[None]:
@@ -259,6 +258,12 @@ class CorePool:
         finally:
             if fd is not None:
                 os.close(fd)
+
+
+def stop_pool(root: Path) -> None:
+    """Stop the pool at ``root`` (see CorePool): no step of the build starts after this, running ones end."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / STOPPED).touch()
 
 
 # index_site/publish.py has the same probe: this module is standard library only (objcache.py runs it as a script
