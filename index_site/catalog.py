@@ -13,7 +13,7 @@ import os
 import re
 import sqlite3
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,35 +107,27 @@ class HashCache:
     def __exit__(self, *exc: object) -> None:
         self._db.close()
 
-    def load(self, names: Mapping[str, WheelName]) -> tuple[dict[str, _Cached], set[str]]:
-        """The entries of the files in ``names``, and the filenames of every row (to drop those gone).
-
-        Only the identities are read for every row; a row whose identity is the one of an entry this process
-        already made from a row (_LOADED) is that entry: the identity is the file's, so the digest and metadata
-        are the same. The other rows are read in full. A third of the reading, on every run of a long-lived
-        process."""
-        cached, rows, unknown = {}, set(), []
+    def load(self, names: Collection[str]) -> tuple[dict[str, _Cached], set[str]]:
+        """The entries of the rows of ``names``, and the filenames of every row (to drop those gone)."""
+        cached, rows = {}, set()
         with sqlite_errors(self.path):
-            for row in self._db.execute("SELECT filename, inode, size, mtime_ns, ctime_ns FROM index_wheels"):
-                filename = row[0]
+            for (filename,) in self._db.execute("SELECT filename FROM index_wheels"):
                 rows.add(filename)
-                if filename not in names:
-                    continue
-                known = _LOADED.get(filename)
-                if known is not None and known.identity == row[1:]:
-                    cached[filename] = known
-                else:
-                    unknown.append(filename)
-            for start in range(0, len(unknown), _BATCH):
-                batch = unknown[start : start + _BATCH]
+        cached = self.entries([filename for filename in rows if filename in names])
+        return cached, rows
+
+    def entries(self, filenames: list[str]) -> dict[str, _Cached]:
+        """The entries of the rows of ``filenames`` that are well formed."""
+        cached = {}
+        with sqlite_errors(self.path):
+            for start in range(0, len(filenames), _BATCH):
+                batch = filenames[start : start + _BATCH]
                 marks = ",".join("?" * len(batch))
                 for row in self._db.execute(f"SELECT * FROM index_wheels WHERE filename IN ({marks})", batch):
                     entry = _row_to_cached(row)
                     if entry is not None:
-                        cached[entry.wheel.filename] = _LOADED[entry.wheel.filename] = entry
-        if len(_LOADED) > _LOADED_KEPT:  # many dist/ folders in one process (a test run): start again
-            _LOADED.clear()
-        return cached, rows
+                        cached[entry.wheel.filename] = entry
+        return cached
 
     def update(self, changed: Iterable[_Cached], gone: Iterable[str]) -> None:
         """Write the entries hashed this run and drop the rows of files no longer catalogued, in one transaction."""
@@ -167,24 +159,37 @@ class HashCache:
             self._db.execute("COMMIT")
 
 
-# {filename: the entry made from its row}, for HashCache.load; trusted only where a row has the same identity
-_LOADED: dict[str, _Cached] = {}
-_LOADED_KEPT = 1 << 17
+# {dist folder: {filename: entry}}: what this process catalogued in each folder last, each entry with the identity
+# the file had (its row's, since this process wrote or read that row). Where a file still has that identity its
+# bytes are the ones described, so the next scan of the folder reads no row for it: the 10,000 rows of a
+# re-index are read only by a process's first scan of a folder. A row another process wrote for the file is for
+# another identity, and read when the file has that one.
+_KNOWN: dict[str, dict[str, _Cached]] = {}
+_KNOWN_FOLDERS = 8  # the folders scanned last; a test run makes hundreds
 _BATCH = 500  # parameters per query, well under SQLite's limit
 
 
 def scan(dist: Path, ledger_path: Path) -> Catalog:
     """Catalogue ``dist`` using the ledger and the hash cache at ``ledger_path``; update the cache."""
     names, rejected = _parse_names(dist)
+    folder = os.path.abspath(dist)
+    known = _KNOWN.pop(folder, None)  # out while the cache may change: back once it holds what it says
     with Ledger(ledger_path) as ledger:
         built = ledger.wheel_hashes()
         failures = tuple(ledger.failures())
         recorded_archs = ledger.wheel_archs()
     with HashCache(ledger_path) as cache:
-        previous, rows = cache.load(names)
-        entries, stats, more_rejected, fresh = _catalogue(dist, names, built, previous)
-        catalogued = {entry.wheel.filename for entry in entries}
-        cache.update([e for e in entries if previous.get(e.wheel.filename) is not e], rows - catalogued)
+        if known is None:
+            previous, rows = cache.load(names)
+        else:
+            previous, rows = known, set(known)  # every entry this process knows has its row
+        entries, stats, more_rejected, fresh = _catalogue(dist, names, built, previous, None if known is None else cache)
+        catalogued = {entry.wheel.filename: entry for entry in entries}
+        changed = [e for e in entries if previous.get(e.wheel.filename) is not e]
+        cache.update(changed, rows - catalogued.keys())
+    _KNOWN[folder] = catalogued
+    while len(_KNOWN) > _KNOWN_FOLDERS:  # oldest out first
+        del _KNOWN[next(iter(_KNOWN))]
     wheels = tuple(entry.wheel for entry in entries)
     log.info("catalogued %d wheels (%s); rejected %d", len(wheels), stats, len(rejected) + len(more_rejected))
     return Catalog(
@@ -198,10 +203,16 @@ def scan(dist: Path, ledger_path: Path) -> Catalog:
     )
 
 
-def refresh_identities(ledger_path: Path, identities: Mapping[str, FileIdentity]) -> None:
-    """See HashCache.refresh."""
+def refresh_identities(ledger_path: Path, identities: Mapping[str, FileIdentity], dist: Path | None = None) -> None:
+    """See HashCache.refresh; the entries this process keeps for ``dist`` take the new identities too."""
     with HashCache(ledger_path) as cache:
         cache.refresh(identities)
+    known = _KNOWN.get(os.path.abspath(dist)) if dist is not None else None
+    for filename, identity in identities.items() if known is not None else ():
+        entry = known.get(filename)
+        # a hard link moves the ctime alone: the same inode, size and mtime are the same bytes
+        if entry is not None and entry.identity[:3] == identity[:3]:
+            known[filename] = _Cached(wheel=entry.wheel, identity=identity)
 
 
 def _archs(wheels: Iterable[WheelFile], recorded: Mapping[str, tuple[str, str]]) -> dict[str, GpuArchs]:
@@ -256,43 +267,57 @@ def _catalogue(
     names: Mapping[str, WheelName],
     built: Mapping[str, tuple[str, FileIdentity]],
     previous: Mapping[str, _Cached],
+    cache: HashCache | None = None,
 ) -> tuple[list[_Cached], ScanStats, list[Rejection], dict[str, bytes]]:
-    entries, rejected, fresh = [], [], {}
-    counts = {"hashed": 0, "from_ledger": 0, "cached": 0}
+    """Each file's entry: ``previous``'s while the file has its identity, else its row's (read here from
+    ``cache`` when given: ``previous`` is then this process's own entries, not the rows) or else hashed."""
+    entries: list[_Cached | None] = []
+    misses: list[tuple[int, str]] = []  # (place in entries, filename)
     folder = os.fspath(dist) + "/"
-    lstat, regular, cached = os.lstat, stat.S_ISREG, 0
-    for filename, name in names.items():
+    lstat, regular = os.lstat, stat.S_ISREG
+    for filename in names:
         old = previous.get(filename)
-        try:
-            if old is not None:  # its identity, inline (no call, no named tuple): one lstat per wheel every run
+        if old is not None:  # its identity, inline (no call, no named tuple): one lstat per wheel every run
+            try:
                 status = lstat(folder + filename)
-                if regular(status.st_mode) and old.identity == (
-                    status.st_ino,
-                    status.st_size,
-                    status.st_mtime_ns,
-                    status.st_ctime_ns,
-                ):
-                    entries.append(old)
-                    cached += 1
-                    continue
-            entry, source, fresh[filename] = _index_one(dist / filename, name, built.get(filename), old)
+            except OSError:
+                status = None
+            if (
+                status is not None
+                and regular(status.st_mode)
+                and old.identity == (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+            ):
+                entries.append(old)
+                continue
+        misses.append((len(entries), filename))
+        entries.append(None)
+    rows = cache.entries([filename for _, filename in misses]) if cache is not None and misses else {}
+    rejected, fresh = [], {}
+    counts = {"hashed": 0, "from_ledger": 0, "cached": len(entries) - len(misses)}
+    for place, filename in misses:
+        try:
+            entry, source, data = _index_one(dist / filename, names[filename], built.get(filename), rows.get(filename))
         except (RejectedWheel, OSError) as error:
             reason = str(error) if isinstance(error, RejectedWheel) else f"{filename}: {error.strerror or error}"
             log.info("not indexed: %s", reason)
             rejected.append(Rejection(filename=filename, reason=reason))
             continue
         counts[source] += 1
-        entries.append(entry)
-    counts["cached"] = cached
-    return entries, ScanStats(**counts), rejected, fresh
+        entries[place] = entry
+        if data is not None:
+            fresh[filename] = data
+    return [entry for entry in entries if entry is not None], ScanStats(**counts), rejected, fresh
 
 
 def _index_one(
     path: Path, name: WheelName, known: tuple[str, FileIdentity] | None, old: _Cached | None
-) -> tuple[_Cached, str, bytes]:
-    """Read METADATA and the digest from one open descriptor, so both describe the same inode."""
+) -> tuple[_Cached, str, bytes | None]:
+    """The row's entry ``old`` if the file has its identity (a row this process did not know: another process
+    wrote it), else METADATA and the digest read from one open descriptor, so both describe the same inode."""
     with os.fdopen(open_regular(path), "rb") as file:
         identity = FileIdentity.of(os.fstat(file.fileno()))
+        if old is not None and old.identity == identity:
+            return old, "cached", None
         data = read_core_metadata(file, name)
         metadata = check_core_metadata(data, name)
         if known is not None and known[1] == identity and _SHA256.match(known[0]):

@@ -374,25 +374,26 @@ def _ordered(wheels: Iterable[WheelFile], *, since: str | None = None) -> list[W
     """By project, version and filename. Each distinct version is ranked once (equal versions such as 1.0 and
     1.0.0 share a rank, as they compare equal), so the sort compares strings and integers, not Version objects:
     a project's page sorts thousands of wheels. With ``since`` (a page), the order that page had in the last run
-    is kept: the same wheels give it as it was, and a few added wheels (none gone) are put in place by bisection."""
+    is kept: the same wheels give it as it was, and a few added wheels are put in place by bisection."""
     wheels = list(wheels)
     if since is not None and (remembered := _ORDERS.get(since)) is not None:
         before, order = remembered
-        ordered = order if before == wheels else _inserted(order, before, wheels)
+        ordered = order if before == wheels else _inserted(order, wheels)
         if ordered is not None:
             return _remember_order(since, wheels, ordered)
     ordered = _sorted(wheels)
     return _remember_order(since, wheels, ordered) if since is not None else ordered
 
 
-def _inserted(order: list[WheelFile], before: list[WheelFile], wheels: list[WheelFile]) -> list[WheelFile] | None:
-    """``order`` with the wheels that are new since ``before`` put in place; None when there are too many."""
-    known = {id(w) for w in before}  # alive: the memo holds them
-    new = [w for w in wheels if id(w) not in known]
-    if len(new) > 64 or len(before) + len(new) != len(wheels):
+def _inserted(order: list[WheelFile], wheels: list[WheelFile]) -> list[WheelFile] | None:
+    """The wheels of ``order`` still among ``wheels``, in that order, with the others of ``wheels`` put in place;
+    None when there are too many of those. A page's order is one of filenames, so each wheel is matched by its
+    filename: a wheel whose row was read again (its identity moved) is another object of the same place."""
+    given = {wheel.filename: wheel for wheel in wheels}
+    ordered = [given.pop(wheel.filename) for wheel in order if wheel.filename in given]
+    if len(given) > 64:
         return None
-    ordered = list(order)
-    for wheel in new:
+    for wheel in given.values():
         bisect.insort(ordered, wheel, key=_order_key)
     return ordered
 

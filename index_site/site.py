@@ -112,7 +112,7 @@ def _build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     recorded = (manifest, previous_groups, recorded_url)
     written, linked = apply_plan(plan, site, base_url=base_url, identities=catalog.identities, recorded=recorded)
     if linked:
-        refresh_identities(output / "ledger.sqlite", linked)
+        refresh_identities(output / "ledger.sqlite", linked, output / "dist")
     return IndexReport(
         site=site,
         wheels=len(catalog.wheels),
@@ -221,29 +221,37 @@ def _plan_files(
     links: list[_Link] = []
     metadata: list[_Placement] = []
     kept: dict[str, FileRecord] = {}
-    root = os.fspath(site) + "/"  # string paths: this loop runs twice per wheel on every index
+    root = os.fspath(site) + "/"  # string paths, checks inline: this loop runs for every wheel on every index
     identities = catalog.identities
+    lstat, regular, new = os.lstat, stat.S_ISREG, tuple.__new__
     for wheel in catalog.wheels:
         filename = wheel.filename
         path = layout.wheel_path(wheel.name.label, filename)
         hashed = identities.get(filename)
-        if hashed is not None and entries.get(path) == hashed.inode:
+        if hashed is not None and entries.get(path) == hashed[0]:
             # The site's entry is a regular file with the inode number of the file of dist/ the catalog has just
             # held to its full identity, in a folder on the same filesystem: the same inode, so the same
             # identity, known without a stat of its own (10,000 on every run). Only a mount over that one file
             # could make the name lead elsewhere, and whoever can mount can change any file anyway.
-            record: FileRecord | None = FileRecord(wheel.sha256, hashed)
+            kept[path] = new(FileRecord, (wheel.sha256, hashed))
         else:
             record = _placed_wheel(root + path, wheel.sha256, hashed, manifest.get(path))
-        if record is not None:
-            kept[path] = record
-        else:
-            links.append((dist / filename, path, wheel))
+            if record is not None:
+                kept[path] = record
+            else:
+                links.append((dist / filename, path, wheel))
         path += ".metadata"
         record = manifest.get(path)
-        if record is not None and record.sha256 == wheel.metadata.sha256 and path in entries:  # else not there
-            record = _recorded(root + path, record)
-            if record is not None:
+        if record is not None and record[0] == wheel.metadata.sha256 and path in entries:  # else not there
+            try:  # _recorded, inline
+                status = lstat(root + path)
+            except OSError:
+                status = None
+            if (
+                status is not None
+                and regular(status.st_mode)
+                and record[1] == (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+            ):
                 kept[path] = record
                 continue
         metadata.append((dist / filename, path, wheel))

@@ -192,20 +192,42 @@ def test_a_rebuilt_wheel_with_the_same_name_is_hashed_again(output: Path) -> Non
 
 
 def test_a_cache_row_another_process_rewrote_is_read_again(output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """This process keeps the entries it made from the hash cache's rows (catalog._LOADED) and reads only the
-    rows' identities again; a row whose identity moved is read in full, not shadowed by the entry kept."""
+    """This process keeps the entries it catalogued in each folder (catalog._KNOWN) and reads no row for a file
+    that still has its entry's identity; a file whose identity moved has its row read, not shadowed by the entry
+    kept."""
     dist, ledger = output / "dist", output / "ledger.sqlite"
     catalog_module.scan(dist, ledger)
     assert catalog_module.scan(dist, ledger).stats.cached == len(SPECS)  # now kept by this process
-    kept = dict(catalog_module._LOADED)
+    kept = {folder: dict(entries) for folder, entries in catalog_module._KNOWN.items()}
     replaced = make_wheel(dist, WheelSpec(label="pt212cu126", python="cp311", salt="rebuilt"))
-    monkeypatch.setattr(catalog_module, "_LOADED", {})  # another process hashes the new bytes into the cache
+    monkeypatch.setattr(catalog_module, "_KNOWN", {})  # another process hashes the new bytes into the cache
     assert catalog_module.scan(dist, ledger).stats.hashed == 1
-    monkeypatch.setattr(catalog_module, "_LOADED", kept)  # this process again, with its entry of the old bytes
+    monkeypatch.setattr(catalog_module, "_KNOWN", kept)  # this process again, with its entry of the old bytes
     again = catalog_module.scan(dist, ledger)
-    assert (again.stats.hashed, again.stats.cached) == (0, len(SPECS))  # the row, read in full, is trusted
+    assert (again.stats.hashed, again.stats.cached) == (0, len(SPECS))  # the row, read for that file, is trusted
     digests = {wheel.filename: wheel.sha256 for wheel in again.wheels}
     assert digests[replaced.name] == hashlib.sha256(replaced.read_bytes()).hexdigest()
+
+
+def test_a_process_reads_rows_only_for_files_whose_identity_moved(
+    output: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dist, ledger = output / "dist", output / "ledger.sqlite"
+    catalog_module.scan(dist, ledger)
+    read: list[list[str]] = []
+    real = catalog_module.HashCache.entries
+    monkeypatch.setattr(catalog_module.HashCache, "load", lambda *_: pytest.fail("every row read again"))
+    monkeypatch.setattr(catalog_module.HashCache, "entries", lambda self, names: read.append(names) or real(self, names))
+    added = make_wheel(dist, WheelSpec(version="1.8.0", label="pt214cu130"))
+    rewritten = next(dist.glob("*pt212cu126*"))
+    status = rewritten.stat()
+    rewritten.write_bytes(rewritten.read_bytes()[:-4] + b"\0\0\0\0")  # same size, then the same mtime
+    os.utime(rewritten, ns=(status.st_atime_ns, status.st_mtime_ns))
+    catalog = catalog_module.scan(dist, ledger)
+    assert sorted(read) == [sorted([added.name, rewritten.name])]
+    assert catalog.stats.hashed == 2
+    digests = {wheel.filename: wheel.sha256 for wheel in catalog.wheels}
+    assert digests[rewritten.name] == hashlib.sha256(rewritten.read_bytes()).hexdigest()
 
 
 def test_removed_wheels_and_emptied_variants_are_pruned(output: Path) -> None:
