@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import stat
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -599,17 +600,56 @@ def _managed_files(site: Path, device: int | None = None) -> dict[str, int | Non
 def _files_under(folder: str, prefix: str, device: int | None, files: dict[str, int | None]) -> None:
     """Site paths of everything under ``folder`` but real folders (a symlink to one is listed, never entered):
     os.scandir's entry types and inode numbers, without a stat or a Path per file, since the site holds two files
-    per wheel; one lstat per folder, for its filesystem."""
+    per wheel; one lstat per folder, for its filesystem and its identity (see _listing)."""
     try:
-        entries = list(os.scandir(folder))
-        same = device is not None and os.lstat(folder).st_dev == device
+        status = os.lstat(folder)
     except OSError:  # as os.walk did: a folder that cannot be listed is left as it is
         return
-    for entry in entries:
-        if entry.is_dir(follow_symlinks=False):
-            _files_under(entry.path, f"{prefix}{entry.name}/", device, files)
-        else:
-            files[prefix + entry.name] = entry.inode() if same and entry.is_file(follow_symlinks=False) else None
+    listing = _listing(folder, prefix, status)
+    if listing is None:
+        return
+    found, folders = listing
+    files.update(found if device is not None and status.st_dev == device else dict.fromkeys(found))
+    for name in folders:
+        _files_under(f"{folder}/{name}", f"{prefix}{name}/", device, files)
+
+
+def _listing(folder: str, prefix: str, status: os.stat_result) -> tuple[dict[str, int | None], list[str]] | None:
+    """What ``folder`` holds: {site path: inode number of a regular file, else None} and its real folders' names;
+    None when it cannot be listed. A folder's entries (names, types, inode numbers) change only with its mtime and
+    ctime, and nobody can set a ctime, so the listing is kept while the folder keeps the identity it had before it
+    was listed: a re-index lists the few folders it wrote into, not all 400. Only a folder last changed well
+    before the listing began is kept: a change within the same tick of the filesystem's clock would leave the
+    times as they were."""
+    identity = (status.st_dev, status.st_ino, status.st_mtime_ns, status.st_ctime_ns)
+    key = (folder, prefix)
+    remembered = _LISTINGS.get(key)
+    if remembered is not None and remembered[0] == identity:
+        return remembered[1]
+    started = time.time_ns()
+    found: dict[str, int | None] = {}
+    folders = []
+    try:
+        for entry in os.scandir(folder):
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(entry.name)
+            else:
+                found[prefix + entry.name] = entry.inode() if entry.is_file(follow_symlinks=False) else None
+    except OSError:
+        return None
+    listing = (found, folders)
+    if max(status.st_mtime_ns, status.st_ctime_ns) < started - _SETTLED_NS:
+        _LISTINGS.pop(key, None)
+        _LISTINGS[key] = (identity, listing)
+        while len(_LISTINGS) > _LISTINGS_KEPT:  # oldest out first
+            del _LISTINGS[next(iter(_LISTINGS))]
+    return listing
+
+
+# {(folder, its site path): (its identity when listed, the listing)}, for _listing
+_LISTINGS: dict[tuple[str, str], tuple[tuple[int, int, int, int], tuple[dict[str, int | None], list[str]]]] = {}
+_LISTINGS_KEPT = 1 << 14
+_SETTLED_NS = 2_000_000_000  # far more than any filesystem's clock tick, or the skew of a network one's clock
 
 
 def _remove_empty_parents(site: Path, path: Path) -> None:

@@ -76,10 +76,13 @@ class Worker:
 
 def bench(against: Path, count: int, repeat: int, added_mb: float, workdir: Path) -> dict[str, object]:
     base = workdir / "base"
-    for spec in synthetic_specs(count, 1024):
-        make_wheel(base / "dist", spec)
+    if not (base / "dist").is_dir():  # a --workdir of an earlier run keeps its wheels
+        for spec in synthetic_specs(count, 1024):
+            make_wheel(base / "dist", spec)
     workers = []
     for name, code in (("this", ROOT), ("against", against)):
+        shutil.rmtree(workdir / name, ignore_errors=True)
+        shutil.rmtree(workdir / "added", ignore_errors=True)
         shutil.copytree(base, workdir / name)
         workers.append(Worker(name, code, workdir / name))
     load_before = os.getloadavg()
@@ -129,10 +132,12 @@ def main() -> int:
     parser.add_argument("--wheels", type=int, default=10_000, help="synthetic wheels (default: %(default)s)")
     parser.add_argument("--repeat", type=int, default=7, help="unchanged and +1 rounds (default: %(default)s)")
     parser.add_argument("--added-wheel-mb", type=float, default=20.0, help="size of each added wheel (default: 20)")
+    parser.add_argument("--workdir", type=Path, help="keep the generated wheels here, for the next run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-index-ab-", ignore_cleanup_errors=True) as temporary:
-        results = bench(args.against.resolve(), args.wheels, max(1, args.repeat), args.added_wheel_mb, Path(temporary))
+        workdir = args.workdir or Path(temporary)
+        results = bench(args.against.resolve(), args.wheels, max(1, args.repeat), args.added_wheel_mb, workdir)
     if args.json:
         print(json.dumps(results, indent=2))
         return 0

@@ -91,6 +91,43 @@ def test_a_site_on_another_filesystem_checks_its_wheels_by_their_identity(
     assert sum(1 for path in seen if path.endswith(".whl")) == len(SPECS)
 
 
+def test_a_folder_listed_while_settled_is_listed_again_once_anything_in_it_moves(
+    output: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A site folder's listing is kept while its identity holds (site._listing); a file put there, a file taken
+    out and a file renamed over another all move it, and the next index sees each of them."""
+    site = output / "site"
+    build_site(output, site, base_url=BASE)
+    monkeypatch.setattr(site_module, "_SETTLED_NS", -(10**12))  # every folder counts as settled: listings kept
+    build_site(output, site, base_url=BASE)
+    folder = site / "whl/pt213cu130"
+    assert any(key[0] == os.fspath(folder) for key in site_module._LISTINGS)
+    listed: list[str] = []
+    real = os.scandir
+    monkeypatch.setattr(site_module.os, "scandir", lambda path: listed.append(os.fspath(path)) or real(path))
+    assert build_site(output, site, base_url=BASE).written == ()
+    assert [path for path in listed if path.startswith(os.fspath(site))] == []  # nothing moved: nothing listed
+    (folder / "stray.html").write_text("not the index's")
+    assert build_site(output, site, base_url=BASE).deleted == ("whl/pt213cu130/stray.html",)
+    wheel = next((output / "dist").glob("*pt213cu130*"))
+    (folder / wheel.name).unlink()
+    assert build_site(output, site, base_url=BASE).written == (f"whl/pt213cu130/{wheel.name}",)
+    other = folder / "other.whl"
+    other.write_bytes(b"x" * wheel.stat().st_size)
+    os.replace(other, folder / wheel.name)  # another inode under the wheel's name
+    assert build_site(output, site, base_url=BASE).written == (f"whl/pt213cu130/{wheel.name}",)
+    assert os.path.samefile(wheel, folder / wheel.name)
+    assert os.fspath(folder) in listed
+
+
+def test_a_folder_changed_just_before_its_listing_is_not_kept(output: Path) -> None:
+    """Two changes within one tick of the filesystem's clock leave a folder's times as they were: a listing is
+    kept only for a folder last changed well before it was taken."""
+    site = output / "site"
+    build_site(output, site, base_url=BASE)  # just written: nothing settled yet
+    assert not [key for key in site_module._LISTINGS if key[0].startswith(os.fspath(site))]
+
+
 def test_a_manifest_changed_behind_the_process_is_read_again(output: Path) -> None:
     """The process keeps the manifest it wrote while the file's identity holds; one changed by anyone else is read
     again: records taken out are written back, a damaged one is refused."""
