@@ -183,7 +183,9 @@ def scan(dist: Path, ledger_path: Path) -> Catalog:
             previous, rows = cache.load(names)
         else:
             previous, rows = known, set(known)  # every entry this process knows has its row
-        entries, stats, more_rejected, fresh = _catalogue(dist, names, built, previous, None if known is None else cache)
+        entries, stats, more_rejected, fresh = _catalogue(
+            dist, names, built, previous, None if known is None else cache
+        )
         catalogued = {entry.wheel.filename: entry for entry in entries}
         changed = [e for e in entries if previous.get(e.wheel.filename) is not e]
         cache.update(changed, rows - catalogued.keys())

@@ -14,11 +14,12 @@ SITE_MARKER = ".wheelwright-site.json"  # also the manifest of what the index wr
 JSON_CONTENT_TYPE = "application/vnd.pypi.simple.v1+json"
 LANDING = "index.html"
 DOCTOR = "doctor.py"  # the standalone doctor, generated from builder.doctor
-MANIFEST = "wheels.json"  # every wheel with its variant, archs and digest, for tools (and the doctor)
+MANIFEST = "wheels.json"  # every release, for tools: each lists its wheels in a file of RELEASES
+RELEASES = "wheels"  # wheels/<package>/<version>.json: every wheel of a release with its variant, archs and digest
 # The only top-level names of a site: what the index writes and prunes, serve serves and publish uploads. A site
 # folder may hold other things (the build output's ledger.sqlite and dist/, when --site names it): never shown.
 VARIANTS = "variant"  # the PEP 825 variant channel (index_site/variants.py)
-MANAGED = ("whl", "simple", "json", "select", "coverage", VARIANTS, MANIFEST, LANDING, DOCTOR)
+MANAGED = ("whl", "simple", "json", "select", "coverage", VARIANTS, RELEASES, MANIFEST, LANDING, DOCTOR)
 
 
 def is_site_path(path: str) -> bool:
@@ -35,8 +36,8 @@ class Tier(IntEnum):
     link to something not yet uploaded."""
 
     FILE = 0  # wheels and their .metadata
-    PROJECT = 1  # per-project pages, variant find-links pages and the manifest (link to files)
-    ROOT = 2  # project lists (link to project pages)
+    PROJECT = 1  # per-project pages, variant find-links pages and the release files of wheels.json (link to files)
+    ROOT = 2  # project lists (link to project pages) and wheels.json (links to the release files)
     SETUP = 3  # one page per torch x accelerator x Python: its commands and wheels (link to the tiers below)
     COVERAGE = 4  # a project's older versions' coverage matrices (link to setup pages)
     LANDING = 5  # the landing page (links to everything)
@@ -83,6 +84,11 @@ def findlinks_path(label: str) -> str:
 def setup_path(label: str, python: str) -> str:
     """The page of one setup, ``select/pt214cu130-cp311.html``: the URL the doctor prints, so keep its shape."""
     return f"select/{label}-cp{python.replace('.', '')}.html"
+
+
+def release_manifest_path(project: str, version: str) -> str:
+    """The file listing every wheel of one release (``version``: the public version, 1.7.0)."""
+    return f"{RELEASES}/{project}/{version}.json"
 
 
 def coverage_path(project: str) -> str:
@@ -157,7 +163,9 @@ def kind_of(path: str) -> Kind:
         return VARIANTS_JSON
     if path.endswith(".whl.provenance.json"):
         return PROVENANCE
-    if path == MANIFEST:
+    if path == MANIFEST:  # links to the release files
+        return Kind(content_type="application/json", cache_control=_PAGE_CACHE, immutable=False, tier=Tier.ROOT)
+    if path.startswith(f"{RELEASES}/"):  # link to wheels
         return Kind(content_type="application/json", cache_control=_PAGE_CACHE, immutable=False, tier=Tier.PROJECT)
     content_type = JSON_CONTENT_TYPE if path.endswith(".json") else _suffix_type(path)
     return Kind(content_type=content_type, cache_control=_PAGE_CACHE, immutable=False, tier=_page_tier(path))

@@ -1,21 +1,56 @@
-"""``wheels.json`` beside the landing page: every wheel of the site with its variant, Python, platform tag, GPU
-archs, digest and URL, for tools (the doctor picks the wheel for an environment from it) rather than people."""
+"""``wheels.json`` beside the landing page, for tools (rather than people): the releases of the site, each with
+its wheel count and the URL of its own file, ``wheels/<package>/<version>.json``, which lists every wheel of that
+release with its variant, Python, platform tag, GPU archs, digest and URL. One file per release, so that one added
+wheel rewrites its release's file and the short list, not a file of every wheel of the site."""
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from urllib.parse import quote
 
 from index_site import layout
 from index_site.wheels import GpuArchs, WheelFile, WheelName
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 1 listed every wheel in wheels.json itself
 
 
-def manifest(wheels: tuple[WheelFile, ...], archs: Mapping[str, GpuArchs], *, base_url: str) -> bytes:
+def manifest(releases: Iterable[tuple[str, str, int]], *, base_url: str) -> bytes:
+    """``wheels.json``: each (package, version, wheel count), in the order given."""
     base_url = base_url.rstrip("/")
-    head = json.dumps({"schema": SCHEMA_VERSION, "generator": "wheelwright", "base_url": base_url})
+    document = {
+        "schema": SCHEMA_VERSION,
+        "generator": "wheelwright",
+        "base_url": base_url,
+        "releases": [
+            {
+                "package": project,
+                "version": version,
+                "wheels": count,
+                "url": f"{base_url}/{quote(layout.release_manifest_path(project, version))}",
+            }
+            for project, version, count in releases
+        ],
+    }
+    return (json.dumps(document, separators=(",", ":")) + "\n").encode()
+
+
+def release_manifest(
+    project: str, version: str, wheels: Iterable[WheelFile], archs: Mapping[str, GpuArchs], *, base_url: str
+) -> bytes:
+    """``wheels/<package>/<version>.json``: every wheel of one release, by filename."""
+    base_url = base_url.rstrip("/")
+    head = json.dumps(
+        {
+            "schema": SCHEMA_VERSION,
+            "generator": "wheelwright",
+            "base_url": base_url,
+            "package": project,
+            "version": version,
+        },
+        separators=(",", ":"),
+    )
     entries = ",".join(_entries(sorted(wheels, key=lambda w: w.filename), archs, base_url))
     return f'{head[:-1]},"wheels":[{entries}]}}\n'.encode()
 
@@ -33,13 +68,13 @@ def _entries(wheels: list[WheelFile], archs: Mapping[str, GpuArchs], base_url: s
             text = _entry(wheel.name, wheel.sha256, wheel.size, wheel.metadata.requires_python, wheel_archs, base_url)
             remembered = _ENTRIES[filename] = (wheel, wheel_archs, base_url, text)
         texts.append(remembered[3])
-    if len(_ENTRIES) > 2 * len(texts) + 1024:  # wheels gone from dist/ are let go
-        for filename in _ENTRIES.keys() - {w.filename for w in wheels}:
-            del _ENTRIES[filename]
+    while len(_ENTRIES) > _ENTRIES_KEPT:  # oldest out first (a release file lists a few hundred of them)
+        del _ENTRIES[next(iter(_ENTRIES))]
     return texts
 
 
 _ENTRIES: dict[str, tuple[WheelFile, GpuArchs | None, str, str]] = {}
+_ENTRIES_KEPT = 1 << 17
 
 
 @functools.lru_cache(maxsize=65536)

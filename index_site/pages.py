@@ -81,8 +81,9 @@ def render_pages(
             older=older,
             **variants.landing_context(coverage.variants),
         )
-    if wanted(layout.MANIFEST):
-        pages[layout.MANIFEST] = manifest(catalog.wheels, catalog.archs, base_url=base_url)
+    if wanted(layout.MANIFEST):  # its release files are page groups of their own (render.page_groups)
+        releases = [(r.project, r.version, r.built) for r in coverage.releases if r.built]
+        pages[layout.MANIFEST] = manifest(releases, base_url=base_url)
     return pages
 
 

@@ -29,8 +29,9 @@ from builder.doctor.standalone import standalone_source
 from index_site import layout
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text
+from index_site.manifest import release_manifest
 from index_site.pages import other_pages, people, render_pages, setup_fingerprints
-from index_site.wheels import WheelFile
+from index_site.wheels import GpuArchs, WheelFile
 
 API_VERSION = "1.1"  # PEP 700: size, upload-time and versions in the JSON form
 _AFTER_PATH_SLASH = re.compile(r"(?<=[^:/]/)(?=[^/])")  # after a path's slashes, not inside "://"
@@ -99,9 +100,12 @@ def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
     fingerprints = _fingerprints(catalog.wheels)
     by_label: dict[str, list[WheelFile]] = defaultdict(list)
     by_project: dict[str, list[WheelFile]] = defaultdict(list)
+    by_release: dict[tuple[str, str], list[WheelFile]] = defaultdict(list)
     for wheel in catalog.wheels:
-        by_label[wheel.name.label].append(wheel)
-        by_project[wheel.name.project].append(wheel)
+        name = wheel.name
+        by_label[name.label].append(wheel)
+        by_project[name.project].append(wheel)
+        by_release[(name.project, name.public_version)].append(wheel)
     groups = [
         PageGroup(
             key=f"variant:{label}",
@@ -118,6 +122,10 @@ def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
         )
         for project, wheels in by_project.items()
     ]
+    groups += [
+        _release_group(project, version, wheels, fingerprints, catalog.archs, base_url)
+        for (project, version), wheels in by_release.items()
+    ]
     projects = sorted(by_project)
     groups.append(PageGroup(key="projects", digest=_digest(projects), render=functools.partial(_roots, None, projects)))
     failures = sorted(repr(entry) for entry in catalog.failures)
@@ -128,6 +136,28 @@ def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
     digest = _digest([hashlib.sha256(doctor).hexdigest()])
     groups.append(PageGroup(key="doctor", digest=digest, render=lambda: {layout.DOCTOR: doctor}))
     return groups
+
+
+def _release_group(
+    project: str,
+    version: str,
+    wheels: list[WheelFile],
+    fingerprints: Mapping[str, str],
+    archs: Mapping[str, GpuArchs],
+    base_url: str,
+) -> PageGroup:
+    """The file of wheels.json that lists one release's wheels: one added wheel rewrites its release's file."""
+    key = f"wheels:{project}/{version}"
+    shown = tuple(f"{w.filename}\0{archs[w.filename]!r}" for w in wheels if w.filename in archs) if archs else ()
+    return PageGroup(
+        key=key,
+        digest=_wheels_digest(key, (base_url, *shown), wheels, fingerprints),
+        render=lambda: {
+            layout.release_manifest_path(project, version): release_manifest(
+                project, version, wheels, archs, base_url=base_url
+            )
+        },
+    )
 
 
 def _people_group(catalog: Catalog, digest: str, base_url: str) -> PageGroup:

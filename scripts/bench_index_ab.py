@@ -37,7 +37,8 @@ for line in sys.stdin:
     wall, cpu = time.perf_counter(), time.process_time()
     report = build_site(output, output / "site", base_url=sys.argv[2])
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    print(json.dumps({"wall": wall, "cpu": cpu, "hashed": report.stats.hashed, "written": len(report.written)}), flush=True)
+    answer = {"wall": wall, "cpu": cpu, "hashed": report.stats.hashed, "written": len(report.written)}
+    print(json.dumps(answer), flush=True)
 """
 
 
@@ -86,7 +87,9 @@ def bench(against: Path, count: int, repeat: int, added_mb: float, workdir: Path
         shutil.copytree(base, workdir / name)
         workers.append(Worker(name, code, workdir / name))
     load_before = os.getloadavg()
-    runs: dict[str, dict[str, list[dict[str, float]]]] = {w.name: {"cold": [], "+1": [], "unchanged": []} for w in workers}
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {
+        w.name: {"cold": [], "+1": [], "unchanged": []} for w in workers
+    }
     for worker in workers:
         runs[worker.name]["cold"].append(worker.index())
     for round_ in range(repeat):
@@ -121,7 +124,10 @@ def bench(against: Path, count: int, repeat: int, added_mb: float, workdir: Path
         "wheels": count,
         "repeat": repeat,
         "medians": medians,
-        "runs": {name: {kind: [round(r["cpu"], 3) for r in results] for kind, results in kinds.items()} for name, kinds in runs.items()},
+        "runs": {
+            name: {kind: [round(r["cpu"], 3) for r in results] for kind, results in kinds.items()}
+            for name, kinds in runs.items()
+        },
         "load_average": [round(x, 2) for x in (*load_before, *os.getloadavg())],
     }
 
@@ -146,7 +152,8 @@ def main() -> int:
     print(f"{'':<10} {'this wall':>10} {'this CPU':>10} {'other wall':>11} {'other CPU':>10} {'CPU ratio':>10}")
     for kind in ("cold", "+1", "unchanged"):
         a, b = this[kind], other[kind]
-        print(f"{kind:<10} {a['wall']:>10.3f} {a['cpu']:>10.3f} {b['wall']:>11.3f} {b['cpu']:>10.3f} {a['cpu'] / b['cpu']:>10.2f}")
+        ratio = a["cpu"] / b["cpu"]
+        print(f"{kind:<10} {a['wall']:>10.3f} {a['cpu']:>10.3f} {b['wall']:>11.3f} {b['cpu']:>10.3f} {ratio:>10.2f}")
     print(f"load average (1/5/15 min): before {results['load_average'][:3]}, after {results['load_average'][3:]}")
     return 0
 

@@ -12,7 +12,7 @@ from builder.core.ledger import LedgerEntry
 from index_site import layout
 from index_site.catalog import Catalog, ScanStats
 from index_site.landing import BUILT, FAILED, NOT_PLANNED, NOT_SHIPPED, build_coverage
-from index_site.manifest import manifest
+from index_site.manifest import manifest, release_manifest
 from index_site.pages import render_pages
 from index_site.render import _render_page
 from index_site.setups import build_setups, default_setup
@@ -147,9 +147,25 @@ def test_the_landing_page_starts_at_the_newest_torch_and_its_most_built_python()
     assert setup is not None and setup.path == "select/pt214cu130-cp312.html"
 
 
-def test_manifest_lists_every_wheel_with_its_variant_archs_digest_and_url() -> None:
-    document = json.loads(manifest(WHEELS, ARCHS, base_url="https://w.example/"))
-    assert document["schema"] == 1 and len(document["wheels"]) == len(WHEELS)
+def test_manifest_lists_each_release_with_its_wheel_count_and_the_url_of_its_file() -> None:
+    document = json.loads(manifest([("causal-conv1d", "1.7.0", 3), ("mamba-ssm", "1!2.0", 1)], base_url="https://w.e/"))
+    assert document["schema"] == 2 and document["base_url"] == "https://w.e"
+    assert document["releases"] == [
+        {
+            "package": "causal-conv1d",
+            "version": "1.7.0",
+            "wheels": 3,
+            "url": "https://w.e/wheels/causal-conv1d/1.7.0.json",
+        },
+        {"package": "mamba-ssm", "version": "1!2.0", "wheels": 1, "url": "https://w.e/wheels/mamba-ssm/1%212.0.json"},
+    ]
+
+
+def test_a_release_file_lists_every_wheel_with_its_variant_archs_digest_and_url() -> None:
+    release = [w for w in WHEELS if (w.name.project, w.name.public_version) == ("causal-conv1d", "1.7.0")]
+    document = json.loads(release_manifest("causal-conv1d", "1.7.0", release, ARCHS, base_url="https://w.example/"))
+    assert (document["schema"], document["package"], document["version"]) == (2, "causal-conv1d", "1.7.0")
+    assert [e["filename"] for e in document["wheels"]] == sorted(w.filename for w in release)
     entry = next(e for e in document["wheels"] if e["filename"] == WHEELS[3].filename)
     assert entry == {
         "filename": WHEELS[3].filename,

@@ -154,6 +154,7 @@ def test_only_changed_objects_after_a_new_wheel(site: Path, tmp_path: Path) -> N
         "json/causal-conv1d/index.json",
         "json/causal-conv1d/",
         "select/pt213cu130-cp312.html",  # the setup page of the new wheel
+        "wheels/causal-conv1d/1.7.0.json",
         "wheels.json",
         "index.html",
     }

@@ -171,4 +171,9 @@ def test_setup_pages_and_manifest_are_served_and_published_as_their_kind(pages: 
     setup = pages["select/pt214cu130-cp313.html"].decode()
     assert "failed in compile: nvcc fatal: &#34;&lt;script&gt;&#34; unsupported" in setup
     assert 'href="../whl/pt214cu130.html"' in setup and 'aria-current="true">3.13</a>' in setup
-    assert json.loads(pages["wheels.json"])["wheels"][0]["url"].startswith("https://wheels.example.org/whl/")
+    assert layout.kind_of("wheels.json").tier == layout.Tier.ROOT  # it links the release files
+    assert layout.kind_of("wheels/causal-conv1d/1.7.0.json").tier == layout.Tier.PROJECT  # they link wheels
+    release = json.loads(pages["wheels.json"])["releases"][0]
+    assert release["url"] == f"https://wheels.example.org/wheels/{release['package']}/{release['version']}.json"
+    path = release["url"].removeprefix("https://wheels.example.org/")
+    assert json.loads(pages[path])["wheels"][0]["url"].startswith("https://wheels.example.org/whl/")

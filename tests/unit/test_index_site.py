@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -159,7 +160,8 @@ def test_one_new_wheel_hashes_one_file_and_rewrites_only_the_pages_that_list_it(
         "simple/causal-conv1d/index.html",
         "json/causal-conv1d/index.json",
         "select/pt213cu130-cp312.html",  # the setup page of the new wheel
-        "wheels.json",
+        "wheels/causal-conv1d/1.7.0.json",  # its release's wheels
+        "wheels.json",  # the releases' wheel counts
         "index.html",
     }
     assert set(report.written) == expected
@@ -253,8 +255,13 @@ def test_a_process_reads_rows_only_for_files_whose_identity_moved(
     catalog_module.scan(dist, ledger)
     read: list[list[str]] = []
     real = catalog_module.HashCache.entries
+
+    def _spy(cache: catalog_module.HashCache, names: list[str]) -> dict:
+        read.append(names)
+        return real(cache, names)
+
     monkeypatch.setattr(catalog_module.HashCache, "load", lambda *_: pytest.fail("every row read again"))
-    monkeypatch.setattr(catalog_module.HashCache, "entries", lambda self, names: read.append(names) or real(self, names))
+    monkeypatch.setattr(catalog_module.HashCache, "entries", _spy)
     added = make_wheel(dist, WheelSpec(version="1.8.0", label="pt214cu130"))
     rewritten = next(dist.glob("*pt212cu126*"))
     status = rewritten.stat()
@@ -350,9 +357,15 @@ def test_gpu_archs_come_from_the_verify_report_and_malformed_ones_are_left_out(o
                 )
             )
     build_site(output, output / "site", base_url=BASE)
-    manifest = json.loads((output / "site" / "wheels.json").read_text())
-    archs = {entry["filename"]: entry["archs"] for entry in manifest["wheels"]}
+    archs = {entry["filename"]: entry["archs"] for entry in _wheels_json(output / "site")}
     assert archs[wheels[0].name] == {"sass": ["7.5", "9.0"], "ptx": ["9.0"]}
     assert archs[wheels[1].name] is None and archs[wheels[2].name] is None
     pages = [(output / "site" / "index.html").read_text(), *(p.read_text() for p in (output / "site/select").iterdir())]
     assert not any("&lt;script&gt;" in page or '9.0"><script>' in page for page in pages)
+
+
+def _wheels_json(site: Path) -> list[dict]:
+    """Every wheel entry of wheels.json, each release's read from the file its URL names."""
+    releases = json.loads((site / "wheels.json").read_text())["releases"]
+    paths = [unquote(release["url"].removeprefix(BASE + "/")) for release in releases]
+    return [entry for path in paths for entry in json.loads((site / path).read_text())["wheels"]]
