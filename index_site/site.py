@@ -102,7 +102,8 @@ def _cycle_collection_paused() -> Iterator[None]:
 
 
 def _build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
-    manifest, previous_groups, recorded_url = _check_site(site, base_url)
+    recorded = _check_site(site, base_url)
+    manifest, previous_groups = recorded.files, recorded.groups
     catalog = scan(output / "dist", output / "ledger.sqlite")
     pages, reused, groups = render_changed(catalog, site, manifest, previous_groups, base_url=base_url)
     twins = variants.scan_twins(output / variants.ROOT)  # the variant channel; absent until the build makes twins
@@ -110,7 +111,6 @@ def _build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     plan = plan_site(
         catalog, pages, output / "dist", site, manifest, reused=reused, groups=groups, extra_files=variants.files(twins)
     )
-    recorded = (manifest, previous_groups, recorded_url)
     written, linked = apply_plan(plan, site, base_url=base_url, identities=catalog.identities, recorded=recorded)
     if linked:
         refresh_identities(output / "ledger.sqlite", linked, output / "dist")
@@ -293,7 +293,8 @@ def apply_plan(
         (site / path).unlink(missing_ok=True)
         _remove_empty_parents(site, site / path)
     if recorded != (records, plan.groups, base_url):  # then its bytes differ too: no need to read them first
-        _write_manifest(site, records, base_url, plan.groups, compare=False)
+        since = recorded if isinstance(recorded, _Recorded) else None
+        _write_manifest(site, records, base_url, plan.groups, compare=False, since=since)
     written = tuple(path for path in records if path not in plan.kept)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
     return written, linked
@@ -335,20 +336,51 @@ def site_base_url(site: Path) -> str | None:
 
 
 def _read_marker(site: Path) -> dict[str, Any]:
+    return _read_marker_state(site)[0]
+
+
+def _read_marker_state(site: Path) -> tuple[dict[str, Any], int | None]:
+    """The manifest's document with its change lines applied, and the bytes of those lines (None where the last one
+    is torn or damaged: a run killed while appending; the next write then rewrites the file whole)."""
     marker = site / layout.SITE_MARKER
     try:
         fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as file:
             if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
                 raise ValueError("not a regular file")
-            document = json.loads(file.read(_MAX_MANIFEST_BYTES + 1))
+            head, _, changes = file.read(_MAX_MANIFEST_BYTES + 1).partition(b"\n")
+            document = json.loads(head)
     except FileNotFoundError:
-        return {}
+        return {}, 0
     except (OSError, ValueError) as error:
         raise ConfigError(f"{marker}: unreadable ({error})", tip="delete it and index again") from None
     if not isinstance(document, dict) or document.get("generator") != "wheelwright":
         raise ConfigError(f"{marker}: not a wheelwright site manifest", tip="delete it and index again")
-    return document
+    return document, _apply_changes(document, changes)
+
+
+def _apply_changes(document: dict[str, Any], changes: bytes) -> int | None:
+    """Apply the manifest's change lines to its document, in order, up to the first that is torn or not one: its
+    records and groups are then lost, which costs only work (a file without its record is verified again, a group
+    without its entry is rendered again), never trust. Returns the bytes applied, or None when some were not."""
+    applied = 0
+    targets = document.setdefault("files", {}), document.setdefault("groups", {})
+    for line in changes.splitlines(keepends=True):
+        try:
+            change = json.loads(line) if line.endswith(b"\n") else None
+        except ValueError:
+            change = None
+        parts = [change.get(name, {}) for name in ("files", "groups")] if isinstance(change, dict) else []
+        if not parts or not all(isinstance(part, dict) for part in (*parts, *targets)):
+            return None
+        for target, part in zip(targets, parts, strict=True):
+            for key, value in part.items():
+                if value is None:
+                    target.pop(key, None)
+                else:
+                    target[key] = value
+        applied += len(line)
+    return applied
 
 
 _MAX_MANIFEST_BYTES = 1 << 28  # ~2 million files; a bigger one is not ours
@@ -362,11 +394,13 @@ class _Recorded(NamedTuple):
     base_url: str | None
 
 
-# The manifest this process last wrote or read into each site, with the identity its file had then. While the
-# marker keeps that identity (its ctime included, which every write moves and no user can set), its bytes are the
-# ones parsed, so the next run of a long-lived process takes the records as they are instead of decoding 4 MB of
-# JSON again; any other file there, even with the same name and size, is read and checked in full.
-_MANIFESTS: dict[str, tuple[FileIdentity, _Recorded]] = {}
+# The manifest this process last wrote or read into each site, with the identity its file had then and the sizes
+# of its document and of the change lines after it (None: the file must be rewritten whole before anything is
+# appended). While the marker keeps that identity (its ctime included, which every write moves and no user can
+# set), its bytes are the ones parsed, so the next run of a long-lived process takes the records as they are
+# instead of decoding 4 MB of JSON again; any other file there, even with the same name and size, is read and
+# checked in full.
+_MANIFESTS: dict[str, tuple[FileIdentity, _Recorded, int, int | None]] = {}
 _MANIFESTS_KEPT = 8
 
 
@@ -376,20 +410,23 @@ def _recorded_manifest(site: Path) -> _Recorded:
     remembered = _MANIFESTS.get(marker)
     if remembered is not None and before == remembered[0]:
         return remembered[1]
-    document = _read_marker(site)
+    document, changes = _read_marker_state(site)
     recorded = _Recorded(_records(document), _groups(document), document.get("base_url"))
     if before is not None:  # kept only if the file read is the one whose identity came first
-        _remember_manifest(site, recorded, before)
+        size = before.size - (changes or 0)
+        _remember_manifest(site, recorded, size, changes, before)
     return recorded
 
 
-def _remember_manifest(site: Path, recorded: _Recorded, expected: FileIdentity | None = None) -> None:
+def _remember_manifest(
+    site: Path, recorded: _Recorded, size: int, changes: int | None, expected: FileIdentity | None = None
+) -> None:
     """Keep ``recorded`` as what the marker says: just written, or read while it had the identity ``expected``."""
     marker = os.path.abspath(site / layout.SITE_MARKER)
     identity = _identity(marker)
     if identity is not None and (expected is None or expected == identity):
         _MANIFESTS.pop(marker, None)
-        _MANIFESTS[marker] = (identity, recorded)
+        _MANIFESTS[marker] = (identity, recorded, size, changes)
         while len(_MANIFESTS) > _MANIFESTS_KEPT:  # the sites used last; a test run makes hundreds
             del _MANIFESTS[next(iter(_MANIFESTS))]
 
@@ -418,7 +455,14 @@ def _write_manifest(
     groups: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
     *,
     compare: bool = True,
+    since: _Recorded | None = None,
 ) -> None:
+    """Write the manifest: as one line of changes appended to the file when it still says ``since`` and the lines
+    appended since it was written whole stay under an eighth of it (one added wheel changes a dozen records of
+    20,000: a few kB, where the whole file is 4 MB), else whole."""
+    recorded = _Recorded(dict(records), dict(groups or {}), base_url)
+    if since is not None and _append_changes(site, since, recorded):
+        return
     page_groups = {key: [digest, list(paths)] for key, (digest, paths) in sorted((groups or {}).items())}
     head = json.dumps({"generator": "wheelwright", "base_url": base_url}, separators=(",", ":"))
     files = ",".join(_file_entries(records))
@@ -427,7 +471,59 @@ def _write_manifest(
     content = f'{head[:-1]},"files":{{{files}}},"groups":{tail}}}\n'.encode()
     if not compare or _current_bytes(site / layout.SITE_MARKER) != content:
         write_atomic(site / layout.SITE_MARKER, content)
-    _remember_manifest(site, _Recorded(dict(records), dict(groups or {}), base_url))
+    _remember_manifest(site, recorded, len(content), 0)
+
+
+def _append_changes(site: Path, since: _Recorded, recorded: _Recorded) -> bool:
+    """Append what differs from ``since`` to the marker, if it is still the file this process read or wrote as
+    ``since`` and there is room; False where the manifest must be written whole instead."""
+    marker = os.path.abspath(site / layout.SITE_MARKER)
+    remembered = _MANIFESTS.get(marker)
+    if remembered is None or remembered[1] is not since or remembered[3] is None or since.base_url != recorded.base_url:
+        return False
+    identity, _, size, changes = remembered
+    line = _change_line(since, recorded)
+    if changes + len(line) > size // _CHANGES_FRACTION:
+        return False
+    fd = os.open(marker, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if _identity_of(os.fstat(fd)) != identity:  # rewritten behind this process
+            return False
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    _remember_manifest(site, recorded, size, changes + len(line))
+    return True
+
+
+_CHANGES_FRACTION = 8  # change lines may grow to the document's size over this, then it is written whole
+
+
+def _change_line(since: _Recorded, recorded: _Recorded) -> bytes:
+    """One JSON line of the records and groups that differ from ``since`` (null: gone), in key order."""
+    old = since.files
+    files: dict[str, list[object] | None] = {}
+    for path, record in recorded.files.items():  # mostly the very records read: an identity check each
+        before = old.get(path)
+        if before is not record and before != record:
+            files[path] = [record[0], *record[1]]
+    files.update((path, None) for path in old.keys() - recorded.files.keys())
+    groups: dict[str, list[object] | None] = {
+        key: [digest, list(paths)]
+        for key, (digest, paths) in recorded.groups.items()
+        if since.groups.get(key) != (digest, paths)
+    }
+    groups.update((key, None) for key in since.groups.keys() - recorded.groups.keys())
+    change = {"files": dict(sorted(files.items())), "groups": dict(sorted(groups.items()))}
+    return (json.dumps(change, separators=(",", ":")) + "\n").encode()
+
+
+def _identity_of(status: os.stat_result) -> FileIdentity | None:
+    if not stat.S_ISREG(status.st_mode):
+        return None
+    return FileIdentity(status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
 def _file_entries(records: Mapping[str, FileRecord]) -> list[str]:

@@ -82,7 +82,7 @@ def _check_manifest(site: Path, files: set[str], digests: dict[str, str]) -> lis
     if not marker.is_file():
         return [f"{layout.SITE_MARKER}: missing"]
     problems = []
-    recorded = json.loads(marker.read_text()).get("files", {})
+    recorded = _recorded(marker)
     for relative, record in recorded.items():
         if relative not in files:
             problems.append(f"{layout.SITE_MARKER}: records {relative}, which is not in the site")
@@ -92,3 +92,17 @@ def _check_manifest(site: Path, files: set[str], digests: dict[str, str]) -> lis
             problems.append(f"{layout.SITE_MARKER}: records sha256 {record[0]} for {relative}, bytes have {actual}")
     problems.extend(f"{relative}: in the site but not in its manifest" for relative in sorted(files - set(recorded)))
     return problems
+
+
+def _recorded(marker: Path) -> dict[str, list]:
+    """The manifest's records: its document's, then each complete change line's in order (null: gone); a torn last
+    line (a run killed while appending) is not part of it."""
+    head, *changes = marker.read_bytes().split(b"\n")
+    files = json.loads(head).get("files", {})
+    for line in changes[:-1]:  # the last piece follows the last newline: empty, or torn
+        for path, record in json.loads(line).get("files", {}).items():
+            if record is None:
+                files.pop(path, None)
+            else:
+                files[path] = record
+    return files

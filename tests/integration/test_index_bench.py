@@ -35,7 +35,8 @@ def test_bench_index_small(tmp_path: Path) -> None:
         results["unchanged_files_written"],
         results["incremental_hashed"],
         results["incremental_files_written"],
-    ) == (0, 1, 11)  # wheel, metadata, 5 index pages, landing, its setup page, wheels.json, older versions' page
+    ) == (0, 1, 12)  # wheel, metadata, 5 index pages, landing, its setup page, older versions' page, wheels.json
+    # and its release's file
     with_658, without = results["pip_bytes_with_pep658"], results["pip_bytes_without_pep658"]
     assert with_658["wheel"] == 0 and with_658["metadata"] > 0
     assert without["wheel"] == results["resolved_wheel_bytes"] and without["metadata"] == 0

@@ -19,6 +19,7 @@ from index_site import manifest as manifest_module
 from index_site import pages as pages_module
 from index_site import render as render_module
 from index_site import setups as setups_module
+from index_site import site as site_module
 from index_site.catalog import scan
 from index_site.layout import SITE_MARKER
 from index_site.pages import people, setup_fingerprints
@@ -127,15 +128,24 @@ def test_after_any_change_the_pages_equal_a_render_without_this_process_memos(
     assert [path for path, content in expected.items() if (site / path).read_bytes() != content] == []
 
 
+@pytest.mark.parametrize("appended", [False, True], ids=["whole", "appended"])
 @pytest.mark.parametrize("change", list(CHANGES))
-def test_after_any_change_the_manifest_states_every_file_as_it_is(output: Path, change: str) -> None:
-    """The manifest's entries are kept as text from the last write while their records are equal: after a change
-    it still names every file of the site with its own digest and identity, in the bytes json.dumps gives."""
+def test_after_any_change_the_manifest_states_every_file_as_it_is(
+    output: Path, change: str, appended: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The manifest's entries are kept as text from the last write while their records are equal, and a change is
+    appended as a line of what moved: after a change it still names every file of the site with its own digest and
+    identity, each line in the bytes json.dumps gives."""
+    if appended:  # five wheels: a change line is a good part of the manifest, more than its usual eighth
+        monkeypatch.setattr(site_module, "_CHANGES_FRACTION", 1)
     CHANGES[change](output)
     build_site(output, output / "site", base_url=BASE)
     site = output / "site"
-    raw = (site / SITE_MARKER).read_bytes()
-    assert raw == (json.dumps(json.loads(raw), separators=(",", ":")) + "\n").encode()
+    lines = (site / SITE_MARKER).read_bytes().splitlines(keepends=True)  # the document, then its change lines
+    assert len(lines) == (2 if appended else 1)
+    assert [
+        line for line in lines if line != (json.dumps(json.loads(line), separators=(",", ":")) + "\n").encode()
+    ] == []
     records, files = load_manifest(site), _tree(site)
     assert records.keys() == files.keys()
     wrong = [

@@ -145,6 +145,53 @@ def test_a_manifest_changed_behind_the_process_is_read_again(output: Path) -> No
         build_site(output, site, base_url=BASE)
 
 
+def test_one_new_wheel_appends_a_line_of_changes_to_the_manifest(output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(site_module, "_CHANGES_FRACTION", 1)  # five wheels: a change is a good part of the file
+    site = output / "site"
+    build_site(output, site, base_url=BASE)
+    before = (site / SITE_MARKER).read_bytes()
+    new = make_wheel(output / "dist", WheelSpec(label="pt213cu130", python="cp312"))
+    build_site(output, site, base_url=BASE)
+    after = (site / SITE_MARKER).read_bytes()
+    assert after.startswith(before) and after.count(b"\n") == 2  # the document as it was, then one line
+    change = json.loads(after[len(before) :])
+    assert {f"whl/pt213cu130/{new.name}", "wheels.json"} <= change["files"].keys() < load_manifest(site).keys()
+    assert _stated_wrongly(site) == []
+
+
+def test_a_manifest_line_torn_by_a_kill_is_left_out_and_the_next_run_writes_the_manifest_whole(
+    output: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run killed while appending leaves part of a line: a reader ignores it (the records in it are lost, so their
+    files are verified again) and the next write rewrites the file whole rather than append after it."""
+    monkeypatch.setattr(site_module, "_CHANGES_FRACTION", 1)
+    site = output / "site"
+    build_site(output, site, base_url=BASE)
+    make_wheel(output / "dist", WheelSpec(label="pt213cu130", python="cp312"))
+    build_site(output, site, base_url=BASE)
+    marker = site / SITE_MARKER
+    marker.write_bytes(marker.read_bytes()[:-40])  # as a kill midway through the append would leave it
+    site_module._MANIFESTS.clear()  # a new process
+    records = load_manifest(site)
+    assert len(records) < len(_site_files(site))  # the torn line's records are not taken
+    make_wheel(output / "dist", WheelSpec(label="pt212cu126", python="cp312"))
+    build_site(output, site, base_url=BASE)
+    assert marker.read_bytes().count(b"\n") == 1  # written whole
+    assert _stated_wrongly(site) == []
+
+
+def test_change_lines_past_their_share_of_the_manifest_have_it_written_whole(
+    output: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = output / "site"
+    build_site(output, site, base_url=BASE)
+    monkeypatch.setattr(site_module, "_CHANGES_FRACTION", 10**9)  # no room for any line
+    make_wheel(output / "dist", WheelSpec(label="pt213cu130", python="cp312"))
+    build_site(output, site, base_url=BASE)
+    assert (site / SITE_MARKER).read_bytes().count(b"\n") == 1
+    assert _stated_wrongly(site) == []
+
+
 def test_one_new_wheel_hashes_one_file_and_rewrites_only_the_pages_that_list_it(output: Path) -> None:
     build_site(output, output / "site", base_url=BASE)
     before = _snapshot(output / "site")
@@ -369,3 +416,18 @@ def _wheels_json(site: Path) -> list[dict]:
     releases = json.loads((site / "wheels.json").read_text())["releases"]
     paths = [unquote(release["url"].removeprefix(BASE + "/")) for release in releases]
     return [entry for path in paths for entry in json.loads((site / path).read_text())["wheels"]]
+
+
+def _stated_wrongly(site: Path) -> list[str]:
+    """The site's files the manifest does not record with their digest and identity, and its records of no file."""
+    records, files = load_manifest(site), _site_files(site)
+    wrong = sorted(records.keys() ^ files.keys())
+    for path in sorted(records.keys() & files.keys()):
+        record, data = records[path], (site / path).read_bytes()
+        if record.sha256 != hashlib.sha256(data).hexdigest() or record.identity != FileIdentity.of(files[path]):
+            wrong.append(path)
+    return wrong
+
+
+def _site_files(site: Path) -> dict[str, os.stat_result]:
+    return {p.relative_to(site).as_posix(): p.lstat() for p in site.rglob("*") if p.is_file() and p.name != SITE_MARKER}
