@@ -124,6 +124,7 @@ def test_republish_uploads_only_changed_objects(bucket: Bucket) -> None:
         f"whl/pt212cu126/{new.name}",
         f"whl/pt212cu126/{new.name}.metadata",
         "whl/pt212cu126.html",
+        f"wheels/causal-conv1d/{WheelSpec().version}.json",  # the wheels of its release
         "wheels.json",
         *changed,
         "index.html",
