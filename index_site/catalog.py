@@ -210,7 +210,9 @@ def refresh_identities(ledger_path: Path, identities: Mapping[str, FileIdentity]
     with HashCache(ledger_path) as cache:
         cache.refresh(identities)
     known = _KNOWN.get(os.path.abspath(dist)) if dist is not None else None
-    for filename, identity in identities.items() if known is not None else ():
+    if known is None:
+        return
+    for filename, identity in identities.items():
         entry = known.get(filename)
         # a hard link moves the ctime alone: the same inode, size and mtime are the same bytes
         if entry is not None and entry.identity[:3] == identity[:3]:

@@ -82,8 +82,8 @@ def render_pages(
             **variants.landing_context(coverage.variants),
         )
     if wanted(layout.MANIFEST):  # its release files are page groups of their own (render.page_groups)
-        releases = [(r.project, r.version, r.built) for r in coverage.releases if r.built]
-        pages[layout.MANIFEST] = manifest(releases, base_url=base_url)
+        built = [(r.project, r.version, r.built) for r in coverage.releases if r.built]
+        pages[layout.MANIFEST] = manifest(built, base_url=base_url)
     return pages
 
 

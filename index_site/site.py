@@ -479,9 +479,11 @@ def _append_changes(site: Path, since: _Recorded, recorded: _Recorded) -> bool:
     ``since`` and there is room; False where the manifest must be written whole instead."""
     marker = os.path.abspath(site / layout.SITE_MARKER)
     remembered = _MANIFESTS.get(marker)
-    if remembered is None or remembered[1] is not since or remembered[3] is None or since.base_url != recorded.base_url:
+    if remembered is None or remembered[1] is not since or since.base_url != recorded.base_url:
         return False
     identity, _, size, changes = remembered
+    if changes is None:  # a torn line at its end
+        return False
     line = _change_line(since, recorded)
     if changes + len(line) > size // _CHANGES_FRACTION:
         return False

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from scripts.bench_index import PYTHON_TAG, synthetic_specs
 from tests.wheelfactory import WheelSpec, make_wheel
@@ -56,18 +57,19 @@ class Worker:
         )
         self.code = self._answer()["code"]
 
-    def index(self) -> dict[str, float]:
+    def index(self) -> dict[str, Any]:
         assert self.process.stdin is not None
         self.process.stdin.write(f"{self.output}\n")
         self.process.stdin.flush()
         return self._answer()
 
-    def _answer(self) -> dict:
+    def _answer(self) -> dict[str, Any]:
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         if not line:
             raise SystemExit(f"{self.name}: the worker stopped (exit {self.process.wait()})")
-        return json.loads(line)
+        answer: dict[str, Any] = json.loads(line)
+        return answer
 
     def close(self) -> None:
         if self.process.stdin is not None:
@@ -75,7 +77,7 @@ class Worker:
         self.process.wait()
 
 
-def bench(against: Path, count: int, repeat: int, added_mb: float, workdir: Path) -> dict[str, object]:
+def bench(against: Path, count: int, repeat: int, added_mb: float, workdir: Path) -> dict[str, Any]:
     base = workdir / "base"
     if not (base / "dist").is_dir():  # a --workdir of an earlier run keeps its wheels
         for spec in synthetic_specs(count, 1024):
