@@ -190,14 +190,19 @@ EVERY_ARCH = ROOT / "scripts" / "bench_every_arch.py"  # `wheelwright`, the arch
 
 def ours_build(
     name: str, package: str, python: str, torch: str, archs: list[str], workdir: Path, limit: float,
-    *, objcache: str = "off", into: str | None = None,
+    *, objcache: str = "off", into: str | None = None, costs_from: Path | None = None,
 ) -> Measured:
     """`wheelwright build` of the job with exactly ``archs`` (bench_every_arch.py: none dropped by the arch facts),
     into ``workdir/(into or name)/out``; "today" compiles with nvcc whole. ``objcache`` "use" (a cold cache in
-    ``workdir/ours/objcache``) lets a later `second` run reuse ours' CUDA objects."""
+    ``workdir/ours/objcache``) lets a later `second` run reuse ours' CUDA objects. ``costs_from``: an earlier
+    build's ledger, whose measured (TU, arch) costs the core pool then orders by (its wheel is not in this output,
+    so the job is built again, from scratch with the object cache off)."""
     if into is None:  # a fresh folder: an earlier run's ledger would make this build "up to date", and no build
         shutil.rmtree(workdir / name, ignore_errors=True)
     (workdir / name).mkdir(parents=True, exist_ok=True)
+    if costs_from is not None:
+        (workdir / name / "out").mkdir()
+        shutil.copyfile(costs_from, workdir / name / "out" / "ledger.sqlite")
     today = name == "today"  # the build before #16: nvcc whole, and the TUs as upstream wrote them
     matrix = bench_matrix(workdir / name, [python], archs, package, torch,
                           without_patches=SPLIT_PATCHES if today else frozenset())
@@ -337,11 +342,13 @@ def cache_overhead(objcache: Path) -> str:
 def full_arch(args: argparse.Namespace, workdir: Path) -> None:
     archs = args.archs.split(",") if args.archs else list(load_facts().cuda_archs["13.0"])
     runs = args.runs.split(",")
-    unknown = sorted(set(runs) - {"upstream", "today", "ours", "second"})
+    unknown = sorted(set(runs) - {"upstream", "today", "ours", "learned", "second"})
     if unknown:
-        raise SystemExit(f"bench_build: --runs: unknown run {', '.join(unknown)} (upstream, today, ours, second)")
-    if "second" in runs and "ours" not in runs[: runs.index("second")]:
-        raise SystemExit("bench_build: --runs: second reuses ours' CUDA objects, so ours must come before it")
+        raise SystemExit(f"bench_build: --runs: unknown run {', '.join(unknown)} "
+                         "(upstream, today, ours, learned, second)")
+    for later, reason in (("second", "reuses ours' CUDA objects"), ("learned", "orders by the costs ours measured")):
+        if later in runs and "ours" not in runs[: runs.index(later)]:
+            raise SystemExit(f"bench_build: --runs: {later} {reason}, so ours must come before it")
     print(f"bench_build (d): {args.full_arch}, torch {args.torch}+cu130, {len(os.sched_getaffinity(0))} cores, "
           f"archs {','.join(archs)} (upstream: its own flags), workdir {workdir}", flush=True)
     kept = kept_known_bad(args.full_arch, args.torch, archs, workdir)
@@ -360,8 +367,9 @@ def full_arch(args: argparse.Namespace, workdir: Path) -> None:
             results[name] = upstream_build(args.full_arch, args.python, args.torch, workdir, args.limit)
         else:
             objcache = "use" if name == "ours" and "second" in runs else "off"
+            costs_from = workdir / "ours" / "out" / "ledger.sqlite" if name == "learned" else None
             results[name] = ours_build(name, args.full_arch, args.python, args.torch, archs, workdir, args.limit,
-                                       objcache=objcache)
+                                       objcache=objcache, costs_from=costs_from)
         compiled[name] = spelled_archs(*compiled_archs(name, workdir, args.python))
         print(f"{results[name].line()}  compiled: {compiled[name]}", flush=True)
         if name != "upstream":
@@ -371,11 +379,10 @@ def full_arch(args: argparse.Namespace, workdir: Path) -> None:
     if len(set(compiled.values())) > 1:
         print("(d) WARNING the runs compiled different archs: "
               + "; ".join(f"{name}: {archs}" for name, archs in compiled.items()), flush=True)
-    if "ours" in results:
-        for other in ("upstream", "today"):
-            if other in results:
-                print(f"(d) ours/{other}: wall {results['ours'].wall / results[other].wall:.2f}, "
-                      f"CPU {results['ours'].cpu / results[other].cpu:.2f}", flush=True)
+    for mine, other in (("ours", "upstream"), ("ours", "today"), ("learned", "upstream"), ("learned", "ours")):
+        if mine in results and other in results:
+            print(f"(d) {mine}/{other}: wall {results[mine].wall / results[other].wall:.2f}, "
+                  f"CPU {results[mine].cpu / results[other].cpu:.2f}", flush=True)
 
 
 def compile_events(objcache: Path) -> list[dict]:
@@ -398,7 +405,8 @@ def main() -> int:
     parser.add_argument("--full-arch", metavar="PACKAGE", choices=("causal-conv1d", "mamba-ssm"),
                         help="only (d): upstream's released build vs ours, full arch list")
     parser.add_argument("--runs", default="upstream,today,ours",
-                        help="(d): which builds, in this order, of upstream, today, ours, second (after ours)")
+                        help="(d): which builds, in this order, of upstream, today, ours, learned and second "
+                             "(both after ours)")
     parser.add_argument("--archs", default="", help="(d): comma-separated archs for today/ours (default: all 9)")
     parser.add_argument("--torch", default="2.14.1", help="(d): the torch to build against (the GPU box: 2.11.0)")
     parser.add_argument("--limit", type=float, default=3600.0, help="(d): seconds each build may take")

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # The full-arch build proof (issue 16) on the lent GPU box, from the repository root:
 #
-#   scripts/gpu_build_proof.sh OUTDIR [--package causal-conv1d|mamba-ssm] [--runs ours|upstream,ours|none]
+#   scripts/gpu_build_proof.sh OUTDIR [--package causal-conv1d|mamba-ssm] [--runs ours|ours,learned|upstream,ours|none]
 #                              [--suite] [--detach] [--work DIR]
 #   scripts/gpu_build_proof.sh OUTDIR --collect SECONDS [--work DIR]
 #
 # It fills the cache from .carry as scripts/gpu_acceptance.sh does (its preflight and carry stages), then runs
 # scripts/bench_build.py's full-arch mode against the box's torch 2.11.0+cu130 and Python 3.12, with the same
 # 9-arch list as upstream's release (sm_103 included, for this comparison only): upstream's released build and/or
-# ours (the nvcc core pool and the split TU), one after the other, each bounded. OUTDIR/bench-full.txt gets wall,
-# CPU-seconds of the whole process tree, cores-bound, the archs each wheel holds and the ratios. A command may run
+# ours (the nvcc core pool and the split TU), one after the other, each bounded; `learned` builds ours' job again
+# from scratch with ours' ledger beside it, so the pool orders by the costs ours measured (a farm's later builds).
+# OUTDIR/bench-full.txt gets wall, CPU-seconds of the whole process tree, cores-bound, the archs each wheel holds
+# and the ratios. A command may run
 # 600 s at most: `ours` alone fits (359 s on 2026-12-01); upstream's build (670 s measured there) needs --detach, and a
 # later --collect. --suite then runs the GPU acceptance suite on ours' wheel (gpu_acceptance.sh --skip-build of
 # ours' output, which holds the one package: causal-conv1d's stages install,doctor,upstream; mamba-ssm's
@@ -27,7 +29,7 @@ while [ $# -gt 0 ]; do
         --collect) [[ ${2:-} =~ ^[0-9]+$ ]] || { echo "ERROR --collect wants seconds, not '${2:-}'" >&2; exit 2; }
                    collect=$2; shift 2 ;;
         --work) work=$2; shift 2 ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         -*) echo "ERROR unknown option: $1" >&2; exit 2 ;;
         *) out=$1; shift ;;
     esac

@@ -81,7 +81,13 @@ def test_cache_overhead_sums_the_events(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("runs", "message"),
-    [("ours,fast", "unknown run fast"), ("second", "ours must come before it"), ("second,ours", "ours must come")],
+    [
+        ("ours,fast", "unknown run fast"),
+        ("second", "ours must come before it"),
+        ("second,ours", "ours must come"),
+        ("learned", "learned orders by the costs ours measured, so ours must come before it"),
+        ("learned,ours", "ours must come"),
+    ],
 )
 def test_runs_are_checked_before_anything_builds(tmp_path: Path, runs: str, message: str) -> None:
     args = argparse.Namespace(archs="", runs=runs, full_arch="causal-conv1d", torch="2.14.1")
@@ -98,3 +104,29 @@ def test_today_builds_without_the_split_patch_and_ours_with_it(
     patches = {p["name"] for entry in matrix["packages"] for p in entry["recipe"].get("patches", [])}
     assert ("split-causal-conv1d-bwd" in patches) is split_kept
     assert "drop-buildtools" in patches and "cxx20" in patches  # the other packages' patches stay
+
+
+def test_learned_builds_afresh_beside_ours_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """learned's output starts with ours' ledger (the costs the pool orders by) and no wheel, so the job is built
+    again, with the object cache off; an earlier learned run's folder is gone."""
+    ours_ledger = tmp_path / "ours" / "out" / "ledger.sqlite"
+    ours_ledger.parent.mkdir(parents=True)
+    ours_ledger.write_bytes(b"ours' rows")
+    (tmp_path / "learned" / "out" / "dist").mkdir(parents=True)
+    (tmp_path / "learned" / "out" / "dist" / "stale.whl").write_bytes(b"an earlier run's wheel")
+    seen: dict[str, object] = {}
+
+    def measure(name: str, command: list[str], env: dict[str, str], limit: float, log: Path) -> str:
+        out = tmp_path / name / "out"
+        seen.update(name=name, command=command, ledger=(out / "ledger.sqlite").read_bytes(),
+                    dist=(out / "dist").exists())
+        return "measured"
+
+    monkeypatch.setattr(bench_build, "measure", measure)
+    bench_build.ours_build("learned", "causal-conv1d", "3.11", "2.14.1", ["9.0"], tmp_path, 60.0,
+                           costs_from=ours_ledger)
+    assert seen["ledger"] == b"ours' rows" and seen["dist"] is False
+    command = seen["command"]
+    assert isinstance(command, list)
+    assert command[command.index("--objcache") + 1] == "off"
+    assert command[command.index("--output") + 1] == str(tmp_path / "learned" / "out")

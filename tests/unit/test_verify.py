@@ -391,3 +391,36 @@ def test_an_installed_runtime_is_reused_without_any_process(tmp_path: Path, monk
     ready.mkdir(parents=True)
     (ready / ".complete").write_text("torch==2.14.1 for cp311\n")
     assert installed_torch(local_job(), Path("/nonexistent/python3.11")) == ready
+
+
+def test_the_import_check_runs_beside_the_reading_of_the_wheel_in_the_jobs_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify_wheel starts the import check (venv, pip, import) while it reads the wheel, and the check still
+    writes to the job's log (its context goes with it); its result is the report's."""
+    import threading
+
+    from builder.core.context import current, job_context
+    from builder.steps import verify
+
+    started = threading.Event()
+    seen: dict[str, object] = {}
+
+    def slow_read(wheel: Path) -> WheelFacts:
+        seen["overlapped"] = started.wait(timeout=10)  # serial code would start the import only after this
+        return verify.WheelFacts(filename=FILENAME, metadata="", files=(), elves=())
+
+    def import_check(wheel: Path, job: object, runtime: object) -> verify.Check:
+        started.set()
+        context = current()
+        seen["job"] = context.job.identifier if context else None
+        return failed("import", "the stand-in import failed")
+
+    monkeypatch.setattr(verify, "inspect_wheel", slow_read)
+    monkeypatch.setattr(verify, "check_import", import_check)
+    monkeypatch.setattr(verify, "check_provenance", lambda wheel, facts: passed("provenance", "stand-in"))
+    with job_context(JOB, tmp_path / "job.log"):
+        report = verify_wheel(tmp_path / FILENAME, JOB, runtime=None)
+    assert seen == {"overlapped": True, "job": JOB.identifier}
+    (imported,) = [c for c in report.checks if c.name == "import"]
+    assert imported.detail == "the stand-in import failed" and not report.ok
