@@ -201,7 +201,7 @@ def scan(dist: Path, ledger_path: Path) -> Catalog:
         stats=stats,
         fresh_metadata=fresh,
         identities={entry.wheel.filename: entry.identity for entry in entries},
-        archs=_archs(wheels, recorded_archs),
+        archs=_archs(catalogued, recorded_archs),
     )
 
 
@@ -219,14 +219,14 @@ def refresh_identities(ledger_path: Path, identities: Mapping[str, FileIdentity]
             known[filename] = _Cached(wheel=entry.wheel, identity=identity)
 
 
-def _archs(wheels: Iterable[WheelFile], recorded: Mapping[str, tuple[str, str]]) -> dict[str, GpuArchs]:
-    """The GPU archs of the listed wheels whose ledger row holds a readable record of them."""
+def _archs(wheels: Collection[str], recorded: Mapping[str, tuple[str, str]]) -> dict[str, GpuArchs]:
+    """The GPU archs of the wheels named in ``wheels`` whose ledger row holds a readable record of them (the rows
+    walked, not the wheels: a farm's ledger records a few hundred, dist/ may hold 10,000 wheels it did not build)."""
     archs = {}
-    for wheel in wheels:
-        raw = recorded.get(wheel.filename)
-        parsed = parse_gpu_archs(*raw) if raw is not None else None
+    for filename, raw in recorded.items():
+        parsed = parse_gpu_archs(*raw) if filename in wheels else None
         if parsed is not None:
-            archs[wheel.filename] = parsed
+            archs[filename] = parsed
     return archs
 
 

@@ -193,8 +193,7 @@ def plan_site(
             kept[path] = record
         else:
             changed[path] = content
-    expected = kept.keys() | changed.keys() | {path for _, path, _ in links + metadata}
-    stale = tuple(sorted(p for p in entries if p not in expected))
+    stale = tuple(sorted(entries.keys() - kept.keys() - changed.keys() - {path for _, path, _ in links + metadata}))
     return SitePlan(
         links=tuple(links),
         metadata=tuple(metadata),
@@ -284,7 +283,8 @@ def apply_plan(
         if hashlib.sha256(content).hexdigest() != wheel.metadata.sha256:
             raise _changed(source)
         records[path] = FileRecord(sha256=wheel.metadata.sha256, identity=_write_atomic(site / path, content))
-    for path in sorted(plan.pages, key=lambda p: (layout.kind_of(p).tier, p)):
+    pages = sorted(plan.pages, key=lambda p: (layout.kind_of(p).tier, p))
+    for path in pages:
         content = plan.pages[path]
         identity = _write_atomic(site / path, content)
         sha256 = plan.digests.get(path) or hashlib.sha256(content).hexdigest()
@@ -295,7 +295,7 @@ def apply_plan(
     if recorded != (records, plan.groups, base_url):  # then its bytes differ too: no need to read them first
         since = recorded if isinstance(recorded, _Recorded) else None
         _write_manifest(site, records, base_url, plan.groups, compare=False, since=since)
-    written = tuple(path for path in records if path not in plan.kept)
+    written = (*(path for _, path, _ in plan.links), *(path for _, path, _ in plan.metadata), *pages)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
     return written, linked
 
