@@ -77,22 +77,29 @@ class Worker:
         self.process.wait()
 
 
-def bench(against: Path, count: int, repeat: int, added_mb: float, workdir: Path) -> dict[str, Any]:
+def bench(against: Path, count: int, repeat: int, added_mb: float, workdir: Path, colds: int = 1) -> dict[str, Any]:
     base = workdir / "base"
     if not (base / "dist").is_dir():  # a --workdir of an earlier run keeps its wheels
         for spec in synthetic_specs(count, 1024):
             make_wheel(base / "dist", spec)
-    workers = []
-    for name, code in (("this", ROOT), ("against", against)):
+    pairs = [("this", ROOT), ("against", against)]
+    shutil.rmtree(workdir / "added", ignore_errors=True)
+    for name, _ in pairs:
         shutil.rmtree(workdir / name, ignore_errors=True)
-        shutil.rmtree(workdir / "added", ignore_errors=True)
         shutil.copytree(base, workdir / name)
-        workers.append(Worker(name, code, workdir / name))
     load_before = os.getloadavg()
-    runs: dict[str, dict[str, list[dict[str, float]]]] = {
-        w.name: {"cold": [], "+1": [], "unchanged": []} for w in workers
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        name: {"cold": [], "+1": [], "unchanged": []} for name, _ in pairs
     }
-    for worker in workers:
+    for round_ in range(colds - 1):  # each in a fresh process on a fresh site and hash cache, interleaved
+        for name, code in pairs if round_ % 2 == 0 else pairs[::-1]:
+            fresh = Worker(name, code, workdir / name)
+            runs[name]["cold"].append(fresh.index())
+            fresh.close()
+            shutil.rmtree(workdir / name / "site")
+            (workdir / name / "ledger.sqlite").unlink()
+    workers = [Worker(name, code, workdir / name) for name, code in pairs]
+    for worker in workers:  # the last cold run: each worker's first, whose memos the rounds below start from
         runs[worker.name]["cold"].append(worker.index())
     for round_ in range(repeat):
         order = workers if round_ % 2 == 0 else workers[::-1]  # neither always runs first
@@ -139,18 +146,23 @@ def main() -> int:
     parser.add_argument("--against", type=Path, required=True, help="the root of the other checkout")
     parser.add_argument("--wheels", type=int, default=10_000, help="synthetic wheels (default: %(default)s)")
     parser.add_argument("--repeat", type=int, default=7, help="unchanged and +1 rounds (default: %(default)s)")
+    parser.add_argument("--colds", type=int, default=1, help="cold runs, each in a fresh process (default: 1)")
     parser.add_argument("--added-wheel-mb", type=float, default=20.0, help="size of each added wheel (default: 20)")
     parser.add_argument("--workdir", type=Path, help="keep the generated wheels here, for the next run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-index-ab-", ignore_cleanup_errors=True) as temporary:
         workdir = args.workdir or Path(temporary)
-        results = bench(args.against.resolve(), args.wheels, max(1, args.repeat), args.added_wheel_mb, workdir)
+        repeat, colds = max(1, args.repeat), max(1, args.colds)
+        results = bench(args.against.resolve(), args.wheels, repeat, args.added_wheel_mb, workdir, colds)
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
     this, other = results["medians"]["this"], results["medians"]["against"]
-    print(f"{results['wheels']} wheels, medians of {results['repeat']} (cold: 1); this: {results['code']['this']}")
+    colds = len(results["runs"]["this"]["cold"])
+    print(
+        f"{results['wheels']} wheels, medians of {results['repeat']} (cold: {colds}); this: {results['code']['this']}"
+    )
     print(f"{'':<10} {'this wall':>10} {'this CPU':>10} {'other wall':>11} {'other CPU':>10} {'CPU ratio':>10}")
     for kind in ("cold", "+1", "unchanged"):
         a, b = this[kind], other[kind]

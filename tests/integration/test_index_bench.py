@@ -56,3 +56,16 @@ def test_bench_landing_small(tmp_path: Path) -> None:
     assert release["unchanged"]["written"] == 0 and release["incremental"]["written"] == 12
     assert 0 < release["incremental"]["pages_seconds"] < release["incremental"]["seconds"]
     assert results["farm"]["wheels"] == 200
+
+
+def test_bench_index_ab_small(tmp_path: Path) -> None:
+    """scripts/bench_index_ab.py against this very checkout: both workers index their own copies and every run of
+    either is timed, the cold ones each in a fresh process."""
+    arguments = ["--against", ROOT, "--wheels", "60", "--repeat", "2", "--colds", "2", "--added-wheel-mb", "0.1"]
+    command = [sys.executable, "-m", "scripts.bench_index_ab", *arguments, "--workdir", tmp_path, "--json"]
+    output = run(command, step="bench_index_ab", env=dict(os.environ), cwd=ROOT, capture=True).output
+    results = json.loads(output[output.index("{") :])
+    assert results["code"]["this"] == results["code"]["against"]
+    for runs in results["runs"].values():
+        assert (len(runs["cold"]), len(runs["+1"]), len(runs["unchanged"])) == (2, 2, 2)
+    assert all(results["medians"][name]["+1"]["cpu"] > 0 for name in ("this", "against"))
