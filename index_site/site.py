@@ -484,8 +484,9 @@ def _append_changes(site: Path, since: _Recorded, recorded: _Recorded) -> bool:
     identity, _, size, changes = remembered
     if changes is None:  # a torn line at its end
         return False
-    line = _change_line(since, recorded)
-    if changes + len(line) > size // _CHANGES_FRACTION:
+    room = size // _CHANGES_FRACTION - changes
+    line = _change_line(since, recorded, room)
+    if line is None or len(line) > room:
         return False
     fd = os.open(marker, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
@@ -501,16 +502,21 @@ def _append_changes(site: Path, since: _Recorded, recorded: _Recorded) -> bool:
 
 
 _CHANGES_FRACTION = 8  # change lines may grow to the document's size over this, then it is written whole
+_MIN_ENTRY_BYTES = 80  # a record's entry at least: its sha256 in hex and four numbers
 
 
-def _change_line(since: _Recorded, recorded: _Recorded) -> bytes:
-    """One JSON line of the records and groups that differ from ``since`` (null: gone), in key order."""
+def _change_line(since: _Recorded, recorded: _Recorded, room: int) -> bytes | None:
+    """One JSON line of the records and groups that differ from ``since`` (null: gone), in key order; None as soon
+    as the records that differ could not fit in ``room`` bytes (a cold index changes all of them)."""
     old = since.files
     files: dict[str, list[object] | None] = {}
+    most = room // _MIN_ENTRY_BYTES
     for path, record in recorded.files.items():  # mostly the very records read: an identity check each
         before = old.get(path)
         if before is not record and before != record:
             files[path] = [record[0], *record[1]]
+            if len(files) > most:
+                return None
     files.update((path, None) for path in old.keys() - recorded.files.keys())
     groups: dict[str, list[object] | None] = {
         key: [digest, list(paths)]
