@@ -159,12 +159,12 @@ class HashCache:
             self._db.execute("COMMIT")
 
 
-# {dist folder: {filename: entry}}: what this process catalogued in each folder last, each entry with the identity
-# the file had (its row's, since this process wrote or read that row). Where a file still has that identity its
-# bytes are the ones described, so the next scan of the folder reads no row for it: the 10,000 rows of a
-# re-index are read only by a process's first scan of a folder. A row another process wrote for the file is for
-# another identity, and read when the file has that one.
-_KNOWN: dict[str, dict[str, _Cached]] = {}
+# {dist folder: (the identity of its hash cache's file, {filename: entry})}: what this process catalogued in each
+# folder last, each entry with the identity the file had (its row's, since this process wrote or read that row).
+# Where a file still has that identity its bytes are the ones described, so the next scan of the folder reads no
+# row for it: the 10,000 rows of a re-index are read only by a process's first scan of a folder, or when the cache
+# file is no longer as this process left it (written by another, or deleted and made again: its rows are read).
+_KNOWN: dict[str, tuple[tuple[int, ...] | None, dict[str, _Cached]]] = {}
 _KNOWN_FOLDERS = 8  # the folders scanned last; a test run makes hundreds
 _BATCH = 500  # parameters per query, well under SQLite's limit
 
@@ -173,11 +173,13 @@ def scan(dist: Path, ledger_path: Path) -> Catalog:
     """Catalogue ``dist`` using the ledger and the hash cache at ``ledger_path``; update the cache."""
     names, rejected = _parse_names(dist)
     folder = os.path.abspath(dist)
-    known = _KNOWN.pop(folder, None)  # out while the cache may change: back once it holds what it says
+    remembered = _KNOWN.pop(folder, None)  # out while the cache may change: back once it holds what it says
     with Ledger(ledger_path) as ledger:
         built = ledger.wheel_hashes()
         failures = tuple(ledger.failures())
         recorded_archs = ledger.wheel_archs()
+    cache_file = _cache_file(ledger_path)
+    known = remembered[1] if remembered is not None and cache_file is not None and remembered[0] == cache_file else None
     with HashCache(ledger_path) as cache:
         if known is None:
             previous, rows = cache.load(names)
@@ -189,7 +191,7 @@ def scan(dist: Path, ledger_path: Path) -> Catalog:
         catalogued = {entry.wheel.filename: entry for entry in entries}
         changed = [e for e in entries if previous.get(e.wheel.filename) is not e]
         cache.update(changed, rows - catalogued.keys())
-    _KNOWN[folder] = catalogued
+    _KNOWN[folder] = (_cache_file(ledger_path), catalogued)  # as this process leaves it
     while len(_KNOWN) > _KNOWN_FOLDERS:  # oldest out first
         del _KNOWN[next(iter(_KNOWN))]
     wheels = tuple(entry.wheel for entry in entries)
@@ -209,14 +211,26 @@ def refresh_identities(ledger_path: Path, identities: Mapping[str, FileIdentity]
     """See HashCache.refresh; the entries this process keeps for ``dist`` take the new identities too."""
     with HashCache(ledger_path) as cache:
         cache.refresh(identities)
-    known = _KNOWN.get(os.path.abspath(dist)) if dist is not None else None
-    if known is None:
+    folder = os.path.abspath(dist) if dist is not None else None
+    remembered = _KNOWN.get(folder) if folder is not None else None
+    if folder is None or remembered is None:
         return
+    known = remembered[1]
+    _KNOWN[folder] = (_cache_file(ledger_path), known)  # as this process leaves it
     for filename, identity in identities.items():
         entry = known.get(filename)
         # a hard link moves the ctime alone: the same inode, size and mtime are the same bytes
         if entry is not None and entry.identity[:3] == identity[:3]:
             known[filename] = _Cached(wheel=entry.wheel, identity=identity)
+
+
+def _cache_file(path: Path) -> tuple[int, ...] | None:
+    """The cache file's device, inode, size, mtime and ctime (SQLite writes it when a connection closes)."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
 
 
 def _archs(wheels: Collection[str], recorded: Mapping[str, tuple[str, str]]) -> dict[str, GpuArchs]:

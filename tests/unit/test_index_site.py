@@ -284,7 +284,7 @@ def test_a_cache_row_another_process_rewrote_is_read_again(output: Path, monkeyp
     dist, ledger = output / "dist", output / "ledger.sqlite"
     catalog_module.scan(dist, ledger)
     assert catalog_module.scan(dist, ledger).stats.cached == len(SPECS)  # now kept by this process
-    kept = {folder: dict(entries) for folder, entries in catalog_module._KNOWN.items()}
+    kept = {folder: (cache, dict(entries)) for folder, (cache, entries) in catalog_module._KNOWN.items()}
     replaced = make_wheel(dist, WheelSpec(label="pt212cu126", python="cp311", salt="rebuilt"))
     monkeypatch.setattr(catalog_module, "_KNOWN", {})  # another process hashes the new bytes into the cache
     assert catalog_module.scan(dist, ledger).stats.hashed == 1
@@ -293,6 +293,16 @@ def test_a_cache_row_another_process_rewrote_is_read_again(output: Path, monkeyp
     assert (again.stats.hashed, again.stats.cached) == (0, len(SPECS))  # the row, read for that file, is trusted
     digests = {wheel.filename: wheel.sha256 for wheel in again.wheels}
     assert digests[replaced.name] == hashlib.sha256(replaced.read_bytes()).hexdigest()
+
+
+def test_a_hash_cache_deleted_behind_the_process_is_filled_again(output: Path) -> None:
+    """The entries a process keeps stand for rows of the cache file it wrote: a new cache file gets every row."""
+    dist, ledger = output / "dist", output / "ledger.sqlite"
+    catalog_module.scan(dist, ledger)
+    ledger.unlink()
+    assert catalog_module.scan(dist, ledger).stats.hashed == len(SPECS)  # no rows: hashed and written again
+    catalog_module._KNOWN.clear()  # a new process
+    assert catalog_module.scan(dist, ledger).stats.cached == len(SPECS)
 
 
 def test_a_process_reads_rows_only_for_files_whose_identity_moved(
