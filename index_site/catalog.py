@@ -314,7 +314,9 @@ def _catalogue(
     counts = {"hashed": 0, "from_ledger": 0, "cached": len(entries) - len(misses)}
     for place, filename in misses:
         try:
-            entry, source, data = _index_one(dist / filename, names[filename], built.get(filename), rows.get(filename))
+            entry, source, data = _index_one(
+                dist / filename, names[filename], built.get(filename), rows.get(filename) or previous.get(filename)
+            )
         except (RejectedWheel, OSError) as error:
             reason = str(error) if isinstance(error, RejectedWheel) else f"{filename}: {error.strerror or error}"
             log.info("not indexed: %s", reason)

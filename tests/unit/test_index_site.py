@@ -305,6 +305,20 @@ def test_a_hash_cache_deleted_behind_the_process_is_filled_again(output: Path) -
     assert catalog_module.scan(dist, ledger).stats.cached == len(SPECS)
 
 
+@pytest.mark.parametrize("process", ["same", "new"])
+def test_a_wheel_touched_but_not_changed_keeps_its_upload_time(output: Path, process: str) -> None:
+    """Its identity moved, so it is hashed again; the same bytes keep the time they were first indexed at."""
+    dist, ledger = output / "dist", output / "ledger.sqlite"
+    before = {w.filename: w.upload_time for w in catalog_module.scan(dist, ledger).wheels}
+    wheel = next(dist.glob("*pt212cu126*"))
+    os.utime(wheel, ns=(wheel.stat().st_atime_ns, wheel.stat().st_mtime_ns + 10**9))
+    if process == "new":
+        catalog_module._KNOWN.clear()
+    catalog = catalog_module.scan(dist, ledger)
+    assert catalog.stats.hashed == 1
+    assert {w.filename: w.upload_time for w in catalog.wheels} == before
+
+
 def test_a_process_reads_rows_only_for_files_whose_identity_moved(
     output: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
