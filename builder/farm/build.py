@@ -202,6 +202,7 @@ class Builder:
         self._repair_lock = threading.Lock()  # auditwheel changes the process's working directory while it repairs
 
     def run(self, jobs: Sequence[Job]) -> list[Outcome]:
+        provenance.wheelwright_commit()  # the commit of the code this process loaded, before the checkout can move
         layout = self.layout
         for folder in (layout.dist, layout.variant, layout.quarantine, layout.logs, layout.tmp):
             folder.mkdir(parents=True, exist_ok=True)

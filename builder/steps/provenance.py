@@ -5,6 +5,7 @@ holds. Embedded after repair (which changes the ELF files) and checked again by 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -65,8 +66,13 @@ def _first_line(command: list[str], log_path: Path | None) -> str:
 
 def wheelwright_commit() -> str:
     """The commit of the checkout wheelwright runs from (``WHEELWRIGHT_COMMIT`` wins, e.g. in CI images)."""
-    if os.environ.get("WHEELWRIGHT_COMMIT"):
-        return os.environ["WHEELWRIGHT_COMMIT"]
+    return os.environ.get("WHEELWRIGHT_COMMIT") or _checkout_commit()
+
+
+@functools.cache
+def _checkout_commit() -> str:
+    """Read once per process (the build reads it as it starts): the code a process runs is the code it loaded, so a
+    build whose checkout moves on meanwhile (a merge during an hour-long matrix) still records the commit it runs."""
     try:
         head = subprocess.run(["git", "-C", str(_REPOSITORY), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=10, check=False)

@@ -144,3 +144,31 @@ def test_a_ptx_only_wheel_agrees_with_its_record(tmp_path: Path) -> None:
     provenance.embed(wheel, provenance.build_record(job, toolchain=TOOLCHAIN))
     elves = (ElfFacts(path=EXTENSION, gpu=FatbinContents(ptx=frozenset({"8.0"}))),)
     assert provenance.disagreements(read_members(wheel), wheel.name, elves) == []
+
+
+
+def test_the_checkout_commit_is_read_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build records the commit of the code it loaded: a checkout that moves on during the build (a merge while
+    an hour-long matrix runs) does not change what later wheels of that build say."""
+    import subprocess
+
+    head = {"commit": "1111111"}
+    calls: list[list[str]] = []
+
+    def git(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        calls.append(command)
+        out = head["commit"] + "\n" if "rev-parse" in command else ""
+        return subprocess.CompletedProcess(command, 0, stdout=out, stderr="")
+
+    monkeypatch.delenv("WHEELWRIGHT_COMMIT")
+    monkeypatch.setattr(provenance.subprocess, "run", git)
+    provenance._checkout_commit.cache_clear()
+    try:
+        assert provenance.wheelwright_commit() == "1111111"
+        head["commit"] = "2222222"  # the checkout moves on
+        assert provenance.wheelwright_commit() == "1111111"
+        assert len(calls) == 2  # rev-parse and status, once
+        monkeypatch.setenv("WHEELWRIGHT_COMMIT", "0123abc")  # the override still wins
+        assert provenance.wheelwright_commit() == "0123abc"
+    finally:
+        provenance._checkout_commit.cache_clear()
