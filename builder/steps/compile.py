@@ -24,9 +24,8 @@ from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, run
 from builder.plan.archs import torch_arch_list
 from builder.plan.job import Job
-from builder.steps import nvcc_plan
+from builder.steps import nvcc_plan, timeline
 from builder.steps import objcache as nvcc_cache
-from builder.steps import timeline
 from builder.steps.environment import BuildEnv
 
 log = logging.getLogger(__name__)

@@ -9,28 +9,28 @@ chain, the tail after the last, and the TU whose back end ended last.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.steps import nvcc_plan
 
-Row = dict[str, object]  # one line of the timeline: {unit, arch, phase, start, end, ...}
 Points = list[tuple[str, float | None]]  # moments, each named by the part of the wall that ends there
 
 POOL_PHASES = ("front", "chain", "back")  # the steps that hold one of the pool's cores
 _NINJA_STEP = re.compile(r"^\[\d+/\d+\] ")  # ninja -v into a pipe prints an edge's line when the edge ends
 _NINJA_OUTPUT = re.compile(r"\s-o\s+(\S+)")
-_NINJA_SOURCE = re.compile(r"\s-c\s+(\S+)")
+_NINJA_SOURCE = re.compile(r"\s-c\s+([^-\s]\S*)")  # torch's flags may hold a stray "-c" of their own
 # setup.py's own progress lines, each the start of what follows it (distutils prints a command before running it)
 _SETUP_MARKS = (
     ("setup.py", re.compile(r"^running bdist_wheel$")),
     ("build_ext", re.compile(r"^running build_ext$")),
-    ("link", re.compile(r"^\S*(?:g\+\+|c\+\+|clang\+\+|gcc|cc)(?:-\d+)?\s.*\s-shared\s")),
+    ("link", re.compile(r"^\S*(?:g\+\+|c\+\+|clang\+\+|gcc|cc)(?:-[\d.]+)?\s(?:.*\s)?-shared\s")),
     ("bdist", re.compile(r"^installing to build/bdist")),
     ("zip", re.compile(r"^creating '.*\.whl' and adding ")),
 )
@@ -65,22 +65,21 @@ class Marks:
                 return
 
 
-def ninja_rows(ninja_log: str, marks: Iterable[Row]) -> list[Row]:
+def ninja_rows(ninja_log: str, marks: Iterable[Step]) -> list[dict[str, object]]:
     """A "ninja" row per step of a ``.ninja_log`` (v5+: start ms, end ms, mtime, output, hash) that has its
     ``ninja-step`` mark: the mark is the edge's end on our clock, the log gives its length. Aligned edge by edge,
     since one build directory's log may hold several ninja runs, each timed from its own start."""
-    ended = {m["output"]: float(m["end"]) for m in marks if m.get("name") == "ninja-step"}
-    units = {m["output"]: m["unit"] for m in marks if m.get("name") == "ninja-step"}
-    rows: list[Row] = []
-    for line in ninja_log.splitlines():
+    steps = {str(m.fields["output"]): m for m in marks if m.name == "ninja-step" and "output" in m.fields}
+    rows: list[dict[str, object]] = []
+    for line in reversed(ninja_log.splitlines()):  # the latest run's row of an output comes last
         fields = line.split("\t")
-        if line.startswith("#") or len(fields) < 4 or fields[3] not in ended:
+        if line.startswith("#") or len(fields) < 4 or fields[3] not in steps:
             continue
         seconds = (int(fields[1]) - int(fields[0])) / 1000
-        end = ended.pop(fields[3])  # the latest run's row comes last; one row per output
-        rows.append({"unit": units[fields[3]], "arch": "", "phase": "ninja", "start": round(end - seconds, 4),
-                     "end": end, "output": fields[3]})
-    return rows
+        step = steps.pop(fields[3])
+        rows.append({"unit": step.unit, "arch": "", "phase": "ninja", "start": round(step.end - seconds, 4),
+                     "end": step.end, "output": fields[3]})
+    return rows[::-1]
 
 
 def keep(timeline: Path, destination: Path, *, started: float, slots: int, cores: int,
@@ -90,31 +89,65 @@ def keep(timeline: Path, destination: Path, *, started: float, slots: int, cores
     marks = Marks(str(timeline))
     epoch = time.time() - (time.monotonic() - started)  # the phase's start on the wall clock, to match logs by
     marks.mark("compile-start", started, slots=slots, cores=cores, epoch=round(epoch, 3))
-    if timeline.is_file():
-        rows, _ = read(timeline)
-        for log in ninja_logs:
-            for row in ninja_rows(log.read_text(errors="replace"), rows):
-                nvcc_plan.append_line(str(timeline), row)
+    steps, _ = read(timeline)
+    for log in ninja_logs:
+        for row in ninja_rows(log.read_text(errors="replace"), steps):
+            nvcc_plan.append_line(str(timeline), row)
     marks.mark("compile-end")
     destination.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(timeline, destination)
 
 
-def read(path: Path) -> tuple[list[Row], int]:
-    """(rows, how many lines were not JSON rows): a killed step can leave no line, never half of one."""
-    rows: list[Row] = []
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    """One row of the timeline, parsed: a step, a wait or a mark (a moment: start == end)."""
+
+    unit: str
+    arch: str
+    phase: str  # plan, wait, front, chain, back, tu, ninja or mark
+    start: float
+    end: float
+    fields: Mapping[str, object] = field(default_factory=dict)  # the rest: step, part, name, output, slots...
+
+    @classmethod
+    def of(cls, row: Mapping[str, object]) -> Step:
+        start, end = row["start"], row["end"]
+        if not isinstance(start, (int, float)) or not isinstance(end, (int, float)):
+            raise TypeError(f"start and end must be numbers: {row}")
+        known = ("unit", "arch", "phase", "start", "end")
+        return cls(unit=str(row.get("unit", "")), arch=str(row.get("arch", "")), phase=str(row.get("phase", "")),
+                   start=float(start), end=float(end), fields={k: v for k, v in row.items() if k not in known})
+
+    @property
+    def name(self) -> str:
+        return str(self.fields.get("name", ""))
+
+    @property
+    def part(self) -> str:
+        return str(self.fields.get("part", ""))
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+    def after(self, begin: float) -> Step:
+        """The same step timed from ``begin``."""
+        return dataclasses.replace(self, start=self.start - begin, end=self.end - begin)
+
+
+def read(path: Path) -> tuple[list[Step], int]:
+    """(steps, how many lines were no row): a killed step leaves no line, never half of one; none is no file."""
+    if not path.is_file():
+        return [], 0
+    steps: list[Step] = []
     unreadable = 0
     for line in path.read_text(errors="replace").splitlines():
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+            steps.append(Step.of(row))
+        except (json.JSONDecodeError, ValueError, KeyError, TypeError, AttributeError):
             unreadable += 1
-            continue
-        if isinstance(row, dict) and "start" in row and "end" in row:
-            rows.append(row)
-        else:
-            unreadable += 1
-    return rows, unreadable
+    return steps, unreadable
 
 
 # ---- where the wall went ------------------------------------------------------------------------------------
@@ -133,8 +166,8 @@ class Wall:
     all_busy_at: float | None  # when every slot first held a step (None: never)
     idle: dict[str, float]  # slot-seconds no step ran, in the head, body and tail
     critical: str  # the TU whose back end ended last
-    critical_steps: list[Row] = field(default_factory=list)  # its rows, in time order (times relative)
-    outside: list[Row] = field(default_factory=list)  # ninja's steps that ran no pool step (g++ for a .cpp)
+    critical_steps: list[Step] = field(default_factory=list)  # its rows, in time order
+    outside: list[Step] = field(default_factory=list)  # ninja's steps that ran no pool step (g++ for a .cpp)
     unreadable: int = 0
 
     def lines(self, name: str) -> list[str]:
@@ -150,14 +183,14 @@ class Wall:
                 else f"never all {self.slots} slots busy"
         else:
             use, busy_at = "no core pool (nvcc whole: the body is its TUs)", ""
-        lines = [f"(d) {name}: where the wall went: compile {self.wall:.1f} s = head {head:.1f} + body {body:.1f} + "
-                 f"tail {tail:.1f} s; {use}"]
+        lines = [(f"(d) {name}: where the wall went: compile {self.wall:.1f} s = head {head:.1f} + body {body:.1f} "
+                  f"+ tail {tail:.1f} s; {use}")]
         lines.append(f"(d) {name}:   head: {_parts(self.head)}{'; ' + busy_at if busy_at else ''}")
         lines.append(f"(d) {name}:   tail: {_parts(self.tail)}")
         if self.critical:
             lines.append(f"(d) {name}:   critical TU {self.critical}: {_critical(self.critical_steps)}")
         if self.outside:
-            spans = ", ".join(f"{r['unit']} +{r['start']:.1f}..+{r['end']:.1f}" for r in self.outside)
+            spans = ", ".join(f"{step.unit} +{step.start:.1f}..+{step.end:.1f}" for step in self.outside)
             lines.append(f"(d) {name}:   outside the pool (ninja): {spans} s")
         if self.unreadable:
             lines.append(f"(d) {name}:   {self.unreadable} timeline lines unreadable")
@@ -168,96 +201,90 @@ def _parts(parts: list[tuple[str, float]]) -> str:
     return ", ".join(f"{label} {seconds:.1f}" for label, seconds in parts) + " s" if parts else "none"
 
 
-def _critical(steps: list[Row]) -> str:
-    """front +a..+b, last chain ARCH +c..+d (waited w s), back +e..+f: the critical TU's path."""
-    def span(rows: list[Row]) -> str:
-        return f"+{min(float(r['start']) for r in rows):.1f}..+{max(float(r['end']) for r in rows):.1f}"
+def _span(steps: list[Step]) -> str:
+    return f"+{min(s.start for s in steps):.1f}..+{max(s.end for s in steps):.1f}"
 
+
+def _critical(steps: list[Step]) -> str:
+    """front +a..+b, last chain ARCH +c..+d (waited w s), back +e..+f: the critical TU's path."""
     parts = []
-    for part in ("front", "chain", "back"):
-        rows = [r for r in steps if r["phase"] == part]
-        if not rows:
+    for part in POOL_PHASES:
+        ran = [s for s in steps if s.phase == part]
+        if not ran:
             continue
         if part == "chain":
-            last = max(rows, key=lambda r: float(r["end"]))["arch"]
-            waited = sum(float(r["end"]) - float(r["start"]) for r in steps
-                         if r["phase"] == "wait" and r.get("part") == "chain" and r["arch"] == last)
-            ran = [r for r in rows if r["arch"] == last]
-            parts.append(f"last chain {last} {span(ran)} (waited {waited:.1f} s)")
+            last = max(ran, key=lambda s: s.end).arch
+            waited = sum(s.seconds for s in steps if s.phase == "wait" and s.part == "chain" and s.arch == last)
+            parts.append(f"last chain {last} {_span([s for s in ran if s.arch == last])} (waited {waited:.1f} s)")
         else:
-            parts.append(f"{part} {span(rows)}")
+            parts.append(f"{part} {_span(ran)}")
     return ", ".join(parts) + " s"
 
 
-def summarise(rows: list[Row], unreadable: int = 0) -> Wall:
-    """Where the compile phase's wall went, from its timeline's rows (see the module's docstring)."""
-    marks: dict[str, list[float]] = {}
-    for row in rows:
-        if row["phase"] == "mark":
-            marks.setdefault(str(row["name"]), []).append(float(row["start"]))
-    pool = [r for r in rows if r["phase"] in POOL_PHASES]
-    units = [r for r in rows if r["phase"] == "tu"]
-    begin = marks["compile-start"][0] if "compile-start" in marks else min(float(r["start"]) for r in rows)
-    end = marks["compile-end"][-1] if "compile-end" in marks else max(float(r["end"]) for r in rows)
-    start_row = next((r for r in rows if r.get("name") == "compile-start"), {})
-    slots = int(start_row.get("slots") or 0)  # type: ignore[call-overload]
-    chains = [r for r in pool if r["phase"] == "chain"] or units  # nvcc whole: each TU is its own "chain"
-    body = (min((float(r["start"]) for r in chains), default=end), max((float(r["end"]) for r in chains), default=end))
-    backs = [r for r in pool if r["phase"] == "back"]
-    critical = max(backs, key=lambda r: float(r["end"]))["unit"] if backs else ""
-    pooled = {r["unit"] for r in pool}
-    ninja = [r for r in rows if r["phase"] == "ninja"]
+def summarise(steps: Sequence[Step], unreadable: int = 0) -> Wall:
+    """Where the compile phase's wall went, from its timeline (see the module's docstring)."""
+    marks: dict[str, list[Step]] = {}
+    for step in steps:
+        if step.phase == "mark":
+            marks.setdefault(step.name, []).append(step)
+    moments = {name: [m.start for m in found] for name, found in marks.items()}
+    pool = [s for s in steps if s.phase in POOL_PHASES]
+    begin = moments["compile-start"][0] if "compile-start" in moments else min((s.start for s in steps), default=0.0)
+    end = moments["compile-end"][-1] if "compile-end" in moments else max((s.end for s in steps), default=begin)
+    slots = marks["compile-start"][0].fields.get("slots", 0) if "compile-start" in marks else 0
+    slots = slots if isinstance(slots, int) else 0
+    chains = [s for s in pool if s.phase == "chain"] or [s for s in steps if s.phase == "tu"]  # nvcc whole: TUs
+    body = (min((s.start for s in chains), default=end), max((s.end for s in chains), default=end))
+    backs = [s for s in pool if s.phase == "back"]
+    critical = max(backs, key=lambda s: s.end).unit if backs else ""
+    pooled = {s.unit for s in pool}
+    ninja = [s for s in steps if s.phase == "ninja"]
     return Wall(
         slots=slots,
         wall=end - begin,
-        busy=sum(float(r["end"]) - float(r["start"]) for r in pool),
-        head=_segments(begin, _head_points(marks, rows, body[0])),
-        tail=_segments(body[1], _tail_points(body[1], end, marks, backs, ninja)),
+        busy=sum(s.seconds for s in pool),
+        head=_segments(begin, _head_points(moments, steps, body[0])),
+        tail=_segments(body[1], _tail_points(body[1], end, moments, backs, ninja)),
         body=(body[0] - begin, body[1] - begin),
         all_busy_at=_all_busy(pool, slots, begin),
         idle={"head": _idle(pool, slots, begin, body[0]), "body": _idle(pool, slots, *body),
               "tail": _idle(pool, slots, body[1], end)},
-        critical=str(critical),
-        critical_steps=[_relative(r, begin) for r in sorted(rows, key=lambda r: float(r["start"]))
-                        if r["unit"] == critical and critical],
-        outside=[_relative(r, begin) for r in ninja if r["unit"] not in pooled and pool],
+        critical=critical,
+        critical_steps=[s.after(begin) for s in sorted(steps, key=lambda s: s.start) if s.unit == critical != ""],
+        outside=[s.after(begin) for s in ninja if pool and s.unit not in pooled],
         unreadable=unreadable,
     )
 
 
-def _relative(row: Row, begin: float) -> Row:
-    return {**row, "start": float(row["start"]) - begin, "end": float(row["end"]) - begin}
+def _first(steps: Sequence[Step], phase: str) -> float | None:
+    return min((s.start for s in steps if s.phase == phase), default=None)
 
 
-def _first(rows: list[Row], phase: str) -> float | None:
-    return min((float(r["start"]) for r in rows if r["phase"] == phase), default=None)
-
-
-def _head_points(marks: dict[str, list[float]], rows: list[Row], first_chain: float) -> Points:
+def _head_points(moments: dict[str, list[float]], steps: Sequence[Step], first_chain: float) -> Points:
     """The moments between the phase's start and the first chain's, each ending the part named beside it."""
     return [
-        ("workspace", marks.get("backend-start", [None])[0]),
-        ("setup.py start", marks.get("setup.py", [None])[0]),
-        ("build_py", marks.get("build_ext", [None])[0]),
-        ("to ninja's first nvcc", _first(rows, "tu")),
-        ("nvcc plan and wait", _first(rows, "front")),
+        ("workspace", moments.get("backend-start", [None])[0]),
+        ("setup.py start", moments.get("setup.py", [None])[0]),
+        ("build_py", moments.get("build_ext", [None])[0]),
+        ("to ninja's first nvcc", _first(steps, "tu")),
+        ("nvcc plan and wait", _first(steps, "front")),
         ("front", first_chain),
     ]
 
 
-def _tail_points(last_chain: float, end: float, marks: dict[str, list[float]], backs: list[Row],
-                 ninja: list[Row]) -> Points:
+def _tail_points(last_chain: float, end: float, moments: dict[str, list[float]], backs: list[Step],
+                 ninja: list[Step]) -> Points:
     """The moments between the last chain's end and the phase's end, each ending the part named beside it."""
-    last_ninja = max(ninja, key=lambda r: float(r["end"]), default=None)
-    after = [m for m in marks.get("link", []) if m >= last_chain]  # the last extension's link
+    last_ninja = max(ninja, key=lambda s: s.end, default=None)
+    links = [m for m in moments.get("link", []) if m >= last_chain]  # the last extension's link
     return [
-        ("back ends", max((float(r["end"]) for r in backs), default=None)),
-        (f"ninja's end ({last_ninja['unit']} last)" if last_ninja else "ninja's end",
-         float(last_ninja["end"]) if last_ninja else None),
-        ("to the link", after[-1] if after else None),
-        ("link", marks.get("bdist", [None])[0]),
-        ("bdist install", marks.get("zip", [None])[0]),
-        ("zip", marks.get("backend-end", [None])[-1]),
+        ("back ends", max((s.end for s in backs), default=None)),
+        (f"ninja's end ({last_ninja.unit} last)" if last_ninja else "ninja's end",
+         last_ninja.end if last_ninja else None),
+        ("to the link", links[-1] if links else None),
+        ("link", moments.get("bdist", [None])[0]),
+        ("bdist install", moments.get("zip", [None])[0]),
+        ("zip", moments.get("backend-end", [None])[-1]),
         ("after the backend", end),
     ]
 
@@ -274,23 +301,23 @@ def _segments(previous: float, points: Points) -> list[tuple[str, float]]:
     return segments
 
 
-def _overlap(row: Row, start: float, end: float) -> float:
-    return max(0.0, min(float(row["end"]), end) - max(float(row["start"]), start))
+def _overlap(step: Step, start: float, end: float) -> float:
+    return max(0.0, min(step.end, end) - max(step.start, start))
 
 
-def _idle(pool: list[Row], slots: int, start: float, end: float) -> float:
+def _idle(pool: list[Step], slots: int, start: float, end: float) -> float:
     """Slot-seconds in [start, end] no pool step held."""
     if not slots or end <= start:
         return 0.0
-    return max(0.0, slots * (end - start) - sum(_overlap(r, start, end) for r in pool))
+    return max(0.0, slots * (end - start) - sum(_overlap(s, start, end) for s in pool))
 
 
-def _all_busy(pool: list[Row], slots: int, begin: float) -> float | None:
+def _all_busy(pool: list[Step], slots: int, begin: float) -> float | None:
     """When the pool's steps first held every slot at once, after ``begin``."""
     if not slots:
         return None
-    events = sorted([(float(r["start"]), 1) for r in pool] + [(float(r["end"]), -1) for r in pool],
-                    key=lambda e: (e[0], e[1]))  # an end before a start at the same moment: a handover
+    # an end before a start at the same moment: a handover, not one more at once
+    events = sorted([(s.start, 1) for s in pool] + [(s.end, -1) for s in pool])
     running = 0
     for moment, change in events:
         running += change

@@ -67,7 +67,7 @@ class FakeStages:
     def workspace(job, source, torch_site):
         source.mkdir(parents=True, exist_ok=True)
         yield SimpleNamespace(source=source, nvcc_times=source / "no-nvcc-time.csv",
-                              timeline=source / "timeline.jsonl", ninja_logs=lambda: [])
+                              timeline=source / "timeline.jsonl", ninja_logs=list)
 
     def compile_wheel(self, job, env, space, environ, outdir) -> Path:
         if job.package in self.fail:
@@ -106,7 +106,7 @@ def test_builds_every_job_into_dist_and_records_it(stages: FakeStages, tmp_path:
     assert twins == sorted("twin-of-" + name for name in dist)
     # the compile phase's timeline stays beside the job's log, its start and end on the phase timer's clock
     rows, _ = timeline.read(tmp_path / "out" / "logs" / f"{entry.job_id}.timeline.jsonl")
-    marks = {row["name"]: row["start"] for row in rows}
+    marks = {row.name: row.start for row in rows}
     assert 0 <= marks["compile-end"] - marks["compile-start"] <= entry.timings["compile"] + 0.001  # ms rounding
 
 
