@@ -33,6 +33,7 @@ _SETUP_MARKS = (
     ("link", re.compile(r"^\S*(?:g\+\+|c\+\+|clang\+\+|gcc|cc)(?:-[\d.]+)?\s(?:.*\s)?-shared\s")),
     ("bdist", re.compile(r"^installing to build/bdist")),
     ("zip", re.compile(r"^creating '.*\.whl' and adding ")),
+    ("zipped", re.compile(r"^removing build/bdist")),  # bdist_wheel's clean-up, once the wheel is written
 )
 
 
@@ -284,7 +285,8 @@ def _tail_points(last_chain: float, end: float, moments: dict[str, list[float]],
         ("to the link", links[-1] if links else None),
         ("link", moments.get("bdist", [None])[0]),
         ("bdist install", moments.get("zip", [None])[0]),
-        ("zip", moments.get("backend-end", [None])[-1]),
+        ("zip", moments.get("zipped", [None])[-1]),
+        ("backend's exit", moments.get("backend-end", [None])[-1]),
         ("after the backend", end),
     ]
 

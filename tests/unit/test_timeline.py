@@ -74,6 +74,7 @@ BUILD_OUTPUT = [
     "running install",
     "creating '/out/tmp/built/.tmp-x/ext-1.0-cp312-cp312-linux_x86_64.whl' and adding 'build/bdist.linux' to it",
     "adding 'ext.so'",
+    "removing build/bdist.linux-x86_64/wheel",
 ]
 
 
@@ -85,7 +86,7 @@ def test_the_build_output_marks_ninjas_steps_and_setup_pys(tmp_path: Path) -> No
     rows, _ = timeline.read(path)
     assert [(r.name, r.unit) for r in rows] == [
         ("setup.py", ""), ("build_ext", ""), ("ninja-step", "bwd.cu"), ("ninja-step", "ext.cpp"), ("link", ""),
-        ("bdist", ""), ("zip", "")]
+        ("bdist", ""), ("zip", ""), ("zipped", "")]
     assert rows[2].fields["output"] == "/w/src/build/temp/csrc/bwd.o"
     assert all(a.start <= b.start for a, b in itertools.pairwise(rows))
 
@@ -141,6 +142,7 @@ HAND_MADE = [
     mark("link", 151.0),
     mark("bdist", 156.0),
     mark("zip", 157.0),
+    mark("zipped", 159.0),
     mark("backend-end", 160.0),
     mark("compile-end", 161.0),
 ]
@@ -153,7 +155,7 @@ def test_the_reader_says_where_a_hand_made_walls_seconds_went() -> None:
     assert wall.head == [("workspace", 1.0), ("setup.py start", 3.0), ("build_py", 0.5),
                          ("to ninja's first nvcc", 0.5), ("nvcc plan and wait", 1.0), ("front", 2.0)]
     assert wall.tail == [("back ends", 8.0), ("ninja's end (b.cu last)", 2.0), ("to the link", 1.0), ("link", 5.0),
-                         ("bdist install", 1.0), ("zip", 3.0), ("after the backend", 1.0)]
+                         ("bdist install", 1.0), ("zip", 2.0), ("backend's exit", 1.0), ("after the backend", 1.0)]
     assert wall.all_busy_at == 6.0
     # head 100-108: 16 slot-s, the fronts ran 4 of them; body 108-140: 64, steps 56 (a.cu's back inside); tail: 42, 8
     assert wall.idle == {"head": 12.0, "body": 8.0, "tail": 34.0}
