@@ -312,11 +312,16 @@ class Timeline:
 
 @contextmanager
 def _core(pool: CorePool, priority: float, timeline: Timeline, part: str, arch: str) -> Iterator[None]:
-    """A core of the pool, the wait for it on the timeline (a "wait" row: asked at start, served at end)."""
+    """A core of the pool, on the timeline: a "wait" row once served (asked at start, served at end), a "hold"
+    row once given back (a waiter's lag behind the last give-back before it was served is the pool's polling)."""
     asked = time.monotonic()
     with pool.core(priority):
-        timeline.add("wait", arch, asked, time.monotonic(), part=part, priority=round(priority, 1))
-        yield
+        served = time.monotonic()
+        timeline.add("wait", arch, asked, served, part=part, priority=round(priority, 1))
+        try:
+            yield
+        finally:
+            timeline.add("hold", arch, served, time.monotonic(), part=part)
 
 
 # ---- costs and running --------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ chain, the tail after the last, and the TU whose back end ended last.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import re
@@ -105,7 +106,7 @@ class Step:
 
     unit: str
     arch: str
-    phase: str  # plan, wait, front, chain, back, tu, ninja or mark
+    phase: str  # plan, wait, hold, front, chain, back, tu, ninja or mark
     start: float
     end: float
     fields: Mapping[str, object] = field(default_factory=dict)  # the rest: step, part, name, output, slots...
@@ -167,27 +168,22 @@ class Wall:
     all_busy_at: float | None  # when every slot first held a step (None: never)
     idle: dict[str, float]  # slot-seconds no step ran, in the head, body and tail
     critical: str  # the TU whose back end ended last
+    handover: tuple[float, int] = (0.0, 0)  # seconds waiters were served after a core was given back, how many
     critical_steps: list[Step] = field(default_factory=list)  # its rows, in time order
     outside: list[Step] = field(default_factory=list)  # ninja's steps that ran no pool step (g++ for a .cpp)
     unreadable: int = 0
 
     def lines(self, name: str) -> list[str]:
         """The bench's printout, a few lines."""
-        head, tail = self.body[0], self.wall - self.body[1]
-        body = self.body[1] - self.body[0]
-        capacity = self.slots * self.wall
-        if capacity:
-            idle = ", ".join(f"{part} {seconds:.0f}" for part, seconds in self.idle.items())
-            use = (f"{self.slots} slots busy {self.busy:.0f} of {capacity:.0f} slot-s ({self.busy / capacity:.0%}), "
-                   f"idle {idle} slot-s")
-            busy_at = f"all {self.slots} slots busy at +{self.all_busy_at:.1f} s" if self.all_busy_at is not None \
-                else f"never all {self.slots} slots busy"
-        else:
-            use, busy_at = "no core pool (nvcc whole: the body is its TUs)", ""
+        head, body, tail = self.body[0], self.body[1] - self.body[0], self.wall - self.body[1]
+        busy_at = ""
+        if self.slots:
+            busy_at = f"; all {self.slots} slots busy at +{self.all_busy_at:.1f} s" if self.all_busy_at is not None \
+                else f"; never all {self.slots} slots busy"
         lines = [(f"(d) {name}: where the wall went: compile {self.wall:.1f} s = head {head:.1f} + body {body:.1f} "
-                  f"+ tail {tail:.1f} s; {use}")]
-        lines.append(f"(d) {name}:   head: {_parts(self.head)}{'; ' + busy_at if busy_at else ''}")
-        lines.append(f"(d) {name}:   tail: {_parts(self.tail)}")
+                 f"+ tail {tail:.1f} s; {self._use()}"),
+                 f"(d) {name}:   head: {_parts(self.head)}{busy_at}",
+                 f"(d) {name}:   tail: {_parts(self.tail)}"]
         if self.critical:
             lines.append(f"(d) {name}:   critical TU {self.critical}: {_critical(self.critical_steps)}")
         if self.outside:
@@ -196,6 +192,17 @@ class Wall:
         if self.unreadable:
             lines.append(f"(d) {name}:   {self.unreadable} timeline lines unreadable")
         return lines
+
+    def _use(self) -> str:
+        """How the slots were used: busy of all, idle in the head, body and tail, and the pool's polling."""
+        capacity = self.slots * self.wall
+        if not capacity:
+            return "no core pool (nvcc whole: the body is its TUs)"
+        idle = ", ".join(f"{part} {seconds:.0f}" for part, seconds in self.idle.items())
+        lag, waits = self.handover
+        polling = f"; polling: {waits} waiters served {lag / waits * 1000:.0f} ms after a core freed" if waits else ""
+        return (f"{self.slots} slots busy {self.busy:.0f} of {capacity:.0f} slot-s ({self.busy / capacity:.0%}), "
+                f"idle {idle} slot-s{polling}")
 
 
 def _parts(parts: list[tuple[str, float]]) -> str:
@@ -251,6 +258,7 @@ def summarise(steps: Sequence[Step], unreadable: int = 0) -> Wall:
         idle={"head": _idle(pool, slots, begin, body[0]), "body": _idle(pool, slots, *body),
               "tail": _idle(pool, slots, body[1], end)},
         critical=critical,
+        handover=_handover(steps),
         critical_steps=[s.after(begin) for s in sorted(steps, key=lambda s: s.start) if s.unit == critical != ""],
         outside=[s.after(begin) for s in ninja if pool and s.unit not in pooled],
         unreadable=unreadable,
@@ -312,6 +320,19 @@ def _idle(pool: list[Step], slots: int, start: float, end: float) -> float:
     if not slots or end <= start:
         return 0.0
     return max(0.0, slots * (end - start) - sum(_overlap(s, start, end) for s in pool))
+
+
+def _handover(steps: Sequence[Step]) -> tuple[float, int]:
+    """(seconds, waits): for each wait that waited, how long after the last give-back of a core (a "hold" row's
+    end) before it it was served; the pool's polling, where work was waiting for a core."""
+    releases = sorted(s.end for s in steps if s.phase == "hold")
+    lag, count = 0.0, 0
+    for wait in (s for s in steps if s.phase == "wait" and s.seconds > 0.001):
+        index = bisect.bisect_right(releases, wait.end) - 1
+        if index >= 0:
+            lag += wait.end - max(releases[index], wait.start)
+            count += 1
+    return lag, count
 
 
 def _all_busy(pool: list[Step], slots: int, begin: float) -> float | None:

@@ -44,7 +44,7 @@ def test_execute_puts_every_step_and_wait_on_the_timeline(tmp_path: Path, monkey
     assert nvcc_plan.execute(steps, pool, nvcc_plan.Costs(), timings) == 0
     rows, unreadable = timeline.read(path)
     assert unreadable == 0 and {r.unit for r in rows} == {"k.cu"}
-    ran = [(r.phase, r.arch, r.fields["step"]) for r in rows if r.phase != "wait"]
+    ran = [(r.phase, r.arch, r.fields["step"]) for r in rows if r.phase in timeline.POOL_PHASES]
     assert ran[:2] == [("front", "", "gcc (preprocessing)"), ("front", "", "cudafe++")]
     for arch in ("8.0", "9.0"):
         assert [step for phase, a, step in ran if phase == "chain" and a == arch] == [
@@ -52,6 +52,11 @@ def test_execute_puts_every_step_and_wait_on_the_timeline(tmp_path: Path, monkey
     assert [step for phase, _, step in ran[-3:]] == ["fatbinary", "rm", "gcc"]
     waits = sorted((r.part, r.arch) for r in rows if r.phase == "wait")
     assert waits == [("back", ""), ("chain", "8.0"), ("chain", "9.0"), ("front", "")]
+    holds = {(r.part, r.arch): r for r in rows if r.phase == "hold"}
+    assert sorted(holds) == waits
+    for step in (r for r in rows if r.phase in timeline.POOL_PHASES):  # each step ran while its part held a core
+        hold = holds[(step.phase, step.arch)]
+        assert hold.start <= step.start <= step.end <= hold.end
     fronts, chains, backs = ([r for r in rows if r.phase == part] for part in ("front", "chain", "back"))
     assert max(r.end for r in fronts) <= min(r.start for r in chains)
     assert max(r.end for r in chains) <= min(r.start for r in backs)
@@ -176,6 +181,15 @@ def test_the_readers_printout_is_a_few_readable_lines() -> None:
     assert lines[4] == "(d) ours:   outside the pool (ninja): ext.cpp +5.1..+25.0 s"
     assert lines[5] == "(d) ours:   1 timeline lines unreadable"
     assert len(lines) == 6
+
+
+def test_the_pools_polling_is_how_long_a_waiter_is_served_after_a_core_is_given_back() -> None:
+    rows = [mark("compile-start", 0.0, slots=1), row("a.cu", "wait", 0.0, 0.0, part="front"),
+            row("a.cu", "hold", 0.0, 10.0, part="front"), row("b.cu", "wait", 2.0, 10.04, part="front"),
+            row("b.cu", "hold", 10.04, 20.0, part="front"), row("a.cu", "wait", 5.0, 20.1, arch="9.0", part="chain"),
+            row("a.cu", "hold", 20.1, 30.0, arch="9.0", part="chain"), mark("compile-end", 30.0)]
+    lag, waits = timeline.summarise(steps(rows)).handover
+    assert (round(lag, 3), waits) == (0.14, 2)  # served 40 and 100 ms after the give-back; the first never waited
 
 
 def test_without_the_pool_the_tus_are_the_body() -> None:
