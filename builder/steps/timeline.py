@@ -200,7 +200,8 @@ class Wall:
             return "no core pool (nvcc whole: the body is its TUs)"
         idle = ", ".join(f"{part} {seconds:.0f}" for part, seconds in self.idle.items())
         lag, waits = self.handover
-        polling = f"; polling: {waits} waits served a mean {lag / waits * 1000:.0f} ms after a core freed" if waits else ""
+        polling = f"; polling: {waits} waits served a mean {lag / waits * 1000:.0f} ms after a core freed" \
+            if waits else ""
         return (f"{self.slots} slots busy {self.busy:.0f} of {capacity:.0f} slot-s ({self.busy / capacity:.0%}), "
                 f"idle {idle} slot-s{polling}")
 
