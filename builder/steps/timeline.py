@@ -75,8 +75,8 @@ def ninja_rows(ninja_log: str, marks: Iterable[Step]) -> list[dict[str, object]]
     rows: list[dict[str, object]] = []
     for line in reversed(ninja_log.splitlines()):  # the latest run's row of an output comes last
         fields = line.split("\t")
-        if line.startswith("#") or len(fields) < 4 or fields[3] not in steps:
-            continue
+        if len(fields) < 4 or not (fields[0].isdigit() and fields[1].isdigit()) or fields[3] not in steps:
+            continue  # the header, a torn last line, or a step this build did not print
         seconds = (int(fields[1]) - int(fields[0])) / 1000
         step = steps.pop(fields[3])
         rows.append({"unit": step.unit, "arch": "", "phase": "ninja", "start": round(step.end - seconds, 4),

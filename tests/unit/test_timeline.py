@@ -97,7 +97,8 @@ def test_the_build_output_marks_ninjas_steps_and_setup_pys(tmp_path: Path) -> No
 
 
 def test_ninjas_steps_are_aligned_by_their_end_marks() -> None:
-    ninja_log = "# ninja log v5\n0\t250000\t0\t/w/bwd.o\tab\n100\t60100\t0\t/w/ext.o\tcd\n5\t9\t0\t/w/other.o\tef\n"
+    ninja_log = ("# ninja log v5\n0\t250000\t0\t/w/bwd.o\tab\n100\t60100\t0\t/w/ext.o\tcd\n5\t9\t0\t/w/other.o\tef\n"
+                 "7\tx\t0\t/w/bwd.o\n")
     marks = [timeline.Step.of(mark("ninja-step", 1060.5, unit="ext.cpp", output="/w/ext.o")),
              timeline.Step.of(mark("ninja-step", 1250.0, unit="bwd.cu", output="/w/bwd.o"))]
     rows = timeline.ninja_rows(ninja_log, marks)
