@@ -16,6 +16,8 @@
     bench_every_arch.py: the arch facts drop it from published wheels; these stay in the workdir). "second" builds
     the same job for --second-python into ours' output with ours' object cache (ours then runs with the cache on,
     and prints what the cache itself cost): its wall, its ratio to ours (target <= 0.1) and where its seconds go.
+    After each of today, ours and learned: where the compile phase's wall went, read from the job's timeline
+    (builder/steps/timeline.py; logs/JOB.timeline.jsonl in its output), and the phases after it from the ledger.
 
 Usage: .venv/bin/python scripts/bench_build.py [--full] [--python 3.11 --second-python 3.12] [--workdir DIR]
        .venv/bin/python scripts/bench_build.py --full-arch causal-conv1d [--runs upstream,today,ours,second]
@@ -47,6 +49,7 @@ from builder.plan.archs import apply_known_bad
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.steps import compile as compile_stage
+from builder.steps import timeline
 from builder.steps.elf import wheel_elf_facts
 from builder.steps.environment import NotBuildableHere, build_env, find_pythons, find_toolkit, runtime_env
 from builder.steps.fetch import fetch_sdist, unpack_sdist
@@ -332,6 +335,23 @@ def critical_path(name: str, workdir: Path, measured: Measured) -> str:
 
 
 
+def where_the_wall_went(name: str, workdir: Path, python: str) -> list[str]:
+    """The run's compile timeline (kept beside its job's log) read back: slots, busy and idle slot-seconds, the
+    head before the first chain and the tail after the last, the critical TU; then the ledger's other phases."""
+    output = workdir / name / "out"
+    entry = ledger_entry(output, python)
+    path = output / "logs" / f"{entry.job_id}.timeline.jsonl"
+    if path.is_file():
+        lines = timeline.summarise(*timeline.read(path)).lines(name)
+    else:
+        lines = [f"(d) {name}: no timeline at {path}"]
+    phases = entry.timings
+    after = ", ".join(f"{phase} {phases[phase]:.1f} s" for phase in ("repair", "verify", "install") if phase in phases)
+    before = ", ".join(f"{phase} {phases[phase]:.1f} s" for phase in ("fetch", "env", "patch") if phase in phases)
+    lines.append(f"(d) {name}: after compile: {after} (before it: {before}); timeline {path}")
+    return lines
+
+
 def cache_overhead(objcache: Path) -> str:
     """What ours' object cache itself cost (keys, lookups, stores), summed over its TUs, from its events."""
     events = compile_events(objcache)
@@ -374,6 +394,7 @@ def full_arch(args: argparse.Namespace, workdir: Path) -> None:
         print(f"{results[name].line()}  compiled: {compiled[name]}", flush=True)
         if name != "upstream":
             print(critical_path(name, workdir, results[name]), flush=True)
+            print("\n".join(where_the_wall_went(name, workdir, args.python)), flush=True)
         if name == "ours" and "second" in runs:
             print(cache_overhead(workdir / "ours" / "objcache"), flush=True)
     if len(set(compiled.values())) > 1:

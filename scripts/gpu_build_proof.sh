@@ -10,8 +10,9 @@
 # 9-arch list as upstream's release (sm_103 included, for this comparison only): upstream's released build and/or
 # ours (the nvcc core pool and the split TU), one after the other, each bounded; `learned` builds ours' job again
 # from scratch with ours' ledger beside it, so the pool orders by the costs ours measured (a farm's later builds).
-# OUTDIR/bench-full.txt gets wall, CPU-seconds of the whole process tree, cores-bound, the archs each wheel holds
-# and the ratios. A command may run
+# OUTDIR/bench-full.txt gets wall, CPU-seconds of the whole process tree, cores-bound, the archs each wheel holds,
+# the ratios, and for each of ours' builds where its compile phase's wall went (its timeline, read back); the
+# timelines themselves land in OUTDIR/timelines/RUN-JOB.timeline.jsonl. A command may run
 # 600 s at most: `ours` alone fits (359 s on 2026-12-01); upstream's build (670 s measured there) needs --detach, and a
 # later --collect. --suite then runs the GPU acceptance suite on ours' wheel (gpu_acceptance.sh --skip-build of
 # ours' output, which holds the one package: causal-conv1d's stages install,doctor,upstream; mamba-ssm's
@@ -55,6 +56,16 @@ BENCH=$WORK/bench-full-$package
 mkdir -p "$STATE"
 cd "$ROOT"
 
+# each run's compile timeline (logs/JOB.timeline.jsonl in its output, builder/steps/timeline.py) into OUTDIR
+keep_timelines() {
+    local kept
+    mkdir -p "$OUT/timelines"
+    for kept in "$BENCH"/*/out/logs/*.timeline.jsonl; do
+        [ -f "$kept" ] || continue
+        cp "$kept" "$OUT/timelines/$(basename "$(dirname "$(dirname "$(dirname "$kept")")")")-$(basename "$kept")"
+    done
+}
+
 if [ -n "$collect" ]; then  # wait for a detached run, at most SECONDS, then report what it printed
     pid=$(cat "$STATE/pid" 2>/dev/null || true)
     for _ in $(seq "$collect"); do
@@ -63,6 +74,7 @@ if [ -n "$collect" ]; then  # wait for a detached run, at most SECONDS, then rep
     done
     [ -f "$STATE/bench-full.txt" ] || { echo "ERROR no detached run in $STATE: start one with --detach" >&2; exit 1; }
     cp "$STATE/bench-full.txt" "$OUT/bench-full.txt"
+    keep_timelines
     cat "$OUT/bench-full.txt"
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "still running: --collect again"; exit 4; fi
     exit 0
@@ -117,6 +129,9 @@ if [ "$detach" -eq 1 ]; then
     echo $! >"$STATE/pid"
     echo "started (pid $!): collect with scripts/gpu_build_proof.sh $out --collect 560"
 else
-    "${bench[@]}" 2>&1 | tee "$OUT/bench-full.txt"  # pipefail: a failed bench ends the script here
+    status=0
+    "${bench[@]}" 2>&1 | tee "$OUT/bench-full.txt" || status=$?
+    keep_timelines  # a failed build's timeline says where it stood
+    [ "$status" -eq 0 ] || exit "$status"
     if [ "$suite" -eq 1 ]; then suite; fi
 fi

@@ -88,6 +88,10 @@ class Layout:
     def log_for(self, job: Job) -> Path:
         return self.logs / f"{job.identifier}.log"
 
+    def timeline_for(self, job: Job) -> Path:
+        """The job's compile timeline (builder/steps/timeline.py), kept beside its log."""
+        return self.logs / f"{job.identifier}.timeline.jsonl"
+
 
 @dataclass(frozen=True, kw_only=True)
 class BuildOptions:
@@ -118,6 +122,7 @@ class PhaseTimer:
     def __init__(self, job: Job, progress: Progress, record: Callable[[str, dict[str, float]], None]) -> None:
         self.job, self.progress, self.record = job, progress, record
         self.timings: dict[str, float] = {}
+        self.started: dict[str, float] = {}  # each phase's (last) start, time.monotonic()
         self.phase = "fetch"
 
     @contextmanager
@@ -125,7 +130,7 @@ class PhaseTimer:
         self.phase = phase
         self.record(phase, dict(self.timings))
         self.progress.on_phase(self.job, phase)
-        start = time.monotonic()
+        start = self.started[phase] = time.monotonic()
         try:
             yield
         finally:
@@ -310,7 +315,11 @@ class Builder:
                 if e.package == job.package and e.version == job.version and e.compile_times
             )
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache, costs)
-            built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
+            try:
+                built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
+            finally:  # a failed compile's timeline says where it stood
+                compile_stage.keep_timeline(space, self.layout.timeline_for(job), started=timer.started["compile"],
+                                            parallelism=parallelism)
             compiled = {  # how it was compiled, for the ledger (the wheel carries its own record: provenance below)
                 "toolchain": json.dumps(toolkit.as_dict(), sort_keys=True),
                 "compile_times": json.dumps(read_times(space.nvcc_times)),

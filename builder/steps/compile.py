@@ -24,7 +24,7 @@ from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, run
 from builder.plan.archs import torch_arch_list
 from builder.plan.job import Job
-from builder.steps import nvcc_plan
+from builder.steps import nvcc_plan, timeline
 from builder.steps import objcache as nvcc_cache
 from builder.steps.environment import BuildEnv
 
@@ -102,6 +102,15 @@ class Workspace:
     def nvcc_costs(self) -> Path:
         return self.root / "nvcc-costs.json"
 
+    @property
+    def timeline(self) -> Path:
+        """The build's timeline (builder/steps/timeline.py): the pool's steps and the compile stage's marks."""
+        return self.core_pool / nvcc_plan.TIMELINE
+
+    def ninja_logs(self) -> list[Path]:
+        """ninja's own logs (start and end of each step) in the source's build directories."""
+        return sorted(self.source.glob("build/**/.ninja_log"))
+
     @classmethod
     def for_job(cls, job: Job) -> Workspace:
         return cls(root=FIXED_ROOT / f"{job.package}-{job.local_version}")
@@ -122,6 +131,7 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
         space.torch_site.symlink_to(torch_site, target_is_directory=True)
         space.nvcc_times.unlink(missing_ok=True)
         shutil.rmtree(space.core_pool, ignore_errors=True)
+        space.core_pool.mkdir()  # the timeline's folder, pool or not
         yield space
 
 
@@ -170,6 +180,7 @@ def build_environ(
         environ[nvcc_plan.SLOTS_ENV] = str(parallelism.pool_slots)
         space.nvcc_costs.write_text(json.dumps(dict(costs or {}), sort_keys=True))
         environ[nvcc_plan.COSTS_ENV] = str(space.nvcc_costs)
+    environ[nvcc_plan.TIMELINE_ENV] = str(space.timeline)
     # setuptools adds the build venv's include directory: per Python, like the interpreter's own
     environ[nvcc_cache.PER_PYTHON_ENV] = str(env.python.parent.parent / "include")
     return environ
@@ -222,18 +233,21 @@ def compile_wheel(
     active job's log and progress (builder.core.context)."""
 
     pool = environ.get(nvcc_plan.POOL_ENV)
+    marks = timeline.Marks(environ.get(nvcc_plan.TIMELINE_ENV))
 
-    def stop_pool_on_failure(line: str) -> None:
+    def on_line(line: str) -> None:
+        marks.line(line)
         # ninja's "FAILED: <object>" (a host .cpp, or nvcc whole): the TUs it already started wait on the pool
         if pool and line.startswith("FAILED: "):
             nvcc_plan.stop_pool(Path(pool))
 
     def runner(cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None) -> None:
         run(cmd, step=f"{job.identifier}: compile", cwd=Path(cwd) if cwd else None,
-            env={**environ, **(extra_environ or {})}, on_line=stop_pool_on_failure)
+            env={**environ, **(extra_environ or {})}, on_line=on_line)
 
     outdir.mkdir(parents=True, exist_ok=True)
     project = build.ProjectBuilder(space.source, python_executable=str(env.python), runner=runner)
+    marks.mark("backend-start")
     with warnings.catch_warnings(record=True) as caught:  # the backend's warnings belong in the job's log
         warnings.simplefilter("always")
         try:
@@ -244,9 +258,19 @@ def compile_wheel(
             active = context.current()
             log_path = active.log if active else None
             raise StepFailed(f"{job.identifier}: compile", ["build_wheel"], 1, log_path, str(error)) from None
+        finally:
+            marks.mark("backend-end")
     for warning in caught:
         context.log_note(f"warning: {warning.category.__name__}: {warning.message}")
     return Path(wheel)
+
+
+def keep_timeline(space: Workspace, destination: Path, *, started: float, parallelism: Parallelism) -> None:
+    """Close the compile phase's timeline (its start, ``started`` on time.monotonic(), its end now, ninja's steps)
+    and keep it at ``destination``: the workspace's copy goes with the next build of this version and label."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    timeline.keep(space.timeline, destination, started=started, slots=parallelism.pool_slots, cores=cores,
+                  ninja_logs=space.ninja_logs())
 
 
 def translation_unit(line: str) -> str | None:

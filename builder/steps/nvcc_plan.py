@@ -31,6 +31,8 @@ from pathlib import Path
 POOL_ENV = "WHEELWRIGHT_NVCC_POOL"  # the pool's directory: one lock file per core
 SLOTS_ENV = "WHEELWRIGHT_NVCC_SLOTS"  # how many cores the pool hands out
 COSTS_ENV = "WHEELWRIGHT_NVCC_COSTS"  # JSON {unit: {arch: seconds, "host": seconds}} from the ledger
+TIMELINE_ENV = "WHEELWRIGHT_NVCC_TIMELINE"  # JSON lines: every step, wait and mark of the build (timeline.py reads)
+TIMELINE = "timeline.jsonl"  # its name in the pool's directory
 STOPPED = "stopped"  # in the pool's directory once a step of the build has failed
 _POLL_SECONDS = 0.05  # a waiter in line for a core looks this often; steps last seconds to minutes
 _STOP_POLL_SECONDS = 0.5  # a running step looks this often whether the build has failed elsewhere
@@ -278,6 +280,50 @@ def _alive(pid: int) -> bool:
     return True
 
 
+# ---- the timeline ----------------------------------------------------------------------------------------
+
+
+def append_line(path: str, record: Mapping[str, object]) -> None:
+    """One JSON line appended with one ``write`` to an O_APPEND file: lines from the build's concurrent processes
+    and threads never interleave (the kernel appends each write whole, at the file's end)."""
+    line = json.dumps(record, separators=(",", ":")) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+class Timeline:
+    """One TU's rows on the build's timeline: {unit, arch, phase, start, end, ...}. Times are time.monotonic():
+    CLOCK_MONOTONIC on Linux, one clock for every process on the machine that never steps (time.time() may, when
+    NTP sets it), so the nvcc processes' rows and the compile stage's marks compare directly. No path: no rows."""
+
+    def __init__(self, path: str | None, unit: str) -> None:
+        self.path = path
+        self.unit = unit
+
+    def add(self, phase: str, arch: str, start: float, end: float, **fields: object) -> None:
+        if self.path:
+            record = {"unit": self.unit, "arch": arch_label(arch) if arch else "", "phase": phase,
+                      "start": round(start, 4), "end": round(end, 4), **fields}
+            append_line(self.path, record)
+
+
+@contextmanager
+def _core(pool: CorePool, priority: float, timeline: Timeline, part: str, arch: str) -> Iterator[None]:
+    """A core of the pool, on the timeline: a "wait" row once served (asked at start, served at end), a "hold"
+    row once given back (a waiter's lag behind the last give-back before it was served is the pool's polling)."""
+    asked = time.monotonic()
+    with pool.core(priority):
+        served = time.monotonic()
+        timeline.add("wait", arch, asked, served, part=part, priority=round(priority, 1))
+        try:
+            yield
+        finally:
+            timeline.add("hold", arch, served, time.monotonic(), part=part)
+
+
 # ---- costs and running --------------------------------------------------------------------------------------
 
 
@@ -316,10 +362,12 @@ def arch_label(virtual: str) -> str:
 
 
 class _Timings:
-    """Rows for the ``--time`` file in nvcc's own CSV layout (nvcc_time.py reads them), appended once at the end."""
+    """Rows for the ``--time`` file in nvcc's own CSV layout (nvcc_time.py reads them), appended once at the end;
+    each step also goes onto the build's timeline as it ends."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, timeline: Timeline | None = None) -> None:
         self.source = source
+        self.timeline = timeline or Timeline(None, Path(source).name)
         self.rows: list[str] = []
         self._lock = threading.Lock()
 
@@ -339,7 +387,11 @@ class _Timings:
             os.close(fd)
 
 
-def _run_commands(commands: list[str], env: dict[str, str], timings: _Timings, arch: str, pool: CorePool) -> int:
+def _run_commands(
+    commands: list[str], env: dict[str, str], timings: _Timings, arch: str, pool: CorePool, part: str = "chain"
+) -> int:
+    """Run a part's commands in turn (``part``: front, chain or back, for the timeline); the first failure stops
+    the pool."""
     for command in commands:
         if pool.stopped:
             sys.stderr.write(f"nvcc step not started: an earlier step of this build failed: {command}\n")
@@ -348,9 +400,11 @@ def _run_commands(commands: list[str], env: dict[str, str], timings: _Timings, a
             command = command.replace("rm ", "rm -f ", 1)
         start = time.monotonic()
         returncode = _call(command, env, pool)
+        end = time.monotonic()
         program = _program(command)
         phase = program + (" (preprocessing)" if " -E " in command else "")
-        timings.add(phase, _ptxas_arch(command, arch) if program == "ptxas" else arch, time.monotonic() - start)
+        timings.add(phase, _ptxas_arch(command, arch) if program == "ptxas" else arch, end - start)
+        timings.timeline.add(part, arch, start, end, step=phase)
         if returncode != 0:
             sys.stderr.write(f"nvcc step failed ({returncode}): {command}\n")
             pool.stop()
@@ -384,9 +438,10 @@ def execute(plan_: Plan, pool: CorePool, costs: Costs, timings: _Timings) -> int
     env = {**os.environ, **plan_.variables}
     env.pop("NVCC_APPEND_FLAGS", None)
     env.pop("NVCC_PREPEND_FLAGS", None)
+    timeline = timings.timeline
     longest = max((costs.arch(a) for a in plan_.chains), default=0.0)
-    with pool.core(costs.host + longest):
-        if (code := _run_commands(plan_.front, env, timings, "", pool)) != 0:
+    with _core(pool, costs.host + longest, timeline, "front", ""):
+        if (code := _run_commands(plan_.front, env, timings, "", pool, "front")) != 0:
             return code
     results: dict[str, int] = {}
     module_id_written = threading.Event()
@@ -398,16 +453,16 @@ def execute(plan_: Plan, pool: CorePool, costs: Costs, timings: _Timings) -> int
         writer = plan_.module_id_writer
         try:
             if writer not in (None, arch):
-                with pool.core(priority):  # the preprocessing needs no module id
+                with _core(pool, priority, timeline, "chain", arch):  # the preprocessing needs no module id
                     results[arch] = _run_commands(commands[:cicc], env, timings, arch, pool)
                 module_id_written.wait()
                 results[arch] = results[arch] or results.get(writer, 0)
                 if results[arch] == 0:
-                    with pool.core(priority):
+                    with _core(pool, priority, timeline, "chain", arch):
                         results[arch] = _run_commands(commands[cicc:], env, timings, arch, pool)
                 return
             first = cicc + 1 if arch == writer else len(commands)
-            with pool.core(priority):
+            with _core(pool, priority, timeline, "chain", arch):
                 results[arch] = _run_commands(commands[:first], env, timings, arch, pool)
                 if arch == writer:
                     module_id_written.set()
@@ -425,13 +480,16 @@ def execute(plan_: Plan, pool: CorePool, costs: Costs, timings: _Timings) -> int
     failed = [results.get(arch, 1) for arch in plan_.chains if results.get(arch, 1) != 0]
     if failed:
         return failed[0]
-    with pool.core(costs.host / 2):
-        return _run_commands(plan_.back, env, timings, "", pool)
+    with _core(pool, costs.host / 2, timeline, "back", ""):
+        return _run_commands(plan_.back, env, timings, "", pool, "back")
 
 
-def compile_split(nvcc: str, args: list[str], source: Path, environ: Mapping[str, str]) -> int | None:
+def compile_split(
+    nvcc: str, args: list[str], source: Path, environ: Mapping[str, str], *, started: float | None = None
+) -> int | None:
     """Compile one TU through the pool; None when nvcc's plan is not one this module takes apart (the caller
-    then runs nvcc whole)."""
+    then runs nvcc whole). ``started``: when the nvcc call began (the wrapper's start), for the timeline's "plan"
+    row, which ends once nvcc's dryrun is taken apart."""
     flags, time_file = split_flags(args, environ)
     output = flags[flags.index("-o") + 1]
     depfile = flags[flags.index("-MF") + 1] if "-MF" in flags else None
@@ -446,7 +504,9 @@ def compile_split(nvcc: str, args: list[str], source: Path, environ: Mapping[str
             steps = plan(*parse_dryrun(dry.stderr), depfile=depfile, output=output)
         except NotPlannable:
             return None
-        timings = _Timings(str(source))
+        timeline = Timeline(environ.get(TIMELINE_ENV), source.name)
+        timeline.add("plan", "", time.monotonic() if started is None else started, time.monotonic())
+        timings = _Timings(str(source), timeline)
         returncode = execute(steps, pool, Costs.load(environ, source.name, source), timings)
         timings.write(time_file)
         if returncode == 0 and depfile is not None and steps.depfiles:

@@ -126,19 +126,27 @@ def normalise_object(path: Path) -> None:
         os.replace(temporary, path)
 
 
-def compile_deterministic(nvcc: str, args: list[str]) -> int:
+def compile_deterministic(nvcc: str, args: list[str], *, started: float | None = None) -> int:
     """Run nvcc for one translation unit so that the same inputs give the same object bytes: through the build's
-    core pool, one unit of work per arch, where the build set one up (nvcc_plan.py), else nvcc whole."""
+    core pool, one unit of work per arch, where the build set one up (nvcc_plan.py), else nvcc whole. The whole
+    call, from ``started`` (the wrapper's start), is a "tu" row on the build's timeline."""
+    started = time.monotonic() if started is None else started
     args = deterministic_args(args, seedable=accepts_random_seed(_usage(nvcc)))
     returncode = None
     if os.environ.get(nvcc_plan.POOL_ENV):
-        returncode = nvcc_plan.compile_split(nvcc, args, source_of(args), os.environ)
+        returncode = nvcc_plan.compile_split(nvcc, args, source_of(args), os.environ, started=started)
     if returncode is None:
         returncode = subprocess.call([nvcc, *args])
     if returncode == 0:
         output = args[args.index("-o") + 1]
         normalise_object(Path(output))
+    result = "compiled" if returncode == 0 else "failed"
+    _timeline(source_of(args)).add("tu", "", started, time.monotonic(), result=result)
     return returncode
+
+
+def _timeline(source: Path) -> nvcc_plan.Timeline:
+    return nvcc_plan.Timeline(os.environ.get(nvcc_plan.TIMELINE_ENV), source.name)
 
 
 def _atomic_copy(source: Path, destination: Path) -> None:
@@ -200,12 +208,7 @@ class ObjectCache:
 
 def _record(cache: ObjectCache, event: dict[str, Any]) -> None:
     # One JSON line per compile, appended atomically (O_APPEND, one write): the build reads hits and misses here.
-    line = json.dumps(event) + "\n"
-    fd = os.open(cache.root / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    nvcc_plan.append_line(str(cache.root / "events.jsonl"), event)
 
 
 def main(argv: list[str]) -> int:
@@ -215,9 +218,11 @@ def main(argv: list[str]) -> int:
         return 2
     if "-c" not in args or "-o" not in args:
         return subprocess.call([nvcc, *args])
+    # the call's start: what the cache itself costs (keys, lookups, copies) goes into its events, the whole call
+    # onto the build's timeline
+    keyed = time.monotonic()
     if mode == "off":
-        return compile_deterministic(nvcc, args)
-    keyed = time.monotonic()  # what the cache itself costs (keys, lookups, copies) goes into its events too
+        return compile_deterministic(nvcc, args, started=keyed)
     cache = ObjectCache(Path(root))
     cache.root.mkdir(parents=True, exist_ok=True)
     per_python = frozenset(filter(None, os.environ.get(PER_PYTHON_ENV, "").split(os.pathsep)))
@@ -230,8 +235,9 @@ def main(argv: list[str]) -> int:
         cache.restore(entry, Path(output), Path(depfile) if depfile else None)
         done = time.monotonic()
         _record(cache, {"source": source, "result": "hit", "seconds": done - start, "cache_seconds": done - keyed})
+        _timeline(source_of(args)).add("tu", "", keyed, done, result="hit")
         return 0
-    returncode = compile_deterministic(nvcc, args)
+    returncode = compile_deterministic(nvcc, args, started=keyed)
     if returncode != 0:
         return returncode
     compiled = time.monotonic()

@@ -17,7 +17,7 @@ import pytest
 from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
 from builder.plan.facts import Accelerator
-from builder.steps import nvcc_plan, objcache
+from builder.steps import nvcc_plan, objcache, timeline
 from builder.steps.environment import check_toolkit, toolkit_version
 from builder.steps.nvcc_time import read_times
 from builder.steps.toolchain import candidates, provide
@@ -98,8 +98,15 @@ def test_the_core_pool_takes_apart_an_nvcc_11_8_compile_of_two_archs(cuda118, tm
     obj = tmp_path / "k.o"
     command = [cuda118.nvcc, "-ccbin", cuda118.cxx, "-gencode", "arch=compute_80,code=sm_80",
                "-gencode", "arch=compute_90,code=sm_90", "--time", tmp_path / "time.csv"]
-    env = {**os.environ, nvcc_plan.POOL_ENV: str(tmp_path / "pool"), nvcc_plan.SLOTS_ENV: "2"}
+    env = {**os.environ, nvcc_plan.POOL_ENV: str(tmp_path / "pool"), nvcc_plan.SLOTS_ENV: "2",
+           nvcc_plan.TIMELINE_ENV: str(tmp_path / "timeline.jsonl")}
     run([sys.executable, objcache.__file__, tmp_path / "cache", "off", *command, "-c", TOY_KERNEL, "-o", obj],
         step="nvcc 11.8 through the core pool", env=env)
     assert fatbin_archs(obj).sass == {"8.0", "9.0"}
     assert {row["arch"] for row in read_times(tmp_path / "time.csv")} == {"8.0", "9.0", "host"}  # split, not whole
+    # on the timeline: the module id writer's cicc ends before the other arch's starts, that arch on a second core
+    steps, _ = timeline.read(tmp_path / "timeline.jsonl")
+    ciccs = {s.arch: s for s in steps if s.phase == "chain" and s.fields["step"] == "cicc"}
+    holds = sorted(s.arch for s in steps if s.phase == "hold" and s.part == "chain")
+    assert min(ciccs.values(), key=lambda s: s.start).end <= max(ciccs.values(), key=lambda s: s.start).start
+    assert len(holds) == 3 and set(holds) == {"8.0", "9.0"}  # the waiting arch gives its core back meanwhile

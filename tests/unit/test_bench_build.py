@@ -1,18 +1,20 @@
 """scripts/bench_build.py's full-arch mode (d), its logic without a build: which archs the comparison keeps, when
 the 2nd-Python run cannot happen here, and where the 2nd Python's seconds go (ledger phases, the ninja log, the
-object cache's events)."""
+object cache's events) and where ours' compile wall went (its timeline)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from builder.core.ledger import LedgerEntry, Status
+from builder.core.ledger import Ledger, LedgerEntry, Status
 from scripts import bench_build
+from tests.unit.test_timeline import HAND_MADE
 
 ALL_9 = ["7.5", "8.0", "8.7", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1"]
 HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -130,3 +132,19 @@ def test_learned_builds_afresh_beside_ours_ledger(tmp_path: Path, monkeypatch: p
     assert isinstance(command, list)
     assert command[command.index("--objcache") + 1] == "off"
     assert command[command.index("--output") + 1] == str(tmp_path / "learned" / "out")
+
+
+def test_where_the_wall_went_reads_the_jobs_timeline_and_the_ledgers_later_phases(tmp_path: Path) -> None:
+    out = tmp_path / "ours" / "out"
+    (out / "logs").mkdir(parents=True)
+    timings = {"fetch": 0.1, "env": 6.5, "patch": 0.3, "compile": 61.0, "repair": 6.4, "verify": 8.9, "install": 4.4}
+    with Ledger(out / "ledger.sqlite") as ledger:
+        ledger.put(entry(timings))
+    path = out / "logs" / f"{entry(timings).job_id}.timeline.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in HAND_MADE))
+    lines = bench_build.where_the_wall_went("ours", tmp_path, "3.12")
+    assert lines[0].startswith("(d) ours: where the wall went: compile 61.0 s = head 8.0 + body 32.0 + tail 21.0 s")
+    assert lines[-1] == (f"(d) ours: after compile: repair 6.4 s, verify 8.9 s, install 4.4 s (before it: fetch 0.1 s, "
+                         f"env 6.5 s, patch 0.3 s); timeline {path}")
+    path.unlink()
+    assert bench_build.where_the_wall_went("ours", tmp_path, "3.12")[0] == f"(d) ours: no timeline at {path}"

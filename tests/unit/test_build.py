@@ -17,6 +17,7 @@ from builder.farm import build as build_stage
 from builder.farm.build import Builder, BuildOptions, Layout, input_hash
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
+from builder.steps import timeline
 from builder.steps.environment import NotBuildableHere
 from builder.steps.verify import Check, VerifyReport
 
@@ -64,7 +65,9 @@ class FakeStages:
     @staticmethod
     @contextmanager
     def workspace(job, source, torch_site):
-        yield SimpleNamespace(source=source, nvcc_times=source / "no-nvcc-time.csv")
+        source.mkdir(parents=True, exist_ok=True)
+        yield SimpleNamespace(source=source, nvcc_times=source / "no-nvcc-time.csv",
+                              timeline=source / "timeline.jsonl", ninja_logs=list)
 
     def compile_wheel(self, job, env, space, environ, outdir) -> Path:
         if job.package in self.fail:
@@ -101,6 +104,10 @@ def test_builds_every_job_into_dist_and_records_it(stages: FakeStages, tmp_path:
     assert set(entry.timings) == {"fetch", "env", "patch", "compile", "repair", "verify", "install"}
     twins = sorted(p.name for p in (tmp_path / "out" / "variant").iterdir())
     assert twins == sorted("twin-of-" + name for name in dist)
+    # the compile phase's timeline stays beside the job's log, its start and end on the phase timer's clock
+    rows, _ = timeline.read(tmp_path / "out" / "logs" / f"{entry.job_id}.timeline.jsonl")
+    marks = {row.name: row.start for row in rows}
+    assert 0 <= marks["compile-end"] - marks["compile-start"] <= entry.timings["compile"] + 0.001  # ms rounding
 
 
 def test_unchanged_inputs_are_skipped_and_a_missing_wheel_is_rebuilt(stages: FakeStages, tmp_path: Path) -> None:
@@ -119,6 +126,7 @@ def test_a_failing_job_does_not_stop_the_others_and_is_retried_only_on_request(
     stages.fail["mamba-ssm"] = WheelwrightError("mamba-ssm: compile failed (exit 1)")
     causal, mamba = run_build(tmp_path)
     assert causal.entry.status == "built"
+    assert (tmp_path / "out" / "logs" / f"{mamba.job.identifier}.timeline.jsonl").is_file()  # failed: kept too
     assert (mamba.entry.status, mamba.entry.phase, mamba.entry.reason) == (
         "failed",
         "compile",
