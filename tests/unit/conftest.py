@@ -13,3 +13,5 @@ def _no_subprocess(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError(f"unit tests must not start processes: {args[:1]}")
 
     monkeypatch.setattr(subprocess, "Popen", refuse)
+    # the build reads its checkout's commit (git) as it starts; a unit test's build names a fixed one
+    monkeypatch.setenv("WHEELWRIGHT_COMMIT", "0000000-unit")
