@@ -12,7 +12,6 @@ import logging
 import os
 import re
 import sqlite3
-import stat
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from typing import Self
 
-from builder.core.hashing import FileIdentity, open_regular, sha256_stream
+from builder.core.hashing import FileIdentity, holds_identity, open_regular, sha256_stream
 from builder.core.ledger import Ledger, LedgerEntry, lock_timeout, sqlite_errors
 from index_site.wheels import (
     CoreMetadata,
@@ -292,21 +291,11 @@ def _catalogue(
     entries: list[_Cached | None] = []
     misses: list[tuple[int, str]] = []  # (place in entries, filename)
     folder = os.fspath(dist) + "/"
-    lstat, regular = os.lstat, stat.S_ISREG
     for filename in names:
         old = previous.get(filename)
-        if old is not None:  # its identity, inline (no call, no named tuple): one lstat per wheel every run
-            try:
-                status = lstat(folder + filename)
-            except OSError:
-                status = None
-            if (
-                status is not None
-                and regular(status.st_mode)
-                and old.identity == (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
-            ):
-                entries.append(old)
-                continue
+        if old is not None and holds_identity(folder + filename, old.identity):  # one lstat per wheel every run
+            entries.append(old)
+            continue
         misses.append((len(entries), filename))
         entries.append(None)
     rows = cache.entries([filename for _, filename in misses]) if cache is not None and misses else {}

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from builder.core.errors import ConfigError, FileSystemError
 from builder.core.files import write_atomic
-from builder.core.hashing import FileIdentity, regular_identity
+from builder.core.hashing import FileIdentity, holds_identity, regular_identity
 from index_site import layout, variants
 from index_site.catalog import Catalog, Rejection, ScanStats, refresh_identities, scan
 from index_site.render import PageGroup, page_groups
@@ -223,7 +223,6 @@ def _plan_files(
     kept: dict[str, FileRecord] = {}
     root = os.fspath(site) + "/"  # string paths, checks inline: this loop runs for every wheel on every index
     identities = catalog.identities
-    lstat, regular, new = os.lstat, stat.S_ISREG, tuple.__new__
     for wheel in catalog.wheels:
         filename = wheel.filename
         path = layout.wheel_path(wheel.name.label, filename)
@@ -233,7 +232,7 @@ def _plan_files(
             # held to its full identity, in a folder on the same filesystem: the same inode, so the same
             # identity, known without a stat of its own (10,000 on every run). Only a mount over that one file
             # could make the name lead elsewhere, and whoever can mount can change any file anyway.
-            kept[path] = new(FileRecord, (wheel.sha256, hashed))
+            kept[path] = FileRecord(wheel.sha256, hashed)
         else:
             record = _placed_wheel(root + path, wheel.sha256, hashed, manifest.get(path))
             if record is not None:
@@ -242,18 +241,14 @@ def _plan_files(
                 links.append((dist / filename, path, wheel))
         path += ".metadata"
         record = manifest.get(path)
-        if record is not None and record[0] == wheel.metadata.sha256 and path in entries:  # else not there
-            try:  # _recorded, inline
-                status = lstat(root + path)
-            except OSError:
-                status = None
-            if (
-                status is not None
-                and regular(status.st_mode)
-                and record[1] == (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
-            ):
-                kept[path] = record
-                continue
+        if (
+            record is not None
+            and record[0] == wheel.metadata.sha256
+            and path in entries  # else not there
+            and holds_identity(root + path, record[1])
+        ):
+            kept[path] = record
+            continue
         metadata.append((dist / filename, path, wheel))
     return links, metadata, kept
 

@@ -51,6 +51,18 @@ def regular_identity(path: Path | str) -> FileIdentity:
     return FileIdentity.of(status)
 
 
+def holds_identity(path: str, identity: tuple[int, int, int, int]) -> bool:
+    """Whether the regular file at ``path`` (a symlink is not followed) still has ``identity`` (a FileIdentity):
+    a missing file, or one of another kind, has not. One lstat; the index asks it of every file on every run."""
+    try:
+        status = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(status.st_mode) and identity == (
+        status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
+    )
+
+
 def open_regular(path: Path | str) -> int:
     """A read-only descriptor of the regular file at ``path``: no symlink followed, a FIFO never blocks."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
