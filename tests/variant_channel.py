@@ -29,7 +29,8 @@ def write_channel(output: Path) -> Path:
     """dist/ and variant/ under ``output`` as the build leaves them, plus torch stub wheels; returns their folder."""
     (output / "dist").mkdir(parents=True, exist_ok=True)
     for torch, accelerator, archs in BUILDS:
-        job = dataclasses.replace(local_job(), torch=torch, accelerator=Accelerator.parse(accelerator), archs=archs)
+        job = dataclasses.replace(local_job(), torch=torch, accelerator=Accelerator.parse(accelerator), archs=archs,
+                                  python=f"{sys.version_info.major}.{sys.version_info.minor}")
         files = {"causal_conv1d/__init__.py": f'LABEL = "{job.label}"\n'.encode()}
         wheel = job_wheel(output / "dist", job, files, platform="manylinux_2_28_x86_64")
         make_twin(with_provenance(wheel, job), output / "variant")
