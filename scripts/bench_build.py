@@ -251,6 +251,19 @@ def kept_known_bad(package: str, torch: str, archs: list[str], workdir: Path) ->
     return [f"sm_{note.dropped.replace('.', '')} ({note.citation})" for note in notes]
 
 
+def made_envs(package: str, torch: str, pythons: Iterable[str], workdir: Path) -> str:
+    """Each Python's torch and build env made before any run is timed, as a farm's are: otherwise the first run
+    of a Python pays the one torch install (70-80 s here) that every later build skips, and upstream's run,
+    which makes its env untimed, is not measured the same way. Returns the line that says what it cost."""
+    spent = []
+    for python in pythons:
+        (job,) = load_plan(bench_matrix(workdir, [python], ["9.0"], package, torch), "bench").jobs
+        start = time.monotonic()
+        build_env(job, runtime_env(job, load_facts()), find_toolkit(job.accelerator))
+        spent.append(f"{python} {time.monotonic() - start:.1f} s")
+    return f"(d) build envs made before the timed runs (untimed, as upstream's): {', '.join(spent)}"
+
+
 def second_unavailable(first: str, second: str) -> str | None:
     """Why the 2nd-Python run cannot happen here, or None."""
     if second == first:
@@ -375,6 +388,9 @@ def full_arch(args: argparse.Namespace, workdir: Path) -> None:
     if kept:
         print(f"(d) kept for this comparison only (builder/data/archs.toml drops it from published wheels): "
               f"{'; '.join(kept)}; these wheels stay in {workdir}", flush=True)
+    second = "second" in runs and second_unavailable(args.python, args.second_python) is None
+    pythons = [args.python, *([args.second_python] if second else [])]
+    print(made_envs(args.full_arch, args.torch, pythons, workdir), flush=True)
     results: dict[str, Measured] = {}
     compiled: dict[str, str] = {}
     for name in runs:

@@ -148,3 +148,16 @@ def test_where_the_wall_went_reads_the_jobs_timeline_and_the_ledgers_later_phase
                          f"env 6.5 s, patch 0.3 s); timeline {path}")
     path.unlink()
     assert bench_build.where_the_wall_went("ours", tmp_path, "3.12")[0] == f"(d) ours: no timeline at {path}"
+
+
+def test_each_pythons_build_env_is_made_before_the_timed_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first timed run of a Python must not pay its one torch install: the envs are made beforehand, once each,
+    for the job the runs build (its Python, torch and toolkit)."""
+    made: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(bench_build, "find_toolkit", lambda accelerator: f"toolkit {accelerator}")
+    monkeypatch.setattr(bench_build, "runtime_env", lambda job, facts: f"torch {job.torch}")
+    monkeypatch.setattr(bench_build, "build_env",
+                        lambda job, runtime, toolkit: made.append((job.python, runtime, toolkit)))
+    line = bench_build.made_envs("causal-conv1d", "2.14.1", ["3.11", "3.12"], tmp_path)
+    assert made == [("3.11", "torch 2.14.1", "toolkit cu130"), ("3.12", "torch 2.14.1", "toolkit cu130")]
+    assert line.startswith("(d) build envs made before the timed runs") and "3.11 " in line and "3.12 " in line
