@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 from builder.core.hashing import FileIdentity, holds_identity, open_regular, sha256_stream
 from builder.core.ledger import Ledger, LedgerEntry, lock_timeout, sqlite_errors
+from index_site.memo import Memo
 from index_site.wheels import (
     CoreMetadata,
     GpuArchs,
@@ -163,8 +164,7 @@ class HashCache:
 # Where a file still has that identity its bytes are the ones described, so the next scan of the folder reads no
 # row for it: the 10,000 rows of a re-index are read only by a process's first scan of a folder, or when the cache
 # file is no longer as this process left it (written by another, or deleted and made again: its rows are read).
-_KNOWN: dict[str, tuple[tuple[int, ...] | None, dict[str, _Cached]]] = {}
-_KNOWN_FOLDERS = 8  # the folders scanned last; a test run makes hundreds
+_KNOWN: Memo[str, tuple[tuple[int, ...] | None, dict[str, _Cached]]] = Memo(8)  # a test run scans hundreds
 _BATCH = 500  # parameters per query, well under SQLite's limit
 
 
@@ -190,9 +190,7 @@ def scan(dist: Path, ledger_path: Path) -> Catalog:
         catalogued = {entry.wheel.filename: entry for entry in entries}
         changed = [e for e in entries if previous.get(e.wheel.filename) is not e]
         cache.update(changed, rows - catalogued.keys())
-    _KNOWN[folder] = (_cache_file(ledger_path), catalogued)  # as this process leaves it
-    while len(_KNOWN) > _KNOWN_FOLDERS:  # oldest out first
-        del _KNOWN[next(iter(_KNOWN))]
+    _KNOWN.keep(folder, (_cache_file(ledger_path), catalogued))  # as this process leaves it
     wheels = tuple(entry.wheel for entry in entries)
     log.info("catalogued %d wheels (%s); rejected %d", len(wheels), stats, len(rejected) + len(more_rejected))
     return Catalog(

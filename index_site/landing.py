@@ -18,6 +18,7 @@ from builder.core.ledger import LedgerEntry
 from builder.plan.facts import Accelerator, TorchFacts, load_facts, version_key
 from builder.plan.job import parse_label
 from index_site.catalog import Catalog
+from index_site.memo import Memo
 from index_site.wheels import GpuArchs, WheelFile
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverag
                 cells_here = [_cell(k[3], built.wheels_of.get((label, k[3])), failures.get(k), variant) for k in keys]
                 rows.append(Row(variant=variant, cells=tuple(cells_here)))
             release = _release(project, version, pythons, rows, len(built.wheels))
-            _remember_release((project, version), inputs, release)
+            _RELEASES.keep((project, version), (inputs, release))
         releases.append(release)
     return Coverage(
         variants=variants,
@@ -167,30 +168,19 @@ def _release_cells(key: tuple[str, str], wheels: tuple[WheelFile, ...]) -> _Buil
     for wheel in wheels:
         for python in wheel.name.pythons:
             wheels_of[(wheel.name.label, python)].append(wheel)
-    built = _CELLS[key] = _Built(
-        wheels, dict(wheels_of), frozenset(label for label, _ in wheels_of), frozenset(wheels_of)
-    )
-    while len(_CELLS) > _RELEASES_KEPT:  # oldest out first
-        del _CELLS[next(iter(_CELLS))]
-    return built
+    built = _Built(wheels, dict(wheels_of), frozenset(label for label, _ in wheels_of), frozenset(wheels_of))
+    return _CELLS.keep(key, built)
 
 
 _NO_CELLS = _Built((), {}, frozenset(), frozenset())  # a release the ledger knows only failures of
-_CELLS: dict[tuple[str, str], _Built] = {}
+_CELLS: Memo[tuple[str, str], _Built] = Memo(4096)
 
 
 # The release of each (project, version) the last run built, with everything it was made of: a re-index after one
 # added wheel builds the one release that moved, not all of them. Frozen values only; the inputs are compared with
 # ==, element by element, so the same wheel objects (the catalog's, kept between runs) match at the cost of an
 # identity check each, and anything else is compared by value.
-_RELEASES: dict[tuple[str, str], tuple[tuple[object, ...], Release]] = {}
-_RELEASES_KEPT = 4096
-
-
-def _remember_release(key: tuple[str, str], inputs: tuple[object, ...], release: Release) -> None:
-    _RELEASES[key] = (inputs, release)
-    while len(_RELEASES) > _RELEASES_KEPT:  # oldest out first
-        del _RELEASES[next(iter(_RELEASES))]
+_RELEASES: Memo[tuple[str, str], tuple[tuple[object, ...], Release]] = Memo(4096)
 
 
 def _release(project: str, version: str, pythons: tuple[str, ...], rows: list[Row], wheel_count: int) -> Release:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from urllib.parse import quote
 
 from index_site import layout
+from index_site.memo import Memo
 from index_site.wheels import GpuArchs, WheelFile, WheelName
 
 SCHEMA_VERSION = 2  # 1 listed every wheel in wheels.json itself
@@ -66,15 +67,12 @@ def _entries(wheels: list[WheelFile], archs: Mapping[str, GpuArchs], base_url: s
         remembered = _ENTRIES.get(filename)
         if remembered is None or remembered[0] is not wheel or remembered[1:3] != (wheel_archs, base_url):
             text = _entry(wheel.name, wheel.sha256, wheel.size, wheel.metadata.requires_python, wheel_archs, base_url)
-            remembered = _ENTRIES[filename] = (wheel, wheel_archs, base_url, text)
+            remembered = _ENTRIES.keep(filename, (wheel, wheel_archs, base_url, text))
         texts.append(remembered[3])
-    while len(_ENTRIES) > _ENTRIES_KEPT:  # oldest out first (a release file lists a few hundred of them)
-        del _ENTRIES[next(iter(_ENTRIES))]
     return texts
 
 
-_ENTRIES: dict[str, tuple[WheelFile, GpuArchs | None, str, str]] = {}
-_ENTRIES_KEPT = 1 << 17
+_ENTRIES: Memo[str, tuple[WheelFile, GpuArchs | None, str, str]] = Memo(1 << 17)  # a release file lists hundreds
 
 
 @functools.lru_cache(maxsize=65536)

@@ -25,6 +25,7 @@ from index_site.landing import (
     build_coverage,
 )
 from index_site.manifest import manifest
+from index_site.memo import Memo
 from index_site.setups import Setup, build_setups, default_setup
 from index_site.wheels import GpuArchs, WheelFile
 
@@ -96,16 +97,14 @@ def setup_fingerprints(model: People) -> dict[str, str]:
         shown = tuple(archs.get(w.filename) for o in setup.offers for r in o.records for w in r.wheels)
         remembered = _FINGERPRINTS.get(path)
         if remembered is None or remembered[0] is not setup or remembered[1] != shown:
-            remembered = _FINGERPRINTS[path] = (setup, shown, repr(_fingerprint(setup, archs)))
-            while len(_FINGERPRINTS) > _SETUP_PAGES_KEPT:
-                del _FINGERPRINTS[next(iter(_FINGERPRINTS))]
+            remembered = _FINGERPRINTS.keep(path, (setup, shown, repr(_fingerprint(setup, archs))))
         fingerprints[path] = remembered[2]
     return fingerprints
 
 
 # {setup page path: (the setup, the archs of the wheels it shows, its fingerprint)}: setups.py keeps a setup's
 # object from run to run while it is made of equal parts, so an unchanged setup's fingerprint is known
-_FINGERPRINTS: dict[str, tuple[Setup, tuple[GpuArchs | None, ...], str]] = {}
+_FINGERPRINTS: Memo[str, tuple[Setup, tuple[GpuArchs | None, ...], str]] = Memo(4096)
 
 
 def other_pages(model: People) -> tuple[str, ...]:
@@ -146,9 +145,7 @@ def _setup_page(render: Render, setup: Setup, coverage: Coverage, base_url: str)
     key = (base_url, _fingerprint(setup, coverage.archs))
     page = _SETUP_PAGES.get(key)
     if page is None:
-        page = _SETUP_PAGES[key] = _page(render, "setup.html", setup.path, coverage, setup=setup)
-        while len(_SETUP_PAGES) > _SETUP_PAGES_KEPT:
-            del _SETUP_PAGES[next(iter(_SETUP_PAGES))]
+        page = _SETUP_PAGES.keep(key, _page(render, "setup.html", setup.path, coverage, setup=setup))
     return page
 
 
@@ -193,9 +190,7 @@ def _failure_key(failure: LedgerEntry | None) -> tuple[object, ...]:
     return () if failure is None else (failure.job_id, failure.status, failure.phase, failure.reason)
 
 
-# a bounded memo (oldest out first), like the lru_caches of render.py
-_SETUP_PAGES: dict[tuple[object, ...], bytes] = {}
-_SETUP_PAGES_KEPT = 4096
+_SETUP_PAGES: Memo[tuple[object, ...], bytes] = Memo(4096)
 
 _href = functools.lru_cache(maxsize=65536)(layout.href)  # every matrix links the same few hundred setup pages
 
@@ -218,15 +213,12 @@ def _matrix(
             return html
     html = matrix_html(release, link, archs)
     filenames = tuple(w.filename for row in release.rows for cell in row.cells for w in cell.wheels)
-    _MATRICES[key] = (release, filenames, tuple(map(archs.get, filenames)), html)
-    while len(_MATRICES) > _MATRICES_KEPT:
-        del _MATRICES[next(iter(_MATRICES))]
+    _MATRICES.keep(key, (release, filenames, tuple(map(archs.get, filenames)), html))
     return html
 
 
 _Table = tuple[Release, tuple[str, ...], tuple[GpuArchs | None, ...], markupsafe.Markup]  # with its wheels' archs
-_MATRICES: dict[tuple[str, str, str], _Table] = {}  # by (page, project, version); bounded, oldest out first
-_MATRICES_KEPT = 4096
+_MATRICES: Memo[tuple[str, str, str], _Table] = Memo(4096)  # by (page, project, version)
 
 
 def matrix_html(release: Release, link: Callable[[str], str], archs: Mapping[str, GpuArchs]) -> markupsafe.Markup:

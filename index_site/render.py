@@ -30,6 +30,7 @@ from index_site import layout
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text
 from index_site.manifest import release_manifest
+from index_site.memo import Memo
 from index_site.pages import other_pages, people, render_pages, setup_fingerprints
 from index_site.wheels import GpuArchs, WheelFile
 
@@ -190,13 +191,11 @@ def _fingerprints(wheels: Iterable[WheelFile]) -> dict[str, str]:
         if remembered is None or remembered[0] is not wheel:
             remembered = _FINGERPRINTS[filename] = (wheel, _fingerprint(wheel))
         fingerprints[filename] = remembered[1]
-    if len(_FINGERPRINTS) > 2 * len(fingerprints) + 1024:  # wheels gone from dist/ are let go
-        for filename in _FINGERPRINTS.keys() - fingerprints.keys():
-            del _FINGERPRINTS[filename]
+    _FINGERPRINTS.forget_except(fingerprints, slack=1024)  # wheels gone from dist/
     return fingerprints
 
 
-_FINGERPRINTS: dict[str, tuple[WheelFile, str]] = {}
+_FINGERPRINTS: Memo[str, tuple[WheelFile, str]] = Memo(1 << 20)
 
 
 def _fingerprint(wheel: WheelFile) -> str:
@@ -219,14 +218,10 @@ def _wheels_digest(
     if remembered is not None and remembered[0] == head and remembered[1] == wheels:
         return remembered[2]
     digest = _digest([*head, *(fingerprints[w.filename] for w in wheels)])
-    _DIGESTS[key] = (head, wheels, digest)
-    while len(_DIGESTS) > _DIGESTS_KEPT:  # oldest out first
-        del _DIGESTS[next(iter(_DIGESTS))]
-    return digest
+    return _DIGESTS.keep(key, (head, wheels, digest))[2]
 
 
-_DIGESTS: dict[str, tuple[tuple[str, ...], tuple[WheelFile, ...], str]] = {}  # by group key
-_DIGESTS_KEPT = 4096
+_DIGESTS: Memo[str, tuple[tuple[str, ...], tuple[WheelFile, ...], str]] = Memo(4096)  # by group key
 
 
 def _digest(parts: Iterable[str]) -> str:
@@ -319,9 +314,7 @@ def _lines(page: str, ordered: Iterable[WheelFile], line: Callable[[str, WheelFi
     builds one line, not 5,000 (a dict lookup and an identity check each, where the lru_caches hash every field)."""
     memo = _LINES.get(page)
     if memo is None:
-        memo = _LINES[page] = {}
-        while len(_LINES) > _LINES_KEPT:  # oldest page out first
-            del _LINES[next(iter(_LINES))]
+        memo = _LINES.keep(page, {})
     lines = []
     for wheel in ordered:
         remembered = memo.get(wheel.filename)
@@ -335,8 +328,7 @@ def _lines(page: str, ordered: Iterable[WheelFile], line: Callable[[str, WheelFi
 
 
 # {page: {filename: (the wheel, its text on that page)}}, for the pages rendered last (a site has a few hundred)
-_LINES: dict[str, dict[str, tuple[WheelFile, str]]] = {}
-_LINES_KEPT = 4096
+_LINES: Memo[str, dict[str, tuple[WheelFile, str]]] = Memo(4096)
 
 
 def _anchor(href: str, wheel: WheelFile) -> str:
@@ -433,14 +425,10 @@ def _order_key(wheel: WheelFile) -> tuple[str, Version, str]:
 
 
 def _remember_order(page: str, wheels: list[WheelFile], ordered: list[WheelFile]) -> list[WheelFile]:
-    _ORDERS[page] = (wheels, ordered)
-    while len(_ORDERS) > _ORDERS_KEPT:  # oldest out first
-        del _ORDERS[next(iter(_ORDERS))]
-    return ordered
+    return _ORDERS.keep(page, (wheels, ordered))[1]
 
 
-_ORDERS: dict[str, tuple[list[WheelFile], list[WheelFile]]] = {}  # by page: (the wheels given, in order)
-_ORDERS_KEPT = 4096
+_ORDERS: Memo[str, tuple[list[WheelFile], list[WheelFile]]] = Memo(4096)  # by page: (the wheels given, in order)
 
 
 def _sorted(wheels: list[WheelFile]) -> list[WheelFile]:

@@ -13,6 +13,7 @@ from builder.core.ledger import LedgerEntry
 from builder.plan.facts import version_key
 from index_site import layout
 from index_site.landing import BUILT, FAILED, NOT_SHIPPED, Cell, Coverage, Release, Variant, python_key
+from index_site.memo import Memo
 from index_site.wheels import WheelFile
 
 SHOWN = 4  # versions of a project a setup page details; a farm's long history would make every page heavy
@@ -95,9 +96,7 @@ def _setup(
     if remembered is not None and remembered[0] == inputs:
         return remembered[1]
     setup = Setup(variant=variant, python=python, path=path, offers=offers, **choices)
-    _SETUPS[path] = (inputs, setup)
-    while len(_SETUPS) > _KEPT:  # oldest out first
-        del _SETUPS[next(iter(_SETUPS))]
+    _SETUPS.keep(path, (inputs, setup))
     return setup
 
 
@@ -123,10 +122,7 @@ def _summary(release: Release) -> _Summary:
         if cell.state in (BUILT, FAILED)
     )
     labels = Counter(w.name.label for row in release.rows for cell in row.cells for w in cell.wheels)
-    summary = _SUMMARIES[key] = _Summary(release, records, labels)
-    while len(_SUMMARIES) > _KEPT:
-        del _SUMMARIES[next(iter(_SUMMARIES))]
-    return summary
+    return _SUMMARIES.keep(key, _Summary(release, records, labels))
 
 
 def _record(version: str, cell: Cell) -> Record:
@@ -140,16 +136,13 @@ def _navigator(coverage: Coverage, summaries: list[_Summary]) -> _Navigator:
     for summary in summaries:
         built.update(summary.labels)
     navigator = _Navigator(coverage, built)
-    if _NAVIGATOR and _NAVIGATOR[0].state == navigator.state:
-        return _NAVIGATOR[0]
-    _NAVIGATOR[:] = [navigator]
-    return navigator
+    remembered = _NAVIGATORS.get(navigator.state)
+    return remembered if remembered is not None else _NAVIGATORS.keep(navigator.state, navigator)
 
 
-_KEPT = 4096  # the memos below are bounded, oldest out first
-_SETUPS: dict[str, tuple[tuple[object, ...], Setup]] = {}  # by site path, with what each was made of
-_SUMMARIES: dict[tuple[str, str], _Summary] = {}  # by (project, version)
-_NAVIGATOR: list[_Navigator] = []  # the last one
+_SETUPS: Memo[str, tuple[tuple[object, ...], Setup]] = Memo(4096)  # by site path, with what each was made of
+_SUMMARIES: Memo[tuple[str, str], _Summary] = Memo(4096)  # by (project, version)
+_NAVIGATORS: Memo[tuple[object, ...], _Navigator] = Memo(1)  # the last one, by its state
 
 
 def default_setup(coverage: Coverage, setups: Mapping[str, Setup]) -> Setup | None:

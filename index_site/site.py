@@ -29,6 +29,7 @@ from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, holds_identity, regular_identity
 from index_site import layout, variants
 from index_site.catalog import Catalog, Rejection, ScanStats, refresh_identities, scan
+from index_site.memo import Memo
 from index_site.render import PageGroup, page_groups
 from index_site.wheels import WheelFile, read_core_metadata
 
@@ -395,8 +396,7 @@ class _Recorded(NamedTuple):
 # set), its bytes are the ones parsed, so the next run of a long-lived process takes the records as they are
 # instead of decoding 4 MB of JSON again; any other file there, even with the same name and size, is read and
 # checked in full.
-_MANIFESTS: dict[str, tuple[FileIdentity, _Recorded, int, int | None]] = {}
-_MANIFESTS_KEPT = 8
+_MANIFESTS: Memo[str, tuple[FileIdentity, _Recorded, int, int | None]] = Memo(8)  # a test run makes hundreds
 
 
 def _recorded_manifest(site: Path) -> _Recorded:
@@ -420,10 +420,7 @@ def _remember_manifest(
     marker = os.path.abspath(site / layout.SITE_MARKER)
     identity = _identity(marker)
     if identity is not None and (expected is None or expected == identity):
-        _MANIFESTS.pop(marker, None)
-        _MANIFESTS[marker] = (identity, recorded, size, changes)
-        while len(_MANIFESTS) > _MANIFESTS_KEPT:  # the sites used last; a test run makes hundreds
-            del _MANIFESTS[next(iter(_MANIFESTS))]
+        _MANIFESTS.keep(marker, (identity, recorded, size, changes))
 
 
 def _check_site(site: Path, base_url: str) -> _Recorded:
@@ -540,14 +537,12 @@ def _file_entries(records: Mapping[str, FileRecord]) -> list[str]:
             text = json.dumps(path) + ":" + json.dumps([record[0], *record[1]], separators=(",", ":"))
             remembered = _FILE_ENTRIES[path] = (record, text)
         entries.append(remembered[1])
-    if len(_FILE_ENTRIES) > 2 * len(entries) + 4096:  # files gone from the sites written last are let go
-        for path in _FILE_ENTRIES.keys() - records.keys():
-            del _FILE_ENTRIES[path]
+    _FILE_ENTRIES.forget_except(records, slack=4096)  # files gone from the sites written last
     return entries
 
 
 # {site path: (its record, its manifest entry)}: shared by the sites of one process, compared by value
-_FILE_ENTRIES: dict[str, tuple[FileRecord, str]] = {}
+_FILE_ENTRIES: Memo[str, tuple[FileRecord, str]] = Memo(1 << 20)
 
 
 def _sorted_paths(records: Mapping[str, FileRecord]) -> list[str]:
@@ -738,16 +733,14 @@ def _listing(folder: str, prefix: str, status: os.stat_result) -> tuple[dict[str
         return None
     listing = (found, folders)
     if max(status.st_mtime_ns, status.st_ctime_ns) < started - _SETTLED_NS:
-        _LISTINGS.pop(key, None)
-        _LISTINGS[key] = (identity, listing)
-        while len(_LISTINGS) > _LISTINGS_KEPT:  # oldest out first
-            del _LISTINGS[next(iter(_LISTINGS))]
+        _LISTINGS.keep(key, (identity, listing))
     return listing
 
 
 # {(folder, its site path): (its identity when listed, the listing)}, for _listing
-_LISTINGS: dict[tuple[str, str], tuple[tuple[int, int, int, int], tuple[dict[str, int | None], list[str]]]] = {}
-_LISTINGS_KEPT = 1 << 14
+_LISTINGS: Memo[tuple[str, str], tuple[tuple[int, int, int, int], tuple[dict[str, int | None], list[str]]]] = Memo(
+    1 << 14
+)
 _SETTLED_NS = 2_000_000_000  # far more than any filesystem's clock tick, or the skew of a network one's clock
 
 

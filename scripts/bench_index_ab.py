@@ -94,12 +94,14 @@ def bench(against: Path, count: int, repeat: int, added_mb: float, workdir: Path
     for round_ in range(colds - 1):  # each in a fresh process on a fresh site and hash cache, interleaved
         for name, code in pairs if round_ % 2 == 0 else pairs[::-1]:
             fresh = Worker(name, code, workdir / name)
+            os.sync()  # the other's 20,000 files written back now, not during this run
             runs[name]["cold"].append(fresh.index())
             fresh.close()
             shutil.rmtree(workdir / name / "site")
             (workdir / name / "ledger.sqlite").unlink()
     workers = [Worker(name, code, workdir / name) for name, code in pairs]
     for worker in workers:  # the last cold run: each worker's first, whose memos the rounds below start from
+        os.sync()
         runs[worker.name]["cold"].append(worker.index())
     for round_ in range(repeat):
         order = workers if round_ % 2 == 0 else workers[::-1]  # neither always runs first

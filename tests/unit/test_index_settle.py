@@ -14,11 +14,10 @@ from packaging.version import Version
 
 from builder.core.hashing import regular_identity
 from builder.core.ledger import Ledger, LedgerEntry
-from index_site import landing as landing_module
 from index_site import manifest as manifest_module
+from index_site import memo
 from index_site import pages as pages_module
 from index_site import render as render_module
-from index_site import setups as setups_module
 from index_site import site as site_module
 from index_site.catalog import scan
 from index_site.layout import SITE_MARKER
@@ -96,30 +95,13 @@ def test_after_any_change_the_site_equals_a_cold_index_of_the_same_dist(output: 
 
 
 @pytest.mark.parametrize("change", list(CHANGES))
-def test_after_any_change_the_pages_equal_a_render_without_this_process_memos(
-    output: Path, change: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_after_any_change_the_pages_equal_a_render_without_this_process_memos(output: Path, change: str) -> None:
     """The releases, tables, fingerprints and setup pages a process keeps from its last run are only shortcuts:
     a render that starts from none of them gives the same bytes."""
     build_site(output, output / "site", base_url=BASE)  # the memos now hold the site before the change
     CHANGES[change](output)
     build_site(output, output / "site", base_url=BASE)
-    for module, memo in (
-        (landing_module, "_RELEASES"),
-        (landing_module, "_CELLS"),
-        (pages_module, "_MATRICES"),
-        (pages_module, "_SETUP_PAGES"),
-        (pages_module, "_FINGERPRINTS"),
-        (render_module, "_FINGERPRINTS"),
-        (render_module, "_LINES"),
-        (render_module, "_DIGESTS"),
-        (render_module, "_ORDERS"),
-        (manifest_module, "_ENTRIES"),
-        (setups_module, "_SETUPS"),
-        (setups_module, "_SUMMARIES"),
-    ):
-        monkeypatch.setattr(module, memo, {})
-    monkeypatch.setattr(setups_module, "_NAVIGATOR", [])
+    memo.forget_all()  # every memo of the index, as a new process starts
     render_module._anchor_html.cache_clear()
     render_module._json_file.cache_clear()
     manifest_module._entry.cache_clear()
@@ -171,7 +153,7 @@ def test_one_new_wheel_renders_its_own_setup_page_and_no_other(output: Path, mon
         return real(render, template, page, coverage, **context)
 
     monkeypatch.setattr(pages_module, "_page", spy)
-    monkeypatch.setattr(pages_module, "_SETUP_PAGES", {})  # this process's memo must not be what saves the work
+    pages_module._SETUP_PAGES.clear()  # this process's memo must not be what saves the work
     make_wheel(output / "dist", WheelSpec(label="pt213cu130", python="cp312"))
     report = build_site(output, output / "site", base_url=BASE)
     setups = sorted(page for page in rendered if page.startswith("select/"))

@@ -17,6 +17,7 @@ from builder.core.ledger import Ledger, LedgerEntry
 from index_site import catalog as catalog_module
 from index_site import site as site_module
 from index_site.layout import SITE_MARKER
+from index_site.memo import Memo
 from index_site.site import build_site, load_manifest
 from tests.wheelfactory import WheelSpec, make_wheel
 
@@ -284,9 +285,10 @@ def test_a_cache_row_another_process_rewrote_is_read_again(output: Path, monkeyp
     dist, ledger = output / "dist", output / "ledger.sqlite"
     catalog_module.scan(dist, ledger)
     assert catalog_module.scan(dist, ledger).stats.cached == len(SPECS)  # now kept by this process
-    kept = {folder: (cache, dict(entries)) for folder, (cache, entries) in catalog_module._KNOWN.items()}
+    kept = Memo(8)
+    kept.update((folder, (cache, dict(entries))) for folder, (cache, entries) in catalog_module._KNOWN.items())
     replaced = make_wheel(dist, WheelSpec(label="pt212cu126", python="cp311", salt="rebuilt"))
-    monkeypatch.setattr(catalog_module, "_KNOWN", {})  # another process hashes the new bytes into the cache
+    monkeypatch.setattr(catalog_module, "_KNOWN", Memo(8))  # another process hashes the new bytes into the cache
     assert catalog_module.scan(dist, ledger).stats.hashed == 1
     monkeypatch.setattr(catalog_module, "_KNOWN", kept)  # this process again, with its entry of the old bytes
     again = catalog_module.scan(dist, ledger)
