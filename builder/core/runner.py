@@ -7,6 +7,7 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -105,3 +106,46 @@ def run(
     if check and returncode != 0:
         raise StepFailed(step, argv, returncode, log_path, "".join(tail))
     return Completed(returncode=returncode, output="".join(kept), seconds=seconds)
+
+
+_PROC = Path("/proc")
+_REAP_POLL_SECONDS = 0.05
+
+
+def kill_marked(variable: str, value: str, *, timeout: float = 10.0) -> int:
+    """SIGKILL every process of this user whose environment holds ``variable=value`` (this process excepted), again
+    until none is left or ``timeout`` passes; returns how many were killed. Where there is no /proc, nothing.
+
+    The environment is how the processes of one piece of work are found after the work itself was killed: it passes
+    to every descendant, whatever process group or session a descendant moved to (ninja starts each command in a
+    group of its own, so killing the build's group leaves its compilers running)."""
+    if not _PROC.is_dir():
+        return 0
+    marker = f"{variable}={value}".encode()
+    killed: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while (found := _marked(marker)) and time.monotonic() < deadline:
+        for pid in found - killed:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+            killed.add(pid)
+        time.sleep(_REAP_POLL_SECONDS)  # the killed go (a zombie's environment reads empty) or a child shows up
+    if found:
+        log.warning("%d processes with %s=%s still ran after %.0f s", len(found), variable, value, timeout)
+    return len(killed)
+
+
+def _marked(marker: bytes) -> set[int]:
+    found = set()
+    for entry in os.scandir(_PROC):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (_PROC / entry.name / "environ").read_bytes()
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        if marker in environ.split(b"\0"):
+            found.add(int(entry.name))
+    return found

@@ -21,7 +21,7 @@ import build
 
 from builder.core import context
 from builder.core.errors import WheelwrightError
-from builder.core.runner import StepFailed, run
+from builder.core.runner import StepFailed, kill_marked, run
 from builder.plan.archs import torch_arch_list
 from builder.plan.job import Job
 from builder.steps import nvcc_plan, timeline
@@ -29,6 +29,11 @@ from builder.steps import objcache as nvcc_cache
 from builder.steps.environment import BuildEnv
 
 log = logging.getLogger(__name__)
+
+# Set in every process of a compile: ninja starts each command in a process group of its own, so a build killed by
+# its group (kill -9, a cancelled CI job) leaves its compilers running, writing objects, depfiles and the core pool's
+# files under the workspace's fixed paths; the next build of the workspace finds them by this and ends them first.
+WORKSPACE_ENV = "WHEELWRIGHT_WORKSPACE"
 
 # Upper bound of one nvcc translation unit's resident memory, measured: causal-conv1d sm_90 peaked at 3.4 GB,
 # mamba-ssm at 1.6 GB. Overridable because more archs per TU (nvcc --threads) raise it.
@@ -124,6 +129,9 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
     # beside the root, named after all of it: with_suffix would cut "1.7.0+pt214cu130" to "1.7" and share the lock
     with open(space.root.parent / f"{space.root.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        # with the lock held, any process still marked with this workspace was left by a build that was killed
+        if reaped := kill_marked(WORKSPACE_ENV, str(space.root)):
+            log.warning("%s: killed %d processes an earlier, killed build left running there", space.root, reaped)
         shutil.rmtree(space.source, ignore_errors=True)
         shutil.copytree(source, space.source, symlinks=True)
         if space.torch_site.is_symlink() or space.torch_site.exists():
@@ -166,6 +174,7 @@ def build_environ(
         PYTHONUNBUFFERED="1",  # the backend writes to our pipe: lines reach the log and the progress as they happen
         SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", "315532800"),
     )
+    environ[WORKSPACE_ENV] = str(space.root)  # how the next build finds what a killed one left running
     environ.update(compiler_environ(toolkit.cc, toolkit.cxx, environ["PATH"]))
     # The wrapper runs even without the cache ("off"): it makes every nvcc call deterministic (see objcache.py).
     root, mode = objcache if objcache is not None else (objcache_root(), "off")

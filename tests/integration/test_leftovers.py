@@ -1,0 +1,61 @@
+"""What a killed build leaves running is ended by the next build of its workspace: ninja starts every command in a
+process group of its own, so a build killed by its group (kill -9, a cancelled CI job) leaves its compilers
+running under the workspace's fixed paths. They carry the workspace in their environment (compile.WORKSPACE_ENV),
+and runner.kill_marked finds them by it, whatever group or session they moved to."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from builder.core.runner import kill_marked
+from builder.steps.compile import WORKSPACE_ENV
+
+
+def started(workspace: Path, command: str) -> subprocess.Popen[bytes]:
+    """``command`` in a session of its own (as ninja's children are out of the build's group), marked as a
+    process of ``workspace``'s build."""
+    env = {**os.environ, WORKSPACE_ENV: str(workspace)}
+    return subprocess.Popen(["/bin/sh", "-c", command], env=env, start_new_session=True)
+
+
+def marked(workspace: Path) -> list[int]:
+    wanted = f"{WORKSPACE_ENV}={workspace}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and wanted in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.timeout(60)
+def test_the_processes_of_a_killed_build_are_ended_and_no_others(tmp_path: Path) -> None:
+    ours, other = tmp_path / "causal-conv1d-1.7.0+pt214cu130", tmp_path / "mamba-ssm-2.3.0+pt214cu130"
+    leftover = started(ours, "sleep 300 & sleep 300 & wait")  # a parent and its two children, as nvcc's wrapper
+    bystander = started(other, "exec sleep 300")  # another job's build, running beside it
+    try:
+        deadline = time.monotonic() + 10
+        while len(marked(ours)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(marked(ours)) == 3
+        assert kill_marked(WORKSPACE_ENV, str(ours)) == 3
+        assert leftover.wait(timeout=10) == -signal.SIGKILL
+        assert marked(ours) == []
+        assert bystander.poll() is None and len(marked(other)) == 1
+    finally:
+        for process in (leftover, bystander):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def test_nothing_marked_is_nothing_killed(tmp_path: Path) -> None:
+    assert kill_marked(WORKSPACE_ENV, str(tmp_path / "nobody"), timeout=1) == 0
