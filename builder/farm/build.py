@@ -42,7 +42,7 @@ from builder.steps.environment import (
     runtime_env,
 )
 from builder.steps.fetch import fetch_sdist, unpack_sdist
-from builder.steps.nvcc_time import read_times, unit_costs
+from builder.steps.nvcc_time import read_times, seed_costs, unit_costs
 from builder.steps.recipes import apply_recipe
 from builder.steps.recipes.facts import package_facts
 from builder.steps.repair import load_excludes, repair_wheel
@@ -310,10 +310,14 @@ class Builder:
             objcache = (
                 None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
             )
-            costs = unit_costs(  # this version's measured (TU, arch) costs: the core pool starts the longest first
+            measured = unit_costs(  # this version's measured (TU, arch) costs: the core pool starts the longest first
                 e.compile_times for e in ledger.entries()
                 if e.package == job.package and e.version == job.version and e.compile_times
             )
+            # the seed's guesses for what the ledger has not measured yet (a first build: every unit)
+            guessed = {k: v for k, v in seed_costs(job.package, recipe.part_shares).items() if k not in measured}
+            costs = {**guessed, **measured}
+            log_note(f"core pool costs: {len(measured)} units measured (ledger), {len(guessed)} guessed (seed)")
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache, costs)
             try:
                 built = compile_stage.compile_wheel(job, env, space, environ, work / "built")

@@ -14,6 +14,7 @@ Standard library only: objcache.py, run as a script as PYTORCH_NVCC, imports it.
 from __future__ import annotations
 
 import fcntl
+import fnmatch
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from pathlib import Path
 POOL_ENV = "WHEELWRIGHT_NVCC_POOL"  # the pool's directory: one lock file per core
 SLOTS_ENV = "WHEELWRIGHT_NVCC_SLOTS"  # how many cores the pool hands out
 COSTS_ENV = "WHEELWRIGHT_NVCC_COSTS"  # JSON {unit: {arch: seconds, "host": seconds}} from the ledger
+EVERY_ARCH = "*"  # in that JSON: one guess for every arch of the unit (the seed's, before any was measured)
 TIMELINE_ENV = "WHEELWRIGHT_NVCC_TIMELINE"  # JSON lines: every step, wait and mark of the build (timeline.py reads)
 TIMELINE = "timeline.jsonl"  # its name in the pool's directory
 STOPPED = "stopped"  # in the pool's directory once a step of the build has failed
@@ -340,15 +342,19 @@ class Costs:
 
     @classmethod
     def load(cls, environ: Mapping[str, str], unit: str, source: Path) -> Costs:
-        """The unit's measured costs, or (none measured yet) its source size as a stand-in: bigger TUs first."""
+        """The unit's costs: measured ones (the ledger's), else the seed's guess (EVERY_ARCH, under the unit's
+        name or a pattern that matches it), else its source size as a stand-in: bigger TUs first."""
         path = environ.get(COSTS_ENV)
-        measured = {}
+        table: dict[str, dict[str, float]] = {}
         if path and Path(path).is_file():
-            measured = json.loads(Path(path).read_text()).get(unit, {})
+            table = json.loads(Path(path).read_text())
+        measured = dict(table.get(unit) or next((v for k, v in table.items() if fnmatch.fnmatchcase(unit, k)), {}))
         if measured:
             host = float(measured.pop("host", 0.0))
-            values = [float(v) for v in measured.values()]
-            return cls(by_arch={k: float(v) for k, v in measured.items()}, host=host, default=max(values, default=1.0))
+            every = measured.pop(EVERY_ARCH, None)
+            by_arch = {k: float(v) for k, v in measured.items()}
+            default = float(every) if every is not None else max(by_arch.values(), default=1.0)
+            return cls(by_arch=by_arch, host=host, default=default)
         size = source.stat().st_size / 1000 if source.is_file() else 1.0
         return cls(default=size, host=size / 4)
 

@@ -5,11 +5,15 @@ from the ledger; an object-cache hit runs no nvcc and adds no row."""
 from __future__ import annotations
 
 import csv
+import fnmatch
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+from builder.plan.estimate import seed_model
+from builder.steps.nvcc_plan import EVERY_ARCH
 
 _ARCH = re.compile(r"(?:compute|sm)_(?P<number>\d+)(?P<variant>[af]?)")
 HOST = "host"  # phases that run once per translation unit, whatever the archs (preprocessing, cudafe, g++)
@@ -52,3 +56,18 @@ def unit_costs(records: Iterable[str]) -> dict[str, dict[str, float]]:
         unit: {arch: round(sum(values) / len(values), 3) for arch, values in by_arch.items()}
         for unit, by_arch in sorted(samples.items())
     }
+
+
+def seed_costs(package: str, part_shares: Mapping[str, tuple[str, float]]) -> dict[str, dict[str, float]]:
+    """The core pool's first guess at a package's costs, before the ledger has measured this version: the seed's
+    per-arch figure of each unit (builder/data/compile-costs.toml, under its name or pattern, for every arch), and
+    for each part of a split TU (``part_shares``: part -> (whole, share), from the recipe) its share of the
+    whole's. Only the order matters: the pool starts the costliest first, so a first build's longest chains do
+    not wait behind its shorter ones."""
+    units = seed_model().units.get(package, ())
+    costs = {unit.unit: {EVERY_ARCH: unit.default} for unit in units}
+    for part, (whole, share) in sorted(part_shares.items()):
+        seed = next((unit for unit in units if fnmatch.fnmatchcase(whole, unit.unit)), None)
+        if seed is not None:
+            costs[part] = {EVERY_ARCH: round(seed.default * share, 3)}
+    return costs

@@ -251,3 +251,17 @@ def test_pinned_sdists_are_cached_with_their_hashes() -> None:
         job = job_for(version)
         path = fetch_sdist(job)
         assert path.name == job.sdist.filename and sha256_of(path) == job.sdist.sha256
+
+
+def test_a_full_arch_causal_conv1d_job_hands_the_pool_its_split_parts_shares(tmp_path: Path) -> None:
+    job = job_for("causal-conv1d-1.7.0", archs=("7.5", "8.0", "9.0", "10.0", "12.0"))
+    root = fresh_tree(job, tmp_path)
+    result = apply_recipe(root, job)
+    parts = {f"causal_conv1d_bwd_part{k}.cu" for k in range(1, 7)}
+    assert set(result.part_shares) == parts
+    assert {whole for whole, _ in result.part_shares.values()} == {"causal_conv1d_bwd.cu"}
+    assert sum(share for _, share in result.part_shares.values()) == pytest.approx(1.0)
+    # the parts are uneven (six costliest instantiations cannot share one): the costlier ones must go first
+    assert len({round(share, 6) for _, share in result.part_shares.values()}) > 1
+    assert not apply_recipe(fresh_tree(job_for("causal-conv1d-1.7.0", archs=("9.0",)), tmp_path / "narrow"),
+                            job_for("causal-conv1d-1.7.0", archs=("9.0",))).part_shares

@@ -43,9 +43,8 @@ class FakeStages:
         monkeypatch.setattr(build_stage, "runtime_env", lambda job, facts: stub)
         monkeypatch.setattr(build_stage, "build_env", lambda job, runtime, toolkit: stub)
         monkeypatch.setattr(build_stage, "unpack_sdist", lambda sdist, dest: dest)
-        monkeypatch.setattr(
-            build_stage, "apply_recipe", lambda source, job: SimpleNamespace(changes=("patched",), env={})
-        )
+        recipe = SimpleNamespace(changes=("patched",), env={}, part_shares={})
+        monkeypatch.setattr(build_stage, "apply_recipe", lambda source, job: recipe)
         monkeypatch.setattr(build_stage.compile_stage, "workspace", self.workspace)
         monkeypatch.setattr(build_stage.compile_stage, "build_environ", lambda *args: {})
         monkeypatch.setattr(build_stage.compile_stage, "compile_wheel", self.compile_wheel)

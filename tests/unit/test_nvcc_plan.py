@@ -3,6 +3,7 @@ owns taken out; the depfile parts merged; the core pool bounding and ordering it
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from builder.steps import nvcc_plan
 from builder.steps.compile import Parallelism
-from builder.steps.nvcc_time import unit_costs
+from builder.steps.nvcc_time import seed_costs, unit_costs
 from builder.steps.objcache import headers_of
 
 DRYRUN = (Path(__file__).parent / "data" / "nvcc_plan" / "dryrun-2arch.txt").read_text()
@@ -126,6 +127,33 @@ def test_costs_come_from_measurements_else_from_the_source_size(tmp_path: Path) 
     source = tmp_path / "fwd.cu"
     source.write_bytes(b"x" * 5000)
     assert nvcc_plan.Costs.load(environ, "fwd.cu", source).arch("compute_90") == 5.0
+
+
+def test_a_guess_for_every_arch_and_a_pattern_of_units_serve_where_nothing_was_measured(tmp_path: Path) -> None:
+    costs_file = tmp_path / "costs.json"
+    every = nvcc_plan.EVERY_ARCH
+    costs_file.write_text(json.dumps({"bwd.cu": {"9.0": 80.0, "host": 10.0}, "scan_bwd_*.cu": {every: 115.0},
+                                      "scan_fwd_*.cu": {every: 46.0}}))
+    environ = {nvcc_plan.COSTS_ENV: str(costs_file)}
+    guessed = nvcc_plan.Costs.load(environ, "scan_bwd_fp16.cu", tmp_path / "scan_bwd_fp16.cu")
+    assert (guessed.arch("compute_90"), guessed.arch("compute_75"), guessed.host) == (115.0, 115.0, 0.0)
+    assert nvcc_plan.Costs.load(environ, "scan_fwd_fp16.cu", tmp_path / "x.cu").arch("compute_90") == 46.0
+    assert nvcc_plan.Costs.load(environ, "bwd.cu", tmp_path / "bwd.cu").arch("compute_90") == 80.0  # its name first
+
+
+def test_a_first_builds_pool_starts_the_costlier_parts_of_a_split_tu_first() -> None:
+    # the recipe's shares of causal-conv1d's backward (tu_split.py: 208, 208, 157 of 573 estimated) times the seed
+    shares = {"causal_conv1d_bwd_part1.cu": ("causal_conv1d_bwd.cu", 208 / 573),
+              "causal_conv1d_bwd_part2.cu": ("causal_conv1d_bwd.cu", 208 / 573),
+              "causal_conv1d_bwd_part3.cu": ("causal_conv1d_bwd.cu", 157 / 573)}
+    costs = seed_costs("causal-conv1d", shares)
+    every = nvcc_plan.EVERY_ARCH
+    whole = costs["causal_conv1d_bwd.cu"][every]
+    assert costs["causal_conv1d_bwd_part1.cu"][every] == costs["causal_conv1d_bwd_part2.cu"][every] == round(
+        whole * 208 / 573, 3)
+    assert costs["causal_conv1d_bwd_part3.cu"][every] < costs["causal_conv1d_bwd_part1.cu"][every]
+    assert costs["causal_conv1d_fwd.cu"][every] > costs["causal_conv1d_update.cu"][every]
+    assert seed_costs("no-such-package", shares) == {}  # no seed: the pool falls back on the sources' sizes
 
 
 def test_unit_costs_average_the_ledgers_compile_times() -> None:

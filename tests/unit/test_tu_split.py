@@ -9,7 +9,7 @@ import pytest
 
 from builder.core.errors import RecipeError
 from builder.steps.recipes.patches import BWD_COSTS, BWD_PARTS, bwd_cost
-from builder.steps.recipes.tu_split import instantiations, partition, split_text, split_tu
+from builder.steps.recipes.tu_split import SplitChange, instantiations, partition, split_text, split_tu
 
 BODY = """#include "k.h"
 template <typename T> __global__ void k(T* x) { x[0] = T(1); }
@@ -101,4 +101,17 @@ def test_the_bwd_patch_splits_only_for_a_job_of_many_archs(tmp_path: Path) -> No
     assert not (tmp_path / "csrc" / "causal_conv1d_bwd_part1.cu").exists()
     full = split_causal_conv1d_bwd(tmp_path, local_job(archs=("7.5", "8.0", "9.0", "10.0", "12.0")))
     assert "split into 6 TUs" in full[0] and "estimated cost per part" in full[0]
+    assert isinstance(full[0], SplitChange) and full[0].whole == "causal_conv1d_bwd.cu"
+    assert sorted(full[0].shares) == [f"causal_conv1d_bwd_part{k}.cu" for k in range(1, 7)]
     assert (tmp_path / "csrc" / "causal_conv1d_bwd_part6.cu").is_file()
+
+
+def test_the_split_says_each_parts_share_of_the_whole_tus_cost(tmp_path: Path) -> None:
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "k.cu").write_text(BODY + TAIL)
+    (tmp_path / "setup.py").write_text('sources=["csrc/k.cu"]\n')
+    # T0 costs 9, the others 1 each: T0 alone in one part (9 of 15), the six others in the second (6 of 15)
+    [change] = split_tu(tmp_path, "csrc/k.cu", 2, lambda line: 9.0 if "<T0>" in line else 1.0)
+    assert isinstance(change, SplitChange) and change.whole == "k.cu"
+    assert change.shares == {"k_part1.cu": 0.6, "k_part2.cu": 0.4}
+    assert "<T0>" in (tmp_path / "csrc" / "k_part1.cu").read_text()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import email.parser
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
@@ -21,6 +21,7 @@ from builder.plan.job import Job, PatchRef
 from builder.steps.recipes import pyproject, setup_py
 from builder.steps.recipes.facts import PackageFacts, package_facts
 from builder.steps.recipes.patches import PATCHES
+from builder.steps.recipes.tu_split import SplitChange
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 class RecipeResult:
     changes: tuple[str, ...]  # one line per edit, for the job log
     env: Mapping[str, str]  # to add to the build's environment
+    # a split TU's parts (tu_split.py): part's file name -> (the whole TU's file name, the part's share of its cost)
+    part_shares: Mapping[str, tuple[str, float]] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def cuda_gencode_flags(archs: tuple[str, ...], where: str) -> tuple[str, ...]:
@@ -125,15 +128,22 @@ def select_patches(job: Job, where: str) -> list[PatchRef]:
     return selected
 
 
-def run_patches(root: Path, job: Job, refs: list[PatchRef], where: str) -> list[str]:
-    """A patch that applies but changes nothing is an error: upstream moved on and the patch must follow."""
+def run_patches(
+    root: Path, job: Job, refs: list[PatchRef], where: str
+) -> tuple[list[str], dict[str, tuple[str, float]]]:
+    """The patches' changes, and the parts of the TUs they split with each part's share of its TU's cost. A patch
+    that applies but changes nothing is an error: upstream moved on and the patch must follow."""
     changes: list[str] = []
+    shares: dict[str, tuple[str, float]] = {}
     for ref in refs:
         made = PATCHES[ref.name](root, job)
         if not made:
             raise RecipeError(f"{where}: patch {ref.name} applies (torch {job.torch}) but found nothing to change")
         changes += [f"patch {ref.name}: {change}" for change in made]
-    return changes
+        for change in made:
+            if isinstance(change, SplitChange):
+                shares.update({part: (change.whole, share) for part, share in change.shares.items()})
+    return changes, shares
 
 
 def _read(path: Path, where: str) -> str:
@@ -206,9 +216,10 @@ def apply_recipe(source_root: Path, job: Job) -> RecipeResult:
     for path, (text, description) in edits.items():
         path.write_text(text, encoding="utf-8")
         changes.append(description)
-    changes += run_patches(source_root, job, patches, where)
+    patched, part_shares = run_patches(source_root, job, patches, where)
+    changes += patched
     env = build_env(job, facts)
     changes.append("env: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
     for change in changes:
         log.info("%s: %s", job.identifier, change)
-    return RecipeResult(changes=tuple(changes), env=MappingProxyType(env))
+    return RecipeResult(changes=tuple(changes), env=MappingProxyType(env), part_shares=MappingProxyType(part_shares))

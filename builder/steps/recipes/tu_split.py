@@ -6,8 +6,10 @@ kernel is compiled in exactly one part, from the same code. A TU whose one arch 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
+from typing import Self
 
 from builder.core.errors import RecipeError
 
@@ -33,6 +35,20 @@ def partition(costs: Sequence[float], parts: int) -> list[list[int]]:
 
 
 Cost = Callable[[str], float]
+
+
+class SplitChange(str):
+    """split_tu's change line for the job log, which also says what share of the whole TU's estimated cost each
+    part holds: the core pool's first guess at the parts' costs, before the ledger has measured them."""
+
+    whole: str  # the TU split, by file name: causal_conv1d_bwd.cu
+    shares: Mapping[str, float]  # each part's file name -> its share of the whole's cost, summing to 1
+
+    def __new__(cls, text: str, *, whole: str, shares: Mapping[str, float]) -> Self:
+        change = super().__new__(cls, text)
+        change.whole = whole
+        change.shares = MappingProxyType(dict(shares))
+        return change
 
 
 def _unit_cost(line: str) -> float:
@@ -68,8 +84,8 @@ def _split(text: str, parts: int, where: str, cost: Cost) -> tuple[list[str], li
 
 def split_tu(root: Path, relative: str, parts: int, cost: Cost = _unit_cost) -> list[str]:
     """Write ``<stem>_partK.cu`` beside ``relative`` (instantiations spread by ``cost``, see split_text) and put
-    them in setup.py's sources in its place; returns the changes, [] when setup.py does not list it (the patch then
-    fails: upstream moved on)."""
+    them in setup.py's sources in its place; returns the change (a SplitChange: the parts' shares of the cost go
+    with it), [] when setup.py does not list it (the patch then fails: upstream moved on)."""
     setup = root / "setup.py"
     text = setup.read_text()
     quoted = re.search(rf"""(["']){re.escape(relative)}\1,?""", text)
@@ -89,4 +105,6 @@ def split_tu(root: Path, relative: str, parts: int, cost: Cost = _unit_cost) -> 
     setup.write_text(text[: quoted.start()] + replacement + text[quoted.end():])
     change = (f"{relative}: split into {parts} TUs by its explicit instantiations ({', '.join(names)}; "
               f"estimated cost per part {estimates})")
-    return [change]
+    total = sum(loads)
+    shares = {Path(name).name: load / total for name, load in zip(names, loads, strict=True)}
+    return [SplitChange(change, whole=Path(relative).name, shares=shares)]
