@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -242,6 +242,11 @@ class Builder:
             if previous is not None and self._up_to_date(previous, digest):
                 self.progress.on_done(job, "up to date")
                 return Outcome(job=job, entry=previous, skipped=True)
+            # read before this job's first "running" row replaces its previous one, whose costs count too
+            measured = unit_costs(  # this version's measured (TU, arch) costs: the core pool starts the longest first
+                e.compile_times for e in ledger.entries()
+                if e.package == job.package and e.version == job.version and e.compile_times
+            )
             self.layout.log_for(job).write_text("")
             timer = PhaseTimer(job, self.progress, lambda phase, timings: ledger.put(
                 _base_entry(job, digest, self.layout, status=Status.RUNNING, phase=phase, timings=timings)))
@@ -249,7 +254,7 @@ class Builder:
             try:
                 with job_context(job, self.layout.log_for(job), on_line), \
                         tempfile.TemporaryDirectory(prefix=f"{job.package}-", dir=self.layout.tmp) as work:
-                    entry = self._build(job, digest, timer, ledger, share, Path(work))
+                    entry = self._build(job, digest, timer, ledger, share, Path(work), measured)
             except NotBuildableHere as error:
                 entry = _base_entry(
                     job,
@@ -292,7 +297,17 @@ class Builder:
             return previous.wheel is not None and (self.layout.dist / previous.wheel).is_file()
         return previous.status in NOT_BUILT and not self.options.retry_failed
 
-    def _build(self, job: Job, digest: str, timer: PhaseTimer, ledger: Ledger, share: int, work: Path) -> LedgerEntry:
+    def _build(
+        self,
+        job: Job,
+        digest: str,
+        timer: PhaseTimer,
+        ledger: Ledger,
+        share: int,
+        work: Path,
+        measured: Mapping[str, Mapping[str, float]],
+    ) -> LedgerEntry:
+        """Fetch to install; ``measured``: this version's (TU, arch) costs from the ledger, for the core pool."""
         with timer("fetch"):
             sdist = fetch_sdist(job)
         with timer("env"):
@@ -309,10 +324,6 @@ class Builder:
             parallelism = compile_stage.Parallelism.fit(len(job.archs), share=share)
             objcache = (
                 None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
-            )
-            measured = unit_costs(  # this version's measured (TU, arch) costs: the core pool starts the longest first
-                e.compile_times for e in ledger.entries()
-                if e.package == job.package and e.version == job.version and e.compile_times
             )
             # the seed's guesses for what the ledger has not measured yet (a first build: every unit)
             guessed = {k: v for k, v in seed_costs(job.package, recipe.part_shares).items() if k not in measured}

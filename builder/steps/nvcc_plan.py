@@ -191,8 +191,10 @@ def merge_depfiles(parts: list[str], depfile: str, output: str) -> None:
 
 class CorePool:
     """A build's cores as ``slots`` lock files: a step holds one (flock, so a killed process gives it back) while
-    it runs. Waiters leave a ticket named by priority; only the ``slots`` highest-priority live waiters try for a
-    free core, so the longest remaining critical path starts first.
+    it runs. Waiters leave a ticket named by priority; the ``slots`` highest-priority live waiters look for a free
+    core, and one with k waiters ahead of it takes one only while more than k are free: the longest remaining
+    critical path starts first, strictly (letting all of them race for any free core let a short chain start
+    before a long one that had waited since the start, and the long one then ran alone at the end).
 
     A failed step stops the pool (a ``stopped`` file): ninja starts every TU at once when the pool schedules them,
     so once one fails, ninja's own "stop after the first failure" no longer spares the rest. No step starts after
@@ -225,15 +227,22 @@ class CorePool:
                 other.unlink(missing_ok=True)
         return rank
 
-    def _take(self) -> int | None:
+    def _take(self, rank: int) -> int | None:
+        """A free core for the waiter ``rank`` others are ahead of, if more than ``rank`` are free: each of those
+        others gets one first. The free ones are locked while counted (a flock is the only way to ask), then all
+        but the one kept are given back."""
+        free: list[int] = []
         for index in range(self.slots):
             fd = os.open(self.root / f"slot-{index}", os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
+                free.append(fd)
             except BlockingIOError:
                 os.close(fd)
-        return None
+        kept = free.pop(0) if len(free) > rank else None
+        for fd in free:
+            os.close(fd)
+        return kept
 
     @property
     def stopped(self) -> bool:
@@ -250,8 +259,9 @@ class CorePool:
         fd = None
         try:
             while not self.stopped:
-                in_line = self._rank(ticket) < self.slots
-                fd = self._take() if in_line else None
+                rank = self._rank(ticket)
+                in_line = rank < self.slots
+                fd = self._take(rank) if in_line else None
                 if fd is not None:
                     break
                 time.sleep(_POLL_SECONDS if in_line else _BACK_OF_LINE_SECONDS)

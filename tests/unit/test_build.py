@@ -229,3 +229,21 @@ def test_work_in_flight_is_removed_after_each_job(stages: FakeStages, tmp_path: 
     stages.fail["mamba-ssm"] = WheelwrightError("mamba-ssm: compile failed (exit 1)")
     run_build(tmp_path)
     assert list((tmp_path / "out" / "tmp").iterdir()) == []
+
+
+def test_a_rebuilt_job_orders_its_compile_by_the_costs_its_last_build_measured(
+    stages: FakeStages, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    handed: dict[str, dict] = {}
+    monkeypatch.setattr(build_stage.compile_stage, "build_environ",
+                        lambda job, *args: handed.__setitem__(job.package, args[-1]) or {})
+    [first, _] = run_build(tmp_path)
+    measured = '[{"unit": "causal_conv1d_fwd.cu", "arch": "9.0", "seconds": 16.0}]'
+    with Ledger(tmp_path / "out" / "ledger.sqlite") as ledger:
+        ledger.put(dataclasses.replace(ledger.get(first.job.identifier), compile_times=measured))
+    (tmp_path / "out" / "dist" / first.entry.wheel).unlink()  # built again: its wheel is gone
+    assert handed.pop(first.job.package)["causal_conv1d_fwd.cu"] == {"*": 24.4}  # the first build: the seed's guess
+    outcomes = run_build(tmp_path)
+    assert [o.skipped for o in outcomes] == [False, True]
+    # the build's own "running" rows replace its ledger row: the costs are read before the first of them
+    assert handed[first.job.package]["causal_conv1d_fwd.cu"] == {"9.0": 16.0}

@@ -108,6 +108,39 @@ def test_pool_serves_the_longest_waiter_first(tmp_path: Path) -> None:
     assert order == [300.0, 40.0, 5.0]
 
 
+@pytest.mark.parametrize("trial", range(3))  # the old pool let the top `slots` waiters race for a core
+def test_a_freed_core_goes_to_the_longest_waiter_even_when_others_are_in_line(tmp_path: Path, trial: int) -> None:
+    pool = nvcc_plan.CorePool(tmp_path / "pool", 4)
+    order: list[float] = []
+    releases = [threading.Event() for _ in range(4)]
+
+    def hold(release: threading.Event) -> None:
+        with pool.core(0.0):
+            release.wait()
+
+    def step(priority: float) -> None:
+        with pool.core(priority):
+            order.append(priority)
+
+    holders = [threading.Thread(target=hold, args=(release,), daemon=True) for release in releases]
+    for holder in holders:
+        holder.start()
+    time.sleep(0.2)
+    waiters = [threading.Thread(target=step, args=(p,), daemon=True) for p in (5.0, 6.0, 7.0, 300.0)]
+    try:
+        for waiter in waiters:  # the short ones first
+            waiter.start()
+            time.sleep(0.05)
+        time.sleep(0.3)  # all four in line (4 slots) before one core frees up
+        releases[0].set()  # one core: it goes to the waiters one after the other, each step ending at once
+        for waiter in waiters:
+            waiter.join(timeout=5)
+        assert order == [300.0, 7.0, 6.0, 5.0]
+    finally:
+        for release in releases:
+            release.set()
+
+
 def test_a_dead_waiters_ticket_is_ignored(tmp_path: Path) -> None:
     pool = nvcc_plan.CorePool(tmp_path / "pool", 1)
     (tmp_path / "pool" / "waiting").mkdir(parents=True)
