@@ -3,6 +3,7 @@ the whole body, setup.py lists the parts in the TU's place, and a file the split
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,16 @@ def test_the_split_says_each_parts_share_of_the_whole_tus_cost(tmp_path: Path) -
     assert isinstance(change, SplitChange) and change.whole == "k.cu"
     assert change.shares == {"k_part1.cu": 0.6, "k_part2.cu": 0.4}
     assert "<T0>" in (tmp_path / "csrc" / "k_part1.cu").read_text()
+
+
+def test_the_parts_carry_the_whole_tus_times(tmp_path: Path) -> None:
+    # nvcc writes each source's mtime into the cubins' line tables: parts stamped with the moment of the split
+    # made two builds of the same job two different wheels (their backward cubins differed in those bytes alone)
+    (tmp_path / "csrc").mkdir()
+    whole = tmp_path / "csrc" / "k.cu"
+    whole.write_text(BODY + TAIL)
+    os.utime(whole, ns=(315532800_000000000, 315532800_000000000))  # as an sdist's members unpack
+    (tmp_path / "setup.py").write_text('sources=["csrc/k.cu"]\n')
+    split_tu(tmp_path, "csrc/k.cu", 2)
+    for part in ("k_part1.cu", "k_part2.cu"):
+        assert (tmp_path / "csrc" / part).stat().st_mtime_ns == 315532800_000000000
