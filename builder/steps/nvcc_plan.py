@@ -229,8 +229,8 @@ class CorePool:
 
     def _take(self, rank: int) -> int | None:
         """A free core for the waiter ``rank`` others are ahead of, if more than ``rank`` are free: each of those
-        others gets one first. The free ones are locked while counted (a flock is the only way to ask), then all
-        but the one kept are given back."""
+        others gets one first. The free ones are locked while counted (a flock is the only way to ask), at most
+        ``rank + 1`` of them, then all but the one kept are given back."""
         free: list[int] = []
         for index in range(self.slots):
             fd = os.open(self.root / f"slot-{index}", os.O_RDWR | os.O_CREAT, 0o644)
@@ -239,6 +239,8 @@ class CorePool:
                 free.append(fd)
             except BlockingIOError:
                 os.close(fd)
+            if len(free) > rank:
+                break
         kept = free.pop(0) if len(free) > rank else None
         for fd in free:
             os.close(fd)

@@ -97,13 +97,13 @@ def split_tu(root: Path, relative: str, parts: int, cost: Cost = _unit_cost) -> 
     names = []
     texts, loads = _split(source.read_text(), parts, where, cost)
     estimates = ", ".join(f"{load:g}" for load in loads)
-    whole = source.stat()
+    times = source.stat()  # the whole TU's
     for index, part in enumerate(texts, start=1):
         name = f"{Path(relative).with_suffix('').as_posix()}_part{index}.cu"
         (root / name).write_text(part)
         # the whole TU's times, not the moment of the split: nvcc writes a source's mtime into the cubins' line
         # tables, so parts stamped "now" made every build of the same job a different wheel
-        os.utime(root / name, ns=(whole.st_atime_ns, whole.st_mtime_ns))
+        os.utime(root / name, ns=(times.st_atime_ns, times.st_mtime_ns))
         names.append(name)
     quote = quoted[1]
     replacement = ", ".join(f"{quote}{name}{quote}" for name in names) + ("," if quoted[0].endswith(",") else "")
