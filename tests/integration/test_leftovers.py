@@ -47,7 +47,9 @@ def test_the_processes_of_a_killed_build_are_ended_and_no_others(tmp_path: Path)
             time.sleep(0.05)
         assert len(marked(ours)) == 3
         assert kill_marked(WORKSPACE_ENV, str(ours)) == 3
-        assert leftover.wait(timeout=10) == -signal.SIGKILL
+        # the shell is killed, or its children die first and its `wait` lets it exit 0 before its own SIGKILL
+        # lands: which of the two depends on scheduling; that it ended within the bound does not
+        assert leftover.wait(timeout=10) in (-signal.SIGKILL, 0)
         assert marked(ours) == []
         assert bystander.poll() is None and len(marked(other)) == 1
     finally:
