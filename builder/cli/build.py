@@ -71,7 +71,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     plan = load_plan(args.matrix, args.profile).select(args.select).only(only)
     if args.preflight:
         return _preflight(plan.jobs)
-    options = BuildOptions(retry_failed=args.retry_failed, parallel=args.parallel, objcache=args.objcache)
+    from builder.steps.torch_index import torch_index_template
+
+    options = BuildOptions(retry_failed=args.retry_failed, parallel=args.parallel, objcache=args.objcache,
+                           torch_index=torch_index_template(plan.torch_index))
     display: LiveTable | LineReporter
     if interactive(console.is_terminal):
         display = LiveTable(list(plan.jobs))

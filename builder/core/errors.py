@@ -42,6 +42,10 @@ class ToolchainError(WheelwrightError):
     exit_code = 4
 
 
+class NotBuildableHere(ToolchainError):
+    """The job's toolkit, interpreter or torch cannot be had on this machine; reported, never attempted."""
+
+
 class FetchError(WheelwrightError):
     """An sdist could not be fetched or failed its hash check."""
 

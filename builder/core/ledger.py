@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     toolchain    TEXT,               -- JSON: the toolkit source, its CUDA version and root, the host compiler
     compile_times TEXT,              -- JSON: [{unit, arch, seconds}] from nvcc --time (object-cache hits add none)
     wheel_identity TEXT,             -- inode:size:mtime_ns:ctime_ns of the wheel in dist/ when its hash was taken
+    torch_wheel  TEXT,               -- JSON: the torch wheel built against: filename, url, sha256, index, origin
     updated_at   REAL NOT NULL
 );
 """
@@ -52,6 +53,7 @@ MIGRATIONS = {
     "toolchain": "ALTER TABLE jobs ADD COLUMN toolchain TEXT",
     "compile_times": "ALTER TABLE jobs ADD COLUMN compile_times TEXT",
     "wheel_identity": "ALTER TABLE jobs ADD COLUMN wheel_identity TEXT",
+    "torch_wheel": "ALTER TABLE jobs ADD COLUMN torch_wheel TEXT",
 }
 SCHEMA_VERSION = 2  # PRAGMA user_version; a ledger with a higher one was written by a newer wheelwright
 # How long to wait for another process's write transaction before saying so (env WHEELWRIGHT_LEDGER_TIMEOUT).
@@ -96,6 +98,7 @@ class LedgerEntry:
     toolchain: str | None = None
     compile_times: str | None = None
     wheel_identity: str | None = None
+    torch_wheel: str | None = None
     updated_at: float = 0.0
 
     @property

@@ -24,17 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.context import job_context, log_note
-from builder.core.errors import WheelwrightError
+from builder.core.errors import NotBuildableHere, WheelwrightError
 from builder.core.hashing import FileIdentity, sha256_of
 from builder.core.ledger import NOT_BUILT, Ledger, LedgerEntry, Status
 from builder.core.resources import BUILD_DATA
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
+from builder.plan.matrix import DEFAULT_TORCH_INDEX
 from builder.steps import compile as compile_stage
 from builder.steps import provenance
 from builder.steps import variant as variant_stage
 from builder.steps.environment import (
-    NotBuildableHere,
     build_env,
     build_requirements,
     find_pythons,
@@ -98,6 +98,7 @@ class BuildOptions:
     retry_failed: bool = False
     parallel: int = 1  # jobs at once (groups of one package version + label run their Pythons in turn)
     objcache: str = "use"  # use | verify | off (see builder/steps/objcache.py)
+    torch_index: str = DEFAULT_TORCH_INDEX  # the template in force (builder/steps/torch_index.py)
 
 
 @dataclass(kw_only=True)
@@ -312,7 +313,7 @@ class Builder:
             sdist = fetch_sdist(job)
         with timer("env"):
             toolkit = find_toolkit(job.accelerator)
-            runtime = runtime_env(job, self.facts)
+            runtime = runtime_env(job, self.facts, self.options.torch_index)
             env = build_env(job, runtime, toolkit)
         with timer("patch"):
             source = unpack_sdist(sdist, work / "unpacked")
@@ -338,11 +339,13 @@ class Builder:
             compiled = {  # how it was compiled, for the ledger (the wheel carries its own record: provenance below)
                 "toolchain": json.dumps(toolkit.as_dict(), sort_keys=True),
                 "compile_times": json.dumps(read_times(space.nvcc_times)),
+                "torch_wheel": json.dumps(runtime.origin(), sort_keys=True),
             }
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired")
             # After repair (which rewrites the ELF files), so the record's digests are of what ships.
-            record = provenance.build_record(job, toolchain=toolkit.as_dict(), recipe_changes=recipe.changes)
+            record = provenance.build_record(job, toolchain=toolkit.as_dict(), recipe_changes=recipe.changes,
+                                             torch_wheel=runtime.origin())
             provenance.embed(repaired.wheel, record)
         with timer("verify"):
             report = verify_wheel(repaired.wheel, job, runtime=runtime)

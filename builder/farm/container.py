@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from builder.core.errors import WheelwrightError
+from builder.core.errors import NotBuildableHere, WheelwrightError
 from builder.core.ledger import Ledger, LedgerEntry
 from builder.farm.build import BuildOptions, Layout, Outcome, Progress, _base_entry, input_hash
 from builder.farm.engine import Engine, Mount, RunSpec
@@ -36,6 +36,7 @@ SOURCE = Path("/opt/wheelwright/src")
 HOST_CA = Path("/etc/wheelwright/host-ca.crt")
 # How the host reaches package registries; the container must reach them the same way (a proxy, a mirror).
 NETWORK_ENV = (
+    "WHEELWRIGHT_TORCH_INDEX",  # a mirror of PyTorch's index (builder/steps/torch_index.py)
     "PIP_INDEX_URL",
     "PIP_TRUSTED_HOST",
     "PIP_DEFAULT_TIMEOUT",
@@ -177,15 +178,15 @@ class ContainerBackend:
 
         host_cache = cache_root()
         own = host_cache / "containers" / f"{spec.name}-{spec.base.name}"
-        for folder in (own, host_cache / "sdists", host_cache / "runtime", Path.home() / ".cache" / "pip"):
+        shared = [host_cache / name for name in ("sdists", "runtime", "torch-wheels")]
+        for folder in (own, *shared, Path.home() / ".cache" / "pip"):
             folder.mkdir(parents=True, exist_ok=True)
         mounts = [
             Mount(source=Path(__file__).resolve().parents[2], target=SOURCE, read_only=True),
             Mount(source=self.invocation.matrix, target=self.invocation.matrix, read_only=True),
             Mount(source=self.layout.root, target=self.layout.root),
             Mount(source=own, target=CACHE),
-            Mount(source=host_cache / "sdists", target=CACHE / "sdists"),
-            Mount(source=host_cache / "runtime", target=CACHE / "runtime"),
+            *(Mount(source=folder, target=CACHE / folder.name) for folder in shared),
             Mount(source=Path.home() / ".cache" / "pip", target=PIP_CACHE),
         ]
         env = {
@@ -209,7 +210,7 @@ class ContainerBackend:
         return RunSpec(image=tag, command=("bash", "-c", script), mounts=tuple(mounts), env=env)
 
     def _host_toolkit(self, job: Job) -> Path | None:
-        from builder.steps.environment import NotBuildableHere, find_toolkit
+        from builder.steps.environment import find_toolkit
 
         try:
             return find_toolkit(job.accelerator).root.resolve()
@@ -219,11 +220,11 @@ class ContainerBackend:
     def _prefill_torch(self, group: Sequence[Job], log_path: Path) -> None:
         """Install each job's torch into the shared runtime cache with the host's pip (its configuration, its
         cache), where the host has that Python; the container then finds it installed."""
-        from builder.steps.environment import NotBuildableHere, runtime_env
+        from builder.steps.environment import runtime_env
 
         for job in group:
             try:
-                runtime = runtime_env(job, self.facts)
+                runtime = runtime_env(job, self.facts, self.options.torch_index)
             except NotBuildableHere as reason:
                 log.info("%s: torch not prefilled on the host (%s); the container installs it", job.identifier, reason)
                 continue

@@ -19,7 +19,7 @@ from builder.core.errors import PlanError, did_you_mean
 from builder.plan.archs import ArchChoice, ArchNote, apply_known_bad
 from builder.plan.facts import Accelerator, TorchFacts, TorchRelease, load_facts
 from builder.plan.job import Job, PatchRef, Recipe, Sdist, UpstreamFiles
-from builder.plan.matrix import HOST_PYTHON, Matrix, PackageSpec, SdistPin, load_matrix
+from builder.plan.matrix import DEFAULT_TORCH_INDEX, HOST_PYTHON, Matrix, PackageSpec, SdistPin, load_matrix
 
 _WILDCARDS = re.compile(r"[*?\[]")
 NOT_SELECTED = "not selected by include/exclude"
@@ -38,6 +38,7 @@ class Plan:
     dropped: tuple[Dropped, ...]
     # per job: a profile's package_archs chosen, and what the arch facts changed (builder/data/archs.toml)
     arch_notes: tuple[ArchChoice | ArchNote, ...] = ()
+    torch_index: str = DEFAULT_TORCH_INDEX  # matrix.yaml's template; WHEELWRIGHT_TORCH_INDEX overrides it at build
 
     def select(self, pattern: str | None) -> Plan:
         if pattern is None:
@@ -56,7 +57,7 @@ class Plan:
             )
         kept = {j.identifier for j in jobs}
         notes = tuple(n for n in self.arch_notes if n.identifier in kept)
-        return Plan(profile=self.profile, jobs=jobs, dropped=self.dropped, arch_notes=notes)
+        return dataclasses.replace(self, jobs=jobs, arch_notes=notes)
 
     def only(self, identifiers: Sequence[str]) -> Plan:
         """Exactly the jobs named (the container backend's hand-off); an unknown identifier is an error."""
@@ -69,7 +70,7 @@ class Plan:
                 raise PlanError(f"--only {identifier!r} is not a job of profile {self.profile!r}{hint}")
         wanted = set(identifiers)
         jobs = tuple(j for j in self.jobs if j.identifier in wanted)
-        return Plan(profile=self.profile, jobs=jobs, dropped=self.dropped)
+        return dataclasses.replace(self, jobs=jobs, arch_notes=())
 
     def as_github_matrix(self) -> dict[str, list[dict[str, object]]]:
         return {"include": [job.as_matrix_entry() for job in self.jobs]}
@@ -310,7 +311,8 @@ def expand(matrix: Matrix, facts: TorchFacts, profile_name: str | None = None, *
     if not jobs:
         tip = f"`wheelwright plan --profile {name} --explain` says why each combination was dropped"
         raise PlanError(f"profile {name!r} expands to no jobs", tip=tip)
-    return Plan(profile=name, jobs=tuple(jobs), dropped=tuple(dropped), arch_notes=tuple(notes))
+    return Plan(profile=name, jobs=tuple(jobs), dropped=tuple(dropped), arch_notes=tuple(notes),
+                torch_index=matrix.torch_index)
 
 
 def _selected(identifier: str, axes: _Axes) -> bool:

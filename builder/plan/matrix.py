@@ -23,6 +23,9 @@ from builder.plan.facts import Accelerator, torch_minor
 from builder.plan.job import PATCH_NAMES
 
 HOST_PYTHON = "host"
+# PyTorch's own index: one PEP 503 root per accelerator, which also hosts torch's dependencies
+DEFAULT_TORCH_INDEX = "https://download.pytorch.org/whl/{accelerator}/"
+_TORCH_INDEX = re.compile(r"(https?|file)://[^\s{}\x00-\x1f\x7f]+(\{accelerator\}[^\s{}\x00-\x1f\x7f]*)*")
 ARCH_CONTROLS = ("gencode-rewrite", "torch-arch-list")
 AXES = ("torch", "accelerators", "python", "include", "exclude")
 _AXIS_ITEMS = {
@@ -122,6 +125,16 @@ def _python(value: str) -> str:
     return value
 
 
+def check_torch_index(value: str) -> str:
+    """A torch index template: an http(s) or file URL; ``{accelerator}`` (cu126, rocm6.4) is its only field."""
+    if not _TORCH_INDEX.fullmatch(value):
+        raise ValueError(
+            f"torch index {value!r} is not an http(s) or file URL like {DEFAULT_TORCH_INDEX!r} "
+            "({accelerator}, replaced by cu126, rocm6.4, ..., is its only field)"
+        )
+    return value
+
+
 def _accelerator(value: str) -> str:
     Accelerator.parse(value)  # its ValueError says how to spell one
     return value
@@ -151,6 +164,7 @@ PythonVersion = Annotated[str, AfterValidator(_python)]
 AcceleratorName = Annotated[str, AfterValidator(_accelerator)]
 Arch = Annotated[str, AfterValidator(_arch)]
 Selector = Annotated[str, AfterValidator(_selector)]
+TorchIndex = Annotated[str, AfterValidator(check_torch_index)]
 ArchLists = dict[AcceleratorName, Annotated[list[Arch], Field(min_length=1)]]
 
 
@@ -235,6 +249,7 @@ class Profile(Axes):
 
 class Matrix(Axes):
     default_profile: str = "local"
+    torch_index: TorchIndex = DEFAULT_TORCH_INDEX
     packages: list[PackageSpec] = Field(min_length=1)
     profiles: dict[str, Profile] = Field(min_length=1)
 

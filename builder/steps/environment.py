@@ -3,6 +3,7 @@ add), a build environment with the build tools, and the CUDA toolkit, each check
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import logging
@@ -15,13 +16,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder.core.errors import ToolchainError, WheelwrightError
+from builder.core.context import log_note
+from builder.core.errors import NotBuildableHere, ToolchainError
 from builder.core.resources import BUILD_REQUIREMENTS
 from builder.core.runner import run
 from builder.plan.facts import Accelerator, TorchFacts
 from builder.plan.job import Job
 from builder.steps.toolchain import Toolchain as Toolkit
 from builder.steps.toolchain import ToolkitUnavailable, provide
+from builder.steps.torch_index import (
+    TORCH_INDEX,
+    TORCH_INDEX_ENV,
+    TorchMismatch,
+    TorchWheel,
+    download_torch,
+    find_torch_wheel,
+    torch_index_template,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +47,11 @@ else:
     print(json.dumps({
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
+        "hip": getattr(torch.version, "hip", None),
         "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
         "torch_site": os.path.dirname(os.path.dirname(torch.__file__)),
     }))
 """
-
-
-class NotBuildableHere(WheelwrightError):
-    """The job's toolkit, interpreter or torch cannot be had on this machine; reported, never attempted."""
-
-    exit_code = 4  # like ToolchainError: something the machine lacks, not something the user typed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +62,13 @@ class RuntimeEnv:
     site_packages: Path
     torch: str
     system: bool  # the interpreter's own torch (no download), e.g. on a machine with torch preinstalled
+    wheel: TorchWheel | None = None  # where a cached torch came from (None: the interpreter's own)
+
+    def origin(self) -> dict[str, str | None]:
+        """Where this torch came from, as the ledger and the provenance record it."""
+        if self.wheel is None:
+            return {"origin": "interpreter", "python": str(self.python), "torch": self.torch}
+        return self.wheel.as_dict()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,67 +116,85 @@ def probe(python: Path) -> dict[str, Any]:
 
 # -- torch ------------------------------------------------------------------------------------------------------
 
-def runtime_env(job: Job, facts: TorchFacts) -> RuntimeEnv:
-    """The job's torch: the interpreter's own when it matches, else a cached venv holding only torch."""
+def runtime_env(job: Job, facts: TorchFacts, torch_index: str | None = None) -> RuntimeEnv:
+    """The job's torch: the interpreter's own when it matches, else a cached folder holding only the torch wheel
+    that ``torch_index`` (a template, see builder/steps/torch_index.py) lists for the job, and its dependencies."""
     pythons = find_pythons(job.python)
     for python in pythons:
         info = probe(python)
         if _matches(info, job):
             return RuntimeEnv(python=python, site_packages=Path(info["torch_site"]), torch=info["torch"], system=True)
     python = next((p for p in pythons if not _is_venv(p)), pythons[-1])
-    release = facts.release(job.torch)
-    if job.accelerator.kind != "cuda" or job.accelerator.version != release.pypi_cuda:
-        raise NotBuildableHere(
-            f"torch {job.torch} for {job.accelerator} is published only on PyTorch's own index, which this machine "
-            f"cannot reach; the registry wheel of torch {release.minor} is cu{release.pypi_cuda.replace('.', '')}"
-        )
-    site_packages = installed_torch(job, python)
-    return RuntimeEnv(python=python, site_packages=site_packages, torch=job.torch, system=False)
+    wheel = find_torch_wheel(job, facts, torch_index or torch_index_template())
+    site_packages, sha256 = installed_torch(job, python, wheel)
+    return RuntimeEnv(python=python, site_packages=site_packages, torch=job.torch, system=False,
+                      wheel=dataclasses.replace(wheel, sha256=sha256))
 
 
-def installed_torch(job: Job, python: Path) -> Path:
-    """The job's torch, installed once (``pip install --target``) under ``<cache>/runtime/`` and reused.
+def installed_torch(job: Job, python: Path, wheel: TorchWheel) -> tuple[Path, str]:
+    """The job's torch, installed once (``pip install --target``) under ``<cache>/runtime/`` and reused; the folder
+    is keyed by the wheel's sha256, so two variants (or two mirrors' differing bytes) of one torch never share it.
 
-    Staged beside its final place and renamed into it, under a lock: concurrent builds and test sessions wait for
-    one install, and a killed one leaves no half-installed torch behind.
+    Staged beside its final place, checked (its version, CUDA and ABI must be the job's) and renamed into it, under a
+    lock: concurrent builds and test sessions wait for one install, and a killed one leaves no half-installed torch.
     """
+    path, sha256 = download_torch(wheel, job.identifier, cache_root() / "torch-wheels")
     runtime = cache_root() / "runtime"
-    target = runtime / f"torch-{job.torch}-{job.python_tag}"
+    target = runtime / f"torch-{job.torch}-{job.python_tag}-{sha256[:16]}"
     if (target / ".complete").is_file():
-        return target
+        return target, sha256
     runtime.mkdir(parents=True, exist_ok=True)
     with (runtime / f"{target.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (target / ".complete").is_file():
             with tempfile.TemporaryDirectory(prefix=f".{target.name}-", dir=runtime) as tmp:
                 staging = Path(tmp) / "site-packages"
-                # not --quiet: what pip downloaded and installed belongs in the job's log
-                run(
-                    [
-                        python,
-                        "-m",
-                        "pip",
-                        "install",
-                        "--disable-pip-version-check",
-                        "--progress-bar",
-                        "off",
-                        "--target",
-                        staging,
-                        f"torch=={job.torch}",
-                    ],
-                    step=f"install torch {job.torch} for Python {job.python}",
-                )
-                (staging / ".complete").write_text(f"torch=={job.torch} for {job.python_tag}\n")
+                _pip_install_torch(job, python, path, wheel, staging)
+                check_torch(job, python, staging, wheel)
+                (staging / ".complete").write_text(json.dumps(wheel.as_dict() | {"sha256": sha256}) + "\n")
                 shutil.rmtree(target, ignore_errors=True)
                 staging.rename(target)
-    return target
+    return target, sha256
+
+
+def _pip_install_torch(job: Job, python: Path, path: Path, wheel: TorchWheel, staging: Path) -> None:
+    """pip installs the downloaded wheel with its dependencies as a user of its index would get them: from the
+    torch index (which hosts them, as PyTorch's does), or from pip's own configuration for the registry's wheel."""
+    index = ["--index-url", wheel.index] if wheel.origin == TORCH_INDEX else []
+    # not --quiet: what pip downloaded and installed belongs in the job's log
+    command: list[str | os.PathLike[str]] = [
+        python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", *index,
+        "--target", staging, path,
+    ]
+    run(command, step=f"install torch {job.torch} for Python {job.python}")
+
+
+def check_torch(job: Job, python: Path, site: Path, wheel: TorchWheel) -> None:
+    """The installed torch must be the job's: its version, its CUDA (or HIP) and its C++ ABI."""
+    output = run([python, "-c", _PROBE], step="check the installed torch", capture=True,
+                 env={**os.environ, "PYTHONPATH": str(site)}).output
+    info: dict[str, Any] = json.loads(output.splitlines()[-1])
+    served = f"torch {info.get('torch')} (CUDA {info.get('cuda')}, HIP {info.get('hip')}, " + (
+        "cxx11" if info.get("cxx11_abi") else "pre-cxx11") + " ABI)"
+    if not _matches(info, job):
+        wanted = f"torch {job.torch} ({job.accelerator.kind.upper()} {job.accelerator.version}, " + (
+            "cxx11" if job.cxx11_abi else "pre-cxx11") + " ABI)"
+        raise TorchMismatch(f"{wheel.url} served {served}, but {job.identifier} needs {wanted}",
+                            tip=f"point {TORCH_INDEX_ENV} at an index of the job's variant ({job.accelerator})")
+    log_note(f"checked {served} from {wheel.url}")
 
 
 def _matches(info: dict[str, Any], job: Job) -> bool:
     if not info.get("torch"):
         return False
     public = info["torch"].split("+")[0]
-    return bool(public == job.torch and info["cuda"] == job.accelerator.version and info["cxx11_abi"] == job.cxx11_abi)
+    accelerator = info["cuda"] if job.accelerator.kind == "cuda" else _hip_minor(info.get("hip"))
+    return bool(public == job.torch and accelerator == job.accelerator.version and info["cxx11_abi"] == job.cxx11_abi)
+
+
+def _hip_minor(hip: str | None) -> str | None:
+    """torch.version.hip reads '6.2.41133-dd7f95766'; ROCm variants are named by their first two or three parts."""
+    return ".".join(hip.split("-")[0].split(".")[:2]) if hip else None
 
 
 def _ensure_venv(venv: Path, python: Path, requirements: list[str], *, step: str) -> None:

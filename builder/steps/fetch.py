@@ -16,10 +16,11 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from html.parser import HTMLParser
 from http.client import HTTPResponse
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
-from urllib.parse import urljoin
+from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.utils import canonicalize_name
 
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 DEFAULT_INDEX_URL = "https://pypi.org/simple/"
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 TIMEOUT_S = 60.0
+PAGE_CAP_BYTES = 64 << 20  # an index page larger than this is refused (the registry's torch page is ~4 MB)
 _CHUNK = 1 << 16
 
 
@@ -131,6 +133,75 @@ def _project_files(page_url: str, who: str) -> list[dict[str, Any]]:
     if not isinstance(files, list):
         raise FetchError(f"{who}: {page_url}: 'files' is not a list")
     return files
+
+
+def index_files(page_url: str, who: str) -> list[dict[str, Any]]:
+    """The files a project page lists, as PEP 691 entries (filename, url, hashes), from a PEP 691 JSON page or a
+    PEP 503 HTML one: PyTorch's own index and most mirrors of it serve HTML only."""
+    accept = f"{PEP691_JSON}, text/html;q=0.1"
+    try:
+        with open_url(page_url, accept=accept) as response:
+            content_type = response.headers.get_content_type()
+            body = response.read(PAGE_CAP_BYTES + 1)
+    except (urllib.error.URLError, OSError) as error:
+        raise FetchError(f"{who}: cannot read the index page {page_url}: {error}") from None
+    if len(body) > PAGE_CAP_BYTES:
+        raise FetchError(f"{who}: {page_url} is larger than {PAGE_CAP_BYTES >> 20} MiB; refusing to read it")
+    if content_type == PEP691_JSON:
+        try:
+            files = json.loads(body)["files"]
+        except (ValueError, KeyError, TypeError) as error:
+            raise FetchError(f"{who}: {page_url} is not a PEP 691 project page: {error!r}") from None
+        if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
+            raise FetchError(f"{who}: {page_url}: 'files' is not a list of tables")
+        return [{**f, "url": urljoin(page_url, str(f.get("url", "")))} for f in files]
+    if content_type != "text/html":
+        raise FetchError(f"{who}: {page_url} answered {content_type}, not a PEP 503 or PEP 691 project page")
+    return _Anchors.files(body.decode("utf-8", errors="replace"), page_url)
+
+
+class _Anchors(HTMLParser):
+    """A PEP 503 page's anchors: the text is the filename, the URL's fragment may carry ``sha256=<hex>``."""
+
+    def __init__(self, page_url: str) -> None:
+        super().__init__()
+        self.page_url = page_url
+        self.found: list[dict[str, Any]] = []
+        self._href: str | None = None
+
+    @classmethod
+    def files(cls, text: str, page_url: str) -> list[dict[str, Any]]:
+        parser = cls(page_url)
+        parser.feed(text)
+        parser.close()
+        return parser.found
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a":
+            self._href = None
+
+    def handle_data(self, data: str) -> None:
+        if self._href is None or not data.strip():
+            return
+        url = urljoin(self.page_url, self._href)
+        parts = urlsplit(url)
+        name, _, value = parts.fragment.partition("=")
+        hashes = {name: value} if name == "sha256" and value else {}
+        url = parts._replace(fragment="").geturl()
+        self.found.append({"filename": unquote(data.strip()), "url": url, "hashes": hashes})
+
+
+def download_checked(url: str, path: Path, expected: str | None, who: str) -> str:
+    """Download ``url`` to ``path`` (atomically); the sha256 must be ``expected`` when one is given. Returns it."""
+    with atomic_file(path) as out:
+        actual = _stream(url, out, who)
+        if expected is not None and actual != expected:
+            raise FetchError(f"{who}: {path.name} from {url} has sha256 {actual}, but its index lists {expected}")
+    return actual
 
 
 def _download(url: str, path: Path, expected: str | None, who: str) -> None:

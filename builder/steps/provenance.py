@@ -105,11 +105,13 @@ def _arch_sort(arch: str) -> tuple[Any, ...]:
 
 
 def build_record(job: Job, *, toolchain: Mapping[str, str] | None, recipe_changes: tuple[str, ...] = (),
-                 log_path: Path | None = None) -> dict[str, object]:
+                 log_path: Path | None = None,
+                 torch_wheel: Mapping[str, str | None] | None = None) -> dict[str, object]:
     """Everything the record says about the build (the file digests are added when it is embedded).
 
     ``toolchain`` is the job's toolkit record (``Toolchain.as_dict()``: source, CUDA version, root, host compilers),
-    the same the ledger keeps; the record adds what those tools say they are."""
+    the same the ledger keeps; the record adds what those tools say they are. ``torch_wheel`` is where the torch it
+    was built against came from (``RuntimeEnv.origin()``: the wheel's URL and sha256, or the interpreter's own)."""
     compiler = (toolchain or {}).get("cxx") or os.environ.get("CXX", "c++")
     toolkit: dict[str, str] = {"kind": job.accelerator.kind, "version": job.accelerator.version}
     if toolchain is not None and job.accelerator.kind == "cuda":
@@ -130,7 +132,7 @@ def build_record(job: Job, *, toolchain: Mapping[str, str] | None, recipe_change
             "applied": list(recipe_changes),
         },
         "torch": {"version": job.torch, "requirement": job.torch_requirement,
-                  "cxx11_abi": job.cxx11_abi},
+                  "cxx11_abi": job.cxx11_abi, **({"wheel": dict(torch_wheel)} if torch_wheel else {})},
         "python": job.python_tag,
         "toolkit": toolkit,
         "host_compiler": _first_line([compiler, "--version"], log_path),
@@ -260,6 +262,14 @@ def _abi(torch: Mapping[str, Any]) -> str:
     return "cxx11" if torch.get("cxx11_abi") else "pre-cxx11"
 
 
+def _torch_wheel(wheel: object) -> str:
+    if not isinstance(wheel, dict):
+        return "not recorded"
+    if wheel.get("origin") == "interpreter":
+        return f"the interpreter's own ({wheel.get('python')}, torch {wheel.get('torch')})"
+    return f"{wheel.get('url')} sha256 {wheel.get('sha256')} ({wheel.get('origin')})"
+
+
 def describe(provenance: Provenance) -> list[tuple[str, str]]:
     """(field, value) rows for people: what ``wheelwright provenance`` prints."""
     r = provenance.record
@@ -273,6 +283,7 @@ def describe(provenance: Provenance) -> list[tuple[str, str]]:
         ("sdist", f"{sdist.get('filename')} sha256 {sdist.get('sha256')}"),
         ("recipe", f"arch control {recipe.get('arch_control')}; patches {patches}"),
         ("torch", f"{torch.get('version')} ({_abi(torch)} ABI), wheel pins {torch.get('requirement')}"),
+        ("torch wheel", _torch_wheel(torch.get("wheel"))),
         ("toolkit", f"{toolkit.get('kind')} {toolkit.get('version')}: {toolkit.get('nvcc', '-')}"),
         ("host compiler", str(r.get("host_compiler"))),
         ("archs", f"SASS {' '.join(archs.get('sass', [])) or 'none'}; PTX {' '.join(archs.get('ptx', [])) or 'none'}"),

@@ -19,9 +19,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from builder.core.errors import FetchError
+from builder.core.errors import FetchError, NotBuildableHere
 from builder.plan.job import Job, UpstreamFiles
-from builder.steps.environment import NotBuildableHere
 from builder.steps.fetch import _download_unchecked, cache_dir_for_sdists
 
 log = logging.getLogger(__name__)

@@ -242,3 +242,55 @@ def test_unpack_wants_one_top_level_directory(tmp_path: Path) -> None:
     sdist = make_sdist(tmp_path / "flat.tar.gz", {"setup.py": b"", "PKG-INFO": b""})
     with pytest.raises(FetchError, match=r"expected one top-level directory, found \['PKG-INFO', 'setup.py'\]"):
         fetch.unpack_sdist(sdist, tmp_path / "src")
+
+
+# -- index pages of either kind (the torch index: PyTorch's serves PEP 503 HTML only) ---------------------------------
+
+PEP503_PAGE = b"""<!DOCTYPE html><html><body><h1>Links for torch</h1>
+<a href="/whl/cu130/torch-2.14.1%2Bcu130-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=""" + b"ab" * 32 + b"""">
+torch-2.14.1+cu130-cp311-cp311-manylinux_2_28_x86_64.whl</a><br/>
+<a href="https://files.test/torch-2.14.1%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl"
+   data-requires-python="&gt;=3.10">
+torch-2.14.1+cu130-cp312-cp312-manylinux_2_28_x86_64.whl</a>
+</body></html>"""
+
+
+def test_a_pep503_page_lists_each_anchor_with_its_absolute_url_and_fragment_hash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    page = "https://mirror.test/whl/cu130/torch/"
+    serve(monkeypatch, {page: Response(PEP503_PAGE, content_type="text/html")})
+    files = fetch.index_files(page, "job")
+    assert files == [
+        {"filename": "torch-2.14.1+cu130-cp311-cp311-manylinux_2_28_x86_64.whl",
+         "url": "https://mirror.test/whl/cu130/torch-2.14.1%2Bcu130-cp311-cp311-manylinux_2_28_x86_64.whl",
+         "hashes": {"sha256": "ab" * 32}},
+        {"filename": "torch-2.14.1+cu130-cp312-cp312-manylinux_2_28_x86_64.whl",
+         "url": "https://files.test/torch-2.14.1%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl", "hashes": {}},
+    ]
+
+
+def test_a_pep691_page_gives_the_same_entries_with_absolute_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    page = "https://mirror.test/simple/torch/"
+    entry = {"filename": "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl", "url": "../../files/t.whl",
+             "hashes": {"sha256": "cd" * 32}}
+    serve(monkeypatch, {page: project_page([entry])})
+    assert fetch.index_files(page, "job") == [{**entry, "url": "https://mirror.test/files/t.whl"}]
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "message"),
+    [
+        (b"{}", "application/octet-stream", "not a PEP 503 or PEP 691 project page"),
+        (b"{\"files\": 3}", fetch.PEP691_JSON, "'files' is not a list of tables"),
+        (b"not json", fetch.PEP691_JSON, "is not a PEP 691 project page"),
+        (b"x" * (fetch.PAGE_CAP_BYTES + 1), "text/html", "larger than 64 MiB"),
+    ],
+)
+def test_a_page_that_is_no_index_page_is_one_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, body: bytes, content_type: str, message: str
+) -> None:
+    page = "https://mirror.test/whl/cu130/torch/"
+    serve(monkeypatch, {page: Response(body, content_type=content_type)})
+    with pytest.raises(FetchError, match=message):
+        fetch.index_files(page, "job")

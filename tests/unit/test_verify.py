@@ -13,6 +13,7 @@ from builder.core.fatbin import FatbinContents
 from builder.steps.elf import ElfFacts
 from builder.steps.environment import RuntimeEnv, installed_torch
 from builder.steps.repair import load_excludes, manylinux_policies
+from builder.steps.torch_index import TorchWheel
 from builder.steps.verify import (
     VerifyReport,
     WheelFacts,
@@ -387,10 +388,18 @@ def test_gate_reports_a_file_that_is_no_wheel(tmp_path: Path) -> None:
 
 def test_an_installed_runtime_is_reused_without_any_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WHEELWRIGHT_CACHE", str(tmp_path))
-    ready = tmp_path / "runtime" / "torch-2.14.1-cp311"
-    ready.mkdir(parents=True)
-    (ready / ".complete").write_text("torch==2.14.1 for cp311\n")
-    assert installed_torch(local_job(), Path("/nonexistent/python3.11")) == ready
+    folders = []
+    for sha256 in ("ab" * 32, "cd" * 32):  # one torch version, two wheels (two variants, or two mirrors' bytes)
+        wheel = TorchWheel(filename="torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl", url="https://r.test/t.whl",
+                           sha256=sha256, index="https://r.test/simple/", origin="registry")
+        (tmp_path / "torch-wheels" / sha256).mkdir(parents=True)
+        (tmp_path / "torch-wheels" / sha256 / wheel.filename).write_bytes(b"")
+        ready = tmp_path / "runtime" / f"torch-2.14.1-cp311-{sha256[:16]}"
+        ready.mkdir(parents=True)
+        (ready / ".complete").write_text("{}\n")
+        assert installed_torch(local_job(), Path("/nonexistent/python3.11"), wheel) == (ready, sha256)
+        folders.append(ready)
+    assert folders[0] != folders[1]
 
 
 def test_the_import_check_runs_beside_the_reading_of_the_wheel_in_the_jobs_context(

@@ -1,0 +1,167 @@
+"""Where a job's torch comes from: the torch index of its accelerator (PyTorch's own by default, a mirror through
+``WHEELWRIGHT_TORCH_INDEX``), else, for the registry's default variant only, the registry. A look-up reads one
+index page and downloads nothing; the wheel it names is then downloaded into the cache by its sha256."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urljoin
+
+from packaging import tags
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import Version
+
+from builder.core.context import log_note
+from builder.core.errors import ConfigError, FetchError, NotBuildableHere, ToolchainError
+from builder.plan.facts import TorchFacts
+from builder.plan.job import Job
+from builder.plan.matrix import DEFAULT_TORCH_INDEX, check_torch_index
+from builder.steps.fetch import download_checked, index_files, index_url
+
+log = logging.getLogger(__name__)
+
+TORCH_INDEX_ENV = "WHEELWRIGHT_TORCH_INDEX"
+TORCH_INDEX = "torch-index"  # TorchWheel.origin: the accelerator's torch index (PyTorch's or a mirror of it)
+REGISTRY = "registry"  # the package registry, which holds one CUDA variant per torch release
+
+
+class TorchUnavailable(NotBuildableHere):
+    """No index the job may use serves its torch: reported as not buildable here, never attempted."""
+
+
+class TorchMismatch(ToolchainError):
+    """The index served a torch that is not the job's (another CUDA, ABI or version)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchWheel:
+    """The torch wheel a job installs: where it was listed and what its bytes are."""
+
+    filename: str
+    url: str
+    sha256: str | None  # as the index lists it (PEP 503 makes the hash optional; the download then records it)
+    index: str  # the index root the job's torch and its dependencies come from
+    origin: str  # TORCH_INDEX or REGISTRY
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"filename": self.filename, "url": self.url, "sha256": self.sha256, "index": self.index,
+                "origin": self.origin}
+
+
+def torch_index_template(configured: str = DEFAULT_TORCH_INDEX) -> str:
+    """The template in force: ``WHEELWRIGHT_TORCH_INDEX`` (a mirror, an artifact proxy) over matrix.yaml's."""
+    override = os.environ.get(TORCH_INDEX_ENV)
+    if not override:
+        return configured
+    try:
+        return check_torch_index(override)
+    except ValueError as error:
+        raise ConfigError(f"{TORCH_INDEX_ENV}: {error}") from None
+
+
+def index_for(job: Job, template: str) -> str:
+    url = template.replace("{accelerator}", job.accelerator.name)
+    return url if url.endswith("/") else url + "/"
+
+
+def is_registry_variant(job: Job, facts: TorchFacts) -> bool:
+    release = facts.release(job.torch)
+    return job.accelerator.kind == "cuda" and job.accelerator.version == release.pypi_cuda
+
+
+def find_torch_wheel(job: Job, facts: TorchFacts, template: str) -> TorchWheel:
+    """The wheel the job's torch installs from, by one look-up of an index page (nothing is downloaded)."""
+    torch_index = index_for(job, template)
+    try:
+        return _pick(job, torch_index, TORCH_INDEX, f"{job.torch}+{job.accelerator.name}")
+    except _Unreachable as error:
+        if not is_registry_variant(job, facts):
+            raise TorchUnavailable(
+                f"torch {job.torch} for {job.accelerator} is published only on PyTorch's index, and {torch_index} "
+                f"cannot be reached here ({error})",
+                tip=f"set {TORCH_INDEX_ENV} to a mirror of it, e.g. 'https://mirror.example/whl/{{accelerator}}/'",
+            ) from None
+        _say(f"torch index {torch_index} cannot be reached ({error}); torch {job.torch} {job.accelerator} is the "
+             "registry's own variant: taking it from the registry")
+        return _pick(job, _with_slash(index_url()), REGISTRY, job.torch)
+
+
+class _Unreachable(Exception):
+    pass
+
+
+def _pick(job: Job, index: str, origin: str, version: str) -> TorchWheel:
+    page = urljoin(index, "torch/")
+    try:
+        files = index_files(page, job.identifier)
+    except FetchError as error:
+        raise _Unreachable(str(error).removeprefix(f"{job.identifier}: ")) from None
+    wanted = Version(version)
+    ranked = {tag: rank for rank, tag in enumerate(_tags(job))}
+    best: tuple[int, dict[str, object]] | None = None
+    for entry in files:
+        rank = _rank(str(entry.get("filename", "")), wanted, ranked)
+        if rank is not None and (best is None or rank < best[0]):
+            best = (rank, entry)
+    if best is None:
+        raise TorchUnavailable(
+            f"{page} lists no torch {version} wheel for {job.python_tag} on {job.platform}",
+            tip="check the job's torch and accelerator against that index, or point "
+            f"{TORCH_INDEX_ENV} at an index that has it",
+        )
+    entry = best[1]
+    hashes = entry.get("hashes")
+    sha256 = hashes.get("sha256") if isinstance(hashes, dict) else None
+    return TorchWheel(filename=str(entry["filename"]), url=str(entry["url"]), sha256=sha256, index=index,
+                      origin=origin)
+
+
+def _rank(filename: str, wanted: Version, ranked: dict[tags.Tag, int]) -> int | None:
+    """The wheel's best rank among the job's interpreter tags, if it is torch ``wanted`` (the exact version: a
+    plain 2.13.0 asks for no +cpu build) and installable there."""
+    try:
+        _, version, _, wheel_tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return None
+    if str(version) != str(wanted):
+        return None
+    ranks = [ranked[tag] for tag in wheel_tags if tag in ranked]
+    return min(ranks) if ranks else None
+
+
+def _tags(job: Job) -> list[tags.Tag]:
+    """The tags an interpreter of the job's Python on this machine accepts, best first (pip's order)."""
+    major, minor = (int(part) for part in job.python.rstrip("t").split("."))
+    abi = job.python_tag
+    platforms = [p for p in tags.platform_tags() if p.endswith(job.platform)]
+    return list(tags.cpython_tags((major, minor), abis=[abi], platforms=platforms))
+
+
+def _with_slash(url: str) -> str:
+    return url if url.endswith("/") else url + "/"
+
+
+def _say(text: str) -> None:
+    """Into the job's log (where a maintainer reads where its torch came from) and the process's."""
+    log.info("%s", text)
+    log_note(text)
+
+
+def download_torch(wheel: TorchWheel, who: str, cache: Path) -> tuple[Path, str]:
+    """The wheel's bytes in ``cache/<sha256>/``, downloaded once; (path, sha256)."""
+    if wheel.sha256:
+        cached = cache / wheel.sha256 / wheel.filename
+        if not cached.is_file():
+            _say(f"downloading torch from {wheel.url}")
+            download_checked(wheel.url, cached, wheel.sha256, who)
+        return cached, wheel.sha256
+    _say(f"downloading torch from {wheel.url} (its index lists no sha256)")
+    staging = cache / "incoming" / f"{os.getpid()}-{wheel.filename}"  # one per process: no clash
+    sha256 = download_checked(wheel.url, staging, None, who)
+    final = cache / sha256 / wheel.filename
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staging, final)
+    return final, sha256

@@ -1,0 +1,112 @@
+"""Where a job's torch comes from (builder/steps/torch_index.py): the accelerator's torch index, the registry only
+for the registry's own variant, the best wheel for the job's interpreter, and the template's validation."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from builder.core.errors import ConfigError, FetchError
+from builder.plan.facts import Accelerator, load_facts
+from builder.plan.matrix import DEFAULT_TORCH_INDEX
+from builder.steps import torch_index
+from builder.steps.torch_index import REGISTRY, TORCH_INDEX, TorchUnavailable, find_torch_wheel, torch_index_template
+from tests.jobs import local_job
+
+FACTS = load_facts()
+MIRROR = "https://mirror.test/whl/{accelerator}/"
+LINUX = "manylinux_2_28_x86_64"
+
+
+def entry(filename: str, sha256: str = "ab" * 32) -> dict[str, Any]:
+    return {"filename": filename, "url": f"https://files.test/{filename}", "hashes": {"sha256": sha256}}
+
+
+@pytest.fixture
+def pages(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[dict[str, Any]] | None]:
+    """The index pages the look-up may read: a URL mapped to None is unreachable."""
+    served: dict[str, list[dict[str, Any]] | None] = {}
+    monkeypatch.setenv("WHEELWRIGHT_INDEX_URL", "https://registry.test/simple/")
+
+    def index_files(page: str, who: str) -> list[dict[str, Any]]:
+        files = served.get(page)
+        if files is None:
+            raise FetchError(f"{who}: cannot read the index page {page}: Name or service not known")
+        return files
+
+    monkeypatch.setattr(torch_index, "index_files", index_files)
+    return served
+
+
+def test_the_torch_index_serves_the_job_s_variant_by_its_local_label(pages: dict[str, Any]) -> None:
+    pages["https://mirror.test/whl/cu130/torch/"] = [
+        entry(f"torch-2.14.1+cu130-cp311-cp311-{LINUX}.whl"),
+        entry(f"torch-2.14.1+cu130-cp312-cp312-{LINUX}.whl"),
+        entry(f"torch-2.13.0+cu130-cp311-cp311-{LINUX}.whl"),
+    ]
+    wheel = find_torch_wheel(local_job(), FACTS, MIRROR)
+    assert wheel.filename == f"torch-2.14.1+cu130-cp311-cp311-{LINUX}.whl"
+    assert (wheel.origin, wheel.index, wheel.sha256) == (TORCH_INDEX, "https://mirror.test/whl/cu130/", "ab" * 32)
+
+
+def test_an_unreachable_torch_index_falls_back_to_the_registry_for_its_own_variant_only(
+    pages: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    pages["https://registry.test/simple/torch/"] = [
+        entry(f"torch-2.14.1-cp311-cp311-{LINUX}.whl"),
+        entry(f"torch-2.14.1+cpu-cp311-cp311-{LINUX}.whl"),  # a plain 2.14.1 asks for no +cpu build
+    ]
+    caplog.set_level("INFO")
+    wheel = find_torch_wheel(local_job(), FACTS, MIRROR)
+    assert (wheel.filename, wheel.origin) == (f"torch-2.14.1-cp311-cp311-{LINUX}.whl", REGISTRY)
+    assert "cannot be reached" in caplog.text and "taking it from the registry" in caplog.text
+
+    other = dataclasses.replace(local_job(), torch="2.12.1", accelerator=Accelerator.parse("cu126"))
+    with pytest.raises(TorchUnavailable, match=r"published only on PyTorch's index, and https://mirror.test/whl/cu126/"):
+        find_torch_wheel(other, FACTS, MIRROR)
+
+
+def test_the_best_tag_for_the_interpreter_wins_and_foreign_ones_never_do(pages: dict[str, Any]) -> None:
+    pages["https://mirror.test/whl/cu130/torch/"] = [
+        entry("torch-2.14.1+cu130-cp311-cp311-manylinux2014_x86_64.whl", "11" * 32),  # older than 2_28: pip's order
+        entry("torch-2.14.1+cu130-cp311-cp311-manylinux_2_28_aarch64.whl", "22" * 32),
+        entry(f"torch-2.14.1+cu130-cp311-cp311-{LINUX}.whl", "33" * 32),
+        entry("torch-2.14.1+cu130-cp311-cp311-win_amd64.whl", "44" * 32),
+        entry("not a wheel at all"),
+    ]
+    assert find_torch_wheel(local_job(), FACTS, MIRROR).sha256 == "33" * 32
+
+
+def test_a_reachable_index_without_the_wheel_names_what_is_missing(pages: dict[str, Any]) -> None:
+    pages["https://mirror.test/whl/cu130/torch/"] = [entry(f"torch-2.14.1+cu130-cp312-cp312-{LINUX}.whl")]
+    with pytest.raises(TorchUnavailable, match=r"lists no torch 2.14.1\+cu130 wheel for cp311 on x86_64"):
+        find_torch_wheel(local_job(), FACTS, MIRROR)
+
+
+def test_the_environment_overrides_the_matrix_template(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WHEELWRIGHT_TORCH_INDEX", raising=False)
+    assert torch_index_template() == DEFAULT_TORCH_INDEX
+    monkeypatch.setenv("WHEELWRIGHT_TORCH_INDEX", MIRROR)
+    assert torch_index_template() == MIRROR
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "download.pytorch.org/whl/{accelerator}/",  # no scheme
+        "ftp://mirror.test/{accelerator}/",  # a scheme pip's index does not read
+        "https://mirror.test/{cuda}/",  # a field that is not {accelerator}
+        "https://mirror.test/{accelerator",  # an unbalanced brace
+        "https://mirror.test/whl/\n{accelerator}/",  # a newline (a header or a generated script would break)
+        "https://mirror.test/whl /{accelerator}/",  # a space
+        "https://mirror.test/\x1b[0m/{accelerator}/",  # a control character (an escape sequence)
+    ],
+)
+def test_a_bad_torch_index_in_the_environment_is_one_error_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("WHEELWRIGHT_TORCH_INDEX", value)
+    with pytest.raises(ConfigError, match=r"^WHEELWRIGHT_TORCH_INDEX: torch index .* is not an http\(s\) or file URL"):
+        torch_index_template()
