@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
-from builder.cli.console import console, print_table
+from builder.cli.console import console, out, print_table
 from builder.cli.progress import LineReporter, LiveTable, interactive
-from builder.core.errors import BuildFailed
+from builder.core.errors import BuildFailed, NotBuildableHere
 from builder.core.ledger import Ledger, Status
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
@@ -44,8 +45,11 @@ def add_commands(
                        help="container backend: the engine (default: docker, else podman)")
     build.add_argument("--only", action="append", metavar="ID", default=[],
                        help="exactly these job identifiers (repeatable; how the container backend hands over a group)")
-    build.add_argument("--preflight", action="store_true",
-                       help="check the data files, interpreters and toolkits each job needs; build nothing")
+    build.add_argument("--preflight", nargs="?", const="here", choices=("here", "farm"),
+                       help="check what each job needs, download nothing, build nothing; exit 4 when a job is not "
+                       "ready. here (the default): the data files, the interpreter, the toolkit and its archs, "
+                       "and the torch wheel on its index; farm: the data files and the torch wheel only (a "
+                       "builder image brings its interpreters and toolkits)")
     build.set_defaults(func=cmd_build)
 
     merge = commands.add_parser("merge", help="merge build outputs (CI artifacts) into one wheelhouse and ledger")
@@ -66,15 +70,15 @@ def cmd_build(args: argparse.Namespace) -> int:
         Progress,
     )
     from builder.farm.container import ContainerBackend, Invocation
+    from builder.steps.torch_index import torch_index_template
 
     only = [identifier for value in args.only for identifier in value.split()]
     plan = load_plan(args.matrix, args.profile).select(args.select).only(only)
+    torch_index = torch_index_template(plan.torch_index)
     if args.preflight:
-        return _preflight(plan.jobs)
-    from builder.steps.torch_index import torch_index_template
-
+        return _preflight(plan.jobs, torch_index, args.preflight)
     options = BuildOptions(retry_failed=args.retry_failed, parallel=args.parallel, objcache=args.objcache,
-                           torch_index=torch_index_template(plan.torch_index))
+                           torch_index=torch_index)
     display: LiveTable | LineReporter
     if interactive(console.is_terminal):
         display = LiveTable(list(plan.jobs))
@@ -109,17 +113,21 @@ def _write_line(text: str) -> None:
     sys.stderr.flush()
 
 
-def _preflight(jobs: tuple[Job, ...]) -> int:
-    from builder.farm.build import preflight
+def _preflight(jobs: tuple[Job, ...], torch_index: str, scope: str) -> int:
+    from builder.farm.build import count_reasons, preflight
 
-    table = Table(title=f"preflight: {len(jobs)} jobs", title_justify="left")
+    found = preflight(jobs, load_facts(), torch_index, scope=scope)
+    table = Table(title=f"preflight ({scope}): {len(jobs)} jobs", title_justify="left")
     for column in ("job", "ready", "input hash"):
         table.add_column(column, overflow="fold")
-    for found in preflight(jobs, load_facts()):
-        ready = "yes" if found.problem is None else f"[red]no[/red]: {found.problem}"
-        table.add_row(found.job.identifier, ready, found.input_hash[:16])
+    for readiness in found:
+        ready = "yes" if readiness.problem is None else f"[red]no[/red]: {escape(readiness.problem)}"
+        table.add_row(readiness.job.identifier, ready, readiness.input_hash[:16])
     print_table(table)
-    return 0
+    counts = count_reasons(found)
+    out.print(f"preflight: {len(found)} jobs: " + "; ".join(f"{n} {escape(reason)}" for reason, n in counts),
+              highlight=False, soft_wrap=True)
+    return 0 if all(r.problem is None for r in found) else NotBuildableHere.exit_code  # 4: something this machine lacks
 
 
 def _summary(outcomes: list[Outcome], output: Path) -> None:

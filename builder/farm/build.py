@@ -46,6 +46,15 @@ from builder.steps.nvcc_time import read_times, seed_costs, unit_costs
 from builder.steps.recipes import apply_recipe
 from builder.steps.recipes.facts import package_facts
 from builder.steps.repair import load_excludes, repair_wheel
+from builder.steps.toolchain import ToolkitReadiness
+from builder.steps.toolchain import readiness as toolkit_readiness
+from builder.steps.torch_index import (
+    TORCH_INDEX_ENV,
+    IndexPages,
+    TorchIndexUnreachable,
+    TorchNotListed,
+    find_torch_wheel,
+)
 from builder.steps.upstream import overlay_upstream
 from builder.steps.verify import quarantine, verify_wheel
 
@@ -163,32 +172,70 @@ def _recipe_code_digest() -> str:
     return digest.hexdigest()
 
 
+READY = "ready"
+NEEDS_TORCH_INDEX = f"need PyTorch's index (unreachable here: set {TORCH_INDEX_ENV})"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Readiness:
-    """What the preflight found for one job: its input hash, and why it cannot be built here (None: it can)."""
+    """What the preflight found for one job: its input hash, and why it cannot be built here (None: it can);
+    ``reason`` is the problem's class, the key the closing count groups jobs by."""
 
     job: Job
     input_hash: str
     problem: str | None
+    reason: str = READY
 
 
-def preflight(jobs: Sequence[Job], facts: TorchFacts) -> list[Readiness]:
-    """Everything a build checks before its first download, for each job: the data files it reads load and pass
-    their checks, the recipe knows the package, and the job's interpreter and toolkit are on this machine."""
+def preflight(jobs: Sequence[Job], facts: TorchFacts, torch_index: str = DEFAULT_TORCH_INDEX, *,
+              scope: str = "here") -> list[Readiness]:
+    """Everything a build checks before its first download, for each job, with no side effect (nothing is
+    downloaded, unpacked or installed): the data files it reads load and pass their checks, the recipe knows the
+    package, then in this order its interpreter, its toolkit (readiness data; the archs it can emit) and its torch
+    (the index the job would use lists the wheel for its Python: one read of the index page). The first that fails
+    is the job's reason. ``scope="farm"`` checks only what a builder image does not bring (its interpreters and
+    toolkits): the data and each job's torch."""
     load_excludes()
     build_requirements()
+    pages = IndexPages()
+    toolkits: dict[tuple[object, ...], ToolkitReadiness] = {}
     found = []
     for job in jobs:
         package_facts(job.package)
-        problem = None
-        try:
-            facts.release(job.torch)
-            find_pythons(job.python)
-            find_toolkit(job.accelerator)
-        except NotBuildableHere as error:
-            problem = str(error)
-        found.append(Readiness(job=job, input_hash=input_hash(job), problem=problem))
+        facts.release(job.torch)
+        problem, reason = _first_problem(job, facts, torch_index, scope, pages, toolkits)
+        found.append(Readiness(job=job, input_hash=input_hash(job), problem=problem, reason=reason))
     return found
+
+
+def _first_problem(job: Job, facts: TorchFacts, torch_index: str, scope: str, pages: IndexPages,
+                   toolkits: dict[tuple[object, ...], ToolkitReadiness]) -> tuple[str | None, str]:
+    if scope == "here":
+        try:
+            find_pythons(job.python)
+        except NotBuildableHere as error:
+            return str(error), f"need Python {job.python} (not on this machine)"
+        key = (job.accelerator, job.archs)
+        if key not in toolkits:
+            toolkits[key] = toolkit_readiness(job.accelerator, job.archs)
+        toolkit = toolkits[key]
+        if toolkit.problem is not None:
+            return toolkit.problem, toolkit.problem
+    try:
+        find_torch_wheel(job, facts, torch_index, pages)
+    except TorchIndexUnreachable as error:
+        return str(error), NEEDS_TORCH_INDEX
+    except TorchNotListed as error:
+        return str(error), "torch wheel not on its index"
+    return None, READY
+
+
+def count_reasons(found: Sequence[Readiness]) -> list[tuple[str, int]]:
+    """(reason, jobs) with ready first, then the largest groups: they add up to the jobs checked."""
+    counts: dict[str, int] = defaultdict(int)
+    for readiness in found:
+        counts[readiness.reason] += 1
+    return sorted(counts.items(), key=lambda item: (item[0] != READY, -item[1], item[0]))
 
 
 def _base_entry(job: Job, digest: str, layout: Layout, **fields: Any) -> LedgerEntry:

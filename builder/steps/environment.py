@@ -3,6 +3,7 @@ add), a build environment with the build tools, and the CUDA toolkit, each check
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import fcntl
 import json
@@ -12,6 +13,7 @@ import re
 import shutil
 import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,6 +151,7 @@ def installed_torch(job: Job, python: Path, wheel: TorchWheel) -> tuple[Path, st
         if not (target / ".complete").is_file():
             with tempfile.TemporaryDirectory(prefix=f".{target.name}-", dir=runtime) as tmp:
                 staging = Path(tmp) / "site-packages"
+                check_torch_wheel(job, path, wheel)
                 _pip_install_torch(job, python, path, wheel, staging)
                 check_torch(job, python, staging, wheel)
                 (staging / ".complete").write_text(json.dumps(wheel.as_dict() | {"sha256": sha256}) + "\n")
@@ -174,22 +177,53 @@ def check_torch(job: Job, python: Path, site: Path, wheel: TorchWheel) -> None:
     output = run([python, "-c", _PROBE], step="check the installed torch", capture=True,
                  env={**os.environ, "PYTHONPATH": str(site)}).output
     info: dict[str, Any] = json.loads(output.splitlines()[-1])
-    served = f"torch {info.get('torch')} (CUDA {info.get('cuda')}, HIP {info.get('hip')}, " + (
-        "cxx11" if info.get("cxx11_abi") else "pre-cxx11") + " ABI)"
+    _compare(job, info, wheel)
+    log_note(f"checked {_describe(info)} from {wheel.url}")
+
+
+def check_torch_wheel(job: Job, path: Path, wheel: TorchWheel) -> None:
+    """Before anything is installed: the wheel's own ``torch/version.py`` must name the job's version and CUDA (or
+    HIP), so a mirror serving another variant costs one download, not the install of its dependencies."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            source = archive.read("torch/version.py")
+        tree = ast.parse(source)
+    except (OSError, KeyError, zipfile.BadZipFile, SyntaxError, ValueError) as error:
+        raise TorchMismatch(f"{wheel.url} served no readable torch wheel: {error}") from None
+    info: dict[str, Any] = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
+            info[{"__version__": "torch"}.get(target.id, target.id)] = value.value
+    _compare(job, info, wheel)
+
+
+def _compare(job: Job, info: dict[str, Any], wheel: TorchWheel) -> None:
     if not _matches(info, job):
-        wanted = f"torch {job.torch} ({job.accelerator.kind.upper()} {job.accelerator.version}, " + (
-            "cxx11" if job.cxx11_abi else "pre-cxx11") + " ABI)"
-        raise TorchMismatch(f"{wheel.url} served {served}, but {job.identifier} needs {wanted}",
-                            tip=f"point {TORCH_INDEX_ENV} at an index of the job's variant ({job.accelerator})")
-    log_note(f"checked {served} from {wheel.url}")
+        wanted = {"torch": job.torch, job.accelerator.kind: job.accelerator.version, "cxx11_abi": job.cxx11_abi}
+        raise TorchMismatch(
+            f"{wheel.url} served {_describe(info)}, but {job.identifier} needs {_describe(wanted)}",
+            tip=f"point {TORCH_INDEX_ENV} at an index of the job's variant ({job.accelerator})",
+        )
+
+
+def _describe(info: dict[str, Any]) -> str:
+    labels = {"cuda": "CUDA", "hip": "HIP", "rocm": "ROCm"}
+    accelerators = ", ".join(f"{label} {info[key]}" for key, label in labels.items() if info.get(key))
+    abi = info.get("cxx11_abi")
+    abi_text = "" if abi is None else (", cxx11 ABI" if abi else ", pre-cxx11 ABI")
+    return f"torch {info.get('torch')} ({accelerators or 'no GPU'}{abi_text})"
 
 
 def _matches(info: dict[str, Any], job: Job) -> bool:
+    """``info`` (a probe's, or a wheel's version.py, which says nothing of the ABI) describes the job's torch."""
     if not info.get("torch"):
         return False
-    public = info["torch"].split("+")[0]
-    accelerator = info["cuda"] if job.accelerator.kind == "cuda" else _hip_minor(info.get("hip"))
-    return bool(public == job.torch and accelerator == job.accelerator.version and info["cxx11_abi"] == job.cxx11_abi)
+    public = str(info["torch"]).split("+")[0]
+    accelerator = info.get("cuda") if job.accelerator.kind == "cuda" else _hip_minor(info.get("hip"))
+    abi = info.get("cxx11_abi", job.cxx11_abi)
+    return bool(public == job.torch and accelerator == job.accelerator.version and abi == job.cxx11_abi)
 
 
 def _hip_minor(hip: str | None) -> str | None:

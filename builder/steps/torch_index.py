@@ -32,6 +32,14 @@ class TorchUnavailable(NotBuildableHere):
     """No index the job may use serves its torch: reported as not buildable here, never attempted."""
 
 
+class TorchIndexUnreachable(TorchUnavailable):
+    """The job's variant lives only on its torch index, which cannot be reached from here."""
+
+
+class TorchNotListed(TorchUnavailable):
+    """The index was read, and it lists no wheel of the job's torch for its interpreter and platform."""
+
+
 class TorchMismatch(ToolchainError):
     """The index served a torch that is not the job's (another CUDA, ABI or version)."""
 
@@ -72,42 +80,62 @@ def is_registry_variant(job: Job, facts: TorchFacts) -> bool:
     return job.accelerator.kind == "cuda" and job.accelerator.version == release.pypi_cuda
 
 
-def find_torch_wheel(job: Job, facts: TorchFacts, template: str) -> TorchWheel:
+class IndexPages:
+    """The index pages one run has read, by URL (a preflight of 462 jobs reads each page once); an unreachable
+    page is remembered as such. Made per run: a new process, or a later run, reads the index afresh."""
+
+    def __init__(self) -> None:
+        self._read: dict[str, list[dict[str, object]] | FetchError] = {}
+
+    def files(self, page: str, who: str) -> list[dict[str, object]]:
+        if page not in self._read:
+            try:
+                self._read[page] = index_files(page, who)
+            except FetchError as error:
+                self._read[page] = error
+        found = self._read[page]
+        if isinstance(found, FetchError):
+            raise found
+        return found
+
+
+def find_torch_wheel(job: Job, facts: TorchFacts, template: str, pages: IndexPages | None = None) -> TorchWheel:
     """The wheel the job's torch installs from, by one look-up of an index page (nothing is downloaded)."""
     torch_index = index_for(job, template)
+    pages = pages or IndexPages()
     try:
-        return _pick(job, torch_index, TORCH_INDEX, f"{job.torch}+{job.accelerator.name}")
+        return _pick(job, pages, torch_index, TORCH_INDEX, f"{job.torch}+{job.accelerator.name}")
     except _Unreachable as error:
         if not is_registry_variant(job, facts):
-            raise TorchUnavailable(
+            raise TorchIndexUnreachable(
                 f"torch {job.torch} for {job.accelerator} is published only on PyTorch's index, and {torch_index} "
                 f"cannot be reached here ({error})",
                 tip=f"set {TORCH_INDEX_ENV} to a mirror of it, e.g. 'https://mirror.example/whl/{{accelerator}}/'",
             ) from None
         _say(f"torch index {torch_index} cannot be reached ({error}); torch {job.torch} {job.accelerator} is the "
              "registry's own variant: taking it from the registry")
-        return _pick(job, _with_slash(index_url()), REGISTRY, job.torch)
+        return _pick(job, pages, _with_slash(index_url()), REGISTRY, job.torch)
 
 
 class _Unreachable(Exception):
     pass
 
 
-def _pick(job: Job, index: str, origin: str, version: str) -> TorchWheel:
+def _pick(job: Job, pages: IndexPages, index: str, origin: str, version: str) -> TorchWheel:
     page = urljoin(index, "torch/")
     try:
-        files = index_files(page, job.identifier)
+        files = pages.files(page, job.identifier)
     except FetchError as error:
-        raise _Unreachable(str(error).removeprefix(f"{job.identifier}: ")) from None
+        raise _Unreachable(str(error).split(": ", 1)[-1]) from None
     wanted = Version(version)
     ranked = {tag: rank for rank, tag in enumerate(_tags(job))}
-    best: tuple[int, dict[str, object]] | None = None
+    best: tuple[int, dict[str, object]] | None = None  # (rank, entry)
     for entry in files:
         rank = _rank(str(entry.get("filename", "")), wanted, ranked)
         if rank is not None and (best is None or rank < best[0]):
             best = (rank, entry)
     if best is None:
-        raise TorchUnavailable(
+        raise TorchNotListed(
             f"{page} lists no torch {version} wheel for {job.python_tag} on {job.platform}",
             tip="check the job's torch and accelerator against that index, or point "
             f"{TORCH_INDEX_ENV} at an index that has it",

@@ -47,6 +47,16 @@ def case(id: str, old: str, new: str, phrase: str, **kwargs: object) -> Case:
 
 PLAN = PlanError.exit_code
 CASES = [
+    *(
+        case(f"torch-index-{name}", "default_profile: local\n", f"default_profile: local\ntorch_index: {value}  # HERE\n",
+             "is not an http(s) or file URL")
+        for name, value in (
+            ("no-scheme", "download.pytorch.org/whl/{accelerator}/"),
+            ("other-field", "https://mirror.test/{cuda}/"),
+            ("open-brace", "https://mirror.test/{accelerator"),
+            ("space", "'https://mirror.test/a b/{accelerator}/'"),
+        )
+    ),
     case("unknown-key", "      env:\n", "      envv:  # HERE\n", "unknown key 'envv' (did you mean 'env'?)"),
     case("unknown-top-key", "profiles:\n", "profile:  # HERE\n", "unknown key 'profile' (did you mean 'profiles'?)"),
     case(

@@ -4,6 +4,8 @@ for the registry's own variant, the best wheel for the job's interpreter, and th
 from __future__ import annotations
 
 import dataclasses
+import zipfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +14,16 @@ from builder.core.errors import ConfigError, FetchError
 from builder.plan.facts import Accelerator, load_facts
 from builder.plan.matrix import DEFAULT_TORCH_INDEX
 from builder.steps import torch_index
-from builder.steps.torch_index import REGISTRY, TORCH_INDEX, TorchUnavailable, find_torch_wheel, torch_index_template
+from builder.steps.environment import check_torch_wheel
+from builder.steps.torch_index import (
+    REGISTRY,
+    TORCH_INDEX,
+    TorchMismatch,
+    TorchUnavailable,
+    TorchWheel,
+    find_torch_wheel,
+    torch_index_template,
+)
 from tests.jobs import local_job
 
 FACTS = load_facts()
@@ -110,3 +121,37 @@ def test_a_bad_torch_index_in_the_environment_is_one_error_naming_the_variable(
     monkeypatch.setenv("WHEELWRIGHT_TORCH_INDEX", value)
     with pytest.raises(ConfigError, match=r"^WHEELWRIGHT_TORCH_INDEX: torch index .* is not an http\(s\) or file URL"):
         torch_index_template()
+
+
+def torch_wheel_file(tmp_path: Path, version_py: str) -> Path:
+    path = tmp_path / f"torch-2.14.1+cu130-cp311-cp311-{LINUX}.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("torch/version.py", version_py)
+    return path
+
+
+SERVED = TorchWheel(filename="t.whl", url="http://mirror.test/t.whl", sha256=None, index="http://mirror.test/",
+                    origin=TORCH_INDEX)
+VERSION_PY = "from typing import Optional\n__version__ = '2.14.1+cu130'\ncuda: Optional[str] = '{cuda}'\nhip = None\n"
+
+
+def test_the_wheel_s_own_version_file_is_checked_before_anything_is_installed(tmp_path: Path) -> None:
+    check_torch_wheel(local_job(), torch_wheel_file(tmp_path, VERSION_PY.format(cuda="13.0")), SERVED)
+    job = dataclasses.replace(local_job(), accelerator=Accelerator.parse("cu126"))
+    with pytest.raises(TorchMismatch) as raised:
+        check_torch_wheel(job, torch_wheel_file(tmp_path, VERSION_PY.format(cuda="13.0")), SERVED)
+    assert str(raised.value) == (
+        "http://mirror.test/t.whl served torch 2.14.1+cu130 (CUDA 13.0), but "
+        "causal-conv1d-1.7.0+pt214cu126-cp311-x86_64 needs torch 2.14.1 (CUDA 12.6, cxx11 ABI)"
+    )
+
+
+@pytest.mark.parametrize("content", [None, "__version__ = (", "import os\nos.system('echo owned')\n"])
+def test_a_wheel_without_a_readable_version_file_is_refused(tmp_path: Path, content: str | None) -> None:
+    path = tmp_path / "torch.whl"
+    if content is None:
+        path.write_bytes(b"not a zip")
+    else:
+        torch_wheel_file(tmp_path, content).rename(path)
+    with pytest.raises(TorchMismatch, match="served"):
+        check_torch_wheel(local_job(), path, SERVED)
