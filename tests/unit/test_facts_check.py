@@ -36,7 +36,9 @@ def facts_without(minor: str) -> TorchFacts:
 def test_the_registry_releases_read_from_filenames_and_metadata() -> None:
     releases = {r.minor: r for r in registry_releases(Recorded(), since="2.13")}
     assert releases["2.14"].patches == ("2.14.0", "2.14.1")
-    assert releases["2.15"].python == ("3.11", "3.12", "3.13", "3.14", "3.15")
+    # free-threaded wheels (cp314-cp314t) are Pythons of their own, read from the ABI tag
+    assert releases["2.15"].python == ("3.11", "3.12", "3.13", "3.14", "3.14t", "3.15", "3.15t")
+    assert releases["2.13"].python == ("3.10", "3.11", "3.12", "3.13", "3.14", "3.14t")
     assert releases["2.14"].pypi_cuda == "13.0"  # cuda-toolkit[...]==13.0.3
     assert releases["2.15"].pypi_cuda == "13.2"
 
@@ -56,7 +58,7 @@ def test_a_missing_minor_gets_a_stanza_that_loads_as_facts() -> None:
     (finding,) = compare(facts_without("2.15"), registry_releases(Recorded(), since="2.13"))
     assert "torch 2.15 (2.15.0) is on the registry but not in the facts" in finding.problem
     assert finding.stanza is not None
-    assert 'python = ["3.11", "3.12", "3.13", "3.14", "3.15"]' in finding.stanza
+    assert 'python = ["3.11", "3.12", "3.13", "3.14", "3.14t", "3.15", "3.15t"]' in finding.stanza
     assert 'pypi_cuda = "13.2"' in finding.stanza
     import tomllib
 
