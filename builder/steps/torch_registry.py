@@ -141,8 +141,10 @@ def stanza(release: RegistryRelease, like: TorchRelease | None) -> str:
             f"  # review: as torch {like.minor if like else '?'}"
         ),
         f'manylinux = "{like.manylinux if like else "manylinux_2_28"}"',
-        f'sources = ["the registry\'s torch {release.minor} wheels (wheelwright facts check)"]'
-        "  # review: cite RELEASE.md or the release's CUDA RFC for every variant you add",
+        (
+            f'sources = ["the registry\'s torch {release.minor} wheels (wheelwright facts check)"]'
+            "  # review: cite RELEASE.md or the release's CUDA RFC for every variant you add"
+        ),
     ]
     return "\n".join(lines) + "\n"
 

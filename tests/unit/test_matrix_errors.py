@@ -68,14 +68,14 @@ CASES = [
         "cuda-never-built",
         "[cu130]",
         "[cu124]  # HERE",
-        "torch 2.14 was never built for CUDA 12.4; built: 13.0",
+        "torch 2.14 was never built for CUDA 12.4; built: 12.6, 13.0, 13.2",
         exit_code=PLAN,
     ),
     case(
         "rocm-never-built",
         "[cu130]",
         "[rocm6.1]  # HERE",
-        "torch 2.14 was never built for ROCm 6.1; built: none",
+        "torch 2.14 was never built for ROCm 6.1; built: 7.2",
         exit_code=PLAN,
     ),
     case(
