@@ -275,9 +275,13 @@ def _check_pythons(release: TorchRelease, where: str) -> None:
     if not release.python:
         raise FactsError(f"{where}: python lists no CPython version")
     # torch builds a free-threaded wheel beside the ordinary one of the same minor, never alone
-    orphans = [p for p in release.python if is_free_threaded(p) and base_python(p) not in release.python]
+    free_threaded = [p for p in release.python if is_free_threaded(p)]
+    orphans = [p for p in free_threaded if base_python(p) not in release.python]
     if orphans:
         raise FactsError(f"{where}: python lists free-threaded {', '.join(orphans)} without its base Python")
+    too_old = [p for p in free_threaded if version_key(base_python(p)) < (3, 13)]
+    if too_old:
+        raise FactsError(f"{where}: python lists {', '.join(too_old)}; CPython is free-threaded from 3.13 (PEP 703)")
 
 
 def _check_sources(release: TorchRelease, where: str) -> None:

@@ -195,6 +195,11 @@ BROKEN: list[tuple[str, Breakage, str]] = [
         _set("2.8", "python", ["3.9", "3.10", "3.11", "3.12", "3.13t", "3.13"]),
         r"torch 2.8\): python must be sorted ascending",
     ),
+    (
+        "free-threaded-before-pep-703",
+        _set("2.8", "python", ["3.9", "3.10", "3.11", "3.12", "3.12t", "3.13"]),
+        r"torch 2.8\): python lists 3.12t; CPython is free-threaded from 3.13",
+    ),
     ("free-threaded-misspelt", _set("2.8", "python", ["3.13", "3.13T"]), r"python '3.13T' is not a CPython version"),
 ]
 
