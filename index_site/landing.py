@@ -24,7 +24,7 @@ from index_site.wheels import GpuArchs, WheelFile
 log = logging.getLogger(__name__)
 
 BUILT, FAILED, NOT_SHIPPED, NOT_PLANNED = "built", "failed", "n/a", "not planned"
-_PYTHON = re.compile(r"^3\.\d{1,2}$")
+_PYTHON = re.compile(r"^3\.\d{1,2}t?$")  # 3.13t: the free-threaded 3.13
 _PROJECT = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 
@@ -302,5 +302,8 @@ def _version(text: str) -> Version:
 
 @functools.lru_cache(maxsize=256)  # a sort key of every matrix and setup page: a site has a dozen Pythons
 def python_key(python: str) -> tuple[int, tuple[int, ...] | str]:
-    parts = python.split(".")
-    return (0, tuple(int(p) for p in parts)) if all(p.isdigit() for p in parts) else (1, python)
+    """3.13 < 3.13t (free-threaded) < 3.14; anything that is not a version sorts after every one that is."""
+    parts = python.removesuffix("t").split(".")
+    if not all(p.isdigit() for p in parts):
+        return (1, python)
+    return (0, (*(int(p) for p in parts), *((1,) if python.endswith("t") else ())))

@@ -231,16 +231,18 @@ class _Navigator:
 
 
 def _nearest(pythons: tuple[str, ...], python: str) -> str:
-    """``python`` if offered, else the offered one closest to it (the newer on a tie)."""
+    """``python`` if offered, else the offered one closest to it (the same kind, free-threaded or not, first; the
+    newer on a tie)."""
     if python in pythons:
         return python
-    target = python_key(python)
+    target = python_key(python.removesuffix("t"))
 
-    def distance(candidate: str) -> tuple[int, int]:
-        key = python_key(candidate)
+    def distance(candidate: str) -> tuple[int, int, int]:
+        key = python_key(candidate.removesuffix("t"))
         if isinstance(key[1], str) or isinstance(target[1], str):  # not a dotted version: after every real one
-            return (1, 0)
-        return (abs(key[1][-1] - target[1][-1]), -key[1][-1])
+            return (2, 0, 0)
+        other_kind = candidate.endswith("t") != python.endswith("t")
+        return (int(other_kind), abs(key[1][-1] - target[1][-1]), -key[1][-1])
 
     return min(pythons, key=distance)
 

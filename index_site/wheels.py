@@ -56,8 +56,9 @@ class WheelName:
 
     @property
     def pythons(self) -> tuple[str, ...]:
-        """Python versions the wheel's interpreter tags name: cp311 -> 3.11, py3 -> 3."""
-        return _pythons_of(self.python_tag)
+        """Python versions the wheel's tags name: cp311 -> 3.11, py3 -> 3; the free-threaded ABI (cp313-cp313t)
+        -> 3.13t, a Python of its own (it cannot load a cp313 wheel, nor the other way round)."""
+        return _pythons_of(self.python_tag, self.abi_tag)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -264,7 +265,9 @@ def check_core_metadata(data: bytes, name: WheelName) -> CoreMetadata:
 
 
 @functools.lru_cache(maxsize=256)  # a site has a handful of distinct tags and asks for them per wheel
-def _pythons_of(python_tag: str) -> tuple[str, ...]:
+def _pythons_of(python_tag: str, abi_tag: str) -> tuple[str, ...]:
+    if re.fullmatch(r"cp3\d+t", abi_tag) and python_tag == abi_tag[:-1]:
+        return (_python_of(python_tag) + "t",)
     return tuple(_python_of(tag) for tag in python_tag.split("."))
 
 

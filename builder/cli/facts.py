@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
 from builder.cli.console import console, out
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
+
+if TYPE_CHECKING:
+    from builder.steps.torch_registry import Provenance
 
 BEHIND_EXIT = 12  # distinct from every error code: a scheduled job can tell "facts are behind" from "check broke"
 
@@ -34,12 +38,11 @@ def add_commands(
 
 
 def cmd_facts_check(args: argparse.Namespace) -> int:
-    from builder.steps.torch_registry import check
+    from builder.steps.torch_registry import survey
 
-    findings = check(load_facts())
+    findings, provenance = survey(load_facts())
     if not findings:
         out.print("torch facts are current: every torch release on the registry is in builder/data/torch.toml")
-        return 0
     for finding in findings:
         console.print(f"[bold yellow]BEHIND[/bold yellow] {escape(finding.problem)}", highlight=False, soft_wrap=True)
     stanzas = [finding.stanza for finding in findings if finding.stanza]
@@ -47,7 +50,22 @@ def cmd_facts_check(args: argparse.Namespace) -> int:
         out.print("# paste into builder/data/torch.toml (before [archs.cuda]), review the marked fields:\n")
         for text in stanzas:
             out.print(escape(text), highlight=False)
-    return BEHIND_EXIT
+    _print_provenance(provenance)
+    return BEHIND_EXIT if findings else 0
+
+
+def _print_provenance(provenance: Provenance) -> None:
+    """The closing summary: a reader should not mistake a cited variant for a checked one."""
+    verified = ", ".join(provenance.verified) or "nothing"
+    out.print(
+        "verified against the registry (patches, Pythons, the plain wheel's CUDA from Requires-Dist): "
+        f"{escape(verified)}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    out.print("resting on citations (builder/data/torch.toml sources):", highlight=False)
+    for variants, sources in provenance.cited:
+        out.print(f"  {escape(variants)}: {escape('; '.join(sources))}", highlight=False, soft_wrap=True)
 
 
 def cmd_toolkits(args: argparse.Namespace) -> int:

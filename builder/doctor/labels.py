@@ -123,9 +123,19 @@ def platform_fits(platform: str, *, machine: str, glibc: str | None) -> bool:
 
 
 def wheel_fits(wheel: WheelName, *, python_tag: str, machine: str, glibc: str | None) -> bool:
-    if python_tag not in wheel.pythons and not ("abi3" in wheel.abis and _abi3_covers(wheel.pythons, python_tag)):
+    """``python_tag`` is the interpreter's: ``cp313t`` when it is free-threaded (PEP 703)."""
+    if not _python_fits(wheel, python_tag):
         return False
     return any(platform_fits(p, machine=machine, glibc=glibc) for p in wheel.platforms)
+
+
+def _python_fits(wheel: WheelName, python_tag: str) -> bool:
+    """A free-threaded 3.13 loads only cp313-cp313t wheels, and an ordinary 3.13 never one of them."""
+    if python_tag.endswith("t"):
+        return python_tag[:-1] in wheel.pythons and python_tag in wheel.abis
+    if all(abi.endswith("t") for abi in wheel.abis):
+        return False
+    return python_tag in wheel.pythons or ("abi3" in wheel.abis and _abi3_covers(wheel.pythons, python_tag))
 
 
 def _abi3_covers(pythons: tuple[str, ...], python_tag: str) -> bool:

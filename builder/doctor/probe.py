@@ -29,7 +29,7 @@ GPU_TIMEOUT = 30.0
 SCHEMA = 1
 
 _PYTHON_PROBE = r"""
-import ctypes, json, os, platform, sys
+import ctypes, json, os, platform, sys, sysconfig
 try:
     ctypes.CDLL("libstdc++.so.6")
 except OSError:
@@ -39,7 +39,8 @@ with open("/proc/self/maps") as maps:
 libc = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else None
 print(json.dumps({
     "python": platform.python_version(),
-    "python_tag": ("cp" if sys.implementation.name == "cpython" else "pp") + "%d%d" % sys.version_info[:2],
+    "python_tag": ("cp" if sys.implementation.name == "cpython" else "pp") + "%d%d" % sys.version_info[:2]
+        + ("t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""),
     "executable": sys.executable,
     "machine": platform.machine(),
     "glibc": libc.split()[-1] if libc and libc.startswith("glibc") else None,

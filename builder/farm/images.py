@@ -22,7 +22,7 @@ from builder.core.errors import ConfigError, ToolchainError, WheelwrightError
 from builder.core.resources import IMAGE_BASES
 from builder.core.runner import run
 from builder.farm.engine import Engine
-from builder.plan.facts import Accelerator
+from builder.plan.facts import Accelerator, python_key
 from builder.plan.job import Job
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ def images_for(
             if family in bases[base_name].families
             else next(b for b in bases.values() if family in b.families)
         )
-        ordered = tuple(sorted(minors, key=lambda p: tuple(map(int, p.split(".")))))
+        ordered = tuple(sorted(minors, key=python_key))
         specs.append(ImageSpec(accelerator=accelerator, base=base, pythons=ordered))
     return specs
 

@@ -8,6 +8,7 @@ import itertools
 import os
 import re
 import sys
+import sysconfig
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from packaging.version import Version
 
 from builder.core.errors import PlanError, did_you_mean
 from builder.plan.archs import ArchChoice, ArchNote, apply_known_bad
-from builder.plan.facts import Accelerator, TorchFacts, TorchRelease, load_facts
+from builder.plan.facts import FREE_THREADED, Accelerator, TorchFacts, TorchRelease, load_facts
 from builder.plan.job import Job, PatchRef, Recipe, Sdist, UpstreamFiles
 from builder.plan.matrix import DEFAULT_TORCH_INDEX, HOST_PYTHON, Matrix, PackageSpec, SdistPin, load_matrix
 
@@ -77,8 +78,10 @@ class Plan:
 
 
 def host_python() -> str:
-    """The ``host`` Python; a builder container is told the host's (WHEELWRIGHT_HOST_PYTHON) so its plan matches."""
-    return os.environ.get("WHEELWRIGHT_HOST_PYTHON") or f"{sys.version_info.major}.{sys.version_info.minor}"
+    """The ``host`` Python; a builder container is told the host's (WHEELWRIGHT_HOST_PYTHON) so its plan matches.
+    A free-threaded interpreter is "3.13t", the Python its wheels are for."""
+    suffix = FREE_THREADED if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
+    return os.environ.get("WHEELWRIGHT_HOST_PYTHON") or f"{sys.version_info.major}.{sys.version_info.minor}{suffix}"
 
 
 def _recipe(package: PackageSpec, version: str) -> Recipe:

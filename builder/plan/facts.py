@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -26,6 +26,23 @@ def torch_minor(torch: str) -> str:
 
 def version_key(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split("."))
+
+
+FREE_THREADED = "t"  # PEP 703's ABI suffix: Python "3.13t", tags cp313-cp313t
+
+
+def is_free_threaded(python: str) -> bool:
+    return python.endswith(FREE_THREADED)
+
+
+def base_python(python: str) -> str:
+    """The CPython minor a Python of the plan runs: "3.13" for the free-threaded "3.13t"."""
+    return python.removesuffix(FREE_THREADED)
+
+
+def python_key(python: str) -> tuple[int, ...]:
+    """Sorts "3.13t" right after "3.13" and before "3.14"."""
+    return (*version_key(base_python(python)), int(is_free_threaded(python)))
 
 
 @dataclass(frozen=True, kw_only=True, order=True)
@@ -80,6 +97,7 @@ class TorchRelease:
     rocm: tuple[str, ...]
     cxx11_abi: bool
     manylinux: str
+    sources: tuple[str, ...]  # where its facts were read; a release without one is refused at load
     abi_override: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
     manylinux_override: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -90,6 +108,16 @@ class TorchRelease:
     @property
     def accelerators(self) -> tuple[Accelerator, ...]:
         return tuple(Accelerator.cuda(v) for v in self.cuda) + tuple(Accelerator.rocm(v) for v in self.rocm)
+
+    @property
+    def registry_variant(self) -> Accelerator:
+        """The variant the registry's plain wheel is: the one `wheelwright facts check` can verify."""
+        return Accelerator.cuda(self.pypi_cuda)
+
+    @property
+    def cited_variants(self) -> tuple[Accelerator, ...]:
+        """The variants only PyTorch's own index ships, which rest on the release's sources."""
+        return tuple(a for a in self.accelerators if a != self.registry_variant)
 
     def has(self, accelerator: Accelerator) -> bool:
         return accelerator in self.accelerators
@@ -140,6 +168,7 @@ _RELEASE_FIELDS: Mapping[str, type] = MappingProxyType(
         "rocm": list,
         "cxx11_abi": bool,
         "manylinux": str,
+        "sources": list,
         "abi_override": dict,
         "manylinux_override": dict,
     }
@@ -151,6 +180,7 @@ _ITEM_TYPES: Mapping[str, type] = MappingProxyType(
         "python": str,
         "cuda": str,
         "rocm": str,
+        "sources": str,
         "abi_override": bool,
         "manylinux_override": str,
     }
@@ -164,12 +194,13 @@ _TOML_NAMES: Mapping[type, str] = MappingProxyType(
     }
 )
 # Labels drop the dots (cu130, rocm624) and parse_label splits them back, so CUDA minors and ROCm components must
-# be single digits; a CUDA 12.10 would need a new label format.
+# be single digits: a CUDA 12.10 would need a new label format, and so does ROCm 7.14 (torch 2.14 ships it, but
+# rocm714 reads back as 7.1.4), which is why torch.toml names it in 2.14's comment and not in its rocm list.
 _SPELLING: Mapping[str, tuple[str, str]] = MappingProxyType(
     {
         "torch": (r"\d+\.\d+", "a minor release like '2.14'"),
         "patches": (r"\d+\.\d+\.\d+", "a patch release like '2.14.1'"),
-        "python": (r"3\.\d+", "a CPython version like '3.11'"),
+        "python": (r"3\.\d+t?", "a CPython version like '3.11' (free-threaded: '3.13t')"),
         "cuda": (r"[1-9]\d?\.\d", "a CUDA version with a one-digit minor like '13.0'"),
         "rocm": (r"[1-9]\.\d(\.\d)?", "a ROCm version with one-digit parts like '6.2.4'"),
     }
@@ -213,6 +244,7 @@ def _release_from(raw: Mapping[str, Any], where: str) -> TorchRelease:
         rocm=tuple(raw["rocm"]),
         cxx11_abi=raw["cxx11_abi"],
         manylinux=raw["manylinux"],
+        sources=tuple(raw["sources"]),
         abi_override=MappingProxyType(dict(raw.get("abi_override", {}))),
         manylinux_override=MappingProxyType(dict(raw.get("manylinux_override", {}))),
     )
@@ -231,20 +263,39 @@ def _check_spelling(release: TorchRelease, where: str) -> None:
         for value in values:
             if not re.fullmatch(pattern, value):
                 raise FactsError(f"{where}: {name} {value!r} is not {example}")
-        _check_sorted(values, f"{where}: {name}")
+        _check_sorted(values, f"{where}: {name}", key=python_key if name == "python" else version_key)
 
 
-def _check_sorted(values: Sequence[str], what: str) -> None:
-    if list(values) != sorted(set(values), key=version_key):
+def _check_sorted(values: Sequence[str], what: str, key: Callable[[str], tuple[int, ...]] = version_key) -> None:
+    if list(values) != sorted(set(values), key=key):
         raise FactsError(f"{what} must be sorted ascending and free of duplicates, got {list(values)}")
+
+
+def _check_pythons(release: TorchRelease, where: str) -> None:
+    if not release.python:
+        raise FactsError(f"{where}: python lists no CPython version")
+    # torch builds a free-threaded wheel beside the ordinary one of the same minor, never alone
+    free_threaded = [p for p in release.python if is_free_threaded(p)]
+    orphans = [p for p in free_threaded if base_python(p) not in release.python]
+    if orphans:
+        raise FactsError(f"{where}: python lists free-threaded {', '.join(orphans)} without its base Python")
+    too_old = [p for p in free_threaded if version_key(base_python(p)) < (3, 13)]
+    if too_old:
+        raise FactsError(f"{where}: python lists {', '.join(too_old)}; CPython is free-threaded from 3.13 (PEP 703)")
+
+
+def _check_sources(release: TorchRelease, where: str) -> None:
+    """Only the registry's default variant can be checked by machine; everything else is as good as its source."""
+    if not release.sources or any(not s.strip() for s in release.sources):
+        raise FactsError(f"{where}: sources must name where its facts were read (RELEASE.md, an issue, a wheel)")
 
 
 def _check_release(release: TorchRelease, where: str) -> None:
     _check_spelling(release, where)
     if not release.patches or any(not p.startswith(release.minor + ".") for p in release.patches):
         raise FactsError(f"{where}: patches must be non-empty and each start with {release.minor}.")
-    if not release.python:
-        raise FactsError(f"{where}: python lists no CPython version")
+    _check_pythons(release, where)
+    _check_sources(release, where)
     if release.pypi_cuda not in release.cuda:
         raise FactsError(f"{where}: pypi_cuda {release.pypi_cuda} is not one of its CUDA variants {list(release.cuda)}")
     variants = {a.name for a in release.accelerators}

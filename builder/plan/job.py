@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from builder.plan.facts import Accelerator, torch_minor
+from builder.plan.facts import Accelerator, base_python, torch_minor
 
 # No leading zeros anywhere, so that every label parses back to exactly one (torch minor, accelerator).
 _LABEL_RE = re.compile(r"pt(?P<major>[1-9])(?P<minor>0|[1-9]\d*)(?P<accel>cu[1-9]\d{1,2}|rocm[1-9]\d{1,2})")
@@ -99,7 +99,18 @@ class Job:
 
     @property
     def python_tag(self) -> str:
+        """``cp311``; a free-threaded Python keeps its suffix (``cp313t``), as its ABI tag and pages do."""
         return "cp" + self.python.replace(".", "")
+
+    @property
+    def interpreter_tag(self) -> str:
+        """The wheel's interpreter tag: ``cp313`` for both 3.13 and the free-threaded 3.13t (PEP 703)."""
+        return "cp" + base_python(self.python).replace(".", "")
+
+    @property
+    def abi_tag(self) -> str:
+        """The wheel's ABI tag: ``cp313``, or ``cp313t`` for the free-threaded build."""
+        return self.python_tag
 
     @property
     def local_version(self) -> str:

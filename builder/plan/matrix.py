@@ -120,8 +120,10 @@ def _torch(value: str) -> str:
 
 
 def _python(value: str) -> str:
-    if value != HOST_PYTHON and not re.fullmatch(r"3\.\d+", value):
-        raise ValueError(f"python {value!r} is not a CPython version like '3.11' (or {HOST_PYTHON!r})")
+    if value != HOST_PYTHON and not re.fullmatch(r"3\.\d+t?", value):
+        raise ValueError(
+            f"python {value!r} is not a CPython version like '3.11', free-threaded '3.13t' (or {HOST_PYTHON!r})"
+        )
     return value
 
 

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import sys
+import sysconfig
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -91,18 +92,27 @@ def cache_root() -> Path:
 # -- interpreters -----------------------------------------------------------------------------------------------
 
 def find_pythons(version: str) -> list[Path]:
-    """Interpreters of ``version`` (3.11): this one, ``python3.11`` on PATH, pyenv installs; best first."""
+    """Interpreters of ``version`` (3.11, or the free-threaded 3.13t): this one, ``python3.11`` on PATH, pyenv
+    installs (``3.11.*``; ``3.13.*t`` for 3.13t, which an ordinary 3.13 never stands in for); best first."""
     candidates = []
-    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
+    free_threaded = "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
+    if f"{sys.version_info.major}.{sys.version_info.minor}{free_threaded}" == version:
         base = sys._base_executable  # type: ignore[attr-defined]  # the interpreter a venv was made from
         candidates += [Path(sys.executable), Path(base)]
     on_path = shutil.which(f"python{version}")
     candidates += [Path(on_path)] if on_path else []
     pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    candidates += sorted(pyenv_root.glob(f"versions/{version}.*/bin/python{version}"), reverse=True)
+    minor = version.removesuffix("t")
+    suffix = version[len(minor) :]
+    installs = [
+        d for d in pyenv_root.glob(f"versions/{minor}.*") if re.fullmatch(rf"{re.escape(minor)}\.\d+{suffix}", d.name)
+    ]
+    candidates += sorted((d / "bin" / f"python{version}" for d in installs), reverse=True)
     usable = [c for c in candidates if c.is_file() and os.access(c, os.X_OK) and "shims" not in c.parts]
     if not usable:
-        raise NotBuildableHere(f"no Python {version} interpreter on this machine (looked on PATH and in pyenv)")
+        where = f"python{version} on PATH, pyenv {minor}.*{suffix}"
+        kind = "free-threaded " if suffix else ""
+        raise NotBuildableHere(f"no {kind}Python {version} interpreter on this machine (looked for {where})")
     return list(dict.fromkeys(usable))
 
 

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urljoin
 
+from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from builder.core.errors import FetchError
-from builder.plan.facts import TorchFacts, TorchRelease
+from builder.plan.facts import TorchFacts, TorchRelease, python_key
 from builder.steps.fetch import _project_files, index_url, open_url
 
 # Requires-Dist pins that name the CUDA runtime the wheel was built with.
@@ -57,10 +58,13 @@ class Finding:
     stanza: str | None = None  # the [[release]] table to paste, for a minor the facts lack
 
 
-def _python(tag: str) -> str | None:
-    """cp311 -> 3.11; free-threaded (cp313t) and other interpreters are not torch.toml's Python axis."""
-    match = re.fullmatch(r"cp3(\d+)", tag)
-    return f"3.{match[1]}" if match else None
+def _python(tag: Tag) -> str | None:
+    """cp311-cp311 -> 3.11, cp313-cp313t -> 3.13t (free-threaded, by its ABI tag); other interpreters -> None."""
+    interpreter = re.fullmatch(r"cp3(\d+)", tag.interpreter)
+    if interpreter is None:
+        return None
+    free_threaded = tag.abi == f"{tag.interpreter}t"
+    return f"3.{interpreter[1]}{'t' if free_threaded else ''}"
 
 
 def _linux_wheels(files: Iterable[Mapping[str, Any]]) -> dict[Version, dict[str, Mapping[str, Any]]]:
@@ -74,7 +78,7 @@ def _linux_wheels(files: Iterable[Mapping[str, Any]]) -> dict[Version, dict[str,
         if file.get("yanked") or version.is_prerelease or version.local:
             continue
         for tag in tags:
-            python = _python(tag.interpreter)
+            python = _python(tag)
             if python and "linux" in tag.platform and tag.platform.endswith("x86_64"):
                 wheels[version][python] = file
     return wheels
@@ -92,7 +96,7 @@ def cuda_of(metadata: str) -> str | None:
 
 def _default_wheel(by_python: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:
     """The wheel whose metadata is read: the oldest Python's (every Python's wheel pins the same CUDA)."""
-    return by_python[min(by_python, key=lambda p: int(p.split(".")[1]))]
+    return by_python[min(by_python, key=python_key)]
 
 
 def registry_releases(registry: Registry, *, since: str = "1.13") -> list[RegistryRelease]:
@@ -104,7 +108,7 @@ def registry_releases(registry: Registry, *, since: str = "1.13") -> list[Regist
     releases = []
     for minor, versions in sorted(by_minor.items(), key=lambda item: Version(item[0])):
         newest = max(versions)
-        python = tuple(sorted(versions[newest], key=lambda p: int(p.split(".")[1])))
+        python = tuple(sorted(versions[newest], key=python_key))
         releases.append(
             RegistryRelease(
                 minor=minor,
@@ -137,6 +141,10 @@ def stanza(release: RegistryRelease, like: TorchRelease | None) -> str:
             f"  # review: as torch {like.minor if like else '?'}"
         ),
         f'manylinux = "{like.manylinux if like else "manylinux_2_28"}"',
+        (
+            f'sources = ["the registry\'s torch {release.minor} wheels (wheelwright facts check)"]'
+            "  # review: cite RELEASE.md or the release's CUDA RFC for every variant you add"
+        ),
     ]
     return "\n".join(lines) + "\n"
 
@@ -242,6 +250,38 @@ class PyPIRegistry:
             return wheel.read(name).decode("utf-8", errors="replace")
 
 
+@dataclass(frozen=True, kw_only=True)
+class Provenance:
+    """Which facts the registry confirmed and which rest on a release's sources alone."""
+
+    verified: tuple[str, ...]  # "2.14 cu130": its patches, Pythons and the default wheel's CUDA agree
+    cited: tuple[tuple[str, tuple[str, ...]], ...]  # ("2.14 cu126, cu132, rocm7.2", its sources)
+
+
+def provenance(facts: TorchFacts, releases: Sequence[RegistryRelease], findings: Sequence[Finding]) -> Provenance:
+    """The registry shows one variant per minor, the plain wheel; every other variant is only as good as its
+    citation. A minor with a finding is verified in nothing."""
+    seen = {release.minor: release for release in releases}
+    behind = {finding.minor for finding in findings}
+    verified, cited = [], []
+    for mine in facts.releases:
+        shown = seen.get(mine.minor)
+        confirmed = shown is not None and shown.pypi_cuda is not None and mine.minor not in behind
+        if confirmed:
+            verified.append(f"{mine.minor} {mine.registry_variant}")
+        rest = mine.cited_variants if confirmed else mine.accelerators
+        what = ", ".join(a.name for a in rest) if shown is not None else "every fact (not on the registry)"
+        if rest or shown is None:
+            cited.append((f"{mine.minor} {what}", mine.sources))
+    return Provenance(verified=tuple(verified), cited=tuple(cited))
+
+
+def survey(facts: TorchFacts, registry: Registry | None = None) -> tuple[list[Finding], Provenance]:
+    """The findings of :func:`check` and, beside them, what the registry could confirm at all."""
+    releases = registry_releases(registry or PyPIRegistry(), since=facts.releases[0].minor)
+    findings = compare(facts, releases)
+    return findings, provenance(facts, releases, findings)
+
+
 def check(facts: TorchFacts, registry: Registry | None = None) -> list[Finding]:
-    since = facts.releases[0].minor
-    return compare(facts, registry_releases(registry or PyPIRegistry(), since=since))
+    return survey(facts, registry)[0]

@@ -227,10 +227,10 @@ def check_tags(facts: WheelFacts, job: Job, policy: Policy | None) -> Check:
     except InvalidWheelFilename as error:
         return failed("tags", str(error))
     shown = ".".join(sorted(str(tag) for tag in tags))
-    python_ok = all(t.interpreter == job.python_tag and t.abi == job.python_tag for t in tags)
+    python_ok = all(t.interpreter == job.interpreter_tag and t.abi == job.abi_tag for t in tags)
     platform_ok = all(t.platform.endswith("_" + job.platform) for t in tags)
     if not (python_ok and platform_ok):
-        return failed("tags", f"{shown}; the job builds {job.python_tag}-{job.python_tag} for {job.platform}")
+        return failed("tags", f"{shown}; the job builds {job.interpreter_tag}-{job.abi_tag} for {job.platform}")
     if policy is None:
         return failed("tags", f"{shown} names no manylinux policy: the wheel was not repaired")
     return passed("tags", shown)

@@ -78,6 +78,16 @@ def test_wheel_filenames_and_python_tags() -> None:
     assert parse_wheel("not-a-wheel.tar.gz") is None
 
 
+def test_free_threaded_wheels_fit_only_free_threaded_interpreters() -> None:
+    free_threaded = parse_wheel("causal_conv1d-1.7.0+pt214cu130-cp314-cp314t-manylinux_2_28_x86_64.whl")
+    ordinary = parse_wheel("causal_conv1d-1.7.0+pt214cu130-cp314-cp314-manylinux_2_28_x86_64.whl")
+    assert free_threaded is not None and ordinary is not None
+    assert wheel_fits(free_threaded, python_tag="cp314t", machine="x86_64", glibc="2.36")
+    assert not wheel_fits(free_threaded, python_tag="cp314", machine="x86_64", glibc="2.36")
+    assert not wheel_fits(ordinary, python_tag="cp314t", machine="x86_64", glibc="2.36")
+    assert wheel_fits(ordinary, python_tag="cp314", machine="x86_64", glibc="2.36")
+
+
 @pytest.mark.parametrize(
     ("sass", "gpu", "runs"),
     [

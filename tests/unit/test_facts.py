@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 
 from builder.core.errors import FactsError
-from builder.plan.facts import Accelerator, TorchFacts, load_facts, parse_facts
+from builder.plan.facts import (
+    Accelerator,
+    TorchFacts,
+    base_python,
+    is_free_threaded,
+    load_facts,
+    parse_facts,
+    python_key,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -173,6 +181,26 @@ BROKEN: list[tuple[str, Breakage, str]] = [
     ("no-patches", _set("2.8", "patches", []), r"patches must be non-empty"),
     ("minor-misspelt", _set("2.8", "torch", "2.8.0"), r"torch '2.8.0' is not a minor release like '2.14'"),
     ("no-releases", lambda raw: raw.__setitem__("release", []), r"expected one or more \[\[release\]\] tables"),
+    ("sources-missing", _del("2.14", "sources"), r"release #16: missing sources"),
+    ("sources-empty", _set("2.14", "sources", []), r"torch 2.14\): sources must name where its facts were read"),
+    ("sources-blank", _set("2.14", "sources", ["  "]), r"torch 2.14\): sources must name where its facts were read"),
+    ("sources-not-strings", _set("2.14", "sources", [194367]), r"sources holds 194367, which is not a string"),
+    (
+        "free-threaded-without-its-base",
+        _set("2.8", "python", ["3.9", "3.10", "3.11", "3.12", "3.13t"]),
+        r"torch 2.8\): python lists free-threaded 3.13t without its base Python",
+    ),
+    (
+        "free-threaded-before-its-base",
+        _set("2.8", "python", ["3.9", "3.10", "3.11", "3.12", "3.13t", "3.13"]),
+        r"torch 2.8\): python must be sorted ascending",
+    ),
+    (
+        "free-threaded-before-pep-703",
+        _set("2.8", "python", ["3.9", "3.10", "3.11", "3.12", "3.12t", "3.13"]),
+        r"torch 2.8\): python lists 3.12t; CPython is free-threaded from 3.13",
+    ),
+    ("free-threaded-misspelt", _set("2.8", "python", ["3.13", "3.13T"]), r"python '3.13T' is not a CPython version"),
 ]
 
 
@@ -202,3 +230,25 @@ def test_accelerator_round_trip(name: str, kind: str, version: str) -> None:
 def test_accelerator_rejects(name: str) -> None:
     with pytest.raises(ValueError, match="is not an accelerator"):
         Accelerator.parse(name)
+
+
+def test_python_key_puts_free_threaded_after_its_base() -> None:
+    pythons = ["3.14", "3.13t", "3.9", "3.13", "3.14t", "3.10"]
+    assert sorted(pythons, key=python_key) == ["3.9", "3.10", "3.13", "3.13t", "3.14", "3.14t"]
+    assert (base_python("3.13t"), is_free_threaded("3.13t"), is_free_threaded("3.13")) == ("3.13", True, False)
+
+
+def test_the_registry_variant_is_verified_and_the_rest_is_cited() -> None:
+    """What `facts check` can confirm: the plain wheel's variant; torch 2.14's others rest on its sources."""
+    torch214 = load_facts().release("2.14")
+    assert torch214.registry_variant == Accelerator.parse("cu130")
+    assert [a.name for a in torch214.cited_variants] == ["cu126", "cu132", "rocm7.2"]
+    assert any("pytorch/pytorch#194367" in source for source in torch214.sources)
+
+
+def test_the_newest_releases_ship_what_their_sources_say() -> None:
+    facts = load_facts()
+    assert facts.release("2.13").cuda == ("12.6", "12.9", "13.0", "13.2")  # cu129 by a cherry-pick
+    assert facts.release("2.15").cuda == ("13.0", "13.2")  # 12.6 dropped
+    assert facts.release("2.15").python[-3:] == ("3.14t", "3.15", "3.15t")
+    assert "3.13t" not in facts.release("2.14").python  # the registry's 2.12.1 on have cp314t only

@@ -14,7 +14,7 @@ from builder.cli.facts import BEHIND_EXIT
 from builder.cli.main import main
 from builder.plan.facts import TorchFacts, load_facts
 from builder.steps import torch_registry
-from builder.steps.torch_registry import compare, cuda_of, registry_releases
+from builder.steps.torch_registry import compare, cuda_of, provenance, registry_releases
 
 RECORDED = json.loads((Path(__file__).parent.parent / "data" / "registry" / "torch.json").read_text())
 
@@ -36,7 +36,9 @@ def facts_without(minor: str) -> TorchFacts:
 def test_the_registry_releases_read_from_filenames_and_metadata() -> None:
     releases = {r.minor: r for r in registry_releases(Recorded(), since="2.13")}
     assert releases["2.14"].patches == ("2.14.0", "2.14.1")
-    assert releases["2.15"].python == ("3.11", "3.12", "3.13", "3.14", "3.15")
+    # free-threaded wheels (cp314-cp314t) are Pythons of their own, read from the ABI tag
+    assert releases["2.15"].python == ("3.11", "3.12", "3.13", "3.14", "3.14t", "3.15", "3.15t")
+    assert releases["2.13"].python == ("3.10", "3.11", "3.12", "3.13", "3.14", "3.14t")
     assert releases["2.14"].pypi_cuda == "13.0"  # cuda-toolkit[...]==13.0.3
     assert releases["2.15"].pypi_cuda == "13.2"
 
@@ -56,7 +58,7 @@ def test_a_missing_minor_gets_a_stanza_that_loads_as_facts() -> None:
     (finding,) = compare(facts_without("2.15"), registry_releases(Recorded(), since="2.13"))
     assert "torch 2.15 (2.15.0) is on the registry but not in the facts" in finding.problem
     assert finding.stanza is not None
-    assert 'python = ["3.11", "3.12", "3.13", "3.14", "3.15"]' in finding.stanza
+    assert 'python = ["3.11", "3.12", "3.13", "3.14", "3.14t", "3.15", "3.15t"]' in finding.stanza
     assert 'pypi_cuda = "13.2"' in finding.stanza
     import tomllib
 
@@ -101,3 +103,49 @@ def test_the_cli_exits_zero_when_current(monkeypatch: pytest.MonkeyPatch, capsys
     )
     assert main(["facts", "check"]) == 0
     assert "torch facts are current" in capsys.readouterr().out
+
+
+def facts_of(*minors: str) -> TorchFacts:
+    facts = load_facts()
+    return dataclasses.replace(facts, releases=tuple(r for r in facts.releases if r.minor in minors))
+
+
+def test_the_summary_says_what_was_verified_and_what_rests_on_citations(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(torch_registry, "PyPIRegistry", Recorded)
+    monkeypatch.setattr("builder.cli.facts.load_facts", lambda: facts_of("2.13", "2.14", "2.15"))
+    assert main(["facts", "check"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == (
+        "verified against the registry (patches, Pythons, the plain wheel's CUDA from Requires-Dist): "
+        "2.13 cu130, 2.14 cu130, 2.15 cu132"
+    )
+    assert lines[2] == "resting on citations (builder/data/torch.toml sources):"
+    cited = {line.split(":")[0].strip(): line for line in lines[3:]}
+    assert set(cited) == {"2.13 cu126, cu129, cu132, rocm7.2", "2.14 cu126, cu132, rocm7.2", "2.15 cu130"}
+    assert "pytorch/pytorch#194367" in cited["2.14 cu126, cu132, rocm7.2"]
+    assert "pytorch/pytorch#190385" in cited["2.15 cu130"]
+
+
+def test_a_minor_the_registry_disagrees_with_or_lacks_is_verified_in_nothing() -> None:
+    facts = facts_of("2.12", "2.13", "2.14")
+    stale = dataclasses.replace(facts.release("2.14"), patches=("2.14.0",))
+    facts = dataclasses.replace(facts, releases=(*facts.releases[:2], stale))
+    releases = registry_releases(Recorded(), since="2.13")  # the recording starts at 2.13: no 2.12
+    summary = provenance(facts, releases, compare(facts, releases))
+    assert summary.verified == ("2.13 cu130",)
+    cited = dict(summary.cited)
+    assert cited["2.12 every fact (not on the registry)"] == facts.release("2.12").sources
+    assert "2.14 cu126, cu130, cu132, rocm7.2" in cited  # its default variant too, while patches disagree
+
+
+def test_the_behind_output_ends_with_the_summary_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(torch_registry, "PyPIRegistry", Recorded)
+    monkeypatch.setattr("builder.cli.facts.load_facts", lambda: facts_of("2.13", "2.14"))
+    assert main(["facts", "check"]) == BEHIND_EXIT
+    out = capsys.readouterr().out
+    summary = "verified against the registry (patches, Pythons, the plain wheel's CUDA from Requires-Dist): "
+    assert f"{summary}2.13 cu130, 2.14 cu130\n" in out

@@ -99,7 +99,11 @@ def test_the_release_plan_needs_one_image_per_toolkit_and_rocm_comes_from_manyli
     assert len(specs) == len(accelerators) == len({s.name for s in specs})
     rocm = [s for s in specs if s.family == "rocm"]
     assert rocm and all(s.base.name == "manylinux_2_28" for s in rocm)
-    assert all("no pinned digest" in s.not_buildable() for s in rocm)
+    for spec in rocm:
+        # images.toml names no free-threaded interpreter of the builder images yet: the image says what it lacks
+        free_threaded = [p for p in spec.pythons if p.endswith("t")]
+        reason = f"cannot provide Python {', '.join(free_threaded)}" if free_threaded else "no pinned digest"
+        assert reason in (spec.not_buildable() or ""), spec.name
     cuda118 = next(s for s in specs if s.name == "cuda11.8")
     assert "cannot provide Python 3.10, 3.12" in cuda118.not_buildable()
 

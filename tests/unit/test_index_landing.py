@@ -109,7 +109,8 @@ def test_setups_cover_every_python_torch_shipped_with_exact_commands() -> None:
     setups = build_setups(coverage, base_url="https://w.example/")
     assert layout.setup_path("pt214cu130", "3.12") == "select/pt214cu130-cp312.html"
     assert {p for p in setups if p.startswith("select/pt214cu130-")} == {
-        f"select/pt214cu130-cp3{minor}.html" for minor in range(10, 15)
+        *(f"select/pt214cu130-cp3{minor}.html" for minor in range(10, 15)),
+        "select/pt214cu130-cp314t.html",  # torch 2.14 ships the free-threaded 3.14 too: a setup of its own
     }
     offer = setups["select/pt214cu130-cp312.html"].offers[0]
     findlinks = "https://w.example/whl/pt214cu130.html"

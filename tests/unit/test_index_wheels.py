@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from index_site import layout
+from index_site.landing import python_key
 from index_site.wheels import RejectedWheel, check_core_metadata, parse_wheel_name, read_core_metadata
 from tests.wheelfactory import WheelSpec, make_wheel, metadata_text
 
@@ -24,6 +26,13 @@ def test_parses_a_labelled_wheel_name() -> None:
 def test_rocm_labels_and_compressed_python_tags() -> None:
     name = parse_wheel_name("mamba_ssm-2.3.2.post1+pt24rocm61-cp310.cp311-abi3-manylinux_2_28_x86_64.whl")
     assert (name.torch, name.accelerator.name, name.pythons) == ("2.4", "rocm6.1", ("3.10", "3.11"))
+
+
+def test_a_free_threaded_wheel_is_a_python_of_its_own() -> None:
+    name = parse_wheel_name("causal_conv1d-1.7.0+pt214cu130-cp314-cp314t-manylinux_2_28_x86_64.whl")
+    assert (name.python_tag, name.abi_tag, name.pythons) == ("cp314", "cp314t", ("3.14t",))
+    assert layout.setup_path(name.label, name.pythons[0]) == "select/pt214cu130-cp314t.html"
+    assert sorted(["3.14t", "3.15", "3.14", "3"], key=python_key) == ["3", "3.14", "3.14t", "3.15"]
 
 
 @pytest.mark.parametrize(

@@ -78,14 +78,14 @@ CASES = [
         "cuda-never-built",
         "[cu130]",
         "[cu124]  # HERE",
-        "torch 2.14 was never built for CUDA 12.4; built: 13.0",
+        "torch 2.14 was never built for CUDA 12.4; built: 12.6, 13.0, 13.2",
         exit_code=PLAN,
     ),
     case(
         "rocm-never-built",
         "[cu130]",
         "[rocm6.1]  # HERE",
-        "torch 2.14 was never built for ROCm 6.1; built: none",
+        "torch 2.14 was never built for ROCm 6.1; built: 7.2",
         exit_code=PLAN,
     ),
     case(
@@ -99,6 +99,14 @@ CASES = [
         exit_code=PLAN,
     ),
     case("python-not-a-version", '["3.11"]', '["3.1O"]  # HERE', "python '3.1O' is not a CPython version like '3.11'"),
+    case("python-free-threaded-misspelt", '["3.11"]', '["3.13T"]  # HERE', "free-threaded '3.13t'"),
+    case(
+        "python-free-threaded-never-shipped",
+        '["3.11"]',
+        '["3.13t"]  # HERE',
+        "torch 2.14 has no wheels for Python 3.13t; it supports 3.10, 3.11, 3.12, 3.13, 3.14, 3.14t",
+        exit_code=PLAN,
+    ),
     case(
         "selector-bad",
         '    python: ["3.11"]\n',

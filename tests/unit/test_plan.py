@@ -143,6 +143,27 @@ def test_golden_release_is_what_the_cli_prints(release_json: dict[str, Any]) -> 
     assert json.loads((TESTS / "golden" / "plan-release.json").read_text()) == release_json
 
 
+def test_the_seeds_first_wheel_is_planned(matrix: Matrix, facts: TorchFacts) -> None:
+    """`pip install causal-conv1d==1.1.1+pt21cu118 -f <index-url>`, the seeds' first install line."""
+    plan = expand(matrix, facts, "seed-pt21", host=HOST)
+    assert [job.identifier for job in plan.jobs] == [
+        "causal-conv1d-1.1.1+pt21cu118-cp310-x86_64",
+        "causal-conv1d-1.1.1+pt21cu118-cp311-x86_64",
+    ]
+    assert {(job.torch, job.cxx11_abi, job.manylinux) for job in plan.jobs} == {("2.1.2", False, "manylinux2014")}
+    assert all(job.accelerator.version != facts.release("2.1").pypi_cuda for job in plan.jobs)  # PyTorch's index
+    assert not any("pt21" in job.identifier for job in expand(matrix, facts, "seed", host=HOST).jobs)
+
+
+def test_release_plans_free_threaded_pythons_where_torch_shipped_them(release_json: dict[str, Any]) -> None:
+    rows = {row["id"]: row for row in release_json["include"]}
+    row = rows["causal-conv1d-1.7.0+pt215cu132-cp315t-x86_64"]
+    assert (row["python"], row["python_tag"]) == ("3.15t", "cp315t")
+    assert "causal-conv1d-1.7.0+pt27cu126-cp313t-x86_64" in rows
+    assert not any("pt26" in i and "cp313t" in i for i in rows)  # torch 2.6 has no free-threaded wheels
+    assert not any("pt214" in i and "cp313t" in i for i in rows)  # nor 2.14 a 3.13t one
+
+
 def test_local_plan_follows_the_host_python(matrix: Matrix, facts: TorchFacts) -> None:
     assert {job.python for job in expand(matrix, facts, "local", host="3.12").jobs} == {"3.12"}
     assert expand(matrix, facts, None, host="3.12").profile == matrix.default_profile == "local"
@@ -208,8 +229,9 @@ def test_select_narrows_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args) == 0
     rows = json.loads(capsys.readouterr().out)["include"]
     assert sorted(row["id"] for row in rows) == [
-        "causal-conv1d-1.7.0+pt214cu130-cp311-x86_64",
-        "mamba-ssm-2.3.2.post1+pt214cu130-cp311-x86_64",
+        f"{package}+pt214{accelerator}-cp311-x86_64"
+        for package in ("causal-conv1d-1.7.0", "mamba-ssm-2.3.2.post1")
+        for accelerator in ("cu126", "cu130", "cu132", "rocm72")
     ]
 
 

@@ -157,6 +157,17 @@ def test_tags_must_match_the_job_and_be_manylinux(filename: str, message: str) -
     assert not check.ok and message in check.detail
 
 
+def test_a_free_threaded_job_wants_the_free_threaded_abi_tag() -> None:
+    job = local_job(python="3.14t")
+    assert (job.python_tag, job.interpreter_tag, job.abi_tag) == ("cp314t", "cp314", "cp314t")
+    assert job.identifier == "causal-conv1d-1.7.0+pt214cu130-cp314t-x86_64"
+    free_threaded = FILENAME.replace("cp311-cp311", "cp314-cp314t")
+    assert checks(facts(free_threaded), job)["tags"].ok
+    ordinary = checks(facts(FILENAME.replace("cp311-cp311", "cp314-cp314")), job)["tags"]
+    assert not ordinary.ok and "the job builds cp314-cp314t for x86_64" in ordinary.detail
+    assert not checks(facts(free_threaded))["tags"].ok  # and the cp311 job refuses it
+
+
 def test_unrepaired_wheel_fails_the_library_and_symbol_checks_too() -> None:
     found = checks(facts(FILENAME.replace("manylinux_2_28", "linux")))
     assert not found["needed-libraries"].ok and not found["symbol-versions"].ok
