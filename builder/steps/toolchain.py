@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -380,6 +380,27 @@ def _assemble_wheel_home(site: Path, root: Path) -> None:
 
 
 # -- resolution --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolkitReadiness:
+    source: str | None
+    cuda: str | None
+    problem: str | None
+
+
+def readiness(accelerator: Accelerator, archs: Sequence[str],
+              sources: tuple[ToolkitSource, ...] | None = None) -> ToolkitReadiness:
+    """Whether a job's toolkit can be had here, from what is on this machine: nothing is fetched."""
+    problems = []
+    for source in candidates(accelerator, sources):
+        cuda = source.toolkit_version(accelerator)
+        state = _readiness(source, cuda)
+        if "missing" not in state:
+            return ToolkitReadiness(source=source.name, cuda=cuda, problem=None)
+        problems.append(f"{source.name}: {state}")
+    return ToolkitReadiness(source=None, cuda=None, problem=f"no toolkit for {accelerator} here: "
+                            + ("; ".join(problems) or f"no source in {SOURCE} serves it"))
 
 
 def preflight(accelerator: Accelerator, sources: tuple[ToolkitSource, ...] | None = None) -> list[str]:

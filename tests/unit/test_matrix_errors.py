@@ -49,12 +49,12 @@ PLAN = PlanError.exit_code
 CASES = [
     *(
         case(f"torch-index-{name}", "default_profile: local\n", f"default_profile: local\ntorch_index: {value}  # HERE\n",
-             "is not an http(s) or file URL")
-        for name, value in (
-            ("no-scheme", "download.pytorch.org/whl/{accelerator}/"),
-            ("other-field", "https://mirror.test/{cuda}/"),
-            ("open-brace", "https://mirror.test/{accelerator"),
-            ("space", "'https://mirror.test/a b/{accelerator}/'"),
+             f"torch index {parsed!r} is not an http(s) or file URL")
+        for name, value, parsed in (
+            ("no-scheme", "download.pytorch.org/whl/{accelerator}/", "download.pytorch.org/whl/{accelerator}/"),
+            ("other-field", "https://mirror.test/{cuda}/", "https://mirror.test/{cuda}/"),
+            ("open-brace", "https://mirror.test/{accelerator", "https://mirror.test/{accelerator"),
+            ("space", "'https://mirror.test/a b/{accelerator}/'", "https://mirror.test/a b/{accelerator}/"),
         )
     ),
     case("unknown-key", "      env:\n", "      envv:  # HERE\n", "unknown key 'envv' (did you mean 'env'?)"),
