@@ -14,7 +14,8 @@ mamba-ssm 1.x requires ``causal_conv1d`` without a version, and the registry's n
 pip is the venv's own (Python 3.10 brings 23.0.1, 3.11 brings 23.2.1): what a user of a fresh venv has.
 ``--pip 24.0`` upgrades it first.
 
-    .venv/bin/python -m scripts.seed_install_check [OUTPUT] [--pip VERSION]   (OUTPUT default: wheelhouse)
+    .venv/bin/python -m scripts.seed_install_check [OUTPUT] [--pip VERSION] [--profile NAME]
+        (OUTPUT default: wheelhouse; --profile default: seed; `rehearsal` checks the farm's rehearsal the same way)
 """
 
 from __future__ import annotations
@@ -155,11 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scripts.seed_install_check", description=__doc__.split("\n")[0])
     parser.add_argument("output", nargs="?", type=Path, default=ROOT / "wheelhouse")
     parser.add_argument("--pip", metavar="VERSION", help="upgrade each venv's pip to this version first")
+    parser.add_argument("--profile", default=PROFILE, help="the profile whose built wheels to check (default: seed)")
     args = parser.parse_args(argv)
-    jobs = {job.identifier: job for job in load_plan(ROOT / "matrix.yaml", PROFILE).jobs}
+    jobs = {job.identifier: job for job in load_plan(ROOT / "matrix.yaml", args.profile).jobs}
     wheels = built(args.output, jobs)
     if not wheels:
-        print(f"no built {PROFILE} wheels in {args.output}/ledger.sqlite")
+        print(f"no built {args.profile} wheels in {args.output}/ledger.sqlite")
         return 1
     port = free_port()
     server = serve(args.output, port)
