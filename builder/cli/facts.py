@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from builder.cli.console import console, out
 from builder.plan.expand import load_plan
-from builder.plan.facts import load_facts
+from builder.plan.facts import Accelerator, load_facts
 
 BEHIND_EXIT = 12  # distinct from every error code: a scheduled job can tell "facts are behind" from "check broke"
 
@@ -54,7 +54,10 @@ def cmd_toolkits(args: argparse.Namespace) -> int:
     from builder.steps.toolchain import preflight
 
     plan = load_plan(args.matrix, args.profile).select(args.select)
-    for accelerator in sorted({job.accelerator for job in plan.jobs}):
-        for line in preflight(accelerator):
+    archs: dict[Accelerator, set[str]] = {}
+    for job in plan.jobs:
+        archs.setdefault(job.accelerator, set()).update(job.archs)
+    for accelerator in sorted(archs):  # each source is asked for every arch its accelerator's jobs name
+        for line in preflight(accelerator, archs=sorted(archs[accelerator])):
             out.print(f"{accelerator}: {escape(line)}")
     return 0

@@ -183,7 +183,7 @@ def preflight(jobs: Sequence[Job], facts: TorchFacts) -> list[Readiness]:
         try:
             facts.release(job.torch)
             find_pythons(job.python)
-            find_toolkit(job.accelerator)
+            find_toolkit(job.accelerator, job.archs)
         except NotBuildableHere as error:
             problem = str(error)
         found.append(Readiness(job=job, input_hash=input_hash(job), problem=problem))
@@ -311,7 +311,7 @@ class Builder:
         with timer("fetch"):
             sdist = fetch_sdist(job)
         with timer("env"):
-            toolkit = find_toolkit(job.accelerator)
+            toolkit = find_toolkit(job.accelerator, job.archs)
             runtime = runtime_env(job, self.facts)
             env = build_env(job, runtime, toolkit)
         with timer("patch"):

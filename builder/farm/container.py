@@ -212,7 +212,7 @@ class ContainerBackend:
         from builder.steps.environment import NotBuildableHere, find_toolkit
 
         try:
-            return find_toolkit(job.accelerator).root.resolve()
+            return find_toolkit(job.accelerator, job.archs).root.resolve()
         except NotBuildableHere:
             return None  # the inner build records the job as unbuildable, with the reason
 
