@@ -1,13 +1,13 @@
-"""The toolchain provider: resolve a job's CUDA version to a toolkit (builder/data/toolkits.toml), the host's or one
-unpacked into the cache, each with the host compiler that toolkit accepts. Toolkits live side by side under
-``<cache>/toolkits/``; nothing is installed system-wide, so providing one never disturbs another."""
+"""The toolchain provider: resolve a job's CUDA version and archs to a toolkit (builder/data/toolkits.toml), the
+host's or one unpacked into the cache, each with the host compiler that toolkit accepts; and say, without providing
+anything, whether one can be had here (readiness). Toolkits live side by side under ``<cache>/toolkits/``; nothing
+is installed system-wide, so providing one never disturbs another."""
 
 from __future__ import annotations
 
 import fcntl
 import functools
 import glob
-import importlib.util
 import logging
 import os
 import shutil
@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +107,7 @@ class ToolkitSource:
 class Toolchain:
     """A toolkit root (a CUDA_HOME) and the host compiler nvcc must use with it."""
 
-    source: str  # the toolkits.toml source name: host-13.0, debian-11.8
+    source: str  # the toolkits.toml source name: host-13, debian-12.4
     cuda: str  # the toolkit's own CUDA version, which may differ from torch's minor (11.8 for cu117)
     root: Path
     cc: Path
@@ -462,9 +462,18 @@ def _wheels_problem(source: ToolkitSource, release: str) -> str | None:
         return None
     if (_wheels_home(release) / ".complete").is_file():
         return None
-    if importlib.util.find_spec("pip") is None:
+    if not _has_pip():
         return f"{source.name}: CUDA {release}'s compiler wheels are installed with pip, which {sys.executable} lacks"
     return None
+
+
+def _has_pip() -> bool:
+    # its metadata, not importlib's finder: setuptools' distutils hook acts (and warns) on a lookup of pip
+    try:
+        metadata.distribution("pip")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def provide_wheels(source: ToolkitSource, cuda: str) -> Path:

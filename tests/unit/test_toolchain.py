@@ -208,8 +208,8 @@ def test_readiness_names_the_missing_tools_and_compiler(
     assert "CUDA 12.4 (debian-12.4) is unpacked from Debian packages, but apt-get and dpkg-deb are not" in found.problem
     on_path("apt-get", "dpkg-deb")
     assert readiness(Accelerator.parse("cu117"), ("8.0",)).problem == (
-        "no toolkit for cu117 here: host-11.8: no nvcc 11.8 in $WHEELWRIGHT_CUDA_HOME, /usr/local/cuda, "
-        "/usr/local/cuda-*; CUDA 11.8 (debian-11.8) needs the host compiler gcc-11 and g++-11, which is not on PATH"
+        "no toolkit for cu117 here: host-11.8: no nvcc 11.8 in $WHEELWRIGHT_CUDA_HOME, /usr/local/cuda-*, "
+        "/usr/local/cuda; CUDA 11.8 (debian-11.8) needs the host compiler gcc-11 and g++-11, which is not on PATH"
     )
     unpacked = tmp_path / "toolkits" / "debian-12.4"
     unpacked.mkdir(parents=True)
