@@ -99,7 +99,7 @@ def wheelwright_build(matrix: Path, select: str, output: Path, objcache: Path, *
 def plain_pip_wheel(matrix: Path, select: str, workdir: Path) -> float:
     """The same job by hand: same patched source, same environment, `pip wheel --no-build-isolation`."""
     job = load_plan(matrix, "bench").select(select).jobs[0]
-    toolkit = find_toolkit(job.accelerator)
+    toolkit = find_toolkit(job.accelerator, job.archs)
     runtime = runtime_env(job, load_facts())
     env = build_env(job, runtime, toolkit)
     source = unpack_sdist(fetch_sdist(job), workdir / "plain-src")
@@ -170,7 +170,7 @@ def upstream_build(package: str, python: str, torch: str, workdir: Path, limit: 
     """The released sdist as its own setup.py builds it: no recipe, plain nvcc, MAX_JOBS = cores."""
     matrix = bench_matrix(workdir, [python], ["9.0"], package, torch)
     job = load_plan(matrix, "bench").jobs[0]
-    toolkit = find_toolkit(job.accelerator)
+    toolkit = find_toolkit(job.accelerator, job.archs)
     runtime = runtime_env(job, load_facts())
     env = build_env(job, runtime, toolkit)
     shutil.rmtree(workdir / "upstream-dist", ignore_errors=True)  # the one wheel this run builds, nothing older
@@ -259,7 +259,7 @@ def made_envs(package: str, torch: str, pythons: Iterable[str], workdir: Path) -
     for python in pythons:
         (job,) = load_plan(bench_matrix(workdir, [python], ["9.0"], package, torch), "bench").jobs
         start = time.monotonic()
-        build_env(job, runtime_env(job, load_facts()), find_toolkit(job.accelerator))
+        build_env(job, runtime_env(job, load_facts()), find_toolkit(job.accelerator, job.archs))
         spent.append(f"{python} {time.monotonic() - start:.1f} s")
     return f"(d) build envs made before the timed runs (untimed, as upstream's): {', '.join(spent)}"
 

@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from builder.cli.console import console, out
 from builder.plan.expand import load_plan
-from builder.plan.facts import load_facts
+from builder.plan.facts import Accelerator, load_facts
 
 if TYPE_CHECKING:
     from builder.steps.torch_registry import Provenance
@@ -72,7 +72,10 @@ def cmd_toolkits(args: argparse.Namespace) -> int:
     from builder.steps.toolchain import preflight
 
     plan = load_plan(args.matrix, args.profile).select(args.select)
-    for accelerator in sorted({job.accelerator for job in plan.jobs}):
-        for line in preflight(accelerator):
+    archs: dict[Accelerator, set[str]] = {}
+    for job in plan.jobs:
+        archs.setdefault(job.accelerator, set()).update(job.archs)
+    for accelerator in sorted(archs):  # each source is asked for every arch its accelerator's jobs name
+        for line in preflight(accelerator, archs=sorted(archs[accelerator])):
             out.print(f"{accelerator}: {escape(line)}")
     return 0

@@ -359,7 +359,7 @@ class Builder:
         with timer("fetch"):
             sdist = fetch_sdist(job)
         with timer("env"):
-            toolkit = find_toolkit(job.accelerator)
+            toolkit = find_toolkit(job.accelerator, job.archs)
             runtime = runtime_env(job, self.facts, self.options.torch_index)
             env = build_env(job, runtime, toolkit)
         with timer("patch"):

@@ -213,7 +213,7 @@ class ContainerBackend:
         from builder.steps.environment import find_toolkit
 
         try:
-            return find_toolkit(job.accelerator).root.resolve()
+            return find_toolkit(job.accelerator, job.archs).root.resolve()
         except NotBuildableHere:
             return None  # the inner build records the job as unbuildable, with the reason
 

@@ -15,6 +15,7 @@ import sys
 import sysconfig
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -289,10 +290,11 @@ def build_env(job: Job, runtime: RuntimeEnv, toolkit: Toolkit) -> BuildEnv:
 
 # -- toolkits ---------------------------------------------------------------------------------------------------
 
-def find_toolkit(accelerator: Accelerator) -> Toolkit:
-    """The job's toolkit and host compiler from the toolchain provider (builder/data/toolkits.toml), checked."""
+def find_toolkit(accelerator: Accelerator, archs: Sequence[str] = ()) -> Toolkit:
+    """The toolkit and host compiler for a job of ``accelerator`` and ``archs``, from the toolchain provider
+    (builder/data/toolkits.toml), checked."""
     try:
-        toolkit = provide(accelerator)
+        toolkit = provide(accelerator, archs)
     except ToolkitUnavailable as error:
         raise NotBuildableHere(str(error), tip=error.tip) from None
     check_toolkit(toolkit)

@@ -1,11 +1,13 @@
-"""The toolchain provider: resolve a job's CUDA version to a toolkit (builder/data/toolkits.toml), the host's or one
-unpacked into the cache, each with the host compiler that toolkit accepts. Toolkits live side by side under
-``<cache>/toolkits/``; nothing is installed system-wide, so providing one never disturbs another."""
+"""The toolchain provider: resolve a job's CUDA version and archs to a toolkit (builder/data/toolkits.toml), the
+host's or one unpacked into the cache, each with the host compiler that toolkit accepts; and say, without providing
+anything, whether one can be had here (readiness). Toolkits live side by side under ``<cache>/toolkits/``; nothing
+is installed system-wide, so providing one never disturbs another."""
 
 from __future__ import annotations
 
 import fcntl
 import functools
+import glob
 import logging
 import os
 import shutil
@@ -14,7 +16,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from builder.core.errors import ConfigError, ToolchainError
 from builder.core.runner import run
+from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator
 
 if sys.version_info >= (3, 11):
@@ -33,12 +36,17 @@ log = logging.getLogger(__name__)
 
 SOURCE = "builder/data/toolkits.toml"
 KINDS = ("host", "debian", "wheels")
+PLATFORMS = ("cuda", "rocm")
 _FIELDS = {
     "host": {"roots"},
     "debian": {"suite", "components", "version", "packages"},
-    "wheels": {"wheels"},
+    "wheels": {"wheels", "index"},
 }
-_COMMON = {"name", "kind", "cuda", "serves", "host_compiler"}
+_COMMON = {"name", "kind", "serves"}
+# nvcc needs to know which archs it can emit and which gcc it accepts; ROCm's toolkit brings its own clang
+_PLATFORM_FIELDS = {"cuda": {"archs", "host_compiler"}, "rocm": set()}
+_LISTS = ("roots", "components", "packages", "wheels")
+_STRINGS = ("suite", "version", "index", "host_compiler")
 # The tools a CUDA_HOME needs for torch's extension builder; cuobjdump lets the verify gate read fatbins.
 _NVCC_LINKS = ("libcudart_static.a", "libcudadevrt.a", "libculibos.a")
 _TOOLS = ("nvcc", "ptxas", "fatbinary", "nvlink", "cudafe++", "bin2c", "cuobjdump", "nvdisasm", "nvprune", "cu++filt")
@@ -65,25 +73,41 @@ class ToolkitSource:
 
     name: str
     kind: str
-    cuda: str  # the toolkit's CUDA X.Y; "13.x" for wheels, which follow the job's version
-    serves: SpecifierSet  # torch CUDA versions this toolkit builds for
-    host_compiler: str  # gcc-11, or gcc for the system default
+    platform: str  # cuda or rocm: the toml key that names the release
+    release: str  # the toolkit's X.Y; "13.x" (or "x") follows the job's version, as the wheels and a host may
+    serves: SpecifierSet  # torch CUDA (ROCm) versions this toolkit builds for
+    archs: frozenset[str] = frozenset()  # what its nvcc emits, as Arch.sass spells it: 9.0, 9.0a, 10.0f
+    host_compiler: str = ""  # gcc-11, or gcc for the system default; none for ROCm
     roots: tuple[str, ...] = ()
     suite: str = ""
     components: tuple[str, ...] = ()
     version: str = ""
     packages: tuple[str, ...] = ()
     wheels: tuple[str, ...] = ()
+    index: str = ""
+
+    @property
+    def cuda(self) -> str:
+        """The release, as the CUDA sources' messages name it."""
+        return self.release
+
+    @property
+    def label(self) -> str:
+        return "CUDA" if self.platform == "cuda" else "ROCm"
 
     def toolkit_version(self, accelerator: Accelerator) -> str:
-        return accelerator.version if self.kind == "wheels" else self.cuda
+        return accelerator.version if self.release.endswith("x") else self.release
+
+    @property
+    def package_names(self) -> tuple[str, ...]:
+        return tuple(spec.split("=")[0] for spec in self.packages)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Toolchain:
     """A toolkit root (a CUDA_HOME) and the host compiler nvcc must use with it."""
 
-    source: str  # the toolkits.toml source name: host-13.0, debian-11.8
+    source: str  # the toolkits.toml source name: host-13, debian-12.4
     cuda: str  # the toolkit's own CUDA version, which may differ from torch's minor (11.8 for cu117)
     root: Path
     cc: Path
@@ -110,25 +134,40 @@ def _source_from(raw: Mapping[str, Any], where: str) -> ToolkitSource:
     kind = raw.get("kind")
     if kind not in KINDS:
         raise ConfigError(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    allowed = _COMMON | _FIELDS[kind]
+    platforms = [p for p in PLATFORMS if p in raw]
+    if len(platforms) != 1:
+        raise ConfigError(f"{where}: name the toolkit's release with one of cuda = or rocm =, got {platforms}")
+    platform = platforms[0]
+    allowed = _COMMON | _FIELDS[kind] | _PLATFORM_FIELDS[platform] | {platform}
     if set(raw) != allowed:
-        raise ConfigError(f"{where}: a {kind} source needs exactly the keys {sorted(allowed)}, got {sorted(raw)}")
+        raise ConfigError(
+            f"{where}: a {platform} {kind} source needs exactly the keys {sorted(allowed)}, got {sorted(raw)}"
+        )
     try:
         serves = SpecifierSet(raw["serves"])
     except InvalidSpecifier:
         raise ConfigError(f"{where}: serves = {raw['serves']!r} is not a version specifier like '>=11.6,<12'") from None
-    fields: dict[str, Any] = {
-        key: tuple(raw[key]) for key in ("roots", "components", "packages", "wheels") if key in raw
-    }
-    fields.update({key: raw[key] for key in ("suite", "version") if key in raw})
-    return ToolkitSource(
-        name=raw["name"],
-        kind=kind,
-        cuda=raw["cuda"],
-        serves=serves,
-        host_compiler=raw["host_compiler"],
-        **fields,
+    fields: dict[str, Any] = {key: tuple(raw[key]) for key in _LISTS if key in raw}
+    fields.update({key: raw[key] for key in _STRINGS if key in raw})
+    if "archs" in raw:
+        fields["archs"] = _archs(raw["archs"], where)
+    source = ToolkitSource(
+        name=raw["name"], kind=kind, platform=platform, release=raw[platform], serves=serves, **fields
     )
+    if kind == "debian" and f"nvidia-cuda-toolkit={source.version}" not in source.packages:
+        raise ConfigError(f"{where}: packages must pin nvidia-cuda-toolkit={source.version} (its version =)")
+    return source
+
+
+def _archs(raw: list[str], where: str) -> frozenset[str]:
+    try:
+        archs = [Arch.parse(text) for text in raw]
+    except ValueError as error:
+        raise ConfigError(f"{where}: archs: {error}") from None
+    spelled = [a for a in archs if a.kind != "cuda" or a.ptx]
+    if spelled:
+        raise ConfigError(f"{where}: archs lists what nvcc emits as '9.0', '9.0a' or '10.0f', got {spelled[0]}")
+    return frozenset(a.sass for a in archs)
 
 
 def parse_sources(raw: Mapping[str, Any], source: str = SOURCE) -> tuple[ToolkitSource, ...]:
@@ -147,12 +186,46 @@ def load_sources() -> tuple[ToolkitSource, ...]:
     return parse_sources(tomllib.loads(resources.files("builder.data").joinpath("toolkits.toml").read_text()))
 
 
-def candidates(accelerator: Accelerator, sources: tuple[ToolkitSource, ...] | None = None) -> list[ToolkitSource]:
-    """The sources whose range holds the job's CUDA version, exact toolkit matches first."""
-    if accelerator.kind != "cuda":
-        return []
-    serving = [s for s in sources or load_sources() if s.serves.contains(accelerator.version, prereleases=True)]
+def serving(accelerator: Accelerator, sources: tuple[ToolkitSource, ...] | None = None) -> list[ToolkitSource]:
+    """The sources whose range holds the job's version, exact toolkit matches first, then file order."""
+    serving = [
+        s
+        for s in sources or load_sources()
+        if s.platform == accelerator.kind and s.serves.contains(accelerator.version, prereleases=True)
+    ]
     return sorted(serving, key=lambda s: s.toolkit_version(accelerator) != accelerator.version)
+
+
+def candidates(
+    accelerator: Accelerator, archs: Sequence[str] = (), sources: tuple[ToolkitSource, ...] | None = None
+) -> list[ToolkitSource]:
+    """The serving sources that can also emit every one of the job's ``archs``."""
+    return [s for s in serving(accelerator, sources) if arch_problem(s, accelerator, archs) is None]
+
+
+def arch_problem(source: ToolkitSource, accelerator: Accelerator, archs: Sequence[str]) -> str | None:
+    """Why ``source``'s toolkit cannot emit the job's ``archs`` ("CUDA 12.4 emits up to sm_90, the job needs
+    sm_100"), or None when it can. ROCm's targets are not checked."""
+    if source.platform != "cuda":
+        return None
+    wanted = {arch.sass: arch for arch in map(Arch.parse, archs)}  # 9.0 and 9.0+PTX need the same target
+    missing = sorted((a for sass, a in wanted.items() if sass not in source.archs), key=lambda a: a.sort_key)
+    if not missing:
+        return None
+    emitted = sorted((Arch.parse(text) for text in source.archs), key=lambda a: a.sort_key)
+    lowest, highest = emitted[0], emitted[-1]
+    if all(a.sort_key > highest.sort_key for a in missing):
+        span = f"up to {_sm(max((a for a in emitted if not a.variant), key=lambda a: a.sort_key))}"
+    elif all(a.sort_key < lowest.sort_key for a in missing):
+        span = f"from {_sm(lowest)} on"
+    else:
+        span = f"{_sm(lowest)} to {_sm(highest)} but not all between"
+    needs = " and ".join(_sm(a) for a in missing)
+    return f"{source.label} {source.toolkit_version(accelerator)} emits {span}, the job needs {needs}"
+
+
+def _sm(arch: Arch) -> str:
+    return f"sm_{arch.number}"
 
 
 def toolkits_root() -> Path:
@@ -184,17 +257,47 @@ def host_compilers(source: ToolkitSource) -> tuple[Path, Path]:
 # -- host toolkits --------------------------------------------------------------------------------------------------
 
 
-def _host_root(source: ToolkitSource) -> Path | None:
-    from builder.steps.environment import toolkit_version
-
+def host_roots(source: ToolkitSource) -> list[Path]:
+    """The folders ``source.roots`` names here, in order: variables expanded (an unset one drops its root), globs
+    matched (newest-looking name first)."""
+    found: dict[Path, Path] = {}  # resolved -> as named: /usr/local/cuda is often a link to a cuda-X.Y beside it
     for template in source.roots:
         expanded = os.path.expandvars(template)
         if "$" in expanded or not expanded:
             continue
-        root = Path(expanded)
-        if (root / "bin" / "nvcc").is_file() and toolkit_version(root) == source.cuda:
+        matches = sorted(glob.glob(expanded), reverse=True) if glob.has_magic(expanded) else [expanded]
+        for match in map(Path, matches):
+            found.setdefault(match.resolve(), match)
+    return list(found.values())
+
+
+def host_version(source: ToolkitSource, root: Path) -> str | None:
+    """The release of the toolkit at ``root``, as it says itself; the one place a host toolkit is asked (for CUDA
+    without version.json, by running its nvcc --version)."""
+    if source.platform == "rocm":
+        info = root / ".info" / "version"
+        return info.read_text().strip().split("-")[0] if info.is_file() else None
+    from builder.steps.environment import toolkit_version
+
+    return toolkit_version(root) if (root / "bin" / "nvcc").is_file() else None
+
+
+def _same_release(found: str, wanted: str) -> bool:
+    """ROCm 6.2.4 is a ROCm 6.2; CUDA versions are X.Y on both sides."""
+    return found == wanted or found.startswith(f"{wanted}.")
+
+
+def host_lookup(source: ToolkitSource, release: str) -> Path | str:
+    """The first of the source's roots that holds ``release``, or the sentence saying what the roots hold."""
+    found = []
+    for root in host_roots(source):
+        version = host_version(source, root)
+        if version is not None and _same_release(version, release):
             return root
-    return None
+        found += [f"{source.label} {version} at {root}"] if version else []
+    what = f"nvcc {release}" if source.platform == "cuda" else f"ROCm {release} (.info/version)"
+    held = f" (found {', '.join(found)})" if found else ""
+    return f"{source.name}: no {what} in {', '.join(source.roots)}{held}"
 
 
 # -- Debian's toolkit ---------------------------------------------------------------------------------------------
@@ -238,22 +341,18 @@ def _download_debs(source: ToolkitSource, debs: Path) -> list[Path]:
         return found
     if not any((apt / "lists").glob("*_InRelease")):
         run(["apt-get", *options, "update"], step=f"{step}: apt-get update")
-    wanted = [
-        f"{package}={source.version}" if not package.startswith(("libcub", "libthrust", "libcu++")) else package
-        for package in source.packages
-    ]
-    run(["apt-get", *options, "download", *wanted], step=f"{step}: apt-get download", cwd=debs)
+    run(["apt-get", *options, "download", *source.packages], step=f"{step}: apt-get download", cwd=debs)
     found = _downloaded(source, debs)
     if found is None:
         raise ToolchainError(
-            f"{step}: apt-get download left no .deb for some of {', '.join(source.packages)} in {debs}"
+            f"{step}: apt-get download left no .deb for some of {', '.join(source.package_names)} in {debs}"
         )
     return found
 
 
 def _downloaded(source: ToolkitSource, debs: Path) -> list[Path] | None:
     """One .deb per package, if all are there (a download is kept across unpack attempts)."""
-    found = [sorted(debs.glob(f"{package}_*.deb")) for package in source.packages]
+    found = [sorted(debs.glob(f"{glob.escape(package)}_*.deb")) for package in source.package_names]
     return None if not all(found) else [matches[0] for matches in found]
 
 
@@ -288,6 +387,19 @@ def _unpack(debs: list[Path], tree: Path) -> None:
     shutil.rmtree(tree / "usr" / "share" / "doc", ignore_errors=True)
 
 
+def _debian_problem(source: ToolkitSource) -> str | None:
+    """None when the source's tree is unpacked or can be: apt-get and dpkg-deb are here."""
+    if _is_complete(debian_root(source), _marker(source)):
+        return None
+    missing = [tool for tool in ("apt-get", "dpkg-deb") if shutil.which(tool) is None]
+    if not missing:
+        return None
+    return (
+        f"CUDA {source.cuda} ({source.name}) is unpacked from Debian packages, "
+        f"but {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on this machine"
+    )
+
+
 @contextmanager
 def _locked(name: str) -> Iterator[None]:
     toolkits_root().mkdir(parents=True, exist_ok=True)
@@ -301,7 +413,8 @@ def _is_complete(home: Path, marker: str) -> bool:
 
 
 def _marker(source: ToolkitSource) -> str:
-    return f"{source.name} {source.version} {' '.join(source.packages)}\n"
+    # names, not pins: a tree unpacked before the pins were spelled out in toolkits.toml stays valid
+    return f"{source.name} {source.version} {' '.join(source.package_names)}\n"
 
 
 def provide_debian(source: ToolkitSource) -> Path:
@@ -309,13 +422,9 @@ def provide_debian(source: ToolkitSource) -> Path:
     home = debian_root(source)
     if _is_complete(home, _marker(source)):
         return home / "root"
-    for tool in ("apt-get", "dpkg-deb"):
-        if shutil.which(tool) is None:
-            raise ToolkitUnavailable(
-                f"CUDA {source.cuda} ({source.name}) is unpacked from Debian packages, "
-                f"but {tool} is not on this machine",
-                tip="use the container path (README)",
-            )
+    problem = _debian_problem(source)
+    if problem is not None:
+        raise ToolkitUnavailable(problem, tip="use the container path (README)")
     with _locked(source.name):
         if not _is_complete(home, _marker(source)):
             debs = _download_debs(source, toolkits_root() / "debs" / source.name)
@@ -332,11 +441,46 @@ def provide_debian(source: ToolkitSource) -> Path:
 # -- the registry's compiler wheels ----------------------------------------------------------------------------------
 
 
+def wheel_requirements(source: ToolkitSource, release: str) -> list[str]:
+    """The source's wheels for ``release`` (``{cuda}``, ``{rocm}``), with ``--index-url`` first if it names one."""
+    index = os.path.expandvars(source.index)
+    return ([f"--index-url={index}"] if index else []) + [w.format(**{source.platform: release}) for w in source.wheels]
+
+
+def _wheels_home(release: str) -> Path:
+    return toolkits_root() / f"wheels-{release}"
+
+
+def _wheels_problem(source: ToolkitSource, release: str) -> str | None:
+    """None when the wheels are installed or pip can install them; ROCm's only with its index configured."""
+    if source.platform == "rocm":
+        if "$" in os.path.expandvars(source.index) or not os.path.expandvars(source.index):
+            return (
+                f"{source.name}: ROCm {release}'s rocm[devel] wheels come from AMD's index, which {source.index} "
+                "names and this machine has not configured (none reachable from here)"
+            )
+        return None
+    if (_wheels_home(release) / ".complete").is_file():
+        return None
+    if not _has_pip():
+        return f"{source.name}: CUDA {release}'s compiler wheels are installed with pip, which {sys.executable} lacks"
+    return None
+
+
+def _has_pip() -> bool:
+    # its metadata, not importlib's finder: setuptools' distutils hook acts (and warns) on a lookup of pip
+    try:
+        metadata.distribution("pip")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def provide_wheels(source: ToolkitSource, cuda: str) -> Path:
     """The registry's CUDA ``cuda`` compiler wheels, installed with pip into ``<cache>/toolkits/wheels-<cuda>/``
     and laid out as a CUDA_HOME (each wheel unpacks into site-packages/nvidia/cu13/...)."""
-    home = toolkits_root() / f"wheels-{cuda}"
-    requirements = [w.format(cuda=cuda) for w in source.wheels]
+    home = _wheels_home(cuda)
+    requirements = wheel_requirements(source, cuda)
     marker = "\n".join(requirements) + "\n"
     if (home / ".complete").is_file() and (home / ".complete").read_text() == marker:
         return home / "root"
@@ -381,57 +525,120 @@ def _assemble_wheel_home(site: Path, root: Path) -> None:
 
 # -- resolution --------------------------------------------------------------------------------------------------
 
+# wheelwright's recipes and build steps drive nvcc; a ROCm toolkit found or installable is not yet one it can use
+_NO_HIP_BUILD = "wheelwright's build compiles with nvcc only, so it cannot build a ROCm job with it yet"
+
 
 @dataclass(frozen=True, kw_only=True)
 class ToolkitReadiness:
-    source: str | None
-    cuda: str | None
-    problem: str | None
+    """Whether a job's toolkit can be had here, decided without downloading, unpacking or installing anything."""
+
+    source: str | None  # the toolkits.toml source that would provide the job's toolkit (None: none can)
+    cuda: str | None  # that toolkit's version, e.g. "12.4" (a ROCm one for a ROCm job)
+    problem: str | None  # None: ready (or obtainable at build time); else ONE sentence saying why not here
 
 
-def readiness(accelerator: Accelerator, archs: Sequence[str],
-              sources: tuple[ToolkitSource, ...] | None = None) -> ToolkitReadiness:
-    """Whether a job's toolkit can be had here, from what is on this machine: nothing is fetched."""
+def readiness(
+    accelerator: Accelerator, archs: Sequence[str], sources: tuple[ToolkitSource, ...] | None = None
+) -> ToolkitReadiness:
+    """Which source would provide the job's toolkit, and why none can if so. Side-effect free: it reads paths and
+    PATH, and asks a host toolkit its version (host_version), but starts no download, unpack or install."""
     problems = []
-    for source in candidates(accelerator, sources):
-        cuda = source.toolkit_version(accelerator)
-        state = _readiness(source, cuda)
-        if "missing" not in state:
-            return ToolkitReadiness(source=source.name, cuda=cuda, problem=None)
-        problems.append(f"{source.name}: {state}")
-    return ToolkitReadiness(source=None, cuda=None, problem=f"no toolkit for {accelerator} here: "
-                            + ("; ".join(problems) or f"no source in {SOURCE} serves it"))
+    for source in serving(accelerator, sources):
+        release = source.toolkit_version(accelerator)
+        problem = arch_problem(source, accelerator, archs) or source_problem(source, release)
+        if problem is None:
+            return ToolkitReadiness(source=source.name, cuda=release, problem=_platform_problem(source))
+        problems.append(problem)
+    return ToolkitReadiness(source=None, cuda=None, problem=_none_here(accelerator, problems))
 
 
-def preflight(accelerator: Accelerator, sources: tuple[ToolkitSource, ...] | None = None) -> list[str]:
-    """One line per candidate source: ready here, or what is missing and how it would be had."""
+def source_problem(source: ToolkitSource, release: str) -> str | None:
+    """Why ``source`` cannot provide ``release`` here (the root, the tools, the host compiler), or None."""
+    if source.kind == "host":
+        found = host_lookup(source, release)
+        where = found if isinstance(found, str) else None
+    elif source.kind == "debian":
+        where = _debian_problem(source)
+    else:
+        where = _wheels_problem(source, release)
+    return where or _compiler_problem(source)
+
+
+def _compiler_problem(source: ToolkitSource) -> str | None:
+    if source.platform != "cuda":
+        return None
+    try:
+        host_compilers(source)
+    except ToolkitUnavailable as error:
+        return str(error)
+    return None
+
+
+def _platform_problem(source: ToolkitSource) -> str | None:
+    if source.platform == "rocm":
+        return f"{source.name} has ROCm here, but {_NO_HIP_BUILD}"
+    return None
+
+
+def _none_here(accelerator: Accelerator, problems: list[str]) -> str:
+    if not problems:
+        platform = "CUDA" if accelerator.kind == "cuda" else "ROCm"
+        return f"no source in {SOURCE} serves {platform} {accelerator.version}"
+    # a host and a Debian source of one release say the same about its archs: once is enough
+    return f"no toolkit for {accelerator} here: " + "; ".join(dict.fromkeys(problems))
+
+
+def preflight(
+    accelerator: Accelerator, sources: tuple[ToolkitSource, ...] | None = None, archs: Sequence[str] = ()
+) -> list[str]:
+    """One line per serving source: ready here, or what is missing and how it would be had."""
     lines = []
-    for source in candidates(accelerator, sources):
-        cuda = source.toolkit_version(accelerator)
-        lines.append(f"CUDA {cuda} via {source.name}: {_readiness(source, cuda)}")
+    for source in serving(accelerator, sources):
+        release = source.toolkit_version(accelerator)
+        state = arch_problem(source, accelerator, archs) or _state(source, release)
+        lines.append(f"{source.label} {release} via {source.name}: {state}")
     return lines or [f"no source in {SOURCE} serves {accelerator}"]
 
 
-def _readiness(source: ToolkitSource, cuda: str) -> str:
+def _state(source: ToolkitSource, release: str) -> str:
     compiler = _compiler_state(source)
     if source.kind == "host":
-        root = _host_root(source)
-        where = f"ready at {root}" if root else f"missing: no nvcc {cuda} in {', '.join(source.roots)}"
-        return f"{where}; {compiler}"
-    if source.kind == "debian":
-        if (debian_root(source) / ".complete").is_file():
-            return f"ready at {debian_root(source) / 'root'}; {compiler}"
-        return (
-            f"not yet unpacked: apt-get download {', '.join(source.packages)} ({source.suite} "
-            f"{'/'.join(source.components)}, {source.version}) and dpkg-deb -x into {debian_root(source)}; {compiler}"
-        )
-    home = toolkits_root() / f"wheels-{cuda}"
-    if (home / ".complete").is_file():
-        return f"ready at {home / 'root'}; {compiler}"
-    return f"not yet installed: pip install {' '.join(w.format(cuda=cuda) for w in source.wheels)}; {compiler}"
+        found = host_lookup(source, release)
+        where = f"ready at {found}" if isinstance(found, Path) else f"missing: {found}"
+    elif source.kind == "debian":
+        where = _debian_state(source)
+    else:
+        where = _wheels_state(source, release)
+    if source.platform == "rocm":
+        return f"{where}; {_NO_HIP_BUILD}"
+    return f"{where}; {compiler}"
+
+
+def _debian_state(source: ToolkitSource) -> str:
+    if _is_complete(debian_root(source), _marker(source)):
+        return f"ready at {debian_root(source) / 'root'}"
+    problem = _debian_problem(source)
+    if problem is not None:
+        return f"missing: {problem}"
+    return (
+        f"not yet unpacked: apt-get download {', '.join(source.package_names)} ({source.suite} "
+        f"{'/'.join(source.components)}, {source.version}) and dpkg-deb -x into {debian_root(source)}"
+    )
+
+
+def _wheels_state(source: ToolkitSource, release: str) -> str:
+    if source.platform == "cuda" and (_wheels_home(release) / ".complete").is_file():
+        return f"ready at {_wheels_home(release) / 'root'}"
+    problem = _wheels_problem(source, release)
+    if problem is not None:
+        return f"missing: {problem}"
+    return f"not yet installed: pip install {' '.join(wheel_requirements(source, release))}"
 
 
 def _compiler_state(source: ToolkitSource) -> str:
+    if source.platform != "cuda":
+        return ""
     try:
         _, cxx = host_compilers(source)
     except ToolkitUnavailable as error:
@@ -439,20 +646,25 @@ def _compiler_state(source: ToolkitSource) -> str:
     return f"host compiler {cxx}"
 
 
-def provide(accelerator: Accelerator, *, sources: tuple[ToolkitSource, ...] | None = None) -> Toolchain:
-    """The toolchain for a job of ``accelerator``: the first candidate source that can be had here."""
+def provide(
+    accelerator: Accelerator, archs: Sequence[str] = (), *, sources: tuple[ToolkitSource, ...] | None = None
+) -> Toolchain:
+    """The toolchain for a job of ``accelerator`` and ``archs``: the first serving source that can emit the archs
+    and can be had here."""
     problems = []
-    for source in candidates(accelerator, sources):
+    for source in serving(accelerator, sources):
+        problem = arch_problem(source, accelerator, archs)
+        if problem is None and source.platform == "rocm":  # no ROCm build to provide for: say why not, exactly
+            problem = source_problem(source, source.toolkit_version(accelerator)) or _platform_problem(source)
+        if problem is not None:
+            problems.append(problem)
+            continue
         try:
             return _provide_one(source, accelerator)
         except ToolkitUnavailable as error:
             problems.append(str(error))
-    if accelerator.kind != "cuda":
-        raise ToolkitUnavailable(f"no {accelerator} toolkit source in {SOURCE} (ROCm is not provisioned here)")
     raise ToolkitUnavailable(
-        f"no toolkit for {accelerator}: "
-        + ("; ".join(problems) or f"no source in {SOURCE} serves CUDA {accelerator.version}"),
-        tip="`wheelwright toolkits` lists each source and what it lacks",
+        _none_here(accelerator, problems), tip="`wheelwright toolkits` lists each source and what it lacks"
     )
 
 
@@ -460,9 +672,10 @@ def _provide_one(source: ToolkitSource, accelerator: Accelerator) -> Toolchain:
     cc, cxx = host_compilers(source)
     cuda = source.toolkit_version(accelerator)
     if source.kind == "host":
-        root = _host_root(source)
-        if root is None:
-            raise ToolkitUnavailable(f"{source.name}: no nvcc {cuda} in {', '.join(source.roots)}")
+        found = host_lookup(source, cuda)
+        if isinstance(found, str):
+            raise ToolkitUnavailable(found)
+        root = found
     elif source.kind == "debian":
         root = provide_debian(source)
     else:

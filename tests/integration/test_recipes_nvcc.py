@@ -38,7 +38,7 @@ def torch_python() -> tuple[Path, Path]:
     """The build environment and the real torch the builder itself uses (installed once, shared, under a lock)."""
     job = job_for("causal-conv1d-1.7.0")
     runtime = runtime_env(job, load_facts())
-    env = build_env(job, runtime, find_toolkit(job.accelerator))
+    env = build_env(job, runtime, find_toolkit(job.accelerator, job.archs))
     return env.python, runtime.site_packages
 
 

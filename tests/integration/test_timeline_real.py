@@ -83,7 +83,7 @@ def test_a_small_real_build_leaves_a_timeline_the_reader_accounts_for(
     monkeypatch.setattr(compile_stage, "FIXED_ROOT", tmp_path / "fixed")  # not the real builds' workspaces
     job = two_arch_job()
     try:
-        toolkit = find_toolkit(job.accelerator)
+        toolkit = find_toolkit(job.accelerator, job.archs)
         runtime = runtime_env(job, load_facts())
     except NotBuildableHere as error:
         pytest.skip(f"no torch {job.torch} for Python {job.python} here: {error}")

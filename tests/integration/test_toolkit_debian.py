@@ -16,11 +16,12 @@ import pytest
 
 from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
+from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator
 from builder.steps import nvcc_plan, objcache, timeline
 from builder.steps.environment import check_toolkit, toolkit_version
 from builder.steps.nvcc_time import read_times
-from builder.steps.toolchain import candidates, provide
+from builder.steps.toolchain import candidates, load_sources, provide
 
 from .conftest import TOY_KERNEL
 from .test_fatbin_nvcc import cuobjdump_archs
@@ -36,16 +37,23 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def cuda118():
-    return provide(Accelerator.parse("cu117"))
+    return provide(Accelerator.parse("cu117"), ("8.0", "compute_90"))
 
 
 def test_torch_cu117_resolves_to_debians_11_8_with_gcc_11(cuda118) -> None:
-    assert [s.name for s in candidates(Accelerator.parse("cu117"))] == ["debian-11.8"]
+    assert [s.name for s in candidates(Accelerator.parse("cu117"), ("8.0", "9.0"))] == ["host-11.8", "debian-11.8"]
     assert cuda118.source == "debian-11.8" and cuda118.cuda == "11.8"
     assert cuda118.cxx.name == "g++-11"
     assert toolkit_version(cuda118.root) == "11.8"
     check_toolkit(cuda118)
     assert not Path("/usr/lib/nvidia-cuda-toolkit").exists() or os.environ.get("CI") is None  # nothing under /usr
+
+
+def test_nvcc_11_8_emits_what_toolkits_toml_says(cuda118) -> None:
+    output = run([cuda118.nvcc, "--list-gpu-arch"], step="nvcc 11.8 --list-gpu-arch", capture=True).output
+    listed = {Arch.parse(line.strip()).sass for line in output.splitlines() if line.startswith("compute_")}
+    (source,) = [s for s in load_sources() if s.name == "debian-11.8"]
+    assert listed == source.archs
 
 
 def test_nvcc_11_8_compiles_sm80_sass_and_sm90_ptx(cuda118, tmp_path: Path) -> None:

@@ -10,9 +10,10 @@ import pytest
 
 from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
+from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator
 from builder.steps.environment import check_toolkit, toolkit_version
-from builder.steps.toolchain import provide
+from builder.steps.toolchain import load_sources, provide
 
 from .conftest import TOY_KERNEL
 
@@ -46,3 +47,7 @@ def test_cuda_13_2_from_the_registry_wheels_compiles(tmp_path: Path) -> None:
     found = fatbin_archs(library)
     assert (found.sass, found.ptx) == ({"9.0"}, {"10.0"})
     assert provide(Accelerator.parse("cu130")).root != toolkit.root  # the host's 13.0 stays the 13.0 source
+    output = run([toolkit.nvcc, "--list-gpu-arch"], step="nvcc 13.2 --list-gpu-arch", capture=True).output
+    listed = {Arch.parse(line.strip()).sass for line in output.splitlines() if line.startswith("compute_")}
+    (source,) = [s for s in load_sources() if s.name == "wheels-13"]
+    assert listed == {arch for arch in source.archs if not arch.endswith(("a", "f"))}

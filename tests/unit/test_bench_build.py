@@ -154,7 +154,7 @@ def test_each_pythons_build_env_is_made_before_the_timed_runs(tmp_path: Path, mo
     """The first timed run of a Python must not pay its one torch install: the envs are made beforehand, once each,
     for the job the runs build (its Python, torch and toolkit)."""
     made: list[tuple[str, str, str]] = []
-    monkeypatch.setattr(bench_build, "find_toolkit", lambda accelerator: f"toolkit {accelerator}")
+    monkeypatch.setattr(bench_build, "find_toolkit", lambda accelerator, archs: f"toolkit {accelerator}")
     monkeypatch.setattr(bench_build, "runtime_env", lambda job, facts, torch_index=None: f"torch {job.torch}")
     monkeypatch.setattr(bench_build, "build_env",
                         lambda job, runtime, toolkit: made.append((job.python, runtime, toolkit)))

@@ -40,7 +40,7 @@ class FakeStages:
         stub = SimpleNamespace(site_packages=tmp_path, root=tmp_path, as_dict=lambda: {"source": "stub-toolkit"},
                                origin=lambda: {"origin": "stub"})
         monkeypatch.setattr(build_stage, "fetch_sdist", lambda job: tmp_path / "sdist.tar.gz")
-        monkeypatch.setattr(build_stage, "find_toolkit", lambda accelerator: stub)
+        monkeypatch.setattr(build_stage, "find_toolkit", lambda accelerator, archs: stub)
         monkeypatch.setattr(build_stage, "runtime_env", lambda job, facts, torch_index=None: stub)
         monkeypatch.setattr(build_stage, "build_env", lambda job, runtime, toolkit: stub)
         monkeypatch.setattr(build_stage, "unpack_sdist", lambda sdist, dest: dest)

@@ -48,7 +48,8 @@ def case(id: str, old: str, new: str, phrase: str, **kwargs: object) -> Case:
 PLAN = PlanError.exit_code
 CASES = [
     *(
-        case(f"torch-index-{name}", "default_profile: local\n", f"default_profile: local\ntorch_index: {value}  # HERE\n",
+        case(f"torch-index-{name}", "default_profile: local\n",
+             f"default_profile: local\ntorch_index: {value}  # HERE\n",
              f"torch index {parsed!r} is not an http(s) or file URL")
         for name, value, parsed in (
             ("no-scheme", "download.pytorch.org/whl/{accelerator}/", "download.pytorch.org/whl/{accelerator}/"),
