@@ -174,6 +174,7 @@ def _recipe_code_digest() -> str:
 
 READY = "ready"
 NEEDS_TORCH_INDEX = f"need PyTorch's index (unreachable here: set {TORCH_INDEX_ENV})"
+NO_ROCM = "ROCm: no ROCm toolkit here (an image's /opt/rocm, or rocm wheels from AMD's index)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,7 +221,7 @@ def _first_problem(job: Job, facts: TorchFacts, torch_index: str, scope: str, pa
             toolkits[key] = toolkit_readiness(job.accelerator, job.archs)
         toolkit = toolkits[key]
         if toolkit.problem is not None:
-            return toolkit.problem, toolkit.problem
+            return toolkit.problem, NO_ROCM if job.accelerator.kind == "rocm" else toolkit.problem
     try:
         find_torch_wheel(job, facts, torch_index, pages)
     except TorchIndexUnreachable as error:

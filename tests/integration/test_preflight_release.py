@@ -14,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from builder.core.errors import NotBuildableHere
 from builder.farm.build import NEEDS_TORCH_INDEX, READY, preflight
+from builder.plan.arch import Arch
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
+from builder.steps.environment import find_pythons
 from builder.steps.torch_index import is_registry_variant
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +59,37 @@ def test_no_job_that_needs_pytorchs_index_says_ready(run: tuple[subprocess.Compl
     for job in plan.jobs:
         if not is_registry_variant(job, facts):
             assert job.identifier not in ready
+
+
+def test_every_cuda_12_job_that_debian_12_4_and_the_registry_serve_here_is_ready(
+    run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    """The registry's own CUDA 12 variant, archs within what nvcc 12.4 emits (sm_90 at most), a Python of this
+    machine: ready; the cu128/cu129 jobs that plan sm_100 and sm_120 are plainly not, saying why."""
+    result, _ = run
+    facts = load_facts()
+    ours = {p for p in ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14") if _has_python(p)}
+    rows = {m["job"]: m["ready"] for line in result.stdout.splitlines() if (m := ROW.match(line))}
+    within = 0
+    for job in load_plan(ROOT / "matrix.yaml", "release").jobs:
+        if job.accelerator.kind != "cuda" or not job.accelerator.version.startswith("12."):
+            continue
+        if not is_registry_variant(job, facts) or job.python not in ours:
+            continue
+        if all((Arch.parse(a).major, Arch.parse(a).minor) <= (9, 0) for a in job.archs):
+            within += 1
+            assert rows[job.identifier] == "yes", job.identifier
+        else:
+            assert "CUDA 12.4 emits up to sm_90" in rows[job.identifier], job.identifier
+    assert within > 0
+
+
+def _has_python(version: str) -> bool:
+    try:
+        find_pythons(version)
+    except NotBuildableHere:
+        return False
+    return True
 
 
 def test_the_reasons_are_the_api_s_and_pytorchs_index_is_one_of_them(
