@@ -43,13 +43,14 @@ class WheelSpec:
 
     @property
     def wheel_filename(self) -> str:
-        abi = self.python if self.python.startswith("cp") else "none"
-        return self.filename or f"{self.dist_name}-{self.local_version}-{self.python}-{abi}-{self.platform}.whl"
+        return self.filename or f"{self.dist_name}-{self.local_version}-{self.tag}.whl"
 
     @property
     def tag(self) -> str:
+        """``python`` as a wheel's tags: cp311-cp311, a free-threaded cp313t as cp313-cp313t (PEP 703)."""
         abi = self.python if self.python.startswith("cp") else "none"
-        return f"{self.python}-{abi}-{self.platform}"
+        interpreter = self.python.removesuffix("t") if self.python.startswith("cp") else self.python
+        return f"{interpreter}-{abi}-{self.platform}"
 
 
 def make_wheel(directory: Path, spec: WheelSpec | None = None, **fields: object) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from builder.plan.facts import load_facts
+from builder.plan.facts import load_facts, python_key
 from index_site.serve import serving
 from index_site.site import build_site
 from tests.index_checks import fetch
@@ -163,7 +163,7 @@ def _expected_states() -> dict[tuple[str, str, str, str], str]:
     """(release anchor, torch, accelerator text, Python) -> state, from the plan, the injections and the facts."""
     facts = load_facts()
     jobs = release_jobs()
-    pythons = sorted({job.python for job in jobs}, key=lambda p: tuple(map(int, p.split("."))))
+    pythons = sorted({job.python for job in jobs}, key=python_key)
     failed = {f.job_id for f in FAILURES}
     states = {}
     for release in {(job.package, job.version) for job in jobs}:
@@ -210,7 +210,8 @@ READ_MATRICES = """() => {
         [...row.querySelectorAll("td")].forEach((td, i) => {
           const mark = td.querySelector("a") || td;
           cells[[release, torch, accelerator, pythons[i]].join("|")] = {
-            state: state[mark.className], text: mark.textContent, title: mark.title || "",
+            state: state[mark.className], text: mark.textContent,
+            title: mark.closest("[title]")?.title || "",  // what a pointer over it shows: its own, else its row's
             href: mark.getAttribute("href") || "", tip: td.querySelector(".tip")?.textContent || "",
             color: getComputedStyle(mark).backgroundColor, ink: getComputedStyle(mark).color,
           };

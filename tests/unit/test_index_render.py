@@ -152,10 +152,13 @@ def test_json_pages_follow_pep_691_and_700(pages: dict[str, bytes]) -> None:
 
 def test_landing_matrix_cells_link_their_setup_page_and_say_their_state(pages: dict[str, bytes]) -> None:
     landing = pages["index.html"].decode()
-    built = '<a class=b href="select/pt214cu130-cp311.html" title="linux_x86_64; GPU archs not recorded">✓</a>'
-    assert built in landing
-    assert '<a class=f href="select/pt214cu130-cp313.html" aria-describedby="causal-conv1d-1.7.0-f1">✗</a>' in landing
-    assert '<td><a class=u href="select/pt213cu130-cp312.html">–</a>' in landing  # shipped, not in the plan
+    # the row's one title is said once on the row; cells it does not describe stop it
+    row = ('<tr title="linux_x86_64; GPU archs not recorded"><th scope=rowgroup rowspan=1 title="">2.14'
+           '<th scope=row>CUDA 13.0<td><a class=b href="select/pt214cu130-cp311.html">✓</a>')
+    assert row in landing
+    failed = '<td title=""><a class=f href="select/pt214cu130-cp313.html" aria-describedby="causal-conv1d-1.7.0-f1">✗</a>'
+    assert failed in landing
+    assert '<td title=""><a class=u href="select/pt213cu130-cp312.html">–</a>' in landing  # shipped, not planned
     text = re.sub(r"<[^>]+>", "", landing)
     assert "pip install causal-conv1d==1.7.0+pt214cu130 -f https://wheels.example.org/whl/pt214cu130.html" in text
     assert text.count(" -f https://") == 4  # pip and uv for each of the two packages, in the selector; none per cell
