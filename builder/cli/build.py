@@ -10,20 +10,11 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.live import Live
-from rich.markup import escape
-from rich.table import Table
-
-from builder.cli.console import console, out, print_table
-from builder.cli.progress import LineReporter, LiveTable, interactive
 from builder.core.errors import BuildFailed, NotBuildableHere
-from builder.core.ledger import Ledger, Status
-from builder.plan.expand import load_plan
-from builder.plan.facts import load_facts
-from builder.plan.job import Job
 
 if TYPE_CHECKING:
     from builder.farm.build import Outcome
+    from builder.plan.job import Job
 
 
 def add_commands(
@@ -63,6 +54,11 @@ def add_commands(
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    from rich.live import Live
+
+    from builder.cli.console import console
+    from builder.cli.progress import LineReporter, LiveTable, interactive
+    from builder.core.ledger import Status
     from builder.farm.build import (  # the build stage's imports are heavy; plan needs none
         Builder,
         BuildOptions,
@@ -70,6 +66,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         Progress,
     )
     from builder.farm.container import ContainerBackend, Invocation
+    from builder.plan.expand import load_plan
+    from builder.plan.facts import load_facts
     from builder.steps.torch_index import torch_index_template
 
     only = [identifier for value in args.only for identifier in value.split()]
@@ -114,7 +112,12 @@ def _write_line(text: str) -> None:
 
 
 def _preflight(jobs: tuple[Job, ...], torch_index: str, scope: str) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from builder.cli.console import out, print_table
     from builder.farm.build import count_reasons, preflight
+    from builder.plan.facts import load_facts
 
     found = preflight(jobs, load_facts(), torch_index, scope=scope)
     table = Table(title=f"preflight ({scope}): {len(jobs)} jobs", title_justify="left")
@@ -131,6 +134,11 @@ def _preflight(jobs: tuple[Job, ...], torch_index: str, scope: str) -> int:
 
 
 def _summary(outcomes: list[Outcome], output: Path) -> None:
+    from rich.table import Table
+
+    from builder.cli.console import print_table
+    from builder.core.ledger import Status
+
     table = Table(title="build summary", title_justify="left")
     for column in ("job", "result", "wheel", "size", "sha256", "time"):
         table.add_column(column, overflow="fold")
@@ -153,6 +161,7 @@ def _summary(outcomes: list[Outcome], output: Path) -> None:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
+    from builder.cli.console import console
     from builder.farm.build import Layout
     from builder.farm.merge import merge_outputs
 
@@ -163,6 +172,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from builder.cli.console import console, print_table
+    from builder.core.ledger import Ledger, Status
+
     path = args.output / "ledger.sqlite"
     if not path.is_file():
         console.print(f"no ledger at {path} yet; run `wheelwright build` first")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from builder.doctor.main import add_arguments, run
+from builder.doctor.arguments import add_arguments
 
 
 def add_commands(
@@ -24,6 +24,8 @@ def add_commands(
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    from builder.doctor.main import run
+
     text, code = run(args)
     # Plain text, never rich markup: the commands it prints are meant to be copied exactly.
     sys.stdout.write(text)

@@ -7,13 +7,8 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from rich.markup import escape
-
-from builder.cli.console import console, out
-from builder.plan.expand import load_plan
-from builder.plan.facts import Accelerator, load_facts
-
 if TYPE_CHECKING:
+    from builder.plan.facts import Accelerator, TorchFacts
     from builder.steps.torch_registry import Provenance
 
 BEHIND_EXIT = 12  # distinct from every error code: a scheduled job can tell "facts are behind" from "check broke"
@@ -37,7 +32,17 @@ def add_commands(
     toolkits.set_defaults(func=cmd_toolkits)
 
 
+def load_facts() -> TorchFacts:
+    """The torch facts, read when a command runs: building the parsers reads no data file."""
+    from builder.plan.facts import load_facts as read_facts
+
+    return read_facts()
+
+
 def cmd_facts_check(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from builder.cli.console import console, out
     from builder.steps.torch_registry import survey
 
     findings, provenance = survey(load_facts())
@@ -56,6 +61,10 @@ def cmd_facts_check(args: argparse.Namespace) -> int:
 
 def _print_provenance(provenance: Provenance) -> None:
     """The closing summary: a reader should not mistake a cited variant for a checked one."""
+    from rich.markup import escape
+
+    from builder.cli.console import out
+
     verified = ", ".join(provenance.verified) or "nothing"
     out.print(
         "verified against the registry (patches, Pythons, the plain wheel's CUDA from Requires-Dist): "
@@ -69,6 +78,10 @@ def _print_provenance(provenance: Provenance) -> None:
 
 
 def cmd_toolkits(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from builder.cli.console import out
+    from builder.plan.expand import load_plan
     from builder.steps.toolchain import preflight
 
     plan = load_plan(args.matrix, args.profile).select(args.select)

@@ -7,11 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-
-from builder.cli.console import console, out, print_table
 from builder.core.errors import WheelwrightError
-from builder.plan.expand import load_plan
 
 if TYPE_CHECKING:
     from builder.farm.engine import CliEngine
@@ -39,7 +35,11 @@ def add_commands(
 
 
 def cmd_images(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from builder.cli.console import out, print_table
     from builder.farm import images
+    from builder.plan.expand import load_plan
 
     plan = load_plan(args.matrix, args.profile).select(args.select)
     specs = images.images_for(plan.jobs, args.base)
@@ -84,6 +84,8 @@ def _engine(args: argparse.Namespace) -> CliEngine:
 
 
 def _log(args: argparse.Namespace, spec: ImageSpec) -> Path:
+    from builder.cli.console import console
+
     output = Path(args.output)
     folder = output.parent / "logs" if output.name == "images" else output / "logs"
     folder.mkdir(parents=True, exist_ok=True)
@@ -93,6 +95,8 @@ def _log(args: argparse.Namespace, spec: ImageSpec) -> Path:
 
 
 def _pin(args: argparse.Namespace, specs: Sequence[ImageSpec]) -> int:
+    from builder.cli.console import out
+
     engine = _engine(args)
     registry = [spec for spec in specs if spec.base.kind == "registry"]
     if not registry:

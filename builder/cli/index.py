@@ -6,18 +6,14 @@ import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
-
-from builder.cli.console import console, out, print_table
 from builder.core.errors import ConfigError
-from index_site import layout
-from index_site.publish import PublishReport, check_plan, publish
-from index_site.serve import make_server
-from index_site.site import IndexReport, build_site, site_base_url
-from index_site.variants import variant_command
+
+if TYPE_CHECKING:
+    from index_site.publish import PublishReport
+    from index_site.site import IndexReport
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
@@ -78,7 +74,9 @@ def _site(args: argparse.Namespace) -> Path:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from builder.cli.console import console, out
     from builder.steps.variant import ensure_twins  # the index reads twins; builds before twins existed lack them
+    from index_site.site import build_site
 
     made, skipped = ensure_twins(args.output / "dist", args.output / "variant")
     for path in made:
@@ -92,6 +90,10 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from builder.cli.console import out
+    from index_site import layout
+    from index_site.serve import make_server
+
     site = _site(args)
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port {args.port}: a TCP port is 0-65535", tip="pick another --port (0 = any free one)")
@@ -117,6 +119,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from builder.cli.console import console
+    from index_site.publish import check_plan, publish
     from index_site.s3 import S3Store  # boto3 is slow to import; only publish needs it
 
     if args.jobs < 1:
@@ -152,6 +158,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _print_index_report(report: IndexReport, base_url: str) -> None:
+    from builder.cli.console import console, out
+    from index_site import layout
+    from index_site.variants import variant_command
+
     stats = report.stats
     out.print(f"[bold]Indexed {report.wheels} wheels in {len(report.variants)} variants[/bold] -> {report.site}")
     out.print(
@@ -168,6 +178,10 @@ def _print_index_report(report: IndexReport, base_url: str) -> None:
 
 
 def _print_plan(report: PublishReport, where: str) -> None:
+    from rich.table import Table
+
+    from builder.cli.console import console, out, print_table
+
     plan = report.plan
     verb = "would upload" if report.dry_run else "uploaded"
     if plan.uploads:
@@ -185,6 +199,10 @@ def _print_plan(report: PublishReport, where: str) -> None:
 
 
 def _warn_if_indexed_for_loopback(site: Path) -> None:
+    from builder.cli.console import console
+    from index_site import layout
+    from index_site.site import site_base_url
+
     base_url = site_base_url(site) if (site / layout.SITE_MARKER).is_file() else None
     if base_url and urlsplit(base_url).hostname in ("127.0.0.1", "localhost", "::1"):
         console.print(

@@ -1,23 +1,21 @@
-"""The `wheelwright` command: parses arguments and calls one stage per subcommand. Owns all console output."""
+"""The `wheelwright` command: parses arguments and calls one stage per subcommand. Owns all console output.
+
+Building the parsers imports only the standard library: `--version` and `--help` must answer at once, so each
+command imports its stage, rich and the data files' parsers when it runs (docs/performance.md)."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.markup import escape
-from rich.table import Table
-
 from builder import __version__
-from builder.cli.console import console, out, print_table
 from builder.core.errors import FileSystemError, WheelwrightError
-from builder.plan.archs import split
-from builder.plan.expand import Plan, load_plan
+
+if TYPE_CHECKING:
+    from builder.plan.expand import Plan
 
 
 def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,10 +29,14 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _plan(args: argparse.Namespace) -> Plan:
+    from builder.plan.expand import load_plan
+
     return load_plan(args.matrix, args.profile).select(args.select)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
     plan = _plan(args)
     if args.estimate:
         return _estimate(plan, args)
@@ -50,6 +52,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
         # Plain text, never highlighted: this is read by fromJSON() and `jq`, also when colour is forced.
         sys.stdout.write(json.dumps(plan.as_github_matrix(), indent=None if args.compact else 2) + "\n")
         return 0
+    _print_plan(plan, explain=args.explain)
+    return 0
+
+
+def _print_plan(plan: Plan, *, explain: bool) -> None:
+    """The jobs as a table; with ``explain`` also the arch lists chosen or corrected, and the dropped combinations."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from builder.cli.console import out, print_table
+    from builder.plan.archs import split
+
     out.print(f"profile {plan.profile}: {len(plan.jobs)} jobs")
     table = Table()
     for column in ("job", "torch", "toolkit", "python", "abi", "sass", "ptx", "manylinux"):
@@ -62,7 +76,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             job.identifier, job.torch, toolkit, job.python, abi, " ".join(sass), " ".join(ptx) or "-", job.manylinux
         )
     print_table(table)
-    if args.explain and plan.arch_notes:
+    if explain and plan.arch_notes:
         out.print(f"arch lists chosen or corrected: {len(plan.arch_notes)} (package_archs; builder/data/archs.toml)")
         notes = Table()
         notes.add_column("job", no_wrap=True)
@@ -70,9 +84,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for note in plan.arch_notes:
             notes.add_row(note.identifier, escape(note.describe()))
         print_table(notes)
-    if args.explain and not plan.dropped:
+    if explain and not plan.dropped:
         out.print("dropped: none; every combination of the profile's axes is buildable and selected")
-    elif args.explain:
+    elif explain:
         out.print(f"dropped: {len(plan.dropped)}")
         dropped = Table()
         dropped.add_column("combination", no_wrap=True)
@@ -82,7 +96,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print_table(dropped)
     elif plan.dropped:
         out.print(f"[dim]{len(plan.dropped)} combinations dropped; --explain lists them with the reason[/dim]")
-    return 0
 
 
 if TYPE_CHECKING:  # argparse's action class is generic only to the type checker
@@ -92,6 +105,9 @@ if TYPE_CHECKING:  # argparse's action class is generic only to the type checker
 
 
 def _estimate(plan: Plan, args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from builder.cli.console import out, print_table
     from builder.plan.estimate import estimate as estimate_plan
     from builder.plan.estimate import ledger_model, seed_model
 
@@ -156,7 +172,9 @@ def _stage_commands() -> tuple[AddCommands, ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # --version and --help exit here, before any import a command needs
+    import logging
+
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
@@ -165,21 +183,38 @@ def main(argv: Sequence[str] | None = None) -> int:
             code: int = args.func(args)
         except OSError as error:  # a full disk, a read-only or missing folder: the user's to fix, said in one line
             if args.debug:
-                console.print_exception()
+                _print_traceback()
             raise FileSystemError.from_os(error) from error
         return code
     except WheelwrightError as error:
         if args.debug and not isinstance(error, FileSystemError):
-            console.print_exception()
-        # Messages quote selectors and TOML tables ("[archs.cuda]"): escape them, or rich reads them as markup.
-        for line in str(error).splitlines():
-            console.print(f"[bold red]ERROR[/bold red] {escape(line)}", highlight=False, soft_wrap=True)
-        if error.tip:
-            console.print(f"[yellow]TIP[/yellow] {escape(error.tip)}", highlight=False, soft_wrap=True)
-        return error.exit_code
+            _print_traceback()
+        return _report(error)
     except KeyboardInterrupt:
+        from builder.cli.console import console
+
         console.print("[bold red]ERROR[/bold red] interrupted")
         return 130
+
+
+def _print_traceback() -> None:
+    from builder.cli.console import console
+
+    console.print_exception()
+
+
+def _report(error: WheelwrightError) -> int:
+    """One ERROR line per line of the message, then the TIP; the exit code is the error's."""
+    from rich.markup import escape
+
+    from builder.cli.console import console
+
+    # Messages quote selectors and TOML tables ("[archs.cuda]"): escape them, or rich reads them as markup.
+    for line in str(error).splitlines():
+        console.print(f"[bold red]ERROR[/bold red] {escape(line)}", highlight=False, soft_wrap=True)
+    if error.tip:
+        console.print(f"[yellow]TIP[/yellow] {escape(error.tip)}", highlight=False, soft_wrap=True)
+    return error.exit_code
 
 
 if __name__ == "__main__":

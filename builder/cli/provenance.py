@@ -7,14 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rich.markup import escape
-from rich.table import Table
-
-from builder.cli.console import console, out, print_table
 from builder.core.errors import WheelError, WheelwrightError
-from builder.steps import provenance
-from builder.steps.elf import wheel_elf_facts
-from builder.steps.wheelzip import read_members
 
 
 def add_commands(
@@ -37,6 +30,9 @@ def add_commands(
 
 
 def cmd_upstream(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from builder.cli.console import print_table
     from builder.plan.matrix import load_matrix
     from builder.steps.releases import check_upstream
 
@@ -61,6 +57,14 @@ def cmd_upstream(args: argparse.Namespace) -> int:
 
 
 def cmd_provenance(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from builder.cli.console import console, out, print_table
+    from builder.steps import provenance
+    from builder.steps.elf import wheel_elf_facts
+    from builder.steps.wheelzip import read_members
+
     if not args.wheel.is_file():
         raise WheelError(f"{args.wheel}: no such wheel")
     members = read_members(args.wheel)

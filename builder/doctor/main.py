@@ -1,40 +1,21 @@
-"""doctor's arguments and one run of it, shared by ``wheelwright doctor`` and the standalone ``doctor.py``: the
-caller prints what ``run`` returns."""
+"""One run of doctor, shared by ``wheelwright doctor`` and the standalone ``doctor.py`` (whose ``main`` is here):
+the caller prints what ``run`` returns. The arguments are in builder/doctor/arguments.py."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from builder.core.errors import WheelwrightError
+from builder.doctor.arguments import add_arguments
 from builder.doctor.explain import explain
 from builder.doctor.fix import find_fix
 from builder.doctor.labels import PACKAGES
 from builder.doctor.probe import ProbeFailed, collect
 from builder.doctor.report import as_json, findings_json, render_findings, render_text
 from builder.doctor.verdicts import diagnose
-
-# The index the answer points at; the published doctor.py carries its site's URL here.
-DEFAULT_INDEX_URL = ""
-INDEX_ENV = "WHEELWRIGHT_INDEX_URL"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--index-url",
-        default=os.environ.get(INDEX_ENV) or DEFAULT_INDEX_URL or None,
-        help=f"the wheelwright site to find the fix in (default: ${INDEX_ENV})",
-    )
-    parser.add_argument(
-        "--python", default=sys.executable, help="the interpreter whose environment to read (default: this one)"
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
-    parser.add_argument(
-        "--explain", metavar="TEXT|FILE", help="say what an error message (or a log file, '-' for stdin) means instead"
-    )
 
 
 def run(args: argparse.Namespace) -> tuple[str, int]:

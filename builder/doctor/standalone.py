@@ -28,6 +28,7 @@ MODULES = (
     "builder.doctor.verdicts",
     "builder.doctor.fix",
     "builder.doctor.report",
+    "builder.doctor.arguments",
     "builder.doctor.main",
 )
 _INDEX_LINE = 'DEFAULT_INDEX_URL = ""'
@@ -55,7 +56,7 @@ def standalone_source(index_url: str = "") -> str:
     parts.append('\nif __name__ == "__main__":\n    sys.exit(main())\n')
     source = "\n".join(parts)
     if _INDEX_LINE not in source:
-        raise WheelwrightError(f"doctor.py: {_INDEX_LINE!r} not found in builder.doctor.main")
+        raise WheelwrightError(f"doctor.py: {_INDEX_LINE!r} not found in builder.doctor.arguments")
     return source.replace(_INDEX_LINE, f"DEFAULT_INDEX_URL = {index_url.rstrip('/')!r}", 1)
 
 

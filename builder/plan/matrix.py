@@ -541,11 +541,7 @@ def _parse_yaml(text: str, path: Path) -> tuple[Any, dict[Loc, int]]:
     if len(text) > MAX_MATRIX_BYTES:
         raise ConfigError(f"{path}: {len(text):,} characters; a matrix file may have at most {MAX_MATRIX_BYTES:,}")
     try:
-        node = yaml.compose(text, Loader=_Loader)
-        if node is not None:
-            _expanded_size(node)
-        lines = _line_map(node) if node is not None else {}
-        raw = yaml.load(text, Loader=_Loader)
+        raw, lines = _compose_and_construct(text)
     except _YamlProblem as problem:
         key = ".".join(str(part) for part in problem.loc)
         raise ConfigError(f"{path}:{problem.line}: {key + ': ' if key else ''}{problem.text}") from None
@@ -556,6 +552,21 @@ def _parse_yaml(text: str, path: Path) -> tuple[Any, dict[Loc, int]]:
     except RecursionError:  # the composer recurses per level, before our depth limit can look
         raise ConfigError(f"{path}: nested too deeply (a matrix needs a few levels)") from None
     return raw, lines
+
+
+def _compose_and_construct(text: str) -> tuple[Any, dict[Loc, int]]:
+    """The nodes are composed once, checked against the limits, mapped to lines, then turned into Python values:
+    composing is most of the time a plan takes, so the text is not parsed a second time."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, {}
+        _expanded_size(node)
+        lines = _line_map(node)
+        return loader.construct_document(node), lines
+    finally:
+        loader.dispose()
 
 
 def _yaml_problem(error: yaml.YAMLError) -> str:

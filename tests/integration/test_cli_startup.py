@@ -1,0 +1,51 @@
+"""`wheelwright --version` and `--help` answer at once: building the parsers imports only the standard library and
+builder's own light modules, never the libraries the commands run on (docs/performance.md has the CPU targets).
+What a fresh process imports is asserted, not how long it takes: a timing would fail on a busy machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# What the console script does (pyproject.toml [project.scripts]), reporting the modules it imported on stderr.
+PROBE = """
+import json, sys
+before = set(sys.modules)
+from builder.cli.main import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+sys.stderr.write(json.dumps(sorted(set(sys.modules) - before)))
+"""
+HEAVY = frozenset({"pydantic", "pydantic_core", "rich", "jinja2", "markupsafe", "boto3", "botocore", "yaml"})
+
+
+def run_probe(*args: str) -> tuple[str, set[str]]:
+    """A fresh `wheelwright ARGS`: what it printed, and the top-level packages it imported."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=60, check=True)
+    return result.stdout, {name.partition(".")[0] for name in json.loads(result.stderr.splitlines()[-1])}
+
+
+@pytest.mark.parametrize("args", [("--version",), ("--help",), ("plan", "--help"), ("doctor", "--help")],
+                         ids=" ".join)
+def test_parsing_imports_no_library_a_command_runs_on(args: tuple[str, ...]) -> None:
+    printed, imported = run_probe(*args)
+    assert printed.startswith("wheelwright 0.1.0\n" if args == ("--version",) else "usage: wheelwright")
+    assert not imported & HEAVY, sorted(imported & HEAVY)
+    assert imported - set(sys.stdlib_module_names) == {"builder"}
+
+
+def test_the_probe_sees_a_command_s_imports() -> None:
+    """The same probe on a command that needs them: a probe that saw nothing would pass the test above."""
+    printed, imported = run_probe("plan", "--profile", "local")
+    assert printed.startswith("profile local: ")
+    assert {"pydantic", "rich", "yaml"} <= imported
