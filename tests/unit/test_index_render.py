@@ -156,7 +156,8 @@ def test_landing_matrix_cells_link_their_setup_page_and_say_their_state(pages: d
     row = ('<tr title="linux_x86_64; GPU archs not recorded"><th scope=rowgroup rowspan=1 title="">2.14'
            '<th scope=row>CUDA 13.0<td><a class=b href="select/pt214cu130-cp311.html">✓</a>')
     assert row in landing
-    failed = '<td title=""><a class=f href="select/pt214cu130-cp313.html" aria-describedby="causal-conv1d-1.7.0-f1">✗</a>'
+    failed = ('<td title=""><a class=f href="select/pt214cu130-cp313.html" '
+              'aria-describedby="causal-conv1d-1.7.0-f1">✗</a>')
     assert failed in landing
     assert '<td title=""><a class=u href="select/pt213cu130-cp312.html">–</a>' in landing  # shipped, not planned
     text = re.sub(r"<[^>]+>", "", landing)
