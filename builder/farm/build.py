@@ -30,7 +30,6 @@ from builder.core.ledger import NOT_BUILT, Ledger, LedgerEntry, Status
 from builder.core.resources import BUILD_DATA
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
-from builder.plan.matrix import DEFAULT_TORCH_INDEX
 from builder.steps import compile as compile_stage
 from builder.steps import provenance
 from builder.steps import variant as variant_stage
@@ -54,6 +53,7 @@ from builder.steps.torch_index import (
     TorchIndexUnreachable,
     TorchNotListed,
     find_torch_wheel,
+    torch_index_template,
 )
 from builder.steps.upstream import overlay_upstream
 from builder.steps.verify import quarantine, verify_wheel
@@ -107,7 +107,7 @@ class BuildOptions:
     retry_failed: bool = False
     parallel: int = 1  # jobs at once (groups of one package version + label run their Pythons in turn)
     objcache: str = "use"  # use | verify | off (see builder/steps/objcache.py)
-    torch_index: str = DEFAULT_TORCH_INDEX  # the template in force (builder/steps/torch_index.py)
+    torch_index: str | None = None  # the template in force; None: WHEELWRIGHT_TORCH_INDEX, else PyTorch's index
 
 
 @dataclass(kw_only=True)
@@ -188,7 +188,7 @@ class Readiness:
     reason: str = READY
 
 
-def preflight(jobs: Sequence[Job], facts: TorchFacts, torch_index: str = DEFAULT_TORCH_INDEX, *,
+def preflight(jobs: Sequence[Job], facts: TorchFacts, torch_index: str | None = None, *,
               scope: str = "here") -> list[Readiness]:
     """Everything a build checks before its first download, for each job, with no side effect (nothing is
     downloaded, unpacked or installed): the data files it reads load and pass their checks, the recipe knows the
@@ -198,6 +198,7 @@ def preflight(jobs: Sequence[Job], facts: TorchFacts, torch_index: str = DEFAULT
     toolkits): the data and each job's torch."""
     load_excludes()
     build_requirements()
+    torch_index = torch_index or torch_index_template()
     pages = IndexPages()
     toolkits: dict[tuple[object, ...], ToolkitReadiness] = {}
     found = []

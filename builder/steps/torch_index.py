@@ -165,7 +165,8 @@ def _tags(job: Job) -> list[tags.Tag]:
     major, minor = (int(part) for part in job.python.rstrip("t").split("."))
     abi = job.python_tag
     platforms = [p for p in tags.platform_tags() if p.endswith(job.platform)]
-    return list(tags.cpython_tags((major, minor), abis=[abi], platforms=platforms))
+    return [*tags.cpython_tags((major, minor), abis=[abi], platforms=platforms),
+            *tags.compatible_tags((major, minor), f"cp{major}{minor}", platforms)]
 
 
 def _with_slash(url: str) -> str:

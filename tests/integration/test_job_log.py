@@ -3,6 +3,9 @@ through the build stage (a small wheel named torch on a local find-links folder 
 
 from __future__ import annotations
 
+import functools
+import http.server
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,24 +19,38 @@ from tests.wheels import make_wheel
 
 
 def test_the_torch_install_is_in_the_job_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    links = tmp_path / "links"
-    links.mkdir()
-    make_wheel(links, name="torch", version="2.14.1", files={"torch/__init__.py": b"__version__ = '2.14.1'\n"},
-               python_tag="py3", platform="any", requires=(), pure=True)
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
-    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    """The real env phase against a torch index on loopback holding a stand-in torch (version, CUDA and ABI as the
+    job's): where it came from, pip's command and pip's own output land in the job's log."""
+    index = tmp_path / "index"
+    (index / "whl" / "cu130" / "torch").mkdir(parents=True)
+    files = {"torch/__init__.py": b"from torch import _C, version\n__version__ = version.__version__\n",
+             "torch/_C.py": b"_GLIBCXX_USE_CXX11_ABI = True\n",
+             "torch/version.py": b"__version__ = '2.14.1+cu130'\ncuda = '13.0'\nhip = None\n"}
+    wheel = make_wheel(index / "whl" / "cu130" / "torch", name="torch", version="2.14.1+cu130", files=files,
+                       python_tag="py3", platform="any", requires=(), pure=True)
+    (wheel.parent / "index.html").write_text(f'<a href="{wheel.name.replace("+", "%2B")}">{wheel.name}</a>\n')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(index))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("WHEELWRIGHT_TORCH_INDEX", f"http://127.0.0.1:{server.server_address[1]}/whl/{{accelerator}}/")
     monkeypatch.setenv("WHEELWRIGHT_CACHE", str(tmp_path / "cache"))
     FakeStages(monkeypatch, tmp_path)
     monkeypatch.setattr(build_stage, "runtime_env", environment.runtime_env)  # the real env phase
-
-    outcomes = run_build(tmp_path)
+    try:
+        outcomes = run_build(tmp_path)
+    finally:
+        server.shutdown()
+        server.server_close()
 
     assert [o.entry.status for o in outcomes] == ["built", "built"]
     first = local_jobs()[0]
     log = (tmp_path / "out" / "logs" / f"{first.identifier}.log").read_text()
-    assert "pip install" in log and "torch==2.14.1" in log  # the command, as the runner writes it
-    assert "Successfully installed torch-2.14.1" in log  # pip's own output
-    assert (tmp_path / "cache" / "runtime" / "torch-2.14.1-cp311" / "torch" / "__init__.py").is_file()
+    assert f"downloading torch from http://127.0.0.1:{server.server_address[1]}/whl/cu130/torch/" in log
+    assert "pip install" in log and wheel.name in log  # the command, as the runner writes it
+    assert "Successfully installed torch-2.14.1+cu130" in log  # pip's own output
+    assert "checked torch 2.14.1+cu130 (CUDA 13.0, cxx11 ABI)" in log
+    (runtime,) = (tmp_path / "cache" / "runtime").glob("torch-2.14.1-cp311-*/")
+    assert (runtime / "torch" / "__init__.py").is_file()
 
 
 def test_outside_a_job_there_is_no_context_and_inside_one_the_runner_uses_it(tmp_path: Path) -> None:
