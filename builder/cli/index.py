@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from builder.cli.arguments import whole_number
 from builder.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ def add_commands(
     serve = commands.add_parser("serve", help="serve the site over HTTP on this machine")
     _add_site_arguments(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    serve.add_argument("--port", type=int, default=8000, help="port, 0 for any free one (default: %(default)s)")
+    serve.add_argument("--port", type=whole_number(0, 65535, rule="a TCP port is 0-65535"), default=8000,
+                       help="port, 0 for any free one (default: %(default)s)")
     serve.set_defaults(func=cmd_serve)
 
     publish_parser = commands.add_parser("publish", help="upload the site to an S3 bucket, changed objects only")
@@ -57,7 +59,8 @@ def add_commands(
     publish_parser.add_argument(
         "--allow-delist", action="store_true", help="publish even if published wheels are missing locally"
     )
-    publish_parser.add_argument("--jobs", type=int, default=8, help="parallel uploads (default: %(default)s)")
+    publish_parser.add_argument("--jobs", type=whole_number(1, 256), default=8,
+                                help="parallel uploads (1-256; default: %(default)s)")
     publish_parser.set_defaults(func=cmd_publish)
 
 
@@ -95,8 +98,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from index_site.serve import make_server
 
     site = _site(args)
-    if not 0 <= args.port <= 65535:
-        raise ConfigError(f"--port {args.port}: a TCP port is 0-65535", tip="pick another --port (0 = any free one)")
     if not (site / layout.SITE_MARKER).is_file():
         raise ConfigError(f"{site}: no site to serve", tip="run `wheelwright index` (or `make index`) first")
     try:
@@ -125,8 +126,6 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from index_site.publish import check_plan, publish
     from index_site.s3 import S3Store  # boto3 is slow to import; only publish needs it
 
-    if args.jobs < 1:
-        raise ConfigError(f"--jobs {args.jobs}: needs at least one upload at a time")
     _warn_if_indexed_for_loopback(_site(args))
     store = S3Store(args.bucket, endpoint_url=args.endpoint_url, region=args.region, connections=args.jobs + 2)
     where = f"s3://{args.bucket}/{args.prefix.strip('/')}"

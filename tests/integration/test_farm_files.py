@@ -143,8 +143,8 @@ def downloaded(workflows: list[Path]) -> list[str]:
 
 
 def _read_later(upload: Upload, patterns: list[str]) -> bool:
-    sample = upload.name.replace("*", "x")
-    return any(fnmatch.fnmatchcase(sample, pattern) or fnmatch.fnmatchcase(pattern, upload.name) for pattern in patterns)
+    sample = upload.name.replace("*", "x")  # one name the upload may have: "wheelhouse-x" for "wheelhouse-*"
+    return any(fnmatch.fnmatchcase(sample, pattern) for pattern in patterns)
 
 
 def _may_hold_dot_files(upload: Upload) -> bool:

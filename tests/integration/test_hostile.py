@@ -202,6 +202,20 @@ ERROR_CASES = [
     ("publish-no-site", nothing, ["publish", "--output", "out", "--bucket", "b", "--dry-run"], 2, r"not a wheelwright site"),
     ("publish-jobs-0", indexed_site, ["publish", "--output", "out", "--bucket", "b", "--jobs", "0"], 2, r"--jobs 0"),
     ("publish-prefix-dotdot", indexed_site, ["publish", "--output", "out", "--bucket", "b", "--prefix", "a/../b"], 2, r"'\.\.' are not allowed"),
+    # numbers out of their range: refused as the command line is read, before any file is
+    ("shard-size-0", matrix(MATRIX), ["plan", "--format", "shards", "--shard-size", "0"], 2, r"--shard-size 0: must be a whole number from 1 to 256"),
+    ("shard-size-257", matrix(MATRIX), ["plan", "--format", "shards", "--shard-size", "257"], 2, r"--shard-size 257: .* from 1 to 256"),
+    ("shard-size-negative", matrix(MATRIX), ["plan", "--format", "shards", "--shard-size", "-5"], 2, r"--shard-size -5: .* from 1 to 256"),
+    ("shard-size-words", matrix(MATRIX), ["plan", "--format", "shards", "--shard-size", "many"], 2, r"--shard-size 'many': not a number"),
+    ("runners-0", matrix(MATRIX), ["plan", "--estimate", "--runners", "0"], 2, r"--runners 0: must be a whole number from 1 to 10,000"),
+    ("runners-negative", matrix(MATRIX), ["plan", "--estimate", "--runners", "-3"], 2, r"--runners -3: .* from 1 to 10,000"),
+    ("runners-fraction", matrix(MATRIX), ["plan", "--estimate", "--runners", "2.5"], 2, r"--runners '2\.5': not a number"),
+    ("cores-0", matrix(MATRIX), ["plan", "--estimate", "--cores", "0"], 2, r"--cores 0: must be a whole number from 1 to 1,024"),
+    ("cores-100000", matrix(MATRIX), ["plan", "--estimate", "--cores", "100000"], 2, r"--cores 100000: .* from 1 to 1,024"),
+    ("parallel-0", nothing, ["build", "--parallel", "0"], 2, r"--parallel 0: must be a whole number from 1 to 256"),
+    ("parallel-negative", nothing, ["build", "--parallel", "-2"], 2, r"--parallel -2: .* from 1 to 256"),
+    ("publish-jobs-100000", nothing, ["publish", "--output", "out", "--bucket", "b", "--dry-run", "--jobs", "100000"], 2, r"--jobs 100000: .* from 1 to 256"),
+    ("serve-port-words", nothing, ["serve", "--output", "out", "--port", "http"], 2, r"--port 'http': not a number; a TCP port is 0-65535"),
 ]
 
 
