@@ -43,3 +43,17 @@ def whole_number(low: int, high: int, *, rule: str | None = None) -> Callable[[s
         return value
 
     return parse
+
+
+# A site's root: every page's links and commands are this plus a path, so no query, fragment or whitespace.
+_SITE_URL = re.compile(r"https?://[^/?#\s\x00-\x1f\x7f-\x9f]+(/[^?#\s\x00-\x1f\x7f-\x9f]*)?")
+
+
+def site_url(text: str) -> str:
+    """An argparse ``type=`` for a site's public URL, which the index writes into its pages, its commands and the
+    Python of doctor.py: an http(s) URL without whitespace, control characters, query or fragment."""
+    if not _SITE_URL.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: not an http(s) URL of a site (no whitespace, control characters, '?' or '#')"
+        )
+    return text

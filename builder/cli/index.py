@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from builder.cli.arguments import whole_number
+from builder.cli.arguments import site_url, whole_number
 from builder.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ def add_commands(
     _add_site_arguments(index)
     index.add_argument(
         "--base-url",
+        type=site_url,  # also checks the environment's value: argparse converts a default given as text
         default=os.environ.get("WHEELWRIGHT_BASE_URL", DEFAULT_BASE_URL),
         help="public URL of the site, for the landing page's install commands "
         "(env WHEELWRIGHT_BASE_URL; default: %(default)s)",
@@ -109,7 +111,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ) from None
     out.print(f"Serving [bold]{site}[/bold] at [bold]{server.url}/[/bold] (Ctrl-C stops)")
     for page in sorted(site.glob("whl/*.html"))[:3]:
-        out.print(f"  pip install PACKAGE -f {server.url}/whl/{page.name}")
+        out.print(f"  pip install PACKAGE -f {shlex.quote(f'{server.url}/whl/{page.name}')}", markup=False)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -170,10 +172,12 @@ def _print_index_report(report: IndexReport, base_url: str) -> None:
     )
     for rejection in report.rejected:
         console.print(f"[yellow]WARN[/yellow] not indexed: {rejection.reason}", soft_wrap=True)
+    # markup=False: a URL may hold "[...]", which rich would read as a style and drop from the command
     for label in report.variants:
-        out.print(f"  {label}  pip install PACKAGE -f {base_url.rstrip('/')}/{layout.findlinks_path(label)}")
+        links = shlex.quote(f"{base_url.rstrip('/')}/{layout.findlinks_path(label)}")
+        out.print(f"  {label}  pip install PACKAGE -f {links}", markup=False)
     if (report.site / "variant" / "simple" / "index.html").is_file():
-        out.print(f"  variant channel  {variant_command(base_url.rstrip('/'))}")
+        out.print(f"  variant channel  {variant_command(base_url.rstrip('/'))}", markup=False)
 
 
 def _print_plan(report: PublishReport, where: str) -> None:
