@@ -108,8 +108,12 @@ def local_objects(site: Path, prefix: str) -> list[LocalObject]:
     under their directory key. Anything else in the folder (a ledger, dist/, a stray file) is never uploaded, and a
     file whose identity moved since the index recorded it is hashed again and must still have the recorded bytes."""
     if not (site / layout.SITE_MARKER).is_file():
+        copied = (site / "index.html").is_file()  # pages without their manifest: a copy that left out dot-files
         raise ConfigError(
-            f"{site}: not a wheelwright site (no {layout.SITE_MARKER})", tip="run `wheelwright index` first"
+            f"{site}: not a wheelwright site (no {layout.SITE_MARKER})",
+            tip="copy the site with its dot-files (upload-artifact: include-hidden-files: true)"
+            if copied
+            else "run `wheelwright index` first",
         )
     manifest = load_manifest(site)
     present = set(site_files(site))

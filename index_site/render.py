@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import re
+import shlex
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ def _environment() -> jinja2.Environment:
     )
     environment.filters["filesize"] = _filesize
     environment.filters["wbr"] = _breakable
+    environment.filters["shell"] = shlex.quote  # a value in a command people paste into a shell
     return environment
 
 

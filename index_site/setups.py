@@ -4,6 +4,7 @@ pip and for uv, or why there is no wheel."""
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -257,8 +258,8 @@ def _offer(project: str, variant: Variant, python: str, records: list[Record], b
     if built is None:
         return Offer(project=project, wheel=None, note=note, records=shown, more=more)
     wheel = built.wheels[0]
-    pin = f"{project}=={wheel.name.version}"
-    findlinks = f"{base_url}/{layout.findlinks_path(variant.label)}"
+    pin = shlex.quote(f"{project}=={wheel.name.version}")  # quote() leaves a plain word as it is
+    findlinks = shlex.quote(f"{base_url}/{layout.findlinks_path(variant.label)}")
     return Offer(
         project=project,
         wheel=wheel,

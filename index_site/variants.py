@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import zipfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -323,8 +324,8 @@ def _json(document: Mapping[str, object]) -> bytes:
 
 def variant_command(base_url: str, torch_tag: str | None = None, package: str = "PACKAGE") -> str:
     """The one-URL uv command of the variant channel (all torch minors, or one)."""
-    index = f"{base_url}/{channel_root(torch_tag)}/simple/"
-    return f"uv pip install --preview-features wheel-variants {package} --index-url {index}"
+    index = shlex.quote(f"{base_url}/{channel_root(torch_tag)}/simple/")
+    return f"uv pip install --preview-features wheel-variants {shlex.quote(package)} --index-url {index}"
 
 
 # The shell names the installed torch's channel (2.13.0+cu130 -> variant/pt213/simple/): uv 0.13.9 runs no ABI
@@ -341,8 +342,15 @@ def installed_torch_command(base_url: str, package: str, torch_tags: Iterable[st
     """The one uv command for any torch: the channel of the torch minor in the environment it runs in, among
     ``torch_tags`` (the site's), else the channel of every torch."""
     tags = "{" + ", ".join(f'"{tag}"' for tag in torch_tags) + "}"
-    index = f'"{base_url}/{ROOT}/{_INSTALLED_TORCH_CHANNEL.replace("{TAGS}", tags)}simple/"'
-    return f"uv pip install --preview-features wheel-variants {package} --index-url {index}"
+    channel = f'{_INSTALLED_TORCH_CHANNEL.replace("{TAGS}", tags)}simple/"'  # closes the word's double quote
+    root = f"{base_url}/{ROOT}/"
+    # The $(...) must run, so that part of the word is double-quoted; a base URL holding what the shell reads
+    # inside double quotes too ($ ` " \ and an interactive bash's !) goes before it in single quotes instead.
+    index = f'{shlex.quote(root)}"{channel}' if _DOUBLE_QUOTE_SPECIAL.search(root) else f'"{root}{channel}'
+    return f"uv pip install --preview-features wheel-variants {shlex.quote(package)} --index-url {index}"
+
+
+_DOUBLE_QUOTE_SPECIAL = re.compile(r'[$`"\\!]')
 
 
 def landing_channels(labels: Iterable[str]) -> tuple[tuple[str, str], ...]:

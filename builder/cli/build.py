@@ -10,6 +10,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from builder.cli.arguments import whole_number
 from builder.core.errors import BuildFailed, NotBuildableHere
 
 if TYPE_CHECKING:
@@ -25,7 +26,8 @@ def add_commands(
     add_plan_arguments(build)
     build.add_argument("--output", type=Path, default=Path("wheelhouse"), help="output folder (default: %(default)s)")
     build.add_argument("--retry-failed", action="store_true", help="rebuild jobs that failed with the same inputs")
-    build.add_argument("--parallel", type=int, default=1, metavar="N", help="jobs at once; cores and memory are shared")
+    build.add_argument("--parallel", type=whole_number(1, 256), default=1, metavar="N",
+                       help="jobs at once, 1-256; cores and memory are shared (default: %(default)s)")
     build.add_argument("--objcache", choices=("use", "verify", "off"), default="use",
                        help="reuse CUDA objects across Pythons (verify: compile anyway and prove them identical)")
     build.add_argument("--backend", choices=("local", "container"), default="local",

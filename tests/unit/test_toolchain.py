@@ -228,7 +228,7 @@ def test_preflight_names_what_is_missing_and_how_it_would_be_had(
     assert "not yet unpacked: apt-get download nvidia-cuda-toolkit, nvidia-cuda-dev" in debian
     assert "missing host compiler" in debian and "gcc-11 and g++-11" in debian
     _, wheels = preflight(Accelerator.parse("cu132"))
-    assert "pip install nvidia-cuda-nvcc==13.2.*" in wheels
+    assert "pip install 'nvidia-cuda-nvcc==13.2.*'" in wheels  # quoted: the shell globs *, zsh refuses it
     assert preflight(Accelerator.parse("cu100")) == ["no source in builder/data/toolkits.toml serves cu100"]
     _, blackwell = preflight(Accelerator.parse("cu128"), archs=("10.0",))
     assert blackwell == "CUDA 12.4 via debian-12.4: CUDA 12.4 emits up to sm_90, the job needs sm_100"
