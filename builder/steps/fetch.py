@@ -135,6 +135,10 @@ def _project_files(page_url: str, who: str) -> list[dict[str, Any]]:
     return files
 
 
+class IndexUnreachable(FetchError):
+    """The index's host did not answer at all (no name, no route, refused, timed out)."""
+
+
 def index_files(page_url: str, who: str) -> list[dict[str, Any]]:
     """The files a project page lists, as PEP 691 entries (filename, url, hashes), from a PEP 691 JSON page or a
     PEP 503 HTML one: PyTorch's own index and most mirrors of it serve HTML only."""
@@ -143,8 +147,12 @@ def index_files(page_url: str, who: str) -> list[dict[str, Any]]:
         with open_url(page_url, accept=accept) as response:
             content_type = response.headers.get_content_type()
             body = response.read(PAGE_CAP_BYTES + 1)
-    except (urllib.error.URLError, OSError) as error:
+    except urllib.error.HTTPError as error:
+        if error.code == 404:  # the index answered: it has no such project, so it lists no file of it
+            return []
         raise FetchError(f"{who}: cannot read the index page {page_url}: {error}") from None
+    except (urllib.error.URLError, OSError) as error:
+        raise IndexUnreachable(f"{who}: cannot read the index page {page_url}: {error}") from None
     if len(body) > PAGE_CAP_BYTES:
         raise FetchError(f"{who}: {page_url} is larger than {PAGE_CAP_BYTES >> 20} MiB; refusing to read it")
     if content_type == PEP691_JSON:

@@ -8,7 +8,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 from packaging import tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -19,7 +19,7 @@ from builder.core.errors import ConfigError, FetchError, NotBuildableHere, Toolc
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.plan.matrix import DEFAULT_TORCH_INDEX, check_torch_index
-from builder.steps.fetch import download_checked, index_files, index_url
+from builder.steps.fetch import IndexUnreachable, download_checked, index_files, index_url
 
 log = logging.getLogger(__name__)
 
@@ -81,16 +81,24 @@ def is_registry_variant(job: Job, facts: TorchFacts) -> bool:
 
 
 class IndexPages:
-    """The index pages one run has read, by URL (a preflight of 462 jobs reads each page once); an unreachable
-    page is remembered as such. Made per run: a new process, or a later run, reads the index afresh."""
+    """The index pages one run has read, by URL (a preflight of 612 jobs reads each page once), and the hosts that
+    did not answer (a blackholed index costs one timeout per run, not one per accelerator). Made per run: a new
+    process, or a later run, reads the index afresh."""
 
     def __init__(self) -> None:
         self._read: dict[str, list[dict[str, object]] | FetchError] = {}
+        self._down: dict[str, IndexUnreachable] = {}  # by host: one that did not answer is not asked again
 
     def files(self, page: str, who: str) -> list[dict[str, object]]:
+        host = urlsplit(page).netloc
+        if host in self._down:
+            raise self._down[host]
         if page not in self._read:
             try:
                 self._read[page] = index_files(page, who)
+            except IndexUnreachable as error:
+                self._down[host] = error
+                raise
             except FetchError as error:
                 self._read[page] = error
         found = self._read[page]

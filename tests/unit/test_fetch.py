@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import tarfile
+import urllib.error
 from email.message import Message
 from pathlib import Path
 
@@ -276,6 +277,32 @@ def test_a_pep691_page_gives_the_same_entries_with_absolute_urls(monkeypatch: py
              "hashes": {"sha256": "cd" * 32}}
     serve(monkeypatch, {page: project_page([entry])})
     assert fetch.index_files(page, "job") == [{**entry, "url": "https://mirror.test/files/t.whl"}]
+
+
+def test_a_page_the_index_does_not_have_lists_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    page = "https://mirror.test/whl/cu999/torch/"
+
+    def open_url(url: str, *, accept: str | None = None) -> Response:
+        raise urllib.error.HTTPError(url, 404, "Not Found", Message(), None)
+
+    monkeypatch.setattr(fetch, "open_url", open_url)
+    assert fetch.index_files(page, "job") == []
+
+
+def test_an_index_that_does_not_answer_is_told_apart_from_one_that_errs(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(url: str, *, accept: str | None = None) -> Response:
+        raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+
+    def broken(url: str, *, accept: str | None = None) -> Response:
+        raise urllib.error.HTTPError(url, 503, "Service Unavailable", Message(), None)
+
+    monkeypatch.setattr(fetch, "open_url", refused)
+    with pytest.raises(fetch.IndexUnreachable, match="Connection refused"):
+        fetch.index_files("https://down.test/torch/", "job")
+    monkeypatch.setattr(fetch, "open_url", broken)
+    with pytest.raises(FetchError, match="503") as raised:
+        fetch.index_files("https://up.test/torch/", "job")
+    assert not isinstance(raised.value, fetch.IndexUnreachable)
 
 
 @pytest.mark.parametrize(

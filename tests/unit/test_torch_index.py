@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from builder.core.errors import ConfigError, FetchError
+from builder.core.errors import ConfigError
 from builder.plan.facts import Accelerator, load_facts
 from builder.plan.matrix import DEFAULT_TORCH_INDEX
 from builder.steps import torch_index
 from builder.steps.environment import check_torch_wheel
+from builder.steps.fetch import IndexUnreachable
 from builder.steps.torch_index import (
     REGISTRY,
     TORCH_INDEX,
@@ -35,16 +36,26 @@ def entry(filename: str, sha256: str = "ab" * 32) -> dict[str, Any]:
     return {"filename": filename, "url": f"https://files.test/{filename}", "hashes": {"sha256": sha256}}
 
 
+class Pages(dict[str, list[dict[str, Any]]]):
+    """Index pages by URL (one not held is unreachable), and the URLs read, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+
 @pytest.fixture
-def pages(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[dict[str, Any]] | None]:
+def pages(monkeypatch: pytest.MonkeyPatch) -> Pages:
     """The index pages the look-up may read: a URL mapped to None is unreachable."""
-    served: dict[str, list[dict[str, Any]] | None] = {}
+    served = Pages()
+    asked = served.asked
     monkeypatch.setenv("WHEELWRIGHT_INDEX_URL", "https://registry.test/simple/")
 
     def index_files(page: str, who: str) -> list[dict[str, Any]]:
+        asked.append(page)
         files = served.get(page)
         if files is None:
-            raise FetchError(f"{who}: cannot read the index page {page}: Name or service not known")
+            raise IndexUnreachable(f"{who}: cannot read the index page {page}: Name or service not known")
         return files
 
     monkeypatch.setattr(torch_index, "index_files", index_files)
@@ -77,6 +88,22 @@ def test_an_unreachable_torch_index_falls_back_to_the_registry_for_its_own_varia
     other = dataclasses.replace(local_job(), torch="2.12.1", accelerator=Accelerator.parse("cu126"))
     with pytest.raises(TorchUnavailable, match=r"published only on PyTorch's index, and https://mirror.test/whl/cu126/"):
         find_torch_wheel(other, FACTS, MIRROR)
+
+
+def test_a_host_that_does_not_answer_is_asked_once_per_run(pages: Pages) -> None:
+    registry = "https://registry.test/simple/torch/"
+    pages[registry] = [entry(f"torch-2.14.1-cp311-cp311-{LINUX}.whl"), entry(f"torch-2.12.1-cp311-cp311-{LINUX}.whl")]
+    run = torch_index.IndexPages()
+    for job in (local_job(), dataclasses.replace(local_job(), torch="2.12.1")):
+        for accelerator in ("cu130", "cu126", "cu132"):
+            try:
+                find_torch_wheel(dataclasses.replace(job, accelerator=Accelerator.parse(accelerator)), FACTS, MIRROR,
+                                 run)
+            except TorchUnavailable:
+                pass
+    mirror_pages = [page for page in pages.asked if page.startswith("https://mirror.test/")]
+    assert mirror_pages == ["https://mirror.test/whl/cu130/torch/"]  # then the host is known to be down
+    assert pages.asked.count(registry) == 1
 
 
 def test_the_best_tag_for_the_interpreter_wins_and_foreign_ones_never_do(pages: dict[str, Any]) -> None:
