@@ -123,6 +123,15 @@ def host_network(environ: Mapping[str, str] = os.environ) -> tuple[list[Mount], 
     return [Mount(source=bundle.resolve(), target=HOST_CA, read_only=True)], env
 
 
+def toolkit_home(root: Path) -> Path:
+    """The smallest folder that holds a toolkit's ``root`` and everything its links reach, which is what a container
+    must mount: Debian's toolkits link include/, lib64/ and nvvm/libdevice into the tree/ beside root/, so a mount
+    of root/ alone left those links dangling inside the container."""
+    links = [Path(folder) / name for folder, dirs, files in os.walk(root) for name in (*dirs, *files)
+             if os.path.islink(Path(folder) / name)]
+    return Path(os.path.commonpath([root, *(Path(os.path.realpath(link)) for link in links)]))
+
+
 class ContainerBackend:
     """Runs the build stage inside builder images; the ledger and dist/ are the same as the local backend's."""
 
@@ -203,9 +212,10 @@ class ContainerBackend:
         env.update(network_env)
         toolkit = self._host_toolkit(group[0]) if spec.base.toolkit == "mounted" else None
         if toolkit:
+            home = toolkit_home(toolkit)
             target = Path(f"/usr/local/cuda-{group[0].accelerator.version}")
-            mounts.append(Mount(source=toolkit, target=target, read_only=True))
-            env["WHEELWRIGHT_CUDA_HOME"] = str(target)
+            mounts.append(Mount(source=home, target=target, read_only=True))
+            env["WHEELWRIGHT_CUDA_HOME"] = str(target / toolkit.relative_to(home))
         script = inner_script(group, spec, self.invocation, self.layout, self.options)
         return RunSpec(image=tag, command=("bash", "-c", script), mounts=tuple(mounts), env=env)
 

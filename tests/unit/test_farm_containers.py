@@ -17,7 +17,7 @@ from builder.core.ledger import Ledger, LedgerEntry
 from builder.core.runner import StepFailed
 from builder.farm import images
 from builder.farm.build import BuildOptions, Layout
-from builder.farm.container import ContainerBackend, Invocation, group_jobs, inner_script
+from builder.farm.container import ContainerBackend, Invocation, group_jobs, inner_script, toolkit_home
 from builder.farm.engine import CliEngine, Mount, RunSpec, find_engine, run_arguments
 from builder.farm.merge import merge_outputs
 from builder.plan.estimate import Item, estimate, ledger_model, makespan, seed_model, timeout_minutes
@@ -182,6 +182,27 @@ def test_a_container_gets_its_group_the_host_caches_and_the_toolkit(backend_setu
     script = spec.command[-1]
     assert "--only causal-conv1d-1.7.0+pt214cu130-cp" in script and "mamba" not in script
     assert "--backend local" in script and "python3.11 -m venv" in script
+
+
+def test_a_debian_toolkit_is_mounted_with_the_tree_its_links_reach(
+    backend_setup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "toolkits" / "debian-12.4"
+    (home / "root" / "bin").mkdir(parents=True)
+    (home / "tree" / "usr" / "include").mkdir(parents=True)
+    (home / "root" / "include").symlink_to(Path("..", "tree", "usr", "include"))
+    assert toolkit_home(home / "root") == home
+    real = tmp_path / "cuda-13.0"
+    (real / "targets" / "lib").mkdir(parents=True)
+    (real / "lib64").symlink_to(Path("targets", "lib"))
+    assert toolkit_home(real) == real  # links that stay inside: the root itself
+    layout, invocation = backend_setup
+    monkeypatch.setattr(ContainerBackend, "_host_toolkit", lambda self, job: home / "root")
+    engine = FakeEngine()
+    ContainerBackend(engine, layout, load_facts(), BuildOptions(), invocation, base="bullseye").run(plan().jobs)
+    spec = engine.runs[0]
+    assert {m.target: m.source for m in spec.mounts}[Path("/usr/local/cuda-13.0")] == home
+    assert spec.env["WHEELWRIGHT_CUDA_HOME"] == "/usr/local/cuda-13.0/root"
 
 
 def test_a_container_that_fails_records_its_jobs_as_failed(backend_setup) -> None:
