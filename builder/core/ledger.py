@@ -251,7 +251,9 @@ def read_entries(path: Path) -> list[LedgerEntry]:
     if path.is_dir():
         raise LedgerError(f"{path}: a folder, not a ledger file", tip=_TIP)
     with sqlite_errors(path):
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        # A finished artifact has no -wal beside it: read it as immutable, so SQLite creates no -shm in the shard.
+        live = path.with_name(path.name + "-wal").exists()
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?{'mode=ro' if live else 'immutable=1'}", uri=True)
         try:
             db.row_factory = sqlite3.Row
             present = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
