@@ -82,6 +82,10 @@ class LedgerError(WheelwrightError):
     exit_code = 9
 
 
+class ShardError(LedgerError):
+    """A wheelhouse given to ``merge`` (a CI artifact) has a ledger row that does not describe its own files."""
+
+
 class FileSystemError(WheelwrightError):
     """The operating system refused a file operation (no space, no permission, read-only, not a folder)."""
 

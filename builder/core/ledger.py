@@ -107,6 +107,12 @@ class LedgerEntry:
 
 
 _COLUMNS = ", ".join(f.name for f in dataclasses.fields(LedgerEntry))
+# The columns every schema had: the fields without a default.
+_REQUIRED = {
+    f.name
+    for f in dataclasses.fields(LedgerEntry)
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+}
 
 
 def lock_timeout() -> float:
@@ -237,6 +243,28 @@ class Ledger:
 
     def failures(self) -> list[LedgerEntry]:
         return [e for e in self.entries() if e.status in NOT_BUILT]
+
+
+def read_entries(path: Path) -> list[LedgerEntry]:
+    """Every row of a ledger another machine wrote (a CI artifact), opened read-only: unlike :class:`Ledger`, this
+    neither migrates the file nor leaves a journal beside it. Columns an older schema lacks read as their default."""
+    if path.is_dir():
+        raise LedgerError(f"{path}: a folder, not a ledger file", tip=_TIP)
+    with sqlite_errors(path):
+        # A finished artifact has no -wal beside it: read it as immutable, so SQLite creates no -shm in the shard.
+        live = path.with_name(path.name + "-wal").exists()
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?{'mode=ro' if live else 'immutable=1'}", uri=True)
+        try:
+            db.row_factory = sqlite3.Row
+            present = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
+            if not _REQUIRED <= present:
+                missing = ", ".join(sorted(_REQUIRED - present))
+                raise LedgerError(f"{path}: not a wheelwright ledger (its jobs table lacks {missing})", tip=_TIP)
+            columns = ", ".join(f.name for f in dataclasses.fields(LedgerEntry) if f.name in present)
+            rows = db.execute(f"SELECT {columns} FROM jobs ORDER BY job_id").fetchall()
+        finally:
+            db.close()
+    return [_entry(row, path) for row in rows]
 
 
 def _entry(row: sqlite3.Row, path: Path) -> LedgerEntry:

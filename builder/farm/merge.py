@@ -1,19 +1,21 @@
 """Merging build outputs: the wheelhouses of many runners (CI artifacts, each with dist/, logs/, ledger.sqlite)
-into one, so `wheelwright index` sees every wheel and every failure. A wheel's bytes are checked against its
-ledger row; one filename with two different contents is refused rather than silently picked."""
+into one, so `wheelwright index` sees every wheel and every failure. Every shard is untrusted input: all rows of
+all shards are checked (builder.farm.shardcheck) and the whole merge planned before anything is written."""
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.errors import WheelwrightError
 from builder.core.hashing import sha256_of
-from builder.core.ledger import Ledger, LedgerEntry
+from builder.core.ledger import Ledger, LedgerEntry, read_entries
 from builder.farm.build import Layout
+from builder.farm.shardcheck import check_row
 
 # A built wheel outranks a failure of the same job (a retried job), which outranks nothing.
 _RANK = {"built": 3, "quarantined": 2, "failed": 1, "unbuildable": 1, "running": 0}
@@ -26,22 +28,47 @@ class Merged:
     wheels: int
 
 
+@dataclass(frozen=True, kw_only=True)
+class Take:
+    """One row to copy from a shard, with its log and (for a built job) its wheel."""
+
+    entry: LedgerEntry
+    shard: Layout
+
+    @property
+    def wheel(self) -> str | None:
+        return self.entry.wheel if self.entry.status == "built" else None
+
+
 def merge_outputs(sources: Sequence[Path], layout: Layout) -> Merged:
-    for folder in (layout.dist, layout.logs):
-        folder.mkdir(parents=True, exist_ok=True)
-    wheels = jobs = 0
-    with Ledger(layout.ledger) as ours:
-        for source in sources:
-            ledger = source / "ledger.sqlite"
-            if not ledger.is_file():
-                raise WheelwrightError(f"{source} has no ledger.sqlite; is it a wheelhouse (a build's --output)?")
-            with Ledger(ledger) as theirs:
-                for entry in theirs.entries():
-                    if _better(entry, ours.get(entry.job_id)):
-                        wheels += _take(entry, Layout(root=source), layout)
-                        ours.put(dataclasses.replace(entry, log_path=str(layout.logs / f"{entry.job_id}.log")))
-                        jobs += 1
-    return Merged(sources=len(sources), jobs=jobs, wheels=wheels)
+    shards = [(source, _read_shard(source)) for source in sources]
+    takes = _plan(shards, layout)
+    _apply(takes, layout)
+    return Merged(sources=len(sources), jobs=len(takes), wheels=sum(t.wheel is not None for t in takes))
+
+
+def _read_shard(source: Path) -> list[LedgerEntry]:
+    ledger = source / "ledger.sqlite"
+    if not ledger.is_file():
+        raise WheelwrightError(f"{source} has no ledger.sqlite; is it a wheelhouse (a build's --output)?")
+    entries = read_entries(ledger)
+    for entry in entries:
+        check_row(entry, source)
+    return entries
+
+
+def _plan(shards: Sequence[tuple[Path, list[LedgerEntry]]], layout: Layout) -> list[Take]:
+    """The rows to take, in order, as one pass over the shards would: a later shard's row replaces an earlier one
+    only where it is better. Refuses one wheel filename with two contents before anything is written."""
+    ours = {e.job_id: e for e in read_entries(layout.ledger)} if layout.ledger.is_file() else {}
+    takes: list[Take] = []
+    for source, entries in shards:
+        for entry in entries:
+            if _better(entry, ours.get(entry.job_id)):
+                takes.append(Take(entry=entry, shard=Layout(root=source)))
+                ours[entry.job_id] = dataclasses.replace(entry, updated_at=time.time())  # as put() stamps it
+    _refuse_two_builds(takes, layout)
+    return takes
 
 
 def _better(entry: LedgerEntry, current: LedgerEntry | None) -> bool:
@@ -50,22 +77,31 @@ def _better(entry: LedgerEntry, current: LedgerEntry | None) -> bool:
     return (_RANK.get(entry.status, 0), entry.updated_at) > (_RANK.get(current.status, 0), current.updated_at)
 
 
-def _take(entry: LedgerEntry, source: Layout, layout: Layout) -> int:
-    """Copy the job's log and, for a built job, its wheel (checked against the row's sha256)."""
-    log = source.logs / f"{entry.job_id}.log"
-    if log.is_file():
-        shutil.copyfile(log, layout.logs / log.name)
-    if entry.status != "built" or not entry.wheel:
-        return 0
-    wheel = source.dist / entry.wheel
-    if not wheel.is_file() or sha256_of(wheel) != entry.wheel_sha256:
-        raise WheelwrightError(
-            f"{wheel}: missing or not the wheel its ledger row records (sha256 {entry.wheel_sha256})"
-        )
-    destination = layout.dist / entry.wheel
-    if destination.is_file() and sha256_of(destination) != entry.wheel_sha256:
-        raise WheelwrightError(
-            f"{entry.wheel} comes in two different builds ({wheel} and {destination}); refusing to pick one"
-        )
-    shutil.copyfile(wheel, destination)
-    return 1
+def _refuse_two_builds(takes: Sequence[Take], layout: Layout) -> None:
+    claimed: dict[str, tuple[str | None, Path]] = {}  # wheel filename: (sha256, where those bytes are)
+    for take in takes:
+        if take.wheel is None:
+            continue
+        here = take.shard.dist / take.wheel
+        if take.wheel not in claimed:
+            destination = layout.dist / take.wheel
+            known = (sha256_of(destination), destination) if destination.is_file() else None
+            claimed[take.wheel] = known or (take.entry.wheel_sha256, here)
+        sha256, there = claimed[take.wheel]
+        if sha256 != take.entry.wheel_sha256:
+            raise WheelwrightError(
+                f"{take.wheel} comes in two different builds ({here} and {there}); refusing to pick one"
+            )
+
+
+def _apply(takes: Sequence[Take], layout: Layout) -> None:
+    for folder in (layout.dist, layout.logs):
+        folder.mkdir(parents=True, exist_ok=True)
+    with Ledger(layout.ledger) as ours:
+        for take in takes:
+            log = take.shard.logs / f"{take.entry.job_id}.log"
+            if log.is_file():
+                shutil.copyfile(log, layout.logs / log.name)
+            if take.wheel is not None:
+                shutil.copyfile(take.shard.dist / take.wheel, layout.dist / take.wheel)
+            ours.put(dataclasses.replace(take.entry, log_path=str(layout.logs / f"{take.entry.job_id}.log")))

@@ -447,3 +447,135 @@ def _read_all(client: socket.socket) -> bytes:
     while chunk := client.recv(1 << 16):
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+# -- merge: a shard (a CI artifact) is untrusted input ----------------------------------------------------------------
+
+SHARD_JOBS = {"a": ("3.11", "cp311"), "b": ("3.12", "cp312")}
+
+
+def shard(tmp: Path, name: str) -> Path:
+    """A wheelhouse as `wheelwright build` leaves it: one built job, its wheel in dist/ and its log in logs/."""
+    from builder.core.hashing import sha256_of
+    from builder.core.ledger import LedgerEntry, Status
+
+    python, tag = SHARD_JOBS[name]
+    job_id = f"causal-conv1d-1.7.0+pt214cu130-{tag}-x86_64"
+    wheel = make_wheel(tmp / name / "dist", WheelSpec(python=tag, platform="manylinux_2_28_x86_64"))
+    (tmp / name / "logs").mkdir()
+    (tmp / name / "logs" / f"{job_id}.log").write_text(f"build log of {job_id}\n")
+    entry = LedgerEntry(
+        job_id=job_id, package="causal-conv1d", version="1.7.0", label="pt214cu130", torch="2.14.0",
+        accelerator="cu130", python=python, input_hash="h", status=Status.BUILT, wheel=wheel.name,
+        wheel_sha256=sha256_of(wheel), wheel_size=wheel.stat().st_size,
+    )
+    with Ledger(tmp / name / "ledger.sqlite") as ledger:
+        ledger.put(entry)
+    return tmp / name
+
+
+def row(**changes: object) -> Callable[[Path], None]:
+    """Shard b's one row with ``changes``; a value ``sha256 of PATH`` is the hash of that file (made here)."""
+
+    def change(tmp: Path) -> None:
+        import hashlib
+
+        values = dict(changes)
+        for column, value in changes.items():
+            if isinstance(value, str) and value.startswith("sha256 of "):
+                target = tmp / value.removeprefix("sha256 of ")
+                if not target.exists():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_text("not a wheel: the shard planted it\n")
+                values[column] = hashlib.sha256(target.read_bytes()).hexdigest()
+        with sqlite3.connect(tmp / "b/ledger.sqlite") as db:
+            db.execute(f"UPDATE jobs SET {', '.join(f'{c} = ?' for c in values)}", tuple(values.values()))
+        db.close()
+
+    return change
+
+
+def planted(link: str, target: str, *, copy_of: str | None = None) -> Callable[[Path], None]:
+    """A link in shard b to a file outside it (a copy of ``copy_of``, so the hash still matches, or a secret)."""
+
+    def plant(tmp: Path) -> None:
+        outside = tmp / target
+        outside.write_bytes((tmp / copy_of).read_bytes() if copy_of else b"secret\n")
+        (tmp / link).unlink()
+        (tmp / link).symlink_to(outside)
+
+    return plant
+
+
+def removed(relative: str) -> Callable[[Path], None]:
+    return lambda tmp: (tmp / relative).unlink()
+
+
+JOB_B = "causal-conv1d-1.7.0+pt214cu130-cp312-x86_64"
+WHEEL_B = "causal_conv1d-1.7.0+pt214cu130-cp312-cp312-manylinux_2_28_x86_64.whl"
+
+# (case, what is done to shard b, the row's job_id as the ERROR line repr's it, the field it names)
+MERGE_CASES = [
+    ("wheel-dotdot", row(wheel="../owned.txt", wheel_sha256="sha256 of b/owned.txt"), JOB_B, "wheel"),
+    ("wheel-absolute", row(wheel="/etc/passwd"), JOB_B, "wheel"),
+    ("wheel-in-a-subfolder", row(wheel="a/b.whl", wheel_sha256="sha256 of b/dist/a/b.whl"), JOB_B, "wheel"),
+    ("wheel-backslash", row(wheel="..\\owned.whl"), JOB_B, "wheel"),
+    ("wheel-nul", row(wheel=WHEEL_B + "\x00.txt"), JOB_B, "wheel"),
+    ("wheel-not-a-wheel-name", row(wheel="notes.txt", wheel_sha256="sha256 of b/dist/notes.txt"), JOB_B, "wheel"),
+    ("wheel-dotfile", row(wheel=".hidden.whl", wheel_sha256="sha256 of b/dist/.hidden.whl"), JOB_B, "wheel"),
+    ("wheel-sha256-mismatch", row(wheel_sha256="0" * 64), JOB_B, "wheel_sha256"),
+    ("wheel-sha256-not-hex", row(wheel_sha256="not a hash"), JOB_B, "wheel_sha256"),
+    ("wheel-missing", removed(f"b/dist/{WHEEL_B}"), JOB_B, "wheel"),
+    ("wheel-null-on-a-built-row", row(wheel=None), JOB_B, "wheel"),
+    ("wheel-a-link-out-of-the-shard", planted(f"b/dist/{WHEEL_B}", "outside.whl", copy_of=f"b/dist/{WHEEL_B}"), JOB_B, "wheel"),
+    ("log-a-link-out-of-the-shard", planted(f"b/logs/{JOB_B}.log", "secret.txt"), JOB_B, "log"),
+    ("job-id-dotdot", row(job_id="../../etc", wheel_sha256="sha256 of etc.log"), "../../etc", "job_id"),
+    ("job-id-slash", row(job_id="causal-conv1d/1.7.0"), "causal-conv1d/1.7.0", "job_id"),
+    ("job-id-newline", row(job_id=JOB_B + "\nERROR forged"), JOB_B + "\nERROR forged", "job_id"),
+    ("job-id-not-the-rows-job", row(job_id="causal-conv1d-1.7.0+pt214cu130-cp311-x86_64"), "causal-conv1d-1.7.0+pt214cu130-cp311-x86_64", "job_id"),
+    ("wheel-version-disagrees", row(version="1.8.0", job_id=JOB_B.replace("1.7.0", "1.8.0")), JOB_B.replace("1.7.0", "1.8.0"), "wheel"),
+    ("wheel-label-disagrees", row(label="pt213cu130", job_id=JOB_B.replace("pt214", "pt213")), JOB_B.replace("pt214", "pt213"), "wheel"),
+    ("wheel-python-disagrees", row(python="3.13", job_id=JOB_B.replace("cp312", "cp313")), JOB_B.replace("cp312", "cp313"), "wheel"),
+    ("wheel-package-disagrees", row(package="mamba-ssm", job_id=JOB_B.replace("causal-conv1d", "mamba-ssm")), JOB_B.replace("causal-conv1d", "mamba-ssm"), "wheel"),
+    ("version-with-a-local-label", row(version="1.7.0+evil"), JOB_B, "version"),
+    ("label-not-a-label", row(label="../x"), JOB_B, "label"),
+    ("python-not-a-python", row(python="3.12/x"), JOB_B, "python"),
+    ("wheel-a-blob", row(wheel=WHEEL_B.encode()), JOB_B, "wheel"),
+    ("package-a-blob", row(package=b"causal-conv1d"), JOB_B, "package"),
+    ("wheel-size-text", row(wheel_size="big"), JOB_B, "wheel_size"),
+    ("updated-at-text", row(updated_at="soon"), JOB_B, "updated_at"),
+]
+
+
+def _tree(root: Path) -> dict[str, bytes | str]:
+    return {
+        str(p.relative_to(root)): (str(p.readlink()) if p.is_symlink() else p.read_bytes())
+        for p in sorted(root.rglob("*"))
+        if p.is_symlink() or p.is_file()
+    }
+
+
+@pytest.mark.parametrize(("setup", "job_id", "field"), [c[1:] for c in MERGE_CASES], ids=[c[0] for c in MERGE_CASES])
+def test_a_hostile_shard_refuses_the_whole_merge(tmp_path: Path, setup, job_id: str, field: str) -> None:
+    shard(tmp_path, "a"), shard(tmp_path, "b")
+    (tmp_path / "etc.log").write_text("a file outside every shard\n")
+    setup(tmp_path)
+    before = _tree(tmp_path)
+    run = wheelwright("merge", "a", "b", "--output", "all", cwd=tmp_path)
+    assert_one_error(run, 9, rf"^ERROR b: job {re.escape(repr(job_id))}: {field} ")
+    assert _tree(tmp_path) == before, "merge wrote something"
+    assert not (tmp_path / "all").exists()
+
+
+def test_two_sound_shards_merge_as_before(tmp_path: Path) -> None:
+    shards = [shard(tmp_path, "a"), shard(tmp_path, "b")]
+    run = wheelwright("merge", "a", "b", "--output", "all", cwd=tmp_path)
+    assert run.code == 0 and "merged 2 wheelhouses into all: 2 ledger rows, 2 wheels" in run.output, run.output
+    for source in shards:
+        for kind in ("dist", "logs"):
+            for path in (source / kind).iterdir():
+                assert (tmp_path / "all" / kind / path.name).read_bytes() == path.read_bytes()
+    with Ledger(tmp_path / "all/ledger.sqlite") as ledger:
+        entries = ledger.entries()
+    assert [e.job_id for e in entries] == sorted(f"causal-conv1d-1.7.0+pt214cu130-{t}-x86_64" for _, t in SHARD_JOBS.values())
+    assert [e.log_path for e in entries] == [f"all/logs/{e.job_id}.log" for e in entries]
