@@ -126,10 +126,12 @@ def host_network(environ: Mapping[str, str] = os.environ) -> tuple[list[Mount], 
 def toolkit_home(root: Path) -> Path:
     """The smallest folder that holds a toolkit's ``root`` and everything its links reach, which is what a container
     must mount: Debian's toolkits link include/, lib64/ and nvvm/libdevice into the tree/ beside root/, so a mount
-    of root/ alone left those links dangling inside the container."""
+    of root/ alone left those links dangling inside the container. At most root's parent (Debian's layout)."""
     links = [Path(folder) / name for folder, dirs, files in os.walk(root) for name in (*dirs, *files)
              if os.path.islink(Path(folder) / name)]
-    return Path(os.path.commonpath([root, *(Path(os.path.realpath(link)) for link in links)]))
+    home = Path(os.path.commonpath([root, *(Path(os.path.realpath(link)) for link in links)]))
+    # never more than the toolkit's own folder: a link to /etc would otherwise mount the host's / in the container
+    return home if home in (root, root.parent) else root
 
 
 class ContainerBackend:

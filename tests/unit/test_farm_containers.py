@@ -196,6 +196,8 @@ def test_a_debian_toolkit_is_mounted_with_the_tree_its_links_reach(
     (real / "targets" / "lib").mkdir(parents=True)
     (real / "lib64").symlink_to(Path("targets", "lib"))
     assert toolkit_home(real) == real  # links that stay inside: the root itself
+    (real / "escapes").symlink_to("/etc")
+    assert toolkit_home(real) == real  # never the host's / (a link reaching out stays dangling, as before)
     layout, invocation = backend_setup
     monkeypatch.setattr(ContainerBackend, "_host_toolkit", lambda self, job: home / "root")
     engine = FakeEngine()
