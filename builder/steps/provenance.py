@@ -88,7 +88,7 @@ def _host() -> dict[str, str]:
     libc, libc_version = platform.libc_ver()
     return {
         "name": platform.node(),
-        "image": os.environ.get("WHEELWRIGHT_IMAGE", "none (host build)"),
+        "image": os.environ.get("WHEELWRIGHT_BUILDER_IMAGE", "none (host build)"),  # set by the container backend
         "system": f"{platform.system()} {platform.machine()}",
         "libc": f"{libc} {libc_version}".strip(),
     }

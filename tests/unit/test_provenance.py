@@ -172,3 +172,12 @@ def test_the_checkout_commit_is_read_once_per_process(monkeypatch: pytest.Monkey
         assert provenance.wheelwright_commit() == "0123abc"
     finally:
         provenance._checkout_commit.cache_clear()
+
+
+def test_a_build_in_a_builder_image_names_the_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The container backend sets WHEELWRIGHT_BUILDER_IMAGE; the record read another variable and said
+    "none (host build)" for every wheel built in a container."""
+    monkeypatch.setenv("WHEELWRIGHT_BUILDER_IMAGE", "wheelwright/builder:cuda12.4-bullseye-0123456789ab")
+    assert provenance._host()["image"] == "wheelwright/builder:cuda12.4-bullseye-0123456789ab"
+    monkeypatch.delenv("WHEELWRIGHT_BUILDER_IMAGE")
+    assert provenance._host()["image"] == "none (host build)"
