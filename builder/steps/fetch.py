@@ -94,7 +94,7 @@ def _target(job_or_sdist: Job | Sdist, package: str | None) -> tuple[Sdist, str,
 def find_file_url(sdist: Sdist, package: str, *, index: str | None = None, who: str | None = None) -> str:
     """The download URL of ``sdist.filename`` from the project's PEP 691 JSON page on the index."""
     who = who or package
-    page_url = urljoin(_with_slash(index or index_url()), canonicalize_name(package) + "/")
+    page_url = urljoin(with_slash(index or index_url()), canonicalize_name(package) + "/")
     files = _project_files(page_url, who)
     for entry in files:
         if entry.get("filename") == sdist.filename:
@@ -113,7 +113,8 @@ def find_file_url(sdist: Sdist, package: str, *, index: str | None = None, who: 
     )
 
 
-def _with_slash(url: str) -> str:
+def with_slash(url: str) -> str:
+    """An index root as urljoin needs it: ending in a slash."""
     return url if url.endswith("/") else url + "/"
 
 

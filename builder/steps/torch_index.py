@@ -19,7 +19,7 @@ from builder.core.errors import ConfigError, FetchError, NotBuildableHere, Toolc
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.plan.matrix import DEFAULT_TORCH_INDEX, check_torch_index
-from builder.steps.fetch import IndexUnreachable, download_checked, index_files, index_url
+from builder.steps.fetch import IndexUnreachable, download_checked, index_files, index_url, with_slash
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,7 @@ def torch_index_template(configured: str = DEFAULT_TORCH_INDEX) -> str:
 
 
 def index_for(job: Job, template: str) -> str:
-    url = template.replace("{accelerator}", job.accelerator.name)
-    return url if url.endswith("/") else url + "/"
+    return with_slash(template.replace("{accelerator}", job.accelerator.name))
 
 
 def is_registry_variant(job: Job, facts: TorchFacts) -> bool:
@@ -122,7 +121,7 @@ def find_torch_wheel(job: Job, facts: TorchFacts, template: str, pages: IndexPag
             ) from None
         _say(f"torch index {torch_index} cannot be reached ({error}); torch {job.torch} {job.accelerator} is the "
              "registry's own variant: taking it from the registry")
-        return _pick(job, pages, _with_slash(index_url()), REGISTRY, job.torch)
+        return _pick(job, pages, with_slash(index_url()), REGISTRY, job.torch)
 
 
 class _Unreachable(Exception):
@@ -175,10 +174,6 @@ def _tags(job: Job) -> list[tags.Tag]:
     platforms = [p for p in tags.platform_tags() if p.endswith(job.platform)]
     return [*tags.cpython_tags((major, minor), abis=[abi], platforms=platforms),
             *tags.compatible_tags((major, minor), f"cp{major}{minor}", platforms)]
-
-
-def _with_slash(url: str) -> str:
-    return url if url.endswith("/") else url + "/"
 
 
 def _say(text: str) -> None:
