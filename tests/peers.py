@@ -1,6 +1,7 @@
 """Network peers that misbehave, on loopback, for the deadline tests: each is a real listening socket, served by a
-thread per connection until the test ends. One accepts and never answers, one trickles a byte a second, one sends
-more than any cap, one answers what is not HTTP, and one never completes a connection (its accept queue is full)."""
+thread per connection until the test ends. One accepts and never answers, one trickles ten bytes a second (never
+idle long enough to trip an idle deadline), one sends more than any cap, one answers what is not HTTP, and one
+never completes a connection (its accept queue is full)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 Behaviour = Callable[[socket.socket, threading.Event], None]
+DRIP_S = 0.1  # a trickling peer's pause between two bytes
 
 
 def _request(conn: socket.socket) -> None:
@@ -30,21 +32,21 @@ def silent(conn: socket.socket, stop: threading.Event) -> None:
 
 
 def trickle(conn: socket.socket, stop: threading.Event) -> None:
-    """A valid answer announcing a megabyte, then its body one byte a second: never idle, never done."""
+    """A valid answer announcing a megabyte, then its body a byte at a time: never idle, never done."""
     _request(conn)
     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n")
     _drip(conn, stop, b"[")
 
 
 def trickle_head(conn: socket.socket, stop: threading.Event) -> None:
-    """The answer's head itself, one byte a second (an endless header line)."""
+    """The answer's head itself, a byte at a time (an endless header line)."""
     _request(conn)
     conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
     _drip(conn, stop, b"a")
 
 
 def _drip(conn: socket.socket, stop: threading.Event, byte: bytes) -> None:
-    while not stop.wait(1.0):
+    while not stop.wait(DRIP_S):
         try:
             conn.sendall(byte)
         except OSError:
