@@ -111,7 +111,9 @@ def run(
     argv = [os.fspath(part) for part in command]
     log.debug("%s: %s", step, shlex.join(argv))
     if shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None and not Path(argv[0]).exists():
-        raise ToolchainError(f"{step}: executable {argv[0]!r} not found", tip="check the toolchain (see README)")
+        raise ToolchainError(
+            f"{step}: executable {argv[0]!r} not found", tip="check the toolchain (see docs/toolkits.md)"
+        )
     start = time.monotonic()
     kept: list[str] = []
     tail: list[str] = []

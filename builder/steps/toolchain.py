@@ -430,7 +430,7 @@ def provide_debian(source: ToolkitSource) -> Path:
         return home / "root"
     problem = _debian_problem(source)
     if problem is not None:
-        raise ToolkitUnavailable(problem, tip="use the container path (README)")
+        raise ToolkitUnavailable(problem, tip="use the container path (docs/images.md)")
     with _locked(source.name):
         if not _is_complete(home, _marker(source)):
             debs = _download_debs(source, toolkits_root() / "debs" / source.name)
