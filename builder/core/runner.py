@@ -122,18 +122,8 @@ def run(
         if log_file:
             log_file.write(f"$ {shlex.join(argv)}\n")
             log_file.flush()
-        with subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            start_new_session=deadline is not None,  # its own group, so the deadline kills what it started too
-        ) as process, _watchdog(process, deadline) as fired:  # the Popen context closes the pipe (ResourceWarning)
+        # the Popen context closes the pipe, which would otherwise leak (ResourceWarning)
+        with _start(argv, env, cwd, deadline) as process, _watchdog(process, deadline) as fired:
             assert process.stdout is not None
             for line in process.stdout:
                 if log_file:
@@ -153,6 +143,23 @@ def run(
     if check and returncode != 0:
         raise StepFailed(step, argv, returncode, log_path, "".join(tail))
     return Completed(returncode=returncode, output="".join(kept), seconds=seconds)
+
+
+def _start(
+    argv: list[str], env: Mapping[str, str] | None, cwd: Path | None, deadline: Deadline | None
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        start_new_session=deadline is not None,  # its own group, so the deadline kills what it started too
+    )
 
 
 @contextmanager
