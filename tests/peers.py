@@ -141,15 +141,17 @@ def blackhole() -> Iterator[str]:
     listener.bind(("127.0.0.1", 0))
     listener.listen(0)
     port = listener.getsockname()[1]
-    fillers = []
-    while True:  # connect until one handshake is not completed: the queue is full from then on
+    fillers: list[socket.socket] = []
+    unanswered = 0
+    while unanswered < 2:  # connect until two handshakes in a row are not completed: the queue is full
         filler = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         filler.settimeout(0.5)
         fillers.append(filler)
         try:
             filler.connect(("127.0.0.1", port))
+            unanswered = 0
         except TimeoutError:
-            break
+            unanswered += 1
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
