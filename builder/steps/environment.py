@@ -23,7 +23,7 @@ from typing import Any
 from builder.core.context import log_note
 from builder.core.errors import NotBuildableHere, ToolchainError
 from builder.core.resources import BUILD_REQUIREMENTS
-from builder.core.runner import run
+from builder.core.runner import PIP_TOOLS, PIP_TORCH, run
 from builder.plan.facts import Accelerator, TorchFacts
 from builder.plan.job import Job
 from builder.steps.toolchain import Toolchain as Toolkit
@@ -180,7 +180,7 @@ def _pip_install_torch(job: Job, python: Path, path: Path, wheel: TorchWheel, st
         python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", *index,
         "--target", staging, path,
     ]
-    run(command, step=f"install torch {job.torch} for Python {job.python}")
+    run(command, step=f"install torch {job.torch} for Python {job.python}", deadline=PIP_TORCH)
 
 
 def check_torch(job: Job, python: Path, site: Path, wheel: TorchWheel) -> None:
@@ -272,7 +272,7 @@ def _create_venv(venv: Path, python: Path, requirements: list[str], *, step: str
         "--quiet",
         "--disable-pip-version-check",
     ]
-    run([*pip, *requirements], step=step)
+    run([*pip, *requirements], step=step, deadline=PIP_TOOLS)
 
 
 def build_requirements() -> list[str]:

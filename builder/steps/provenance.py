@@ -75,9 +75,10 @@ def _checkout_commit() -> str:
     build whose checkout moves on meanwhile (a merge during an hour-long matrix) still records the commit it runs."""
     try:
         head = subprocess.run(["git", "-C", str(_REPOSITORY), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10, check=False)
+                              encoding="utf-8", errors="replace", timeout=10, check=False)
         dirty = subprocess.run(["git", "-C", str(_REPOSITORY), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=False)
+                               capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=10,
+                               check=False)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     commit = head.stdout.strip() if head.returncode == 0 else "unknown"

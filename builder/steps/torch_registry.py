@@ -16,6 +16,7 @@ import urllib.request
 import zipfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urljoin
@@ -25,8 +26,9 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from builder.core.errors import FetchError
+from builder.core.http import BoundedResponse, open_bounded
 from builder.plan.facts import TorchFacts, TorchRelease, python_key
-from builder.steps.fetch import _project_files, index_url, open_url
+from builder.steps.fetch import METADATA, _project_files, index_url, open_url
 
 # Requires-Dist pins that name the CUDA runtime the wheel was built with.
 _CUDA_PINS = (
@@ -191,7 +193,12 @@ def _differences(mine: TorchRelease, release: RegistryRelease) -> list[Finding]:
 class _RangeReader(io.RawIOBase):
     """A remote file read with HTTP range requests, enough for zipfile to find one member."""
 
-    def __init__(self, url: str, size: int, opener: Callable[[urllib.request.Request], io.BufferedIOBase]) -> None:
+    def __init__(
+        self,
+        url: str,
+        size: int,
+        opener: Callable[[urllib.request.Request], AbstractContextManager[BoundedResponse]],
+    ) -> None:
         self.url, self.size, self.opener, self.position = url, size, opener, 0
 
     def readable(self) -> bool:
@@ -237,14 +244,14 @@ class PyPIRegistry:
         url = urljoin(self._page, file["url"])
         try:
             if file.get("core-metadata") or file.get("dist-info-metadata"):
-                with open_url(url + ".metadata") as response:
+                with open_url(url + ".metadata", limits=METADATA) as response:
                     return response.read().decode("utf-8", errors="replace")
             return self._metadata_by_range(url, int(file["size"]), file["filename"])
         except (urllib.error.URLError, OSError, zipfile.BadZipFile, KeyError, ValueError) as error:
             raise FetchError(f"facts check: cannot read the METADATA of {file['filename']}: {error}") from None
 
     def _metadata_by_range(self, url: str, size: int, filename: str) -> str:
-        opener = lambda request: urllib.request.urlopen(request, timeout=60)  # noqa: E731
+        opener = lambda request: open_bounded(request, METADATA)  # noqa: E731
         with zipfile.ZipFile(io.BufferedReader(_RangeReader(url, size, opener), 1 << 16)) as wheel:
             (name,) = [n for n in wheel.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
             return wheel.read(name).decode("utf-8", errors="replace")
