@@ -149,10 +149,11 @@ def open_archive(path: Path, limits: Limits = WHEEL, *, where: str | None = None
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: opening a FIFO does not wait for a writer
     except OSError as error:
         raise ArchiveError(f"{shown}: cannot open ({error.strerror or error})") from None
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        os.close(fd)
+        raise ArchiveError(f"{shown}: not a regular file")
     with os.fdopen(fd, "rb") as stream:
-        status = os.fstat(stream.fileno())
-        if not stat.S_ISREG(status.st_mode):
-            raise ArchiveError(f"{shown}: not a regular file")
         yield Archive(stream, status.st_size, shown, limits)
 
 
@@ -237,7 +238,7 @@ def _end_record(stream: BinaryIO, size: int, where: str) -> tuple[int, int]:
 def _end_record_at(tail: bytes) -> int:
     """Where the end record starts in ``tail``, found as zipfile finds it (the last 22 bytes, else the last
     signature), so the counts checked here are the ones zipfile then uses; -1 where there is none."""
-    if len(tail) >= _EOCD.size and tail[-_EOCD.size:-_EOCD.size + 4] == b"PK\x05\x06":
+    if len(tail) >= _EOCD.size and tail[-_EOCD.size:-_EOCD.size + 4] == b"PK\x05\x06" and tail[-2:] == b"\0\0":
         return len(tail) - _EOCD.size
     at = tail.rfind(b"PK\x05\x06")
     return at if 0 <= at <= len(tail) - _EOCD.size else -1

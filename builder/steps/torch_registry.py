@@ -81,7 +81,7 @@ def checked_entries(files: object, where: str) -> list[Mapping[str, Any]]:
     for number, entry in enumerate(files):
         if not isinstance(entry, dict):
             raise FetchError(f"facts check: {where}: file entry {number} is a {type(entry).__name__}, not a table")
-        if "filename" not in entry:
+        if entry.get("filename") is None:
             raise FetchError(f"facts check: {where}: file entry {number} has no 'filename'")
         for field, types in _ENTRY_TYPES.items():
             value = entry.get(field)
