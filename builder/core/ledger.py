@@ -200,7 +200,7 @@ class Ledger:
     def _select(self, where: str = "", parameters: tuple[object, ...] = ()) -> list[LedgerEntry]:
         with sqlite_errors(self.path):
             rows = self._db.execute(f"SELECT {_COLUMNS} FROM jobs {where}", parameters).fetchall()
-            return [_entry(row, self.path) for row in rows]
+            return [_typed_entry(row, self.path) for row in rows]
 
     def get(self, job_id: str) -> LedgerEntry | None:
         found = self._select("WHERE job_id = ?", (job_id,))
@@ -300,18 +300,28 @@ def _columns(db: sqlite3.Connection) -> set[str]:
     return {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
 
 
-def _entry(row: sqlite3.Row, path: Path) -> LedgerEntry:
+def _typed_entry(row: sqlite3.Row, path: Path) -> LedgerEntry:
+    """A row of our own ledger, each column checked to hold its field's type (SQLite's columns take any type; a
+    hand-edited or hostile file is refused here, once, not where each field is used). ``merge`` reads a shard's
+    rows loosely (read_entries) and checks them itself, naming the shard."""
     data = dict(row)
-    job = data.get("job_id")
     for column, value in data.items():
         if not isinstance(value, _COLUMN_TYPES[column]):
-            raise LedgerError(f"{path}: job {str(job)[:200]!r} has {column} {_shown(value)}, not "
+            raise LedgerError(f"{path}: job {str(data.get('job_id'))[:200]!r} has {column} {_shown(value)}, not "
                               f"{' or '.join(_TYPE_NAMES[t] for t in _COLUMN_TYPES[column])}", tip=_TIP)
+    entry = _entry(row, path)
+    if not all(_seconds(v) for v in entry.timings.values()):
+        raise LedgerError(f"{path}: job {entry.job_id!r} has unreadable timings", tip=_TIP)
+    return entry
+
+
+def _entry(row: sqlite3.Row, path: Path) -> LedgerEntry:
+    data = dict(row)
     try:
         timings = json.loads(data["timings"] or "{}")
     except (TypeError, ValueError, RecursionError):
         timings = None
-    if not isinstance(timings, dict) or not all(_seconds(v) for v in timings.values()):
+    if not isinstance(timings, dict):
         raise LedgerError(f"{path}: job {data['job_id']!r} has unreadable timings", tip=_TIP)
     try:
         status = Status(data["status"])
@@ -320,8 +330,7 @@ def _entry(row: sqlite3.Row, path: Path) -> LedgerEntry:
     return LedgerEntry(**{**data, "timings": timings, "status": status})
 
 
-# What SQLite may hand back for each column (its columns take any type; a row from a hand-edited or hostile file
-# is checked here, once, not where each field is used).
+# What each column of a row may hold, as SQLite hands it back.
 _COLUMN_TYPES: dict[str, tuple[type, ...]] = {
     f.name: (str,) if f.name in _REQUIRED else (str, type(None)) for f in dataclasses.fields(LedgerEntry)
 }
