@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import struct
 import zipfile
 from pathlib import Path
@@ -285,3 +286,23 @@ def test_the_standing_limits_are_the_documented_ones() -> None:
     assert WHEEL == Limits(members=10_000, directory_bytes=16 << 20, member_bytes=2 << 30, total_bytes=2 << 30,
                            ratio=50)
     assert (FOREIGN.members, FOREIGN.member_bytes, FOREIGN.case_folding) == (200_000, 16 << 20, False)
+
+
+@pytest.mark.parametrize(("entries", "pattern"), [
+    ([module("causal_conv1d/__init__.py"), Entry(name="causal_conv1d/w.bin", blob=zeros(64 << 20))],
+     r"'causal_conv1d/w\.bin' declares 67,108,864 bytes .* more than 50:1"),
+    ([module("causal_conv1d/__init__.py"), module("causal_conv1d/__init__.py")],
+     r"'causal_conv1d/__init__\.py' appears twice"),
+    ([module("causal_conv1d/__init__.py"), module("../../owned.py")], r"'\.\./\.\./owned\.py' climbs out"),
+], ids=["bomb", "duplicate", "climbing"])
+def test_the_verify_gate_fails_a_hostile_wheel_as_unreadable(
+    tmp_path: Path, entries: list[Entry], pattern: str
+) -> None:
+    from builder.steps.verify import verify_wheel
+    from tests.jobs import local_job
+
+    path = craft(tmp_path / "in/causal_conv1d-1.7.0+pt214cu130-cp311-cp311-manylinux_2_28_x86_64.whl", entries)
+    report = verify_wheel(path, local_job(), runtime=None)
+    assert not report.ok and [c.name for c in report.checks] == ["readable"]
+    assert re.search(pattern, report.reasons[0]), report.reasons
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
