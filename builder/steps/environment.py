@@ -14,14 +14,14 @@ import shutil
 import sys
 import sysconfig
 import tempfile
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.core.archive import FOREIGN, open_archive
 from builder.core.context import log_note
-from builder.core.errors import NotBuildableHere, ToolchainError
+from builder.core.errors import NotBuildableHere, ToolchainError, WheelError
 from builder.core.resources import BUILD_REQUIREMENTS
 from builder.core.runner import PIP_TOOLS, PIP_TORCH, run
 from builder.plan.facts import Accelerator, TorchFacts
@@ -196,10 +196,10 @@ def check_torch_wheel(job: Job, path: Path, wheel: TorchWheel) -> None:
     """Before anything is installed: the wheel's own ``torch/version.py`` must name the job's version and CUDA (or
     HIP), so a mirror serving another variant costs one download, not the install of its dependencies."""
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open_archive(path, FOREIGN, where=path.name) as archive:
             source = archive.read("torch/version.py")
         tree = ast.parse(source)
-    except (OSError, KeyError, zipfile.BadZipFile, SyntaxError, ValueError) as error:
+    except (WheelError, SyntaxError, ValueError) as error:
         raise TorchMismatch(f"{wheel.url} served no readable torch wheel: {error}") from None
     info: dict[str, Any] = {}
     for node in tree.body:
