@@ -9,6 +9,7 @@ import shutil
 import sys
 import tarfile
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -97,6 +98,9 @@ def run_stage(box: Box, stage: plan.Stage, run: Callable[[Box], StageResult]) ->
             result = run(box)
         except StageFailed as failure:
             result = StageResult(status=FAILED, detail=str(failure))
+        except Exception as error:  # noqa: BLE001 (the stage fails, not the run: the box's time is too dear)
+            box.console.echo(traceback.format_exc())
+            result = StageResult(status=FAILED, detail=f"{type(error).__name__}: {error}".splitlines()[0])
         result = replace(result, seconds=result.seconds or time.monotonic() - started)
     summary.record(box.summary, stage.name, result)
     publish(box)
@@ -163,25 +167,30 @@ def finish(box: Box) -> int:
 
 def run(options: Options, *, started: float | None = None) -> int:
     """One command of the run; ``started`` (time.monotonic()) is when its clock started (tests pass an earlier)."""
-    data = load_acceptance()
-    box = open_box(options, data, time.monotonic() if started is None else started)
+    box = open_box(options, load_acceptance(), time.monotonic() if started is None else started)
+    try:
+        return command(box)
+    finally:
+        box.close()
+
+
+def command(box: Box) -> int:
     registry = {**stages.STAGES, **arch_stages.stages(box)}
     try:
         held_packages(box)
         chosen = planned(box)
-        box.console.say(f"gpu acceptance: out {options.outdir}, work {options.work}, carry {options.carry}, "
-                        f"CUDA_HOME {box.cuda_home or 'none'}, deadline {options.deadline}s")
-        box.console.say(f"stages this command: {' '.join(stage.name for stage in chosen)}")
-        for stage in chosen:
-            after(stage, run_stage(box, stage, registry[stage.name]), box)
-    except Stop as stop:
-        summary.skip_remaining(box.summary, data.stages, stop.reason, status=stop.status)
     except Usage as usage:
         print(f"ERROR {usage}", file=sys.stderr)
         return EXIT_USAGE
-    finally:
-        box.close()
-        publish(box)
+    options = box.options
+    box.console.say(f"gpu acceptance: out {options.outdir}, work {options.work}, carry {options.carry}, "
+                    f"CUDA_HOME {box.cuda_home or 'none'}, deadline {options.deadline}s")
+    box.console.say(f"stages this command: {' '.join(stage.name for stage in chosen)}")
+    try:
+        for stage in chosen:
+            after(stage, run_stage(box, stage, registry[stage.name]), box)
+    except Stop as stop:
+        summary.skip_remaining(box.summary, box.data.stages, stop.reason, status=stop.status)
     return finish(box)
 
 

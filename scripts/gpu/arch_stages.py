@@ -117,7 +117,7 @@ def ptx_speed(box: Box) -> StageResult:
     for name in (speed.target, *(() if control else (speed.isa_control,))):
         with installed_variant(box, name) as (python, _):  # its venv afresh: this may be a later command than its build
             arms[name] = python
-    return box.pytest(box.venv / "bin" / "python", "ptx_speed", TESTS["ptx_speed"], "--ptx-out",
+    return box.pytest(reference, "ptx_speed", TESTS["ptx_speed"], "--ptx-out",
                       box.work / "arch" / "ptx-speed", "--sass-reference", wheel,
                       *(f"--arm={name}={python}" for name, python in arms.items()))[0]
 

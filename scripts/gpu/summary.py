@@ -46,8 +46,10 @@ def of_checks(checks: Sequence[dict[str, Any]], *, data: dict[str, Any] | None =
                            checks=tuple(checks), data=data or {})
     else:
         status = PASSED
-    return StageResult(status=status, detail=f"{len(checks) - failed} of {len(checks)} checks passed",
-                       checks=tuple(checks), data=data or {})
+    skipped = sum(c["status"] == SKIPPED for c in checks)
+    detail = f"{len(checks) - failed - skipped} of {len(checks)} checks passed" + (f", {skipped} skipped" * bool(
+        skipped))
+    return StageResult(status=status, detail=detail, checks=tuple(checks), data=data or {})
 
 
 def load(path: Path) -> Summary:

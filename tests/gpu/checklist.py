@@ -17,6 +17,8 @@ from tests.gpu import memory
 from tests.gpu.numerics import Comparison, Tensor, compare, compare_tokens
 
 R = TypeVar("R")
+BATCH_MODELS = ("Mamba", "Mamba2", "MambaLMHeadModel Mamba1", "MambaLMHeadModel Mamba2")  # the small LMs' layer kinds
+DECODE_MODELS = BATCH_MODELS[2:]
 PERF_DTYPE = "bfloat16"
 DEVICE = "cuda"
 

@@ -23,8 +23,7 @@ from tests.gpu.report import Recorded
 
 pytestmark = pytest.mark.gpu
 DATA = load_acceptance().checklist
-BATCH_MODELS = ("Mamba", "Mamba2", "MambaLMHeadModel Mamba1", "MambaLMHeadModel Mamba2")
-DECODE_MODELS = BATCH_MODELS[2:]
+BATCH_MODELS, DECODE_MODELS = checklist.BATCH_MODELS, checklist.DECODE_MODELS
 part = pytest.mark.part
 
 

@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """What travels to the lent GPU box for the acceptance run (docs/gpu-acceptance.md): the wheels of wheelwright's
-dependencies that the box lacks, the build environment's pinned tools, and the profile's pinned sdists laid out as
-the fetch stage's cache. `scripts/prepare_gpu_carry.sh` drives it; run it with the dev venv's interpreter, whose
-installed distributions give the versions of dependencies that pyproject.toml does not pin itself.
-"""
+dependencies that the box lacks (scripts/data/gpu_box.toml lists what it has), the build environment's pinned tools,
+and the profile's pinned sdists laid out as the fetch stage's cache. scripts/prepare_gpu_carry.sh runs it
+(`python -m scripts.gpu.carry`) with the dev venv's interpreter, whose installed distributions give the versions of
+dependencies that pyproject.toml does not pin itself."""
 
 from __future__ import annotations
 
@@ -14,15 +13,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Self
 
 import tomllib
 from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from builder.core.errors import WheelwrightError
+from builder.core.data import load_data
+from builder.core.errors import ConfigError, WheelwrightError
+from builder.plan.job import Job
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 BOX_FILE = ROOT / "scripts" / "data" / "gpu_box.toml"
 BUILD_REQUIREMENTS = ROOT / "builder" / "data" / "build-requirements.txt"
@@ -31,6 +34,47 @@ EXIT_CARRY_ERROR = 1
 
 class CarryError(Exception):
     """The carry cannot be worked out or is incomplete; the message names what and where."""
+
+
+class BoxFacts(BaseModel):
+    """[box] in scripts/data/gpu_box.toml."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    profile: str
+    python: str
+    python_full: str
+    implementation: str
+    machine: str
+    platforms: tuple[str, ...]
+    packages: frozenset[str]  # canonical names
+
+    @field_validator("packages", mode="before")
+    @classmethod
+    def _canonical_once(cls, names: list[str]) -> frozenset[str]:
+        canonical = [canonicalize_name(str(name)) for name in names]
+        if len(set(canonical)) != len(canonical):
+            raise ValueError("names a package twice (names are compared normalised)")
+        return frozenset(canonical)
+
+    @model_validator(mode="after")
+    def _a_release_of_python(self) -> Self:
+        if not self.python_full.startswith(self.python + "."):
+            raise ValueError(f"python_full {self.python_full!r} is not a {self.python} release")
+        return self
+
+
+class CarryLimit(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    limit_mib: int
+
+
+class BoxFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    box: BoxFacts
+    carry: CarryLimit
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,41 +91,19 @@ class Box:
     def marker_environment(self) -> dict[str, str]:
         """What PEP 508 markers see on the box's interpreter (CPython on Linux)."""
         return {
-            "python_version": self.python,
-            "python_full_version": self.python_full,
-            "implementation_name": "cpython",
-            "implementation_version": self.python_full,
-            "platform_python_implementation": "CPython",
-            "platform_machine": self.machine,
-            "platform_system": "Linux",
-            "sys_platform": "linux",
-            "os_name": "posix",
-            "extra": "",
+            "python_version": self.python, "python_full_version": self.python_full,
+            "implementation_name": "cpython", "implementation_version": self.python_full,
+            "platform_python_implementation": "CPython", "platform_machine": self.machine,
+            "platform_system": "Linux", "sys_platform": "linux", "os_name": "posix", "extra": "",
         }
 
 
 def load_box(path: Path = BOX_FILE) -> Box:
     try:
-        data = tomllib.loads(path.read_text())
-        box, carry = data["box"], data["carry"]
-        packages = [str(name) for name in box["packages"]]
-        loaded = Box(
-            profile=str(box["profile"]),
-            python=str(box["python"]),
-            python_full=str(box["python_full"]),
-            implementation=str(box["implementation"]),
-            machine=str(box["machine"]),
-            platforms=tuple(str(p) for p in box["platforms"]),
-            packages=frozenset(map(canonicalize_name, packages)),
-            limit_mib=int(carry["limit_mib"]),
-        )
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as error:
-        raise CarryError(f"{path}: cannot read the box facts: {error!r}") from None
-    if len(loaded.packages) != len(packages):
-        raise CarryError(f"{path}: box.packages names a package twice (names are compared normalised)")
-    if not loaded.python_full.startswith(loaded.python + "."):
-        raise CarryError(f"{path}: box.python_full {loaded.python_full!r} is not a {loaded.python} release")
-    return loaded
+        loaded = load_data(path, BoxFile, what="the box facts")
+    except ConfigError as error:
+        raise CarryError(str(error)) from None
+    return Box(**loaded.box.model_dump(), limit_mib=loaded.carry.limit_mib)
 
 
 # -- which wheels -----------------------------------------------------------------------------------------------
@@ -199,13 +221,13 @@ def build_requirements(path: Path = BUILD_REQUIREMENTS) -> dict[str, str]:
 # -- sdists -----------------------------------------------------------------------------------------------------
 
 
-def profile_jobs(box: Box, matrix: Path = ROOT / "matrix.yaml") -> list:
+def profile_jobs(box: Box, matrix: Path = ROOT / "matrix.yaml") -> list[Job]:
     from builder.plan.expand import load_plan
 
     return list(load_plan(matrix, box.profile).jobs)
 
 
-def carry_sdists(jobs: Sequence, destination: Path) -> list[Path]:
+def carry_sdists(jobs: Sequence[Job], destination: Path) -> list[Path]:
     """The jobs' sdists in ``destination`` (the fetch cache's ``sdists/`` layout), hash-checked by the fetch stage:
     copied from this machine's cache when it holds them, otherwise downloaded."""
     from builder.core.hashing import sha256_of
@@ -298,9 +320,8 @@ def cmd_satisfied(args: argparse.Namespace) -> int:
     """On the box, with the carried wheels on the path: can wheelwright's requirements all be imported?"""
     from packaging.markers import default_environment
 
-    missing, mismatched = unmet(
-        project_requirements(args.pyproject), environment={**default_environment(), "extra": ""}
-    )
+    environment = {key: str(value) for key, value in default_environment().items()}
+    missing, mismatched = unmet(project_requirements(args.pyproject), environment={**environment, "extra": ""})
     for line in mismatched:
         print(f"WARN installed at a version outside the requirement: {line}")
     for line in missing:
@@ -336,7 +357,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpu_carry.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.gpu.carry", description=__doc__.splitlines()[0])
     parser.add_argument("--box", type=Path, default=BOX_FILE, help="box facts (default: %(default)s)")
     parser.add_argument("--pyproject", type=Path, default=ROOT / "pyproject.toml")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -365,7 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except CarryError as error:
         print(f"ERROR {error}", file=sys.stderr)
         return EXIT_CARRY_ERROR
