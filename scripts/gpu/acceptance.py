@@ -137,7 +137,8 @@ def collect(box: Box) -> None:
     for log in (box.wheelhouse / "logs").glob("*.log"):
         shutil.copyfile(log, out / f"build-{log.name.replace('+', '_')}")
     work = box.work  # reports and logs only: never a wheel, a site or a ledger
-    details = [path for path in (work / "pip-report.json", work / "doctor-cli.json", work / "arch" / "ptx-speed",
+    details = [path for path in (work / "pip-report.json", work / "doctor-cli.json", work / "reports",
+                                 work / "arch" / "ptx-speed",
                                  *(folder / item for folder in sorted((work / "arch").glob("*"))
                                    for item in ("build-console.log", "logs", "pip-report.json", "doctor.json",
                                                 "doctor-cli.json", "upstream-pytest.log", "build-run")))

@@ -127,7 +127,7 @@ def build(options: dict[str, str], out: Path, work: Path, started: float) -> int
         return 1
     bench, state = work / f"bench-full-{options['package']}", work / "build-proof"
     shutil.rmtree(bench, ignore_errors=True)
-    command = [sys.executable, str(ROOT / "scripts" / "bench_build.py"), "--full-arch", options["package"], "--runs",
+    command = [sys.executable, "-m", "scripts.bench.build", "--full-arch", options["package"], "--runs",
                options["runs"], "--torch", "2.11.0", "--python", "3.12", "--limit", "1500", "--workdir", str(bench)]
     detach.stop(state)  # an earlier run's: the bench folder starts afresh
     (state / "bench-full.txt").unlink(missing_ok=True)
