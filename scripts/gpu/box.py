@@ -113,10 +113,12 @@ class Box:
             stdout: Path | None = None) -> int:
         """Run a command to its end, its output streamed through the console (or into ``stdout``); its exit status."""
         with (stdin.open("rb") if stdin else open(os.devnull, "rb")) as given:
-            if stdout is not None:
+            if stdout is not None:  # what it says besides goes to the console still
                 with stdout.open("wb") as out:
-                    return subprocess.run(list(map(str, command)), env=env or self.environ(), stdin=given, stdout=out,
-                                          cwd=ROOT, check=False).returncode
+                    done = subprocess.run(list(map(str, command)), env=env or self.environ(), stdin=given, stdout=out,
+                                          stderr=subprocess.PIPE, cwd=ROOT, check=False)
+                self.console.echo(done.stderr.decode(errors="replace"))
+                return done.returncode
             with subprocess.Popen(list(map(str, command)), env=env or self.environ(), stdin=given, cwd=ROOT,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as process:
                 assert process.stdout is not None
@@ -183,9 +185,10 @@ class Box:
         data from their JSON report, and the report's environment facts."""
         report = self.work / "reports" / f"{name}.json"
         report.unlink(missing_ok=True)
-        # -c: the options' paths (outside the checkout, with --work elsewhere) must not move pytest's search for it
-        command = [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-c", ROOT / "pyproject.toml",
-                   *(f"tests/gpu/{test}" for test in tests), "--report", report, *args]
+        # -c: the options' paths (outside the checkout, with --work elsewhere) must not move pytest's search for it;
+        # -W default: on the GPU machine a third-party package's or plugin's warning is shown, never a failure
+        command = [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-W", "default", "-c",
+                   ROOT / "pyproject.toml", *(f"tests/gpu/{test}" for test in tests), "--report", report, *args]
         code = self.run(command)
         if not report.is_file() or code not in (0, 1, 5):  # 5: no test collected
             return StageResult(status=FAILED, detail=f"pytest exited {code}: its output above says why"), {}

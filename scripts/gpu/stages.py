@@ -169,9 +169,10 @@ def install(box: Box) -> StageResult:
 def run_doctors(box: Box, python: Path, url: str, out: Path, cli_out: Path) -> None:
     """The site's standalone doctor.py piped into the venv's python, as `curl -s URL/doctor.py | python -` runs it,
     and wheelwright's own subcommand on the same venv; their verdicts are the tests'."""
-    box.download(f"{url}/doctor.py", out.with_suffix(".py"))
+    script = cli_out.with_name("doctor.py")  # beside the CLI's report, in the work folder
+    box.download(f"{url}/doctor.py", script)
     env = {key: value for key, value in box.environ().items() if key != "PYTHONPATH"}
-    box.run([python, "-", "--json"], env=env, stdin=out.with_suffix(".py"), stdout=out)
+    box.run([python, "-", "--json"], env=env, stdin=script, stdout=out)
     box.run(box.ww("doctor", "--python", python, "--index-url", url, "--json"), stdout=cli_out)
 
 

@@ -98,7 +98,9 @@ def test_the_run_without_a_gpu_skips_every_stage_with_the_reason(tmp_path: Path)
     assert (summary["outcome"], summary["acceptance"]) == ("no-gpu", False)
     log = (out / "acceptance.log").read_text()
     assert "outcome: no-gpu; acceptance: no" in log and log == done.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["acceptance.log", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["acceptance.log", "details.tar.gz", "summary.json"]
+    with tarfile.open(out / "details.tar.gz") as details:  # the preflight's report: the machine's facts
+        assert details.getnames() == ["reports", "reports/preflight.json"]
 
 
 @pytest.mark.parametrize("module", GPU_MODULES)
