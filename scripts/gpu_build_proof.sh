@@ -2,7 +2,7 @@
 # The full-arch build proof (issue 16) on the lent GPU machine, from the repository root (docs/gpu-acceptance.md):
 #
 #   bash scripts/gpu_build_proof.sh OUTDIR [--package causal-conv1d|mamba-ssm] [--runs ours|...|none] [--suite]
-#                                          [--detach] [--work DIR]
+#                                          [--detach] [--work DIR] [--carry DIR]
 #   bash scripts/gpu_build_proof.sh OUTDIR --collect SECONDS [--work DIR]
 #
 # scripts/gpu/bootstrap.py installs the carried wheels, then runs scripts/gpu/proof.py (its docstring says the rest).

@@ -30,15 +30,20 @@ def installed(ww_site: Path) -> list[str]:
     return marker.read_text().split() if marker.is_file() else []
 
 
-def install(carry: Path, ww_site: Path, python: str = sys.executable) -> None:
-    """``pip install --target ww-site`` of the carried wheels, unless ww-site already holds exactly them."""
+def install(carry: Path, ww_site: Path, python: str = sys.executable) -> str | None:
+    """``pip install --target ww-site`` of the carried wheels, unless ww-site already holds exactly them; why not,
+    where pip could not (the wheels are for another Python, say)."""
     wheels = carried(carry)
     if not wheels or installed(ww_site) == wheels:
-        return
+        return None
     shutil.rmtree(ww_site, ignore_errors=True)
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile", "--target",
-                    str(ww_site), *(str(carry / "wheels" / name) for name in wheels)], check=True)
+    done = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+                           "--target", str(ww_site), *(str(carry / "wheels" / name) for name in wheels)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return (done.stderr.strip().splitlines() or [f"pip exited {done.returncode}"])[-1]
     (ww_site / MARKER).write_text("\n".join(wheels) + "\n")
+    return None
 
 
 def folder(argv: list[str], option: str, default: Path) -> Path:
@@ -52,10 +57,19 @@ def folder(argv: list[str], option: str, default: Path) -> Path:
 def main(argv: list[str]) -> int:
     driver, args = argv[0], argv[1:]
     ww_site = folder(args, "--work", WORK) / "ww-site"
-    if not {"-h", "--help"} & set(args):
-        install(folder(args, "--carry", CARRY), ww_site)
+    failed = None if {"-h", "--help"} & set(args) else install(folder(args, "--carry", CARRY), ww_site)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ww_site), str(ROOT),
                                                                        os.environ.get("PYTHONPATH"))))}
+    importable = subprocess.run([sys.executable, "-c", "import builder.core.data"], env=env, capture_output=True,
+                                text=True, check=False)
+    if importable.returncode != 0:
+        why = failed or (importable.stderr.strip().splitlines() or ["?"])[-1]
+        print(f"ERROR wheelwright's dependencies do not import with {sys.executable} ({why}): fill the carry here "
+              "(bash scripts/prepare_gpu_carry.sh), carry .carry, and run this with the machine's python3",
+              file=sys.stderr)
+        return 1
+    if failed:
+        print(f"WARN the carried wheels do not install with {sys.executable}: {failed}", file=sys.stderr)
     os.execve(sys.executable, [sys.executable, "-m", f"scripts.gpu.{driver}", *args], env)
 
 

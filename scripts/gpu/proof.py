@@ -1,7 +1,7 @@
 """The full-arch build proof (issue 16) on the lent GPU machine, from the repository root:
 
     scripts/gpu_build_proof.sh OUTDIR [--package causal-conv1d|mamba-ssm] [--runs ours|ours,learned|upstream,ours|none]
-                               [--suite] [--detach] [--work DIR]
+                               [--suite] [--detach] [--work DIR] [--carry DIR]
     scripts/gpu_build_proof.sh OUTDIR --collect SECONDS [--work DIR]
 
 It fills the cache from .carry as the acceptance run does (its carry stage), then runs scripts/bench_build.py's
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from scripts.gpu import detach
-from scripts.gpu.bootstrap import WORK
+from scripts.gpu.bootstrap import CARRY, WORK
 from scripts.gpu.box import environ
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ class Usage(Exception):
 
 def parse(argv: list[str]) -> dict[str, str]:
     """The options (OUTDIR as "out"), checked; a flag's value is "1"."""
-    options, rest = {"package": "causal-conv1d", "runs": "ours", "work": str(WORK)}, list(argv)
+    options, rest = {"package": "causal-conv1d", "runs": "ours", "work": str(WORK), "carry": str(CARRY)}, list(argv)
     while rest:
         arg = rest.pop(0)
         if arg in ("-h", "--help"):
@@ -46,7 +46,7 @@ def parse(argv: list[str]) -> dict[str, str]:
             raise SystemExit(0)
         if arg in ("--suite", "--detach"):
             options[arg[2:]] = "1"
-        elif arg in ("--package", "--runs", "--collect", "--work"):
+        elif arg in ("--package", "--runs", "--collect", "--work", "--carry"):
             options[arg[2:]] = rest.pop(0) if rest else ""
         elif arg.startswith("-"):
             raise Usage(f"unknown option: {arg}")
@@ -66,7 +66,7 @@ def parse(argv: list[str]) -> dict[str, str]:
     for bad, message in problems:
         if bad:
             raise Usage(message)
-    return options
+    return options | {key: str(Path(options[key]).absolute()) for key in ("work", "carry")}
 
 
 def keep_timelines(bench: Path, out: Path) -> None:
@@ -106,6 +106,7 @@ def suite(options: dict[str, str], out: Path, work: Path, started: float) -> int
         return 4
     picked = SUITE_STAGES[options["package"]].split(",")
     status = subprocess.run([sys.executable, "-m", "scripts.gpu.acceptance", str(out / "suite"), "--work", str(work),
+                             "--carry", options["carry"],
                              "--skip-build", str(wheelhouse), "--stages", ",".join(picked), "--deadline",
                              str(max(60, left))], cwd=ROOT, check=False).returncode
     if status not in (0, 4):
@@ -121,7 +122,8 @@ def suite(options: dict[str, str], out: Path, work: Path, started: float) -> int
 def build(options: dict[str, str], out: Path, work: Path, started: float) -> int:
     """The carry stage (the cache and ww-site), then bench_build's full-arch runs, detached or not."""
     carried = subprocess.run([sys.executable, "-m", "scripts.gpu.acceptance", str(out / "carry"), "--stages",
-                              "carry", "--work", str(work)], cwd=ROOT, check=False).returncode
+                              "carry", "--work", str(work), "--carry", options["carry"]], cwd=ROOT,
+                             check=False).returncode
     if carried not in (0, 4):  # 4: the later stages were not picked
         print(f"ERROR the carry stage failed (exit {carried}): {out / 'carry'}", file=sys.stderr)
         return 1
@@ -132,7 +134,7 @@ def build(options: dict[str, str], out: Path, work: Path, started: float) -> int
     detach.stop(state)  # an earlier run's: the bench folder starts afresh
     (state / "bench-full.txt").unlink(missing_ok=True)
     detach.start(state, command, log=state / "bench-full.txt", limit_s=3600,
-                 env=environ(work, ROOT / ".carry"))
+                 env=environ(work, Path(options["carry"]).absolute()))
     if "detach" in options:
         print(f"started: collect with scripts/gpu_build_proof.sh {options['out']} --collect 560")
         return 0

@@ -50,8 +50,19 @@ def test_scripts_parse_and_print_their_usage(script: str, usage: str) -> None:
     assert done.returncode == 0 and done.stdout.startswith(usage), done.stdout + done.stderr
 
 
+def test_without_wheelwrights_dependencies_the_run_says_to_fill_the_carry(tmp_path: Path) -> None:
+    """The machine's python3 lacks pydantic and friends until the carry is installed: one ERROR line, no traceback."""
+    bare = tmp_path / "bare"
+    assert run([sys.base_prefix + "/bin/python3", "-m", "venv", "--without-pip", bare]).returncode == 0
+    done = run(["bash", SCRIPTS / "gpu_acceptance.sh", tmp_path / "out", "--carry", tmp_path / "carry"],
+               env={"PYTHON": str(bare / "bin" / "python")})
+    assert done.returncode == 1 and done.stderr.startswith("ERROR wheelwright's dependencies do not import with")
+    assert "bash scripts/prepare_gpu_carry.sh" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_a_bad_argument_is_one_error_line_and_exit_2() -> None:
-    done = run(["bash", SCRIPTS / "gpu_acceptance.sh", "out", "--workers", "0"], env={"PYTHON": sys.executable})
+    done = run(["bash", SCRIPTS / "gpu_acceptance.sh", "out", "--workers", "0", "--carry", "/nonexistent"],
+               env={"PYTHON": sys.executable})
     assert done.returncode == 2 and done.stderr.splitlines() == [
         "ERROR --workers wants a positive number, not '0'", "(scripts/gpu_acceptance.sh --help shows the usage)"]
 
@@ -90,7 +101,7 @@ def _skipped_for_no_device(summary: dict[str, object]) -> str:
 
 def test_the_run_without_a_gpu_skips_every_stage_with_the_reason(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = run(["bash", SCRIPTS / "gpu_acceptance.sh", out, "--work", tmp_path / "work"],
+    done = run(["bash", SCRIPTS / "gpu_acceptance.sh", out, "--work", tmp_path / "work", "--carry", tmp_path / "carry"],
                env={"PYTHON": sys.executable})
     assert done.returncode == 3, done.stdout + done.stderr
     summary = json.loads((out / "summary.json").read_text())
@@ -132,7 +143,7 @@ def torch_runtime() -> RuntimeEnv:
 @pytest.mark.slow
 def test_with_a_real_torch_the_reason_is_that_torch_sees_no_device(tmp_path: Path, torch_runtime: RuntimeEnv) -> None:
     out = tmp_path / "out"
-    done = run(["bash", SCRIPTS / "gpu_acceptance.sh", out, "--work", tmp_path / "work"],
+    done = run(["bash", SCRIPTS / "gpu_acceptance.sh", out, "--work", tmp_path / "work", "--carry", tmp_path / "carry"],
                env={"PYTHON": sys.executable, "PYTHONPATH": str(torch_runtime.site_packages)})
     assert done.returncode == 3, done.stdout + done.stderr
     summary = json.loads((out / "summary.json").read_text())

@@ -21,8 +21,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_build_proof.sh"
 
 
 def run(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(SCRIPT), *map(str, args)], capture_output=True, text=True, check=False,
-                          timeout=timeout, env={**os.environ, "PYTHON": sys.executable})
+    """The script, with a carry of its own (none: this machine's Python is not the GPU machine's)."""
+    return subprocess.run(["bash", str(SCRIPT), *map(str, args), "--carry", "/nonexistent"], capture_output=True,
+                          text=True, check=False, timeout=timeout, env={**os.environ, "PYTHON": sys.executable})
 
 
 @pytest.mark.parametrize(
