@@ -157,8 +157,9 @@ def finish(box: Box) -> int:
     collect(box)
     ended = summary.finish(box.summary, box.data.stages)
     publish(box)
-    lines = summary.render(ended, box.data.stages) + tables.checklist_lines(
-        ended["stages"].get("checklist", {}).get("data", {})) + tables.closing_lines(ended)
+    data = {name: entry.get("data", {}) for name, entry in ended["stages"].items()}
+    lines = [*summary.render(ended, box.data.stages), *tables.checklist_lines(data.get("checklist", {})),
+             *tables.ptx_table(data.get("ptx_speed", {})), *tables.closing_lines(ended)]
     if ended["outcome"] == "incomplete":
         lines.append("stages are pending: run the same command again with --resume (while the machine is still warm)")
     box.console.echo("".join(f"{line}\n" for line in lines))

