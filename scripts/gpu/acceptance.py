@@ -104,8 +104,8 @@ def run_stage(box: Box, stage: plan.Stage, run: Callable[[Box], StageResult]) ->
         result = replace(result, seconds=result.seconds or time.monotonic() - started)
     summary.record(box.summary, stage.name, result)
     publish(box)
-    if result.data and stage.name == "preflight":
-        summary.update(box.summary, environment={k: v for k, v in result.data.items() if k != "cuda_available"})
+    if result.data and stage.name == "preflight":  # the machine's facts, kept beside the stages
+        summary.update(box.summary, environment=result.data)
     box.console.say(f"=== stage {stage.name}: {result.status}" + (f" ({result.detail})" if result.detail else ""))
     return result
 

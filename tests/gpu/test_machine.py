@@ -45,7 +45,7 @@ def facts(request: pytest.FixtureRequest, stage_data: dict[str, Any]) -> dict[st
         "mem_available_gib": _mem_available_gib(), "ensurepip": importlib.util.find_spec("ensurepip") is not None,
     }
     Report.of(request.config).environment.update(found)
-    stage_data.update(cuda_available=unavailable_reason() is None, **found)
+    stage_data.update(found, cuda_available=unavailable_reason() is None)
     return found
 
 
