@@ -15,7 +15,6 @@
 ARG BASE=wheelwright/base:bullseye
 FROM ${BASE}
 
-ARG CUDA_VERSION=13.0
 ARG PYTHONS="3.11"
 ARG RUNNER_PYTHON=3.11
 
@@ -50,9 +49,11 @@ RUN if [ -n "${COMPILER_PACKAGES}" ] && command -v apt-get >/dev/null; then \
       && rm -rf /var/lib/apt/lists/*; \
     fi
 
-# The toolkit, last: the interpreter and compiler layers stay cached when it changes. The folder is empty where the
-# image carries none (the base's own, or the host's mounted at run time). A job finds it by what its nvcc reports
-# (toolkits.toml's host sources look in /usr/local/cuda-*), so no variable has to name it.
+# The toolkit, last, and CUDA_VERSION declared only here (every RUN after an ARG sees it, so an earlier one would
+# make each CUDA version rebuild the interpreters): the images of one base and one set of Pythons share every layer
+# above. The folder is empty where the image carries no toolkit (the base's own, or the host's mounted at run
+# time). A job finds it by what its nvcc reports (toolkits.toml's host sources look in /usr/local/cuda-*).
+ARG CUDA_VERSION=13.0
 ARG CUDA_HOME=/usr/local/cuda-${CUDA_VERSION}
 ARG TOOLKIT=""
 COPY toolkit/ /opt/wheelwright/toolkit/
