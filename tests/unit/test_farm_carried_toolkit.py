@@ -107,10 +107,10 @@ runner_python = "3.11"
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        ('toolkit = "mounted"\ncarries = ["debian-12.5"]', "'debian-12.5' is not a Debian source"),
-        ('toolkit = "mounted"\ncarries = ["host-12.4"]', "'host-12.4' is not a Debian source"),
-        ('toolkit = "mounted"\ncarries = ["wheels-13"]', "'wheels-13' is not a Debian source"),
-        ('toolkit = "image"\ncarries = ["debian-12.4"]', "the base ships its own toolkit"),
+        pytest.param('toolkit = "mounted"\ncarries = ["debian-12.5"]', "'debian-12.5' is not a Debian", id="unknown"),
+        pytest.param('toolkit = "mounted"\ncarries = ["host-12.4"]', "'host-12.4' is not a Debian", id="host"),
+        pytest.param('toolkit = "mounted"\ncarries = ["wheels-13"]', "'wheels-13' is not a Debian", id="wheels"),
+        pytest.param('toolkit = "image"\ncarries = ["debian-12.4"]', "ships its own toolkit", id="base-ships-one"),
     ],
 )
 def test_carries_names_a_debian_source_on_a_base_that_mounts(lines: str, message: str) -> None:
