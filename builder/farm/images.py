@@ -149,6 +149,13 @@ class ImageSpec:
         return self.base.toolkit == "mounted" and self.carried is None
 
     @property
+    def toolkit_origin(self) -> str:
+        """Where a job in this image gets its toolkit, in words (`images list`)."""
+        if self.carried is not None:
+            return f"carries {self.carried.name}"
+        return "the host's, mounted" if self.mounts_toolkit else "the base's"
+
+    @property
     def cuda_home(self) -> Path:
         """Where the image's toolkit is: the base's own, the one it carries, or the host's mounted at run time."""
         release = self.carried.release if self.carried else self.accelerator.version

@@ -48,7 +48,7 @@ def toolkit_home(tmp_path: Path) -> Path:
 def test_a_cuda_12_image_on_bullseye_carries_debians_12_4_at_its_own_release() -> None:
     spec = spec_for(CU124)
     assert spec.carried is not None and spec.carried.name == "debian-12.4"
-    assert not spec.mounts_toolkit
+    assert not spec.mounts_toolkit and spec.toolkit_origin == "carries debian-12.4"
     assert spec.build_args["CUDA_HOME"] == "/usr/local/cuda-12.4"
     assert spec.build_args["TOOLKIT"].startswith(f"debian-12.4: {PIN} ")
 
@@ -69,13 +69,13 @@ def test_a_cu128_image_carries_12_4_under_12_4s_name_not_torchs() -> None:
 )
 def test_an_image_without_a_carried_toolkit_mounts_the_hosts(select: str, cuda_home: str) -> None:
     spec = spec_for(select)
-    assert spec.carried is None and spec.mounts_toolkit
+    assert spec.carried is None and spec.mounts_toolkit and spec.toolkit_origin == "the host's, mounted"
     assert (spec.build_args["CUDA_HOME"], spec.build_args["TOOLKIT"]) == (cuda_home, "")
 
 
 def test_a_base_that_ships_its_toolkit_neither_carries_nor_mounts_one() -> None:
     spec = images.images_for(load_plan(ROOT / "matrix.yaml", "rehearsal", host="3.11").jobs, "manylinux_2_28")[0]
-    assert spec.carried is None and not spec.mounts_toolkit
+    assert spec.carried is None and not spec.mounts_toolkit and spec.toolkit_origin == "the base's"
 
 
 def test_the_tag_follows_the_carried_toolkits_pins() -> None:
