@@ -207,4 +207,4 @@ def test_the_carried_toolkit_compiles_with_nothing_mounted(docker_daemon: str, c
     assert inside.returncode == 0, inside.stdout + inside.stderr
     assert "release 12.4, V12.4.131" in inside.stdout
     assert re.findall(r"NEEDED.*\[(libcudart[^]]*)\]", inside.stdout) == ["libcudart.so.12"]
-    assert re.findall(r"\.(sm_\d+)\.cubin", inside.stdout) == ["sm_90"]
+    assert set(re.findall(r"\.(sm_\d+)\.cubin", inside.stdout)) == {"sm_90"}  # the kernel's cubins, all sm_90
