@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build benchmarks, measured side by side in one run on this machine (README, "Performance"):
+"""Build benchmarks, measured side by side in one run on this machine (docs/performance.md):
 
 (a) `wheelwright build` of one job vs plain `pip wheel --no-build-isolation` on the same patched source with the
     same environment (toolkit, torch, arch list, MAX_JOBS, nvcc threads); target <= 1.05x.
