@@ -85,6 +85,8 @@ def test_the_local_plan_needs_one_buildable_cuda_image() -> None:
     assert spec.build_args == {
         "BASE": "wheelwright/base:bullseye",
         "CUDA_VERSION": "13.0",
+        "CUDA_HOME": "/usr/local/cuda-13.0",
+        "TOOLKIT": "",  # the host's 13.0 is mounted when a job runs: the image carries none
         "PYTHONS": "3.11",
         "RUNNER_PYTHON": "3.11",
         "COMPILER_PACKAGES": "clang-16",
