@@ -314,10 +314,10 @@ def _check_release(release: TorchRelease, where: str) -> None:
     _check_sources(release, where)
     if release.pypi_cuda not in release.cuda:
         raise FactsError(f"{where}: pypi_cuda {release.pypi_cuda} is not one of its CUDA variants {list(release.cuda)}")
-    stray = [v for v in release.aarch64 if v not in release.cuda]
-    if stray:
-        variants = list(release.cuda)
-        raise FactsError(f"{where}: aarch64 lists CUDA {', '.join(stray)}, not one of its variants {variants}")
+    unbuilt = [v for v in release.aarch64 if v not in release.cuda]
+    if unbuilt:
+        built = list(release.cuda)
+        raise FactsError(f"{where}: aarch64 lists CUDA {', '.join(unbuilt)}, not one of its variants {built}")
     variants = {a.name for a in release.accelerators}
     for name in ("abi_override", "manylinux_override"):
         stray = set(getattr(release, name)) - variants
