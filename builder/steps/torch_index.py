@@ -171,7 +171,10 @@ def _tags(job: Job) -> list[tags.Tag]:
     """The tags an interpreter of the job's Python on this machine accepts, best first (pip's order)."""
     major, minor = (int(part) for part in job.python.rstrip("t").split("."))
     abi = job.python_tag
-    platforms = [p for p in tags.platform_tags() if p.endswith(job.platform)]
+    # another platform's tags where this machine has none of its own (a cross build): manylinux_2_28 to 2_17
+    platforms = [p for p in tags.platform_tags() if p.endswith(job.platform)] or [
+        f"manylinux_2_{minor}_{job.platform}" for minor in range(28, 16, -1)
+    ] + [f"manylinux2014_{job.platform}"]
     return [*tags.cpython_tags((major, minor), abis=[abi], platforms=platforms),
             *tags.compatible_tags((major, minor), f"cp{major}{minor}", platforms)]
 

@@ -1,0 +1,56 @@
+"""The import check of a cross-built wheel: the target's own CPython (a Debian root of its architecture) run through
+qemu-user, directly (``qemu-aarch64-static -L <root>``: no binfmt_misc registration needed), importing torch for the
+target (the real wheel and its CUDA dependencies, unpacked) and then each module of the wheel. It proves the
+``.so`` loads against the real ARM torch: undefined symbols, the C++ ABI, libstdc++, the extension suffix."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from builder.core.context import log_note
+from builder.core.runner import run
+from builder.plan.job import Job
+from builder.steps.cross import CrossBuild, unpack_wheel
+from builder.steps.verify import _PROBE, Check, _import_outcome, failed, skipped
+
+
+def emulated_command(qemu: str, root: Path, python: str, arguments: Sequence[str]) -> list[str]:
+    """qemu running the root's ``python`` with its own loader and libraries (``-L``: absolute paths the target
+    opens are looked up under the root first)."""
+    return [qemu, "-L", str(root), str(root / "usr" / "bin" / f"python{python}"), *arguments]
+
+
+def emulated_environ(paths: Sequence[Path], home: Path) -> dict[str, str]:
+    """Nothing of this machine's Python leaks in: the wheel and the target's site on PYTHONPATH, no user site."""
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TERM")}
+    return {**keep, "PYTHONPATH": os.pathsep.join(map(str, paths)), "PYTHONNOUSERSITE": "1", "HOME": str(home),
+            "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def check_import_emulated(wheel: Path, job: Job, build: CrossBuild) -> Check:
+    """import torch, then each of the recipe's modules, from the wheel's files, under the target's CPython."""
+    if not job.recipe.import_names:
+        return skipped("import", f"the recipe of {job.package} names no import_names")
+    cross = build.platform.cross
+    qemu = shutil.which(cross.qemu) if cross else None
+    if cross is None or qemu is None:
+        wanted = cross.qemu if cross else "qemu-user"
+        return failed("import", f"{wanted} is not on PATH: the {job.platform} wheel cannot be imported here "
+                                "(scripts/install-system-deps.sh test installs qemu-user-static)")
+    with TemporaryDirectory(prefix="wheelwright-emulate-") as tmp:
+        site = Path(tmp) / "site"
+        unpack_wheel(wheel, site)
+        command = emulated_command(qemu, build.runtime_root, job.python, ["-c", _PROBE, *job.recipe.import_names])
+        started = time.monotonic()
+        result = run(command, step=f"verify: import under {cross.qemu}", cwd=Path(tmp), check=False, capture=True,
+                     env=emulated_environ([site, build.site], Path(tmp)))
+        seconds = time.monotonic() - started
+    log_note(f"emulated import of {wheel.name}: {seconds:.0f} s under {cross.qemu}")
+    check = _import_outcome(result.returncode, result.output, job)
+    detail = f"{check.detail} under {cross.qemu} ({job.platform} CPython {job.python}, {seconds:.0f} s)"
+    return Check(name=check.name, ok=check.ok, detail=detail, skipped=check.skipped)
