@@ -232,8 +232,12 @@ def check_target_torch(job: Job, site: Path) -> None:
         tree = ast.parse(source.read_text(encoding="utf-8"))
     except (OSError, SyntaxError) as error:
         raise TorchMismatch(f"{source}: no readable torch version ({error})") from None
-    found = {getattr(n.targets[0], "id", ""): n.value.value for n in tree.body
-             if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)}
+    found = {}
+    for node in tree.body:  # `cuda: Optional[str] = '13.0'` is annotated, `__version__ = ...` is not
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
+            found[target.id] = value.value
     version, cuda = str(found.get("__version__", "")).split("+")[0], str(found.get("cuda"))
     if version != job.torch or cuda != job.accelerator.version:
         raise TorchMismatch(f"the {job.platform} torch unpacked for {job.identifier} is {version} (CUDA {cuda}), "
@@ -252,11 +256,11 @@ def cuda_home(toolkit: Toolchain, platform: Platform, site: Path) -> Path:
     home = cross_root() / "cuda" / f"{toolkit.source}-{toolkit.cuda}-{platform.name}-{key}"
     with _made_once(home, f"{toolkit.root} {site}\n") as staging:
         if staging is not None:
-            _lay_cuda_home(toolkit.root, cross.cuda_target, site, staging / "root")
+            lay_cuda_home(toolkit.root, cross.cuda_target, site, staging / "root")
     return home / "root"
 
 
-def _lay_cuda_home(toolkit: Path, target_dir: str, site: Path, root: Path) -> None:
+def lay_cuda_home(toolkit: Path, target_dir: str, site: Path, root: Path) -> None:
     (root / "bin").mkdir(parents=True)
     real = toolkit.resolve()
     for tool in (real / "bin").iterdir():

@@ -1,0 +1,77 @@
+"""One served index, one variant label, two platforms (issue 29): the variant's page lists the x86_64 and the
+aarch64 wheel of each release, and real pip picks by its platform. `pip install --dry-run --platform
+manylinux_2_28_aarch64 --only-binary=:all: --target T -f <page>` takes the aarch64 wheel; the same without
+--platform, here on x86_64, takes the x86_64 one. Test wheels from the factory; the real built wheels were served
+and picked the same way (docs/runs.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from builder.core.runner import run
+from index_site.serve import serving
+from index_site.site import build_site
+from tests.index_checks import installer_environment
+from tests.wheelfactory import WheelSpec, make_wheel
+
+PLATFORMS = {"x86_64": "manylinux_2_28_x86_64", "aarch64": "manylinux_2_28_aarch64"}
+PROJECTS = (("causal-conv1d", "1.7.0"), ("mamba-ssm", "2.3.2.post1"))
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
+
+
+def served_wheels(output: Path, specs: list[WheelSpec]) -> None:
+    for spec in specs:
+        make_wheel(output / "dist", spec)
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    output = tmp_path_factory.mktemp("two-platforms")
+    specs = [WheelSpec(project=p, version=v, python=TAG, platform=tag) for p, v in PROJECTS
+             for tag in PLATFORMS.values()]
+    served_wheels(output, specs)
+    with serving(output / "site") as server:
+        build_site(output, output / "site", base_url=server.url)
+        yield server.url
+
+
+def dry_run(tmp_path: Path, page: str, project: str, *platform: str) -> str:
+    """The wheel real pip would install for ``project`` from ``page``, read from its report."""
+    report = tmp_path / f"{project}-{'-'.join(platform) or 'native'}.json"
+    options = ["--platform", *platform, "--python-version", PYTHON, "--only-binary=:all:"] if platform else []
+    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-cache-dir", "--no-deps", "--no-index",
+               "--ignore-installed", *options, "--target", str(tmp_path / "T"), "-f", page, project,
+               "--report", str(report)]
+    run(command, step="pip install --dry-run", env=installer_environment(tmp_path / "uv-cache"), capture=True)
+    (install,) = json.loads(report.read_text())["install"]
+    return str(install["download_info"]["url"]).rsplit("/", 1)[-1].replace("%2B", "+")
+
+
+def test_the_variant_page_serves_both_platforms(index: str) -> None:
+    with urllib.request.urlopen(f"{index}/whl/pt214cu130.html") as response:
+        page = response.read().decode()
+    for project, version in PROJECTS:
+        for tag in PLATFORMS.values():
+            name = WheelSpec(project=project, version=version, python=TAG, platform=tag).wheel_filename
+            assert name.replace("+", "%2B") in page, name
+
+
+@pytest.mark.parametrize(("project", "version"), PROJECTS)
+def test_pip_picks_the_aarch64_wheel_for_an_aarch64_target_and_x86_64_here(
+    index: str, tmp_path: Path, project: str, version: str
+) -> None:
+    page = f"{index}/whl/pt214cu130.html"
+    wheels = {p: WheelSpec(project=project, version=version, python=TAG, platform=tag).wheel_filename
+              for p, tag in PLATFORMS.items()}
+    assert dry_run(tmp_path, page, project, PLATFORMS["aarch64"]) == wheels["aarch64"]
+    if os.uname().machine != "x86_64":
+        pytest.skip("the native pick is checked where this machine is x86_64")
+    assert dry_run(tmp_path, page, project) == wheels["x86_64"]
