@@ -322,12 +322,14 @@ def compilers(platform: Platform, root: Path) -> Compilers:
     home = cross_root() / "compilers" / f"{platform.name}-{_digest(str(root), real)}"
     with _made_once(home, f"{root} {real}\n") as staging:
         if staging is not None:
-            _write_compilers(cross, platform, {k: str(v) for k, v in real.items()}, root, staging)
+            _write_compilers(cross, platform, {k: str(v) for k, v in real.items()}, root, staging, home)
     bin_dir = home / "bin"
     return Compilers(cc=bin_dir / f"{cross.triplet}-gcc", cxx=bin_dir / f"{cross.triplet}-g++", sysroot=root)
 
 
-def _write_compilers(cross: Cross, platform: Platform, real: dict[str, str], root: Path, home: Path) -> None:
+def _write_compilers(cross: Cross, platform: Platform, real: dict[str, str], root: Path, staging: Path,
+                     home: Path) -> None:
+    """The config and scripts, written into ``staging`` and naming ``home``, where they are renamed to."""
     libraries = [str(root / "usr" / "lib" / cross.triplet), str(root / "lib" / cross.triplet)]
     config = {
         "compilers": real,
@@ -336,13 +338,13 @@ def _write_compilers(cross: Cross, platform: Platform, real: dict[str, str], roo
         "libraries": libraries,
         "page_size": platform.page_size,
     }
-    (home / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True) + "\n")
-    (home / "bin").mkdir()
-    script = home / "cross_cc.py"
-    script.write_bytes(CROSS_CC_SCRIPT.read_bytes())
+    (staging / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True) + "\n")
+    (staging / "bin").mkdir()
+    (staging / "cross_cc.py").write_bytes(CROSS_CC_SCRIPT.read_bytes())
+    script, settings = home / "cross_cc.py", home / "config.json"
     for tool in ("gcc", "g++"):
-        wrapper = home / "bin" / f"{cross.triplet}-{tool}"
-        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "{home / "config.json"}" {tool} "$@"\n')
+        wrapper = staging / "bin" / f"{cross.triplet}-{tool}"
+        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "{settings}" {tool} "$@"\n')
         wrapper.chmod(0o755)
 
 
