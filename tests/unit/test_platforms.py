@@ -152,3 +152,13 @@ def test_the_estimate_prices_each_platform_and_they_add_up() -> None:
     assert list(parts) == ["x86_64", "aarch64"]
     assert sum(p.cpu_hours for p in parts.values()) == pytest.approx(whole.cpu_hours)
     assert len({group_name(j) for j in jobs}) == sum(len(p.items) for p in parts.values())
+
+
+def test_the_variant_channels_twin_keeps_the_platform_tag() -> None:
+    from builder.steps.variant import variant_filename
+
+    arm = "causal_conv1d-1.7.0+pt214cu130-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl"
+    twin = variant_filename(arm, "pt214cu130")
+    assert twin == "causal_conv1d-1.7.0-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64-pt214cu130.whl"
+    x86 = variant_filename(arm.replace("manylinux_2_17_aarch64.manylinux2014_aarch64", "linux_x86_64"), "pt214cu130")
+    assert x86 != twin  # one label, two platforms: two twins, never one overwriting the other
