@@ -75,3 +75,21 @@ def test_pip_picks_the_aarch64_wheel_for_an_aarch64_target_and_x86_64_here(
     if os.uname().machine != "x86_64":
         pytest.skip("the native pick is checked where this machine is x86_64")
     assert dry_run(tmp_path, page, project) == wheels["x86_64"]
+
+
+def test_the_selector_offers_a_platform_choice_naming_each_platforms_wheel(index: str) -> None:
+    with urllib.request.urlopen(f"{index}/select/pt214cu130-{TAG}.html") as response:
+        page = response.read().decode()
+    assert '<legend class="axis-name">Platform</legend>' in page
+    assert 'id="plat-x86_64" value="x86_64" checked' in page and 'id="plat-aarch64" value="aarch64"' in page
+    for project, version in PROJECTS:
+        arm = WheelSpec(project=project, version=version, python=TAG, platform=PLATFORMS["aarch64"]).wheel_filename
+        assert f"the same command on aarch64 installs {arm}" in page
+    assert ':has(#plat-aarch64:checked) .note[data-show="1-aarch64"]' in page
+
+
+def test_a_site_of_one_platform_offers_no_platform_choice(tmp_path: Path) -> None:
+    served_wheels(tmp_path, [WheelSpec(python=TAG, platform=PLATFORMS["x86_64"])])
+    build_site(tmp_path, tmp_path / "site", base_url="https://wheels.example.org")
+    page = (tmp_path / "site" / "select" / f"pt214cu130-{TAG}.html").read_text()
+    assert "Platform</legend>" not in page and "plat-" not in page
