@@ -18,8 +18,8 @@ from builder.core.resources import PLATFORM_FACTS
 from builder.plan.facts import PLATFORMS
 from builder.plan.job import Job
 
-_CROSS_KEYS = ("triplet", "compiler_package", "debian_arch", "cuda_target", "qemu", "glibc", "sysroot_suite",
-               "sysroot_packages", "runtime_packages", "runtime_suites")
+_CROSS_KEYS = ("triplet", "compiler_package", "debian_arch", "cuda_target", "qemu", "emulated_midr", "glibc",
+               "sysroot_suite", "sysroot_packages", "runtime_packages", "runtime_suites")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +31,7 @@ class Cross:
     debian_arch: str
     cuda_target: str  # nvcc's targets/<dir> for this host compiler
     qemu: str
+    emulated_midr: int  # MIDR_EL1 of the CPU the emulated CPython is shown (/proc/cpuinfo, sysfs)
     glibc: str  # the newest manylinux_2_X whose wheels (torch's) the target accepts
     sysroot_suite: str
     sysroot_packages: tuple[str, ...]
@@ -73,6 +74,7 @@ def _cross(raw: Mapping[str, Any], where: str) -> Cross:
     return Cross(
         triplet=str(raw["triplet"]), compiler_package=str(raw["compiler_package"]),
         debian_arch=str(raw["debian_arch"]), cuda_target=str(raw["cuda_target"]), qemu=str(raw["qemu"]),
+        emulated_midr=int(str(raw["emulated_midr"]), 16),
         glibc=str(raw["glibc"]), sysroot_suite=str(raw["sysroot_suite"]),
         sysroot_packages=tuple(map(str, raw["sysroot_packages"])),
         runtime_packages=tuple(map(str, raw["runtime_packages"])),
