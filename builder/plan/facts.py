@@ -105,6 +105,7 @@ class TorchRelease:
     abi_override: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
     manylinux_override: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     aarch64: tuple[str, ...] = ()  # the CUDA variants torch shipped manylinux aarch64 wheels of (with GPU support)
+    pypi_aarch64: str | None = None  # the CUDA the registry's own aarch64 wheel is built with; None: a CPU build
 
     @property
     def latest(self) -> str:
@@ -126,6 +127,12 @@ class TorchRelease:
 
     def has(self, accelerator: Accelerator) -> bool:
         return accelerator in self.accelerators
+
+    def registry_variant_for(self, platform: str) -> Accelerator | None:
+        """The variant the registry's plain wheel for ``platform`` is (None: a CPU build there)."""
+        if platform == DEFAULT_PLATFORM:
+            return self.registry_variant
+        return Accelerator.cuda(self.pypi_aarch64) if platform == "aarch64" and self.pypi_aarch64 else None
 
     def has_platform(self, accelerator: Accelerator, platform: str) -> bool:
         """Whether torch shipped ``accelerator``'s variant for ``platform``; every variant exists for x86_64."""
@@ -183,9 +190,10 @@ _RELEASE_FIELDS: Mapping[str, type] = MappingProxyType(
         "abi_override": dict,
         "manylinux_override": dict,
         "aarch64": list,
+        "pypi_aarch64": str,
     }
 )
-_OPTIONAL_FIELDS = ("abi_override", "manylinux_override", "aarch64")
+_OPTIONAL_FIELDS = ("abi_override", "manylinux_override", "aarch64", "pypi_aarch64")
 _ITEM_TYPES: Mapping[str, type] = MappingProxyType(
     {
         "patches": str,
@@ -262,6 +270,7 @@ def _release_from(raw: Mapping[str, Any], where: str) -> TorchRelease:
         abi_override=MappingProxyType(dict(raw.get("abi_override", {}))),
         manylinux_override=MappingProxyType(dict(raw.get("manylinux_override", {}))),
         aarch64=tuple(raw.get("aarch64", ())),
+        pypi_aarch64=raw.get("pypi_aarch64"),
     )
 
 
@@ -318,6 +327,9 @@ def _check_release(release: TorchRelease, where: str) -> None:
     if unbuilt:
         built = list(release.cuda)
         raise FactsError(f"{where}: aarch64 lists CUDA {', '.join(unbuilt)}, not one of its variants {built}")
+    if release.pypi_aarch64 is not None and release.pypi_aarch64 not in release.aarch64:
+        raise FactsError(f"{where}: pypi_aarch64 {release.pypi_aarch64} is not one of its aarch64 variants "
+                         f"{list(release.aarch64)}")
     variants = {a.name for a in release.accelerators}
     for name in ("abi_override", "manylinux_override"):
         stray = set(getattr(release, name)) - variants

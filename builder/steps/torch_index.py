@@ -75,8 +75,8 @@ def index_for(job: Job, template: str) -> str:
 
 
 def is_registry_variant(job: Job, facts: TorchFacts) -> bool:
-    release = facts.release(job.torch)
-    return job.accelerator.kind == "cuda" and job.accelerator.version == release.pypi_cuda
+    """The registry's plain wheel for the job's platform is the job's variant (an aarch64 one may be a CPU build)."""
+    return facts.release(job.torch).registry_variant_for(job.platform) == job.accelerator
 
 
 class IndexPages:

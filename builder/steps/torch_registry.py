@@ -222,19 +222,18 @@ def _differences(mine: TorchRelease, release: RegistryRelease) -> list[Finding]:
 
 
 def _aarch64_differences(mine: TorchRelease, release: RegistryRelease) -> list[str]:
-    """The registry's aarch64 wheel against ``aarch64``: it is the registry variant's aarch64 build exactly when it
-    pins that CUDA for aarch64 (a CPU build pins none there)."""
-    claimed = mine.pypi_cuda in mine.aarch64
-    shown = release.aarch64_cuda
+    """The registry's aarch64 wheel against ``pypi_aarch64``: the CUDA it pins once its markers are evaluated for
+    aarch64 (a CPU build pins none there), and its Pythons."""
+    claimed, shown = mine.pypi_aarch64, release.aarch64_cuda
     newest = release.patches[-1]
-    if claimed and shown != mine.pypi_cuda:
+    if claimed is not None and shown != claimed:
         built = f"pins CUDA {shown}" if shown else "is a CPU build (no CUDA pin holds on aarch64)"
         if not release.aarch64_python:
             built = "does not exist"
-        return [f"aarch64 lists {mine.pypi_cuda}, the registry's variant, but its {newest} aarch64 wheel {built}"]
-    if not claimed and shown == mine.pypi_cuda:
-        return [f"the registry's {newest} aarch64 wheel is a CUDA {shown} build: add {shown} to aarch64"]
-    if claimed and set(release.aarch64_python) != set(mine.python):
+        return [f"pypi_aarch64 is {claimed}, but the registry's {newest} aarch64 wheel {built}"]
+    if claimed is None and shown is not None:
+        return [f"the registry's {newest} aarch64 wheel is a CUDA {shown} build: pypi_aarch64 = \"{shown}\""]
+    if claimed is not None and set(release.aarch64_python) != set(mine.python):
         return [(f"python is {list(mine.python)}, the registry's {newest} aarch64 wheels are for "
                  f"{list(release.aarch64_python)}")]
     return []
@@ -323,7 +322,7 @@ def provenance(facts: TorchFacts, releases: Sequence[RegistryRelease], findings:
         shown = seen.get(mine.minor)
         confirmed = shown is not None and shown.pypi_cuda is not None and mine.minor not in behind
         if confirmed:
-            arm = " (x86_64 and aarch64)" if mine.pypi_cuda in mine.aarch64 else ""
+            arm = " (x86_64 and aarch64)" if mine.pypi_aarch64 == mine.pypi_cuda else ""
             verified.append(f"{mine.minor} {mine.registry_variant}{arm}")
         rest = mine.cited_variants if confirmed else mine.accelerators
         what = ", ".join(a.name for a in rest) if shown is not None else "every fact (not on the registry)"

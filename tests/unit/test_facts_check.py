@@ -165,9 +165,9 @@ def test_the_registrys_aarch64_wheels_are_read_with_their_markers() -> None:
 @pytest.mark.parametrize(
     ("change", "problem"),
     [
-        ({"aarch64_cuda": None}, "aarch64 lists 13.0, the registry's variant, but its 2.14.1 aarch64 wheel is a CPU"),
-        ({"aarch64_cuda": "12.8"}, "but its 2.14.1 aarch64 wheel pins CUDA 12.8"),
-        ({"aarch64_cuda": None, "aarch64_python": ()}, "but its 2.14.1 aarch64 wheel does not exist"),
+        ({"aarch64_cuda": None}, "pypi_aarch64 is 13.0, but the registry's 2.14.1 aarch64 wheel is a CPU build"),
+        ({"aarch64_cuda": "12.8"}, "but the registry's 2.14.1 aarch64 wheel pins CUDA 12.8"),
+        ({"aarch64_cuda": None, "aarch64_python": ()}, "but the registry's 2.14.1 aarch64 wheel does not exist"),
         ({"aarch64_python": ("3.11",)}, "the registry's 2.14.1 aarch64 wheels are for ['3.11']"),
     ],
 )
@@ -180,7 +180,17 @@ def test_the_aarch64_facts_disagreeing_with_the_registry_are_findings(change: di
 
 def test_an_aarch64_cuda_build_the_facts_lack_is_a_finding() -> None:
     facts = load_facts()
-    lacking = dataclasses.replace(facts.release("2.14"), aarch64=("12.6", "13.2"))
+    lacking = dataclasses.replace(facts.release("2.14"), pypi_aarch64=None)
     facts = dataclasses.replace(facts, releases=tuple(lacking if r.minor == "2.14" else r for r in facts.releases))
     (finding,) = compare(facts, registry_releases(Recorded(), since="2.13"))
-    assert "the registry's 2.14.1 aarch64 wheel is a CUDA 13.0 build: add 13.0 to aarch64" in finding.problem
+    assert 'the registry\'s 2.14.1 aarch64 wheel is a CUDA 13.0 build: pypi_aarch64 = "13.0"' in finding.problem
+
+
+def test_pytorch_index_aarch64_variants_of_the_registrys_cuda_ask_nothing_of_the_registry() -> None:
+    # torch 2.8-2.10: PyTorch's index has cu128 aarch64 wheels, the registry's aarch64 wheel of that CUDA is a CPU
+    # build; facts check read the real registry so (2026-12-04) and must not call that behind
+    facts = load_facts()
+    cpu_there = dataclasses.replace(facts.release("2.14"), pypi_aarch64=None)
+    facts = dataclasses.replace(facts, releases=tuple(cpu_there if r.minor == "2.14" else r for r in facts.releases))
+    releases = [dataclasses.replace(r, aarch64_cuda=None) for r in registry_releases(Recorded(), since="2.13")]
+    assert [f for f in compare(facts, releases) if f.minor == "2.14"] == []

@@ -112,10 +112,25 @@ def test_the_facts_say_which_variants_ship_aarch64() -> None:
     assert not facts.release("2.14").has_platform(Accelerator.parse("rocm7.2"), "aarch64")
 
 
+def test_the_registrys_aarch64_wheel_is_a_variant_of_its_own() -> None:
+    facts = load_facts()
+    assert facts.release("2.14").registry_variant_for("aarch64") == Accelerator.parse("cu130")
+    assert facts.release("2.9").registry_variant_for("aarch64") is None  # a CPU build; cu128 is PyTorch's index's
+    assert facts.release("2.9").has_platform(Accelerator.parse("cu128"), "aarch64")
+
+
+def test_pypi_aarch64_must_be_an_aarch64_variant() -> None:
+    raw = _raw()
+    next(r for r in raw["release"] if r["torch"] == "2.14")["pypi_aarch64"] = "12.9"
+    with pytest.raises(FactsError, match=r"pypi_aarch64 12.9 is not one of its aarch64 variants"):
+        parse_facts(raw, "torch.toml")
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
         (["12.9"], r"aarch64 lists CUDA 12.9, not one of its variants"),
+        (["12.6", "13.2"], r"pypi_aarch64 13.0 is not one of its aarch64 variants"),
         (["13.0", "12.6"], r"aarch64 must be sorted ascending"),
         (["13"], r"aarch64 '13' is not a CUDA version"),
         ("13.0", r"aarch64 must be a list"),
