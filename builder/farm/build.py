@@ -227,6 +227,10 @@ def _first_problem(job: Job, facts: TorchFacts, torch_index: str, scope: str, pa
         toolkit = toolkits[key]
         if toolkit.problem is not None:
             return toolkit.problem, NO_ROCM if job.accelerator.kind == "rocm" else toolkit.problem
+        target = cross_target(job)
+        problem = cross.cross_problem(target) if target else None
+        if problem is not None:
+            return problem, problem
     try:
         find_torch_wheel(job, facts, torch_index, pages)
     except TorchIndexUnreachable as error:

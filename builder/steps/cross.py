@@ -362,6 +362,20 @@ def include_folders(compiler: str, root: Path, triplet: str, language: str) -> l
 # -- putting it together ------------------------------------------------------------------------------------------
 
 
+def cross_problem(platform: Platform) -> str | None:
+    """Why this machine cannot cross-build for ``platform``, without making anything (the preflight's question):
+    the cross compiler, debootstrap and dpkg-deb for the roots, qemu for the import check."""
+    if platform.cross is None:
+        return f"{platform.name} cannot be cross-built here (no [platform.{platform.name}.cross] in platforms.toml)"
+    cross = platform.cross
+    tools = (f"{cross.triplet}-g++", "debootstrap", "dpkg-deb", cross.qemu)
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        return (f"cross-building for {platform.name} needs {', '.join(missing)} (scripts/install-system-deps.sh "
+                "test installs them)")
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class CrossBuild:
     """What a cross-built job compiles and links with, besides its x86_64 build environment."""

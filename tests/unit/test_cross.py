@@ -105,3 +105,16 @@ def test_only_another_platform_is_cross_built_and_its_twin_is_this_machines() ->
     twin = host_twin(ARM)
     assert (twin.platform, twin.torch, twin.python, twin.accelerator) == ("x86_64", ARM.torch, ARM.python,
                                                                          ARM.accelerator)
+
+
+def test_the_preflight_names_each_missing_cross_tool(monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.steps import cross
+
+    platform = load_platforms()["aarch64"]
+    monkeypatch.setattr(cross.shutil, "which", lambda tool: None if tool in ("debootstrap", "qemu-aarch64-static")
+                        else f"/usr/bin/{tool}")
+    assert cross.cross_problem(platform) == ("cross-building for aarch64 needs debootstrap, qemu-aarch64-static "
+                                             "(scripts/install-system-deps.sh test installs them)")
+    monkeypatch.setattr(cross.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    assert cross.cross_problem(platform) is None
+    assert cross.cross_problem(load_platforms()["x86_64"]) is not None  # nothing cross-builds x86_64 here
