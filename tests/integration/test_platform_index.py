@@ -93,3 +93,31 @@ def test_a_site_of_one_platform_offers_no_platform_choice(tmp_path: Path) -> Non
     build_site(tmp_path, tmp_path / "site", base_url="https://wheels.example.org")
     page = (tmp_path / "site" / "select" / f"pt214cu130-{TAG}.html").read_text()
     assert "Platform</legend>" not in page and "plat-" not in page
+
+
+@pytest.mark.slow
+@pytest.mark.proof
+def test_real_built_wheels_of_both_platforms_are_picked_by_platform(tmp_path: Path) -> None:
+    """The real wheels `make build-matrix` built (PROFILE=aarch64, and the local profile's x86_64 ones), from the
+    folders WHEELWRIGHT_PROOF_DISTS names (os.pathsep-separated dist/ folders), served as one index."""
+    folders = [Path(p) for p in os.environ.get("WHEELWRIGHT_PROOF_DISTS", "").split(os.pathsep) if p]
+    if not folders:
+        pytest.skip("set WHEELWRIGHT_PROOF_DISTS to the dist/ folders of an aarch64 and an x86_64 build")
+    (tmp_path / "dist").mkdir()
+    wheels = [w for folder in folders for w in folder.glob("*.whl")]
+    for wheel in wheels:
+        (tmp_path / "dist" / wheel.name).symlink_to(wheel)
+    with serving(tmp_path / "site") as server:
+        build_site(tmp_path, tmp_path / "site", base_url=server.url)
+        for project in sorted({w.name.split("-")[0].replace("_", "-") for w in wheels}):
+            mine = [w.name for w in wheels if w.name.startswith(project.replace("-", "_") + "-")]
+            labels = {name.split("+")[1].split("-")[0] for name in mine}
+            for label in labels:
+                page = f"{server.url}/whl/{label}.html"
+                arm = [n for n in mine if n.endswith("aarch64.whl")]
+                x86 = [n for n in mine if n.endswith("x86_64.whl")]
+                if arm:  # pip's --platform takes the wheel's own tag: it expands no older manylinux from it
+                    tag = arm[0].removesuffix(".whl").rsplit("-", 1)[1].split(".")[0]
+                    assert dry_run(tmp_path, page, project, tag) in arm
+                if x86:
+                    assert dry_run(tmp_path, page, project) in x86
