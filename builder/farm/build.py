@@ -381,10 +381,7 @@ class Builder:
             objcache = (
                 None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
             )
-            # the seed's guesses for what the ledger has not measured yet (a first build: every unit)
-            guessed = {k: v for k, v in seed_costs(job.package, recipe.part_shares).items() if k not in measured}
-            costs = {**guessed, **measured}
-            log_note(f"core pool costs: {len(measured)} units measured (ledger), {len(guessed)} guessed (seed)")
+            costs = _pool_costs(job, recipe.part_shares, measured)
             cross_environ = crossed.environ(space.torch_site, *cross.build_paths(env.python)) if crossed else None
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache, costs,
                                                   cross=cross_environ)
@@ -411,20 +408,10 @@ class Builder:
         summary = json.dumps(report.as_dict(), sort_keys=True, default=str)
         if not report.ok:
             destination = quarantine(repaired.wheel, report, self.layout.quarantine)
-            return _base_entry(
-                job,
-                digest,
-                self.layout,
-                status=Status.QUARANTINED,
-                phase="verify",
-                timings=timer.timings,
-                wheel=destination.name,
-                wheel_sha256=sha256_of(destination),
-                wheel_size=destination.stat().st_size,
-                reason="; ".join(report.reasons),
-                report=summary,
-                **compiled,
-            )
+            return _base_entry(job, digest, self.layout, status=Status.QUARANTINED, phase="verify",
+                               timings=timer.timings, wheel=destination.name, wheel_sha256=sha256_of(destination),
+                               wheel_size=destination.stat().st_size, reason="; ".join(report.reasons),
+                               report=summary, **compiled)
         with timer("install"):
             twin = variant_stage.make_twin(repaired.wheel, work / "variant")  # after the gate, checked again
             entry = self._install(job, digest, repaired.wheel, timer, ledger, summary, compiled)
@@ -471,6 +458,14 @@ class Builder:
         return _base_entry(
             job, digest, self.layout, status=Status.BUILT, phase="install", wheel_identity=identity, **fields
         )
+
+
+def _pool_costs(job: Job, part_shares: Any, measured: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """The core pool's (unit, arch) costs: the ledger's measured ones, the seed's guesses for the rest (a first
+    build: every unit)."""
+    guessed = {k: v for k, v in seed_costs(job.package, part_shares).items() if k not in measured}
+    log_note(f"core pool costs: {len(measured)} units measured (ledger), {len(guessed)} guessed (seed)")
+    return {**guessed, **measured}
 
 
 @contextmanager
