@@ -101,5 +101,6 @@ def check_import_emulated(wheel: Path, job: Job, build: CrossBuild) -> Check:
         seconds = time.monotonic() - started
     log_note(f"emulated import of {wheel.name}: {seconds:.0f} s under {cross.qemu}")
     check = _import_outcome(result.returncode, result.output, job)
-    detail = f"{check.detail} under {cross.qemu} ({job.platform} CPython {job.python}, {seconds:.0f} s)"
+    detail = check.detail.replace("in a clean venv", f"from the wheel's files under {cross.qemu}")
+    detail = f"{detail} ({job.platform} CPython {job.python}, {seconds:.0f} s)"
     return Check(name=check.name, ok=check.ok, detail=detail, skipped=check.skipped)
