@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import urllib.request
 from collections.abc import Iterator
@@ -105,8 +106,8 @@ def test_real_built_wheels_of_both_platforms_are_picked_by_platform(tmp_path: Pa
         pytest.skip("set WHEELWRIGHT_PROOF_DISTS to the dist/ folders of an aarch64 and an x86_64 build")
     (tmp_path / "dist").mkdir()
     wheels = [w for folder in folders for w in folder.glob("*.whl")]
-    for wheel in wheels:
-        (tmp_path / "dist" / wheel.name).symlink_to(wheel)
+    for wheel in wheels:  # copies: the index takes no link in dist/ for a wheel
+        shutil.copyfile(wheel, tmp_path / "dist" / wheel.name)
     with serving(tmp_path / "site") as server:
         build_site(tmp_path, tmp_path / "site", base_url=server.url)
         for project in sorted({w.name.split("-")[0].replace("_", "-") for w in wheels}):
