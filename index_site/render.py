@@ -9,7 +9,6 @@ re-render 10,000."""
 
 from __future__ import annotations
 
-import bisect
 import functools
 import hashlib
 import json
@@ -31,7 +30,6 @@ from index_site import layout
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text
 from index_site.manifest import release_manifest
-from index_site.memo import Memo
 from index_site.pages import other_pages, people, render_pages, setup_fingerprints
 from index_site.wheels import GpuArchs, WheelFile
 
@@ -184,20 +182,7 @@ def _people_group(catalog: Catalog, digest: str, base_url: str) -> PageGroup:
 
 
 def _fingerprints(wheels: Iterable[WheelFile]) -> dict[str, str]:
-    """{filename: _fingerprint(wheel)}, kept for the next run of the process while it is the same wheel object
-    (frozen; the catalog keeps a wheel's object from run to run while its file does not change)."""
-    fingerprints = {}
-    for wheel in wheels:
-        filename = wheel.filename
-        remembered = _FINGERPRINTS.get(filename)
-        if remembered is None or remembered[0] is not wheel:
-            remembered = _FINGERPRINTS[filename] = (wheel, _fingerprint(wheel))
-        fingerprints[filename] = remembered[1]
-    _FINGERPRINTS.forget_except(fingerprints, slack=1024)  # wheels gone from dist/
-    return fingerprints
-
-
-_FINGERPRINTS: Memo[str, tuple[WheelFile, str]] = Memo(1 << 20)
+    return {wheel.filename: _fingerprint(wheel) for wheel in wheels}
 
 
 def _fingerprint(wheel: WheelFile) -> str:
@@ -212,18 +197,8 @@ def _fingerprint(wheel: WheelFile) -> str:
 def _wheels_digest(
     key: str, head: tuple[str, ...], wheels: Sequence[WheelFile], fingerprints: Mapping[str, str]
 ) -> str:
-    """``_digest`` of ``head`` and the wheels' fingerprints, kept while ``head`` is equal and the wheels are the
-    very objects of the last run (frozen, kept by the catalog while their files are unchanged; their fingerprints
-    are then the same): digesting 10,000 fingerprints three times a run is a tenth of a re-index."""
-    wheels = tuple(wheels)
-    remembered = _DIGESTS.get(key)
-    if remembered is not None and remembered[0] == head and remembered[1] == wheels:
-        return remembered[2]
-    digest = _digest([*head, *(fingerprints[w.filename] for w in wheels)])
-    return _DIGESTS.keep(key, (head, wheels, digest))[2]
-
-
-_DIGESTS: Memo[str, tuple[tuple[str, ...], tuple[WheelFile, ...], str]] = Memo(4096)  # by group key
+    """``_digest`` of ``head`` and the wheels' fingerprints."""
+    return _digest([*head, *(fingerprints[w.filename] for w in wheels)])
 
 
 def _digest(parts: Iterable[str]) -> str:
@@ -276,7 +251,7 @@ def _roots(label: str | None, projects: list[str]) -> dict[str, bytes]:
 def _project_pages(label: str | None, project: str, files: list[WheelFile]) -> dict[str, bytes]:
     simple_page = f"{layout.simple_root(label)}/{project}/index.html"
     json_page = f"{layout.json_root(label)}/{project}/index.json"
-    ordered = _ordered(files, since=simple_page)  # once for both pages: a project's page lists thousands of wheels
+    ordered = _ordered(files)  # once for both pages: a project's page lists thousands of wheels
     links = _links(simple_page, ordered)
     return {
         simple_page: _render(
@@ -290,7 +265,7 @@ def _findlinks_page(label: str, wheels: list[WheelFile]) -> bytes:
     page = layout.findlinks_path(label)
     first = wheels[0].name
     title = f"Wheels for torch {first.torch} + {accelerator_text(first.accelerator)} ({label})"
-    links = _links(page, _ordered(wheels, since=page))
+    links = _links(page, _ordered(wheels))
     return _render("simple_project.html", page=page, title=title, links=links, api_version=API_VERSION)
 
 
@@ -311,26 +286,8 @@ def _anchor_line(page: str, wheel: WheelFile) -> str:
 
 
 def _lines(page: str, ordered: Iterable[WheelFile], line: Callable[[str, WheelFile], str]) -> list[str]:
-    """``line(page, wheel)`` for each wheel, from the last run's text where ``page`` listed this very wheel object
-    (frozen; the catalog keeps it while its file is unchanged): one added wheel to a project's 5,000-wheel page
-    builds one line, not 5,000 (a dict lookup and an identity check each, where the lru_caches hash every field)."""
-    memo = _LINES.get(page)
-    if memo is None:
-        memo = _LINES.keep(page, {})
-    lines = []
-    for wheel in ordered:
-        remembered = memo.get(wheel.filename)
-        if remembered is None or remembered[0] is not wheel:
-            remembered = memo[wheel.filename] = (wheel, line(page, wheel))
-        lines.append(remembered[1])
-    if len(memo) > 2 * len(lines) + 1024:  # wheels gone from the page are let go
-        for filename in memo.keys() - {w.filename for w in ordered}:
-            del memo[filename]
-    return lines
-
-
-# {page: {filename: (the wheel, its text on that page)}}, for the pages rendered last (a site has a few hundred)
-_LINES: Memo[str, dict[str, tuple[WheelFile, str]]] = Memo(4096)
+    """``line(page, wheel)`` for each wheel, in page order."""
+    return [line(page, wheel) for wheel in ordered]
 
 
 def _anchor(href: str, wheel: WheelFile) -> str:
@@ -338,13 +295,11 @@ def _anchor(href: str, wheel: WheelFile) -> str:
     return _anchor_html(href, wheel.sha256, wheel.filename, python, metadata)
 
 
-@functools.lru_cache(maxsize=65536)  # a wheel's anchor on each of the few pages that list it, kept for the next run
 def _anchor_html(href: str, sha256: str, filename: str, requires_python: str | None, metadata_sha256: str) -> str:
     head = f'<a href="{markupsafe.escape(href)}#sha256={markupsafe.escape(sha256)}"'
     return head + _anchor_tail(filename, requires_python, metadata_sha256)
 
 
-@functools.lru_cache(maxsize=65536)
 def _anchor_tail(filename: str, requires_python: str | None, metadata_sha256: str) -> str:
     """The escaped part of a wheel's anchor that is the same on every page listing it (built once per run)."""
     escape = markupsafe.escape
@@ -376,7 +331,6 @@ def _json_line(page: str, w: WheelFile) -> str:
     )
 
 
-@functools.lru_cache(maxsize=65536)  # each wheel is on a few pages, and stays on them from run to run
 def _json_file(
     url: str, filename: str, sha256: str, metadata_sha256: str, size: int, upload_time: float, python: str | None
 ) -> str:
@@ -394,43 +348,11 @@ def _json_file(
     return json.dumps(entry, sort_keys=True, separators=(",", ":"))
 
 
-def _ordered(wheels: Iterable[WheelFile], *, since: str | None = None) -> list[WheelFile]:
+def _ordered(wheels: Iterable[WheelFile]) -> list[WheelFile]:
     """By project, version and filename. Each distinct version is ranked once (equal versions such as 1.0 and
     1.0.0 share a rank, as they compare equal), so the sort compares strings and integers, not Version objects:
-    a project's page sorts thousands of wheels. With ``since`` (a page), the order that page had in the last run
-    is kept: the same wheels give it as it was, and a few added wheels are put in place by bisection."""
-    wheels = list(wheels)
-    if since is not None and (remembered := _ORDERS.get(since)) is not None:
-        before, order = remembered
-        ordered = order if before == wheels else _inserted(order, wheels)
-        if ordered is not None:
-            return _remember_order(since, wheels, ordered)
-    ordered = _sorted(wheels)
-    return _remember_order(since, wheels, ordered) if since is not None else ordered
-
-
-def _inserted(order: list[WheelFile], wheels: list[WheelFile]) -> list[WheelFile] | None:
-    """The wheels of ``order`` still among ``wheels``, in that order, with the others of ``wheels`` put in place;
-    None when there are too many of those. A page's order is one of filenames, so each wheel is matched by its
-    filename: a wheel whose row was read again (its identity moved) is another object of the same place."""
-    given = {wheel.filename: wheel for wheel in wheels}
-    ordered = [given.pop(wheel.filename) for wheel in order if wheel.filename in given]
-    if len(given) > 64:
-        return None
-    for wheel in given.values():
-        bisect.insort(ordered, wheel, key=_order_key)
-    return ordered
-
-
-def _order_key(wheel: WheelFile) -> tuple[str, Version, str]:
-    return (wheel.name.project, _version(wheel.name.version), wheel.filename)
-
-
-def _remember_order(page: str, wheels: list[WheelFile], ordered: list[WheelFile]) -> list[WheelFile]:
-    return _ORDERS.keep(page, (wheels, ordered))[1]
-
-
-_ORDERS: Memo[str, tuple[list[WheelFile], list[WheelFile]]] = Memo(4096)  # by page: (the wheels given, in order)
+    a project's page sorts thousands of wheels."""
+    return _sorted(list(wheels))
 
 
 def _sorted(wheels: list[WheelFile]) -> list[WheelFile]:
@@ -449,7 +371,6 @@ def _version(text: str) -> Version:
     return Version(text)
 
 
-@functools.lru_cache(maxsize=65536)
 def _iso_time(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 

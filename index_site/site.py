@@ -17,7 +17,6 @@ import logging
 import os
 import shutil
 import stat
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,8 +28,8 @@ from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, holds_identity, regular_identity
 from index_site import layout, variants
 from index_site.catalog import Catalog, Rejection, ScanStats, refresh_identities, scan
-from index_site.memo import Memo
 from index_site.render import PageGroup, page_groups
+from index_site.state import IndexState, state_path
 from index_site.wheels import WheelFile, read_core_metadata
 
 log = logging.getLogger(__name__)
@@ -104,8 +103,13 @@ def _cycle_collection_paused() -> Iterator[None]:
 
 def _build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     recorded = _check_site(site, base_url)
+    with IndexState(state_path(output / "ledger.sqlite")) as state:
+        return _index(output, site, base_url, state, recorded)
+
+
+def _index(output: Path, site: Path, base_url: str, state: IndexState, recorded: _Recorded) -> IndexReport:
     manifest, previous_groups = recorded.files, recorded.groups
-    catalog = scan(output / "dist", output / "ledger.sqlite")
+    catalog = scan(output / "dist", output / "ledger.sqlite", state)
     pages, reused, groups = render_changed(catalog, site, manifest, previous_groups, base_url=base_url)
     twins = variants.scan_twins(output / variants.ROOT)  # the variant channel; absent until the build makes twins
     pages.update(variants.render_channel(twins))  # small and cheap: rendered every run, written only when changed
@@ -114,7 +118,7 @@ def _build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
     )
     written, linked = apply_plan(plan, site, base_url=base_url, identities=catalog.identities, recorded=recorded)
     if linked:
-        refresh_identities(output / "ledger.sqlite", linked, output / "dist")
+        refresh_identities(state, catalog, linked)
     return IndexReport(
         site=site,
         wheels=len(catalog.wheels),
@@ -260,7 +264,7 @@ def apply_plan(
     *,
     base_url: str,
     identities: Mapping[str, FileIdentity] | None = None,
-    recorded: tuple[Mapping[str, FileRecord], Mapping[str, Any], str | None] | None = None,
+    recorded: _Recorded | None = None,
 ) -> tuple[tuple[str, ...], dict[str, FileIdentity]]:
     """Write the plan: files first, then pages tier by tier, then prune, then the manifest (unless it would say
     what ``recorded``, the manifest read at the start, says). Returns what was written, and the new identities of
@@ -288,9 +292,8 @@ def apply_plan(
     for path in plan.stale:
         (site / path).unlink(missing_ok=True)
         _remove_empty_parents(site, site / path)
-    if recorded != (records, plan.groups, base_url):  # then its bytes differ too: no need to read them first
-        since = recorded if isinstance(recorded, _Recorded) else None
-        _write_manifest(site, records, base_url, plan.groups, compare=False, since=since)
+    if recorded is None or recorded[:3] != (records, plan.groups, base_url):  # its bytes differ too: not read
+        _write_manifest(site, records, base_url, plan.groups, compare=False, since=recorded)
     written = (*(path for _, path, _ in plan.links), *(path for _, path, _ in plan.metadata), *pages)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
     return written, linked
@@ -383,44 +386,25 @@ _MAX_MANIFEST_BYTES = 1 << 28  # ~2 million files; a bigger one is not ours
 
 
 class _Recorded(NamedTuple):
-    """What a site's manifest says: its files' records, its page groups, the base URL it was indexed for."""
+    """What a site's manifest says (its files' records, its page groups, the base URL it was indexed for), and
+    where its file stood when read: its identity, the size of its document and of the change lines after it
+    (None: the file must be rewritten whole before anything is appended)."""
 
     files: dict[str, FileRecord]
     groups: dict[str, tuple[str, tuple[str, ...]]]
     base_url: str | None
-
-
-# The manifest this process last wrote or read into each site, with the identity its file had then and the sizes
-# of its document and of the change lines after it (None: the file must be rewritten whole before anything is
-# appended). While the marker keeps that identity (its ctime included, which every write moves and no user can
-# set), its bytes are the ones parsed, so the next run of a long-lived process takes the records as they are
-# instead of decoding 4 MB of JSON again; any other file there, even with the same name and size, is read and
-# checked in full.
-_MANIFESTS: Memo[str, tuple[FileIdentity, _Recorded, int, int | None]] = Memo(8)  # a test run makes hundreds
+    marker: FileIdentity | None = None
+    size: int = 0
+    changes: int | None = None
 
 
 def _recorded_manifest(site: Path) -> _Recorded:
+    """The manifest as the run starts; the identity is taken before reading, so a change during the read shows."""
     marker = os.path.abspath(site / layout.SITE_MARKER)
     before = _identity(marker)
-    remembered = _MANIFESTS.get(marker)
-    if remembered is not None and before == remembered[0]:
-        return remembered[1]
     document, changes = _read_marker_state(site)
-    recorded = _Recorded(_records(document), _groups(document), document.get("base_url"))
-    if before is not None:  # kept only if the file read is the one whose identity came first
-        size = before.size - (changes or 0)
-        _remember_manifest(site, recorded, size, changes, before)
-    return recorded
-
-
-def _remember_manifest(
-    site: Path, recorded: _Recorded, size: int, changes: int | None, expected: FileIdentity | None = None
-) -> None:
-    """Keep ``recorded`` as what the marker says: just written, or read while it had the identity ``expected``."""
-    marker = os.path.abspath(site / layout.SITE_MARKER)
-    identity = _identity(marker)
-    if identity is not None and (expected is None or expected == identity):
-        _MANIFESTS.keep(marker, (identity, recorded, size, changes))
+    size = before.size - (changes or 0) if before is not None else 0
+    return _Recorded(_records(document), _groups(document), document.get("base_url"), before, size, changes)
 
 
 def _check_site(site: Path, base_url: str) -> _Recorded:
@@ -449,47 +433,41 @@ def _write_manifest(
     compare: bool = True,
     since: _Recorded | None = None,
 ) -> None:
-    """Write the manifest: as one line of changes appended to the file when it still says ``since`` and the lines
-    appended since it was written whole stay under an eighth of it (one added wheel changes a dozen records of
-    20,000: a few kB, where the whole file is 4 MB), else whole."""
+    """Write the manifest: as one line of changes appended to the file when it is still the one read as ``since``
+    and the lines appended since it was written whole stay under an eighth of it (one added wheel changes a dozen
+    records of 20,000: a few kB, where the whole file is 4 MB), else whole."""
     recorded = _Recorded(dict(records), dict(groups or {}), base_url)
     if since is not None and _append_changes(site, since, recorded):
         return
     page_groups = {key: [digest, list(paths)] for key, (digest, paths) in sorted((groups or {}).items())}
     head = json.dumps({"generator": "wheelwright", "base_url": base_url}, separators=(",", ":"))
-    files = ",".join(_file_entries(records))
+    files = ",".join(_file_entry(path, records[path]) for path in sorted(records))
     tail = json.dumps(page_groups, separators=(",", ":"))
-    # the bytes json.dumps gives the whole document, with each file's entry from _FILE_ENTRIES
+    # the bytes json.dumps gives the whole document
     content = f'{head[:-1]},"files":{{{files}}},"groups":{tail}}}\n'.encode()
     if not compare or _current_bytes(site / layout.SITE_MARKER) != content:
         write_atomic(site / layout.SITE_MARKER, content)
-    _remember_manifest(site, recorded, len(content), 0)
 
 
 def _append_changes(site: Path, since: _Recorded, recorded: _Recorded) -> bool:
-    """Append what differs from ``since`` to the marker, if it is still the file this process read or wrote as
+    """Append what differs from ``since`` to the marker, if it still has the identity it had when read as
     ``since`` and there is room; False where the manifest must be written whole instead."""
-    marker = os.path.abspath(site / layout.SITE_MARKER)
-    remembered = _MANIFESTS.get(marker)
-    if remembered is None or remembered[1] is not since or since.base_url != recorded.base_url:
+    if since.marker is None or since.changes is None or since.base_url != recorded.base_url:
         return False
-    identity, _, size, changes = remembered
-    if changes is None:  # a torn line at its end
-        return False
-    room = size // _CHANGES_FRACTION - changes
+    room = since.size // _CHANGES_FRACTION - since.changes
     line = _change_line(since, recorded, room)
     if line is None or len(line) > room:
         return False
+    marker = os.path.abspath(site / layout.SITE_MARKER)
     fd = os.open(marker, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        if _identity_of(os.fstat(fd)) != identity:  # rewritten behind this process
+        if _identity_of(os.fstat(fd)) != since.marker:  # rewritten behind this run
             return False
         view = memoryview(line)
         while view:
             view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
-    _remember_manifest(site, recorded, size, changes + len(line))
     return True
 
 
@@ -526,38 +504,9 @@ def _identity_of(status: os.stat_result) -> FileIdentity | None:
     return FileIdentity(status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
-def _file_entries(records: Mapping[str, FileRecord]) -> list[str]:
-    """Each file's ``"path":[sha256,inode,size,mtime_ns,ctime_ns]`` in path order, as JSON text kept from the last
-    write while its record is equal: one added wheel re-encodes a dozen entries of the 20,000, not all of them."""
-    entries = []
-    for path in _sorted_paths(records):
-        record = records[path]
-        remembered = _FILE_ENTRIES.get(path)
-        if remembered is None or remembered[0] != record:
-            text = json.dumps(path) + ":" + json.dumps([record[0], *record[1]], separators=(",", ":"))
-            remembered = _FILE_ENTRIES[path] = (record, text)
-        entries.append(remembered[1])
-    _FILE_ENTRIES.forget_except(records, slack=4096)  # files gone from the sites written last
-    return entries
-
-
-# {site path: (its record, its manifest entry)}: shared by the sites of one process, compared by value
-_FILE_ENTRIES: Memo[str, tuple[FileRecord, str]] = Memo(1 << 20)
-
-
-def _sorted_paths(records: Mapping[str, FileRecord]) -> list[str]:
-    """``sorted(records)``, from the order of the last manifest written: its paths still there, then the new ones,
-    sorted again (nearly in order already, so the sort is a merge, not 20,000 string comparisons times log)."""
-    paths = [path for path in _PATH_ORDER if path in records]
-    if len(paths) < len(records):
-        known = set(paths)
-        paths += [path for path in records if path not in known]
-    paths.sort()
-    _PATH_ORDER[:] = paths
-    return paths
-
-
-_PATH_ORDER: list[str] = []  # the paths of the manifest written last, sorted
+def _file_entry(path: str, record: FileRecord) -> str:
+    """A file's ``"path":[sha256,inode,size,mtime_ns,ctime_ns]``, the bytes json.dumps gives it."""
+    return json.dumps(path) + ":" + json.dumps([record[0], *record[1]], separators=(",", ":"))
 
 
 def _identity(path: str | Path) -> FileIdentity | None:
@@ -694,12 +643,12 @@ def _managed_files(site: Path, device: int | None = None) -> dict[str, int | Non
 def _files_under(folder: str, prefix: str, device: int | None, files: dict[str, int | None]) -> None:
     """Site paths of everything under ``folder`` but real folders (a symlink to one is listed, never entered):
     os.scandir's entry types and inode numbers, without a stat or a Path per file, since the site holds two files
-    per wheel; one lstat per folder, for its filesystem and its identity (see _listing)."""
+    per wheel; one lstat per folder, for its filesystem."""
     try:
         status = os.lstat(folder)
     except OSError:  # as os.walk did: a folder that cannot be listed is left as it is
         return
-    listing = _listing(folder, prefix, status)
+    listing = _listing(folder, prefix)
     if listing is None:
         return
     found, folders = listing
@@ -708,19 +657,9 @@ def _files_under(folder: str, prefix: str, device: int | None, files: dict[str, 
         _files_under(f"{folder}/{name}", f"{prefix}{name}/", device, files)
 
 
-def _listing(folder: str, prefix: str, status: os.stat_result) -> tuple[dict[str, int | None], list[str]] | None:
+def _listing(folder: str, prefix: str) -> tuple[dict[str, int | None], list[str]] | None:
     """What ``folder`` holds: {site path: inode number of a regular file, else None} and its real folders' names;
-    None when it cannot be listed. A folder's entries (names, types, inode numbers) change only with its mtime and
-    ctime, and nobody can set a ctime, so the listing is kept while the folder keeps the identity it had before it
-    was listed: a re-index lists the few folders it wrote into, not all 400. Only a folder last changed well
-    before the listing began is kept: a change within the same tick of the filesystem's clock would leave the
-    times as they were."""
-    identity = (status.st_dev, status.st_ino, status.st_mtime_ns, status.st_ctime_ns)
-    key = (folder, prefix)
-    remembered = _LISTINGS.get(key)
-    if remembered is not None and remembered[0] == identity:
-        return remembered[1]
-    started = time.time_ns()
+    None when it cannot be listed."""
     found: dict[str, int | None] = {}
     folders = []
     try:
@@ -731,17 +670,7 @@ def _listing(folder: str, prefix: str, status: os.stat_result) -> tuple[dict[str
                 found[prefix + entry.name] = entry.inode() if entry.is_file(follow_symlinks=False) else None
     except OSError:
         return None
-    listing = (found, folders)
-    if max(status.st_mtime_ns, status.st_ctime_ns) < started - _SETTLED_NS:
-        _LISTINGS.keep(key, (identity, listing))
-    return listing
-
-
-# {(folder, its site path): (its identity when listed, the listing)}, for _listing
-_LISTINGS: Memo[tuple[str, str], tuple[tuple[int, int, int, int], tuple[dict[str, int | None], list[str]]]] = Memo(
-    1 << 14
-)
-_SETTLED_NS = 2_000_000_000  # far more than any filesystem's clock tick, or the skew of a network one's clock
+    return found, folders
 
 
 def _remove_empty_parents(site: Path, path: Path) -> None:

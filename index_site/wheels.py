@@ -9,9 +9,9 @@ import json
 import os
 import re
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from packaging.metadata import parse_email
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -39,9 +39,9 @@ class RejectedWheel(ValueError):
     """A file in dist/ the index refuses to list; the message says why."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class WheelName:
-    """A wheel filename, parsed: ``causal_conv1d-1.7.0+pt214cu130-cp311-cp311-linux_x86_64.whl``."""
+class WheelName(NamedTuple):
+    """A wheel filename, parsed: ``causal_conv1d-1.7.0+pt214cu130-cp311-cp311-linux_x86_64.whl``. A tuple: the
+    index builds one per wheel of dist/ on every run, 100,000 in a farm's."""
 
     filename: str
     project: str  # canonical: causal-conv1d
@@ -61,8 +61,7 @@ class WheelName:
         return _pythons_of(self.python_tag, self.abi_tag)
 
 
-@dataclass(frozen=True, kw_only=True)
-class CoreMetadata:
+class CoreMetadata(NamedTuple):
     """The fields of a wheel's METADATA the index shows, plus the digest of the file served beside the wheel."""
 
     sha256: str
@@ -71,8 +70,7 @@ class CoreMetadata:
     summary: str | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class WheelFile:
+class WheelFile(NamedTuple):
     """A wheel the index lists: its name, the digest and size of its bytes and its core metadata."""
 
     name: WheelName
@@ -80,11 +78,10 @@ class WheelFile:
     size: int
     metadata: CoreMetadata
     upload_time: float  # when the index first saw these bytes (seconds since the epoch)
-    # name.filename, kept as a field: read some 150,000 times a re-index, where a property costs a call each time
-    filename: str = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "filename", self.name.filename)
+    @property
+    def filename(self) -> str:
+        return self.name[0]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,21 +141,34 @@ def parse_wheel_name(filename: str) -> WheelName:
     )
 
 
+def accepted_name(filename: str, labels: dict[str, tuple[str, Accelerator]]) -> WheelName:
+    """The parsed name of ``filename``, which parse_wheel_name and check_variant accepted under the same checks
+    (the index state's verdict): split into its parts, not judged again. ``labels``: the run's parsed labels."""
+    parts = filename[:-4].split("-")
+    dist, version = parts[0], parts[1]
+    public, _, label = version.partition("+")
+    release = labels.get(label)
+    if release is None:
+        release = labels[label] = parse_label(label)
+    # a name parse_wheel_name accepted is in normal form: its project is the lower-case dist with '-' for '_'
+    return WheelName(filename, dist.replace("_", "-"), version, public, label, *release, *parts[-3:])
+
+
 # WheelFilename.parse (packaging's parse_wheel_filename) checks the name and version part and the tags part of a
 # name without a build tag independently of each other, so a name passes it exactly when both halves pass it
 # with a neutral other half. A farm's 10,000 names have a few hundred of each: parsing every name whole was most
 # of a re-index's time to read dist/.
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=4096)
 def _check_name_version(dist: str, version: str) -> None:
     WheelFilename.parse(f"{dist}-{version}-py3-none-any.whl")
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=4096)
 def _check_tags(tags: str) -> None:
     WheelFilename.parse(f"x-0-{tags}.whl")
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=4096)
 def _release_of(dist: str, raw_version: str) -> tuple[str, str, str, str, str, Accelerator]:
     """Project, version, public version, label, torch minor and accelerator of a name-version pair (thousands of
     wheels share one), each required to be written in normal form already; ValueError says what is wrong."""

@@ -55,13 +55,13 @@ def wheelhouse(tmp: Path, specs: list[WheelSpec]) -> Path:
 # (case, target, call in a cold run, call in an incremental run): where the process dies; None: not a point there
 INDEX_KILLS = [
     ("while-hashing", "index_site.catalog:sha256_stream", 2, 2),
-    ("before-the-hash-cache-is-written", "index_site.catalog:HashCache.update", 1, 1),
+    ("before-the-index-state-is-written", "index_site.state:IndexState.write", 1, 1),
     ("placing-the-first-wheel", "os:link", 1, 1),
     ("placing-a-later-wheel", "os:link", 3, 2),
     ("writing-metadata", "index_site.site:_write_atomic", 2, 2),
     ("writing-pages", "index_site.site:_write_atomic", 8, 8),
     ("before-the-manifest", "index_site.site:_write_manifest", 2, 1),
-    ("before-identities-are-refreshed", "index_site.catalog:HashCache.refresh", 1, 1),
+    ("before-identities-are-refreshed", "index_site.state:IndexState.write", 2, 2),
     ("pruning", "index_site.site:_remove_empty_parents", None, 1),
 ]
 KILL_POINTS = [
