@@ -16,6 +16,7 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from builder.core import resources
 from builder.core.errors import FileSystemError
@@ -24,16 +25,22 @@ from builder.core.ledger import Ledger, LedgerEntry
 from builder.plan.facts import Accelerator
 from index_site.state import IndexState, WheelRow, state_path
 from index_site.wheels import (
+    MAX_METADATA_BYTES,
+    MAX_PROVENANCE_BYTES,
+    METADATA,
+    PROVENANCE,
     CoreMetadata,
     GpuArchs,
     RejectedWheel,
     WheelFile,
+    WheelName,
     accepted_name,
     check_core_metadata,
+    check_provenance,
     check_variant,
     parse_gpu_archs,
     parse_wheel_name,
-    read_core_metadata,
+    read_dist_info,
 )
 
 log = logging.getLogger(__name__)
@@ -219,8 +226,7 @@ def _judge_one(
     with os.fdopen(open_regular(path), "rb") as file:
         identity = FileIdentity.of(os.fstat(file.fileno()))
         try:
-            data = read_core_metadata(file, name)
-            metadata = check_core_metadata(data, name)
+            data, metadata = _read_checked(file, name)
         except RejectedWheel as error:
             log.info("not indexed: %s", error)
             return _refused(filename, identity, CONTENT, str(error)), "", None
@@ -240,6 +246,16 @@ def _judge_one(
     return row, source, data
 
 
+def _read_checked(file: BinaryIO, name: WheelName) -> tuple[bytes, CoreMetadata]:
+    """METADATA, checked against the name, and the provenance record where the wheel has one (bounded reads)."""
+    wanted = {METADATA: MAX_METADATA_BYTES, PROVENANCE: MAX_PROVENANCE_BYTES}
+    found = read_dist_info(file, name.filename, wanted, required=(METADATA,))
+    metadata = check_core_metadata(found[METADATA], name)
+    if PROVENANCE in found:
+        check_provenance(found[PROVENANCE], name)
+    return found[METADATA], metadata
+
+
 def _refused(filename: str, identity: tuple[int, int, int, int], stage: str, reason: str) -> WheelRow:
     return WheelRow(filename, *identity, stage, reason, "", "", 0, None, None, 0.0, None)
 
@@ -253,15 +269,3 @@ def _archs(wheels: Collection[str], recorded: Mapping[str, tuple[str, str]]) -> 
         if parsed is not None:
             archs[filename] = parsed
     return archs
-
-
-def refresh_identities(state: IndexState, catalog: Catalog, identities: Mapping[str, FileIdentity]) -> None:
-    """Record new identities of unchanged bytes (placing a hard link changes the file's ctime alone: the same
-    inode, size and mtime are the same bytes)."""
-    rows = []
-    for filename, identity in identities.items():
-        row = catalog.rows.get(filename)
-        if row is not None and row.identity[:3] == tuple(identity[:3]):
-            rows.append(row._replace(ctime_ns=identity.ctime_ns))
-    state.write(wheels=rows)
-

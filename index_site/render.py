@@ -25,8 +25,7 @@ import markupsafe
 from packaging.version import Version
 
 from builder.core import resources
-from builder.doctor.standalone import standalone_source
-from index_site import layout
+from index_site import layout, variants
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text
 from index_site.manifest import release_manifest
@@ -133,9 +132,31 @@ def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
     archs = sorted(f"{name}\0{archs!r}" for name, archs in catalog.archs.items())
     digest = _wheels_digest("pages", (base_url, *failures, *archs), catalog.wheels, fingerprints)
     groups.append(_people_group(catalog, digest, base_url))
-    doctor = standalone_source(base_url).encode()  # cheap to make; its digest is its own bytes
-    digest = _digest([hashlib.sha256(doctor).hexdigest()])
-    groups.append(PageGroup(key="doctor", digest=digest, render=lambda: {layout.DOCTOR: doctor}))
+    groups.append(_doctor_group(base_url))
+    return groups
+
+
+def _doctor_group(base_url: str) -> PageGroup:
+    """doctor.py, made from the doctor's modules and the base URL: its digest is theirs, so a run that need not
+    write it does not make it (a tenth of a second)."""
+    from builder.doctor import standalone
+
+    root = Path(standalone.__file__).parents[2]
+    sources = [root / f"{name.replace('.', '/')}.py" for name in standalone.MODULES] + [Path(standalone.__file__)]
+    digest = _digest(["doctor", base_url, *(hashlib.sha256(path.read_bytes()).hexdigest() for path in sources)])
+    return PageGroup(
+        key="doctor", digest=digest, render=lambda: {layout.DOCTOR: standalone.standalone_source(base_url).encode()}
+    )
+
+
+def channel_groups(twins: Sequence[variants.VariantWheel]) -> list[PageGroup]:
+    """The variant channel's pages (variants.py): one group per channel, every torch's and each torch minor's."""
+    groups = []
+    for torch_tag, members in variants.by_channel(twins).items():
+        key = f"channel:{torch_tag or 'all'}"
+        digest = _digest([key, *(variants.fingerprint(twin) for twin in members)])
+        render = functools.partial(variants.channel_pages, torch_tag, members)
+        groups.append(PageGroup(key=key, digest=digest, render=render))
     return groups
 
 
@@ -213,7 +234,8 @@ def _code_digest() -> str:
     digest = hashlib.sha256(API_VERSION.encode())
     package = Path(__file__).parent
     sources = [path for path in sorted((package / "templates").rglob("*")) if path.is_file()]
-    modules = [package / f"{name}.py" for name in ("render", "landing", "pages", "setups", "manifest", "layout")]
+    names = ("render", "landing", "pages", "setups", "manifest", "layout", "variants")
+    modules = [package / f"{name}.py" for name in names]
     for path in [*sources, *modules]:
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()

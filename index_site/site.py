@@ -27,10 +27,18 @@ from builder.core.errors import ConfigError, FileSystemError
 from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, holds_identity, regular_identity
 from index_site import layout, variants
-from index_site.catalog import Catalog, Rejection, ScanStats, refresh_identities, scan
-from index_site.render import PageGroup, page_groups
+from index_site.catalog import Catalog, Rejection, ScanStats, scan
+from index_site.render import PageGroup, channel_groups, page_groups
 from index_site.state import IndexState, state_path
-from index_site.wheels import WheelFile, read_core_metadata
+from index_site.twins import TwinMaker, TwinReport, settle_twins
+from index_site.wheels import (
+    MAX_METADATA_BYTES,
+    MAX_PROVENANCE_BYTES,
+    METADATA,
+    RejectedWheel,
+    WheelFile,
+    read_dist_info,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +61,7 @@ class FileRecord(NamedTuple):
 @dataclass(frozen=True, kw_only=True)
 class SitePlan:
     links: tuple[_Link, ...]  # (wheel in dist/ or variant/, site path, wheel): link or copy
-    metadata: tuple[tuple[Path, str, WheelFile], ...]  # (wheel in dist/, site path of its .metadata, wheel)
+    metadata: tuple[Extract, ...]  # files taken out of a wheel or twin: .metadata, .provenance.json
     metadata_bytes: Mapping[str, bytes]  # METADATA already read from wheels this run, by filename
     pages: Mapping[str, bytes]  # only pages whose bytes differ from what is on disk
     digests: Mapping[str, str] = field(default_factory=dict)  # sha256 of those pages, worked out while planning
@@ -77,12 +85,14 @@ class IndexReport:
     written: tuple[str, ...]  # site paths written this run (wheels linked, metadata, pages)
     deleted: tuple[str, ...]
     unchanged: int
+    twins: TwinReport = field(default_factory=TwinReport)
 
 
-def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
-    """Index ``output``/dist with ``output``/ledger.sqlite into ``site``."""
+def build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | None = None) -> IndexReport:
+    """Index ``output``/dist with ``output``/ledger.sqlite into ``site``; ``twins`` makes and checks the variant
+    twins of ``output``/variant (without it none is published)."""
     with _cycle_collection_paused():
-        return _build_site(output, site, base_url=base_url)
+        return _build_site(output, site, base_url=base_url, twins=twins)
 
 
 @contextmanager
@@ -101,24 +111,36 @@ def _cycle_collection_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
+def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | None) -> IndexReport:
     recorded = _check_site(site, base_url)
     with IndexState(state_path(output / "ledger.sqlite")) as state:
-        return _index(output, site, base_url, state, recorded)
+        return _index(output, site, base_url, state, recorded, twins)
 
 
-def _index(output: Path, site: Path, base_url: str, state: IndexState, recorded: _Recorded) -> IndexReport:
+def _index(
+    output: Path, site: Path, base_url: str, state: IndexState, recorded: _Recorded, maker: TwinMaker | None
+) -> IndexReport:
     manifest, previous_groups = recorded.files, recorded.groups
     catalog = scan(output / "dist", output / "ledger.sqlite", state)
-    pages, reused, groups = render_changed(catalog, site, manifest, previous_groups, base_url=base_url)
-    twins = variants.scan_twins(output / variants.ROOT)  # the variant channel; absent until the build makes twins
-    pages.update(variants.render_channel(twins))  # small and cheap: rendered every run, written only when changed
-    plan = plan_site(
-        catalog, pages, output / "dist", site, manifest, reused=reused, groups=groups, extra_files=variants.files(twins)
+    twins = settle_twins(catalog, output / "dist", output / variants.ROOT, state, maker)
+    pages, reused, groups = render_changed(
+        catalog, site, manifest, previous_groups, base_url=base_url, extra=channel_groups(twins.twins)
     )
-    written, linked = apply_plan(plan, site, base_url=base_url, identities=catalog.identities, recorded=recorded)
+    plan = plan_site(
+        catalog,
+        pages,
+        output / "dist",
+        site,
+        manifest,
+        reused=reused,
+        groups=groups,
+        extra_files=variants.files(twins.twins),
+        extracted=[Extract(*entry) for entry in variants.extracted(twins.twins)],
+    )
+    identities = {**catalog.identities, **{twin.filename: FileIdentity(*twin.identity) for twin in twins.twins}}
+    written, linked = apply_plan(plan, site, base_url=base_url, identities=identities, recorded=recorded)
     if linked:
-        refresh_identities(state, catalog, linked)
+        state.refresh({name: (identities[name], identity) for name, identity in linked.items()})
     return IndexReport(
         site=site,
         wheels=len(catalog.wheels),
@@ -129,6 +151,7 @@ def _index(output: Path, site: Path, base_url: str, state: IndexState, recorded:
         written=written,
         deleted=plan.stale,
         unchanged=plan.unchanged,
+        twins=twins,
     )
 
 
@@ -139,6 +162,7 @@ def render_changed(
     previous: Mapping[str, tuple[str, tuple[str, ...]]],
     *,
     base_url: str,
+    extra: Sequence[PageGroup] = (),
 ) -> tuple[dict[str, bytes], dict[str, FileRecord], dict[str, tuple[str, tuple[str, ...]]]]:
     """Render only the page groups whose inputs moved since the last run, or whose pages are no longer exactly
     as recorded; a group in parts settles each part the same way. Returns the rendered pages, the records of pages
@@ -163,7 +187,7 @@ def render_changed(
         groups[group.key] = (group.digest, paths)
         return paths
 
-    for group in page_groups(catalog, base_url=base_url):
+    for group in [*page_groups(catalog, base_url=base_url), *extra]:
         settle(group)
     return pages, reused, groups
 
@@ -178,19 +202,27 @@ def plan_site(
     reused: Mapping[str, FileRecord] | None = None,
     groups: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
     extra_files: Sequence[tuple[Path, str, variants.VariantWheel]] = (),
+    extracted: Sequence[Extract] = (),
 ) -> SitePlan:
     """Compare what the site should hold with what it holds; nothing is written here. ``reused`` are pages known
     to be in place without rendering them (see render_changed); ``extra_files`` are other immutable files to place
-    like the wheels (the variant channel's twins)."""
+    like the wheels (the variant channel's twins), ``extracted`` files taken out of them."""
     entries = _managed_files(site, _device(dist))
     links, metadata, kept = _plan_files(catalog, dist, site, manifest, entries)
     kept.update(reused or {})
+    root = os.fspath(site) + "/"
     for source, path, twin in extra_files:
-        record = _placed_wheel(os.path.join(site, path), twin.sha256, None, manifest.get(path))
+        record = _placed_wheel(root + path, twin.sha256, FileIdentity(*twin.identity), manifest.get(path))
         if record is not None:
             kept[path] = record
         else:
             links.append((source, path, twin))
+    for extract in extracted:
+        record = _extracted_in_place(root, extract, manifest, entries)
+        if record is not None:
+            kept[extract.path] = record
+        else:
+            metadata.append(extract)
     changed, digests = {}, {}
     for path, content in pages.items():
         record, digests[path] = _page_in_place(site, path, content, manifest.get(path))
@@ -198,7 +230,8 @@ def plan_site(
             kept[path] = record
         else:
             changed[path] = content
-    stale = tuple(sorted(entries.keys() - kept.keys() - changed.keys() - {path for _, path, _ in links + metadata}))
+    placed = {path for _, path, _ in links} | {extract.path for extract in metadata}
+    stale = tuple(sorted(entries.keys() - kept.keys() - changed.keys() - placed))
     return SitePlan(
         links=tuple(links),
         metadata=tuple(metadata),
@@ -211,7 +244,28 @@ def plan_site(
     )
 
 
-_Placement = tuple[Path, str, WheelFile]  # (the wheel in dist/, its path in the site, what the catalog knows)
+class Extract(NamedTuple):
+    """A file of the site taken out of a wheel or twin: its ``.metadata`` or ``.provenance.json``."""
+
+    source: Path  # the wheel in dist/ or the twin in variant/
+    path: str  # its path in the site
+    member: str  # the file of the archive's .dist-info folder: METADATA or wheelwright.json
+    sha256: str  # of those bytes, as the catalog or the twin check read them
+
+
+def _extracted_in_place(
+    root: str, extract: Extract, manifest: Mapping[str, FileRecord], entries: Mapping[str, int | None]
+) -> FileRecord | None:
+    """The manifest's record of ``extract`` if the site's file is still the one it records with that digest."""
+    record = manifest.get(extract.path)
+    if (
+        record is not None
+        and record[0] == extract.sha256
+        and extract.path in entries  # else not there
+        and holds_identity(root + extract.path, record[1])
+    ):
+        return record
+    return None
 
 
 def _plan_files(
@@ -220,11 +274,11 @@ def _plan_files(
     site: Path,
     manifest: Mapping[str, FileRecord],
     entries: Mapping[str, int | None],
-) -> tuple[list[_Link], list[_Placement], dict[str, FileRecord]]:
+) -> tuple[list[_Link], list[Extract], dict[str, FileRecord]]:
     """Wheels to link and .metadata files to write, and the records of those already in place. ``entries``: the
     site's files with the inode numbers of those that may be hard links into dist/ (see _managed_files)."""
     links: list[_Link] = []
-    metadata: list[_Placement] = []
+    metadata: list[Extract] = []
     kept: dict[str, FileRecord] = {}
     root = os.fspath(site) + "/"  # string paths, checks inline: this loop runs for every wheel on every index
     identities = catalog.identities
@@ -244,17 +298,12 @@ def _plan_files(
                 kept[path] = record
             else:
                 links.append((dist / filename, path, wheel))
-        path += ".metadata"
-        record = manifest.get(path)
-        if (
-            record is not None
-            and record[0] == wheel.metadata.sha256
-            and path in entries  # else not there
-            and holds_identity(root + path, record[1])
-        ):
-            kept[path] = record
-            continue
-        metadata.append((dist / filename, path, wheel))
+        extract = Extract(dist / filename, path + ".metadata", METADATA, wheel.metadata.sha256)
+        record = _extracted_in_place(root, extract, manifest, entries)
+        if record is not None:
+            kept[extract.path] = record
+        else:
+            metadata.append(extract)
     return links, metadata, kept
 
 
@@ -272,17 +321,14 @@ def apply_plan(
     records = dict(plan.kept)
     linked = {}
     for source, path, wheel in plan.links:
-        # a twin (variant/) is not in dist/: no identity of the catalog's to hold it to
-        expected = (identities or {}).get(wheel.filename) if isinstance(wheel, WheelFile) else None
+        expected = (identities or {}).get(wheel.filename)
         placed = _place_wheel(source, site / path, expected)
         records[path] = FileRecord(sha256=wheel.sha256, identity=placed)
         if expected is not None and placed.inode == expected.inode:
             linked[wheel.filename] = placed
-    for source, path, wheel in plan.metadata:
-        content = plan.metadata_bytes.get(wheel.filename) or read_core_metadata(source, wheel.name)
-        if hashlib.sha256(content).hexdigest() != wheel.metadata.sha256:
-            raise _changed(source)
-        records[path] = FileRecord(sha256=wheel.metadata.sha256, identity=_write_atomic(site / path, content))
+    for extract in plan.metadata:
+        content = _extract(extract, plan.metadata_bytes)
+        records[extract.path] = FileRecord(sha256=extract.sha256, identity=_write_atomic(site / extract.path, content))
     pages = sorted(plan.pages, key=lambda p: (layout.kind_of(p).tier, p))
     for path in pages:
         content = plan.pages[path]
@@ -294,9 +340,26 @@ def apply_plan(
         _remove_empty_parents(site, site / path)
     if recorded is None or recorded[:3] != (records, plan.groups, base_url):  # its bytes differ too: not read
         _write_manifest(site, records, base_url, plan.groups, compare=False, since=recorded)
-    written = (*(path for _, path, _ in plan.links), *(path for _, path, _ in plan.metadata), *pages)
+    written = (*(path for _, path, _ in plan.links), *(extract.path for extract in plan.metadata), *pages)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
     return written, linked
+
+
+def _extract(extract: Extract, read: Mapping[str, bytes]) -> bytes:
+    """The member's bytes (METADATA the catalog read this run, else from the archive), which must still have the
+    digest the catalog or the twin check recorded."""
+    source = extract.source
+    content = read.get(source.name) if extract.member == METADATA else None
+    if content is None:
+        try:
+            most = {METADATA: MAX_METADATA_BYTES}.get(extract.member, MAX_PROVENANCE_BYTES)
+            found = read_dist_info(source, source.name, {extract.member: most}, required=(extract.member,))
+            content = found[extract.member]
+        except RejectedWheel:
+            raise _changed(source) from None
+    if hashlib.sha256(content).hexdigest() != extract.sha256:
+        raise _changed(source)
+    return content
 
 
 def load_manifest(site: Path) -> dict[str, FileRecord]:
@@ -309,10 +372,11 @@ def _records(document: Mapping[str, Any]) -> dict[str, FileRecord]:
     # Damaged numbers need no check here: they never equal a real file's, so the file is verified again.
     # tuple.__new__ builds the named tuples without their per-call checks: two per file of the site, every run.
     new = tuple.__new__
+    files = document.get("files")
     return {
         path: new(FileRecord, (raw[0], new(FileIdentity, raw[1:])))
-        for path, raw in document.get("files", {}).items()
-        if type(raw) is list and len(raw) == 5
+        for path, raw in (files.items() if isinstance(files, dict) else ())
+        if type(raw) is list and len(raw) == 5 and type(raw[0]) is str
     }
 
 
@@ -323,7 +387,8 @@ def load_groups(site: Path) -> dict[str, tuple[str, tuple[str, ...]]]:
 
 def _groups(document: Mapping[str, Any]) -> dict[str, tuple[str, tuple[str, ...]]]:
     groups = {}
-    for key, raw in document.get("groups", {}).items():
+    found = document.get("groups")
+    for key, raw in found.items() if isinstance(found, dict) else ():
         if isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], str) and isinstance(raw[1], list):
             groups[key] = (raw[0], tuple(str(path) for path in raw[1]))
     return groups
@@ -331,7 +396,8 @@ def _groups(document: Mapping[str, Any]) -> dict[str, tuple[str, tuple[str, ...]
 
 def site_base_url(site: Path) -> str | None:
     """The public URL the site was indexed for (its landing page's install commands point there)."""
-    return _read_marker(site).get("base_url")
+    base_url = _read_marker(site).get("base_url")
+    return base_url if isinstance(base_url, str) else None
 
 
 def _read_marker(site: Path) -> dict[str, Any]:
@@ -351,8 +417,8 @@ def _read_marker_state(site: Path) -> tuple[dict[str, Any], int | None]:
             document = json.loads(head)
     except FileNotFoundError:
         return {}, 0
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"{marker}: unreadable ({error})", tip="delete it and index again") from None
+    except (OSError, ValueError, RecursionError) as error:
+        raise ConfigError(f"{marker}: unreadable ({str(error)[:200]})", tip="delete it and index again") from None
     if not isinstance(document, dict) or document.get("generator") != "wheelwright":
         raise ConfigError(f"{marker}: not a wheelwright site manifest", tip="delete it and index again")
     return document, _apply_changes(document, changes)
@@ -367,7 +433,7 @@ def _apply_changes(document: dict[str, Any], changes: bytes) -> int | None:
     for line in changes.splitlines(keepends=True):
         try:
             change = json.loads(line) if line.endswith(b"\n") else None
-        except ValueError:
+        except (ValueError, RecursionError):
             change = None
         parts = [change.get(name, {}) for name in ("files", "groups")] if isinstance(change, dict) else []
         if not parts or not all(isinstance(part, dict) for part in (*parts, *targets)):

@@ -183,6 +183,18 @@ class IndexState:
                 if rows:
                     db.executemany(statement, rows)
 
+    def refresh(self, moved: Mapping[str, tuple[tuple[int, int, int, int], tuple[int, int, int, int]]]) -> None:
+        """Record the new ctimes of files whose bytes did not change ({filename: (identity before, after)}, of
+        wheels and twins): placing a hard link to a file moves its ctime alone. A twin's record of its wheel's
+        identity moves with it. Only rows still at the identity before are changed."""
+        rows = [(after[3], name, *before) for name, (before, after) in moved.items() if before[:3] == after[:3]]
+        wheels = [(_text(after), name, _text(before)) for name, (before, after) in moved.items()]
+        where = "filename = ? AND inode = ? AND size = ? AND mtime_ns = ? AND ctime_ns = ?"
+        with self._transaction() as db:
+            for table in ("wheels", "twins"):
+                db.executemany(f"UPDATE {table} SET ctime_ns = ? WHERE {where}", rows)
+            db.executemany("UPDATE twins SET wheel_identity = ? WHERE wheel = ? AND wheel_identity = ?", wheels)
+
     def forget_all(self, meta: Mapping[str, str]) -> None:
         """Drop every row (the checks they were judged by have changed) and record ``meta``."""
         with self._transaction() as db:
@@ -219,6 +231,11 @@ def _open(path: Path) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+def _text(identity: tuple[int, int, int, int]) -> str:
+    """An identity as the twins table records its wheel's (FileIdentity's text form)."""
+    return ":".join(str(part) for part in identity)
 
 
 def _locked(error: sqlite3.OperationalError) -> bool:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from builder.steps.variant import VariantTwins
 from index_site.serve import serving
 from index_site.site import build_site
 from tests import variant_channel
@@ -56,7 +57,7 @@ def main() -> int:
             sm, driver = args.pretend.split(":")
             env.update(NV_VARIANT_PROVIDER_FORCE_SM_ARCH=sm, NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION=driver)
         with serving(root / "out" / "site") as server:
-            build_site(root / "out", root / "out" / "site", base_url=server.url)
+            build_site(root / "out", root / "out" / "site", base_url=server.url, twins=VariantTwins())
             for n, (torch, channel, expected) in enumerate(CASES):
                 python = variant_channel.venv_with_torch(uv, root / f"case{n}", torch_wheels, torch, env)
                 outcome = variant_channel.uv_one_url(uv, python, env, f"{server.url}/{channel}")

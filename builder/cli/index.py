@@ -79,19 +79,56 @@ def _site(args: argparse.Namespace) -> Path:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from builder.cli.console import console, out
-    from builder.steps.variant import ensure_twins  # the index reads twins; builds before twins existed lack them
     from index_site.site import build_site
 
-    made, skipped = ensure_twins(args.output / "dist", args.output / "variant")
-    for path in made:
-        out.print(f"  variant twin made: {path.name}")
-    report = build_site(args.output, _site(args), base_url=args.base_url)
+    report = build_site(args.output, _site(args), base_url=args.base_url, twins=_Twins())
     _print_index_report(report, args.base_url)
-    for reason in skipped:  # after the index's own verdict on each file of dist/, which says why first
-        console.print(f"[yellow]WARN[/yellow] no variant twin: {reason}", soft_wrap=True)
+    _print_twins(report)
     _step_summary(report)
     return 0
+
+
+class _Twins:
+    """builder.steps.variant's VariantTwins, imported on the first twin to make or check (a re-index that has none
+    does without the build steps' imports): it makes and checks twins, the index decides which it publishes."""
+
+    def make(self, wheel: Path, folder: Path) -> Path:
+        from builder.steps.variant import VariantTwins
+
+        return VariantTwins().make(wheel, folder)
+
+    def problems(self, wheel: Path, twin: Path) -> list[str]:
+        from builder.steps.variant import VariantTwins
+
+        return VariantTwins().problems(wheel, twin)
+
+
+def _print_twins(report: IndexReport) -> None:
+    """One line for the variant channel, one per twin refused or made again, one per reason wheels have none."""
+    from builder.cli.console import out
+
+    twins = report.twins
+    again = f" ({len(twins.remade)} made again)" if twins.remade else ""
+    out.print(f"  variant twins: {len(twins.twins)} published, {len(twins.made)} made{again}", markup=False)
+    for remade in twins.remade:
+        _warn(f"variant twin not its wheel's, made again: {remade.reason}")
+    for refused in twins.refused:
+        _warn(f"variant twin not published: {refused.reason}")
+    for why, wheels in twins.without.items():  # one line per reason, however many wheels share it
+        _warn(f"no variant twin for {len(wheels):,} wheel{'s' if len(wheels) != 1 else ''}: {why} (e.g. {wheels[0]})")
+
+
+def _warn(text: str) -> None:
+    """One WARN line, shown as it is (a reason may hold brackets rich would read as markup); plain text where the
+    output is not a terminal (a CI log: thousands of lines cost no rendering)."""
+    from builder.cli.console import console
+
+    if not console.is_terminal:
+        console.file.write(f"WARN {text}\n")
+        return
+    from rich.markup import escape
+
+    console.print(f"[yellow]WARN[/yellow] {escape(text)}", soft_wrap=True)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -159,7 +196,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _print_index_report(report: IndexReport, base_url: str) -> None:
-    from builder.cli.console import console, out
+    from builder.cli.console import out
     from index_site import layout
     from index_site.variants import variant_command
 
@@ -171,7 +208,7 @@ def _print_index_report(report: IndexReport, base_url: str) -> None:
         f"{report.failures} failed builds shown"
     )
     for rejection in report.rejected:
-        console.print(f"[yellow]WARN[/yellow] not indexed: {rejection.reason}", soft_wrap=True)
+        _warn(f"not indexed: {rejection.reason}")
     # markup=False: a URL may hold "[...]", which rich would read as a style and drop from the command
     for label in report.variants:
         links = shlex.quote(f"{base_url.rstrip('/')}/{layout.findlinks_path(label)}")
@@ -222,5 +259,6 @@ def _step_summary(report: IndexReport) -> None:
     lines = [f"### Index: {report.wheels} wheels in {len(report.variants)} variants", ""]
     lines += [f"- `{label}`" for label in report.variants]
     lines += [f"- not indexed: `{r.filename}`: {r.reason}" for r in report.rejected]
+    lines += [f"- variant twin not published: `{r.filename}`: {r.reason}" for r in report.twins.refused]
     with open(path, "a", encoding="utf-8") as summary:
         summary.write("\n".join(lines) + "\n")
