@@ -76,13 +76,41 @@ class Catalog:
     rows: Mapping[str, WheelRow] = field(default_factory=dict)  # the state's row of every file judged, by filename
 
 
+@dataclass(frozen=True, kw_only=True)
+class Judged:
+    """Every file of dist/ judged, as the state's rows, before any of them is made into a WheelFile: a re-index
+    that finds nothing moved needs no more."""
+
+    rows: Mapping[str, WheelRow]  # by filename: accepted ("" verdict) or refused with why
+    unjudged: tuple[Rejection, ...]  # files that have no row: not regular files, or unreadable while read
+    failures: tuple[LedgerEntry, ...]
+    archs: Mapping[str, GpuArchs]  # of accepted wheels, where the ledger recorded them
+    stats: ScanStats
+    fresh_metadata: Mapping[str, bytes]  # METADATA read this run, by wheel filename
+
+    @property
+    def accepted(self) -> list[str]:
+        return [filename for filename, row in self.rows.items() if not row.verdict]
+
+    @property
+    def rejected(self) -> tuple[Rejection, ...]:
+        refused = [Rejection(filename=name, reason=row.verdict) for name, row in self.rows.items() if row.verdict]
+        return tuple(sorted([*refused, *self.unjudged], key=lambda rejection: rejection.filename))
+
+
 def scan(dist: Path, ledger_path: Path, state: IndexState | None = None) -> Catalog:
     """Catalogue ``dist`` using the ledger at ``ledger_path`` and the index state (by default beside the ledger);
     the state is brought up to date."""
     if state is None:
         with IndexState(state_path(ledger_path)) as opened:
             return scan(dist, ledger_path, opened)
-    listed, rejected = _listing(dist)
+    return catalog_of(judge(dist, ledger_path, state))
+
+
+def judge(dist: Path, ledger_path: Path, state: IndexState) -> Judged:
+    """Judge every file of ``dist``: by its state row while it keeps the row's identity, else by its name and
+    bytes; the state is brought up to date."""
+    listed, unjudged = _listing(dist)
     known = _known_rows(state)
     with Ledger(ledger_path) as ledger:
         failures = tuple(ledger.failures())
@@ -90,27 +118,38 @@ def scan(dist: Path, ledger_path: Path, state: IndexState | None = None) -> Cata
         rows, stats, fresh = _judge(dist, listed, known, ledger)
     changed = [row for name, row in rows.items() if known.get(name) is not row]
     state.write(wheels=changed, wheels_gone=known.keys() - rows.keys())
+    unjudged += [Rejection(filename=name, reason=reason) for name, reason in fresh.items() if isinstance(reason, str)]
+    accepted = {filename for filename, row in rows.items() if not row.verdict}
+    log.info("judged %d files (%s); refused %d", len(rows), stats, len(rows) - len(accepted) + len(unjudged))
+    return Judged(
+        rows=rows,
+        unjudged=tuple(unjudged),
+        failures=failures,
+        archs=_archs(accepted, recorded_archs),
+        stats=stats,
+        fresh_metadata={name: data for name, data in fresh.items() if isinstance(data, bytes)},
+    )
+
+
+def catalog_of(judged: Judged) -> Catalog:
+    """The catalog of the accepted wheels, each made from its row."""
     wheels, identities = [], {}
     labels: dict[str, tuple[str, Accelerator]] = {}
-    for filename, row in rows.items():
+    for filename, row in judged.rows.items():
         if row.verdict:
-            rejected.append(Rejection(filename=filename, reason=row.verdict))
             continue
         metadata = CoreMetadata(row.metadata_sha256, row.metadata_size, row.requires_python, row.summary)
         wheels.append(WheelFile(accepted_name(filename, labels), row.sha256, row.size, metadata, row.upload_time))
         identities[filename] = FileIdentity(*row.identity)
-    rejected += [Rejection(filename=name, reason=reason) for name, reason in fresh.items() if isinstance(reason, str)]
-    rejected.sort(key=lambda rejection: rejection.filename)
-    log.info("catalogued %d wheels (%s); rejected %d", len(wheels), stats, len(rejected))
     return Catalog(
         wheels=tuple(wheels),
-        rejected=tuple(rejected),
-        failures=failures,
-        stats=stats,
-        fresh_metadata={name: data for name, data in fresh.items() if isinstance(data, bytes)},
+        rejected=judged.rejected,
+        failures=judged.failures,
+        stats=judged.stats,
+        fresh_metadata=judged.fresh_metadata,
         identities=identities,
-        archs=_archs(identities, recorded_archs),
-        rows=rows,
+        archs=judged.archs,
+        rows=judged.rows,
     )
 
 

@@ -150,13 +150,19 @@ def _doctor_group(base_url: str) -> PageGroup:
 
 
 def channel_groups(twins: Sequence[variants.VariantWheel]) -> list[PageGroup]:
-    """The variant channel's pages (variants.py): one group per channel, every torch's and each torch minor's."""
+    """The variant channel's pages (variants.py): for every torch's channel and each torch minor's, its project
+    list, and one group per project (its two pages and its variants.json documents)."""
     groups = []
     for torch_tag, members in variants.by_channel(twins).items():
-        key = f"channel:{torch_tag or 'all'}"
-        digest = _digest([key, *(variants.fingerprint(twin) for twin in members)])
-        render = functools.partial(variants.channel_pages, torch_tag, members)
-        groups.append(PageGroup(key=key, digest=digest, render=render))
+        root = variants.channel_root(torch_tag)
+        projects = variants.by_project(members)
+        render = functools.partial(variants.channel_root_pages, torch_tag, list(projects))
+        groups.append(PageGroup(key=f"{root}:projects", digest=_digest([root, *projects]), render=render))
+        for project, twins_of_project in projects.items():
+            key = f"{root}:{project}"
+            digest = _digest([key, *(variants.fingerprint(twin) for twin in twins_of_project)])
+            render = functools.partial(variants.project_pages, root, project, twins_of_project)
+            groups.append(PageGroup(key=key, digest=digest, render=render))
     return groups
 
 

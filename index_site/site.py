@@ -21,16 +21,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from builder.core.errors import ConfigError, FileSystemError
 from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, holds_identity, regular_identity
 from index_site import layout, variants
-from index_site.catalog import Catalog, Rejection, ScanStats, scan
-from index_site.render import PageGroup, channel_groups, page_groups
+from index_site.catalog import Catalog, Judged, Rejection, ScanStats, catalog_of, judge
 from index_site.state import IndexState, state_path
 from index_site.twins import TwinMaker, TwinReport, settle_twins
+
+if TYPE_CHECKING:
+    from index_site.render import PageGroup
 from index_site.wheels import (
     MAX_METADATA_BYTES,
     MAX_PROVENANCE_BYTES,
@@ -44,7 +46,7 @@ log = logging.getLogger(__name__)
 
 MANAGED = layout.MANAGED
 # (the file to place, its path in the site, what is known of it): a wheel of dist/ or a variant twin
-_Link = tuple[Path, str, "WheelFile | variants.VariantWheel"]
+_Link = tuple["Path | str", str, "WheelFile | variants.VariantWheel"]
 
 
 class FileRecord(NamedTuple):
@@ -112,17 +114,125 @@ def _cycle_collection_paused() -> Iterator[None]:
 
 
 def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | None) -> IndexReport:
-    recorded = _check_site(site, base_url)
+    _check_site(site, base_url)
     with IndexState(state_path(output / "ledger.sqlite")) as state:
-        return _index(output, site, base_url, state, recorded, twins)
+        judged = judge(output / "dist", output / "ledger.sqlite", state)
+        settled = settle_twins(judged, output / "dist", output / variants.ROOT, state, twins)
+        inputs = _inputs(state, judged, base_url)
+        files = _as_left(state, site, inputs)
+        if files is not None:  # nothing moved since the last complete run: nothing to do
+            return _report(site, judged, settled, written=(), deleted=(), unchanged=files)
+        catalog = catalog_of(judged)
+        report = _index(output, site, base_url, state, _recorded_manifest(site), catalog, settled)
+        _leave(state, site, inputs, report.unchanged + len(report.written))
+        return report
+
+
+def _inputs(state: IndexState, catalog: Judged, base_url: str) -> str:
+    """A digest of everything the site is made from: the catalogue's rows (the state's generation), the ledger's
+    failures and GPU archs, the base URL and the code that writes the site."""
+    failures = sorted(repr(entry) for entry in catalog.failures)
+    archs = sorted(f"{name}\0{archs!r}" for name, archs in catalog.archs.items())
+    parts = [state.generation(), base_url, _code_digest(), *failures, *archs]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _code_digest() -> str:
+    """The code that writes the site: every module of index_site and its templates, and what doctor.py and the
+    coverage model are made from (what a complete run left is used again only while this is the same)."""
+    package = Path(__file__).parent
+    builder = package.parent / "builder"
+    paths = [*package.glob("*.py"), *(package / "templates").rglob("*"), *(builder / "doctor").glob("*.py")]
+    paths += [*(builder / "core").glob("*.py"), builder / "plan" / "facts.py", builder / "data" / "torch.toml"]
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        if path.is_file():
+            digest.update(path.as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _as_left(state: IndexState, site: Path, inputs: str) -> int | None:
+    """Whether the site is as the last complete run into it left it, for these very inputs: its manifest the file
+    that run wrote, and no entry of any of its folders added, taken out or renamed since (a folder's mtime and
+    ctime move with each; nobody can set a ctime back). A file the index wrote there is not written again by
+    anyone else: serve and publish hold each one to its recorded identity anyway. Its file count, else None."""
+    left = state.meta().get(f"site:{os.path.abspath(site)}")
+    try:
+        record = json.loads(left) if left else None
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("inputs") != inputs or not _same_folders(site, record):
+        return None
+    files = record.get("files")
+    return files if isinstance(files, int) else None
+
+
+def _same_folders(site: Path, record: Mapping[str, Any]) -> bool:
+    """Whether the manifest and every folder the record names still have their identities (a folder added shows as
+    its parent's change; nothing is listed)."""
+    folders = record.get("folders")
+    if not isinstance(folders, dict):
+        return False
+    for path, identity in folders.items():
+        try:
+            status = os.lstat(os.path.join(site, path))
+        except FileNotFoundError:
+            if identity is not None:
+                return False
+            continue
+        except OSError:
+            return False
+        if identity != [status.st_ino, status.st_mtime_ns, status.st_ctime_ns]:
+            return False
+    return True
+
+
+def _leave(state: IndexState, site: Path, inputs: str, files: int) -> None:
+    """Record how this complete run left ``site`` (its ``files``), for the next run's _as_left."""
+    record = {"inputs": inputs, "folders": _folders(site), "files": files}
+    state.write(meta={f"site:{os.path.abspath(site)}": json.dumps(record, sort_keys=True)})
+
+
+def _folders(site: Path) -> dict[str, list[int] | None]:
+    """The identity (inode, mtime, ctime) of the manifest, of each managed name at the top (None: absent) and of
+    every folder under them: one lstat each, a few hundred for a farm's site."""
+    found: dict[str, list[int] | None] = {}
+    for name in (layout.SITE_MARKER, *MANAGED):
+        try:
+            status = os.lstat(site / name)
+        except FileNotFoundError:
+            found[name] = None
+            continue
+        found[name] = [status.st_ino, status.st_mtime_ns, status.st_ctime_ns]
+        if stat.S_ISDIR(status.st_mode):
+            _subfolders(os.path.join(site, name), name, found)
+    return found
+
+
+def _subfolders(folder: str, prefix: str, found: dict[str, list[int] | None]) -> None:
+    try:
+        entries = [entry for entry in os.scandir(folder) if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for entry in entries:
+        status = entry.stat(follow_symlinks=False)
+        path = f"{prefix}/{entry.name}"
+        found[path] = [status.st_ino, status.st_mtime_ns, status.st_ctime_ns]
+        _subfolders(entry.path, path, found)
 
 
 def _index(
-    output: Path, site: Path, base_url: str, state: IndexState, recorded: _Recorded, maker: TwinMaker | None
+    output: Path,
+    site: Path,
+    base_url: str,
+    state: IndexState,
+    recorded: _Recorded,
+    catalog: Catalog,
+    twins: TwinReport,
 ) -> IndexReport:
+    from index_site.render import channel_groups  # jinja2 and the page models: only for a run that renders
+
     manifest, previous_groups = recorded.files, recorded.groups
-    catalog = scan(output / "dist", output / "ledger.sqlite", state)
-    twins = settle_twins(catalog, output / "dist", output / variants.ROOT, state, maker)
     pages, reused, groups = render_changed(
         catalog, site, manifest, previous_groups, base_url=base_url, extra=channel_groups(twins.twins)
     )
@@ -141,16 +251,29 @@ def _index(
     written, linked = apply_plan(plan, site, base_url=base_url, identities=identities, recorded=recorded)
     if linked:
         state.refresh({name: (identities[name], identity) for name, identity in linked.items()})
+    return _report(site, catalog, twins, written=written, deleted=plan.stale, unchanged=plan.unchanged)
+
+
+def _report(
+    site: Path,
+    catalog: Catalog | Judged,
+    twins: TwinReport,
+    *,
+    written: tuple[str, ...],
+    deleted: tuple[str, ...],
+    unchanged: int,
+) -> IndexReport:
+    accepted = [filename for filename, row in catalog.rows.items() if not row.verdict]
     return IndexReport(
         site=site,
-        wheels=len(catalog.wheels),
-        variants=tuple(sorted({w.name.label for w in catalog.wheels})),
+        wheels=len(accepted),
+        variants=tuple(sorted({filename.split("-", 2)[1].split("+", 1)[1] for filename in accepted})),
         stats=catalog.stats,
         rejected=catalog.rejected,
         failures=len(catalog.failures),
         written=written,
-        deleted=plan.stale,
-        unchanged=plan.unchanged,
+        deleted=deleted,
+        unchanged=unchanged,
         twins=twins,
     )
 
@@ -187,6 +310,8 @@ def render_changed(
         groups[group.key] = (group.digest, paths)
         return paths
 
+    from index_site.render import page_groups
+
     for group in [*page_groups(catalog, base_url=base_url), *extra]:
         settle(group)
     return pages, reused, groups
@@ -201,7 +326,7 @@ def plan_site(
     *,
     reused: Mapping[str, FileRecord] | None = None,
     groups: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
-    extra_files: Sequence[tuple[Path, str, variants.VariantWheel]] = (),
+    extra_files: Sequence[tuple[str, str, variants.VariantWheel]] = (),
     extracted: Sequence[Extract] = (),
 ) -> SitePlan:
     """Compare what the site should hold with what it holds; nothing is written here. ``reused`` are pages known
@@ -247,7 +372,7 @@ def plan_site(
 class Extract(NamedTuple):
     """A file of the site taken out of a wheel or twin: its ``.metadata`` or ``.provenance.json``."""
 
-    source: Path  # the wheel in dist/ or the twin in variant/
+    source: Path | str  # the wheel in dist/ or the twin in variant/
     path: str  # its path in the site
     member: str  # the file of the archive's .dist-info folder: METADATA or wheelwright.json
     sha256: str  # of those bytes, as the catalog or the twin check read them
@@ -348,7 +473,7 @@ def apply_plan(
 def _extract(extract: Extract, read: Mapping[str, bytes]) -> bytes:
     """The member's bytes (METADATA the catalog read this run, else from the archive), which must still have the
     digest the catalog or the twin check recorded."""
-    source = extract.source
+    source = Path(extract.source)
     content = read.get(source.name) if extract.member == METADATA else None
     if content is None:
         try:
@@ -473,7 +598,7 @@ def _recorded_manifest(site: Path) -> _Recorded:
     return _Recorded(_records(document), _groups(document), document.get("base_url"), before, size, changes)
 
 
-def _check_site(site: Path, base_url: str) -> _Recorded:
+def _check_site(site: Path, base_url: str) -> None:
     """Refuse to write into (and prune) a folder the index did not create. A new or empty folder gets the marker
     before anything else is written, so that a run killed part-way is finished by the next, not refused."""
     if site.exists() and not site.is_dir():
@@ -487,7 +612,6 @@ def _check_site(site: Path, base_url: str) -> _Recorded:
     site.mkdir(parents=True, exist_ok=True)
     if not marker.exists():
         _write_manifest(site, {}, base_url)
-    return _recorded_manifest(site)  # a damaged marker is reported before any work is done
 
 
 def _write_manifest(
@@ -626,7 +750,7 @@ def _placed_wheel(
     return None
 
 
-def _place_wheel(source: Path, target: Path, expected: FileIdentity | None) -> FileIdentity:
+def _place_wheel(source: Path | str, target: Path, expected: FileIdentity | None) -> FileIdentity:
     """Hard-link the wheel into the site (no copy of big files); copy where the site is on another filesystem.
     Either way the file of dist/ must still be the one the catalog hashed, before and after."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -645,7 +769,7 @@ def _place_wheel(source: Path, target: Path, expected: FileIdentity | None) -> F
     return regular_identity(target)
 
 
-def _still_hashed(source: Path, placed: FileIdentity, expected: FileIdentity, *, linked: bool) -> bool:
+def _still_hashed(source: Path | str, placed: FileIdentity, expected: FileIdentity, *, linked: bool) -> bool:
     """A link is the hashed inode with its size and mtime (the link itself moved its ctime); a copy was taken
     from a source whose whole identity still holds."""
     if linked:
@@ -653,11 +777,11 @@ def _still_hashed(source: Path, placed: FileIdentity, expected: FileIdentity, *,
     return _identity(source) == expected and placed.size == expected.size
 
 
-def _changed(source: Path) -> FileSystemError:
+def _changed(source: Path | str) -> FileSystemError:
     return FileSystemError(f"{source}: changed while being indexed", tip="run `wheelwright index` again")
 
 
-def _link_or_copy(source: Path, temporary: Path) -> bool:
+def _link_or_copy(source: Path | str, temporary: Path) -> bool:
     """True if hard-linked, False if copied (another filesystem, or one without hard links)."""
     try:
         os.link(source, temporary, follow_symlinks=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -182,6 +183,8 @@ class IndexState:
             for statement, rows in statements:
                 if rows:
                     db.executemany(statement, rows)
+            if any(rows for _, rows in statements[:4]):
+                db.execute(_NEXT_GENERATION)
 
     def refresh(self, moved: Mapping[str, tuple[tuple[int, int, int, int], tuple[int, int, int, int]]]) -> None:
         """Record the new ctimes of files whose bytes did not change ({filename: (identity before, after)}, of
@@ -196,11 +199,18 @@ class IndexState:
             db.executemany("UPDATE twins SET wheel_identity = ? WHERE wheel = ? AND wheel_identity = ?", wheels)
 
     def forget_all(self, meta: Mapping[str, str]) -> None:
-        """Drop every row (the checks they were judged by have changed) and record ``meta``."""
+        """Drop every row (the checks they were judged by have changed) and record ``meta``; a state of a new id."""
         with self._transaction() as db:
             for table in _TABLES:
                 db.execute(f"DELETE FROM {table}")
-            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(meta.items()))
+            fresh = {**meta, "id": uuid.uuid4().hex, "generation": "0"}
+            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(fresh.items()))
+
+    def generation(self) -> str:
+        """Which catalogue this is: the state's id (new with every new state file) and the count of its changes
+        (every write of rows adds one). Equal only while every row is as it was."""
+        meta = self.meta()
+        return f"{meta.get('id', '')}:{meta.get('generation', '')}"
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -231,6 +241,12 @@ def _open(path: Path) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+_NEXT_GENERATION = """
+INSERT OR REPLACE INTO meta VALUES ('generation',
+    CAST(COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'generation'), 0) + 1 AS TEXT))
+"""
 
 
 def _text(identity: tuple[int, int, int, int]) -> str:

@@ -9,6 +9,7 @@ variant.json, provenance, digest) it reads here, within bounds."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -20,11 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from packaging.utils import canonicalize_name
-
 from builder.core.errors import WheelwrightError
 from builder.core.hashing import FileIdentity, open_regular, sha256_stream
-from index_site.catalog import Catalog, Rejection
+from index_site.catalog import Judged, Rejection
 from index_site.state import IndexState, TwinRow, WheelRow
 from index_site.variants import VariantWheel
 from index_site.wheels import (
@@ -34,7 +33,6 @@ from index_site.wheels import (
     PROVENANCE,
     VARIANT_JSON,
     RejectedWheel,
-    WheelFile,
     check_metadata,
     read_dist_info,
 )
@@ -65,11 +63,17 @@ class TwinMaker(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class TwinReport:
-    twins: tuple[VariantWheel, ...] = ()  # published
+    folder: str = ""  # OUTPUT/variant
+    published: tuple[TwinRow, ...] = ()  # the rows of the twins published, by filename
     made: tuple[str, ...] = ()  # twins made this run
     remade: tuple[Rejection, ...] = ()  # twins that were not their wheel's, made again
     refused: tuple[Rejection, ...] = ()  # files of variant/ not published, and why
     without: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # {why no twin: wheels of dist/}
+
+    @functools.cached_property
+    def twins(self) -> tuple[VariantWheel, ...]:
+        """The twins published, as the channel's pages show them (made only for a run that renders)."""
+        return tuple(_variant_wheel(self.folder, row) for row in self.published)
 
 
 def twin_name(filename: str, label: str) -> str:
@@ -79,28 +83,27 @@ def twin_name(filename: str, label: str) -> str:
     return f"{dist}-{version.split('+', 1)[0]}-{tag}-{label}.whl"
 
 
-def settle_twins(
-    catalog: Catalog, dist: Path, folder: Path, state: IndexState, maker: TwinMaker | None
-) -> TwinReport:
+def settle_twins(judged: Judged, dist: Path, folder: Path, state: IndexState, maker: TwinMaker | None) -> TwinReport:
     """The twins to publish; missing ones are made, changed ones checked again, and the state brought up to date."""
     listed, refused = _listing(folder)
     known = state.twins()
-    settler = _Settler(catalog, dist, folder, known, listed, maker)
-    expected = {twin_name(wheel.filename, wheel.name.label): wheel for wheel in catalog.wheels}
+    settler = _Settler(judged.rows, dist, folder, known, listed, maker)
+    expected = {twin_name(wheel, _label(wheel)): wheel for wheel in judged.accepted}
     for name, wheel in expected.items():
         settler.settle(name, wheel)
-    refused += settler.refused + [_orphan(name, catalog) for name in sorted(listed.keys() - expected.keys())]
+    refused += settler.refused + [_orphan(name, judged) for name in sorted(listed.keys() - expected.keys())]
     rows = settler.rows
     state.write(
         twins=[row for name, row in rows.items() if known.get(name) is not row],
         twins_gone=known.keys() - rows.keys(),
         wheels=settler.notes,
     )
-    published = tuple(_variant_wheel(folder, row) for name, row in sorted(rows.items()) if not row.verdict)
+    published = tuple(row for name, row in sorted(rows.items()) if not row.verdict)
     for rejection in refused:
         log.info("variant twin not published: %s", rejection.reason)
     return TwinReport(
-        twins=published,
+        folder=os.fspath(folder),
+        published=published,
         made=tuple(settler.made),
         remade=tuple(settler.remade),
         refused=tuple(sorted(refused, key=lambda rejection: rejection.filename)),
@@ -129,11 +132,17 @@ def _listing(folder: Path) -> tuple[dict[str, FileIdentity], list[Rejection]]:
     return listed, refused
 
 
-def _orphan(name: str, catalog: Catalog) -> Rejection:
+def _label(filename: str) -> str:
+    """The label of an accepted wheel's name: ``pt214cu130`` of ``causal_conv1d-1.7.0+pt214cu130-...``."""
+    return filename.split("-", 2)[1].split("+", 1)[1]
+
+
+def _orphan(name: str, judged: Judged) -> Rejection:
     match = TWIN_NAME.match(name)
     assert match is not None  # _listing keeps only such names
     wheel = f"{match['dist']}-{match['version']}+{match['label']}-{match['tag']}.whl"
-    why = next((r.reason for r in catalog.rejected if r.filename == wheel), "")
+    row = judged.rows.get(wheel)
+    why = row.verdict if row is not None else next((r.reason for r in judged.unjudged if r.filename == wheel), "")
     reason = f"its wheel was refused ({why})" if why else f"no wheel {wheel} in dist/ (withdrawn?)"
     return Rejection(filename=name, reason=f"{name}: {reason}; not published")
 
@@ -143,14 +152,14 @@ class _Settler:
 
     def __init__(
         self,
-        catalog: Catalog,
+        wheels: Mapping[str, WheelRow],
         dist: Path,
         folder: Path,
         known: Mapping[str, TwinRow],
         listed: dict[str, FileIdentity],
         maker: TwinMaker | None,
     ) -> None:
-        self.catalog, self.dist, self.folder, self.known, self.listed = catalog, dist, folder, known, listed
+        self.wheels, self.dist, self.folder, self.known, self.listed = wheels, dist, folder, known, listed
         self.maker = maker
         self.rows: dict[str, TwinRow] = {}
         self.notes: list[WheelRow] = []  # wheel rows with a new reason why no twin can be made
@@ -159,8 +168,8 @@ class _Settler:
         self.refused: list[Rejection] = []
         self.without: dict[str, list[str]] = defaultdict(list)
 
-    def settle(self, name: str, wheel: WheelFile) -> None:
-        wheel_row = self.catalog.rows[wheel.filename]
+    def settle(self, name: str, wheel: str) -> None:
+        wheel_row = self.wheels[wheel]
         if name not in self.listed and not self._make(name, wheel, wheel_row):
             return
         row = self._checked(name, wheel, wheel_row, fresh=name in self.made)
@@ -171,38 +180,37 @@ class _Settler:
         if row.verdict:
             self.refused.append(Rejection(filename=name, reason=f"{name}: {row.verdict}; not published"))
 
-    def _make(self, name: str, wheel: WheelFile, wheel_row: WheelRow) -> bool:
+    def _make(self, name: str, wheel: str, wheel_row: WheelRow) -> bool:
         """Make the missing twin; False (and why, noted on the wheel's row) where none can be made."""
         if wheel_row.twin is not None:  # known, for this very file
-            self.without[wheel_row.twin].append(wheel.filename)
+            self.without[wheel_row.twin].append(wheel)
             return False
         if self.maker is None:
-            self.without[NO_CHECKER].append(wheel.filename)
+            self.without[NO_CHECKER].append(wheel)
             return False
         try:
-            path = self.maker.make(self.dist / wheel.filename, self.folder)
+            path = self.maker.make(self.dist / wheel, self.folder)
         except WheelwrightError as error:
-            why = str(error).removeprefix(f"{wheel.filename}: ")
+            why = str(error).removeprefix(f"{wheel}: ")
             self.notes.append(wheel_row._replace(twin=why))
-            self.without[why].append(wheel.filename)
+            self.without[why].append(wheel)
             return False
         if path.name != name:  # the step names twins as twin_name does: a bug, not a wheel's fault
-            raise RuntimeError(f"{wheel.filename}: its twin was made as {path.name}, not {name}")
+            raise RuntimeError(f"{wheel}: its twin was made as {path.name}, not {name}")
         self.listed[name] = FileIdentity.of(os.lstat(path))
         self.made.append(name)
-        log.info("%s: variant twin %s made", wheel.filename, name)
+        log.info("%s: variant twin %s made", wheel, name)
         return True
 
-    def _checked(self, name: str, wheel: WheelFile, wheel_row: WheelRow, *, fresh: bool) -> TwinRow | None:
+    def _checked(self, name: str, wheel: str, wheel_row: WheelRow, *, fresh: bool) -> TwinRow | None:
         """The twin's row, checked again unless the state holds one for both files' identities now; a twin found
         wrong is made again once (it may be stale, or tampered with). None: a file changed while being checked."""
-        wheel_identity = str(FileIdentity(*wheel_row.identity))
+        wheel_identity = "{}:{}:{}:{}".format(*wheel_row[1:5])  # FileIdentity's text, of the row's identity
         old = self.known.get(name)
         if (
             old is not None
             and old.identity == self.listed[name]
-            and (old.wheel, old.wheel_identity) == (wheel.filename, wheel_identity)
-            and _readable(old)
+            and (old.wheel, old.wheel_identity) == (wheel, wheel_identity)
         ):
             return old
         row = self._check(name, wheel, wheel_identity, made=fresh)
@@ -215,7 +223,7 @@ class _Settler:
             return None
         return self._check(name, wheel, wheel_identity, made=True)
 
-    def _check(self, name: str, wheel: WheelFile, wheel_identity: str, *, made: bool) -> TwinRow | None:
+    def _check(self, name: str, wheel: str, wheel_identity: str, *, made: bool) -> TwinRow | None:
         """The twin's row: the index's own reading of it, and the twin step's comparison with its wheel (which
         making it has just done)."""
         path = self.folder / name
@@ -224,18 +232,18 @@ class _Settler:
             if made:
                 problems = []
             else:
-                problems = self.maker.problems(self.dist / wheel.filename, path) if self.maker else [NO_CHECKER]
+                problems = self.maker.problems(self.dist / wheel, path) if self.maker else [NO_CHECKER]
         except RejectedWheel as error:
             identity, facts, problems = self.listed[name], {}, [str(error).removeprefix(f"{name}: ")]
         except OSError as error:
             log.info("%s: %s; checked again next run", name, error)
             return None
-        wheel_now = FileIdentity.of(os.lstat(self.dist / wheel.filename))
+        wheel_now = FileIdentity.of(os.lstat(self.dist / wheel))
         if FileIdentity.of(os.lstat(path)) != identity or str(wheel_now) != wheel_identity:
             log.info("%s or its wheel changed while being checked; checked again next run", name)
             return None
         verdict = "; ".join(problems)
-        return _row(name, identity, wheel.filename, wheel_identity, verdict[:2000], facts)
+        return _row(name, identity, wheel, wheel_identity, verdict[:2000], facts)
 
 
 def _row(
@@ -258,7 +266,7 @@ def read_twin(path: Path) -> tuple[FileIdentity, dict[str, Any]]:
     with os.fdopen(open_regular(path), "rb") as file:
         identity = FileIdentity.of(os.fstat(file.fileno()))
         found = read_dist_info(file, path.name, wanted, required=(METADATA, VARIANT_JSON))
-        project, version = canonicalize_name(match["dist"]), match["version"]
+        project, version = match["dist"].replace("_", "-"), match["version"]  # a twin's dist is lower case
         metadata = check_metadata(found[METADATA], path.name, project, version)
         variant = variant_facts(found[VARIANT_JSON], match["label"], path.name)
         file.seek(0)
@@ -312,31 +320,13 @@ def _properties_ok(properties: object) -> bool:
     )
 
 
-def _readable(row: TwinRow) -> bool:
-    """Whether a state row's variant column is as this module writes it (a damaged row is checked again)."""
-    try:
-        variant = json.loads(row.variant)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(variant, dict) and (bool(row.verdict) or variant.keys() == {"properties", "providers"})
-
-
-def _variant_wheel(folder: Path, row: TwinRow) -> VariantWheel:
-    match = TWIN_NAME.match(row.filename)
-    assert match is not None  # only such names get rows
-    variant = json.loads(row.variant)
+def _variant_wheel(folder: str, row: TwinRow) -> VariantWheel:
+    dist, version, _ = row.filename.split("-", 2)
     return VariantWheel(
-        source=folder / row.filename,
-        identity=row.identity,
-        filename=row.filename,
-        project=canonicalize_name(match["dist"]),
-        version=match["version"],
-        label=match["label"],
-        sha256=row.sha256,
-        size=row.size,
-        metadata_sha256=row.metadata_sha256,
-        requires_python=row.requires_python,
-        provenance_sha256=row.provenance_sha256,
-        properties=variant["properties"],
-        providers=variant["providers"],
+        folder, row.identity, row.filename, dist.replace("_", "-"), version, _label_of_twin(row.filename),
+        row.sha256, row.size, row.metadata_sha256, row.requires_python, row.provenance_sha256, row.variant,
     )
+
+
+def _label_of_twin(filename: str) -> str:
+    return filename.removesuffix(".whl").rsplit("-", 1)[1]

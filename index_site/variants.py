@@ -7,6 +7,7 @@ the files."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -14,12 +15,9 @@ import re
 import shlex
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import markupsafe
-from packaging.version import InvalidVersion, Version
 
 from index_site import layout
 
@@ -31,13 +29,12 @@ _TORCH_TAG = re.compile(r"^pt[1-9][0-9]+")
 API_VERSION = "1.1"
 
 
-@dataclass(frozen=True, kw_only=True)
-class VariantWheel:
+class VariantWheel(NamedTuple):
     """One twin the site publishes (index_site/twins.py decides which): where it is, what it is, its digests and
-    the one variant its variant.json describes."""
+    the one variant its variant.json describes (a tuple: a farm's site has 100,000)."""
 
-    source: Path
-    identity: tuple[int, int, int, int]  # of the file in variant/ when it was checked
+    folder: str  # OUTPUT/variant
+    identity: tuple[int, int, int, int]  # of the file there when it was checked
     filename: str
     project: str
     version: str
@@ -47,8 +44,21 @@ class VariantWheel:
     metadata_sha256: str
     requires_python: str | None
     provenance_sha256: str  # of its wheelwright.json, served beside it ("" for a twin without one)
-    properties: Mapping[str, Mapping[str, list[str]]]
-    providers: Mapping[str, object]
+    variant: str  # {"properties": ..., "providers": ...} of its variant.json, as JSON text with sorted keys
+
+    @property
+    def source(self) -> str:
+        return f"{self.folder}/{self.filename}"
+
+    @property
+    def properties(self) -> Mapping[str, Mapping[str, list[str]]]:
+        properties: Mapping[str, Mapping[str, list[str]]] = _variant(self.variant)["properties"]
+        return properties
+
+    @property
+    def providers(self) -> Mapping[str, object]:
+        providers: Mapping[str, object] = _variant(self.variant)["providers"]
+        return providers
 
     @property
     def torch_tag(self) -> str:
@@ -56,6 +66,12 @@ class VariantWheel:
         match = _TORCH_TAG.match(self.label)
         assert match is not None  # the filename pattern guarantees it
         return match.group(0)
+
+
+@functools.lru_cache(maxsize=1024)  # a pure function of a few dozen distinct texts: one per label and arch set
+def _variant(text: str) -> dict[str, Any]:
+    variant: dict[str, Any] = json.loads(text)
+    return variant
 
 
 # --- rendering -------------------------------------------------------------------------------------------------------
@@ -74,12 +90,12 @@ def channel_root(torch_tag: str | None) -> str:
     return f"{ROOT}/{torch_tag}" if torch_tag else ROOT
 
 
-def files(twins: Iterable[VariantWheel]) -> list[tuple[Path, str, VariantWheel]]:
+def files(twins: Iterable[VariantWheel]) -> list[tuple[str, str, VariantWheel]]:
     """(source, site path, twin) for every twin: placed like the per-variant wheels (hard links)."""
     return [(t.source, file_path(t.filename), t) for t in twins]
 
 
-def extracted(twins: Iterable[VariantWheel]) -> list[tuple[Path, str, str, str]]:
+def extracted(twins: Iterable[VariantWheel]) -> list[tuple[str, str, str, str]]:
     """(twin, site path, member of its .dist-info, sha256) of the files served beside each twin: its METADATA
     (PEP 658) and its wheelwright.json."""
     found = []
@@ -99,41 +115,44 @@ def by_channel(twins: Iterable[VariantWheel]) -> dict[str | None, list[VariantWh
     return channels if channels[None] else {}
 
 
+def by_project(twins: Iterable[VariantWheel]) -> dict[str, list[VariantWheel]]:
+    projects: dict[str, list[VariantWheel]] = defaultdict(list)
+    for twin in twins:
+        projects[twin.project].append(twin)
+    return dict(sorted(projects.items()))
+
+
 def render_channel(twins: list[VariantWheel]) -> dict[str, bytes]:
     """Every page of the variant channel and its variants.json documents, by site path (none without twins: no
     channel is announced that holds nothing)."""
     pages: dict[str, bytes] = {}
     for torch_tag, members in by_channel(twins).items():
-        pages.update(channel_pages(torch_tag, members))
+        pages.update(channel_root_pages(torch_tag, sorted(by_project(members))))
+        for project, twins_of_project in by_project(members).items():
+            pages.update(project_pages(channel_root(torch_tag), project, twins_of_project))
     return pages
 
 
 def fingerprint(twin: VariantWheel) -> str:
     """Everything of a twin the channel's pages show."""
-    variant = json.dumps({"properties": twin.properties, "providers": twin.providers}, sort_keys=True)
-    return f"{twin.filename}\0{twin.sha256}\0{twin.size}\0{twin.metadata_sha256}\0{twin.requires_python}\0{variant}"
+    shown = (twin.filename, twin.sha256, str(twin.size), twin.metadata_sha256, str(twin.requires_python), twin.variant)
+    return "\0".join(shown)
 
 
-def channel_pages(torch_tag: str | None, twins: list[VariantWheel]) -> dict[str, bytes]:
+def channel_root_pages(torch_tag: str | None, projects: list[str]) -> dict[str, bytes]:
+    """A channel's project lists (PEP 503 and 691)."""
     root = channel_root(torch_tag)
-    by_project: dict[str, list[VariantWheel]] = defaultdict(list)
-    for twin in twins:
-        by_project[twin.project].append(twin)
-    projects = sorted(by_project)
     title = f"Variant index ({torch_tag})" if torch_tag else "Variant index (every torch and accelerator)"
     links = "".join(f'    <a href="{p}/">{p}</a><br>\n' for p in projects)
-    pages = {
+    return {
         f"{root}/simple/index.html": _html(title, links),
         f"{root}/json/index.json": _json(
             {"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in projects]}
         ),
     }
-    for project, members in by_project.items():
-        pages.update(_project(root, project, members))
-    return pages
 
 
-def _project(root: str, project: str, twins: list[VariantWheel]) -> dict[str, bytes]:
+def project_pages(root: str, project: str, twins: list[VariantWheel]) -> dict[str, bytes]:
     pages: dict[str, bytes] = {}
     anchors, files_json = [], []
     by_version: dict[str, list[VariantWheel]] = defaultdict(list)
@@ -215,6 +234,8 @@ def _json_file(href: str, twin: VariantWheel) -> dict[str, object]:
 
 
 def _version_key(version: str) -> tuple[Any, ...]:
+    from packaging.version import InvalidVersion, Version  # only when pages are rendered
+
     try:
         return (0, Version(version))
     except InvalidVersion:

@@ -14,11 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from packaging.metadata import parse_email
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
-
 from builder.core.archive import RATIO_FLOOR, WHEEL, Archive, ArchiveError
 from builder.core.hashing import open_regular
 from builder.core.wheelname import InvalidWheelFilename, WheelFilename
@@ -181,6 +176,9 @@ def _check_tags(tags: str) -> None:
 def _release_of(dist: str, raw_version: str) -> tuple[str, str, str, str, str, Accelerator]:
     """Project, version, public version, label, torch minor and accelerator of a name-version pair (thousands of
     wheels share one), each required to be written in normal form already; ValueError says what is wrong."""
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
     try:
         version = Version(raw_version)
     except InvalidVersion:
@@ -341,6 +339,10 @@ def check_core_metadata(data: bytes, name: WheelName) -> CoreMetadata:
 
 def check_metadata(data: bytes, filename: str, project: str, version: str) -> CoreMetadata:
     """Validate METADATA against the project and version its filename names (RejectedWheel says what is wrong)."""
+    from packaging.metadata import parse_email  # packaging's parsers: only for a file read this run
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.utils import canonicalize_name
+
     raw, _unparsed = parse_email(data)
     stated, stated_version = raw.get("name"), raw.get("version")
     if stated is None or stated_version is None:

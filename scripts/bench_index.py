@@ -107,9 +107,12 @@ def write_wheel_and_twin(out: Path, spec: Spec, *, with_provenance: bool) -> Pat
 
 
 def write_wheelhouse(out: Path, count: int, *, with_provenance: bool) -> None:
+    """``count`` wheels. One of them makes the label the runs add to lead its torch, as the registry's variant does
+    on a real site: synthetic variants tie, and a wheel that broke a tie would move every setup page's choices."""
     (out / "dist").mkdir(parents=True, exist_ok=True)
     (out / "variant").mkdir(parents=True, exist_ok=True)
-    for spec in synthetic_specs(count):
+    leader = Spec("causal-conv1d", "0.0.1", "pt214cu130", PYTHON_TAG)
+    for spec in (*synthetic_specs(count - 1), leader):
         write_wheel_and_twin(out, spec, with_provenance=with_provenance)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -82,8 +83,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     from index_site.site import build_site
 
     report = build_site(args.output, _site(args), base_url=args.base_url, twins=_Twins())
-    _print_index_report(report, args.base_url)
-    _print_twins(report)
+    lines, warnings = _index_lines(report, args.base_url)
+    twin_lines, twin_warnings = _twin_lines(report)
+    _emit(lines + twin_lines, warnings + twin_warnings)
     _step_summary(report)
     return 0
 
@@ -103,32 +105,36 @@ class _Twins:
         return VariantTwins().problems(wheel, twin)
 
 
-def _print_twins(report: IndexReport) -> None:
-    """One line for the variant channel, one per twin refused or made again, one per reason wheels have none."""
-    from builder.cli.console import out
-
+def _twin_lines(report: IndexReport) -> tuple[list[str], list[str]]:
+    """One line for the variant channel; a WARN per twin refused or made again, and one per reason some wheels
+    have none, however many they are."""
     twins = report.twins
     again = f" ({len(twins.remade)} made again)" if twins.remade else ""
-    out.print(f"  variant twins: {len(twins.twins)} published, {len(twins.made)} made{again}", markup=False)
-    for remade in twins.remade:
-        _warn(f"variant twin not its wheel's, made again: {remade.reason}")
-    for refused in twins.refused:
-        _warn(f"variant twin not published: {refused.reason}")
-    for why, wheels in twins.without.items():  # one line per reason, however many wheels share it
-        _warn(f"no variant twin for {len(wheels):,} wheel{'s' if len(wheels) != 1 else ''}: {why} (e.g. {wheels[0]})")
+    lines = [f"  variant twins: {len(twins.published)} published, {len(twins.made)} made{again}"]
+    warnings = [f"variant twin not its wheel's, made again: {remade.reason}" for remade in twins.remade]
+    warnings += [f"variant twin not published: {refused.reason}" for refused in twins.refused]
+    for why, wheels in twins.without.items():
+        warnings.append(f"no variant twin for {len(wheels):,} wheel{'s' if len(wheels) != 1 else ''}: {why} "
+                        f"(e.g. {wheels[0]})")
+    return lines, warnings
 
 
-def _warn(text: str) -> None:
-    """One WARN line, shown as it is (a reason may hold brackets rich would read as markup); plain text where the
-    output is not a terminal (a CI log: thousands of lines cost no rendering)."""
-    from builder.cli.console import console
-
-    if not console.is_terminal:
-        console.file.write(f"WARN {text}\n")
+def _emit(lines: list[str], warnings: list[str]) -> None:
+    """``lines`` on stdout and a WARN line per warning on stderr, shown as they are (a reason may hold brackets
+    rich would read as markup). Through rich on a terminal; plain text elsewhere (a CI log, a pipe), where
+    rendering thousands of lines one by one would cost more than the index."""
+    if not (sys.stdout.isatty() or sys.stderr.isatty()):
+        sys.stdout.write("".join(f"{line}\n" for line in lines))
+        sys.stdout.flush()
+        sys.stderr.write("".join(f"WARN {text}\n" for text in warnings))
         return
     from rich.markup import escape
 
-    console.print(f"[yellow]WARN[/yellow] {escape(text)}", soft_wrap=True)
+    from builder.cli.console import console, out
+
+    out.print("\n".join(lines), markup=False, highlight=False)
+    for text in warnings:
+        console.print(f"[yellow]WARN[/yellow] {escape(text)}", soft_wrap=True)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -195,26 +201,24 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_index_report(report: IndexReport, base_url: str) -> None:
-    from builder.cli.console import out
+def _index_lines(report: IndexReport, base_url: str) -> tuple[list[str], list[str]]:
+    """What the index did, its install command per variant, and a WARN per file it did not index."""
     from index_site import layout
     from index_site.variants import variant_command
 
     stats = report.stats
-    out.print(f"[bold]Indexed {report.wheels} wheels in {len(report.variants)} variants[/bold] -> {report.site}")
-    out.print(
-        f"  hashed {stats.hashed}, from ledger {stats.from_ledger}, cached {stats.cached}; "
+    lines = [
+        f"Indexed {report.wheels} wheels in {len(report.variants)} variants -> {report.site}",
+        (f"  hashed {stats.hashed}, from ledger {stats.from_ledger}, cached {stats.cached}; "
         f"{len(report.written)} files written, {report.unchanged} unchanged, {len(report.deleted)} deleted; "
-        f"{report.failures} failed builds shown"
-    )
-    for rejection in report.rejected:
-        _warn(f"not indexed: {rejection.reason}")
-    # markup=False: a URL may hold "[...]", which rich would read as a style and drop from the command
+        f"{report.failures} failed builds shown"),
+    ]
     for label in report.variants:
         links = shlex.quote(f"{base_url.rstrip('/')}/{layout.findlinks_path(label)}")
-        out.print(f"  {label}  pip install PACKAGE -f {links}", markup=False)
+        lines.append(f"  {label}  pip install PACKAGE -f {links}")
     if (report.site / "variant" / "simple" / "index.html").is_file():
-        out.print(f"  variant channel  {variant_command(base_url.rstrip('/'))}", markup=False)
+        lines.append(f"  variant channel  {variant_command(base_url.rstrip('/'))}")
+    return lines, [f"not indexed: {rejection.reason}" for rejection in report.rejected]
 
 
 def _print_plan(report: PublishReport, where: str) -> None:

@@ -104,8 +104,7 @@ def _published(read: tuple, path: Path) -> channel.VariantWheel:
     identity, facts = read
     label = path.name.removesuffix(".whl").rsplit("-", 1)[1]
     return channel.VariantWheel(
-        source=path, identity=tuple(identity), filename=path.name, project="causal-conv1d", version="1.7.0",
-        label=label, sha256=facts["sha256"], size=identity.size, metadata_sha256=facts["metadata_sha256"],
-        requires_python=facts["requires_python"], provenance_sha256=facts["provenance_sha256"],
-        properties=facts["variant"]["properties"], providers=facts["variant"]["providers"],
+        str(path.parent), tuple(identity), path.name, "causal-conv1d", "1.7.0", label, facts["sha256"],
+        identity.size, facts["metadata_sha256"], facts["requires_python"], facts["provenance_sha256"],
+        json.dumps(facts["variant"], sort_keys=True),
     )
