@@ -49,6 +49,8 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # judged again whenever the torch facts change).
 CHECKS_VERSION = "1"
 NAME, CONTENT = "name", "content"  # how far a file was judged: by its name alone, or by its bytes too
+# Why a wheel gets no variant twin, known as soon as its .dist-info is read: nothing to make one from.
+NO_PROVENANCE = "no wheelwright.json (built before provenance was recorded, or not by wheelwright)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,7 +267,7 @@ def _judge_one(
     with os.fdopen(open_regular(path), "rb") as file:
         identity = FileIdentity.of(os.fstat(file.fileno()))
         try:
-            data, metadata = _read_checked(file, name)
+            data, metadata, has_provenance = _read_checked(file, name)
         except RejectedWheel as error:
             log.info("not indexed: %s", error)
             return _refused(filename, identity, CONTENT, str(error)), "", None
@@ -280,19 +282,20 @@ def _judge_one(
     upload_time = old.upload_time if old is not None and same_bytes else identity.mtime_ns / 1e9
     row = WheelRow(
         filename, *identity, CONTENT, "", sha256, metadata.sha256, metadata.size, metadata.requires_python,
-        metadata.summary, upload_time, None,
+        metadata.summary, upload_time, None if has_provenance else NO_PROVENANCE,
     )
     return row, source, data
 
 
-def _read_checked(file: BinaryIO, name: WheelName) -> tuple[bytes, CoreMetadata]:
-    """METADATA, checked against the name, and the provenance record where the wheel has one (bounded reads)."""
+def _read_checked(file: BinaryIO, name: WheelName) -> tuple[bytes, CoreMetadata, bool]:
+    """METADATA, checked against the name, and the provenance record where the wheel has one (bounded reads);
+    whether it has one."""
     wanted = {METADATA: MAX_METADATA_BYTES, PROVENANCE: MAX_PROVENANCE_BYTES}
     found = read_dist_info(file, name.filename, wanted, required=(METADATA,))
     metadata = check_core_metadata(found[METADATA], name)
     if PROVENANCE in found:
         check_provenance(found[PROVENANCE], name)
-    return found[METADATA], metadata
+    return found[METADATA], metadata, PROVENANCE in found
 
 
 def _refused(filename: str, identity: tuple[int, int, int, int], stage: str, reason: str) -> WheelRow:

@@ -280,11 +280,8 @@ def _project_pages(label: str | None, project: str, files: list[WheelFile]) -> d
     simple_page = f"{layout.simple_root(label)}/{project}/index.html"
     json_page = f"{layout.json_root(label)}/{project}/index.json"
     ordered = _ordered(files)  # once for both pages: a project's page lists thousands of wheels
-    links = _links(simple_page, ordered)
     return {
-        simple_page: _render(
-            "simple_project.html", page=simple_page, title=f"Links for {project}", links=links, api_version=API_VERSION
-        ),
+        simple_page: _simple_page(f"Links for {project}", _links(simple_page, ordered)),
         json_page: _json_project(json_page, project, ordered),
     }
 
@@ -293,8 +290,19 @@ def _findlinks_page(label: str, wheels: list[WheelFile]) -> bytes:
     page = layout.findlinks_path(label)
     first = wheels[0].name
     title = f"Wheels for torch {first.torch} + {accelerator_text(first.accelerator)} ({label})"
-    links = _links(page, _ordered(wheels))
-    return _render("simple_project.html", page=page, title=title, links=links, api_version=API_VERSION)
+    return _simple_page(title, _links(page, _ordered(wheels)))
+
+
+def _simple_page(title: str, links: str) -> bytes:
+    """templates/simple_project.html's bytes, written out here: a project's page lists thousands of wheels, and
+    compiling a template costs a new process more than formatting this (tests/unit/test_index_render.py holds
+    the two to the same bytes)."""
+    escaped = markupsafe.escape(title)
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n  <head>\n    <meta charset="utf-8">\n'
+        f'    <meta name="pypi:repository-version" content="{API_VERSION}">\n    <title>{escaped}</title>\n'
+        f"  </head>\n  <body>\n    <h1>{escaped}</h1>\n{links}  </body>\n</html>\n"
+    ).encode()
 
 
 def _simple_root_page(page: str, projects: list[str], label: str | None) -> bytes:
@@ -303,77 +311,60 @@ def _simple_root_page(page: str, projects: list[str], label: str | None) -> byte
     return _render("simple_root.html", page=page, title=title, projects=links, api_version=API_VERSION)
 
 
-def _links(page: str, ordered: Iterable[WheelFile]) -> markupsafe.Markup:
+def _links(page: str, ordered: Iterable[WheelFile]) -> str:
     """One line per wheel (in page order), an anchor with the hash in the URL fragment, Requires-Python and the
-    PEP 658/714 metadata digest; already escaped."""
-    return markupsafe.Markup("".join(_lines(page, ordered, _anchor_line)))
-
-
-def _anchor_line(page: str, wheel: WheelFile) -> str:
-    return f"    {_anchor(layout.wheel_href(page, wheel.name.label, wheel.filename), wheel)}\n"
-
-
-def _lines(page: str, ordered: Iterable[WheelFile], line: Callable[[str, WheelFile], str]) -> list[str]:
-    """``line(page, wheel)`` for each wheel, in page order."""
-    return [line(page, wheel) for wheel in ordered]
-
-
-def _anchor(href: str, wheel: WheelFile) -> str:
-    python, metadata = wheel.metadata.requires_python, wheel.metadata.sha256
-    return _anchor_html(href, wheel.sha256, wheel.filename, python, metadata)
-
-
-def _anchor_html(href: str, sha256: str, filename: str, requires_python: str | None, metadata_sha256: str) -> str:
-    head = f'<a href="{markupsafe.escape(href)}#sha256={markupsafe.escape(sha256)}"'
-    return head + _anchor_tail(filename, requires_python, metadata_sha256)
-
-
-def _anchor_tail(filename: str, requires_python: str | None, metadata_sha256: str) -> str:
-    """The escaped part of a wheel's anchor that is the same on every page listing it (built once per run)."""
+    PEP 658/714 metadata digest; already escaped. A filename the index accepted, and so its href, holds nothing
+    HTML escapes; Requires-Python may, and is escaped once per distinct value."""
     escape = markupsafe.escape
-    python = f' data-requires-python="{escape(requires_python)}"' if requires_python is not None else ""
-    metadata = escape(f"sha256={metadata_sha256}")
-    # PEP 714's name only: pip 22.3-23.1 read the legacy data-dist-info-metadata and compare its Name unnormalised
-    # (an old setup.py's `causal_conv1d` is then "inconsistent" with `causal-conv1d`); they download the wheel instead
-    return f'{python} data-core-metadata="{metadata}">{escape(filename)}</a><br>'
+    pythons: dict[str | None, str] = {None: ""}
+    lines = []
+    for wheel in ordered:
+        python = wheel.metadata.requires_python
+        attribute = pythons.get(python)
+        if attribute is None:
+            attribute = pythons[python] = f' data-requires-python="{escape(python)}"'
+        filename = wheel.filename
+        href = layout.wheel_href(page, wheel.name.label, filename)
+        # PEP 714's name only: pip 22.3-23.1 read the legacy data-dist-info-metadata and compare its Name
+        # unnormalised (an old setup.py's `causal_conv1d` is then "inconsistent" with `causal-conv1d`); they
+        # download the wheel instead
+        lines.append(
+            f'    <a href="{escape(href)}#sha256={wheel.sha256}"{attribute} '
+            f'data-core-metadata="sha256={wheel.metadata.sha256}">{escape(filename)}</a><br>\n'
+        )
+    return "".join(lines)
 
 
 def _json_project(page: str, project: str, ordered: list[WheelFile]) -> bytes:
     """The PEP 691 project page of ``ordered`` (in page order), the bytes _json_bytes gives the whole document:
-    each file's entry is JSON text built once per wheel and page, and "files" is the first key in sorted order."""
-    files = ",".join(_lines(page, ordered, _json_line))
+    each file's entry is JSON text, and "files" is the first key in sorted order."""
+    files = ",".join(_json_entries(page, ordered))
     versions = list(dict.fromkeys(w.name.version for w in ordered))  # in page order: by version already
     rest = _json_bytes({"meta": {"api-version": API_VERSION}, "name": project, "versions": versions})
     return b'{"files":[' + files.encode() + b"]," + rest[1:]
 
 
-def _json_line(page: str, w: WheelFile) -> str:
-    return _json_file(
-        layout.wheel_href(page, w.name.label, w.filename),
-        w.filename,
-        w.sha256,
-        w.metadata.sha256,
-        w.size,
-        w.upload_time,
-        w.metadata.requires_python,
-    )
-
-
-def _json_file(
-    url: str, filename: str, sha256: str, metadata_sha256: str, size: int, upload_time: float, python: str | None
-) -> str:
-    entry: dict[str, object] = {
-        "filename": filename,
-        "url": url,
-        "hashes": {"sha256": sha256},
-        "core-metadata": {"sha256": metadata_sha256},  # PEP 714's name only, as on the HTML pages
-        "size": size,
-        "upload-time": _iso_time(upload_time),
-        "yanked": False,
-    }
-    if python is not None:
-        entry["requires-python"] = python
-    return json.dumps(entry, sort_keys=True, separators=(",", ":"))
+def _json_entries(page: str, ordered: list[WheelFile]) -> list[str]:
+    """Each wheel's entry as json.dumps(sort_keys=True) writes it, formatted directly: its filename, URL and
+    digests need no escaping in JSON; Requires-Python is encoded once per distinct value, each upload time once."""
+    pythons: dict[str | None, str] = {None: ""}
+    times: dict[float, str] = {}
+    entries = []
+    for wheel in ordered:
+        python = wheel.metadata.requires_python
+        requires = pythons.get(python)
+        if requires is None:
+            requires = pythons[python] = f'"requires-python":{json.dumps(python)},'
+        uploaded = times.get(wheel.upload_time)
+        if uploaded is None:
+            uploaded = times[wheel.upload_time] = _iso_time(wheel.upload_time)
+        url = json.dumps(layout.wheel_href(page, wheel.name.label, wheel.filename))
+        entries.append(
+            f'{{"core-metadata":{{"sha256":"{wheel.metadata.sha256}"}},"filename":"{wheel.filename}",'
+            f'"hashes":{{"sha256":"{wheel.sha256}"}},{requires}"size":{wheel.size},"upload-time":"{uploaded}",'
+            f'"url":{url},"yanked":false}}'
+        )
+    return entries
 
 
 def _ordered(wheels: Iterable[WheelFile]) -> list[WheelFile]:

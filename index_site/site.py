@@ -60,6 +60,21 @@ class FileRecord(NamedTuple):
         return self.identity.size
 
 
+@dataclass(frozen=True)
+class Settled:
+    """The site's folders in which no entry was added, taken out or renamed since the last complete run recorded
+    their identities (a folder's mtime and ctime move with each such change, and no one can set a ctime back),
+    with the files the manifest records in each: a plan takes those records as they are, without a stat per file.
+    A file the index wrote is not rewritten in place by anyone else; serve and publish hold each to its identity."""
+
+    folders: frozenset[str] = frozenset()  # site paths: "whl/pt214cu130"
+    files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # folder: the site paths of its files
+    subfolders: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # folder: its folders' names
+
+    def holds(self, path: str) -> bool:
+        return path.rpartition("/")[0] in self.folders
+
+
 @dataclass(frozen=True, kw_only=True)
 class SitePlan:
     links: tuple[_Link, ...]  # (wheel in dist/ or variant/, site path, wheel): link or copy
@@ -123,7 +138,9 @@ def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | N
         if files is not None:  # nothing moved since the last complete run: nothing to do
             return _report(site, judged, settled, written=(), deleted=(), unchanged=files)
         catalog = catalog_of(judged)
-        report = _index(output, site, base_url, state, _recorded_manifest(site), catalog, settled)
+        recorded = _recorded_manifest(site)
+        still = _settled(site, state, recorded)
+        report = _index(output, site, base_url, state, recorded, catalog, settled, still)
         _leave(state, site, inputs, report.unchanged + len(report.written))
         return report
 
@@ -171,20 +188,49 @@ def _same_folders(site: Path, record: Mapping[str, Any]) -> bool:
     """Whether the manifest and every folder the record names still have their identities (a folder added shows as
     its parent's change; nothing is listed)."""
     folders = record.get("folders")
-    if not isinstance(folders, dict):
+    return isinstance(folders, dict) and all(_same_identity(site, path, identity) for path, identity in folders.items())
+
+
+def _same_identity(site: Path, path: str, identity: object) -> bool:
+    """Whether ``path`` (in the site) has ``identity``: [inode, mtime, ctime], or None for absent."""
+    try:
+        status = os.lstat(os.path.join(site, path))
+    except FileNotFoundError:
+        return identity is None
+    except OSError:
         return False
-    for path, identity in folders.items():
-        try:
-            status = os.lstat(os.path.join(site, path))
-        except FileNotFoundError:
-            if identity is not None:
-                return False
-            continue
-        except OSError:
-            return False
-        if identity != [status.st_ino, status.st_mtime_ns, status.st_ctime_ns]:
-            return False
-    return True
+    return identity == [status.st_ino, status.st_mtime_ns, status.st_ctime_ns]
+
+
+def _settled(site: Path, state: IndexState, recorded: _Recorded) -> Settled:
+    """The folders the last complete run recorded that still have its identities, with their recorded files;
+    none where the manifest is no longer the file that run wrote."""
+    left = state.meta().get(f"site:{os.path.abspath(site)}")
+    try:
+        record = json.loads(left) if left else None
+    except ValueError:
+        return Settled()
+    folders = record.get("folders") if isinstance(record, dict) else None
+    if not isinstance(folders, dict) or not _same_identity(site, layout.SITE_MARKER, folders.get(layout.SITE_MARKER)):
+        return Settled()
+    still = {
+        path
+        for path, identity in folders.items()
+        if identity is not None and path != layout.SITE_MARKER and _same_identity(site, path, identity)
+    }
+    files: dict[str, list[str]] = {}
+    for path in recorded.files:
+        files.setdefault(path.rpartition("/")[0], []).append(path)
+    subfolders: dict[str, list[str]] = {}
+    for path in folders:
+        parent, _, name = path.rpartition("/")
+        if parent:
+            subfolders.setdefault(parent, []).append(name)
+    return Settled(
+        frozenset(still),
+        {folder: tuple(paths) for folder, paths in files.items()},
+        {folder: tuple(names) for folder, names in subfolders.items()},
+    )
 
 
 def _leave(state: IndexState, site: Path, inputs: str, files: int) -> None:
@@ -229,12 +275,19 @@ def _index(
     recorded: _Recorded,
     catalog: Catalog,
     twins: TwinReport,
+    settled: Settled | None = None,
 ) -> IndexReport:
     from index_site.render import channel_groups  # jinja2 and the page models: only for a run that renders
 
     manifest, previous_groups = recorded.files, recorded.groups
     pages, reused, groups = render_changed(
-        catalog, site, manifest, previous_groups, base_url=base_url, extra=channel_groups(twins.twins)
+        catalog,
+        site,
+        manifest,
+        previous_groups,
+        base_url=base_url,
+        extra=channel_groups(twins.twins),
+        settled=settled,
     )
     plan = plan_site(
         catalog,
@@ -246,6 +299,7 @@ def _index(
         groups=groups,
         extra_files=variants.files(twins.twins),
         extracted=[Extract(*entry) for entry in variants.extracted(twins.twins)],
+        settled=settled,
     )
     identities = {**catalog.identities, **{twin.filename: FileIdentity(*twin.identity) for twin in twins.twins}}
     written, linked = apply_plan(plan, site, base_url=base_url, identities=identities, recorded=recorded)
@@ -286,6 +340,7 @@ def render_changed(
     *,
     base_url: str,
     extra: Sequence[PageGroup] = (),
+    settled: Settled | None = None,
 ) -> tuple[dict[str, bytes], dict[str, FileRecord], dict[str, tuple[str, tuple[str, ...]]]]:
     """Render only the page groups whose inputs moved since the last run, or whose pages are no longer exactly
     as recorded; a group in parts settles each part the same way. Returns the rendered pages, the records of pages
@@ -293,10 +348,14 @@ def render_changed(
     pages: dict[str, bytes] = {}
     reused: dict[str, FileRecord] = {}
     groups: dict[str, tuple[str, tuple[str, ...]]] = {}
+    still = settled or Settled()
 
     def settle(group: PageGroup) -> tuple[str, ...]:
         digest, paths = previous.get(group.key, ("", ()))
-        records = [_recorded(os.path.join(site, path), manifest.get(path)) for path in paths]
+        records = [
+            manifest.get(path) if still.holds(path) else _recorded(os.path.join(site, path), manifest.get(path))
+            for path in paths
+        ]
         if digest == group.digest and paths and all(records):
             reused.update((path, record) for path, record in zip(paths, records, strict=True) if record is not None)
             if group.parts is not None:  # its parts' entries stay for the run in which one of them moves
@@ -328,22 +387,26 @@ def plan_site(
     groups: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
     extra_files: Sequence[tuple[str, str, variants.VariantWheel]] = (),
     extracted: Sequence[Extract] = (),
+    settled: Settled | None = None,
 ) -> SitePlan:
     """Compare what the site should hold with what it holds; nothing is written here. ``reused`` are pages known
     to be in place without rendering them (see render_changed); ``extra_files`` are other immutable files to place
     like the wheels (the variant channel's twins), ``extracted`` files taken out of them."""
-    entries = _managed_files(site, _device(dist))
-    links, metadata, kept = _plan_files(catalog, dist, site, manifest, entries)
+    still = settled or Settled()
+    entries = _managed_files(site, _device(dist), still, manifest)
+    links, metadata, kept = _plan_files(catalog, dist, site, manifest, entries, still)
     kept.update(reused or {})
     root = os.fspath(site) + "/"
     for source, path, twin in extra_files:
-        record = _placed_wheel(root + path, twin.sha256, FileIdentity(*twin.identity), manifest.get(path))
+        record = manifest.get(path)
+        if not (still.holds(path) and record is not None and record == (twin.sha256, twin.identity)):
+            record = _placed_wheel(root + path, twin.sha256, FileIdentity(*twin.identity), record)
         if record is not None:
             kept[path] = record
         else:
             links.append((source, path, twin))
     for extract in extracted:
-        record = _extracted_in_place(root, extract, manifest, entries)
+        record = _extracted_in_place(root, extract, manifest, entries, still)
         if record is not None:
             kept[extract.path] = record
         else:
@@ -379,7 +442,11 @@ class Extract(NamedTuple):
 
 
 def _extracted_in_place(
-    root: str, extract: Extract, manifest: Mapping[str, FileRecord], entries: Mapping[str, int | None]
+    root: str,
+    extract: Extract,
+    manifest: Mapping[str, FileRecord],
+    entries: Mapping[str, int | None],
+    settled: Settled,
 ) -> FileRecord | None:
     """The manifest's record of ``extract`` if the site's file is still the one it records with that digest."""
     record = manifest.get(extract.path)
@@ -387,7 +454,7 @@ def _extracted_in_place(
         record is not None
         and record[0] == extract.sha256
         and extract.path in entries  # else not there
-        and holds_identity(root + extract.path, record[1])
+        and (settled.holds(extract.path) or holds_identity(root + extract.path, record[1]))
     ):
         return record
     return None
@@ -399,6 +466,7 @@ def _plan_files(
     site: Path,
     manifest: Mapping[str, FileRecord],
     entries: Mapping[str, int | None],
+    settled: Settled,
 ) -> tuple[list[_Link], list[Extract], dict[str, FileRecord]]:
     """Wheels to link and .metadata files to write, and the records of those already in place. ``entries``: the
     site's files with the inode numbers of those that may be hard links into dist/ (see _managed_files)."""
@@ -424,7 +492,7 @@ def _plan_files(
             else:
                 links.append((dist / filename, path, wheel))
         extract = Extract(dist / filename, path + ".metadata", METADATA, wheel.metadata.sha256)
-        record = _extracted_in_place(root, extract, manifest, entries)
+        record = _extracted_in_place(root, extract, manifest, entries, settled)
         if record is not None:
             kept[extract.path] = record
         else:
@@ -816,21 +884,34 @@ def _device(folder: Path) -> int | None:
         return None
 
 
-def _managed_files(site: Path, device: int | None = None) -> dict[str, int | None]:
+def _managed_files(
+    site: Path,
+    device: int | None = None,
+    settled: Settled | None = None,
+    manifest: Mapping[str, FileRecord] | None = None,
+) -> dict[str, int | None]:
     """Everything but folders under the managed names (files, leftover temporaries, symlinks, special files), each
     with the inode number its directory entry gives when it is a regular file in a folder on filesystem ``device``
-    (an inode number means something only within one filesystem), else None."""
+    (an inode number means something only within one filesystem), else None. A settled folder is not listed: its
+    entries are the files the manifest records there."""
     files: dict[str, int | None] = {}
     for top in MANAGED:
         root = site / top
         if root.is_symlink() or root.is_file() or (root.exists() and not root.is_dir()):
             files[top] = None
         elif root.is_dir():
-            _files_under(os.fspath(root), top + "/", device, files)
+            _files_under(os.fspath(root), top + "/", device, files, settled or Settled(), manifest or {})
     return files
 
 
-def _files_under(folder: str, prefix: str, device: int | None, files: dict[str, int | None]) -> None:
+def _files_under(
+    folder: str,
+    prefix: str,
+    device: int | None,
+    files: dict[str, int | None],
+    settled: Settled,
+    manifest: Mapping[str, FileRecord],
+) -> None:
     """Site paths of everything under ``folder`` but real folders (a symlink to one is listed, never entered):
     os.scandir's entry types and inode numbers, without a stat or a Path per file, since the site holds two files
     per wheel; one lstat per folder, for its filesystem."""
@@ -838,13 +919,19 @@ def _files_under(folder: str, prefix: str, device: int | None, files: dict[str, 
         status = os.lstat(folder)
     except OSError:  # as os.walk did: a folder that cannot be listed is left as it is
         return
-    listing = _listing(folder, prefix)
-    if listing is None:
-        return
-    found, folders = listing
+    relative = prefix.rstrip("/")
+    found: dict[str, int | None]
+    if relative in settled.folders:
+        found = {path: manifest[path].identity.inode for path in settled.files.get(relative, ())}
+        folders = list(settled.subfolders.get(relative, ()))
+    else:
+        listing = _listing(folder, prefix)
+        if listing is None:
+            return
+        found, folders = listing
     files.update(found if device is not None and status.st_dev == device else dict.fromkeys(found))
     for name in folders:
-        _files_under(f"{folder}/{name}", f"{prefix}{name}/", device, files)
+        _files_under(f"{folder}/{name}", f"{prefix}{name}/", device, files, settled, manifest)
 
 
 def _listing(folder: str, prefix: str) -> tuple[dict[str, int | None], list[str]] | None:

@@ -55,7 +55,7 @@ class Twin:
     properties: Mapping[str, Mapping[str, tuple[str, ...]]]  # {namespace: {feature: values}}
 
 
-NO_PROVENANCE = "no wheelwright.json (built before provenance was recorded, or not by wheelwright)"
+NO_PROVENANCE = "no wheelwright.json (built before provenance was recorded, or not by wheelwright)"  # as the index's
 
 
 def _archs_ok(archs: object) -> bool:

@@ -92,3 +92,23 @@ def test_another_base_url_plans_the_site_again(output: Path) -> None:
 def _tree(site: Path) -> dict[str, bytes]:
     files = (path for path in site.rglob("*") if path.is_file() and path.name != SITE_MARKER)
     return {path.relative_to(site).as_posix(): path.read_bytes() for path in files}
+
+
+def test_one_added_wheel_stats_no_file_of_a_folder_nothing_moved_in(
+    output: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folders the last complete run recorded, still with their identities, are taken as it left them: their
+    files' records are not checked one by one (a wheel in whl/pt214cu130 leaves whl/pt213cu130 alone)."""
+    checked: list[str] = []
+    real = site_module.holds_identity
+    monkeypatch.setattr(site_module, "holds_identity", lambda path, known: checked.append(path) or real(path, known))
+    make_wheel(output / "dist", WheelSpec(python="cp313"))
+    report = build_site(output, output / "site", base_url=BASE)
+    assert any("pt214cu130" in path for path in report.written)
+    assert checked == []  # every folder was as recorded when the plan was made
+    build_site(output, output / "cold", base_url=BASE)
+    assert _tree(output / "site") == _tree(output / "cold")
+    monkeypatch.setattr(site_module, "_settled", lambda *_: site_module.Settled())  # no record of the folders
+    make_wheel(output / "dist", WheelSpec(python="cp310"))
+    build_site(output, output / "site", base_url=BASE)
+    assert [path for path in checked if "pt213cu130" in path]  # then each file's record is held to it
