@@ -79,7 +79,7 @@ class Settled:
 class SitePlan:
     links: tuple[_Link, ...]  # (wheel in dist/ or variant/, site path, wheel): link or copy
     metadata: tuple[Extract, ...]  # files taken out of a wheel or twin: .metadata, .provenance.json
-    metadata_bytes: Mapping[str, bytes]  # METADATA already read from wheels this run, by filename
+    metadata_bytes: Mapping[tuple[str, str], bytes]  # (wheel or twin, member): bytes already read this run
     pages: Mapping[str, bytes]  # only pages whose bytes differ from what is on disk
     digests: Mapping[str, str] = field(default_factory=dict)  # sha256 of those pages, worked out while planning
     groups: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)  # key: (digest, its pages)
@@ -300,6 +300,7 @@ def _index(
         extra_files=variants.files(twins.twins),
         extracted=[Extract(*entry) for entry in variants.extracted(twins.twins)],
         settled=settled,
+        fresh=twins.fresh,
     )
     identities = {**catalog.identities, **{twin.filename: FileIdentity(*twin.identity) for twin in twins.twins}}
     written, linked = apply_plan(plan, site, base_url=base_url, identities=identities, recorded=recorded)
@@ -388,6 +389,7 @@ def plan_site(
     extra_files: Sequence[tuple[str, str, variants.VariantWheel]] = (),
     extracted: Sequence[Extract] = (),
     settled: Settled | None = None,
+    fresh: Mapping[tuple[str, str], bytes] | None = None,
 ) -> SitePlan:
     """Compare what the site should hold with what it holds; nothing is written here. ``reused`` are pages known
     to be in place without rendering them (see render_changed); ``extra_files`` are other immutable files to place
@@ -423,7 +425,7 @@ def plan_site(
     return SitePlan(
         links=tuple(links),
         metadata=tuple(metadata),
-        metadata_bytes=catalog.fresh_metadata,
+        metadata_bytes={**{(name, METADATA): data for name, data in catalog.fresh_metadata.items()}, **(fresh or {})},
         pages=changed,
         digests={path: digests[path] for path in changed},
         stale=stale,
@@ -538,11 +540,11 @@ def apply_plan(
     return written, linked
 
 
-def _extract(extract: Extract, read: Mapping[str, bytes]) -> bytes:
-    """The member's bytes (METADATA the catalog read this run, else from the archive), which must still have the
-    digest the catalog or the twin check recorded."""
+def _extract(extract: Extract, read: Mapping[tuple[str, str], bytes]) -> bytes:
+    """The member's bytes (as the catalog or the twin check read them this run, else from the archive), which
+    must still have the digest they recorded."""
     source = Path(extract.source)
-    content = read.get(source.name) if extract.member == METADATA else None
+    content = read.get((source.name, extract.member))
     if content is None:
         try:
             most = {METADATA: MAX_METADATA_BYTES}.get(extract.member, MAX_PROVENANCE_BYTES)

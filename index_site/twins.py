@@ -69,6 +69,7 @@ class TwinReport:
     remade: tuple[Rejection, ...] = ()  # twins that were not their wheel's, made again
     refused: tuple[Rejection, ...] = ()  # files of variant/ not published, and why
     without: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # {why no twin: wheels of dist/}
+    fresh: Mapping[tuple[str, str], bytes] = field(default_factory=dict)  # (twin, member): bytes read this run
 
     @functools.cached_property
     def twins(self) -> tuple[VariantWheel, ...]:
@@ -108,6 +109,7 @@ def settle_twins(judged: Judged, dist: Path, folder: Path, state: IndexState, ma
         remade=tuple(settler.remade),
         refused=tuple(sorted(refused, key=lambda rejection: rejection.filename)),
         without={why: tuple(names) for why, names in sorted(settler.without.items())},
+        fresh=settler.fresh,
     )
 
 
@@ -167,6 +169,7 @@ class _Settler:
         self.remade: list[Rejection] = []
         self.refused: list[Rejection] = []
         self.without: dict[str, list[str]] = defaultdict(list)
+        self.fresh: dict[tuple[str, str], bytes] = {}  # (twin, member): the bytes read of it this run
 
     def settle(self, name: str, wheel: str) -> None:
         wheel_row = self.wheels[wheel]
@@ -243,6 +246,7 @@ class _Settler:
             log.info("%s or its wheel changed while being checked; checked again next run", name)
             return None
         verdict = "; ".join(problems)
+        self.fresh.update(((name, member), data) for member, data in facts.get("read", {}).items())
         return _row(name, identity, wheel, wheel_identity, verdict[:2000], facts)
 
 
@@ -275,6 +279,7 @@ def read_twin(path: Path) -> tuple[FileIdentity, dict[str, Any]]:
             raise OSError(f"{path.name}: changed while it was being read")
     provenance = found.get(PROVENANCE, b"")
     return identity, {
+        "read": {member: found[member] for member in (METADATA, PROVENANCE) if member in found},
         "sha256": sha256,
         "metadata_sha256": metadata.sha256,
         "metadata_size": metadata.size,
