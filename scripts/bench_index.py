@@ -194,8 +194,8 @@ def bench(
     base = workdir / f"base-{count}-{'prov' if with_provenance else 'plain'}"
     if not (base / "dist").is_dir():  # a --workdir of an earlier run keeps its wheels
         write_wheelhouse(base, count, with_provenance=with_provenance)
-    outs = []
-    for checkout in checkouts:
+    outs = [base] if len(checkouts) == 1 else []  # one checkout works in the generated folder itself
+    for checkout in checkouts if len(checkouts) > 1 else ():
         out = workdir / f"{checkout.name}-{count}"
         shutil.rmtree(out, ignore_errors=True)
         shutil.copytree(base, out)
