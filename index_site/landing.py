@@ -23,6 +23,7 @@ from index_site.wheels import GpuArchs, WheelFile
 log = logging.getLogger(__name__)
 
 BUILT, FAILED, NOT_SHIPPED, NOT_PLANNED = "built", "failed", "n/a", "not planned"
+SUMMARY_SHOWN = 200  # characters of a release's Summary the landing and coverage pages show
 _PYTHON = re.compile(r"^3\.\d{1,2}t?$")  # 3.13t: the free-threaded 3.13
 _PROJECT = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
@@ -158,6 +159,8 @@ def _release(project: str, version: str, pythons: tuple[str, ...], rows: list[Ro
     failed = tuple(c.failure for row in rows for c in row.cells if c.failure is not None and c.state == FAILED)
     wheels = (w for row in rows for c in row.cells for w in c.wheels)
     summary = next((w.metadata.summary for w in wheels if w.metadata.summary), "") or ""
+    if len(summary) > SUMMARY_SHOWN:  # METADATA may hold a megabyte of it, and each release's block shows it
+        summary = summary[: SUMMARY_SHOWN - 1].rstrip() + "…"
     return Release(
         project=project,
         version=version,

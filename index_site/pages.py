@@ -31,6 +31,9 @@ from index_site.wheels import GpuArchs, WheelFile
 
 Render = Callable[..., bytes]
 SYMBOLS = {BUILT: "✓", FAILED: "✗", NOT_SHIPPED: "n/a"}  # anything else: "–" (not in the plan)
+# Older versions a project's coverage page details, newest first: a farm's long history would make one page of
+# hundreds of matrices (wheels.json lists every release, each find-links page every wheel).
+OLDER_SHOWN = 24
 
 
 @dataclass(frozen=True)
@@ -65,11 +68,14 @@ def render_pages(
     base_url = base_url.rstrip("/")
     render = functools.partial(render, base_url=base_url)
     pages = {path: _setup_page(render, s, coverage) for path, s in setups.items() if wanted(path)}
-    older = {project: coverage.older(project) for project in coverage.projects}
+    older = {project: coverage.older(project)[:OLDER_SHOWN] for project in coverage.projects}
     for project, releases in older.items():
         path = layout.coverage_path(project)
         if releases and wanted(path):
-            pages[path] = _page(render, "coverage.html", path, coverage, project=project, releases=releases)
+            hidden = len(coverage.older(project)) - len(releases)
+            pages[path] = _page(
+                render, "coverage.html", path, coverage, project=project, releases=releases, hidden=hidden
+            )
     if wanted(layout.LANDING):
         setup = default_setup(coverage, setups)
         pages[layout.LANDING] = _page(
