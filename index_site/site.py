@@ -476,6 +476,7 @@ def _plan_files(
     metadata: list[Extract] = []
     kept: dict[str, FileRecord] = {}
     root = os.fspath(site) + "/"  # string paths, checks inline: this loop runs for every wheel on every index
+    folder = os.fspath(dist) + "/"
     identities = catalog.identities
     for wheel in catalog.wheels:
         filename = wheel.filename
@@ -492,8 +493,8 @@ def _plan_files(
             if record is not None:
                 kept[path] = record
             else:
-                links.append((dist / filename, path, wheel))
-        extract = Extract(dist / filename, path + ".metadata", METADATA, wheel.metadata.sha256)
+                links.append((folder + filename, path, wheel))
+        extract = Extract(folder + filename, path + ".metadata", METADATA, wheel.metadata.sha256)
         record = _extracted_in_place(root, extract, manifest, entries, settled)
         if record is not None:
             kept[extract.path] = record
