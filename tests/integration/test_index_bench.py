@@ -41,13 +41,14 @@ def test_bench_landing_small(tmp_path: Path) -> None:
 
 
 def test_bench_index_ab_small(tmp_path: Path) -> None:
-    """scripts/bench_index_ab.py against this very checkout: both workers index their own copies and every run of
-    either is timed, the cold ones each in a fresh process."""
-    arguments = ["--against", ROOT, "--wheels", "60", "--repeat", "2", "--colds", "2", "--added-wheel-mb", "0.1"]
+    """scripts/bench_index_ab.py against this very checkout: each indexes its own copy, every run of either in a
+    new process and timed."""
+    arguments = ["--against", ROOT, "--wheels", "60", "--repeat", "2", "--colds", "2", "--added-mb", "0.1"]
     command = [sys.executable, "-m", "scripts.bench_index_ab", *arguments, "--workdir", tmp_path, "--json"]
     output = run(command, step="bench_index_ab", env=dict(os.environ), cwd=ROOT, capture=True).output
     results = json.loads(output[output.index("{") :])
     assert results["code"]["this"] == results["code"]["against"]
     for runs in results["runs"].values():
-        assert (len(runs["cold"]), len(runs["+1"]), len(runs["unchanged"])) == (2, 2, 2)
+        assert {kind: len(cpu) for kind, cpu in runs.items()} == dict.fromkeys(runs, 2)
+        assert set(runs) == {"cold", "unchanged", "+1", "replaced", "removed"}
     assert all(results["medians"][name]["+1"]["cpu"] > 0 for name in ("this", "against"))
