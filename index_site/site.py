@@ -29,7 +29,7 @@ from builder.core.hashing import FileIdentity, holds_identity, regular_identity
 from index_site import layout, variants
 from index_site.catalog import Catalog, Judged, Rejection, ScanStats, catalog_of, judge
 from index_site.state import IndexState, state_path
-from index_site.twins import TwinMaker, TwinReport, settle_twins
+from index_site.twins import TwinMaker, TwinReport, deriver, settle_twins
 
 if TYPE_CHECKING:
     from index_site.render import PageGroup
@@ -131,7 +131,7 @@ def _cycle_collection_paused() -> Iterator[None]:
 def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | None) -> IndexReport:
     _check_site(site, base_url)
     with IndexState(state_path(output / "ledger.sqlite")) as state:
-        judged = judge(output / "dist", output / "ledger.sqlite", state)
+        judged = judge(output / "dist", output / "ledger.sqlite", state, deriver(twins))
         settled = settle_twins(judged, output / "dist", output / variants.ROOT, state, twins)
         inputs = _inputs(state, judged, base_url)
         files = _as_left(state, site, inputs)

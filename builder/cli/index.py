@@ -8,13 +8,15 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import urlsplit
 
 from builder.cli.arguments import site_url, whole_number
 from builder.core.errors import ConfigError
 
 if TYPE_CHECKING:
+    from builder.core.archive import Archive
+    from builder.steps.variant import DerivedTwin
     from index_site.publish import PublishReport
     from index_site.site import IndexReport
 
@@ -103,6 +105,11 @@ class _Twins:
         from builder.steps.variant import VariantTwins
 
         return VariantTwins().problems(wheel, twin)
+
+    def derive(self, file: BinaryIO, archive: Archive) -> DerivedTwin | None:
+        from builder.steps.variant import VariantTwins
+
+        return VariantTwins().derive(file, archive)
 
 
 def _twin_lines(report: IndexReport) -> tuple[list[str], list[str]]:
