@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     compile_times TEXT,              -- JSON: [{unit, arch, seconds}] from nvcc --time (object-cache hits add none)
     wheel_identity TEXT,             -- inode:size:mtime_ns:ctime_ns of the wheel in dist/ when its hash was taken
     torch_wheel  TEXT,               -- JSON: the torch wheel built against: filename, url, sha256, index, origin
+    abi          TEXT,               -- JSON: the symbols each extension imports from torch, C++ ABI, CUDA major, window
     updated_at   REAL NOT NULL
 );
 """
@@ -54,6 +55,7 @@ MIGRATIONS = {
     "compile_times": "ALTER TABLE jobs ADD COLUMN compile_times TEXT",
     "wheel_identity": "ALTER TABLE jobs ADD COLUMN wheel_identity TEXT",
     "torch_wheel": "ALTER TABLE jobs ADD COLUMN torch_wheel TEXT",
+    "abi": "ALTER TABLE jobs ADD COLUMN abi TEXT",
 }
 SCHEMA_VERSION = 2  # PRAGMA user_version; a ledger with a higher one was written by a newer wheelwright
 # How long to wait for another process's write transaction before saying so (env WHEELWRIGHT_LEDGER_TIMEOUT).
@@ -99,6 +101,7 @@ class LedgerEntry:
     compile_times: str | None = None
     wheel_identity: str | None = None
     torch_wheel: str | None = None
+    abi: str | None = None  # JSON, builder/steps/abi.py: {torch, cxx11_abi, cuda_major, extensions, window}
     updated_at: float = 0.0
 
     @property
