@@ -230,7 +230,7 @@ def _cache_file(path: Path) -> tuple[int, ...] | None:
     return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
 
 
-def _archs(wheels: Collection[str], recorded: Mapping[str, tuple[str, str]]) -> dict[str, GpuArchs]:
+def _archs(wheels: Collection[str], recorded: Mapping[str, tuple[str, str, str | None]]) -> dict[str, GpuArchs]:
     """The GPU archs of the wheels named in ``wheels`` whose ledger row holds a readable record of them (the rows
     walked, not the wheels: a farm's ledger records a few hundred, dist/ may hold 10,000 wheels it did not build)."""
     archs = {}

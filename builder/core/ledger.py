@@ -233,16 +233,18 @@ class Ledger:
                 known[row["wheel"]] = (row["wheel_sha256"], identity)
         return known
 
-    def wheel_archs(self) -> dict[str, tuple[str, str]]:
-        """{wheel filename: (SASS, PTX)} of every built wheel whose verify report recorded its GPU code, each a JSON
-        list as the report holds it; SQLite extracts them, so a big ledger's reports are not parsed in Python."""
+    def wheel_archs(self) -> dict[str, tuple[str, str, str | None]]:
+        """{wheel filename: (SASS, PTX, ABI window)} of every built wheel whose verify report recorded its GPU code,
+        each list JSON as the report holds it, the window the text its ``abi`` record holds (None where none); SQLite
+        extracts them, so a big ledger's reports are not parsed in Python."""
         query = (
-            "SELECT wheel, json_extract(report, '$.sass') AS sass, json_extract(report, '$.ptx') AS ptx FROM jobs"
+            "SELECT wheel, json_extract(report, '$.sass') AS sass, json_extract(report, '$.ptx') AS ptx,"
+            " CASE WHEN json_valid(abi) THEN json_extract(abi, '$.window.text') END AS window FROM jobs"
             " WHERE status = 'built' AND wheel IS NOT NULL AND json_valid(report)"
         )
         with sqlite_errors(self.path):
             rows = self._db.execute(query).fetchall()
-        return {row["wheel"]: (row["sass"], row["ptx"]) for row in rows if row["sass"] is not None}
+        return {row["wheel"]: (row["sass"], row["ptx"], row["window"]) for row in rows if row["sass"] is not None}
 
     def failures(self) -> list[LedgerEntry]:
         return [e for e in self.entries() if e.status in NOT_BUILT]

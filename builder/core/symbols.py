@@ -14,14 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.core.demangle import demangle
-from builder.core.elfread import SHT_DYNSYM, ElfFile
+from builder.core.elfread import ElfFile
 
 INDEX_VERSION = 1  # the folder name and the "schema" of every file: a new layout gets a new folder
 INDEX_DIR = f"torch-symbols/v{INDEX_VERSION}"
+SYMBOLS_ENV = "WHEELWRIGHT_SYMBOLS"  # the index's folder, where it is not the cache's
+NAMES_FILE = "names.json.gz"  # {mangled: demangled} of the symbols not every entry exports: doctor's fallback
 # The libraries an extension links from torch (torch.utils.cpp_extension adds them), whose exports the index keeps.
 TORCH_LIBRARIES = ("libc10.so", "libc10_cuda.so", "libtorch.so", "libtorch_cpu.so", "libtorch_cuda.so",
                    "libtorch_python.so", "libc10_hip.so", "libtorch_hip.so")
 _SYM_SIZE = 24
+_SHT_DYNSYM = 11
 _STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE = 1, 2, 10
 _STV_HIDDEN, _STV_INTERNAL = 2, 1
 _STT_SECTION, _STT_FILE = 3, 4
@@ -40,7 +43,7 @@ class Linkage:
 
 def dynamic_linkage(elf: ElfFile) -> Linkage:
     """The exports (global, weak or unique; default or protected visibility; defined) and the imports of ``elf``."""
-    table = next((s for s in elf.sections if s.type == SHT_DYNSYM), None)
+    table = next((s for s in elf.sections if s.type == _SHT_DYNSYM), None)
     if table is None:
         return Linkage(frozenset(), frozenset(), frozenset())
     if table.link >= len(elf.sections):
@@ -132,7 +135,10 @@ class TorchAbi:
 
 
 def cache_dir() -> Path:
-    """``$WHEELWRIGHT_CACHE/torch-symbols/v1``, else ``~/.cache/wheelwright/torch-symbols/v1``."""
+    """``$WHEELWRIGHT_SYMBOLS``, else ``$WHEELWRIGHT_CACHE/torch-symbols/v1``, else
+    ``~/.cache/wheelwright/torch-symbols/v1``."""
+    if os.environ.get(SYMBOLS_ENV):
+        return Path(os.environ[SYMBOLS_ENV])
     root = os.environ.get("WHEELWRIGHT_CACHE") or str(Path.home() / ".cache" / "wheelwright")
     return Path(root) / INDEX_DIR
 
@@ -222,7 +228,8 @@ def minor_of(version: str) -> str:
 
 
 def _span(versions: tuple[str, ...]) -> str:
-    return minor_of(versions[0]) if len(versions) == 1 else f"{minor_of(versions[0])}-{minor_of(versions[-1])}"
+    """2.9-2.15, and 2.12-2.12 for one: a window reads as a range even when it holds one release."""
+    return f"{minor_of(versions[0])}-{minor_of(versions[-1])}"
 
 
 def _spans(subset: tuple[str, ...], order: tuple[str, ...]) -> list[str]:

@@ -15,6 +15,7 @@ from builder.core.ledger import Ledger, LedgerEntry, Status
 from builder.core.symbols import TORCH_LIBRARIES, TorchAbi, load_index, read_linkage_of, window
 from builder.core.wheelname import WheelFilename
 from builder.plan.job import Job
+from builder.steps import provenance
 from builder.steps.elf import is_elf, unpacked
 
 log = logging.getLogger(__name__)
@@ -35,12 +36,16 @@ def extension_imports(root: Path, exports: Mapping[str, frozenset[str]]) -> dict
         required = read_linkage_of(path).required
         by_library: dict[str, list[str]] = {}
         for symbol in sorted(required):
-            library = next((name for name in exports if symbol in exports[name]), None)
+            library = next((name for name in _in_link_order(exports) if symbol in exports[name]), None)
             if library is not None:
                 by_library.setdefault(library, []).append(symbol)
         if by_library:
             found[path.relative_to(root).as_posix()] = by_library
     return found
+
+
+def _in_link_order(exports: Mapping[str, frozenset[str]]) -> list[str]:
+    return sorted(exports, key=lambda name: (TORCH_LIBRARIES.index(name) if name in TORCH_LIBRARIES else 99, name))
 
 
 def all_imports(record: Mapping[str, object]) -> frozenset[str]:
@@ -92,15 +97,14 @@ def record_of_built(entry: LedgerEntry, wheel: Path, entries: list[TorchAbi]) ->
     """The ``abi`` record of a built wheel, its imports as recorded (or, for a row built before they were, read
     from the wheel against the index's entry of its torch) and its window over ``entries``."""
     recorded = json.loads(entry.abi) if entry.abi else {}
-    platform = next((m for m in ("x86_64", "aarch64") if WheelFilename.parse(wheel.name).platform_tag.endswith(m)),
-                    "unknown")
+    platform = _platform(wheel)
     if not isinstance(recorded, dict) or "extensions" not in recorded:
         own = _index_exports(entries, entry.torch, entry.accelerator, platform)
         if own is None:
             raise WheelError(f"{entry.job_id}: the symbol index holds no torch {entry.torch} {entry.accelerator} "
                              f"{platform} to read its imports against (wheelwright facts symbols {entry.torch})")
         with unpacked(wheel) as root:
-            extensions = extension_imports(root, {k: own.libraries[k] for k in TORCH_LIBRARIES if k in own.libraries})
+            extensions = extension_imports(root, own.libraries)
         recorded = {"torch": entry.torch, "accelerator": entry.accelerator, "platform": platform,
                     "cxx11_abi": own.cxx11_abi, "cuda_major": own.cuda_major, "extensions": extensions}
     major = recorded.get("cuda_major")
@@ -130,3 +134,29 @@ def rewindow(output: Path, *, directory: Path | None = None) -> list[tuple[str, 
             text = record["window"]["text"] if isinstance(record["window"], dict) else ""
             done.append((entry.job_id, str(text)))
     return done
+
+
+def record_of_wheel(wheel: Path, entries: list[TorchAbi]) -> dict[str, object]:
+    """The ``abi`` record of any wheel of ours: as its provenance holds it, or (a wheel built before imports were
+    recorded) read from the wheel against the index's entry of the torch its provenance names."""
+    record = provenance.read_wheel(wheel).record
+    recorded = record.get("abi")
+    if isinstance(recorded, dict) and "extensions" in recorded:
+        return dict(recorded)
+    torch, label = record.get("torch", {}), str(record.get("label", ""))
+    accelerator = label.split("cu", 1)[-1] if "cu" in label else ""
+    version, variant = str(torch.get("version")), f"cu{accelerator}" if accelerator else label
+    platform = _platform(wheel)
+    own = _index_exports(entries, version, variant, platform)
+    if own is None:
+        raise WheelError(f"{wheel.name}: the symbol index holds no torch {version} {variant} {platform} to read "
+                         f"its imports against (wheelwright facts symbols {version})")
+    with unpacked(wheel) as root:
+        extensions = extension_imports(root, own.libraries)
+    return {"torch": version, "accelerator": variant, "platform": platform, "cxx11_abi": own.cxx11_abi,
+            "cuda_major": own.cuda_major, "extensions": extensions}
+
+
+def _platform(wheel: Path) -> str:
+    tag = WheelFilename.parse(wheel.name).platform_tag
+    return next((m for m in ("x86_64", "aarch64") if tag.endswith(m)), tag)

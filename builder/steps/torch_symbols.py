@@ -5,6 +5,8 @@ header and section table, ``.dynsym`` and the string table (builder/steps/zipran
 
 from __future__ import annotations
 
+import gzip
+import json
 import logging
 import re
 import struct
@@ -17,9 +19,11 @@ from urllib.parse import urljoin
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
+from builder.core.demangle import demangle
 from builder.core.errors import WheelError
 from builder.core.files import write_atomic
 from builder.core.symbols import (
+    NAMES_FILE,
     TORCH_LIBRARIES,
     TorchAbi,
     cache_dir,
@@ -27,6 +31,7 @@ from builder.core.symbols import (
     encode_entry,
     entry_path,
     linkage_of_tables,
+    load_index,
 )
 from builder.steps.environment import cache_root
 from builder.steps.fetch import index_files, index_url, with_slash
@@ -91,12 +96,22 @@ def index_wheel(source: ByteSource, wheel: TorchWheelFile) -> TorchAbi:
         torch=version.public,
         variant=version.local or _variant_from_metadata(source, found, wheel.filename),
         platform=_platform(wheel.filename),
-        cxx11_abi=any("St7__cxx11" in name for name in exports),
+        cxx11_abi=string_abi_of(exports),
         libraries=libraries,
         wheel={"filename": wheel.filename, "sha256": wheel.sha256, "size": source.size, "url": wheel.url},
         read={"bytes": source.bytes_read, "requests": source.reads, "of": source.size,
               "members": sorted(f"torch/lib/{name}" for name in libraries)},
     )
+
+
+_TORCH_NAMESPACES = ("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch")
+
+
+def string_abi_of(exports: frozenset[str]) -> bool:
+    """Whether torch's own functions take the C++11 ``std::string`` (``St7__cxx11``) rather than the old one
+    (``Ss``): torch 2.0.1, a pre-cxx11 build, still exports a few third-party names with ``__cxx11`` in them."""
+    ours = [name for name in exports if name.startswith(_TORCH_NAMESPACES)]
+    return sum("St7__cxx11" in name for name in ours) > sum("Ss" in name for name in ours)
 
 
 def _variant_from_metadata(source: ByteSource, found: Mapping[str, Member], filename: str) -> str:
@@ -218,7 +233,21 @@ def refresh(versions: Iterable[str] | None, *, page: str | None = None, platform
     if missing:
         raise WheelError(f"{page} lists no {platform} wheel of torch {', '.join(missing)}")
     directory = directory or cache_dir()
-    return [refresh_one(listed[version], directory) for version in wanted]
+    refreshed = [refresh_one(listed[version], directory) for version in wanted]
+    write_names(directory)
+    return refreshed
+
+
+def write_names(directory: Path) -> Path:
+    """``names.json.gz``: the demangled names of the symbols some indexed torch exports and another does not, the
+    ones an ``undefined symbol`` line names, for a doctor on a machine without libstdc++ to demangle them."""
+    entries, _ = load_index(directory)
+    sets = [entry.exports() for entry in entries]
+    changed = frozenset().union(*sets) - frozenset.intersection(*sets) if sets else frozenset()
+    names = {symbol: demangle(symbol) for symbol in sorted(changed)}
+    path = directory / NAMES_FILE
+    write_atomic(path, gzip.compress(json.dumps(names, separators=(",", ":")).encode(), compresslevel=9, mtime=0))
+    return path
 
 
 def summary(refreshed: Refreshed) -> dict[str, Any]:

@@ -265,12 +265,14 @@ def _inflate_from_a_block(data: bytes, size: int, *, from_start: bool) -> tuple[
     """(the inflated end of the member, the ranges of it that may hold bytes of the unknown window), from the first
     bit of ``data`` at which a deflate block starts that inflates cleanly to the end of ``data``."""
     if from_start:
-        out = _inflate_all(data, b"")
+        out = _inflate_all(data, b"", 0)
         return (out, []) if out is not None else None
     for byte, bit in _candidate_block_starts(data):
-        shifted = _shift(data[byte:], bit)
-        zeros, ones = _inflate_all(shifted, bytes(_WINDOW)), _inflate_all(shifted, b"\x01" * _WINDOW)
-        if zeros is None or ones is None or len(zeros) > size:
+        zeros = _inflate_all(_primed(data[byte:], bit, guess=0), bytes(_WINDOW), _PRIMED_OUTPUT[bit])
+        if zeros is None or len(zeros) > size:
+            continue
+        ones = _inflate_all(_primed(data[byte:], bit, guess=1), b"\x01" * _WINDOW, _PRIMED_OUTPUT[bit])
+        if ones is None or len(ones) != len(zeros):
             continue
         # A byte that came from the unknown window differs between the two guesses at it; one that did not is the
         # same in both, whatever the window held.
@@ -292,21 +294,67 @@ def _differences(first: bytes, second: bytes, grain: int = 4096) -> list[tuple[i
     return found
 
 
+# -- starting to inflate mid-stream ----------------------------------------------------------------------------------
+# zlib inflates from a byte boundary, and a block starts at any bit. Rather than shift the rest of the stream (which
+# would put every later stored block, byte-aligned in the original, off its boundary), a few empty fixed-Huffman
+# blocks are put in front, as many bits long as the block's offset into its byte (mod 8): the original bytes then
+# keep their alignment. An odd count needs one literal (a 9-bit code), which the output then starts with; the two
+# guesses at the window use two different literals, so a back-reference to it shows as unknown like the window.
+
+_EMPTY_FIXED = [0, 1, 0] + [0] * 7  # BFINAL 0, BTYPE 01 (LSB first), end-of-block: 10 bits
+
+
+def _literal_block(value: int) -> list[int]:
+    code = 0b110010000 + value - 144  # literals 144-255: 9-bit codes, sent most significant bit first
+    return [0, 1, 0] + [(code >> (8 - i)) & 1 for i in range(9)] + [0] * 7  # 19 bits
+
+
+def _prefix_bits(offset: int, guess: int) -> list[int]:
+    """Whole deflate blocks, ``offset`` bits long modulo 8 (10 bits an empty block, 19 with one literal)."""
+    if offset % 2 == 0:
+        return _EMPTY_FIXED * ({0: 0, 2: 1, 4: 2, 6: 3}[offset])
+    return _literal_block(144 + guess) + _EMPTY_FIXED * ({3: 0, 5: 1, 7: 2, 1: 3}[offset])
+
+
+_PRIMED_OUTPUT = {bit: 1 if bit % 2 else 0 for bit in range(8)}  # bytes the prefix itself inflates to
+
+
+def _primed(data: bytes, bit: int, *, guess: int) -> bytes:
+    """``data`` from its ``bit``-th bit on, as zlib can inflate it: the prefix, then the original bytes."""
+    bits = _prefix_bits(bit, guess)
+    whole, tail = divmod(len(bits), 8)
+    packed = bytes(sum(b << i for i, b in enumerate(bits[8 * n : 8 * n + 8])) for n in range(whole))
+    if tail == 0:
+        return packed + data
+    low = sum(b << i for i, b in enumerate(bits[8 * whole :]))
+    return packed + bytes([(data[0] & (0xFF << tail) & 0xFF) | low]) + data[1:]
+
+
 def _candidate_block_starts(data: bytes) -> Iterator[tuple[int, int]]:
-    """(byte, bit) positions where a dynamic-Huffman block header is plausible and the next few KB inflate without
-    an error from any window: those worth inflating to the end. Stored blocks are byte-aligned in the original
-    stream, which a shifted copy is not: a tail with one inside it is inflated from a later block, or from the
-    start."""
+    """(byte, bit) positions where a deflate block plausibly starts (a stored block's lengths agree; a dynamic
+    block's code-length code is complete) and the next 64 kB inflate without an error from any window: the ones
+    worth inflating to the end. A false start decodes garbage until a garbage block header fails."""
     for byte in range(max(0, len(data) - _TRY)):
-        value = int.from_bytes(data[byte : byte + 4], "little")
+        value = int.from_bytes(data[byte : byte + 12], "little")
         for bit in range(8):
-            if _plausible_dynamic_header(value >> bit) and _inflates_a_while(_shift(data[byte : byte + _TRY], bit)):
+            if _plausible_header(value >> bit, data, byte, bit) and all(
+                _inflates_a_while(_primed(data[byte : byte + size], bit, guess=0))
+                for size in (_TRY, 16 * _TRY)
+            ):
                 yield byte, bit
 
 
-def _plausible_dynamic_header(header: int) -> bool:
-    """BTYPE 2 (dynamic Huffman), at most 286 literal/length and 30 distance codes."""
-    return (header >> 1) & 3 == 2 and (header >> 3) & 31 <= 29 and (header >> 8) & 31 <= 29
+def _plausible_header(header: int, data: bytes, byte: int, bit: int) -> bool:
+    kind = (header >> 1) & 3
+    if kind == 0:  # stored: LEN and its complement, at the next byte boundary
+        at = byte + 1 if bit + 3 <= 8 else byte + 2
+        return at + 4 <= len(data) and int.from_bytes(data[at : at + 2], "little") ^ int.from_bytes(
+            data[at + 2 : at + 4], "little") == 0xFFFF
+    if kind != 2 or (header >> 3) & 31 > 29 or (header >> 8) & 31 > 29:
+        return False
+    count = ((header >> 13) & 15) + 4  # HCLEN + 4 code lengths of 3 bits each: the code must be complete
+    lengths = [(header >> (17 + 3 * i)) & 7 for i in range(count)]
+    return sum(1 << (7 - n) for n in lengths if n) == 128
 
 
 def _inflates_a_while(data: bytes) -> bool:
@@ -318,20 +366,14 @@ def _inflates_a_while(data: bytes) -> bool:
     return not inflater.eof
 
 
-def _shift(data: bytes, bit: int) -> bytes:
-    if bit == 0:
-        return data
-    return (int.from_bytes(data, "little") >> bit).to_bytes(len(data), "little")
-
-
-def _inflate_all(data: bytes, window: bytes) -> bytes | None:
-    """The whole stream inflated, when it ends exactly at the end of ``data`` (a shifted stream leaves at most one
-    byte of padding); None when it fails or ends elsewhere."""
+def _inflate_all(data: bytes, window: bytes, skip: int) -> bytes | None:
+    """The whole stream inflated (less the ``skip`` bytes a prefix made), when it ends exactly at the end of
+    ``data``; None when it fails or ends elsewhere."""
     try:
         inflater = zlib.decompressobj(-15, zdict=window) if window else zlib.decompressobj(-15)
         out = inflater.decompress(data)
     except zlib.error:
         return None
-    if not inflater.eof or len(inflater.unused_data) > 1:
+    if not inflater.eof or inflater.unused_data:
         return None
-    return out
+    return out[skip:]
