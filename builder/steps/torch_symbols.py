@@ -234,7 +234,8 @@ def refresh(versions: Iterable[str] | None, *, page: str | None = None, platform
         raise WheelError(f"{page} lists no {platform} wheel of torch {', '.join(missing)}")
     directory = directory or cache_dir()
     refreshed = [refresh_one(listed[version], directory) for version in wanted]
-    write_names(directory)
+    if any(r.outcome != "current" for r in refreshed) or not (directory / NAMES_FILE).is_file():
+        write_names(directory)
     return refreshed
 
 
