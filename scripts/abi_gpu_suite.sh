@@ -9,19 +9,21 @@
 # Writes $OUT/abi-suite.json (doctor's verdict before import, the import, the suite's counts) and the logs beside it.
 set -euo pipefail
 OUT=${1:?usage: abi_gpu_suite.sh OUTDIR}
-BOX_PYTHON=${WHEELWRIGHT_BOX_PYTHON:-/opt/torch/.venv/bin/python3}
+BOX_PYTHON=${WHEELWRIGHT_BOX_PYTHON:-python3}   # the box's python3: a venv holding torch 2.11, pytest, xdist
+PIP=${WHEELWRIGHT_PIP:-"$BOX_PYTHON -m pip"}
 CARRY=.carry/abi
 mkdir -p "$OUT"
 wheel=$(ls "$CARRY"/causal_conv1d-1.7.0+pt212cu130-cp312-*.whl)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# a venv that sees the box's torch through a .pth file (as the verify gate's), the 2.12 wheel installed into it
+# a venv that sees the box's torch (as gpu_acceptance.sh's make_venv: python3 is itself a venv, so a .pth file adds
+# its site-packages), the 2.12 wheel installed into it
 "$BOX_PYTHON" -m venv --without-pip "$work/venv"
-box_site=$("$BOX_PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 venv_site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-echo "$box_site" > "$venv_site/box-torch.pth"
-"$BOX_PYTHON" -m pip --python "$work/venv/bin/python" install --no-deps --no-index --quiet "$wheel"
+"$BOX_PYTHON" -c 'import site; print("import site; " + "; ".join(f"site.addsitedir({d!r})" for d in site.getsitepackages()))' \
+    > "$venv_site/box-site-packages.pth"
+env -u PIP_FIND_LINKS $PIP --python "$work/venv/bin/python" install --no-deps --no-index --quiet "$wheel"
 python="$work/venv/bin/python"
 
 # doctor first: the extension's imports against the installed torch's exports, read from the files
@@ -35,7 +37,7 @@ start=$(date +%s)
 (cd "$work/causal_conv1d-1.7.0" && timeout 540 "$python" -m pytest -q -p no:cacheprovider -n "$workers" \
     tests/test_causal_conv1d.py) > "$OUT/abi-suite.log" 2>&1 && suite=0 || suite=$?
 seconds=$(( $(date +%s) - start ))
-counts=$(tail -n 3 "$OUT/abi-suite.log" | grep -E "passed|failed" | tail -n 1)
+counts=$(tail -n 3 "$OUT/abi-suite.log" | grep -E "passed|failed" | tail -n 1 || true)
 "$python" - "$OUT" "$imported" "$suite" "$seconds" "$counts" "$(basename "$wheel")" <<'PY'
 import json, sys
 out, imported, suite, seconds, counts, wheel = sys.argv[1:]

@@ -1,6 +1,8 @@
 """The ABI windows, proven by imports (issue 30, docs/abi.md): every (wheel, torch) pair predicted from the symbol
-index (the wheel's recorded imports against the torch's exports, its CUDA major and C++ ABI), then tried: the wheel's
-extensions imported after ``import torch`` in a venv holding that torch (CPU; a CUDA torch imports without a GPU).
+index (the wheel's recorded imports against the torch's exports), then tried: the wheel's extensions imported after
+``import torch`` in a venv holding that torch (CPU; a CUDA torch imports without a GPU). The window adds the CUDA
+major and C++ ABI to the symbols; an import tests what the loader sees, the symbols (where the wheel's
+``libcudart.so.N`` can be found: on this machine CUDA 13.0's is in ld.so.conf, so a CUDA 12 torch gets that far).
 Prints one JSON line per pair and the table docs/abi.md carries; exit 1 when a prediction and an import disagree.
 
     .venv/bin/python -m scripts.abi_proof WHEEL... --torch 2.11.0 2.12.1 ... [--venvs DIR] [--table FILE]
@@ -52,8 +54,10 @@ class Pair:
     wheel: str
     torch: str  # the torch tried, 2.14.1
     variant: str  # its variant, cu130
-    predicted: bool
-    why: str  # the prediction's reason: "exports all 143", "missing 3: c10::...", "CUDA 12, not CUDA 13"
+    predicted: bool  # the loader's view: torch exports every symbol the wheel needs of it
+    why: str  # "exports all 143", "missing 3: `c10::...`"
+    in_window: bool  # and it is of the wheel's CUDA major and C++ ABI: a torch the index offers it for
+    family: str  # why not, when it is not of the wheel's family ("" when it is)
     loaded: bool
     error: str  # the first import error, verbatim ("" when it loaded)
     seconds: float
@@ -79,16 +83,15 @@ def venv_for(version: str, venvs: Path) -> Path:
     return python
 
 
-def predict(record: dict[str, object], entry: TorchAbi) -> tuple[bool, str]:
+def predict(record: dict[str, object], entry: TorchAbi) -> tuple[bool, str, str]:
+    """(whether the loader finds every symbol, why, why the torch is not of the wheel's family or "")."""
     major, cxx11 = record.get("cuda_major"), bool(record.get("cxx11_abi"))
-    reason = family_reason(entry, platform=str(record.get("platform")),
+    family = family_reason(entry, platform=str(record.get("platform")),
                            cuda_major=major if isinstance(major, int) else None, cxx11_abi=cxx11)
     imports = all_imports(record)
     missing = sorted(imports - entry.exports())
     symbols = f"missing {len(missing)}: `{demangle(missing[0])}`" if missing else f"exports all {len(imports)}"
-    if reason:
-        return False, f"{reason} ({symbols})"
-    return not missing, symbols
+    return not missing, symbols, family or ""
 
 
 def extension_modules(wheel: Path) -> list[str]:
@@ -126,10 +129,11 @@ def run(wheels: list[Path], versions: list[str], venvs: Path) -> list[Pair]:
     for version in versions:
         python = venv_for(version, venvs)
         for wheel in wheels:
-            predicted, why = predict(record_of_wheel(wheel, entries), by_version[version])
+            predicted, why, family = predict(record_of_wheel(wheel, entries), by_version[version])
             loaded, error, seconds = try_import(wheel, python)
             pair = Pair(wheel=wheel.name, torch=version, variant=by_version[version].variant, predicted=predicted,
-                        why=why, loaded=loaded, error=error, seconds=round(seconds, 1))
+                        why=why, in_window=predicted and not family, family=family, loaded=loaded, error=error,
+                        seconds=round(seconds, 1))
             print(json.dumps({**asdict(pair), "agrees": pair.agrees}), flush=True)
             pairs.append(pair)
     return pairs
@@ -147,7 +151,8 @@ def table(pairs: list[Pair]) -> str:
             pair = next(p for p in pairs if p.wheel == wheel and p.torch == version)
             mark = "loads" if pair.predicted else "breaks"
             seen = "imported" if pair.loaded else "ImportError"
-            cells.append(f"{mark} / {seen}{'' if pair.agrees else ' **DISAGREE**'}")
+            window = " (in window)" if pair.in_window else ""
+            cells.append(f"{mark} / {seen}{window}{'' if pair.agrees else ' **DISAGREE**'}")
         lines.append(f"| `{wheel}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -6,8 +6,11 @@ it imports. Standard library only (Python 3.9): ``doctor.py`` carries this modul
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import gzip
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -15,6 +18,8 @@ from pathlib import Path
 
 from builder.core.demangle import demangle
 from builder.core.elfread import ElfFile
+
+log = logging.getLogger(__name__)
 
 INDEX_VERSION = 1  # the folder name and the "schema" of every file: a new layout gets a new folder
 INDEX_DIR = f"torch-symbols/v{INDEX_VERSION}"
@@ -77,6 +82,46 @@ def linkage_of_tables(symbols: bytes, names: bytes) -> Linkage:
 def read_linkage_of(path: Path) -> Linkage:
     with path.open("rb") as stream:
         return dynamic_linkage(ElfFile(stream, where=str(path)))
+
+
+# -- what the C and C++ runtime provide -------------------------------------------------------------------------------
+# torch's libraries export thousands of std:: names: template instantiations, and std::filesystem or
+# std::runtime_error where a devtoolset build linked part of libstdc++ statically (torch 2.0.1's libc10 exports
+# std::runtime_error's constructors). An extension's reference to one binds to torch's copy first (libc10 precedes
+# libstdc++ among its NEEDED) and to libstdc++'s when a torch has none: it never stops the load, so it is not one of
+# the symbols a wheel needs from torch.
+_RUNTIME_SONAMES = ("libstdc++.so.6", "libgcc_s.so.1", "libc.so.6", "libm.so.6")
+
+
+@functools.lru_cache(maxsize=1)
+def runtime_exports() -> frozenset[str]:
+    """What the C and C++ runtime libraries this process maps export (loaded by soname first)."""
+    found: set[str] = set()
+    for path in _runtime_paths():
+        try:
+            found |= read_linkage_of(path).exports
+        except (OSError, ValueError) as error:
+            log.debug("cannot read %s: %s", path, error)
+    return frozenset(found)
+
+
+def _runtime_paths() -> list[Path]:
+    for soname in _RUNTIME_SONAMES:
+        try:
+            ctypes.CDLL(soname)
+        except OSError:
+            continue
+    try:
+        with open("/proc/self/maps") as maps:
+            mapped = {line.split()[-1] for line in maps if "/" in line}
+    except OSError:
+        return []
+    return sorted(Path(p) for p in mapped if any(Path(p).name.startswith(s) for s in _RUNTIME_SONAMES))
+
+
+def torch_imports(required: frozenset[str], torch: frozenset[str]) -> frozenset[str]:
+    """The strong references a library needs that ``torch`` (an export set) provides and the runtime does not."""
+    return (required & torch) - runtime_exports()
 
 
 # -- the index ------------------------------------------------------------------------------------------------------

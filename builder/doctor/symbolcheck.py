@@ -15,7 +15,16 @@ import re
 from pathlib import Path
 
 from builder.core.demangle import can_demangle, demangle
-from builder.core.symbols import NAMES_FILE, TORCH_LIBRARIES, TorchAbi, cache_dir, load_index, minor_of, read_linkage_of
+from builder.core.symbols import (
+    NAMES_FILE,
+    TORCH_LIBRARIES,
+    TorchAbi,
+    cache_dir,
+    load_index,
+    minor_of,
+    read_linkage_of,
+    torch_imports,
+)
 from builder.doctor.labels import release
 
 UNDEFINED = re.compile(r"(?:(?P<path>/[^\s:]+?\.so[.\d]*): )?undefined symbol: (?P<symbol>[A-Za-z0-9_.$@]+)")
@@ -103,7 +112,7 @@ def built_for(required: frozenset[str], entries: tuple[TorchAbi, ...], *, cxx11_
     """The releases that export every symbol ``required`` names that any indexed torch exports: where an extension
     importing them loads, and so what it was built for, as closely as the index tells."""
     known = frozenset().union(*(e.exports() for e in entries)) if entries else frozenset()
-    needs = required & known
+    needs = torch_imports(required, known)
     fits = [e for e in entries if needs <= e.exports() and (cxx11_abi is None or e.cxx11_abi == cxx11_abi)]
     if not needs:
         return "the index cannot tell (it imports no symbol an indexed torch exports)"
@@ -122,11 +131,12 @@ def installed_torch_exports(torch_lib: Path) -> frozenset[str]:
 
 def missing_from(extension: Path, exports: frozenset[str]) -> tuple[str, ...]:
     """The symbols ``extension`` needs (strong references) from torch that the installed torch does not export:
-    those it asks of a torch library by name (c10, at, torch, caffe2) or that some indexed torch exports."""
+    those it asks of a torch library by name (c10, at, torch, caffe2) or that some indexed torch exports, less what
+    the C and C++ runtime provide."""
     required = read_linkage_of(extension).required
     indexed = frozenset().union(*(e.exports() for e in symbol_index())) if symbol_index() else frozenset()
-    ours = {s for s in required if s.startswith(_TORCH_PREFIXES) or s in indexed}
-    return tuple(sorted(ours - exports))
+    named = frozenset(s for s in required if s.startswith(_TORCH_PREFIXES))
+    return tuple(sorted(torch_imports(required, indexed | named) - exports))
 
 
 _TORCH_PREFIXES = ("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch", "_ZTIN3c10", "_ZTVN3c10",

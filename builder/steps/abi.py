@@ -12,7 +12,7 @@ from pathlib import Path
 
 from builder.core.errors import WheelError
 from builder.core.ledger import Ledger, LedgerEntry, Status
-from builder.core.symbols import TORCH_LIBRARIES, TorchAbi, load_index, read_linkage_of, window
+from builder.core.symbols import TORCH_LIBRARIES, TorchAbi, load_index, read_linkage_of, torch_imports, window
 from builder.core.wheelname import WheelFilename
 from builder.plan.job import Job
 from builder.steps import provenance
@@ -29,11 +29,13 @@ def torch_exports(site_packages: Path) -> dict[str, frozenset[str]]:
 
 def extension_imports(root: Path, exports: Mapping[str, frozenset[str]]) -> dict[str, dict[str, list[str]]]:
     """{extension path in the wheel: {torch library: the symbols it needs from it}} for every ELF file under
-    ``root`` (an unpacked wheel) that needs any. Weak references are left out: a missing one does not stop the
-    load. Where two libraries export a name, the first in TORCH_LIBRARIES' order is named."""
+    ``root`` (an unpacked wheel) that needs any. Weak references are left out, and names the C and C++ runtime
+    export (std::, operator new): neither stops the load when a torch lacks it. Where two libraries export a name,
+    the first in TORCH_LIBRARIES' order is named."""
     found: dict[str, dict[str, list[str]]] = {}
+    everything = frozenset().union(*exports.values()) if exports else frozenset()
     for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink() and is_elf(p)):
-        required = read_linkage_of(path).required
+        required = torch_imports(read_linkage_of(path).required, everything)
         by_library: dict[str, list[str]] = {}
         for symbol in sorted(required):
             library = next((name for name in _in_link_order(exports) if symbol in exports[name]), None)

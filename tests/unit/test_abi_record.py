@@ -25,6 +25,7 @@ from tests.wheelfactory import indexed_wheel
 NEW = "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_jb"
 COW = "_ZN3c104impl3cow23materialize_cow_storageERNS_11StorageImplE"
 EMPTY = "_ZN2at4_ops5empty4callEN3c108ArrayRefIlEE"
+RUNTIME_ERROR = "_ZNSt13runtime_errorC1EPKc"
 JOB = local_job()  # causal-conv1d 1.7.0 for torch 2.14.1 cu130, cp311, x86_64
 
 
@@ -32,7 +33,8 @@ def _torch(site: Path) -> Path:
     lib = site / "torch" / "lib"
     lib.mkdir(parents=True)
     (lib / "libc10_cuda.so").write_bytes(elf_with_symbols(exports=(NEW,)))
-    (lib / "libc10.so").write_bytes(elf_with_symbols(exports=(COW, "_ZN3c1010unused_oneEv")))
+    # libc10 exports std::runtime_error's constructor too, as torch 2.0.1's does (libstdc++ linked in part)
+    (lib / "libc10.so").write_bytes(elf_with_symbols(exports=(COW, "_ZN3c1010unused_oneEv", RUNTIME_ERROR)))
     (lib / "libtorch_cpu.so").write_bytes(elf_with_symbols(exports=(EMPTY,), required=(COW,)))
     return site
 
@@ -40,7 +42,7 @@ def _torch(site: Path) -> Path:
 def _wheel(folder: Path) -> Path:
     wheel = folder / "causal_conv1d-1.7.0+pt214cu130-cp311-cp311-linux_x86_64.whl"
     extension = elf_with_symbols(exports=("PyInit_causal_conv1d_cuda",),
-                                 required=(NEW, COW, EMPTY, "memcpy", "cudaLaunchKernel"),
+                                 required=(NEW, COW, EMPTY, "memcpy", "cudaLaunchKernel", RUNTIME_ERROR),
                                  weak_required=("_ZN3c1010unused_oneEv",))
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so", extension)
@@ -57,7 +59,8 @@ def test_a_wheel_records_what_it_imports_from_its_torch_and_where_that_loads(tmp
     entries = [_entry("2.12.1", NEW, COW, EMPTY), _entry("2.13.0", NEW, EMPTY), _entry("2.14.1", NEW, COW, EMPTY)]
     record = wheel_abi(_wheel(tmp_path), JOB, _torch(tmp_path / "site"), entries)
     assert record["extensions"] == {"causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so": {
-        "libc10.so": [COW], "libc10_cuda.so": [NEW], "libtorch_cpu.so": [EMPTY]}}  # not memcpy, nor the weak one
+        "libc10.so": [COW], "libc10_cuda.so": [NEW], "libtorch_cpu.so": [EMPTY]}}
+    # not memcpy, not the weak reference, not std::runtime_error's constructor: libstdc++ has it for any torch
     assert (record["torch"], record["accelerator"], record["cxx11_abi"], record["cuda_major"]) == (
         "2.14.1", "cu130", True, 13)
     window = record["window"]
