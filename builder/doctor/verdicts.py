@@ -125,12 +125,19 @@ def _torch_verdicts(env: Environment, package: Package) -> list[Verdict]:
     variant = parse_variant(split_local(package.version)[1])
     built_for = variant.torch if variant else _required_torch(package)
     verdicts = []
-    if built_for and built_for != torch_minor(torch.version) and not _fits_by_symbols(package):
+    if built_for and built_for != torch_minor(torch.version):
+        # inside its symbol window it loads (docs/abi.md); the wheel built for this torch is still the tested one
+        why = (
+            "it loads here (this torch exports every symbol its extension needs, and it imports), but the wheel "
+            "built for this torch is the one tested with it."
+            if _fits_by_symbols(package)
+            else "a compiled extension only loads into the torch minor it was built against."
+        )
         verdicts.append(
             Verdict(
                 TORCH_MINOR,
                 f"{_who(package)} was built for torch {built_for}, but this environment has torch {torch.version}; "
-                "a compiled extension only loads into the torch minor it was built against.",
+                + why,
             )
         )
     if (
@@ -147,7 +154,7 @@ def _torch_verdicts(env: Environment, package: Package) -> list[Verdict]:
 
 def _fits_by_symbols(package: Package) -> bool:
     """Every extension was checked against the installed torch's exports, lacks none, and imports: a wheel whose
-    symbol window holds this torch (docs/abi.md), however its label reads."""
+    symbol window holds this torch (docs/abi.md), whatever its label says."""
     return bool(package.extensions) and all(
         ext.symbols_checked and not ext.missing_count and ext.imports for ext in package.extensions
     )

@@ -95,11 +95,18 @@ def test_missing_symbols_read_from_the_files_are_a_verdict(index: Path) -> None:
     )
 
 
-def test_a_wheel_inside_its_window_is_not_called_built_for_another_minor() -> None:
+def test_a_wheel_inside_its_window_is_said_to_load_and_the_tested_one_offered() -> None:
     data = copy.deepcopy(_recorded())
     package = data["packages"][0]
     package["version"] = "1.7.0+pt212cu130"  # built for 2.12, installed beside 2.14.1
     package["extensions"][0].update(symbols_checked=True, imports=True)
-    assert diagnose(Environment.from_dict(data))[0].verdicts[0].code == "ok"
+    (verdict,) = diagnose(Environment.from_dict(data))[0].verdicts
+    assert (verdict.code, verdict.message) == (
+        "torch-minor",
+        ("causal-conv1d 1.7.0+pt212cu130 was built for torch 2.12, but this environment has torch 2.14.1+cu130; it "
+        "loads here (this torch exports every symbol its extension needs, and it imports), but the wheel built for "
+        "this torch is the one tested with it."),
+    )
     package["extensions"][0]["symbols_checked"] = False  # not read: the label's word stands
-    assert diagnose(Environment.from_dict(data))[0].verdicts[0].code == "torch-minor"
+    (verdict,) = diagnose(Environment.from_dict(data))[0].verdicts
+    assert verdict.message.endswith("a compiled extension only loads into the torch minor it was built against.")
