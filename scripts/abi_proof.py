@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from builder.core.symbols import TorchAbi, family_reason, load_index, minor_of
 from builder.steps.abi import all_imports, record_of_wheel
 from builder.steps.environment import cache_root
 
+UNDEFINED = re.compile(r"undefined symbol: (\S+)")
 PROBE = """\
 import importlib, sys
 sys.path.insert(0, sys.argv[1])
@@ -61,10 +63,13 @@ class Pair:
     loaded: bool
     error: str  # the first import error, verbatim ("" when it loaded)
     seconds: float
+    missing: tuple[str, ...] = ()  # every symbol predicted missing, mangled
 
     @property
     def agrees(self) -> bool:
-        return self.predicted == self.loaded
+        """The import did what was predicted, and a failed one names a symbol predicted missing."""
+        named = UNDEFINED.search(self.error)
+        return self.predicted == self.loaded and (self.loaded or (named is not None and named[1] in self.missing))
 
 
 def venv_for(version: str, venvs: Path) -> Path:
@@ -83,15 +88,15 @@ def venv_for(version: str, venvs: Path) -> Path:
     return python
 
 
-def predict(record: dict[str, object], entry: TorchAbi) -> tuple[bool, str, str]:
-    """(whether the loader finds every symbol, why, why the torch is not of the wheel's family or "")."""
+def predict(record: dict[str, object], entry: TorchAbi) -> tuple[tuple[str, ...], str, str]:
+    """(the symbols the loader will not find, why, why the torch is not of the wheel's family or "")."""
     major, cxx11 = record.get("cuda_major"), bool(record.get("cxx11_abi"))
     family = family_reason(entry, platform=str(record.get("platform")),
                            cuda_major=major if isinstance(major, int) else None, cxx11_abi=cxx11)
     imports = all_imports(record)
     missing = sorted(imports - entry.exports())
     symbols = f"missing {len(missing)}: `{demangle(missing[0])}`" if missing else f"exports all {len(imports)}"
-    return not missing, symbols, family or ""
+    return tuple(missing), symbols, family or ""
 
 
 def extension_modules(wheel: Path) -> list[str]:
@@ -129,12 +134,12 @@ def run(wheels: list[Path], versions: list[str], venvs: Path) -> list[Pair]:
     for version in versions:
         python = venv_for(version, venvs)
         for wheel in wheels:
-            predicted, why, family = predict(record_of_wheel(wheel, entries), by_version[version])
+            missing, why, family = predict(record_of_wheel(wheel, entries), by_version[version])
             loaded, error, seconds = try_import(wheel, python)
-            pair = Pair(wheel=wheel.name, torch=version, variant=by_version[version].variant, predicted=predicted,
-                        why=why, in_window=predicted and not family, family=family, loaded=loaded, error=error,
-                        seconds=round(seconds, 1))
-            print(json.dumps({**asdict(pair), "agrees": pair.agrees}), flush=True)
+            pair = Pair(wheel=wheel.name, torch=version, variant=by_version[version].variant, predicted=not missing,
+                        why=why, in_window=not missing and not family, family=family, loaded=loaded, error=error,
+                        seconds=round(seconds, 1), missing=missing)
+            print(json.dumps({**asdict(pair), "missing": list(missing[:5]), "agrees": pair.agrees}), flush=True)
             pairs.append(pair)
     return pairs
 
@@ -154,6 +159,13 @@ def table(pairs: list[Pair]) -> str:
             window = " (in window)" if pair.in_window else ""
             cells.append(f"{mark} / {seen}{window}{'' if pair.agrees else ' **DISAGREE**'}")
         lines.append(f"| `{wheel}` | " + " | ".join(cells) + " |")
+    lines += ["", "Each failed import, the symbol the loader named, and whether the index predicted it missing:", "",
+              "| wheel | torch | the loader: undefined symbol | predicted missing |", "|---|---|---|---|"]
+    for pair in (p for p in pairs if not p.loaded):
+        named = UNDEFINED.search(pair.error)
+        said = f"`{demangle(named[1])}`" if named else pair.error[:80]
+        verdict = f"yes, 1 of {len(pair.missing)}" if named and named[1] in pair.missing else "**no**"
+        lines.append(f"| `{pair.wheel.split('-cp')[0]}` | {pair.torch} | {said} | {verdict} |")
     return "\n".join(lines) + "\n"
 
 
