@@ -186,7 +186,8 @@ class MemberBytes:
         self.source, self.member = source, member
         self._head = b""  # the member's first bytes, inflated
         self._head_state: zlib._Decompress | None = None
-        self._head_read = 0  # compressed bytes consumed by the head
+        self._head_read = 0  # compressed bytes read for the head
+        self._head_pending = b""  # of those, the ones not inflated yet
         self._tail = b""  # the member's last bytes, inflated; starts at self._tail_start
         self._tail_start = member.size
         self._tail_unknown: list[tuple[int, int]] = []  # ranges of the tail the unknown window may have reached
@@ -213,21 +214,28 @@ class MemberBytes:
         return offset >= self._tail_start and not any(a < end and offset < b for a, b in self._tail_unknown)
 
     def _inflate_head(self, end: int) -> None:
+        """Inflate from the start until ``end`` bytes are out, and no further: each call is capped at what is still
+        wanted, so a member that inflates to far more than its directory entry says costs no more memory."""
         if self._head_state is None:
             self._head_state = zlib.decompressobj(-15)
         ratio = self.member.compressed_size / max(1, self.member.size)
         parts = [self._head]
         have = len(self._head)
-        while have < end and self._head_read < self.member.compressed_size:
-            # what the rest should take at the member's average ratio, and a little more: rarely a second read
-            chunk = max(1 << 16, int((end - have) * ratio * 1.1))
-            size = min(chunk, self.member.compressed_size - self._head_read)
-            data = self.source.read(self.member.data_offset + self._head_read, size)
-            self._head_read += size
+        while have < end:
+            if not self._head_pending:
+                if self._head_read >= self.member.compressed_size:
+                    break
+                # what the rest should take at the member's average ratio, and a little more: rarely a second read
+                size = min(max(1 << 16, int((end - have) * ratio * 1.1)), self.member.compressed_size - self._head_read)
+                self._head_pending = self.source.read(self.member.data_offset + self._head_read, size)
+                self._head_read += size
             try:
-                out = self._head_state.decompress(data)
+                out = self._head_state.decompress(self._head_pending, end - have)
             except zlib.error as error:
                 raise WheelError(f"{self.source.name}: {self.member.name}: corrupt deflate data ({error})") from None
+            self._head_pending = self._head_state.unconsumed_tail
+            if not out and not self._head_pending and self._head_state.eof:
+                break
             parts.append(out)
             have += len(out)
         self._head = b"".join(parts)
@@ -265,13 +273,13 @@ def _inflate_from_a_block(data: bytes, size: int, *, from_start: bool) -> tuple[
     """(the inflated end of the member, the ranges of it that may hold bytes of the unknown window), from the first
     bit of ``data`` at which a deflate block starts that inflates cleanly to the end of ``data``."""
     if from_start:
-        out = _inflate_all(data, b"", 0)
+        out = _inflate_all(data, b"", 0, size)
         return (out, []) if out is not None else None
     for byte, bit in _candidate_block_starts(data):
-        zeros = _inflate_all(_primed(data[byte:], bit, guess=0), bytes(_WINDOW), _PRIMED_OUTPUT[bit])
-        if zeros is None or len(zeros) > size:
+        zeros = _inflate_all(_primed(data[byte:], bit, guess=0), bytes(_WINDOW), _PRIMED_OUTPUT[bit], size)
+        if zeros is None:
             continue
-        ones = _inflate_all(_primed(data[byte:], bit, guess=1), b"\x01" * _WINDOW, _PRIMED_OUTPUT[bit])
+        ones = _inflate_all(_primed(data[byte:], bit, guess=1), b"\x01" * _WINDOW, _PRIMED_OUTPUT[bit], size)
         if ones is None or len(ones) != len(zeros):
             continue
         # A byte that came from the unknown window differs between the two guesses at it; one that did not is the
@@ -360,20 +368,20 @@ def _plausible_header(header: int, data: bytes, byte: int, bit: int) -> bool:
 def _inflates_a_while(data: bytes) -> bool:
     try:
         inflater = zlib.decompressobj(-15, zdict=bytes(_WINDOW))
-        inflater.decompress(data)
+        inflater.decompress(data, 64 * len(data))
     except zlib.error:
         return False
     return not inflater.eof
 
 
-def _inflate_all(data: bytes, window: bytes, skip: int) -> bytes | None:
+def _inflate_all(data: bytes, window: bytes, skip: int, limit: int) -> bytes | None:
     """The whole stream inflated (less the ``skip`` bytes a prefix made), when it ends exactly at the end of
-    ``data``; None when it fails or ends elsewhere."""
+    ``data`` within ``limit`` bytes; None when it fails, ends elsewhere or would make more."""
     try:
         inflater = zlib.decompressobj(-15, zdict=window) if window else zlib.decompressobj(-15)
-        out = inflater.decompress(data)
+        out = inflater.decompress(data, limit + skip + 1)
     except zlib.error:
         return None
-    if not inflater.eof or inflater.unused_data:
+    if not inflater.eof or inflater.unused_data or inflater.unconsumed_tail or len(out) > limit + skip:
         return None
     return out[skip:]

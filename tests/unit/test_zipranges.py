@@ -130,3 +130,24 @@ def test_corrupt_deflate_data_is_one_error() -> None:
     data[entry.data_offset + 10 : entry.data_offset + 400] = b"\xff" * 390
     with pytest.raises(WheelError, match="corrupt deflate data|inflates to"):
         MemberBytes(Memory(bytes(data)), entry).read(0, 1 << 20)
+
+
+def _lying(data: bytes, name: str, size: int) -> bytes:
+    """``data`` with ``name``'s uncompressed size in its central directory entry replaced by ``size``."""
+    entry = data.find(b"PK\x01\x02")
+    while entry >= 0:
+        name_length = int.from_bytes(data[entry + 28 : entry + 30], "little")
+        if data[entry + 46 : entry + 46 + name_length] == name.encode():
+            return data[: entry + 24] + size.to_bytes(4, "little") + data[entry + 28 :]
+        entry = data.find(b"PK\x01\x02", entry + 4)
+    raise AssertionError(f"{name} not in the directory")
+
+
+def test_a_member_that_inflates_to_more_than_it_says_is_inflated_no_further() -> None:
+    bomb = _lying(_archive(bytes(64 << 20)), "torch/lib/libbig.so", 4096)  # 64 MiB of zeros said to be 4 kB
+    source = Memory(bomb)
+    member = MemberBytes(source, locate(source, members(source)["torch/lib/libbig.so"]))
+    assert member.read(0, 4096) == bytes(4096)  # inflated only as far as asked
+    from_the_end = MemberBytes(source, locate(source, members(source)["torch/lib/libbig.so"]))
+    with pytest.raises(WheelError, match="no deflate block boundary"):
+        from_the_end.read(4000, 96)  # every start inflates to more than the member's 4 kB: none is taken
