@@ -329,7 +329,7 @@ def variant_command(base_url: str, torch_tag: str | None = None, package: str = 
 
 
 # The shell names the installed torch's channel (2.13.0+cu130 -> variant/pt213/simple/): uv 0.13.9 runs no ABI
-# dependency provider (README, 'The variant channel'), so the one command a user copies finds the per-torch channel
+# dependency provider (docs/variant-channel.md), so the one command a user copies finds the per-torch channel
 # itself. A torch the site has no channel for gets variant/simple/, where uv refuses naming the torch it would need
 # (a missing channel's 404 would read "not found in the package registry").
 _INSTALLED_TORCH_CHANNEL = (

@@ -220,7 +220,10 @@ def _run(command: list[str], *, timeout: float) -> subprocess.CompletedProcess[s
     log.debug("running %s", command[:2])
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}  # a deprecation warning is not an answer
     try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        return subprocess.run(
+            command, capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=timeout, env=env,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         raise ProbeFailed(f"{Path(command[0]).name} did not answer within {timeout:.0f} s") from None
     except OSError as error:

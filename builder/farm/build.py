@@ -57,7 +57,7 @@ from builder.steps.torch_index import (
     torch_index_template,
 )
 from builder.steps.upstream import overlay_upstream
-from builder.steps.verify import quarantine, verify_wheel
+from builder.steps.verify import VerifyReport, quarantine, verify_wheel
 
 log = logging.getLogger(__name__)
 
@@ -404,26 +404,39 @@ class Builder:
             log_note(report.describe())
         summary = json.dumps(report.as_dict(), sort_keys=True, default=str)
         if not report.ok:
-            destination = quarantine(repaired.wheel, report, self.layout.quarantine)
-            return _base_entry(
-                job,
-                digest,
-                self.layout,
-                status=Status.QUARANTINED,
-                phase="verify",
-                timings=timer.timings,
-                wheel=destination.name,
-                wheel_sha256=sha256_of(destination),
-                wheel_size=destination.stat().st_size,
-                reason="; ".join(report.reasons),
-                report=summary,
-                **compiled,
-            )
+            return self._quarantined(job, digest, timer, repaired.wheel, report, summary, compiled)
         with timer("install"):
             twin = variant_stage.make_twin(repaired.wheel, work / "variant")  # after the gate, checked again
             entry = self._install(job, digest, repaired.wheel, timer, ledger, summary, compiled)
             os.replace(twin.path, self.layout.variant / twin.path.name)
             return entry
+
+    def _quarantined(
+        self,
+        job: Job,
+        digest: str,
+        timer: PhaseTimer,
+        wheel: Path,
+        report: VerifyReport,
+        summary: str,
+        compiled: dict[str, str],
+    ) -> LedgerEntry:
+        """A wheel the verify gate refused: moved to quarantine/, and the ledger says why."""
+        destination = quarantine(wheel, report, self.layout.quarantine)
+        return _base_entry(
+            job,
+            digest,
+            self.layout,
+            status=Status.QUARANTINED,
+            phase="verify",
+            timings=timer.timings,
+            wheel=destination.name,
+            wheel_sha256=sha256_of(destination),
+            wheel_size=destination.stat().st_size,
+            reason="; ".join(report.reasons),
+            report=summary,
+            **compiled,
+        )
 
     def _install(
         self,

@@ -11,9 +11,7 @@ the estimate says how many costs it extrapolated that way.
 from __future__ import annotations
 
 import heapq
-import json
 import math
-import sqlite3
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +20,7 @@ from pathlib import Path
 import tomllib
 
 from builder.core.errors import ConfigError
+from builder.core.ledger import read_compile_times
 from builder.core.resources import COMPILE_COSTS
 from builder.plan.job import Job
 
@@ -86,20 +85,14 @@ def seed_model() -> CostModel:
 
 def ledger_model(ledger: Path, seed: CostModel) -> CostModel:
     """Measured costs from the ledger's ``compile_times`` (per job: [{unit, arch, seconds}] from ``nvcc --time``;
-    arch "host" is the part that runs once per unit), averaged per (package, unit, arch); the seed fills the rest."""
-    if not ledger.is_file():
+    arch "host" is the part that runs once per unit), averaged per (package, unit, arch); the seed fills the rest.
+    No file there: the seed alone. A file that is not a ledger, or a row that does not read as one: LedgerError."""
+    if not ledger.exists():
         return seed
-    with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True) as connection:
-        try:
-            rows = connection.execute(
-                "SELECT package, compile_times FROM jobs WHERE compile_times IS NOT NULL"
-            ).fetchall()
-        except sqlite3.OperationalError:  # a ledger from before compile times were recorded
-            return seed
     samples: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    for package, text in rows:
-        for timing in json.loads(text or "[]"):
-            samples[package][timing["unit"]][timing["arch"]].append(float(timing["seconds"]))
+    for package, timings in read_compile_times(ledger).items():
+        for timing in timings:
+            samples[package][timing.unit][timing.arch].append(timing.seconds)
     if not samples:
         return seed
     units = dict(seed.units)

@@ -175,7 +175,7 @@ class _Resolver:
             except KeyError:
                 hint = did_you_mean(text, [*self.facts.torch_versions, *(r.minor for r in self.facts.releases)])
                 known = ", ".join(r.minor for r in self.facts.releases)
-                tip = "the torch facts are builder/data/torch.toml; README.md, 'Adding a torch release', says how"
+                tip = "the torch facts are builder/data/torch.toml; docs/matrix.md, 'Adding a torch release', says how"
                 raise PlanError(
                     f"{where}: torch {text} is not in the torch facts{hint}; known minors: {known}", tip=tip
                 ) from None

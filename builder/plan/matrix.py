@@ -582,7 +582,7 @@ def _report(source: str, lines: dict[Loc, int], problems: Sequence[tuple[Loc, st
     """All problems at once, in file order."""
     located = sorted((_line_of(lines, loc), _locate(source, lines, loc), message) for loc, message in problems)
     text = "\n".join(f"{where}: {message}" for _, where, message in located)
-    return ConfigError(text, tip="the matrix file format is described in README.md, 'The matrix file'")
+    return ConfigError(text, tip="the matrix file format is described in docs/matrix.md, 'The matrix file'")
 
 
 def load_matrix(path: Path) -> Matrix:

@@ -6,7 +6,6 @@ and auditwheel, which tests/integration/test_elfread_twin.py holds that reader t
 from __future__ import annotations
 
 import logging
-import zipfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from builder.core.archive import open_archive
 from builder.core.elfread import ElfFile
 from builder.core.errors import WheelError
 from builder.core.fatbin import FatbinContents, elf_fatbin
@@ -97,13 +97,13 @@ def tree_elf_facts(root: Path, *, gpu: bool = True) -> tuple[ElfFacts, ...]:
 
 @contextmanager
 def unpacked(wheel: Path) -> Iterator[Path]:
-    """The wheel's files in a temporary directory, removed afterwards."""
+    """The wheel's files in a temporary directory, removed afterwards (unpacked within the archive caps)."""
     with TemporaryDirectory(prefix="wheelwright-unpack-") as tmp:
         try:
-            with zipfile.ZipFile(wheel) as archive:
-                archive.extractall(tmp)
-        except (zipfile.BadZipFile, OSError) as error:
-            raise WheelError(f"{wheel}: not a readable wheel ({error})") from None
+            with open_archive(wheel) as archive:
+                archive.extract(Path(tmp))
+        except OSError as error:
+            raise WheelError(f"{wheel}: cannot unpack ({error})") from None
         yield Path(tmp)
 
 

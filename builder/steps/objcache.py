@@ -112,7 +112,9 @@ def accepts_random_seed(usage: str) -> bool:
 
 
 def _usage(nvcc: str) -> str:
-    return subprocess.run([nvcc, "--help"], capture_output=True, text=True, check=False).stdout
+    return subprocess.run(
+        [nvcc, "--help"], capture_output=True, text=True, encoding="utf-8", errors="replace", check=False
+    ).stdout
 
 
 def normalise_object(path: Path) -> None:

@@ -13,9 +13,9 @@ import io
 import re
 import urllib.error
 import urllib.request
-import zipfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urljoin
@@ -24,9 +24,11 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from builder.core.errors import FetchError
+from builder.core.archive import FOREIGN, open_stream
+from builder.core.errors import FetchError, WheelError
+from builder.core.http import BoundedResponse, open_bounded
 from builder.plan.facts import TorchFacts, TorchRelease, python_key
-from builder.steps.fetch import _project_files, index_url, open_url
+from builder.steps.fetch import METADATA, _project_files, index_url, open_url
 
 # Requires-Dist pins that name the CUDA runtime the wheel was built with.
 _CUDA_PINS = (
@@ -67,13 +69,48 @@ def _python(tag: Tag) -> str | None:
     return f"3.{interpreter[1]}{'t' if free_threaded else ''}"
 
 
+# The fields of a PEP 691 file entry this check reads, and the types it reads them as.
+_ENTRY_TYPES: dict[str, tuple[type, ...]] = {"filename": (str,), "url": (str,), "size": (int,),
+                                             "yanked": (bool, str), "core-metadata": (bool, dict),
+                                             "dist-info-metadata": (bool, dict)}
+
+
+def checked_entries(files: object, where: str) -> list[Mapping[str, Any]]:
+    """The registry's file entries, each a table whose fields this check reads have the types PEP 691 gives them;
+    the first that does not is one FetchError naming it."""
+    if not isinstance(files, list):
+        raise FetchError(f"facts check: {where}: 'files' is a {type(files).__name__}, not a list")
+    for number, entry in enumerate(files):
+        if not isinstance(entry, dict):
+            raise FetchError(f"facts check: {where}: file entry {number} is a {type(entry).__name__}, not a table")
+        if entry.get("filename") is None:
+            raise FetchError(f"facts check: {where}: file entry {number} has no 'filename'")
+        for field, types in _ENTRY_TYPES.items():
+            value = entry.get(field)
+            if value is not None and not _typed(value, types):
+                raise FetchError(f"facts check: {where}: file entry {number} ({str(entry.get('filename'))[:200]!r}):"
+                                 f" '{field}' is {_shown(value)}, not {' or '.join(t.__name__ for t in types)}")
+    return files
+
+
+def _typed(value: object, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in types:  # a bool is an int to isinstance, not to PEP 691
+        return False
+    return isinstance(value, types) and not (isinstance(value, int) and value < 0)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return f"the {type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
 def _linux_wheels(files: Iterable[Mapping[str, Any]]) -> dict[Version, dict[str, Mapping[str, Any]]]:
     """{version: {python: file}} of the manylinux x86_64 wheels that are not yanked, pre-releases or local builds."""
     wheels: dict[Version, dict[str, Mapping[str, Any]]] = defaultdict(dict)
     for file in files:
         try:
             _, version, _, tags = parse_wheel_filename(file["filename"])
-        except (InvalidWheelFilename, KeyError):
+        except InvalidWheelFilename:
             continue
         if file.get("yanked") or version.is_prerelease or version.local:
             continue
@@ -102,7 +139,7 @@ def _default_wheel(by_python: Mapping[str, Mapping[str, Any]]) -> Mapping[str, A
 def registry_releases(registry: Registry, *, since: str = "1.13") -> list[RegistryRelease]:
     """Every torch minor from ``since`` on, as the registry shows it."""
     by_minor: dict[str, dict[Version, dict[str, Mapping[str, Any]]]] = defaultdict(dict)
-    for version, by_python in _linux_wheels(registry.files("torch")).items():
+    for version, by_python in _linux_wheels(checked_entries(registry.files("torch"), "the torch page")).items():
         if version >= Version(since):
             by_minor[f"{version.major}.{version.minor}"][version] = by_python
     releases = []
@@ -191,7 +228,12 @@ def _differences(mine: TorchRelease, release: RegistryRelease) -> list[Finding]:
 class _RangeReader(io.RawIOBase):
     """A remote file read with HTTP range requests, enough for zipfile to find one member."""
 
-    def __init__(self, url: str, size: int, opener: Callable[[urllib.request.Request], io.BufferedIOBase]) -> None:
+    def __init__(
+        self,
+        url: str,
+        size: int,
+        opener: Callable[[urllib.request.Request], AbstractContextManager[BoundedResponse]],
+    ) -> None:
         self.url, self.size, self.opener, self.position = url, size, opener, 0
 
     def readable(self) -> bool:
@@ -237,16 +279,17 @@ class PyPIRegistry:
         url = urljoin(self._page, file["url"])
         try:
             if file.get("core-metadata") or file.get("dist-info-metadata"):
-                with open_url(url + ".metadata") as response:
+                with open_url(url + ".metadata", limits=METADATA) as response:
                     return response.read().decode("utf-8", errors="replace")
             return self._metadata_by_range(url, int(file["size"]), file["filename"])
-        except (urllib.error.URLError, OSError, zipfile.BadZipFile, KeyError, ValueError) as error:
+        except (urllib.error.URLError, OSError, WheelError, KeyError, TypeError, ValueError) as error:
             raise FetchError(f"facts check: cannot read the METADATA of {file['filename']}: {error}") from None
 
     def _metadata_by_range(self, url: str, size: int, filename: str) -> str:
-        opener = lambda request: urllib.request.urlopen(request, timeout=60)  # noqa: E731
-        with zipfile.ZipFile(io.BufferedReader(_RangeReader(url, size, opener), 1 << 16)) as wheel:
-            (name,) = [n for n in wheel.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        opener = lambda request: open_bounded(request, METADATA)  # noqa: E731
+        stream = io.BufferedReader(_RangeReader(url, size, opener), 1 << 16)
+        with open_stream(stream, size, filename, FOREIGN) as wheel:
+            (name,) = [n for n in wheel.names() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
             return wheel.read(name).decode("utf-8", errors="replace")
 
 

@@ -81,7 +81,7 @@ def properties_for(label: str, archs: Mapping[str, list[str]]) -> dict[str, dict
 
 def providers_for(namespaces: Iterable[str], torch_minors: Iterable[str]) -> dict[str, dict[str, object]]:
     """The provider table for ``namespaces``. uv 0.13 implements no ABI dependency provider, so torch is declared
-    statically, newest minor first (see README, 'The variant channel', for what that means for selection)."""
+    statically, newest minor first (see docs/variant-channel.md for what that means for selection)."""
     minors = sorted(set(torch_minors), key=lambda v: tuple(int(p) for p in v.split(".")), reverse=True)
     known: dict[str, dict[str, object]] = {
         "abi_dependency": {"static-properties": {"torch": minors}},

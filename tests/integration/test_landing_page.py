@@ -1,4 +1,4 @@
-"""The landing page in real headless Chromium, on a site of the release plan's shape (tests/release_site.py: a
+"""The landing page in real headless Chromium, on a site of the release plan's shape (scripts/bench/release.py: a
 wheel for every job of `plan --profile release`, three injected failures, two jobs left out of the plan): the
 selector gives the right command with JavaScript on and off, the matrices tell built, failed, n/a and not planned
 apart, nothing scrolls sideways at 1400 or 390 px, axe-core finds no serious violation, and screenshots are kept

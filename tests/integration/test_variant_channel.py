@@ -148,7 +148,7 @@ def test_uv_reads_the_json_channel(channel: Channel, tmp_path: Path) -> None:
 def test_on_the_gpu_machine_uv_detects_driver_and_arch_itself(channel: Channel, tmp_path: Path) -> None:
     """Run on the GPU box (a driver for CUDA >= 13.0 and an sm_90 GPU): nothing forced, uv asks the hardware."""
     if shutil.which("nvidia-smi") is None:
-        pytest.skip("no NVIDIA driver on this machine (on the GPU box: this test, or scripts/gpu_variant_selection.py)")
+        pytest.skip("no NVIDIA driver on this machine (on the GPU box: this test, or tests/gpu's)")
     python, env = venv_with_torch(tmp_path, channel, "2.14.1")
     env = {k: v for k, v in env.items() if not k.startswith("NV_VARIANT_PROVIDER_")}
     result = uv_one_url(python, env, f"{channel.url}/variant/simple/")

@@ -394,7 +394,7 @@ def test_gate_reports_a_file_that_is_no_wheel(tmp_path: Path) -> None:
     wheel = tmp_path / FILENAME
     wheel.write_text("not a zip")
     report = verify_wheel(wheel, JOB, runtime=None)
-    assert not report.ok and "not a readable wheel" in report.reasons[0]
+    assert not report.ok and "not a zip archive" in report.reasons[0]
 
 
 def test_an_installed_runtime_is_reused_without_any_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
