@@ -93,6 +93,10 @@ class _Index(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.log.append(f"{self.path} {self.headers.get('Range', '')}")
+        if self.path == "/whl/cu130/torch/":  # a mirror of PyTorch's index: PEP 503 HTML, no sizes
+            anchors = "".join(f'<a href="/files/{n}#sha256={hashlib.sha256(b).hexdigest()}">{n}</a>\n'
+                              for n, b in sorted(self.wheels.items()))
+            return self._send(200, f"<html><body>{anchors}</body></html>".encode(), "text/html")
         if self.path == "/simple/torch/":
             files = [{"filename": n, "url": f"/files/{n}", "size": len(b),
                       "hashes": {"sha256": hashlib.sha256(b).hexdigest()}} for n, b in sorted(self.wheels.items())]
@@ -182,6 +186,20 @@ def test_the_index_is_read_by_ranges_and_kept_while_the_wheel_is_the_same(
     again = _wheelwright("facts", "symbols", "2.9.1", "--json", index=index, cache=tmp_path)
     (row,) = json.loads(again.stdout)
     assert (row["outcome"], row["read_bytes"]) == ("current", 0)
+
+
+def test_a_mirror_of_pytorchs_index_is_read_the_same(built: dict[str, Path], index: str, tmp_path: Path) -> None:
+    """``--accelerator cu130`` reads ``$WHEELWRIGHT_TORCH_INDEX``'s HTML page, which lists no sizes: the first range
+    answer says the wheel's."""
+    mirror = index.replace("/simple/", "/whl/{accelerator}/")
+    env = {**os.environ, "WHEELWRIGHT_TORCH_INDEX": mirror, "WHEELWRIGHT_CACHE": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "builder.cli.main", "facts", "symbols", "2.10.0", "--accelerator",
+                             "cu130", "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)
+    assert (row["torch"], row["variant"], row["wheel_bytes"]) == ("2.10.0", "cu130", built["2.10.0"].stat().st_size)
+    assert 0 < row["read_bytes"] < row["wheel_bytes"] / 2
 
 
 def test_a_server_without_ranges_is_refused_in_one_line(index: str, tmp_path: Path) -> None:
