@@ -227,6 +227,7 @@ def kill_marked(variable: str, value: str, *, timeout: float = 10.0) -> int:
 
 def _marked(marker: bytes) -> set[int]:
     found = set()
+    ours = _mount_namespace("self")
     for entry in os.scandir(_PROC):
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -234,6 +235,15 @@ def _marked(marker: bytes) -> set[int]:
             environ = (_PROC / entry.name / "environ").read_bytes()
         except OSError:  # gone meanwhile, or another user's
             continue
-        if marker in environ.split(b"\0"):
+        if marker in environ.split(b"\0") and _mount_namespace(entry.name) == ours:
             found.add(int(entry.name))
     return found
+
+
+def _mount_namespace(pid: str) -> str | None:
+    """A process in another mount namespace (a container's build of the same job) has a /tmp of its own: the same
+    workspace path there is not this one, and its compilers are not ours to end."""
+    try:
+        return os.readlink(_PROC / pid / "ns" / "mnt")
+    except OSError:
+        return None
