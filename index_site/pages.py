@@ -129,6 +129,7 @@ def _page(render: Render, template: str, page: str, coverage: Coverage, **contex
         matrix=matrix,
         coverage=coverage,
         describe_archs=lambda wheel: describe_archs(coverage.archs.get(wheel.filename)),
+        abi_window=lambda wheel: getattr(coverage.archs.get(wheel.filename), "abi_window", None),
         failure_text=failure_text,
         setup_path=layout.setup_path,
         coverage_path=layout.coverage_path,
