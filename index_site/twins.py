@@ -184,7 +184,10 @@ class _Settler:
         derived: Mapping[tuple[str, str], bytes],
     ) -> None:
         self.wheels, self.dist, self.folder, self.known, self.listed = wheels, dist, folder, known, listed
-        self.maker, self.derived = maker, derived  # derived: (twin, member) as the catalog derived it this run
+        self.maker = maker
+        self.derived: dict[str, dict[str, bytes]] = defaultdict(dict)  # twin: {member: bytes} the catalog derived
+        for (twin, member), data in derived.items():
+            self.derived[twin][member] = data
         self.rows: dict[str, TwinRow] = {}
         self.notes: list[WheelRow] = []  # wheel rows with a new reason why no twin can be made
         self.made: list[str] = []
@@ -253,7 +256,7 @@ class _Settler:
         making it has just done)."""
         path = self.folder / name
         try:
-            found = read_derived(path, self.wheels[wheel], self.derived) if self.maker else None
+            found = read_derived(path, self.wheels[wheel], self.derived.get(name, {})) if self.maker else None
             identity, facts = found or read_twin(path)
             if made or found:
                 problems = []
@@ -337,13 +340,12 @@ def deriver(maker: TwinMaker | None) -> Deriver | None:
     return derive
 
 
-def read_derived(
-    path: Path, wheel: WheelRow, fresh: Mapping[tuple[str, str], bytes]
-) -> tuple[FileIdentity, dict[str, Any]] | None:
+def read_derived(path: Path, wheel: WheelRow, fresh: Mapping[str, bytes]) -> tuple[FileIdentity, dict[str, Any]] | None:
     """What the index shows of the twin at ``path`` if its bytes are those of the twin the step derived from its
-    wheel (``wheel``'s row; one read, to hash the file): the derived twin's facts, read from its files as the
-    catalog read the wheel's (its METADATA is the wheel's with the version made public at the Version line, so it
-    names the same project and Requires-Python). None if they are not its bytes, or nothing was derived."""
+    wheel (``wheel``'s row; one read, to hash the file): the derived twin's facts, with ``fresh``, its files as the
+    catalog derived them this run, by member (none where the wheel was not read again). Its METADATA is the
+    wheel's with the version made public at the Version line, so it names the same project and Requires-Python.
+    None if they are not its bytes, or nothing was derived."""
     try:
         sha256, size, metadata_sha256, metadata_size, provenance_sha256, provenance_size, variant = json.loads(
             wheel.derived
@@ -357,7 +359,7 @@ def read_derived(
         if FileIdentity.of(os.fstat(file.fileno())) != identity:
             raise OSError(f"{path.name}: changed while it was being read")
     return identity, {
-        "read": {member: data for (twin, member), data in fresh.items() if twin == path.name},
+        "read": dict(fresh),
         "sha256": sha256,
         "metadata_sha256": metadata_sha256,
         "metadata_size": metadata_size,
