@@ -246,3 +246,31 @@ def test_the_build_stage_tags_a_real_wheel_whose_name_a_day0_wheel_holds(
         tagged = builder._beside_day0(_built_wheel(tmp_path / "b", monkeypatch), ledger)
     assert tagged.name == "causal_conv1d-1.7.0+pt212cu130-1-cp311-cp311-manylinux_2_34_x86_64.whl"
     assert served.is_file()
+
+
+TAGS = "cp311-cp311-manylinux_2_34_x86_64"
+
+
+@pytest.mark.parametrize(("wheel", "twin"), [
+    (f"causal_conv1d-1.7.0+pt211cu130-{TAGS}.whl", f"causal_conv1d-1.7.0-{TAGS}-pt211cu130.whl"),
+    (f"causal_conv1d-1.7.0+pt211cu130-1-{TAGS}.whl", f"causal_conv1d-1.7.0-1-{TAGS}-pt211cu130.whl"),
+])
+def test_the_twin_of_a_build_tagged_wheel_is_named_and_read_back_to_it(wheel: str, twin: str) -> None:
+    from builder.steps.variant import variant_filename
+    from index_site.twins import TWIN_NAME
+
+    assert variant_filename(wheel, "pt211cu130") == twin
+    match = TWIN_NAME.match(twin)
+    assert match is not None
+    assert f"{match['dist']}-{match['version']}+{match['label']}{match['build'] or ''}-{match['tag']}.whl" == wheel
+
+
+@pytest.mark.parametrize("name", [
+    f"causal_conv1d-1.7.0-x1-{TAGS}-pt211cu130.whl",  # a build tag starts with a digit
+    f"causal_conv1d-1.7.0-1-2-{TAGS}-pt211cu130.whl",  # one build tag at most
+    f"causal_conv1d-1.7.0-1/x-{TAGS}-pt211cu130.whl",  # no path in a build tag
+])
+def test_a_twin_name_with_a_malformed_build_tag_is_not_a_twin(name: str) -> None:
+    from index_site.twins import TWIN_NAME
+
+    assert TWIN_NAME.match(name) is None
