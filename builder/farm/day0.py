@@ -94,7 +94,12 @@ def _carry(job: Job, source: day0.Source, ledger: Ledger, layout: Layout, verifi
     digest = _digest(job, source.entry.wheel_sha256 or "")
     folder = layout.tmp / f"day0-{os.getpid()}"
     try:
-        wheel = day0.carry(source.wheel, source.entry, job, folder, abi)
+        try:
+            wheel = day0.carry(source.wheel, source.entry, job, folder, abi)
+        except WheelError as error:  # a source day-0 cannot rewrite costs its label, not the run
+            reason = f"day-0: {source.entry.wheel} cannot be carried to torch {job.torch}: {error}"
+            ledger.put(_row(job, Status.UNBUILDABLE, reason=reason, input_hash=digest))
+            return Outcome(job=job, state=REFUSED, text=reason)
         carried = time.monotonic()
         report = verifier(wheel, job)
         timings = {"day0": round(carried - started, 3), "verify": round(time.monotonic() - carried, 3)}

@@ -274,3 +274,26 @@ def test_a_twin_name_with_a_malformed_build_tag_is_not_a_twin(name: str) -> None
     from index_site.twins import TWIN_NAME
 
     assert TWIN_NAME.match(name) is None
+
+
+def test_a_source_whose_metadata_cannot_be_pinned_costs_its_label_not_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(day0, "pinned_metadata", lambda text, job, where: (_ for _ in ()).throw(
+        WheelError(f"{where}: METADATA has 0 Version and 1 torch Requires-Dist headers, expected one of each")))
+    layout, index = _wheelhouse(tmp_path, monkeypatch)
+    (outcome,) = run_day0([TO_211], layout, _verifier(True), index_dir=index)
+    assert outcome.state == REFUSED and "cannot be carried to torch 2.11.0" in outcome.text
+    assert "METADATA has 0 Version" in outcome.text
+
+
+def test_plan_estimate_counts_a_day0_label_as_not_compiled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from builder.cli.main import main
+
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.put(_row(TO_211, "a.whl", job_id=day0.row_id(TO_211)))
+    matrix = str(Path(__file__).resolve().parents[2] / "matrix.yaml")
+    assert main(["plan", "--matrix", matrix, "--profile", "day0", "--estimate", "--ledger",
+                 str(tmp_path / "ledger.sqlite")]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "4 jobs in 4 groups" in shown
+    assert "day-0: pt211cu130 served by carried wheels, counted as not compiled" in shown
