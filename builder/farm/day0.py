@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from builder.core.errors import WheelError
+from builder.core.errors import WheelError, WheelwrightError
 from builder.core.hashing import FileIdentity, sha256_of
 from builder.core.ledger import Ledger, LedgerEntry, Status
 from builder.core.symbols import TorchAbi, load_index
@@ -101,7 +101,12 @@ def _carry(job: Job, source: day0.Source, ledger: Ledger, layout: Layout, verifi
             ledger.put(_row(job, Status.UNBUILDABLE, reason=reason, input_hash=digest))
             return Outcome(job=job, state=REFUSED, text=reason)
         carried = time.monotonic()
-        report = verifier(wheel, job)
+        try:
+            report = verifier(wheel, job)
+        except WheelwrightError as error:  # no torch for the job here (another CPU, not buildable): no proof
+            reason = f"day-0: {wheel.name} could not be verified against torch {job.torch}: {error}"
+            ledger.put(_row(job, Status.UNBUILDABLE, reason=reason, input_hash=digest))
+            return Outcome(job=job, state=REFUSED, text=reason)
         timings = {"day0": round(carried - started, 3), "verify": round(time.monotonic() - carried, 3)}
         if not report.ok:
             reason = (f"day-0: {wheel.name}, carried from {source.entry.wheel}, failed verify against torch "

@@ -297,3 +297,15 @@ def test_plan_estimate_counts_a_day0_label_as_not_compiled(tmp_path: Path, capsy
     shown = " ".join(capsys.readouterr().out.split())
     assert "4 jobs in 4 groups" in shown
     assert "day-0: pt211cu130 served by carried wheels, counted as not compiled" in shown
+
+
+def test_a_job_whose_torch_cannot_be_had_here_is_refused_in_its_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.core.errors import NotBuildableHere
+
+    def no_torch(wheel: Path, job: Job) -> VerifyReport:
+        raise NotBuildableHere("no torch 2.11.0 for cp311 aarch64 on this machine")
+
+    layout, index = _wheelhouse(tmp_path, monkeypatch)
+    (outcome,) = run_day0([TO_211], layout, no_torch, index_dir=index)
+    assert outcome.state == REFUSED and "could not be verified against torch 2.11.0: no torch 2.11.0" in outcome.text
