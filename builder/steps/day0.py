@@ -218,7 +218,8 @@ def day0_record(abi: Mapping[str, object], source: LedgerEntry, job: Job) -> dic
     window = dict(recorded) if isinstance(recorded, dict) else {}
     window["text"] = f"{statement(source, job)}; {window.get('text', '')}".rstrip("; ")
     return {**abi, "window": window, "day0": {"built_against": source.torch, "source": source.wheel,
-                                              "proven_on": job.torch, "by": list(PROVEN_BY)}}
+                                              "proven_on": job.torch, "by": list(PROVEN_BY),
+                                              "text": statement(source, job)}}
 
 
 def labels(entries: list[LedgerEntry]) -> list[str]:

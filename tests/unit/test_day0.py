@@ -309,3 +309,14 @@ def test_a_job_whose_torch_cannot_be_had_here_is_refused_in_its_row(
     layout, index = _wheelhouse(tmp_path, monkeypatch)
     (outcome,) = run_day0([TO_211], layout, no_torch, index_dir=index)
     assert outcome.state == REFUSED and "could not be verified against torch 2.11.0: no torch 2.11.0" in outcome.text
+
+
+def test_recomputing_windows_keeps_a_day0_wheels_mark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.steps.abi import rewindow
+
+    layout, index = _wheelhouse(tmp_path, monkeypatch)
+    run_day0([TO_211], layout, _verifier(True), index_dir=index)
+    shown = dict(rewindow(layout.root, directory=index))
+    assert shown[day0.row_id(TO_211)].startswith("day-0: binary built against torch 2.12.1 (pt212cu130), proven to "
+                                                 "load on torch 2.11.0 (pt211cu130) by symbols and import; loads on")
+    assert shown[BUILT_212.identifier].startswith("loads on torch 2.11-2.12")
