@@ -77,6 +77,8 @@ def _one(job: Job, ledger: Ledger, layout: Layout, sources: list[day0.Source], i
          verifier: Verifier) -> Outcome:
     own, earlier = ledger.get(job.identifier), ledger.get(day0.row_id(job))
     if own is not None and own.status == Status.BUILT and own.wheel and (layout.dist / own.wheel).is_file():
+        if earlier is not None and earlier.status != Status.BUILT:  # a refusal the build has made untrue
+            ledger.remove(earlier.job_id)
         return Outcome(job=job, state=BUILT, text=f"built: {own.wheel}", wheel=own.wheel)
     if earlier is not None and earlier.status == Status.BUILT and (layout.dist / (earlier.wheel or "")).is_file():
         # Served once, kept as it is: a lock file may hold its hash.

@@ -320,3 +320,18 @@ def test_recomputing_windows_keeps_a_day0_wheels_mark(tmp_path: Path, monkeypatc
     assert shown[day0.row_id(TO_211)].startswith("day-0: binary built against torch 2.12.1 (pt212cu130), proven to "
                                                  "load on torch 2.11.0 (pt211cu130) by symbols and import; loads on")
     assert shown[BUILT_212.identifier].startswith("loads on torch 2.11-2.12")
+
+
+def test_a_refusal_goes_once_a_real_build_has_the_label(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout, index = _wheelhouse(tmp_path, monkeypatch)
+    run_day0([TO_213], layout, _verifier(True), index_dir=index)
+    built = _built_wheel(tmp_path / "real", monkeypatch)
+    real = layout.dist / "causal_conv1d-1.7.0+pt213cu130-cp311-cp311-manylinux_2_34_x86_64.whl"
+    built.rename(real)
+    with Ledger(layout.ledger) as ledger:
+        assert ledger.get(day0.row_id(TO_213)) is not None
+        ledger.put(_row(TO_213, real.name))
+    (outcome,) = run_day0([TO_213], layout, _verifier(True), index_dir=index)
+    assert outcome.state == "built"
+    with Ledger(layout.ledger) as ledger:
+        assert ledger.get(day0.row_id(TO_213)) is None and ledger.get(TO_213.identifier) is not None
