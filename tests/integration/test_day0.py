@@ -5,8 +5,8 @@ nothing for 2.13; ``wheelwright index`` serves both outcomes; real pip installs 
 into a venv holding torch 2.11 and it imports; pip finds no 2.13 wheel, and the site says why.
 
 Reusing a build output (``WHEELWRIGHT_ABI_WHEELS``, the ``abi-proof`` profile's, or ``day0``'s 2.12 and 2.14 jobs)
-and a cached torch 2.11 and symbol index, it took 22 s here (load 11 on 2 shared cores): slow. On a fresh machine it
-first builds the two wheels (~5 min each on 2 idle cores) and fetches three torch wheels.
+and a cached torch 2.11 and symbol index, it took 22-29 s here (load 11-12 on 2 shared cores): slow. On a fresh
+machine it first builds the two wheels (~5 min each on 2 idle cores) and fetches three torch wheels.
 """
 
 from __future__ import annotations
