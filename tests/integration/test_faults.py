@@ -115,12 +115,13 @@ def verified_wheelhouse(tmp: Path, accelerators: tuple[str, ...]) -> Path:
 # (case, target, call in a cold run of two wheels, whether the build made their twins first): where it dies
 TWIN_KILLS = [
     ("before-a-twin-is-made", "builder.steps.variant:make_twin", 1, False),
-    ("writing-a-twin", "builder.steps.variant:write_wheel", 1, False),
-    ("writing-the-second-twin", "builder.steps.variant:write_wheel", 2, False),
+    ("deriving-a-twin", "builder.steps.variant:derive_open", 1, False),
+    ("writing-a-twin", "builder.steps.variant:atomic_file", 1, False),  # the derived bytes, as make_twin writes them
+    ("writing-the-second-twin", "builder.steps.variant:atomic_file", 2, False),
     ("checking-a-twin-as-it-is-made", "builder.steps.variant:twin_problems", 1, False),
-    ("reading-a-made-twin", "index_site.twins:read_twin", 1, False),
-    ("comparing-a-twin-the-build-made", "builder.steps.variant:quick_problems", 1, True),
-    ("comparing-the-second-twin", "builder.steps.variant:quick_problems", 2, True),
+    ("reading-a-made-twin", "index_site.twins:read_derived", 1, False),
+    ("hashing-a-twin-the-build-made", "index_site.twins:read_derived", 1, True),
+    ("hashing-the-second-twin", "index_site.twins:read_derived", 2, True),
     ("before-the-twins-state-is-written", "index_site.state:IndexState.write", 2, False),
     ("placing-a-twin", "os:link", 3, False),
 ]
