@@ -51,6 +51,7 @@ COMPILE_COSTS = Resource("builder.data", "compile-costs.toml")  # seed per-(unit
 RECIPE_PRELUDE = Resource("builder.steps.recipes", "prelude.py")  # prepended to an upstream setup.py
 OBJCACHE_SCRIPT = Resource("builder.steps", "objcache.py")  # PYTORCH_NVCC wrapper, run by path
 NVCC_PLAN_SCRIPT = Resource("builder.steps", "nvcc_plan.py")  # the wrapper's core pool, imported beside it
+STAGECACHE_SCRIPT = Resource("builder.steps", "stagecache.py")  # the pool's device-step cache, imported beside it
 
 # -- templates (index_site/templates), loaded by jinja2's PackageLoader -----------------------------------------
 TEMPLATE_PACKAGE = "index_site"
@@ -67,7 +68,7 @@ TEMPLATES = tuple(
 # torch.toml and archs.toml are not here: the facts a job is planned from (ABI, manylinux, archs, toolkit version)
 # are fields of the job.
 BUILD_DATA = (RECIPE_FACTS, REPAIR_EXCLUDES, BUILD_REQUIREMENTS, TOOLKITS, RECIPE_PRELUDE, OBJCACHE_SCRIPT,
-              NVCC_PLAN_SCRIPT)
+              NVCC_PLAN_SCRIPT, STAGECACHE_SCRIPT)
 
 # Files that are not Python modules, by package: setup.py's package_data. (.py files ship as modules anyway.)
 NOT_MODULES = (

@@ -24,7 +24,7 @@ from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, kill_marked, run
 from builder.plan.archs import torch_arch_list
 from builder.plan.job import Job
-from builder.steps import nvcc_plan, timeline
+from builder.steps import nvcc_plan, stagecache, timeline
 from builder.steps import objcache as nvcc_cache
 from builder.steps.environment import BuildEnv
 
@@ -108,6 +108,11 @@ class Workspace:
         return self.root / "nvcc-costs.json"
 
     @property
+    def events(self) -> Path:
+        """This build's object-cache events (objcache.py, stagecache.py): what it reused, and from which build."""
+        return self.root / "objcache-events.jsonl"
+
+    @property
     def timeline(self) -> Path:
         """The build's timeline (builder/steps/timeline.py): the pool's steps and the compile stage's marks."""
         return self.core_pool / nvcc_plan.TIMELINE
@@ -118,7 +123,10 @@ class Workspace:
 
     @classmethod
     def for_job(cls, job: Job) -> Workspace:
-        return cls(root=FIXED_ROOT / f"{job.package}-{job.local_version}")
+        """One per (package, version, accelerator), not per torch: the device steps of builds against different
+        torch versions then run with the same paths, so the stage cache can reuse what is provably the same
+        (stagecache.py). Builds of one workspace take turns (its lock); the second then reuses the first's work."""
+        return cls(root=FIXED_ROOT / f"{job.package}-{job.version}+{job.accelerator.name}")
 
 
 @contextmanager
@@ -138,6 +146,7 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
             space.torch_site.unlink()
         space.torch_site.symlink_to(torch_site, target_is_directory=True)
         space.nvcc_times.unlink(missing_ok=True)
+        space.events.unlink(missing_ok=True)
         shutil.rmtree(space.core_pool, ignore_errors=True)
         space.core_pool.mkdir()  # the timeline's folder, pool or not
         yield space
@@ -192,6 +201,9 @@ def build_environ(
     environ[nvcc_plan.TIMELINE_ENV] = str(space.timeline)
     # setuptools adds the build venv's include directory: per Python, like the interpreter's own
     environ[nvcc_cache.PER_PYTHON_ENV] = str(env.python.parent.parent / "include")
+    environ[nvcc_cache.SCOPE_ENV] = f"torch {job.torch} {job.accelerator.name}"  # host objects: per torch, always
+    environ[stagecache.JOB_ENV] = job.identifier  # who stored a reused device step: the ledger says it
+    environ[stagecache.EVENTS_ENV] = str(space.events)
     return environ
 
 

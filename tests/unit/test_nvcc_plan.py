@@ -209,7 +209,7 @@ def test_a_failed_step_stops_the_pool_and_nothing_starts_after_it(
 ) -> None:
     ran: list[str] = []
 
-    def call(command: str, env: dict[str, str], pool: nvcc_plan.CorePool) -> int:
+    def call(command: str, env: dict[str, str], pool: nvcc_plan.CorePool, cpu: list[float] | None = None) -> int:
         ran.append(command)
         return 1 if command == "cicc --fails" else 0
 
