@@ -44,6 +44,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     compile_times TEXT,              -- JSON: [{unit, arch, seconds}] from nvcc --time (object-cache hits add none)
     wheel_identity TEXT,             -- inode:size:mtime_ns:ctime_ns of the wheel in dist/ when its hash was taken
     torch_wheel  TEXT,               -- JSON: the torch wheel built against: filename, url, sha256, index, origin
+    reuse        TEXT,               -- JSON: objects and device steps reused, and from which job (compile.py)
+    stage_times  TEXT,               -- JSON: [{unit, arch, stage, cpu, wall}] of the device steps compiled
     updated_at   REAL NOT NULL
 );
 """
@@ -54,6 +56,8 @@ MIGRATIONS = {
     "compile_times": "ALTER TABLE jobs ADD COLUMN compile_times TEXT",
     "wheel_identity": "ALTER TABLE jobs ADD COLUMN wheel_identity TEXT",
     "torch_wheel": "ALTER TABLE jobs ADD COLUMN torch_wheel TEXT",
+    "reuse": "ALTER TABLE jobs ADD COLUMN reuse TEXT",
+    "stage_times": "ALTER TABLE jobs ADD COLUMN stage_times TEXT",
 }
 SCHEMA_VERSION = 2  # PRAGMA user_version; a ledger with a higher one was written by a newer wheelwright
 # How long to wait for another process's write transaction before saying so (env WHEELWRIGHT_LEDGER_TIMEOUT).
@@ -99,6 +103,8 @@ class LedgerEntry:
     compile_times: str | None = None
     wheel_identity: str | None = None
     torch_wheel: str | None = None
+    reuse: str | None = None
+    stage_times: str | None = None
     updated_at: float = 0.0
 
     @property

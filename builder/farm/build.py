@@ -381,7 +381,8 @@ class Builder:
             log_note(f"core pool costs: {len(measured)} units measured (ledger), {len(guessed)} guessed (seed)")
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache, costs)
             try:
-                built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
+                with compile_stage.shared_objects(job, toolkit, space, objcache):  # the farm's device steps
+                    built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
             finally:  # a failed compile's timeline says where it stood
                 compile_stage.keep_timeline(space, self.layout.timeline_for(job), started=timer.started["compile"],
                                             parallelism=parallelism)
@@ -389,6 +390,7 @@ class Builder:
                 "toolchain": json.dumps(toolkit.as_dict(), sort_keys=True),
                 "compile_times": json.dumps(read_times(space.nvcc_times)),
                 "torch_wheel": json.dumps(runtime.origin(), sort_keys=True),
+                **compile_stage.compile_record(space, objcache, toolkit),  # what it reused, each stage's cost
             }
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired")
