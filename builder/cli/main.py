@@ -110,10 +110,11 @@ def _estimate(plan: Plan, args: argparse.Namespace) -> int:
 
     from builder.cli.console import out, print_table
     from builder.plan.estimate import estimate as estimate_plan
-    from builder.plan.estimate import ledger_model, seed_model
+    from builder.plan.estimate import ledger_model, reuse_facts, seed_model, summary
 
     model = ledger_model(args.ledger, seed_model())
-    ours, upstream = estimate_plan(plan.jobs, model, runners=args.runners, cores=args.cores)
+    ours, upstream = estimate_plan(plan.jobs, model, runners=args.runners, cores=args.cores, reuse=reuse_facts())
+    without_reuse, _ = estimate_plan(plan.jobs, model, runners=args.runners, cores=args.cores)
     out.print(f"profile {plan.profile}: {len(plan.jobs)} jobs in {len(ours.items)} (package version, torch, toolkit) "
               f"groups, on {args.runners} runners of {args.cores} cores")
     table = Table()
@@ -123,8 +124,8 @@ def _estimate(plan: Plan, args: argparse.Namespace) -> int:
         hours = (f"{result.cpu_hours:.1f}", f"{result.wall_hours:.2f} h", f"{result.longest_item_hours:.2f} h")
         table.add_row(result.method, *hours)
     print_table(table)
-    out.print(f"wheelwright / upstream CPU-hours: {ours.cpu_hours / upstream.cpu_hours:.3f} (goal <= 0.25)")
-    out.print(f"costs: {model.source}; {ours.extrapolated} of {ours.costs} (unit, arch) costs extrapolated")
+    for line in summary(ours, upstream, without_reuse, model):
+        out.print(line)
     return 0
 
 

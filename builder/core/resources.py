@@ -46,6 +46,7 @@ TOOLKITS = Resource("builder.data", "toolkits.toml")  # where each CUDA version'
 ARCH_FACTS = Resource("builder.data", "archs.toml")  # SASS a toolkit range miscompiles, per package
 IMAGE_BASES = Resource("builder.data", "images.toml")  # builder-image bases: glibc, compiler, Pythons, digests
 COMPILE_COSTS = Resource("builder.data", "compile-costs.toml")  # seed per-(unit, arch) costs for plan --estimate
+DEVICE_REUSE = Resource("builder.data", "device-reuse.toml")  # torch versions whose device steps are the same
 
 # -- code run as a file (not imported) ---------------------------------------------------------------------------
 RECIPE_PRELUDE = Resource("builder.steps.recipes", "prelude.py")  # prepended to an upstream setup.py
@@ -80,6 +81,7 @@ NOT_MODULES = (
     ARCH_FACTS,
     IMAGE_BASES,
     COMPILE_COSTS,
+    DEVICE_REUSE,
     *TEMPLATES,
 )
 PACKAGE_DATA: dict[str, list[str]] = {}

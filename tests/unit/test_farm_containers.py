@@ -331,14 +331,15 @@ def test_measured_unit_costs_in_the_ledger_replace_the_seed(tmp_path: Path) -> N
     ledger = tmp_path / "ledger.sqlite"
     times = '[{"unit": "a.cu", "arch": "9.0", "seconds": 100}, {"unit": "a.cu", "arch": "host", "seconds": 5}]'
     with sqlite3.connect(ledger) as db:
-        db.execute("CREATE TABLE jobs (job_id, package, compile_times)")
-        db.execute("INSERT INTO jobs VALUES ('j1', 'causal-conv1d', ?)", (times,))
-        db.execute("INSERT INTO jobs VALUES ('j2', 'causal-conv1d', ?)", (times.replace("100", "120"),))
+        db.execute("CREATE TABLE jobs (job_id, package, accelerator, compile_times)")
+        db.execute("INSERT INTO jobs VALUES ('j1', 'causal-conv1d', 'cu130', ?)", (times,))
+        db.execute("INSERT INTO jobs VALUES ('j2', 'causal-conv1d', 'cu130', ?)", (times.replace("100", "120"),))
     model = ledger_model(ledger, seed_model())
     job = dataclasses.replace(plan().jobs[0], archs=("9.0", "10.0"))
+    assert job.accelerator.name == "cu130"
     costs, extrapolated, total = model.cuda_costs(job)
     assert costs == [(1, [5.0, 110.0, 110.0])] and (extrapolated, total) == (1, 2)
-    assert "compile_times of causal-conv1d" in model.source
+    assert "causal-conv1d cu130" in model.source
     assert model.units["mamba-ssm"] == seed_model().units["mamba-ssm"]
 
 
