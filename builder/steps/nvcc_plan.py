@@ -598,9 +598,7 @@ def compile_split(
     depfile = flags[flags.index("-MF") + 1] if "-MF" in flags else None
     pool = CorePool(Path(environ[POOL_ENV]), int(environ.get(SLOTS_ENV, "1")))
     scratch = scratch_for(pool.root, source)
-    shutil.rmtree(scratch, ignore_errors=True)  # what a killed build of this TU left
-    scratch.mkdir(parents=True)
-    try:
+    with _scratch_held(scratch):
         steps = dryrun_plan(nvcc, flags, environ, scratch)
         if steps is None:
             return None
@@ -614,5 +612,18 @@ def compile_split(
         if returncode == 0 and depfile is not None and steps.depfiles:
             merge_depfiles(steps.depfiles, depfile, output)
         return returncode
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextmanager
+def _scratch_held(scratch: Path) -> Iterator[None]:
+    """The TU's scratch folder, emptied, for this compile alone: two compiles of one TU at once (the same source
+    through one pool) take turns, since their steps would write the same fixed names."""
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    with open(scratch.parent / f"{scratch.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(scratch, ignore_errors=True)  # what a killed compile of this TU left
+        scratch.mkdir()
+        try:
+            yield
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
