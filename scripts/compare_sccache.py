@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -112,9 +113,10 @@ def with_sccache(sccache: str, torch: str, calls: Sequence[tuple[str, list[str]]
             run.results = sccache_stats(sccache, env)
         finally:
             subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, check=False)
-            if server.poll() is None:
-                server.send_signal(signal.SIGTERM)
+            stopper = threading.Timer(120, server.send_signal, (signal.SIGTERM,))  # if --stop-server did not
+            stopper.start()
             run.cpu += waited(server)
+            stopper.cancel()
     return run
 
 

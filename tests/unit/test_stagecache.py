@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.steps import stagecache
+from builder.steps import compile as compile_stage
+from builder.steps import nvcc_time, stagecache
 
 
 @pytest.fixture
@@ -177,3 +178,36 @@ def test_only_cicc_and_ptxas_are_cached_stages() -> None:
     assert [stagecache.stage_of(p) for p in ("cicc", "ptxas", "gcc", "cudafe++", "fatbinary")] == [
         "cicc", "ptxas", None, None, None]
     assert shlex.split(cicc(Path("/s")))[0] == "$CICC_PATH/cicc"
+
+
+def timeline_rows(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows) + "torn {\n")
+    return path
+
+
+def test_stage_times_sum_each_compiled_stage_and_leave_reused_steps_out(tmp_path: Path) -> None:
+    def row(phase: str, arch: str, step: str, cpu: float, **more: object) -> dict[str, object]:
+        return {"unit": "k.cu", "arch": arch, "phase": phase, "step": step, "start": 0.0, "end": cpu + 1, "cpu": cpu,
+                **more}
+
+    path = timeline_rows(tmp_path / "timeline.jsonl", [
+        row("front", "", "gcc (preprocessing)", 2.0), row("front", "", "cudafe++", 3.0),
+        row("chain", "9.0", "gcc (preprocessing)", 1.0), row("chain", "9.0", "cicc", 50.0, result="miss"),
+        row("chain", "9.0", "ptxas", 9.0, result="hit"),
+        row("back", "", "fatbinary", 0.5), row("back", "", "gcc", 6.0),
+        {"unit": "k.cu", "arch": "9.0", "phase": "wait", "start": 0, "end": 3, "part": "chain"},
+    ])
+    found = {(r["arch"], r["stage"]): r["cpu"] for r in nvcc_time.stage_times(path)}
+    assert found == {("", "front"): 5.0, ("9.0", "preprocess"): 1.0, ("9.0", "cicc"): 50.0, ("", "host"): 6.5}
+
+
+def test_the_ledger_record_counts_reuse_by_stage_and_names_where_it_came_from(tmp_path: Path) -> None:
+    space = compile_stage.Workspace(root=tmp_path)
+    space.events.write_text("".join(json.dumps(e) + "\n" for e in [
+        {"source": "/w/k.cu", "result": "miss"},
+        {"stage": "cicc", "result": "hit", "unit": "k.cu", "arch": "9.0", "from": "job-212", "key": "a"},
+        {"stage": "ptxas", "result": "miss", "unit": "k.cu", "arch": "9.0", "from": "job-213", "key": "b"},
+    ]))
+    record = compile_stage.reuse_record(space)
+    assert record["counts"] == {"object": {"miss": 1}, "cicc": {"hit": 1}, "ptxas": {"miss": 1}}
+    assert record["reused"] == [{"unit": "k.cu", "arch": "9.0", "stage": "cicc", "from": "job-212", "result": "hit"}]
