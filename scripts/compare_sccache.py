@@ -15,10 +15,8 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -93,39 +91,49 @@ def sccache_stats(sccache: str, env: Mapping[str, str]) -> dict[str, dict[str, i
     shown = subprocess.run([sccache, "--show-stats", "--stats-format", "json"], env=dict(env), check=True,
                            capture_output=True, text=True).stdout
     stats = json.loads(shown)["stats"]
-    return {"hit": dict(stats["cache_hits"]["adv_counts"]), "miss": dict(stats["cache_misses"]["adv_counts"])}
+    return {"hit": dict(stats["cache_hits"]["adv_counts"]), "miss": dict(stats["cache_misses"]["adv_counts"]),
+            "not cached": dict(stats.get("not_cached", {}))}
 
 
 def with_sccache(sccache: str, torch: str, calls: Sequence[tuple[str, list[str]]], environ: Mapping[str, str],
-                 cache: Path, workdir: Path) -> Run:
-    """Through `sccache nvcc`, its server started here in the foreground (SCCACHE_NO_DAEMON) so that wait4 counts
-    the compilers it runs; its disk cache at ``cache``; the stats it reports afterwards."""
+                 cache: Path, workdir: Path, archs: Sequence[str]) -> Run:
+    """Through `sccache nvcc`, with a server of its own (its disk cache at ``cache``, a port of its own) that runs
+    the compilers: its CPU-seconds and its reaped children's are read from /proc before it is stopped; the stats
+    it reports afterwards."""
     run = Run(tool="sccache", torch=torch)
     env = {k: v for k, v in environ.items() if not k.startswith("WHEELWRIGHT_NVCC")}  # nvcc whole, no pool
-    env.update(SCCACHE_DIR=str(cache), SCCACHE_NO_DAEMON="1", SCCACHE_SERVER_PORT=str(4226 + os.getpid() % 1000),
-               SCCACHE_IDLE_TIMEOUT="0", SCCACHE_CACHE_SIZE="50G")
-    with (workdir / f"sccache-server-{torch}.log").open("w") as log:
-        server = subprocess.Popen([sccache, "--start-server"], env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            _wait_for_server(sccache, env)
-            run_calls(run, [[sccache, nvcc, *args] for nvcc, args in calls], env,
-                      workdir / "objects" / "sccache" / torch, workdir / f"sccache-{torch}.log")
-            run.results = sccache_stats(sccache, env)
-        finally:
-            subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, check=False)
-            stopper = threading.Timer(120, server.send_signal, (signal.SIGTERM,))  # if --stop-server did not
-            stopper.start()
-            run.cpu += waited(server)
-            stopper.cancel()
+    # sccache refuses to cache a call with --time (the build's per-(TU, arch) times): nvcc's own --threads alone
+    env["NVCC_APPEND_FLAGS"] = f"--threads {compile_stage.Parallelism.fit(len(archs), split=False).nvcc_threads}"
+    env.update(SCCACHE_DIR=str(cache), SCCACHE_SERVER_PORT=str(4226 + os.getpid() % 1000), SCCACHE_IDLE_TIMEOUT="0",
+               SCCACHE_CACHE_SIZE="50G")
+    subprocess.run([sccache, "--start-server"], env=env, check=True, capture_output=True)
+    server = server_pid(cache)
+    try:
+        run_calls(run, [[sccache, nvcc, *args] for nvcc, args in calls], env, workdir / "objects" / "sccache" / torch,
+                  workdir / f"sccache-{torch}.log")
+        run.results = sccache_stats(sccache, env)
+        run.cpu += process_cpu(server)
+    finally:
+        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, check=False)
     return run
 
 
-def _wait_for_server(sccache: str, env: Mapping[str, str]) -> None:
-    for _ in range(200):
-        if subprocess.run([sccache, "--show-stats"], env=dict(env), capture_output=True, check=False).returncode == 0:
-            return
-        time.sleep(0.1)  # the server's start, not a race with a result: --show-stats answers once it listens
-    raise SystemExit("compare_sccache: sccache's server never answered")
+def server_pid(cache: Path) -> int:
+    """The sccache server whose environment names ``cache``: the one this run started."""
+    for proc in Path("/proc").iterdir():
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:  # not a process, not ours, gone
+            continue
+        if f"SCCACHE_DIR={cache}".encode() in environ and b"SCCACHE_START_SERVER=1" in environ:
+            return int(proc.name)
+    raise SystemExit(f"compare_sccache: no sccache server for {cache}")
+
+
+def process_cpu(pid: int) -> float:
+    """A live process's CPU-seconds and its reaped children's (utime, stime, cutime, cstime of /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def same_kernels(cuobjdump: Path, first: Run, second: Run) -> str:
@@ -160,7 +168,7 @@ def setup(args: argparse.Namespace, torch: str) -> Iterator[tuple[list[tuple[str
 
 def line(run: Run) -> str:
     results = "; ".join(f"{stage} " + ", ".join(f"{n} {r}" for r, n in sorted(by.items()))
-                        for stage, by in sorted(run.results.items()))
+                        for stage, by in sorted(run.results.items()) if by)
     return f"{run.tool:8s} torch {run.torch}: wall {run.wall:7.1f} s, CPU {run.cpu:7.1f} s; {results}"
 
 
@@ -187,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for tool in ("ours", "sccache"):
                 run = (ours(torch, calls, environ, args.workdir / "ours-cache", args.workdir) if tool == "ours"
                        else with_sccache(args.sccache, torch, calls, environ, args.workdir / "sccache-cache",
-                                         args.workdir))
+                                         args.workdir, args.archs))
                 runs.append(run)
                 print(line(run) + f"; load {os.getloadavg()[0]:.1f}", flush=True)
     cuobjdump = sass.find_cuobjdump()

@@ -148,11 +148,35 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
         if space.torch_site.is_symlink() or space.torch_site.exists():
             space.torch_site.unlink()
         space.torch_site.symlink_to(torch_site, target_is_directory=True)
+        fixed_header_times(torch_site / "torch" / "include")
         space.nvcc_times.unlink(missing_ok=True)
         space.events.unlink(missing_ok=True)
         shutil.rmtree(space.core_pool, ignore_errors=True)
         space.core_pool.mkdir()  # the timeline's folder, pool or not
         yield space
+
+
+SOURCE_EPOCH = 315532800  # 1980-01-01, the build's SOURCE_DATE_EPOCH unless the environment sets one
+
+
+def fixed_header_times(include: Path) -> int:
+    """Give torch's headers one mtime, the source epoch; returns how many it changed. With -lineinfo (upstream's
+    flags) ptxas writes the size and mtime of every header the device code came from into the cubin's line table,
+    and pip leaves each header its install time: every install of one torch gave other cubin bytes, on every machine,
+    and no cubin could be reused across torch versions or runners (stagecache.py keys ptxas on those stats)."""
+    epoch = int(os.environ.get("SOURCE_DATE_EPOCH", SOURCE_EPOCH))
+    changed = 0
+    for folder, _, files in os.walk(include):
+        for name in files:
+            path = os.path.join(folder, name)
+            try:
+                if int(os.stat(path).st_mtime) != epoch:
+                    os.utime(path, (epoch, epoch))
+                    changed += 1
+            except OSError as error:  # a read-only system torch: its times stay, its cubins are its own
+                log.warning("%s: cannot set its mtime (%s); its cubins will not be shared", path, error.strerror)
+                return changed
+    return changed
 
 
 def build_environ(
@@ -184,7 +208,7 @@ def build_environ(
         TORCH_CUDA_ARCH_LIST=torch_arch_list(job.archs) if job.accelerator.kind == "cuda" else ";".join(job.archs),
         PIP_NO_BUILD_ISOLATION="1",
         PYTHONUNBUFFERED="1",  # the backend writes to our pipe: lines reach the log and the progress as they happen
-        SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", "315532800"),
+        SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", str(SOURCE_EPOCH)),
     )
     environ[WORKSPACE_ENV] = str(space.root)  # how the next build finds what a killed one left running
     environ.update(compiler_environ(toolkit.cc, toolkit.cxx, environ["PATH"]))

@@ -1,6 +1,7 @@
 """Device code reused across builds, torch versions included: the outputs of one nvcc device step (cicc's PTX and
 the stub files it writes, ptxas's cubin) cached under what the step reads and nothing else: the program's bytes,
-its command line, the bytes of every input file it names (the device-preprocessed source, the module id file).
+its command line, the bytes of every input file it names (the device-preprocessed source, the module id file), and
+for ptxas the size and mtime of each source the PTX's line info names (ptxas writes them into the cubin).
 
 Why this is sound: nvcc_plan.py runs each step with fixed temporary names in a fixed folder, so a step's command
 line is the same in every build of the same (package version, toolkit) whatever the torch; a step whose program,
@@ -15,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import tempfile
@@ -66,14 +68,40 @@ class Step:
 
 def step_of(stage: str, command: str, variables: Mapping[str, str], scratch: Path, programs: ProgramDigests) -> Step:
     """The step ``command`` (a dryrun line) is, keyed: the program's identity (its bytes, and the toolkit folders it
-    reads), the command itself, and the bytes of each file of ``scratch`` it names that it does not write."""
+    reads), the command itself, the bytes of each file of ``scratch`` it names that it does not write, and for
+    ptxas the size and mtime of every source its PTX names (below)."""
     words = shlex.split(command)
     outputs = {word: words[i + 1] for i, word in enumerate(words[:-1]) if word in OUTPUT_OPTIONS[stage]}
     written = set(outputs.values())
     inputs = {w: digest_file(w) for w in words if w not in written and _inside(w, scratch) and os.path.isfile(w)}
     identity = programs.identity(stage, words[0], variables)
-    key = digest_bytes(json.dumps([stage, identity, command, sorted(inputs.items())]).encode())
-    return Step(stage=stage, key=key, inputs=inputs, outputs=outputs)
+    named = {path: stamp for ptx in inputs for path, stamp in named_sources(ptx).items()} if stage == "ptxas" else {}
+    key = digest_bytes(json.dumps([stage, identity, command, sorted(inputs.items()), sorted(named.items())]).encode())
+    return Step(stage=stage, key=key, inputs={**inputs, **{p: json.dumps(s) for p, s in named.items()}},
+                outputs=outputs)
+
+
+_PTX_FILE = re.compile(rb'^\s*\.file\s+\d+\s+"([^"]*)"', re.MULTILINE)
+
+
+def named_sources(ptx: str) -> dict[str, list[int] | None]:
+    """The sources a PTX's ``.file`` directives name (with -lineinfo: the TU and every header its device code came
+    from), each with its size and mtime in seconds, None if absent: ptxas stats each one and writes both into the
+    cubin's line table, so a cubin depends on them as on the PTX (a touched header gives other cubin bytes)."""
+    try:
+        with open(ptx, "rb") as handle:
+            text = handle.read()
+    except OSError:
+        return {}
+    found: dict[str, list[int] | None] = {}
+    for match in _PTX_FILE.finditer(text):
+        path = match[1].decode(errors="replace")
+        try:
+            status = os.stat(path)
+            found[path] = [status.st_size, int(status.st_mtime)]
+        except OSError:
+            found[path] = None
+    return found
 
 
 def _inside(word: str, folder: Path) -> bool:

@@ -4,6 +4,7 @@ what verify mode says; fake programs and files, no compiler (tests/integration/t
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -211,3 +212,34 @@ def test_the_ledger_record_counts_reuse_by_stage_and_names_where_it_came_from(tm
     record = compile_stage.reuse_record(space)
     assert record["counts"] == {"object": {"miss": 1}, "cicc": {"hit": 1}, "ptxas": {"miss": 1}}
     assert record["reused"] == [{"unit": "k.cu", "arch": "9.0", "stage": "cicc", "from": "job-212", "result": "hit"}]
+
+
+def test_a_cubin_is_keyed_on_the_size_and_mtime_of_every_source_its_ptx_names(
+    tmp_path: Path, scratch: Path, toolkit: dict[str, str]
+) -> None:
+    header = tmp_path / "Half.h"
+    header.write_text("// torch's header\n")
+    (scratch / "k.ptx").write_text(f'.version 9.0\n\t.file\t1 "{header}"\n\t.file\t2 "{tmp_path}/gone.h"\n')
+    command = f'ptxas -arch=sm_90 -m64 "{scratch}/k.ptx" -o "{scratch}/k.cubin"'
+
+    def key() -> str:
+        return stagecache.step_of("ptxas", command, toolkit, scratch, stagecache.ProgramDigests(None)).key
+
+    assert stagecache.named_sources(str(scratch / "k.ptx")) == {
+        str(header): [header.stat().st_size, int(header.stat().st_mtime)], f"{tmp_path}/gone.h": None}
+    first = key()
+    os.utime(header, (1, 1))  # ptxas writes the mtime into the cubin's line table: another cubin
+    touched = key()
+    header.write_text("// torch's header, one byte longer\n")
+    os.utime(header, (1, 1))
+    assert len({first, touched, key()}) == 3
+
+
+def test_torch_headers_get_the_source_epoch_as_their_mtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    include = tmp_path / "torch" / "include" / "c10" / "util"
+    include.mkdir(parents=True)
+    (include / "Half.h").write_text("x")
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    assert compile_stage.fixed_header_times(tmp_path / "torch" / "include") == 1
+    assert int((include / "Half.h").stat().st_mtime) == compile_stage.SOURCE_EPOCH
+    assert compile_stage.fixed_header_times(tmp_path / "torch" / "include") == 0
