@@ -374,6 +374,19 @@ def where_the_wall_went(name: str, workdir: Path, python: str) -> list[str]:
     return lines
 
 
+def stage_cpu(name: str, workdir: Path, python: str, measured: Measured) -> str:
+    """Where the build's CPU-seconds went, from the ledger's stage_times (each nvcc step's wait4): per stage, summed
+    over units and archs, and what the rest of the build (Python, the pool, ninja, the link, repair, verify) took."""
+    rows = json.loads(ledger_entry(workdir / name / "out", python).stage_times or "[]")
+    sums: dict[str, float] = {}
+    for row in rows:
+        sums[row["stage"]] = sums.get(row["stage"], 0.0) + float(row["cpu"])
+    spent = ", ".join(f"{stage} {sums[stage]:.0f}" for stage in ("front", "preprocess", "cicc", "ptxas", "host")
+                      if stage in sums)
+    rest = measured.cpu - sum(sums.values())
+    return f"(d) {name}: CPU-s by stage: {spent or 'none recorded'}; the rest of the build {rest:.0f}"
+
+
 def cache_overhead(objcache: Path) -> str:
     """What ours' object cache itself cost (keys, lookups, stores), summed over its TUs, from its events."""
     events = compile_events(objcache)
@@ -419,6 +432,7 @@ def full_arch(args: argparse.Namespace, workdir: Path) -> None:
         print(f"{results[name].line()}  compiled: {compiled[name]}", flush=True)
         if name != "upstream":
             print(critical_path(name, workdir, results[name]), flush=True)
+            print(stage_cpu(name, workdir, args.python, results[name]), flush=True)
             print("\n".join(where_the_wall_went(name, workdir, args.python)), flush=True)
         if name == "ours" and "second" in runs:
             print(cache_overhead(workdir / "ours" / "objcache"), flush=True)

@@ -3,12 +3,13 @@ the changes it made (for the job log)."""
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from builder.plan.job import PATCH_NAMES
-from builder.steps.recipes.tu_split import split_tu
+from builder.steps.recipes.tu_split import instantiations, partition, split_tu
 
 PatchFunction = Callable[[Path, object], list[str]]
 
@@ -84,11 +85,45 @@ def bwd_cost(line: str) -> float:
     return BWD_COSTS.get(key, max(BWD_COSTS.values())) if key else max(BWD_COSTS.values())
 
 
+# What else a (TU, arch) of the build costs, in BWD_COSTS' units: each part's body per arch (see BWD_COSTS), and the
+# forward and update TUs per arch (the seed's 24.4 + 8.4 s beside the backward's 261.1 s, scaled to the backward's
+# 1102 here).
+BWD_BODY = 7.4
+OTHER_UNITS = 138.0
+SPLIT_CORES_ENV = "WHEELWRIGHT_SPLIT_CORES"  # the cores the split is sized for (default: this machine's)
+
+
+def bwd_parts(costs: Sequence[float], archs: int, cores: int) -> int:
+    """The fewest parts (1 to BWD_PARTS) whose heaviest per-arch chain fits in the build's cores-bound on ``cores``:
+    each part repeats the TU's host work and its body per arch (CPU a full build pays for nothing), so the split
+    goes only as far as the wall needs. A 4-core runner (the farm's) keeps the TU whole; the 16-core H200 two
+    parts; 64 cores all six."""
+    for parts in range(1, BWD_PARTS + 1):
+        heaviest = max(sum(costs[i] for i in group) for group in partition(costs, parts)) + BWD_BODY
+        per_arch = sum(costs) + parts * BWD_BODY + OTHER_UNITS
+        if heaviest <= archs * per_arch / cores:
+            return parts
+    return BWD_PARTS
+
+
+def split_cores() -> int:
+    text = os.environ.get(SPLIT_CORES_ENV, "")
+    return int(text) if text.isdigit() and int(text) > 0 else len(os.sched_getaffinity(0))
+
+
 @patch("split-causal-conv1d-bwd")
 def split_causal_conv1d_bwd(root: Path, job: object) -> list[str]:
-    """csrc/causal_conv1d_bwd.cu as BWD_PARTS TUs of about equal cost (BWD_COSTS), generated from its explicit
-    instantiations (tu_split.py), for a job of BWD_SPLIT_MIN_ARCHS archs or more."""
+    """csrc/causal_conv1d_bwd.cu as up to BWD_PARTS TUs of about equal cost (BWD_COSTS), generated from its explicit
+    instantiations (tu_split.py), for a job of BWD_SPLIT_MIN_ARCHS archs or more, in as many parts as this
+    machine's cores need (bwd_parts)."""
     archs = len(getattr(job, "archs", ()))
     if archs < BWD_SPLIT_MIN_ARCHS:
         return [f"csrc/causal_conv1d_bwd.cu kept whole: {archs} arch(s), fewer than {BWD_SPLIT_MIN_ARCHS}"]
-    return split_tu(root, "csrc/causal_conv1d_bwd.cu", BWD_PARTS, bwd_cost)
+    source = root / "csrc" / "causal_conv1d_bwd.cu"
+    costs = [bwd_cost(m[0]) for m in instantiations(source.read_text())] if source.is_file() else []
+    cores = split_cores()
+    parts = bwd_parts(costs, archs, cores) if costs else BWD_PARTS
+    if parts == 1:
+        reason = f"on {cores} cores its {archs} archs' chains fit in the build's cores-bound"
+        return [f"csrc/causal_conv1d_bwd.cu kept whole: {reason}"]
+    return split_tu(root, "csrc/causal_conv1d_bwd.cu", parts, bwd_cost)
