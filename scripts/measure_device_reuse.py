@@ -12,6 +12,7 @@ torch already compiled is not compiled again, since that is the cache's rule; th
 
 Usage: .venv/bin/python -m scripts.measure_device_reuse --package causal-conv1d \\
            --torch 2.11.0,2.12.1,2.13.0,2.14.1 --archs 9.0 --workdir DIR [--json OUT] [--no-host]
+       .venv/bin/python -m scripts.measure_device_reuse --report OUT [--facts 1.7.0,cu130]
 """
 
 from __future__ import annotations
@@ -277,6 +278,49 @@ def reuse_line(chains: Sequence[Chain]) -> str:
             f"{compiled['cicc']} compiled, ptxas {hits['ptxas']} reused / {compiled['ptxas']} compiled")
 
 
+def reuse_classes(chains: Sequence[Chain], stage: str) -> list[list[str]]:
+    """The torch minors whose ``stage`` step is the same: for cicc those whose cicc read the same bytes (device
+    input and module id; the command is the same wherever those are, -std included), for ptxas those whose cubin
+    is the same (a function of the PTX and the stats of the sources it names)."""
+    fields = ("ii", "module_id") if stage == "cicc" else ("cubin",)
+    groups: dict[tuple[str | None, ...], list[str]] = {}
+    for chain in chains:
+        groups.setdefault(tuple(chain.digests.get(f) for f in fields), []).append(_minor(chain.torch))
+    return [sorted(members) for members in groups.values()]
+
+
+def _minor(torch: str) -> str:
+    return ".".join(torch.split(".")[:2])
+
+
+def facts(units: Sequence[Unit], chains: Sequence[Chain], package: str, version: str, accelerator: str) -> str:
+    """builder/data/device-reuse.toml's entries for this measurement: per unit, the classes of torch minors whose
+    cicc and ptxas steps are the same (sm_90's), and each stage's share of the unit's cost for one arch."""
+    lines = []
+    for unit in sorted({c.unit for c in chains}):
+        mine = [c for c in chains if c.unit == unit]
+        costs = {stage: _mean([c.cpu.get(stage) for c in mine]) or 0.0 for stage in ("preprocess", "cicc", "ptxas")}
+        once = sum(_mean([u.cpu.get(s) for u in units if u.unit == unit]) or 0.0 for s in ("front", "host"))
+        total = sum(costs.values()) + once
+        shares = ", ".join(f"{stage} = {costs[stage] / total:.3f}" for stage in ("cicc", "ptxas"))
+        lines += ["", "[[unit]]", f'package = "{package}"', f'version = "{version}"', f'accelerator = "{accelerator}"',
+                  f'unit = "{unit}"']
+        for stage in ("cicc", "ptxas"):
+            lines.append(f"{stage} = {json.dumps(reuse_classes(mine, stage))}")
+        lines.append(f"share = {{ {shares} }}")
+    return "\n".join(lines) + "\n"
+
+
+def report(units: Sequence[Unit], chains: Sequence[Chain]) -> None:
+    print("\n".join(table(units, chains)))
+    print(reuse_line(chains))
+
+
+def load(path: Path) -> tuple[list[Unit], list[Chain]]:
+    data = json.loads(path.read_text())
+    return [Unit(**u) for u in data["units"]], [Chain(**c) for c in data["chains"]]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--package", default="causal-conv1d", choices=("causal-conv1d", "mamba-ssm"))
@@ -284,12 +328,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--archs", default="9.0", help="comma-separated archs (default: 9.0)")
     parser.add_argument("--python", default="3.11")
     parser.add_argument("--units", default="", help="comma-separated TU names (default: every CUDA TU)")
-    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--workdir", type=Path, help="where to measure (required unless --report)")
     parser.add_argument("--json", type=Path, help="write every measurement here too")
+    parser.add_argument("--report", type=Path, metavar="JSON", help="only print the table of an earlier --json")
+    parser.add_argument("--facts", metavar="VERSION,ACCELERATOR",
+                        help="also print builder/data/device-reuse.toml's entries (e.g. 1.7.0,cu130)")
     parser.add_argument("--no-host", dest="host", action="store_false", help="skip the host compile (the back end)")
     args = parser.parse_args(argv)
     args.archs = args.archs.split(",")
     args.units = set(filter(None, args.units.split(",")))
+    if args.report:
+        earlier_units, earlier_chains = load(args.report)
+        report(earlier_units, earlier_chains)
+        if args.facts:
+            print(facts(earlier_units, earlier_chains, args.package, *args.facts.split(",")))
+        return 0
+    if args.workdir is None:
+        parser.error("--workdir is required")
     args.workdir.mkdir(parents=True, exist_ok=True)
     cache_root = args.workdir / "stages"
     shutil.rmtree(cache_root, ignore_errors=True)  # a cold stage cache: what this run reuses, it compiled itself
@@ -301,8 +356,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         found_units, found_chains = measure_torch(args, torch, cache_root, cuobjdump)
         units += found_units
         chains += found_chains
-    print("\n".join(table(units, chains)))
-    print(reuse_line(chains))
+    report(units, chains)
+    if args.facts:
+        print(facts(units, chains, args.package, *args.facts.split(",")))
     print(f"measured in {time.monotonic() - started:.0f} s; load average {os.getloadavg()[0]:.1f} at the end")
     if args.json:
         args.json.write_text(json.dumps({"units": [dataclasses.asdict(u) for u in units],
