@@ -229,7 +229,8 @@ def build_environ(
     # setuptools adds the build venv's include directory: per Python, like the interpreter's own
     environ[nvcc_cache.PER_PYTHON_ENV] = str(env.python.parent.parent / "include")
     environ[nvcc_cache.SCOPE_ENV] = f"torch {job.torch} {job.accelerator.name}"  # host objects: per torch, always
-    environ[stagecache.JOB_ENV] = job.identifier  # who stored a reused device step: the ledger says it
+    # who stored a reused device step, the ledger says: the job, and its torch (one label spans a torch's patches)
+    environ[stagecache.JOB_ENV] = f"{job.identifier} (torch {job.torch})"
     environ[stagecache.EVENTS_ENV] = str(space.events)
     return environ
 
