@@ -3,6 +3,7 @@ the changes it made (for the job log)."""
 
 from __future__ import annotations
 
+import heapq
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -85,25 +86,35 @@ def bwd_cost(line: str) -> float:
     return BWD_COSTS.get(key, max(BWD_COSTS.values())) if key else max(BWD_COSTS.values())
 
 
-# What else a (TU, arch) of the build costs, in BWD_COSTS' units: each part's body per arch (see BWD_COSTS), and the
-# forward and update TUs per arch (the seed's 24.4 + 8.4 s beside the backward's 261.1 s, scaled to the backward's
-# 1102 here).
+# What else the build costs, in BWD_COSTS' units: each part's body per arch (see BWD_COSTS) and its host work once
+# (about 40 s of CPU, above), and the forward and update TUs per arch (the seed's 24.4 and 8.4 s beside the
+# backward's 261.1 s, scaled to the backward's 1102 here).
 BWD_BODY = 7.4
-OTHER_UNITS = 138.0
+BWD_HOST = 40.0
+OTHER_PER_ARCH = (102.7, 35.3)
 SPLIT_CORES_ENV = "WHEELWRIGHT_SPLIT_CORES"  # the cores the split is sized for (default: this machine's)
+SPLIT_SLACK = 1.1  # a plan whose wall on the pool is within this of its cores-bound needs no more parts
 
 
 def bwd_parts(costs: Sequence[float], archs: int, cores: int) -> int:
-    """The fewest parts (1 to BWD_PARTS) whose heaviest per-arch chain fits in the build's cores-bound on ``cores``:
-    each part repeats the TU's host work and its body per arch (CPU a full build pays for nothing), so the split
-    goes only as far as the wall needs. A 4-core runner (the farm's) keeps the TU whole; the 16-core H200 two
-    parts; 64 cores all six."""
+    """The fewest parts (1 to BWD_PARTS) with which the build's (TU, arch) chains, served longest first on
+    ``cores`` (the core pool's order), end within SPLIT_SLACK of the cores-bound: each part repeats the TU's host work
+    and its body per arch, CPU a build pays for nothing once the chains pack. On 2 cores the TU stays whole; a
+    full-arch job makes 2 parts on a 4-core runner, 3 on the 16-core H200, 6 on 64 cores."""
     for parts in range(1, BWD_PARTS + 1):
-        heaviest = max(sum(costs[i] for i in group) for group in partition(costs, parts)) + BWD_BODY
-        per_arch = sum(costs) + parts * BWD_BODY + OTHER_UNITS
-        if heaviest <= archs * per_arch / cores:
+        heavy = [sum(costs[i] for i in group) + BWD_BODY for group in partition(costs, parts)]
+        chains = [*heavy * archs, *[cost for cost in OTHER_PER_ARCH for _ in range(archs)],
+                  *[BWD_HOST] * (parts + len(OTHER_PER_ARCH))]
+        if _longest_first_makespan(chains, cores) <= SPLIT_SLACK * sum(chains) / cores:
             return parts
     return BWD_PARTS
+
+
+def _longest_first_makespan(chains: Sequence[float], cores: int) -> float:
+    loads = [0.0] * max(1, cores)
+    for chain in sorted(chains, reverse=True):
+        heapq.heapreplace(loads, loads[0] + chain)
+    return max(loads)
 
 
 def split_cores() -> int:
@@ -124,6 +135,6 @@ def split_causal_conv1d_bwd(root: Path, job: object) -> list[str]:
     cores = split_cores()
     parts = bwd_parts(costs, archs, cores) if costs else BWD_PARTS
     if parts == 1:
-        reason = f"on {cores} cores its {archs} archs' chains fit in the build's cores-bound"
+        reason = f"on {cores} cores its {archs} archs' chains fit in the build's cores-bound"  # bwd_parts
         return [f"csrc/causal_conv1d_bwd.cu kept whole: {reason}"]
     return split_tu(root, "csrc/causal_conv1d_bwd.cu", parts, bwd_cost)
