@@ -35,6 +35,9 @@ OUTPUT_OPTIONS = {
     "cicc": ("-o", "--gen_c_file_name", "--stub_file_name", "--gen_device_file_name"),
     "ptxas": ("-o",),
 }
+# CUDA 11's first cicc writes the TU's module id file (every other arch's cicc reads it): there it is an output
+GENERATES_MODULE_ID = "--gen_module_id_file"
+MODULE_ID_WRITTEN = ("--module_id_file_name",)
 # Folders of the toolkit a program reads besides its own binary: cicc links libdevice from NVVMIR_LIBRARY_DIR.
 TOOLKIT_FOLDERS = {"cicc": ("NVVMIR_LIBRARY_DIR",)}
 
@@ -71,7 +74,8 @@ def step_of(stage: str, command: str, variables: Mapping[str, str], scratch: Pat
     reads), the command itself, the bytes of each file of ``scratch`` it names that it does not write, and for
     ptxas the size and mtime of every source its PTX names (below)."""
     words = shlex.split(command)
-    outputs = {word: words[i + 1] for i, word in enumerate(words[:-1]) if word in OUTPUT_OPTIONS[stage]}
+    options = OUTPUT_OPTIONS[stage] + (MODULE_ID_WRITTEN if GENERATES_MODULE_ID in words else ())
+    outputs = {word: words[i + 1] for i, word in enumerate(words[:-1]) if word in options}
     written = set(outputs.values())
     inputs = {w: digest_file(w) for w in words if w not in written and _inside(w, scratch) and os.path.isfile(w)}
     identity = programs.identity(stage, words[0], variables)

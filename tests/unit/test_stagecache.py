@@ -243,3 +243,12 @@ def test_torch_headers_get_the_source_epoch_as_their_mtime(tmp_path: Path, monke
     assert compile_stage.fixed_header_times(tmp_path / "torch" / "include") == 1
     assert int((include / "Half.h").stat().st_mtime) == compile_stage.SOURCE_EPOCH
     assert compile_stage.fixed_header_times(tmp_path / "torch" / "include") == 0
+
+
+def test_a_cicc_that_writes_the_module_id_restores_it_on_a_hit(scratch: Path, toolkit: dict[str, str]) -> None:
+    # CUDA 11's first cicc: --gen_module_id_file makes --module_id_file_name a file it writes, not one it reads
+    (scratch / "k.module_id").unlink()
+    command = cicc(scratch).replace("--module_id_file_name", "--gen_module_id_file --module_id_file_name")
+    step = stagecache.step_of("cicc", command, toolkit, scratch, stagecache.ProgramDigests(None))
+    assert step.outputs["--module_id_file_name"] == f"{scratch}/k.module_id"
+    assert f"{scratch}/k.module_id" not in step.inputs
