@@ -503,7 +503,7 @@ def compile_events(objcache: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--python", default="3.11")
     parser.add_argument("--second-python", default="3.12")
@@ -526,7 +526,11 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--cross-torch", metavar="A,B", help="only (e): torch A, then torch B reusing A's device steps")
     parser.add_argument("--package", default=PACKAGE, choices=("causal-conv1d", "mamba-ssm"), help="(e): the package")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-build-"))
     workdir.mkdir(parents=True, exist_ok=True)
     if args.cross_torch:
