@@ -1,6 +1,7 @@
 """Schedule (translation unit, arch) pairs, not translation units: one nvcc compile taken apart into the steps
 ``nvcc --dryrun`` lists, each arch's device chain (preprocess, cicc, ptxas) run as its own unit of work on a core
-pool shared by every nvcc process of a build, longest first by the measured costs the build hands down.
+pool shared by every nvcc process of a build, longest first by the measured costs the build hands down; cicc and
+ptxas go through the stage cache the wrapper hands over (stagecache.py), under fixed temporary names.
 
 nvcc's own ``--threads N`` compiles a TU's archs in rounds of N inside one process, blind to the other TUs, so
 MAX_JOBS x N oversubscribes some cores while one TU's last archs run alone. Here each step asks the pool for one
