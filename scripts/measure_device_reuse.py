@@ -151,14 +151,17 @@ def run_stage(devices: nvcc_plan.DeviceSteps, stage: str, command: str, arch: st
 
 
 def measure_chain(torch: str, devices: nvcc_plan.DeviceSteps, arch: str, commands: list[str],
-                  env: Mapping[str, str], keep: Path, cuobjdump: Path | None) -> Chain:
-    """One arch's preprocessing, cicc and ptxas; the PTX and cubin kept in ``keep`` for the comparisons."""
+                  env: Mapping[str, str], keep: Path, cuobjdump: Path | None, device: bool = True) -> Chain:
+    """One arch's preprocessing, cicc and ptxas (``device`` False: the preprocessing alone, what cicc would read);
+    the PTX and cubin kept in ``keep`` for the comparisons."""
     chain = Chain(torch=torch, unit=devices.unit, arch=nvcc_plan.arch_label(arch))
     cicc = next(c for c in commands if nvcc_plan._program(c) == "cicc")
     ptxas = next(c for c in commands if nvcc_plan._program(c) == "ptxas")
     chain.cpu["preprocess"] = sum(timed(c, env) for c in commands[: commands.index(cicc)])
     chain.digests["ii"] = stagecache.digest_file(cicc_input(cicc))
     chain.digests["module_id"] = stagecache.digest_file(option(cicc, "--module_id_file_name"))
+    if not device:
+        return chain
     run_stage(devices, "cicc", cicc, arch, env, chain)
     ptx = Path(option(cicc, "-o"))
     chain.digests["ptx"] = stagecache.digest_file(ptx)
@@ -176,7 +179,7 @@ def measure_chain(torch: str, devices: nvcc_plan.DeviceSteps, arch: str, command
 
 
 def measure_unit(torch: str, nvcc: str, args: list[str], environ: Mapping[str, str], space: compile_stage.Workspace,
-                 cache: stagecache.StageCache, keep: Path, cuobjdump: Path | None, host: bool,
+                 cache: stagecache.StageCache, keep: Path, cuobjdump: Path | None, host: bool, device: bool = True,
                  ) -> tuple[Unit, list[Chain]]:
     args = objcache.deterministic_args(args)
     flags, _ = nvcc_plan.split_flags(args, environ)
@@ -191,7 +194,7 @@ def measure_unit(torch: str, nvcc: str, args: list[str], environ: Mapping[str, s
     env[LOG_ENV] = str(keep.parent.parent / "steps.log")
     devices = nvcc_plan.DeviceSteps(cache=cache, variables=plan.variables, scratch=scratch, unit=source.name)
     cpu = {"front": sum(timed(c, env) for c in plan.front)}
-    chains = [measure_chain(torch, devices, arch, commands, env, keep, cuobjdump)
+    chains = [measure_chain(torch, devices, arch, commands, env, keep, cuobjdump, device)
               for arch, commands in plan.chains.items()]
     if host:
         cpu["host"] = sum(timed(c.replace("rm ", "rm -f ", 1) if c.startswith("rm ") else c, env) for c in plan.back)
@@ -220,7 +223,7 @@ def measure_torch(args: argparse.Namespace, torch: str, cache_root: Path, cuobjd
             if args.units and objcache.source_of(nvcc_args).name not in args.units:
                 continue
             unit, found = measure_unit(torch, nvcc, nvcc_args, environ, space, cache,
-                                       workdir / "kept" / torch, cuobjdump, args.host)
+                                       workdir / "kept" / torch, cuobjdump, args.host, args.device)
             print(f"  {torch} {unit.unit}: " + ", ".join(f"{k} {v:.1f}" for k, v in unit.cpu.items())
                   + "; " + "; ".join(f"{c.arch} " + ", ".join(f"{k} {v:.1f}" for k, v in c.cpu.items())
                                      + f" ({c.results['cicc']}/{c.results['ptxas']})" for c in found), flush=True)
@@ -231,6 +234,8 @@ def measure_torch(args: argparse.Namespace, torch: str, cache_root: Path, cuobjd
 
 def classes(values: Mapping[str, str | None]) -> str:
     """Torch versions grouped by equal value: "all 4 equal", or "2.11=2.12 | 2.13 | 2.14"."""
+    if all(value is None for value in values.values()):
+        return "not compiled"
     groups: dict[str | None, list[str]] = {}
     for torch, value in values.items():
         groups.setdefault(value, []).append(".".join(torch.split(".")[:2]))
@@ -241,6 +246,8 @@ def classes(values: Mapping[str, str | None]) -> str:
 
 def kernels_line(chains: Sequence[Chain]) -> str:
     """Per-kernel SASS across torch versions: how many kernels, how many equal in every torch."""
+    if not all("cubin" in c.digests for c in chains):
+        return "not compiled"
     if not all(c.kernels for c in chains):
         return "not compared (no cuobjdump)"
     names = set().union(*(c.kernels for c in chains))
@@ -334,9 +341,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--facts", metavar="VERSION,ACCELERATOR",
                         help="also print builder/data/device-reuse.toml's entries (e.g. 1.7.0,cu130)")
     parser.add_argument("--no-host", dest="host", action="store_false", help="skip the host compile (the back end)")
+    parser.add_argument("--inputs-only", dest="device", action="store_false",
+                        help="only what cicc would read (front end and device preprocessing): no cicc, ptxas or host")
     args = parser.parse_args(argv)
     args.archs = args.archs.split(",")
     args.units = set(filter(None, args.units.split(",")))
+    args.host = args.host and args.device
     if args.report:
         earlier_units, earlier_chains = load(args.report)
         report(earlier_units, earlier_chains)
