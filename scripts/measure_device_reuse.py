@@ -226,7 +226,8 @@ def measure_torch(args: argparse.Namespace, torch: str, cache_root: Path, cuobjd
                                        workdir / "kept" / torch, cuobjdump, args.host, args.device)
             print(f"  {torch} {unit.unit}: " + ", ".join(f"{k} {v:.1f}" for k, v in unit.cpu.items())
                   + "; " + "; ".join(f"{c.arch} " + ", ".join(f"{k} {v:.1f}" for k, v in c.cpu.items())
-                                     + f" ({c.results['cicc']}/{c.results['ptxas']})" for c in found), flush=True)
+                                     + f" ({c.results.get('cicc', '-')}/{c.results.get('ptxas', '-')})" for c in found),
+                  flush=True)
             units.append(unit)
             chains += found
     return units, chains
