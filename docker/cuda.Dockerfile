@@ -2,15 +2,19 @@
 # Build args (`wheelwright images render` prints the exact ones a plan needs):
 #   BASE          pytorch/manylinux2_28-builder:cudaX.Y@sha256:... where a registry is reachable, else the locally
 #                 bootstrapped Debian bullseye (glibc 2.31) imported as wheelwright/base:bullseye
-#   CUDA_VERSION  the toolkit; the manylinux builder ships it under /usr/local/cuda-X.Y, on the local base the
-#                 host's toolkit is mounted there read-only at run time
+#   CUDA_VERSION  torch's CUDA; the manylinux builder ships its toolkit under /usr/local/cuda-X.Y; on the local
+#                 base the image carries a toolkit that serves it (TOOLKIT), else the host's is mounted there
+#                 read-only at run time
+#   CUDA_HOME     where the image's toolkit is: /usr/local/cuda-X.Y, X.Y the release of the toolkit itself
+#   TOOLKIT       the toolkit the image carries, as its toolkits.toml source pins it ("" for none): the build
+#                 context's toolkit/ folder, the host's unpacked tree, copied to /opt/wheelwright/toolkit and its
+#                 root/ linked at CUDA_HOME
 #   PYTHONS       the CPython minors the plan's jobs of this toolkit need, space separated
 #   RUNNER_PYTHON the CPython wheelwright itself runs on inside the container
 #   COMPILER_PACKAGES  Debian packages of a newer C++ compiler where the base's is too old ("" for none)
 ARG BASE=wheelwright/base:bullseye
 FROM ${BASE}
 
-ARG CUDA_VERSION=13.0
 ARG PYTHONS="3.11"
 ARG RUNNER_PYTHON=3.11
 
@@ -45,7 +49,17 @@ RUN if [ -n "${COMPILER_PACKAGES}" ] && command -v apt-get >/dev/null; then \
       && rm -rf /var/lib/apt/lists/*; \
     fi
 
-ENV CUDA_HOME=/usr/local/cuda-${CUDA_VERSION} \
-    PATH=/usr/local/cuda-${CUDA_VERSION}/bin:${PATH}
-LABEL org.wheelwright.toolkit="cuda ${CUDA_VERSION}" org.wheelwright.pythons="${PYTHONS}" \
-      org.wheelwright.runner="${RUNNER_PYTHON}"
+# The toolkit, last, and CUDA_VERSION declared only here (every RUN after an ARG sees it, so an earlier one would
+# make each CUDA version rebuild the interpreters): the images of one base and one set of Pythons share every layer
+# above. The folder is empty where the image carries no toolkit (the base's own, or the host's mounted at run
+# time). A job finds it by what its nvcc reports (toolkits.toml's host sources look in /usr/local/cuda-*).
+ARG CUDA_VERSION=13.0
+ARG CUDA_HOME=/usr/local/cuda-${CUDA_VERSION}
+ARG TOOLKIT=""
+COPY toolkit/ /opt/wheelwright/toolkit/
+RUN if [ -n "${TOOLKIT}" ]; then ln -s /opt/wheelwright/toolkit/root "${CUDA_HOME}" && "${CUDA_HOME}/bin/nvcc" --version; fi
+
+ENV CUDA_HOME=${CUDA_HOME} \
+    PATH=${CUDA_HOME}/bin:${PATH}
+LABEL org.wheelwright.toolkit="cuda ${CUDA_VERSION}" org.wheelwright.carries="${TOOLKIT}" \
+      org.wheelwright.pythons="${PYTHONS}" org.wheelwright.runner="${RUNNER_PYTHON}"

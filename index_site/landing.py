@@ -1,5 +1,6 @@
 """The coverage model: for each package version a matrix of variants (torch x accelerator) by Python, each cell
-built, failed (with the ledger's reason), not shipped by torch (n/a, from the torch facts) or not in the plan."""
+built, failed (with the ledger's reason, per CPU platform), not shipped by torch (n/a, from the torch facts) or not
+in the plan."""
 
 from __future__ import annotations
 
@@ -15,15 +16,15 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.ledger import LedgerEntry
-from builder.plan.facts import Accelerator, TorchFacts, load_facts, version_key
+from builder.plan.facts import DEFAULT_PLATFORM, PLATFORMS, Accelerator, TorchFacts, load_facts, version_key
 from builder.plan.job import parse_label
 from index_site.catalog import Catalog
-from index_site.memo import Memo
 from index_site.wheels import GpuArchs, WheelFile
 
 log = logging.getLogger(__name__)
 
 BUILT, FAILED, NOT_SHIPPED, NOT_PLANNED = "built", "failed", "n/a", "not planned"
+SUMMARY_SHOWN = 200  # characters of a release's Summary the landing and coverage pages show
 _PYTHON = re.compile(r"^3\.\d{1,2}t?$")  # 3.13t: the free-threaded 3.13
 _PROJECT = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
@@ -50,8 +51,12 @@ class Cell(NamedTuple):
 
     python: str
     state: str  # BUILT | FAILED | NOT_SHIPPED | NOT_PLANNED
-    wheels: tuple[WheelFile, ...] = ()
-    failure: LedgerEntry | None = None
+    wheels: tuple[WheelFile, ...] = ()  # a FAILED cell may hold wheels: those of the platforms that built
+    failures: tuple[LedgerEntry, ...] = ()  # one per CPU platform without a wheel here, x86_64 first
+
+    @property
+    def failure(self) -> LedgerEntry | None:
+        return self.failures[0] if self.failures else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +100,7 @@ class Coverage:
 
 
 _CellKey = tuple[str, str, str, str]  # project, version, label, python
+_Failures = dict[str, LedgerEntry]  # by CPU platform
 
 
 def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverage:
@@ -104,10 +110,7 @@ def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverag
     for wheel in catalog.wheels:
         name = wheel.name
         by_release[(name.project, name.public_version)].append(wheel)
-    cells = {key: _release_cells(key, tuple(wheels)) for key, wheels in by_release.items()}
-    failed: dict[tuple[str, str], list[tuple[_CellKey, LedgerEntry]]] = defaultdict(list)
-    for key, entry in failures.items():
-        failed[key[:2]].append((key, entry))
+    cells = {key: _release_cells(tuple(wheels)) for key, wheels in by_release.items()}
     labels: dict[tuple[str, str], set[str]] = {key: set(built.labels) for key, built in cells.items()}
     held: set[tuple[str, str]] = set()  # (label, python) of every cell with a wheel or a failure
     for built in cells.values():
@@ -121,25 +124,13 @@ def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverag
     for project, version in _sorted_releases(labels):
         release_labels = tuple(label for label in variants if label in labels[(project, version)])
         built = cells.get((project, version), _NO_CELLS)
-        inputs = (
-            pythons,
-            tuple(variants[label] for label in release_labels),
-            built.wheels,
-            tuple(failed.get((project, version), ())),
-        )
-        remembered = _RELEASES.get((project, version))
-        if remembered is not None and remembered[0] == inputs:
-            release = remembered[1]
-        else:
-            rows = []
-            for label in release_labels:
-                variant = variants[label]
-                keys = [(project, version, label, python) for python in pythons]
-                cells_here = [_cell(k[3], built.wheels_of.get((label, k[3])), failures.get(k), variant) for k in keys]
-                rows.append(Row(variant=variant, cells=tuple(cells_here)))
-            release = _release(project, version, pythons, rows, len(built.wheels))
-            _RELEASES.keep((project, version), (inputs, release))
-        releases.append(release)
+        rows = []
+        for label in release_labels:
+            variant = variants[label]
+            keys = [(project, version, label, python) for python in pythons]
+            cells_here = [_cell(k[3], built.wheels_of.get((label, k[3])), failures.get(k), variant) for k in keys]
+            rows.append(Row(variant=variant, cells=tuple(cells_here)))
+        releases.append(_release(project, version, pythons, rows, len(built.wheels)))
     return Coverage(
         variants=variants,
         releases=tuple(releases),
@@ -158,35 +149,24 @@ class _Built(NamedTuple):
     held: frozenset[tuple[str, str]]  # the keys of wheels_of
 
 
-def _release_cells(key: tuple[str, str], wheels: tuple[WheelFile, ...]) -> _Built:
-    """The release's wheels by cell, kept while they are the same wheels (the catalog keeps a wheel's object while
-    its file is unchanged): one added wheel sorts the wheels of its own release into cells, not all 10,000."""
-    remembered = _CELLS.get(key)
-    if remembered is not None and remembered.wheels == wheels:
-        return remembered
+def _release_cells(wheels: tuple[WheelFile, ...]) -> _Built:
+    """The release's wheels by cell."""
     wheels_of: dict[tuple[str, str], list[WheelFile]] = defaultdict(list)
     for wheel in wheels:
         for python in wheel.name.pythons:
             wheels_of[(wheel.name.label, python)].append(wheel)
-    built = _Built(wheels, dict(wheels_of), frozenset(label for label, _ in wheels_of), frozenset(wheels_of))
-    return _CELLS.keep(key, built)
+    return _Built(wheels, dict(wheels_of), frozenset(label for label, _ in wheels_of), frozenset(wheels_of))
 
 
 _NO_CELLS = _Built((), {}, frozenset(), frozenset())  # a release the ledger knows only failures of
-_CELLS: Memo[tuple[str, str], _Built] = Memo(4096)
-
-
-# The release of each (project, version) the last run built, with everything it was made of: a re-index after one
-# added wheel builds the one release that moved, not all of them. Frozen values only; the inputs are compared with
-# ==, element by element, so the same wheel objects (the catalog's, kept between runs) match at the cost of an
-# identity check each, and anything else is compared by value.
-_RELEASES: Memo[tuple[str, str], tuple[tuple[object, ...], Release]] = Memo(4096)
 
 
 def _release(project: str, version: str, pythons: tuple[str, ...], rows: list[Row], wheel_count: int) -> Release:
-    failed = tuple(c.failure for row in rows for c in row.cells if c.failure is not None and c.state == FAILED)
+    failed = tuple(f for row in rows for c in row.cells if c.state == FAILED for f in c.failures)
     wheels = (w for row in rows for c in row.cells for w in c.wheels)
     summary = next((w.metadata.summary for w in wheels if w.metadata.summary), "") or ""
+    if len(summary) > SUMMARY_SHOWN:  # METADATA may hold a megabyte of it, and each release's block shows it
+        summary = summary[: SUMMARY_SHOWN - 1].rstrip() + "…"
     return Release(
         project=project,
         version=version,
@@ -198,14 +178,24 @@ def _release(project: str, version: str, pythons: tuple[str, ...], rows: list[Ro
     )
 
 
-def _cell(python: str, wheels: list[WheelFile] | None, failure: LedgerEntry | None, variant: Variant) -> Cell:
-    """A wheel in dist/ wins over an older failure; a ledger row wins over what the facts say."""
+def _cell(python: str, wheels: list[WheelFile] | None, failures: _Failures | None, variant: Variant) -> Cell:
+    """A wheel in dist/ wins over an older failure of its platform; a failure of another platform makes the cell
+    failed (an x86_64 user has no wheel there, whatever aarch64 has); a ledger row wins over what the facts say."""
+    ordered: tuple[WheelFile, ...] = ()
     if wheels:  # nearly always one wheel: no sort for it (this runs for every wheel of the site)
-        ordered = tuple(wheels) if len(wheels) == 1 else tuple(sorted(wheels, key=lambda w: w.filename))
+        ordered = tuple(wheels) if len(wheels) == 1 else tuple(sorted(wheels, key=_wheel_order))
+    if failures:
+        built = {cpu_platform(w.name.platform_tag) for w in ordered}
+        unbuilt = tuple(failures[p] for p in sorted(failures, key=platform_key) if p not in built)
+        if unbuilt:
+            return Cell(python, FAILED, ordered, unbuilt)
+    if ordered:
         return Cell(python, BUILT, ordered)
-    if failure is not None:
-        return Cell(python, FAILED, (), failure)
     return _empty_cell(python, NOT_SHIPPED if variant.ships(python) is False else NOT_PLANNED)
+
+
+def _wheel_order(wheel: WheelFile) -> tuple[tuple[int, str], str]:
+    return platform_key(cpu_platform(wheel.name.platform_tag)), wheel.filename
 
 
 @functools.lru_cache(maxsize=1024)
@@ -239,16 +229,35 @@ def _variants(held: set[tuple[str, str]], facts: TorchFacts) -> dict[str, Varian
     return {v.label: v for v in sorted(variants, key=_variant_key)}
 
 
-def _failures_by_cell(entries: Iterable[LedgerEntry]) -> dict[_CellKey, LedgerEntry]:
-    """Failed ledger rows by cell; a row whose fields could not name a page or a cell is logged and left out."""
-    cells: dict[_CellKey, LedgerEntry] = {}
+def _failures_by_cell(entries: Iterable[LedgerEntry]) -> dict[_CellKey, _Failures]:
+    """Failed ledger rows by cell and platform; a row whose fields could not name a page or a cell is logged and
+    left out."""
+    cells: dict[_CellKey, _Failures] = {}
     for entry in entries:
         problem = _unshowable(entry)
         if problem:
             log.warning("ledger row %r: %s; not shown", entry.job_id, problem)
             continue
-        cells[(canonicalize_name(entry.package), entry.version, entry.label, entry.python)] = entry
+        key = (canonicalize_name(entry.package), entry.version, entry.label, entry.python)
+        cells.setdefault(key, {})[entry_platform(entry)] = entry
     return cells
+
+
+def entry_platform(entry: LedgerEntry) -> str:
+    """The CPU platform of a ledger row's job: its id's last part (``...-cp311-aarch64``)."""
+    last = entry.job_id.rsplit("-", 1)[-1]
+    return last if last in PLATFORMS else DEFAULT_PLATFORM
+
+
+def cpu_platform(tag: str) -> str:
+    """``manylinux_2_17_aarch64.manylinux2014_aarch64`` -> ``aarch64``; ``linux_x86_64`` -> ``x86_64``."""
+    first = tag.split(".")[0]
+    return next((arch for arch in PLATFORMS if first.endswith(arch)), first.rsplit("_", 1)[-1])
+
+
+def platform_key(platform: str) -> tuple[int, str]:
+    """x86_64 first, then the others by name: the order of every platform choice and list."""
+    return (platform != DEFAULT_PLATFORM, platform)
 
 
 def _unshowable(entry: LedgerEntry) -> str:

@@ -1,13 +1,16 @@
 """The publish stage: mirror the site into an object store so that readers always see a consistent index.
 
-Plan first, then apply. The plan compares each file's sha256 with the one stored in the object's metadata (cached
-in a manifest object, trusted while the object's ETag is unchanged) and refuses to replace a published wheel with
+Plan first, then apply. The plan compares each file with its published object by what the store computed itself:
+the SHA-256 checksum it kept at upload, else a single-part ETag (the MD5 of the bytes); only an object with neither
+is downloaded and hashed. What the bucket says about itself (an object's metadata, a manifest object) is never
+trusted: anyone who could write the objects could write that too. A published wheel is never replaced with
 different bytes. Applying uploads tier by tier (wheels, then the pages that link them, then the lists of pages),
 under a lock object created with a conditional write, so a publish that dies midway leaves every link resolving."""
 
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import getpass
 import hashlib
 import json
@@ -43,7 +46,9 @@ class RemoteObject:
     key: str
     etag: str
     size: int
-    sha256: str | None = None  # from the object's metadata, when known
+    checksum_sha256: str | None = None  # hex: the SHA-256 the store computed over the whole object at upload
+    md5: str | None = None  # hex: the ETag, where the store says it is the MD5 of the bytes (single part, no KMS)
+    sha256: str | None = None  # hex: what publish established the bytes hash to (None: unknown, or not ours)
 
 
 class ObjectStore(Protocol):
@@ -160,26 +165,48 @@ def _verify(site: Path, relative: str, record: FileRecord) -> None:
     )
 
 
-def remote_state(store: ObjectStore, prefix: str, wanted: Iterable[str], *, jobs: int = 8) -> dict[str, RemoteObject]:
-    """What is published under ``prefix``, with the sha256 of every object in ``wanted`` (and every wheel)."""
+def remote_state(
+    store: ObjectStore, prefix: str, local: Sequence[LocalObject], *, jobs: int = 8
+) -> dict[str, RemoteObject]:
+    """What is published under ``prefix``; each object a local one would replace carries the sha256 its bytes were
+    established to have (see :func:`established`), or None where they are known to differ (another size)."""
     listing = store.list(prefix)
-    recorded = _read_manifest(store, prefix)
-    wanted = set(wanted)
-    state, unknown = {}, []
-    for key, remote in listing.items():
-        entry = recorded.get(key)
-        if entry is not None and entry[1] == remote.etag:
-            state[key] = RemoteObject(key=key, etag=remote.etag, size=remote.size, sha256=entry[0])
-        elif key in wanted:
-            unknown.append(key)
-        else:
-            state[key] = remote
+    wanted = {item.key: item for item in local}
+    state = dict(listing)
+    same_size = [wanted[key] for key, remote in listing.items() if key in wanted and remote.size == wanted[key].size]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for key, head in zip(unknown, pool.map(store.head, unknown), strict=True):
-            if head is not None:
-                state[key] = head if head.sha256 or not layout.kind_of(key).immutable else _hashed(store, head)
-    log.info("remote %s: %d objects, %d looked up", prefix or "(bucket root)", len(listing), len(unknown))
+        for item, remote in zip(same_size, pool.map(lambda item: _look_up(store, item), same_size), strict=True):
+            if remote is not None:
+                state[item.key] = remote
+    log.info("remote %s: %d objects, %d looked up", prefix or "(bucket root)", len(listing), len(same_size))
     return state
+
+
+def _look_up(store: ObjectStore, item: LocalObject) -> RemoteObject | None:
+    head = store.head(item.key)
+    return None if head is None else established(store, head, item)
+
+
+def established(store: ObjectStore, remote: RemoteObject, local: LocalObject) -> RemoteObject:
+    """``remote`` with the sha256 of its bytes, as far as the store's own checksums show it: its SHA-256 checksum;
+    else its MD5 ETag, which names the local bytes' sha256 when it is their MD5; else its bytes, downloaded and
+    hashed. None where they differ from the local file's and nothing says what they are."""
+    if remote.size != local.size:
+        return dataclasses.replace(remote, sha256=None)
+    if remote.checksum_sha256 is not None:
+        return dataclasses.replace(remote, sha256=remote.checksum_sha256)
+    if remote.md5 is not None:
+        same = _md5_of(local.path) == remote.md5
+        return dataclasses.replace(remote, sha256=local.sha256 if same else None)
+    return _hashed(store, remote)
+
+
+def _md5_of(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def plan_publish(local: Sequence[LocalObject], remote: Mapping[str, RemoteObject], prefix: str) -> PublishPlan:
@@ -237,16 +264,14 @@ def publish(
     """Publish ``site`` under ``prefix``: plan, check, then upload only what changed, in tier order."""
     prefix = normalise_prefix(prefix)
     local = local_objects(site, prefix)
-    wanted = [item.key for item in local]
     if dry_run:
-        plan = plan_publish(local, remote_state(store, prefix, wanted, jobs=jobs), prefix)
+        plan = plan_publish(local, remote_state(store, prefix, local, jobs=jobs), prefix)
         return PublishReport(plan=plan, uploaded=(), dry_run=True)
     with publish_lock(store, prefix + STATE_DIR + "lock", break_lock=break_lock):
-        remote = remote_state(store, prefix, wanted, jobs=jobs)
+        remote = remote_state(store, prefix, local, jobs=jobs)
         plan = plan_publish(local, remote, prefix)
         check_plan(plan, allow_delist=allow_delist)
-        etags = _upload(store, plan.uploads, jobs=jobs, on_upload=on_upload)
-        _write_manifest(store, prefix, remote, plan, etags)
+        _upload(store, plan.uploads, jobs=jobs, on_upload=on_upload)
     return PublishReport(plan=plan, uploaded=tuple(item.key for item in plan.uploads), dry_run=False)
 
 
@@ -403,7 +428,7 @@ def _put(store: ObjectStore, item: LocalObject) -> str:
     except AlreadyExists:
         # Another publisher stored this name since we looked: fine if the bytes are the same, refused otherwise.
         published = store.head(item.key)
-        if published is not None and published.sha256 == item.sha256:
+        if published is not None and established(store, published, item).sha256 == item.sha256:
             return published.etag
         raise PublishError(
             f"{item.key} appeared in the bucket with different bytes while publishing",
@@ -412,29 +437,9 @@ def _put(store: ObjectStore, item: LocalObject) -> str:
 
 
 def _hashed(store: ObjectStore, remote: RemoteObject) -> RemoteObject:
-    """A published file without our sha256 metadata (put there by another tool): hash its bytes to compare."""
+    """An object the store keeps no checksum of (put there by another tool, or in parts): hash its bytes."""
     body = store.get(remote.key) or b""
-    return RemoteObject(key=remote.key, etag=remote.etag, size=remote.size, sha256=hashlib.sha256(body).hexdigest())
-
-
-def _read_manifest(store: ObjectStore, prefix: str) -> dict[str, list[str]]:
-    raw = store.get(prefix + STATE_DIR + "manifest.json")
-    if raw is None:
-        return {}
-    try:
-        return dict(json.loads(raw)["objects"])
-    except (ValueError, KeyError, TypeError):
-        log.warning("ignoring an unreadable %smanifest.json; looking objects up instead", prefix + STATE_DIR)
-        return {}
-
-
-def _write_manifest(
-    store: ObjectStore, prefix: str, remote: Mapping[str, RemoteObject], plan: PublishPlan, etags: Mapping[str, str]
-) -> None:
-    objects = {key: [obj.sha256, obj.etag] for key, obj in remote.items() if obj.sha256 is not None}
-    for item in plan.uploads:
-        objects[item.key] = [item.sha256, etags[item.key]]
-    _put_json(store, prefix + STATE_DIR + "manifest.json", {"objects": dict(sorted(objects.items()))})
+    return dataclasses.replace(remote, sha256=hashlib.sha256(body).hexdigest())
 
 
 def _put_json(store: ObjectStore, key: str, document: object, *, create_only: bool = False) -> str:

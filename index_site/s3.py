@@ -1,26 +1,37 @@
 """The S3 object store behind publish (boto3): any S3 API endpoint, credentials from the usual AWS sources only.
 
-Every failure becomes a PublishError naming the operation and key; nothing here logs request headers, so
-credentials and signatures never reach a log."""
+Every upload asks the store for a SHA-256 checksum of what it received (it keeps it with the object), so publish
+compares bytes by what the store computed, never by what an object's metadata says. Requests have connect and read
+deadlines and a bounded number of attempts. Every failure becomes a PublishError naming the operation and key;
+nothing here logs request headers, so credentials and signatures never reach a log."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, NoCredentialsError, ReadTimeoutError
 
 from builder.core.errors import PublishError
+from builder.core.http import deadline_scale
 from index_site.publish import AlreadyExists, RemoteObject
 
 log = logging.getLogger(__name__)
 
 _PRECONDITION_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
 _MISSING_CODES = {"404", "NoSuchKey", "NotFound"}
+
+# Each request: docs/hostile-input.md ("Deadlines and caps") says why these numbers.
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 60.0  # the longest wait for the next byte of an answer (or for a send to progress)
+ATTEMPTS = 4  # the first try and three retries, with the standard mode's backoff
+_ENCRYPTED_ETAG = {"aws:kms", "aws:kms:dsse"}  # an object so encrypted has an ETag that is not its MD5
 
 
 class S3Store:
@@ -33,7 +44,13 @@ class S3Store:
             raise PublishError("no bucket given", tip="pass --bucket or set WHEELWRIGHT_BUCKET")
         self.bucket = bucket
         _quiet_aws_logs()
-        config = Config(retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=connections)
+        scale = deadline_scale()
+        config = Config(
+            connect_timeout=CONNECT_TIMEOUT_S * scale,
+            read_timeout=READ_TIMEOUT_S * scale,
+            retries={"total_max_attempts": ATTEMPTS, "mode": "standard"},
+            max_pool_connections=connections,
+        )
         self._client = boto3.session.Session().client(
             "s3", endpoint_url=endpoint_url, region_name=region, config=config
         )
@@ -47,13 +64,17 @@ class S3Store:
         return objects
 
     def head(self, key: str) -> RemoteObject | None:
+        """The object as the store describes it: its SHA-256 checksum and its ETag's MD5 where the store computed
+        them (its user metadata is never read: anyone who could write the object wrote that too)."""
         try:
             with _errors("head", key):
-                answer = self._client.head_object(Bucket=self.bucket, Key=key)
+                answer = self._client.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
         except _Missing:
             return None
-        sha256 = answer.get("Metadata", {}).get("sha256")
-        return RemoteObject(key=key, etag=answer["ETag"], size=answer["ContentLength"], sha256=sha256)
+        etag = str(answer["ETag"])
+        return RemoteObject(
+            key=key, etag=etag, size=answer["ContentLength"], checksum_sha256=_checksum(answer), md5=_md5(etag, answer)
+        )
 
     def get(self, key: str) -> bytes | None:
         try:
@@ -78,7 +99,8 @@ class S3Store:
             "Key": key,
             "ContentType": content_type,
             "CacheControl": cache_control,
-            "Metadata": {"sha256": sha256},
+            "Metadata": {"sha256": sha256},  # for people reading the bucket; publish compares by ChecksumSHA256
+            "ChecksumAlgorithm": "SHA256",  # the SDK hashes what it sends, the store checks it and keeps it
         }
         if create_only:
             arguments["IfNoneMatch"] = "*"
@@ -94,6 +116,28 @@ class S3Store:
     def delete(self, key: str) -> None:
         with _errors("delete", key):
             self._client.delete_object(Bucket=self.bucket, Key=key)
+
+
+def _checksum(answer: Mapping[str, object]) -> str | None:
+    """The object's SHA-256 as hex, where the store holds one of the whole object (not a multipart composite)."""
+    value = answer.get("ChecksumSHA256")
+    if not isinstance(value, str) or answer.get("ChecksumType", "FULL_OBJECT") != "FULL_OBJECT":
+        return None
+    try:
+        digest = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return digest.hex() if len(digest) == 32 else None
+
+
+def _md5(etag: str, answer: Mapping[str, object]) -> str | None:
+    """The ETag as an MD5 of the bytes: only for a single-part upload not encrypted with KMS or a customer key."""
+    value = etag.strip('"')
+    if answer.get("ServerSideEncryption") in _ENCRYPTED_ETAG or answer.get("SSECustomerAlgorithm"):
+        return None
+    if len(value) != 32 or any(c not in "0123456789abcdef" for c in value.lower()):
+        return None  # a multipart ETag ("...-N") or another store's own form
+    return value.lower()
 
 
 def _quiet_aws_logs() -> None:
@@ -119,6 +163,13 @@ def _errors(operation: str, key: str) -> Iterator[None]:
             raise _Missing(key) from None
         message = error.response.get("Error", {}).get("Message", "")
         raise PublishError(f"S3 {operation} {key}: {code} {message}".rstrip(), tip=_tip(code)) from None
+    except (ConnectTimeoutError, ReadTimeoutError) as error:
+        which = "connect" if isinstance(error, ConnectTimeoutError) else "read"
+        seconds = (CONNECT_TIMEOUT_S if which == "connect" else READ_TIMEOUT_S) * deadline_scale()
+        raise PublishError(
+            f"S3 {operation} {key}: {error} ({which} deadline {seconds:g} s, {ATTEMPTS} attempts)",
+            tip="check --endpoint-url and the network; the store did not answer in time",
+        ) from None
     except NoCredentialsError:
         raise PublishError(
             "no AWS credentials found", tip="set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"

@@ -6,15 +6,20 @@ Requests never become filesystem paths directly: a URL is decoded and checked as
 then opened folder by folder without following symlinks (index_site.tree), so a symlink, FIFO or device in the
 site, the build output's ledger.sqlite or dist/ beside it, or a NUL byte in the URL answers 404 or 400. A wheel or
 .metadata whose identity moved since the index recorded it is re-hashed before its bytes are served, and refused
-when they differ from what the pages state. One thread per connection, a listen backlog of REQUEST_QUEUE_SIZE, and
-no handler error reaches the console: it is logged and answered 500."""
+when they differ from what the pages state. One thread per connection, at most MAX_CONNECTIONS of them (a
+connection idle at capacity gives way to a new one; a client that sends no request head within HEAD_DEADLINE_S is
+cut off), a listen backlog of REQUEST_QUEUE_SIZE, and no handler error reaches the console: it is logged and
+answered 500."""
 
 from __future__ import annotations
 
 import logging
 import os
+import select
+import socket
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +30,7 @@ from pathlib import Path
 
 from builder.core.errors import WheelwrightError
 from builder.core.hashing import FileIdentity, NotARegularFile, regular_identity, sha256_stream
+from builder.core.http import deadline_scale
 from index_site import layout
 from index_site.site import FileRecord, load_manifest
 from index_site.tree import open_site_file
@@ -32,6 +38,12 @@ from index_site.tree import open_site_file
 log = logging.getLogger(__name__)
 
 REQUEST_QUEUE_SIZE = 1024  # the kernel caps it at net.core.somaxconn
+# Connections served at once (one thread each): more wait in the listen queue. docs/hostile-input.md says why.
+MAX_CONNECTIONS = 64
+HEAD_DEADLINE_S = 20.0  # from a connection's start, or its previous answer, to a complete request head
+IDLE_S = 20.0  # the longest wait for the next byte, either way
+FULL_WAIT_S = 10.0  # how long a new connection waits for a slot when none can be freed, before a 503
+_EVICT_GRACE_S = 1.0  # a connection waiting this long with nothing sent is idle, and gives way at capacity
 _DIRECTORY_PAGES = ("index.html", "index.json")
 
 
@@ -84,15 +96,134 @@ class _Manifest:
         return same
 
 
+class _Slots:
+    """The connections being served, at most ``limit``: each is waiting for a request head (since when) or
+    answering. Waiting too long ends a connection; at capacity, the longest-idle waiting one gives way."""
+
+    def __init__(self, limit: int, head_deadline: float, full_wait: float) -> None:
+        self.limit, self.head_deadline, self.full_wait = limit, head_deadline, full_wait
+        self._changed = threading.Condition()
+        self._waiting: dict[socket.socket, float] = {}
+        self._count = 0
+
+    def take(self) -> bool:
+        """A slot for a new connection, freeing an idle one if need be; False when none came free in time."""
+        give_up = time.monotonic() + self.full_wait
+        with self._changed:
+            while self._count >= self.limit:
+                self._sweep()
+                if self._count < self.limit:
+                    break
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    return False
+                self._evict_idle()
+                self._changed.wait(min(left, 0.25))
+            self._count += 1
+            return True
+
+    def give_back(self, connection: socket.socket) -> None:
+        with self._changed:
+            self._waiting.pop(connection, None)
+            self._count -= 1
+            self._changed.notify_all()
+
+    def waiting(self, connection: socket.socket) -> None:
+        with self._changed:
+            self._waiting[connection] = time.monotonic()
+
+    def answering(self, connection: socket.socket) -> None:
+        with self._changed:
+            self._waiting.pop(connection, None)
+
+    def sweep(self) -> None:
+        with self._changed:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """End every connection that has waited past the head deadline (idle, or sending its head too slowly)."""
+        now = time.monotonic()
+        for connection, since in list(self._waiting.items()):
+            if now - since > self.head_deadline:
+                log.debug("no request head within %g s: closing a connection", self.head_deadline)
+                self._end(connection)
+
+    def _evict_idle(self) -> None:
+        now = time.monotonic()
+        idle = [(since, c) for c, since in self._waiting.items() if now - since >= _EVICT_GRACE_S and _quiet(c)]
+        if idle:
+            self._end(min(idle, key=lambda pair: pair[0])[1])
+
+    def _end(self, connection: socket.socket) -> None:
+        """Shut the socket: its thread's read returns, the thread ends and gives its slot back."""
+        self._waiting.pop(connection, None)
+        try:
+            connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def _quiet(connection: socket.socket) -> bool:
+    """Whether nothing from the client waits to be read (a request arriving is not idle)."""
+    try:
+        poller = select.poll()
+        poller.register(connection, select.POLLIN)
+        return not poller.poll(0)
+    except (OSError, ValueError):
+        return False
+
+
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
 class SiteServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = REQUEST_QUEUE_SIZE
 
-    def __init__(self, site: Path, host: str, port: int, on_request: Callable[[Served], None] | None = None) -> None:
+    def __init__(
+        self,
+        site: Path,
+        host: str,
+        port: int,
+        on_request: Callable[[Served], None] | None = None,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         self.site = site
         self.on_request = on_request
         self.manifest = _Manifest(site)
+        scale = deadline_scale()
+        self.idle_timeout = IDLE_S * scale
+        self.slots = _Slots(max_connections, HEAD_DEADLINE_S * scale, FULL_WAIT_S * scale)
         super().__init__((host, port), SiteRequestHandler)
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        """A thread for the connection once a slot is free; a 503 when none came free in time."""
+        if not self.slots.take():
+            log.warning("%d connections busy for %g s: answering 503", self.slots.limit, self.slots.full_wait)
+            try:
+                request.settimeout(1)
+                request.sendall(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.give_back(request)
+            raise
+
+    def process_request_thread(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.give_back(request)
+
+    def service_actions(self) -> None:
+        """Between accepts (every half second at most): end connections past their head deadline."""
+        super().service_actions()
+        self.slots.sweep()
 
     @property
     def url(self) -> str:
@@ -107,8 +238,19 @@ class SiteServer(ThreadingHTTPServer):
 class SiteRequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     default_request_version = "HTTP/1.0"  # an unparsable request still gets a status line, not an HTTP/0.9 body
-    timeout = 60  # seconds a connection may sit idle or trickle: a slow client cannot hold a thread for ever
     server: SiteServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.idle_timeout)  # the longest wait for the next byte, either way
+
+    def handle_one_request(self) -> None:
+        self.server.slots.waiting(self.connection)
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        self.server.slots.waiting(self.connection)  # the request line came: its headers get the whole deadline
+        return super().parse_request()
 
     def do_GET(self) -> None:
         self._answer(send_body=True)
@@ -117,6 +259,7 @@ class SiteRequestHandler(BaseHTTPRequestHandler):
         self._answer(send_body=False)
 
     def _answer(self, *, send_body: bool) -> None:
+        self.server.slots.answering(self.connection)
         try:
             self._serve(send_body=send_body)
         except (BrokenPipeError, ConnectionResetError):

@@ -13,8 +13,19 @@ from typing import NamedTuple
 from builder.core.ledger import LedgerEntry
 from builder.plan.facts import version_key
 from index_site import layout
-from index_site.landing import BUILT, FAILED, NOT_SHIPPED, Cell, Coverage, Release, Variant, python_key
-from index_site.memo import Memo
+from index_site.landing import (
+    BUILT,
+    FAILED,
+    NOT_SHIPPED,
+    Cell,
+    Coverage,
+    Release,
+    Variant,
+    cpu_platform,
+    entry_platform,
+    platform_key,
+    python_key,
+)
 from index_site.wheels import WheelFile
 
 SHOWN = 4  # versions of a project a setup page details; a farm's long history would make every page heavy
@@ -30,9 +41,13 @@ class Record(NamedTuple):
     """What the site holds for one version of a project on one setup (a tuple: one per wheel of the site)."""
 
     version: str
-    state: str  # BUILT | FAILED
+    state: str  # BUILT | FAILED (a failed record may hold the wheels of the platforms that built)
     wheels: tuple[WheelFile, ...] = ()
-    failure: LedgerEntry | None = None
+    failures: tuple[LedgerEntry, ...] = ()  # one per platform without a wheel
+
+    @property
+    def failure(self) -> LedgerEntry | None:
+        return self.failures[0] if self.failures else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +61,22 @@ class Offer:
     note: str = ""  # why the newest version recorded here has no wheel, or why nothing is
     records: tuple[Record, ...] = ()  # the newest SHOWN versions recorded here, newest first
     more: int = 0  # older versions recorded here beyond those (the find-links page lists every wheel)
+    # (CPU platform, wheel filename) of the installed version's wheels: one label's page serves them all, and pip
+    # and uv pick by the machine they run on (x86_64, aarch64)
+    platforms: tuple[tuple[str, str], ...] = ()
+    missing: tuple[tuple[str, str], ...] = ()  # (CPU platform, why) of the newest version's platforms that failed
+
+    def platform_note(self, platform: str) -> tuple[str, bool]:
+        """What the selector says for this project on ``platform``, and whether it is a warning (no wheel)."""
+        filename = next((f for p, f in self.platforms if p == platform), None)
+        if filename is not None:
+            return f"on {platform} the command installs {filename}", False
+        why = next((w for p, w in self.missing if p == platform), None)
+        return why or f"no {self.project} wheel for {platform} here", True
+
+    @property
+    def built_platforms(self) -> tuple[str, ...]:
+        return tuple(p for p, _ in self.platforms)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +88,13 @@ class Setup:
     accelerators: tuple[Choice, ...]
     pythons: tuple[Choice, ...]
     offers: tuple[Offer, ...]
+
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        """The CPU platforms this setup's wheels are built (or failed) for; the selector offers a choice of two or
+        more."""
+        built = {platform for offer in self.offers for platform, _ in (*offer.platforms, *offer.missing)}
+        return tuple(sorted(built, key=platform_key))
 
     @property
     def key(self) -> str:
@@ -90,15 +128,7 @@ def build_setups(coverage: Coverage, *, base_url: str) -> dict[str, Setup]:
 def _setup(
     variant: Variant, python: str, path: str, offers: tuple[Offer, ...], choices: dict[str, tuple[Choice, ...]]
 ) -> Setup:
-    """The setup, the same object as the last run's while it is made of equal parts (its fingerprint is then
-    known, see pages.setup_fingerprints)."""
-    inputs = (variant, python, offers, choices)
-    remembered = _SETUPS.get(path)
-    if remembered is not None and remembered[0] == inputs:
-        return remembered[1]
-    setup = Setup(variant=variant, python=python, path=path, offers=offers, **choices)
-    _SETUPS.keep(path, (inputs, setup))
-    return setup
+    return Setup(variant=variant, python=python, path=path, offers=offers, **choices)
 
 
 class _Summary(NamedTuple):
@@ -110,12 +140,6 @@ class _Summary(NamedTuple):
 
 
 def _summary(release: Release) -> _Summary:
-    """The release's summary, kept while it is the very release object of the last run (landing.py keeps those
-    whose inputs did not move): one added wheel summarises one release again, not every cell of the site."""
-    key = (release.project, release.version)
-    remembered = _SUMMARIES.get(key)
-    if remembered is not None and remembered.release is release:
-        return remembered
     records = tuple(
         ((release.project, row.variant.label, cell.python), _record(release.version, cell))
         for row in release.rows
@@ -123,27 +147,18 @@ def _summary(release: Release) -> _Summary:
         if cell.state in (BUILT, FAILED)
     )
     labels = Counter(w.name.label for row in release.rows for cell in row.cells for w in cell.wheels)
-    return _SUMMARIES.keep(key, _Summary(release, records, labels))
+    return _Summary(release, records, labels)
 
 
 def _record(version: str, cell: Cell) -> Record:
-    return Record(version=version, state=cell.state, wheels=cell.wheels, failure=cell.failure)
+    return Record(version=version, state=cell.state, wheels=cell.wheels, failures=cell.failures)
 
 
 def _navigator(coverage: Coverage, summaries: list[_Summary]) -> _Navigator:
-    """The last run's navigator (and the choices it worked out) while the variants and each torch's main variant
-    are equal: the choices of 300 setups are worked out again only when a variant comes or goes or leads."""
     built: Counter[str] = Counter()
     for summary in summaries:
         built.update(summary.labels)
-    navigator = _Navigator(coverage, built)
-    remembered = _NAVIGATORS.get(navigator.state)
-    return remembered if remembered is not None else _NAVIGATORS.keep(navigator.state, navigator)
-
-
-_SETUPS: Memo[str, tuple[tuple[object, ...], Setup]] = Memo(4096)  # by site path, with what each was made of
-_SUMMARIES: Memo[tuple[str, str], _Summary] = Memo(4096)  # by (project, version)
-_NAVIGATORS: Memo[tuple[object, ...], _Navigator] = Memo(1)  # the last one, by its state
+    return _Navigator(coverage, built)
 
 
 def default_setup(coverage: Coverage, setups: Mapping[str, Setup]) -> Setup | None:
@@ -252,7 +267,7 @@ _RecordKey = tuple[str, str, str]  # project, label, python
 
 
 def _offer(project: str, variant: Variant, python: str, records: list[Record], base_url: str) -> Offer:
-    built = next((r for r in records if r.state == BUILT), None)
+    built = next((r for r in records if r.wheels), None)
     note = _note(project, variant, python, records, built)
     shown, more = tuple(records[:SHOWN]), max(0, len(records) - SHOWN)
     if built is None:
@@ -268,19 +283,26 @@ def _offer(project: str, variant: Variant, python: str, records: list[Record], b
         note=note,
         records=shown,
         more=more,
+        platforms=tuple(sorted(((cpu_platform(w.name.platform_tag), w.filename) for w in built.wheels),
+                               key=lambda pair: platform_key(pair[0]))),
+        missing=tuple((entry_platform(f), f"{project} {built.version} {_why(f)} on {entry_platform(f)}")
+                      for f in built.failures),
     )
 
 
 def _note(project: str, variant: Variant, python: str, records: list[Record], built: Record | None) -> str:
     setup = f"torch {variant.torch} + {variant.accelerator_text}, Python {python}"
-    failure = records[0].failure if records else None
+    failure = records[0].failure if records and not records[0].wheels else None
     if failure is not None:
-        phase = f" in {failure.phase}" if failure.phase else ""
-        why = f"{failure.status}{phase}: {failure.reason or 'no reason recorded'}"
         older = f"; the newest wheel here is {built.version}" if built else ""
-        return f"{project} {records[0].version} {why}{older}"
+        return f"{project} {records[0].version} {_why(failure)}{older}"
     if built is not None:
         return ""
     if variant.ships(python) is False:
         return f"no {project} wheel: torch published no build for {setup} ({NOT_SHIPPED})"
     return f"no {project} wheel for {setup}: not in the build plan"
+
+
+def _why(failure: LedgerEntry) -> str:
+    phase = f" in {failure.phase}" if failure.phase else ""
+    return f"{failure.status}{phase}: {failure.reason or 'no reason recorded'}"

@@ -1,2 +1,3 @@
-"""The repository's scripts, importable as one package from the checkout's root (``python -m scripts.gpu_acceptance``),
-so that they use the product's own modules (builder.core: errors, hashing, atomic writes) without path edits."""
+"""The repository's scripts, importable as one package from the checkout's root (``python -m scripts.seed_checklist``):
+the GPU machine's driver (gpu/), the benchmarks (bench/), the checks `make check` runs. They use the product's
+public names (import contracts in pyproject.toml) and never a test module."""

@@ -1,31 +1,13 @@
-#!/usr/bin/env python3
-"""`wheelwright` with every arch the profile names, for scripts/bench_build.py's full-arch comparison (d) only.
-
-Upstream's released build compiles all 9 CUDA 13 archs; ours drops the SASS builder/data/archs.toml knows a toolkit
-miscompiles (sm_103 for causal-conv1d <= 1.7.0 under nvcc 13.x). Timed against upstream, that would be 8 archs
-against 9, so the bench's builds run through this, with the arch facts' known-bad list empty: the same 9 archs.
-What it builds lands in the bench's scratch folder and is never published (a wheel with SASS known to be wrong).
-
-Usage: python scripts/bench_every_arch.py SUBCOMMAND ARGS...   (as `wheelwright SUBCOMMAND ARGS...`)
-"""
-
-from __future__ import annotations
+"""scripts/bench/every_arch.py at the path docs and issues cite: `python scripts/bench_every_arch.py` and
+`python -m scripts.bench_every_arch` both run it."""
 
 import sys
+from pathlib import Path
 
-from builder.cli import main as cli
-from builder.plan import archs
+if not __package__:  # run by its path: its own folder is on sys.path, not the checkout that holds `scripts`
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-
-def _no_known_bad() -> tuple[archs.KnownBad, ...]:
-    return ()
-
-
-def main(argv: list[str]) -> int:
-    # expand.py reads the facts through this module attribute, in this process (the build plans and verifies here)
-    archs.known_bad = _no_known_bad  # type: ignore[assignment]
-    return cli.main(argv)
-
+from scripts.bench.every_arch import main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

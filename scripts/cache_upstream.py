@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 
 from builder.plan.job import UpstreamFiles
-from builder.steps.fetch import cache_dir_for_sdists
-from builder.steps.upstream import _unpack, archive_name, tree_digest
+from builder.steps.fetch import cache_dir_for_sdists, unpack_sdist
+from builder.steps.upstream import archive_name, tree_digest
 
 
 def main(clone: str, repo: str, commit: str, *paths: str) -> int:
@@ -26,7 +26,7 @@ def main(clone: str, repo: str, commit: str, *paths: str) -> int:
         ["git", "-C", clone, "archive", "--format=tar.gz", f"--prefix={prefix}", "-o", str(target), commit], check=True
     )
     with tempfile.TemporaryDirectory() as tmp:
-        print(target, tree_digest(_unpack(target, Path(tmp), repo), paths))
+        print(target, tree_digest(unpack_sdist(target, Path(tmp)), paths))
     return 0
 
 

@@ -31,7 +31,7 @@ from builder.steps.environment import build_env, find_toolkit, runtime_env
 from builder.steps.fetch import fetch_sdist, unpack_sdist
 from builder.steps.recipes import apply_recipe
 from builder.steps.upstream import overlay_upstream
-from scripts.bench_build import bench_matrix
+from scripts.bench.build import bench_matrix
 from scripts.measure_device_reuse import record_commands
 
 

@@ -1,6 +1,6 @@
-"""Run this tree's hostile-input and fault tests against an older revision's code, and report per class of issue
-#11 how many cases fail there and pass here: the proof that each class's tests fail on the code the issue was
-filed against.
+"""Run this tree's hostile-input and fault tests against an older revision's code, and report per class of an
+issue (scripts/data/hostile/issue<N>*.toml) how many cases fail there and pass here: the proof that each class's
+tests fail on the code the issue was filed against.
 
 Both sides are committed code, each checked out into a temporary git worktree: HEAD as it is, and the older
 revision with HEAD's ``tests/`` over its own, so the tests and their helpers are today's and everything they
@@ -11,6 +11,7 @@ from tests that ran and failed.
 
     .venv/bin/python -m scripts.hostile_on_commit b4aff38                 # the code issue #11 was filed against
     .venv/bin/python -m scripts.hostile_on_commit b4aff38 --markdown docs/hostile-before-after.md
+    .venv/bin/python -m scripts.hostile_on_commit 88d45ea --issue 25      # issue #25's classes, every branch's
 """
 
 from __future__ import annotations
@@ -32,80 +33,60 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
 
-ROOT = Path(__file__).resolve().parents[1]
-TEST_FILES = (
-    "tests/integration/test_hostile.py",
-    "tests/integration/test_faults.py",
-    "tests/integration/test_serve_load.py",
-    "tests/unit/test_index_site.py",
-    "tests/unit/test_index_publish.py",
-)
-CONFTESTS = ("tests/conftest.py", "tests/unit/conftest.py", "tests/integration/conftest.py")
+from pydantic import BaseModel, ConfigDict, Field
 
-# The classes of issue #11, each with the tests that stand for it (fnmatch patterns on "module::test[case]");
-# the first class a test matches is its class. Tests of these files that match none ran for context only.
-CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "Unbounded work from tiny input",
-        ("test_hostile::*[[]yaml-*", "test_hostile::*[[]metadata-zip-bomb]"),
-    ),
-    (
-        "Files that are not what their name says (dist/, the site, serve, publish)",
-        (
-            "test_hostile::*[[]symlink-outside-dist]",
-            "test_hostile::*[[]symlink-dangling]",
-            "test_hostile::*[[]fifo-named-whl]",
-            "test_hostile::*[[]symlink-to-dev-zero]",
-            "test_hostile::*[[]folder-named-whl]",
-            "test_hostile::*[[]not-a-zip]",
-            "test_hostile::*[[]two-dist-infos]",
-            "test_hostile::*[[]metadata-names-another-project]",
-            "test_hostile::test_serve_answers_hostile_paths*",
-            "test_faults::test_publish_uploads_nothing_but_the_site*",
-            "test_index_publish::test_publish_uploads_only_what_the_index_recorded",
-        ),
-    ),
-    (
-        "Pages whose sha256 is not the file's",
-        (
-            "test_faults::test_a_wheel_rewritten_in_place*",
-            "test_faults::test_a_wheel_swapped_for_other_bytes*",
-            "test_index_site::test_a_ledger_hash_is_not_trusted_on_size_alone",
-            "test_index_site::test_a_rebuilt_wheel_with_the_same_name_is_hashed_again",
-            "test_index_publish::test_publish_refuses_a_site_file_whose_bytes_moved",
-        ),
-    ),
-    ("Labels that are not variants", ("test_hostile::*[[]label-*",)),
-    (
-        "Tracebacks where an ERROR line belongs",
-        (
-            "test_hostile::test_bad_input_is_one_error_line[[]matrix-*",
-            "test_hostile::test_bad_input_is_one_error_line[[]url-*",
-            "test_hostile::test_bad_input_is_one_error_line[[]ledger-*",
-            "test_hostile::test_bad_input_is_one_error_line[[]output-*",
-            "test_hostile::test_bad_input_is_one_error_line[[]site-*",
-            "test_hostile::test_bad_input_is_one_error_line[[]serve-*",
-            "test_hostile::test_bad_input_is_one_error_line[[]publish-*",
-            "test_hostile::test_serve_survives_malformed_requests*",
-            "test_faults::test_a_ledger_*",
-            "test_faults::test_a_full_disk*",
-            "test_faults::test_a_read_only_disk*",
-            "test_faults::test_an_output_that_cannot_be_written*",
-        ),
-    ),
-    ("Selectors that select everything", ("test_hostile::*[[]select-*", "test_hostile::*[[]include-empty]")),
-    (
-        "Recovery: a killed index or publish converges; locks",
-        (
-            "test_faults::test_a_killed_*",
-            "test_index_publish::test_break_lock_*",
-            "test_index_publish::test_a_lock_whose_process_is_gone*",
-            "test_index_publish::test_a_reused_pid*",
-        ),
-    ),
-    ("Load: serve under concurrent clients", ("test_serve_load::*",)),
-)
+from builder.core.data import load_data
+from builder.core.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+CLASSES_DIR = ROOT / "scripts" / "data" / "hostile"
+# The tests, and the helpers outside tests/ they import (the wheel factory the benchmarks share): HEAD's on both sides.
+TEST_SUPPORT = ("tests", "scripts/bench")
+CONFTESTS = ("tests/conftest.py", "tests/unit/conftest.py", "tests/integration/conftest.py")
 CONTEXT = "(no class: ran for context)"
+
+
+class HostileClass(BaseModel):
+    """A class of hostile input, and the tests that stand for it (fnmatch patterns on "module::test[case]")."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    tests: tuple[str, ...] = Field(min_length=1)
+
+
+class HostileFile(BaseModel):
+    """scripts/data/hostile/issue<N>[-part].toml: the test files that hold an issue's cases, and its classes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    files: tuple[str, ...] = Field(min_length=1)
+    classes: tuple[HostileClass, ...] = Field(alias="class", min_length=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Classes:
+    """An issue's classes, from every file of it: a test counts for the first class whose pattern it matches."""
+
+    issue: int
+    files: tuple[str, ...]
+    classes: tuple[HostileClass, ...]
+
+    def class_of(self, test: str) -> str:
+        for hostile in self.classes:
+            if any(fnmatch.fnmatchcase(test, pattern) for pattern in hostile.tests):
+                return hostile.name
+        return CONTEXT
+
+
+def load_classes(issue: int, folder: Path = CLASSES_DIR) -> Classes:
+    """Every ``issue<N>.toml`` and ``issue<N>-*.toml`` in ``folder`` (one per branch that worked on the issue)."""
+    paths = sorted({*folder.glob(f"issue{issue}.toml"), *folder.glob(f"issue{issue}-*.toml")})
+    if not paths:
+        raise ConfigError(f"{folder}: no issue{issue}.toml or issue{issue}-*.toml: no classes for issue {issue}")
+    loaded = [load_data(path, HostileFile, what="the hostile-input classes") for path in paths]
+    files = tuple(dict.fromkeys(name for part in loaded for name in part.files))
+    return Classes(issue=issue, files=files, classes=tuple(c for part in loaded for c in part.classes))
 
 
 @dataclass(frozen=True)
@@ -121,13 +102,20 @@ class Outcome:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("revision", help="the older code to run the tests against (a commit, tag or branch)")
+    parser.add_argument("--issue", type=int, default=11,
+                        help="whose classes (scripts/data/hostile/issue<N>*.toml) to report (default: %(default)s)")
     parser.add_argument("--markdown", type=Path, help="also write the report here")
-    parser.add_argument("--tests", nargs="+", default=list(TEST_FILES), help="test files (default: the suites)")
+    parser.add_argument("--tests", nargs="+", help="test files (default: those the issue's data files name)")
     parser.add_argument("-k", dest="keyword", help="pytest -k expression, to run a subset")
     args = parser.parse_args(argv)
+    try:
+        classes = load_classes(args.issue)
+    except ConfigError as error:
+        print(f"ERROR {error}", file=sys.stderr)
+        return 2
     old = _git("rev-parse", f"{args.revision}^{{commit}}")
     head = _git("rev-parse", "HEAD")
-    pytest_args = [*args.tests, *(["-k", args.keyword] if args.keyword else [])]
+    pytest_args = [*(args.tests or classes.files), *(["-k", args.keyword] if args.keyword else [])]
     with tempfile.TemporaryDirectory(prefix="hostile-on-commit-") as temporary:
         config = Path(temporary) / "config/pyproject.toml"  # HEAD's pytest settings on both sides
         config.parent.mkdir()
@@ -138,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _worktree(Path(temporary) / "head", head) as tree:  # committed code: edits in progress are not HEAD
             after = _run_pytest(tree, config, pytest_args, Path(temporary) / "head.xml")
     command = "python -m scripts.hostile_on_commit " + shlex.join(sys.argv[1:] if argv is None else argv)
-    report = render_report(before, after, old=old, head=head, replaced=replaced, command=command)
+    report = render_report(before, after, classes, old=old, head=head, replaced=replaced, command=command)
     print(report)
     if args.markdown:
         args.markdown.write_text(report)
@@ -162,11 +150,12 @@ def _worktree(path: Path, revision: str) -> Iterator[Path]:
 
 
 def _overlay_tests(worktree: Path, head: str) -> list[str]:
-    """HEAD's tests/ over the older one; a conftest that cannot import on the older code goes back to its own.
-    Returns the conftests replaced."""
+    """HEAD's tests/ and the test helpers they import (TEST_SUPPORT) over the older ones; a conftest that cannot
+    import on the older code goes back to its own. Returns the conftests replaced."""
     revision = _git("-C", str(worktree), "rev-parse", "HEAD")
-    shutil.rmtree(worktree / "tests")
-    tests = subprocess.run(["git", "-C", str(ROOT), "archive", head, "tests"], capture_output=True, check=True)
+    for folder in TEST_SUPPORT:
+        shutil.rmtree(worktree / folder, ignore_errors=True)
+    tests = subprocess.run(["git", "-C", str(ROOT), "archive", head, *TEST_SUPPORT], capture_output=True, check=True)
     with tarfile.open(fileobj=io.BytesIO(tests.stdout)) as archive:
         archive.extractall(worktree, filter="data")
     replaced = []
@@ -200,6 +189,8 @@ def _run_pytest(tree: Path, config: Path, arguments: Sequence[str], junit: Path)
     ]  # fmt: skip
     print(f"running {len(arguments)} test files in {tree} ...", file=sys.stderr, flush=True)
     subprocess.run(command, cwd=tree, env=_environment(tree), check=False, stdout=subprocess.DEVNULL)
+    if not junit.is_file():
+        raise SystemExit(f"ERROR pytest wrote no report in {tree}: its output above says why")
     return read_junit(junit)
 
 
@@ -232,13 +223,6 @@ def _why(problem: ElementTree.Element) -> str:
     return "assertion"
 
 
-def class_of(test: str) -> str:
-    for name, patterns in CLASSES:
-        if any(fnmatch.fnmatchcase(test, pattern) for pattern in patterns):
-            return name
-    return CONTEXT
-
-
 def _at(outcomes: dict[str, Outcome], test: str) -> Outcome:
     module = test.split("::", 1)[0]
     return outcomes.get(test) or outcomes.get(f"{module}::*") or Outcome("not importable", "not collected")
@@ -247,6 +231,7 @@ def _at(outcomes: dict[str, Outcome], test: str) -> Outcome:
 def render_report(
     before: dict[str, Outcome],
     after: dict[str, Outcome],
+    classes: Classes,
     *,
     old: str,
     head: str,
@@ -254,23 +239,23 @@ def render_report(
     command: str,
 ) -> str:
     tests = sorted(t for t in after if not t.endswith("::*"))
-    rows: dict[str, Counter[str]] = {name: Counter() for name, _ in CLASSES}
+    rows: dict[str, Counter[str]] = {hostile.name: Counter() for hostile in classes.classes}
     rows[CONTEXT] = Counter()
     both = []
     for test in tests:
         now, then = after[test], _at(before, test)
-        row = rows[class_of(test)]
+        row = rows[classes.class_of(test)]
         row["cases"] += 1
         row["pass on HEAD"] += now.state == "passed"
         if now.state == "passed" and then.failed:
             row["fail there, pass on HEAD"] += 1
             row[then.why if then.state == "failed" else "not importable"] += 1
-        elif now.state == "passed" and then.state == "passed" and class_of(test) != CONTEXT:
+        elif now.state == "passed" and then.state == "passed" and classes.class_of(test) != CONTEXT:
             both.append(test)
     columns = ["cases", "pass on HEAD", "fail there, pass on HEAD", "assertion", "timeout or hang",
                "fault point absent", "error in setup", "not importable"]  # fmt: skip
     lines = [
-        "# Hostile-input and fault tests: before and after issue #11",
+        f"# Hostile-input and fault tests: before and after issue #{classes.issue}",
         "",
         f"Tests of HEAD `{head[:12]}` run against the code of `{old[:12]}`, and on HEAD itself:",
         "",

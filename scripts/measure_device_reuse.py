@@ -40,7 +40,7 @@ from builder.steps.environment import BuildEnv, build_env, find_toolkit, runtime
 from builder.steps.fetch import fetch_sdist, unpack_sdist
 from builder.steps.recipes import apply_recipe
 from builder.steps.upstream import overlay_upstream
-from scripts.bench_build import bench_matrix
+from scripts.bench.build import bench_matrix
 
 STAGES = ("front", "preprocess", "cicc", "ptxas", "host")
 RECORD_ENV = "MEASURE_DEVICE_REUSE_RECORD"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fill the carry folder (default .carry/, ignored by git) with what the GPU acceptance run needs on the offline box:
-#   wheels/        wheelwright's dependencies the box lacks (scripts/gpu_carry.py works them out from pyproject.toml)
+#   wheels/        wheelwright's dependencies the box lacks (scripts.gpu.carry.py works them out from pyproject.toml)
 #   build-wheels/  the build environment's pinned tools (builder/data/build-requirements.txt)
 #   cache/sdists/  the gpu-box profile's sdists, hash-checked, in the fetch cache's layout
 # Run here, where the package registry is reachable, before the remote run; docs/gpu-acceptance.md says the rest.
@@ -42,7 +42,7 @@ cd "$root"
 [ -x "$python" ] || die "$python is not an interpreter (run \`make venv\` first, or pass --python)"
 
 # pip download for the box's interpreter and platform, not this machine's; no dependencies, since the list is whole
-read -r -a target <<<"$("$python" -m scripts.gpu_carry platforms)"
+read -r -a target <<<"$("$python" -m scripts.gpu.carry platforms)"
 download() {  # download FOLDER PIN...
     local folder=$1
     shift
@@ -54,10 +54,10 @@ download() {  # download FOLDER PIN...
     done
 }
 
-mapfile -t wheels < <("$python" -m scripts.gpu_carry wheels; echo "exit=$?")
+mapfile -t wheels < <("$python" -m scripts.gpu.carry wheels; echo "exit=$?")
 [ "${wheels[-1]}" = "exit=0" ] || die "could not work out the wheels to carry"
 unset 'wheels[-1]'
-mapfile -t build_wheels < <("$python" -m scripts.gpu_carry build-wheels; echo "exit=$?")
+mapfile -t build_wheels < <("$python" -m scripts.gpu.carry build-wheels; echo "exit=$?")
 [ "${build_wheels[-1]}" = "exit=0" ] || die "could not read the build requirements"
 unset 'build_wheels[-1]'
 
@@ -66,8 +66,8 @@ download "$carry/wheels" "${wheels[@]}"
 echo "carry: ${#build_wheels[@]} build tools: ${build_wheels[*]}"
 download "$carry/build-wheels" "${build_wheels[@]}"
 echo "carry: sdists"
-"$python" -m scripts.gpu_carry sdists --dest "$carry/cache/sdists"
+"$python" -m scripts.gpu.carry sdists --dest "$carry/cache/sdists"
 
 # what else travels: the repository's tracked and untracked-but-not-ignored files
 tree_bytes=$(git ls-files -z --cached --others --exclude-standard | { xargs -0 -r stat -c %s 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}')
-"$python" -m scripts.gpu_carry check --carry "$carry" --tree-bytes "$tree_bytes"
+"$python" -m scripts.gpu.carry check --carry "$carry" --tree-bytes "$tree_bytes"

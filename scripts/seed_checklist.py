@@ -1,121 +1,64 @@
-#!/usr/bin/env python3
 """The seed checklist, against the causal-conv1d and mamba-ssm installed in this interpreter, on CUDA: run it before
-deploying Mamba on our wheels (docs/gpu-acceptance.md says what each part checks and what the H200 gave).
+deploying Mamba on our wheels. Its checks are tests/gpu/test_checklist.py, run here by pytest; docs/gpu-acceptance.md
+says what each part checks and what the H200 gave.
 
     python -m scripts.seed_checklist [--parts seed,batch,decode,perf,leak] [--leak-seconds 60] [--json FILE]
-
-1 seed: the guide's functional test and causal_conv1d_fn; 2 batch, decode: numerical consistency; 3 perf:
-throughput, decode latency and peak memory of 130M- and 1.4B-shaped bf16 models; 4 leak: training and decoding
-loops with allocated memory sampled. The acceptance run's `checklist` stage runs the same code.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-from scripts.acceptance import checklist
-from scripts.acceptance.config import ConfigError, load_config
-from scripts.acceptance.device import torch_facts, unavailable_reason
-from scripts.acceptance.summary import FAILED, Check
+from scripts.gpu.tables import checklist_lines
 
+ROOT = Path(__file__).resolve().parents[1]
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
 PACKAGES = ("causal-conv1d", "mamba-ssm", "torch", "triton", "transformers")
 
 
-def _parts(text: str) -> tuple[str, ...]:
-    try:
-        return checklist.parse_parts(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m scripts.seed_checklist",
-        description=__doc__.split("\n\n")[0],
-        epilog="exit codes: 0 every check passed, 1 a check failed, 2 bad arguments, 3 no CUDA device",
-    )
-    parser.add_argument(
-        "--parts",
-        type=_parts,
-        default=checklist.PARTS,
-        help=f"comma-separated, of {','.join(checklist.PARTS)} (default: all)",
-    )
-    parser.add_argument(
-        "--leak-seconds",
-        type=_positive,
-        default=None,
-        help="each leak run's length in seconds (default: the data file's, 60)",
-    )
-    parser.add_argument("--json", type=Path, help="write the checks, the table's figures and the versions here")
-    return parser
-
-
-def versions() -> dict[str, str | None]:
-    found: dict[str, str | None] = {}
+def versions() -> str:
+    found = []
     for package in PACKAGES:
         try:
-            found[package] = metadata.version(package)
+            found.append(f"{package} {metadata.version(package)}")
         except metadata.PackageNotFoundError:
-            found[package] = None
-    return found
-
-
-def _print(check: Check) -> Check:
-    print(f"  {check.status.upper():<7} {check.name}: {check.detail}", flush=True)
-    return check
+            found.append(f"{package} not installed")
+    return ", ".join(found)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        config = load_config()
-    except ConfigError as error:
-        print(f"ERROR {error}", file=sys.stderr)
-        return EXIT_USAGE
-    found = versions()
-    print("seed checklist: " + ", ".join(f"{name} {version or 'not installed'}" for name, version in found.items()))
-    reason = unavailable_reason()
-    if reason:
-        print(f"ERROR {reason}: the checklist runs the kernels, so it needs a CUDA device", file=sys.stderr)
+    parser = argparse.ArgumentParser(prog="python -m scripts.seed_checklist", description=(__doc__ or "").split(
+        "\n\n")[0], epilog="exit codes: 0 every check passed, 1 a check failed, 2 bad arguments, 3 no CUDA device")
+    parser.add_argument("--parts", help="comma-separated, of seed,batch,decode,perf,leak (default: all)")
+    parser.add_argument("--leak-seconds", help="each leak run's length in seconds (default: the data file's, 60)")
+    parser.add_argument("--json", type=Path, help="write the checks, the table's figures and the facts here")
+    args = parser.parse_args(argv)
+    print(f"seed checklist: {versions()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="seed-checklist-") as scratch:
+        report = args.json or Path(scratch) / "checklist.json"
+        options = [*(["--parts", args.parts] if args.parts else []),
+                   *(["--leak-seconds", args.leak_seconds] if args.leak_seconds else [])]
+        code = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-c",
+                               str(ROOT / "pyproject.toml"), str(ROOT / "tests" / "gpu" / "test_checklist.py"),
+                               "--report", str(report), *options], check=False).returncode
+        if not report.is_file():
+            return EXIT_USAGE  # pytest said why (a bad --parts, say)
+        document = json.loads(report.read_text())
+    tests = document["tests"]
+    if tests and all(t["status"] == "skipped" and t["detail"].startswith("no CUDA device") for t in tests):
+        print(f"ERROR {tests[0]['detail']}: the checklist runs the kernels, so it needs a CUDA device", file=sys.stderr)
         return EXIT_NO_GPU
-    facts = torch_facts()
-    print(f"device: {facts.get('device')} (sm {facts.get('capability')})", flush=True)
-    checks = checklist.run(
-        config.checklist,
-        config.conv_tolerance["float32"],
-        parts=args.parts,
-        leak_seconds=args.leak_seconds,
-        report=_print,
-    )
-    for line in checklist.report_lines([check.as_dict() for check in checks]):
-        print(line)
-    if args.json:
-        report = {
-            "versions": found,
-            "environment": facts,
-            "checks": [c.as_dict() for c in checks],
-            **checklist.summary_data(checks),
-        }
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-    failed = sum(check.status == FAILED for check in checks)
-    print(f"seed checklist: {len(checks) - failed} of {len(checks)} checks passed")
-    return EXIT_FAILED if failed else EXIT_PASSED
+    print("\n".join(checklist_lines(document["data"])))
+    failed = sum(t["status"] == "failed" for t in tests)
+    print(f"seed checklist: {len(tests) - failed} of {len(tests)} checks passed")
+    return EXIT_FAILED if failed or code not in (0, 5) else EXIT_PASSED
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""A small variant channel for selection tests (the integration test and scripts/gpu_variant_selection.py): three
+"""A small variant channel for selection tests (the integration test and tests/gpu/test_variant_selection.py): three
 verified-then-converted builds of causal-conv1d 1.7.0, torch stubs, a venv per torch, and the one-URL uv command."""
 
 from __future__ import annotations

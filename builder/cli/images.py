@@ -53,7 +53,7 @@ def cmd_images(args: argparse.Namespace) -> int:
         return _pin(args, specs)
     engine = _engine(args) if args.action == "build" else None
     table = Table(title=f"profile {plan.profile}: {len(specs)} builder images", title_justify="left")
-    for column in ("image", "base", "pythons", "jobs", "tag", "state"):
+    for column in ("image", "base", "pythons", "toolkit", "jobs", "tag", "state"):
         table.add_column(column, overflow="fold")
     failures = 0
     for spec in specs:
@@ -69,6 +69,7 @@ def cmd_images(args: argparse.Namespace) -> int:
             spec.name,
             spec.base.name,
             " ".join(spec.pythons),
+            spec.toolkit_origin,
             str(jobs),
             spec.tag(folder),
             state or ("saved" if images.saved_image(spec.tag(folder)).is_file() else "buildable"),

@@ -109,11 +109,11 @@ def _estimate(plan: Plan, args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from builder.cli.console import out, print_table
+    from builder.plan.estimate import by_platform, ledger_model, reuse_facts, seed_model, summary
     from builder.plan.estimate import estimate as estimate_plan
-    from builder.plan.estimate import ledger_model, reuse_facts, seed_model, summary
 
-    model = ledger_model(args.ledger, seed_model())
-    ours, upstream = estimate_plan(plan.jobs, model, runners=args.runners, cores=args.cores, reuse=reuse_facts())
+    model, reuse = ledger_model(args.ledger, seed_model()), reuse_facts()
+    ours, upstream = estimate_plan(plan.jobs, model, runners=args.runners, cores=args.cores, reuse=reuse)
     without_reuse, _ = estimate_plan(plan.jobs, model, runners=args.runners, cores=args.cores)
     out.print(f"profile {plan.profile}: {len(plan.jobs)} jobs in {len(ours.items)} (package version, torch, toolkit) "
               f"groups, on {args.runners} runners of {args.cores} cores")
@@ -126,6 +126,11 @@ def _estimate(plan: Plan, args: argparse.Namespace) -> int:
     print_table(table)
     for line in summary(ours, upstream, without_reuse, model):
         out.print(line)
+    platforms = by_platform(plan.jobs, model, runners=args.runners, cores=args.cores, reuse=reuse)
+    for platform, result in platforms.items():
+        jobs = sum(1 for job in plan.jobs if job.platform == platform)
+        out.print(f"{platform}: {jobs} jobs in {len(result.items)} groups, {result.cpu_hours:.1f} CPU-hours, "
+                  f"{result.wall_hours:.2f} h on {args.runners} {platform} runners of {args.cores} cores")
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sqlite3
 import time
@@ -46,6 +47,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     torch_wheel  TEXT,               -- JSON: the torch wheel built against: filename, url, sha256, index, origin
     reuse        TEXT,               -- JSON: objects and device steps reused, and from which job (compile.py)
     stage_times  TEXT,               -- JSON: [{unit, arch, stage, cpu, wall}] of the device steps compiled
+    abi          TEXT,               -- JSON: the symbols each extension imports from torch, C++ ABI, CUDA major, window
     updated_at   REAL NOT NULL
 );
 """
@@ -58,6 +60,7 @@ MIGRATIONS = {
     "torch_wheel": "ALTER TABLE jobs ADD COLUMN torch_wheel TEXT",
     "reuse": "ALTER TABLE jobs ADD COLUMN reuse TEXT",
     "stage_times": "ALTER TABLE jobs ADD COLUMN stage_times TEXT",
+    "abi": "ALTER TABLE jobs ADD COLUMN abi TEXT",
 }
 SCHEMA_VERSION = 2  # PRAGMA user_version; a ledger with a higher one was written by a newer wheelwright
 # How long to wait for another process's write transaction before saying so (env WHEELWRIGHT_LEDGER_TIMEOUT).
@@ -105,6 +108,7 @@ class LedgerEntry:
     torch_wheel: str | None = None
     reuse: str | None = None
     stage_times: str | None = None
+    abi: str | None = None  # JSON, builder/steps/abi.py: {torch, cxx11_abi, cuda_major, extensions, window}
     updated_at: float = 0.0
 
     @property
@@ -205,7 +209,7 @@ class Ledger:
     def _select(self, where: str = "", parameters: tuple[object, ...] = ()) -> list[LedgerEntry]:
         with sqlite_errors(self.path):
             rows = self._db.execute(f"SELECT {_COLUMNS} FROM jobs {where}", parameters).fetchall()
-            return [_entry(row, self.path) for row in rows]
+            return [_typed_entry(row, self.path) for row in rows]
 
     def get(self, job_id: str) -> LedgerEntry | None:
         found = self._select("WHERE job_id = ?", (job_id,))
@@ -236,16 +240,18 @@ class Ledger:
                 known[row["wheel"]] = (row["wheel_sha256"], identity)
         return known
 
-    def wheel_archs(self) -> dict[str, tuple[str, str]]:
-        """{wheel filename: (SASS, PTX)} of every built wheel whose verify report recorded its GPU code, each a JSON
-        list as the report holds it; SQLite extracts them, so a big ledger's reports are not parsed in Python."""
+    def wheel_archs(self) -> dict[str, tuple[str, str, str | None]]:
+        """{wheel filename: (SASS, PTX, ABI window)} of every built wheel whose verify report recorded its GPU code,
+        each list JSON as the report holds it, the window the text its ``abi`` record holds (None where none); SQLite
+        extracts them, so a big ledger's reports are not parsed in Python."""
         query = (
-            "SELECT wheel, json_extract(report, '$.sass') AS sass, json_extract(report, '$.ptx') AS ptx FROM jobs"
+            "SELECT wheel, json_extract(report, '$.sass') AS sass, json_extract(report, '$.ptx') AS ptx,"
+            " CASE WHEN json_valid(abi) THEN json_extract(abi, '$.window.text') END AS window FROM jobs"
             " WHERE status = 'built' AND wheel IS NOT NULL AND json_valid(report)"
         )
         with sqlite_errors(self.path):
             rows = self._db.execute(query).fetchall()
-        return {row["wheel"]: (row["sass"], row["ptx"]) for row in rows if row["sass"] is not None}
+        return {row["wheel"]: (row["sass"], row["ptx"], row["window"]) for row in rows if row["sass"] is not None}
 
     def failures(self) -> list[LedgerEntry]:
         return [e for e in self.entries() if e.status in NOT_BUILT]
@@ -254,30 +260,86 @@ class Ledger:
 def read_entries(path: Path) -> list[LedgerEntry]:
     """Every row of a ledger another machine wrote (a CI artifact), opened read-only: unlike :class:`Ledger`, this
     neither migrates the file nor leaves a journal beside it. Columns an older schema lacks read as their default."""
+    with _read_only(path) as db:
+        present = _columns(db)
+        if not _REQUIRED <= present:
+            missing = ", ".join(sorted(_REQUIRED - present))
+            raise LedgerError(f"{path}: not a wheelwright ledger (its jobs table lacks {missing})", tip=_TIP)
+        columns = ", ".join(f.name for f in dataclasses.fields(LedgerEntry) if f.name in present)
+        rows = db.execute(f"SELECT {columns} FROM jobs ORDER BY job_id").fetchall()
+    return [_entry(row, path) for row in rows]
+
+
+def read_costs(path: Path) -> list[RecordedCosts]:
+    """Each job's recorded compile costs (``compile_times``, ``stage_times``) with its package and accelerator, from
+    a ledger opened read-only (as read_entries opens one); a ledger from before they were recorded has none. Only
+    the columns read are checked: a wrong-typed one is a LedgerError naming the job."""
+    with _read_only(path) as db:
+        present = _columns(db)
+        if not {"job_id", "package"} <= present:
+            raise LedgerError(f"{path}: not a wheelwright ledger (no jobs table with job_id and package)", tip=_TIP)
+        recorded = [c for c in ("compile_times", "stage_times") if c in present]
+        if not recorded:
+            return []
+        wanted = ["job_id", "package", *(c if c in present else f"NULL AS {c}" for c in _COST_COLUMNS)]
+        rows = db.execute(f"SELECT {', '.join(wanted)} FROM jobs WHERE "
+                          + " OR ".join(f"{c} IS NOT NULL" for c in recorded)).fetchall()
+    found = []
+    for row in rows:
+        for column in ("job_id", "package", *_COST_COLUMNS):
+            if not isinstance(row[column], str) and (column in ("job_id", "package") or row[column] is not None):
+                raise LedgerError(f"{path}: job {str(row['job_id'])[:200]!r} has {column} {_shown(row[column])}, "
+                                  "not text", tip=_TIP)
+        where = f"{path}: job {row['job_id']!r}"
+        found.append(RecordedCosts(package=row["package"], accelerator=row["accelerator"] or "",
+                                   compile_times=compile_times(row["compile_times"], where),
+                                   stage_times=stage_times(row["stage_times"], where)))
+    return found
+
+
+_COST_COLUMNS = ("accelerator", "compile_times", "stage_times")
+
+
+@contextmanager
+def _read_only(path: Path) -> Iterator[sqlite3.Connection]:
+    """``path`` opened read-only, every SQLite failure a LedgerError. A finished artifact has no -wal beside it:
+    it is read as immutable, so SQLite creates no -shm beside it."""
     if path.is_dir():
         raise LedgerError(f"{path}: a folder, not a ledger file", tip=_TIP)
     with sqlite_errors(path):
-        # A finished artifact has no -wal beside it: read it as immutable, so SQLite creates no -shm in the shard.
         live = path.with_name(path.name + "-wal").exists()
         db = sqlite3.connect(f"{path.resolve().as_uri()}?{'mode=ro' if live else 'immutable=1'}", uri=True)
         try:
             db.row_factory = sqlite3.Row
-            present = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
-            if not _REQUIRED <= present:
-                missing = ", ".join(sorted(_REQUIRED - present))
-                raise LedgerError(f"{path}: not a wheelwright ledger (its jobs table lacks {missing})", tip=_TIP)
-            columns = ", ".join(f.name for f in dataclasses.fields(LedgerEntry) if f.name in present)
-            rows = db.execute(f"SELECT {columns} FROM jobs ORDER BY job_id").fetchall()
+            yield db
         finally:
             db.close()
-    return [_entry(row, path) for row in rows]
+
+
+def _columns(db: sqlite3.Connection) -> set[str]:
+    return {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
+
+
+def _typed_entry(row: sqlite3.Row, path: Path) -> LedgerEntry:
+    """A row of our own ledger, each column checked to hold its field's type (SQLite's columns take any type; a
+    hand-edited or hostile file is refused here, once, not where each field is used). ``merge`` reads a shard's
+    rows loosely (read_entries) and checks them itself, naming the shard."""
+    data = dict(row)
+    for column, value in data.items():
+        if not isinstance(value, _COLUMN_TYPES[column]):
+            raise LedgerError(f"{path}: job {str(data.get('job_id'))[:200]!r} has {column} {_shown(value)}, not "
+                              f"{' or '.join(_TYPE_NAMES[t] for t in _COLUMN_TYPES[column])}", tip=_TIP)
+    entry = _entry(row, path)
+    if not all(_seconds(v) for v in entry.timings.values()):
+        raise LedgerError(f"{path}: job {entry.job_id!r} has unreadable timings", tip=_TIP)
+    return entry
 
 
 def _entry(row: sqlite3.Row, path: Path) -> LedgerEntry:
     data = dict(row)
     try:
         timings = json.loads(data["timings"] or "{}")
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         timings = None
     if not isinstance(timings, dict):
         raise LedgerError(f"{path}: job {data['job_id']!r} has unreadable timings", tip=_TIP)
@@ -286,3 +348,88 @@ def _entry(row: sqlite3.Row, path: Path) -> LedgerEntry:
     except ValueError:
         raise LedgerError(f"{path}: job {data['job_id']!r} has unknown status {data['status']!r}", tip=_TIP) from None
     return LedgerEntry(**{**data, "timings": timings, "status": status})
+
+
+# What each column of a row may hold, as SQLite hands it back.
+_COLUMN_TYPES: dict[str, tuple[type, ...]] = {
+    f.name: (str,) if f.name in _REQUIRED else (str, type(None)) for f in dataclasses.fields(LedgerEntry)
+}
+_COLUMN_TYPES.update({"wheel_size": (int, type(None)), "updated_at": (float, int)})
+_TYPE_NAMES = {str: "text", int: "an integer", float: "a number", type(None): "NULL"}
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return f"{text if len(text) <= 60 else text[:57] + '...'} ({type(value).__name__})"
+
+
+def _seconds(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+@dataclass(frozen=True)
+class CompileTime:
+    """One (unit, arch) compile of a build, as ``nvcc --time`` measured it; arch "host" is the per-unit part."""
+
+    unit: str
+    arch: str
+    seconds: float
+
+
+def compile_times(text: str | None, where: str) -> list[CompileTime]:
+    """A row's ``compile_times`` JSON, each entry checked: a list of {unit, arch, seconds}, seconds a finite
+    number >= 0. ``where`` names the row in the LedgerError a malformed one raises."""
+    try:
+        timings = json.loads(text or "[]")
+    except (TypeError, ValueError, RecursionError):
+        raise LedgerError(f"{where}: compile_times is not JSON", tip=_TIP) from None
+    if not isinstance(timings, list):
+        raise LedgerError(f"{where}: compile_times is {_shown(timings)}, not a list", tip=_TIP)
+    found = []
+    for number, timing in enumerate(timings):
+        if not (isinstance(timing, dict) and isinstance(timing.get("unit"), str)
+                and isinstance(timing.get("arch"), str) and _seconds(timing.get("seconds"))):
+            raise LedgerError(f"{where}: compile_times entry {number} is {_shown(timing)}, not "
+                              "{unit: text, arch: text, seconds: a number >= 0}", tip=_TIP)
+        found.append(CompileTime(unit=timing["unit"], arch=timing["arch"], seconds=float(timing["seconds"])))
+    return found
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One compiled step of a build as compile.py measured it (wait4's CPU-seconds): a device stage (preprocess,
+    cicc, ptxas) of one (unit, arch), or a unit's front end or host part (arch "")."""
+
+    unit: str
+    arch: str
+    stage: str
+    cpu: float
+
+
+def stage_times(text: str | None, where: str) -> list[StageTime]:
+    """A row's ``stage_times`` JSON, each entry checked: a list of {unit, arch, stage, cpu, ...}, cpu a finite
+    number >= 0. ``where`` names the row in the LedgerError a malformed one raises."""
+    try:
+        rows = json.loads(text or "[]")
+    except (TypeError, ValueError, RecursionError):
+        raise LedgerError(f"{where}: stage_times is not JSON", tip=_TIP) from None
+    if not isinstance(rows, list):
+        raise LedgerError(f"{where}: stage_times is {_shown(rows)}, not a list", tip=_TIP)
+    found = []
+    for number, row in enumerate(rows):
+        if not (isinstance(row, dict) and all(isinstance(row.get(k), str) for k in ("unit", "arch", "stage"))
+                and _seconds(row.get("cpu"))):
+            raise LedgerError(f"{where}: stage_times entry {number} is {_shown(row)}, not "
+                              "{unit: text, arch: text, stage: text, cpu: a number >= 0}", tip=_TIP)
+        found.append(StageTime(unit=row["unit"], arch=row["arch"], stage=row["stage"], cpu=float(row["cpu"])))
+    return found
+
+
+@dataclass(frozen=True)
+class RecordedCosts:
+    """One job's recorded compile costs (read_costs): the package and accelerator (toolkit) they price."""
+
+    package: str
+    accelerator: str
+    compile_times: list[CompileTime]
+    stage_times: list[StageTime]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from builder.doctor.symbolcheck import symbol_cause
+
 OK = "ok"
 PTX_JIT = "ptx-jit"
 EXTENSION_MISSING = "extension-missing"
@@ -48,11 +50,30 @@ def _no_kernel(match: re.Match[str]) -> tuple[str, str]:
 
 
 def _libstdcxx(match: re.Match[str]) -> tuple[str, str]:
-    where = f" ({match['library']})" if match["library"] else ""
+    library = _library_before(match.string, match.start())
+    where = f" ({library})" if library else ""
     return LIBSTDCXX_TOO_OLD, (
         f"the extension needs {match['version']}, newer than what the libstdc++ this process loaded{where} provides: "
         "the system (or conda) libstdc++ is older than the compiler the wheel was built with."
     )
+
+
+# The library a loader names before ": version `GLIBCXX_...' not found". Found from the match backwards, never by
+# a pattern that scans ahead for it: "(/\S*libstdc...)?: version" tried every "/" of a line against the rest of it,
+# quadratic in a long line (a 200 KB line took 40 s).
+_LIBRARY = re.compile(r"/\S*libstdc\+\+\.so[.\d]*")
+_LIBRARY_REACH = 4096  # a path longer than this is no loader's message
+
+
+def _library_before(line: str, start: int) -> str | None:
+    """The ``/...libstdc++.so.6`` path that ends just before ``start`` (followed by ": "), if there is one."""
+    head = line[max(0, start - _LIBRARY_REACH):start]
+    if not head.endswith(": "):
+        return None
+    words = head[:-2].split()
+    token = words[-1] if words and not head[:-2][-1:].isspace() else ""
+    slash = token.find("/")
+    return token[slash:] if slash >= 0 and _LIBRARY.fullmatch(token, slash) else None
 
 
 def _glibc(match: re.Match[str]) -> tuple[str, str]:
@@ -63,7 +84,12 @@ def _glibc(match: re.Match[str]) -> tuple[str, str]:
 
 
 def _undefined(match: re.Match[str]) -> tuple[str, str]:
-    symbol = match["symbol"]
+    code, cause = _undefined_kind(match["symbol"])
+    told = symbol_cause(match["symbol"])  # the symbol index's account, where there is one (issue 30)
+    return code, f"{cause} {told}" if told else cause
+
+
+def _undefined_kind(symbol: str) -> tuple[str, str]:
     if "cxx11" in symbol:
         return CXX_ABI, (
             f"the extension wants the C++11 std::string ABI version of {symbol[:40]}..., and this torch was built with "
@@ -110,12 +136,7 @@ _PATTERNS = (
         _incompatible,
     ),
     (re.compile(r"no kernel image is available for execution on the device"), _no_kernel),
-    (
-        re.compile(
-            r"(?:(?P<library>/\S*libstdc\+\+\.so[.\d]*): )?version [`'\"](?P<version>(?:GLIBCXX|CXXABI)_[\d.]+)['`\"]? not found"  # noqa: E501
-        ),
-        _libstdcxx,
-    ),
+    (re.compile(r"version [`'\"](?P<version>(?:GLIBCXX|CXXABI)_[\d.]+)['`\"]? not found"), _libstdcxx),
     (re.compile(r"GLIBC_(?P<version>\d+\.\d+(?:\.\d+)?)['`\"]? not found"), _glibc),
     (re.compile(r"undefined symbol: (?P<symbol>\S+)"), _undefined),
     (re.compile(r"CUDA driver version is insufficient for CUDA runtime version"), _driver),

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import shlex
 import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from builder.core.http import Limits, open_bounded
 from builder.doctor.labels import (
     Variant,
     WheelName,
@@ -25,7 +25,8 @@ from builder.doctor.labels import (
 from builder.doctor.probe import Environment
 from builder.doctor.verdicts import Diagnosis
 
-FETCH_TIMEOUT = 20.0
+# One project's JSON page of our index: a few hundred KB for a thousand wheels; the user is waiting.
+DOCTOR_PAGE = Limits(connect=10, idle=20, total=60, cap=16 << 20)
 
 Page = dict[str, Any]  # a PEP 691 JSON document
 FetchJson = Callable[[str], "Page | None"]  # URL -> the JSON document, None for 404
@@ -50,17 +51,17 @@ class IndexUnreachable(Exception):
 
 
 def fetch_json(url: str) -> Page | None:
-    request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    headers = {"Accept": "application/vnd.pypi.simple.v1+json"}
     try:
-        with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT) as response:
-            page: Page = json.loads(response.read().decode())
-            return page
+        with open_bounded(url, DOCTOR_PAGE, headers) as response:
+            page: Page = json.loads(response.read().decode("utf-8", errors="replace"))
     except urllib.error.HTTPError as error:
         if error.code == 404:
             return None
         raise IndexUnreachable(f"{url}: HTTP {error.code}") from None
     except (urllib.error.URLError, OSError, ValueError) as error:
         raise IndexUnreachable(f"{url}: {getattr(error, 'reason', error)}") from None
+    return page
 
 
 def index_root(url: str) -> str:

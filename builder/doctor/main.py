@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from builder.core.errors import WheelwrightError
 from builder.doctor.arguments import add_arguments
@@ -15,14 +16,20 @@ from builder.doctor.fix import find_fix
 from builder.doctor.labels import PACKAGES
 from builder.doctor.probe import ProbeFailed, collect
 from builder.doctor.report import as_json, findings_json, render_findings, render_text
+from builder.doctor.undefined import render_answers, undefined_answers
 from builder.doctor.verdicts import diagnose
 
 
 def run(args: argparse.Namespace) -> tuple[str, int]:
     """(what to print, exit code): 0 when every installed package is OK, 1 when one is not."""
     if args.explain is not None:
-        findings = explain(_explain_text(args.explain))
-        text = json.dumps(findings_json(findings), indent=2) + "\n" if args.json else render_findings(findings)
+        told = _explain_text(args.explain)
+        findings = explain(told)
+        answers = undefined_answers(told, args.python, args.index_url)
+        if args.json:
+            text = json.dumps({**findings_json(findings), "undefined_symbols": answers}, indent=2) + "\n"
+        else:
+            text = render_findings(findings) + "".join(line + "\n" for line in render_answers(answers))
         return text, 0 if findings else 1
     try:
         env = collect(args.python)
@@ -40,13 +47,31 @@ def run(args: argparse.Namespace) -> tuple[str, int]:
     return render_text(env, diagnoses, fixes, missing), 0 if ok else 1
 
 
+# --explain reads at most the last EXPLAIN_BYTES of its input: a loader's message is near a log's end, and the
+# scan stays linear, so this bounds both its memory and its time (docs/hostile-input.md).
+EXPLAIN_BYTES = 16 << 20
+
+
 def _explain_text(value: str) -> str:
     if value == "-":
-        return sys.stdin.read()
+        stream = getattr(sys.stdin, "buffer", None)
+        return _tail(stream) if stream is not None else sys.stdin.read()[-EXPLAIN_BYTES:]
     path = Path(value)
     if len(value) < 4096 and "\n" not in value and path.is_file():
-        return path.read_text(errors="replace")
-    return value
+        with path.open("rb") as stream:
+            stream.seek(max(0, path.stat().st_size - EXPLAIN_BYTES))
+            return _tail(stream)
+    return value[-EXPLAIN_BYTES:]
+
+
+def _tail(stream: BinaryIO) -> str:
+    """The last EXPLAIN_BYTES of ``stream``, read in chunks (stdin's size is not known ahead), as text."""
+    kept = bytearray()
+    for chunk in iter(lambda: stream.read(1 << 20), b""):
+        kept += chunk
+        if len(kept) > 2 * EXPLAIN_BYTES:
+            del kept[:-EXPLAIN_BYTES]
+    return bytes(kept[-EXPLAIN_BYTES:]).decode("utf-8", errors="replace")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,14 +22,19 @@ from builder.core.errors import WheelwrightError
 # Dependency order: each module imports only from those before it.
 MODULES = (
     "builder.core.errors",
+    "builder.core.http",
     "builder.core.elfread",
     "builder.core.fatbin",
+    "builder.core.demangle",
+    "builder.core.symbols",
     "builder.doctor.labels",
+    "builder.doctor.symbolcheck",
     "builder.doctor.probe",
     "builder.doctor.explain",
     "builder.doctor.verdicts",
     "builder.doctor.fix",
     "builder.doctor.report",
+    "builder.doctor.undefined",
     "builder.doctor.arguments",
     "builder.doctor.main",
 )

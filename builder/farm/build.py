@@ -31,9 +31,13 @@ from builder.core.resources import BUILD_DATA
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps import compile as compile_stage
-from builder.steps import provenance
+from builder.steps import cross, provenance
 from builder.steps import variant as variant_stage
+from builder.steps.abi import needed_abi
+from builder.steps.emulate import check_import_emulated
 from builder.steps.environment import (
+    BuildEnv,
+    RuntimeEnv,
     build_env,
     build_requirements,
     find_pythons,
@@ -42,10 +46,11 @@ from builder.steps.environment import (
 )
 from builder.steps.fetch import fetch_sdist, unpack_sdist
 from builder.steps.nvcc_time import read_times, seed_costs, unit_costs
-from builder.steps.recipes import apply_recipe
+from builder.steps.platform import cross_target
+from builder.steps.recipes import RecipeResult, apply_recipe
 from builder.steps.recipes.facts import package_facts
 from builder.steps.repair import load_excludes, repair_wheel
-from builder.steps.toolchain import ToolkitReadiness
+from builder.steps.toolchain import Toolchain, ToolkitReadiness
 from builder.steps.toolchain import readiness as toolkit_readiness
 from builder.steps.torch_index import (
     TORCH_INDEX_ENV,
@@ -56,7 +61,7 @@ from builder.steps.torch_index import (
     torch_index_template,
 )
 from builder.steps.upstream import overlay_upstream
-from builder.steps.verify import quarantine, verify_wheel
+from builder.steps.verify import VerifyReport, quarantine, verify_wheel
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +228,10 @@ def _first_problem(job: Job, facts: TorchFacts, torch_index: str, scope: str, pa
         toolkit = toolkits[key]
         if toolkit.problem is not None:
             return toolkit.problem, NO_ROCM if job.accelerator.kind == "rocm" else toolkit.problem
+        target = cross_target(job)
+        problem = cross.cross_problem(target) if target else None
+        if problem is not None:
+            return problem, problem
     try:
         find_torch_wheel(job, facts, torch_index, pages)
     except TorchIndexUnreachable as error:
@@ -248,6 +257,16 @@ def _base_entry(job: Job, digest: str, layout: Layout, **fields: Any) -> LedgerE
     )
 
 
+def _patched(job: Job, sdist: Path, into: Path) -> tuple[Path, RecipeResult]:
+    """The sdist unpacked into ``into``, upstream's missing files overlaid, the recipe applied; each change logged."""
+    source = unpack_sdist(sdist, into)
+    added = overlay_upstream(job, source)
+    recipe = apply_recipe(source, job)
+    for change in (*added, *recipe.changes):
+        log_note(f"recipe: {change}")
+    return source, recipe
+
+
 class Builder:
     def __init__(
         self, layout: Layout, facts: TorchFacts, options: BuildOptions, progress: Progress | None = None
@@ -263,9 +282,9 @@ class Builder:
             folder.mkdir(parents=True, exist_ok=True)
         with _exclusive(self.layout.root / ".lock"), Ledger(self.layout.ledger) as ledger:
             self._recover(ledger)
-            groups: dict[tuple[str, str, str], list[Job]] = defaultdict(list)
+            groups: dict[tuple[str, str, str, str], list[Job]] = defaultdict(list)
             for job in jobs:
-                groups[(job.package, job.version, job.label)].append(job)
+                groups[(job.package, job.version, job.label, job.platform)].append(job)
             share = max(1, min(self.options.parallel, len(groups)))
             with ThreadPoolExecutor(max_workers=share) as pool:
                 results = pool.map(lambda group: [self._one(job, share) for job in group], groups.values())
@@ -361,25 +380,18 @@ class Builder:
         with timer("fetch"):
             sdist = fetch_sdist(job)
         with timer("env"):
-            toolkit = find_toolkit(job.accelerator, job.archs)
-            runtime = runtime_env(job, self.facts, self.options.torch_index)
-            env = build_env(job, runtime, toolkit)
+            runtime, toolkit, env, crossed = self._environment(job)
         with timer("patch"):
-            source = unpack_sdist(sdist, work / "unpacked")
-            added = overlay_upstream(job, source)
-            recipe = apply_recipe(source, job)
-            for change in (*added, *recipe.changes):
-                log_note(f"recipe: {change}")
+            source, recipe = _patched(job, sdist, work / "unpacked")
         with timer("compile"), compile_stage.workspace(job, source, runtime.site_packages) as space:
             parallelism = compile_stage.Parallelism.fit(len(job.archs), share=share)
             objcache = (
                 None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
             )
-            # the seed's guesses for what the ledger has not measured yet (a first build: every unit)
-            guessed = {k: v for k, v in seed_costs(job.package, recipe.part_shares).items() if k not in measured}
-            costs = {**guessed, **measured}
-            log_note(f"core pool costs: {len(measured)} units measured (ledger), {len(guessed)} guessed (seed)")
-            environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache, costs)
+            costs = _pool_costs(job, recipe.part_shares, measured)
+            cross_environ = crossed.environ(space.torch_site, *cross.build_paths(env.python)) if crossed else None
+            environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache, costs,
+                                                  cross=cross_environ)
             try:
                 with compile_stage.shared_objects(job, toolkit, space, objcache):  # the farm's device steps
                     built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
@@ -395,34 +407,60 @@ class Builder:
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired")
             # After repair (which rewrites the ELF files), so the record's digests are of what ships.
+            abi = needed_abi(repaired.wheel, job, runtime.site_packages)
+            compiled["abi"] = json.dumps(abi, sort_keys=True)
             record = provenance.build_record(job, toolchain=toolkit.as_dict(), recipe_changes=recipe.changes,
-                                             torch_wheel=runtime.origin())
+                                             torch_wheel=runtime.origin(), abi=abi)
             provenance.embed(repaired.wheel, record)
         with timer("verify"):
-            report = verify_wheel(repaired.wheel, job, runtime=runtime)
+            importer = functools.partial(check_import_emulated, build=crossed) if crossed else None
+            report = verify_wheel(repaired.wheel, job, runtime=None if crossed else runtime, importer=importer)
             log_note(report.describe())
         summary = json.dumps(report.as_dict(), sort_keys=True, default=str)
         if not report.ok:
-            destination = quarantine(repaired.wheel, report, self.layout.quarantine)
-            return _base_entry(
-                job,
-                digest,
-                self.layout,
-                status=Status.QUARANTINED,
-                phase="verify",
-                timings=timer.timings,
-                wheel=destination.name,
-                wheel_sha256=sha256_of(destination),
-                wheel_size=destination.stat().st_size,
-                reason="; ".join(report.reasons),
-                report=summary,
-                **compiled,
-            )
+            return self._quarantined(job, digest, timer, repaired.wheel, report, summary, compiled)
         with timer("install"):
             twin = variant_stage.make_twin(repaired.wheel, work / "variant")  # after the gate, checked again
             entry = self._install(job, digest, repaired.wheel, timer, ledger, summary, compiled)
             os.replace(twin.path, self.layout.variant / twin.path.name)
             return entry
+
+    def _quarantined(
+        self,
+        job: Job,
+        digest: str,
+        timer: PhaseTimer,
+        wheel: Path,
+        report: VerifyReport,
+        summary: str,
+        compiled: dict[str, str],
+    ) -> LedgerEntry:
+        """A wheel the verify gate refused: moved to quarantine/, and the ledger says why."""
+        destination = quarantine(wheel, report, self.layout.quarantine)
+        return _base_entry(
+            job,
+            digest,
+            self.layout,
+            status=Status.QUARANTINED,
+            phase="verify",
+            timings=timer.timings,
+            wheel=destination.name,
+            wheel_sha256=sha256_of(destination),
+            wheel_size=destination.stat().st_size,
+            reason="; ".join(report.reasons),
+            report=summary,
+            **compiled,
+        )
+
+    def _environment(self, job: Job) -> tuple[RuntimeEnv, Toolchain, BuildEnv, cross.CrossBuild | None]:
+        """The job's torch, toolkit and build venv; for another CPU than this machine's (a cross build) also the
+        target's parts, and then setup.py runs under the x86_64 torch of the same version (builder/steps/cross.py)."""
+        toolkit = find_toolkit(job.accelerator, job.archs)
+        target = cross_target(job)
+        runtime = runtime_env(cross.host_twin(job) if target else job, self.facts, self.options.torch_index)
+        crossed = cross.prepare(job, toolkit, target, self.facts) if target else None
+        toolkit = crossed.toolchain if crossed else toolkit
+        return runtime, toolkit, build_env(job, runtime, toolkit), crossed
 
     def _install(
         self,
@@ -454,6 +492,14 @@ class Builder:
         return _base_entry(
             job, digest, self.layout, status=Status.BUILT, phase="install", wheel_identity=identity, **fields
         )
+
+
+def _pool_costs(job: Job, part_shares: Any, measured: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """The core pool's (unit, arch) costs: the ledger's measured ones, the seed's guesses for the rest (a first
+    build: every unit)."""
+    guessed = {k: v for k, v in seed_costs(job.package, part_shares).items() if k not in measured}
+    log_note(f"core pool costs: {len(measured)} units measured (ledger), {len(guessed)} guessed (seed)")
+    return {**guessed, **measured}
 
 
 @contextmanager

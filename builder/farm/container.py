@@ -5,7 +5,7 @@ reused by the others exactly as on the host. The container runs `wheelwright bui
 from this checkout (mounted read-only) against the same output folder (mounted at the same path, so the ledger's
 paths stay true on the host). The host's caches are mounted rather than refilled per run: the sdists, the torch
 installs (interpreter-independent `pip --target` trees, installed by the host's pip when the host has that
-Python), pip's cache, and on the bootstrapped base the host's CUDA toolkit, read-only.
+Python), pip's cache, and the host's CUDA toolkit, read-only, where the image neither ships nor carries one.
 """
 
 from __future__ import annotations
@@ -212,12 +212,11 @@ class ContainerBackend:
         network_mounts, network_env = host_network()
         mounts += network_mounts
         env.update(network_env)
-        toolkit = self._host_toolkit(group[0]) if spec.base.toolkit == "mounted" else None
+        toolkit = self._host_toolkit(group[0]) if spec.mounts_toolkit else None
         if toolkit:
             home = toolkit_home(toolkit)
-            target = Path(f"/usr/local/cuda-{group[0].accelerator.version}")
-            mounts.append(Mount(source=home, target=target, read_only=True))
-            env["WHEELWRIGHT_CUDA_HOME"] = str(target / toolkit.relative_to(home))
+            mounts.append(Mount(source=home, target=spec.cuda_home, read_only=True))
+            env["WHEELWRIGHT_CUDA_HOME"] = str(spec.cuda_home / toolkit.relative_to(home))
         script = inner_script(group, spec, self.invocation, self.layout, self.options)
         return RunSpec(image=tag, command=("bash", "-c", script), mounts=tuple(mounts), env=env)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from builder.core.errors import ToolchainError
-from builder.core.runner import Completed, run
+from builder.core.runner import ENGINE_INFO, ENGINE_QUERY, Completed, DeadlinePassed, run
 
 ENGINES = ("docker", "podman")
 START_DOCKER = (
@@ -78,7 +78,11 @@ class CliEngine:
 
     def image_id(self, tag: str) -> str | None:
         result = self._run(
-            ["image", "inspect", "--format", "{{json .Id}}", tag], "inspect image", capture=True, check=False
+            ["image", "inspect", "--format", "{{json .Id}}", tag],
+            "inspect image",
+            capture=True,
+            check=False,
+            deadline=ENGINE_QUERY,
         )
         return json.loads(result.output.splitlines()[-1]) if result.returncode == 0 else None
 
@@ -110,7 +114,10 @@ class CliEngine:
         """Pull ``reference`` and return the registry digest it resolved to (``sha256:...``)."""
         self._run(["pull", reference], f"pull {reference}", log_path=log_path)
         result = self._run(
-            ["image", "inspect", "--format", "{{json .RepoDigests}}", reference], "inspect digest", capture=True
+            ["image", "inspect", "--format", "{{json .RepoDigests}}", reference],
+            "inspect digest",
+            capture=True,
+            deadline=ENGINE_QUERY,
         )
         digests = json.loads(result.output.splitlines()[-1]) or []
         if not digests:
@@ -155,9 +162,13 @@ def find_engine(
 
 
 def _responds(executable: str) -> bool:
-    return (
-        run(
-            [executable, "info", "--format", "{{.ServerVersion}}"], step="engine info", capture=True, check=False
-        ).returncode
-        == 0
-    )
+    """Whether the engine's daemon answers ``info``; one that hangs is an error naming it and the deadline."""
+    command = [executable, "info", "--format", "{{.ServerVersion}}"]
+    try:
+        return run(command, step="engine info", capture=True, check=False, deadline=ENGINE_INFO).returncode == 0
+    except DeadlinePassed:
+        seconds = ENGINE_INFO.seconds()
+        raise ToolchainError(
+            f"`{executable} info` did not answer within {seconds:g} s (total deadline): its daemon hangs",
+            tip=f"check the daemon (`{Path(executable).name} info`); restart it if it does not answer: " + START_DOCKER,
+        ) from None

@@ -1,6 +1,6 @@
-"""Builder images: which ones a plan needs (one per toolkit family and version), their Dockerfiles and build args,
-the base they start from, and building them through an Engine with the bootstrapped base and the built images
-kept under the cache so a fresh daemon (a new CI machine) loads them instead of rebuilding.
+"""Builder images: which ones a plan needs (one per toolkit family and version), their Dockerfiles, build args and
+build contexts (with the CUDA toolkit an image carries), the base they start from, and building them through an
+Engine, with the bootstrapped base and the built images kept under the cache so a fresh daemon loads them.
 """
 
 from __future__ import annotations
@@ -24,11 +24,15 @@ from builder.core.runner import run
 from builder.farm.engine import Engine
 from builder.plan.facts import Accelerator, python_key
 from builder.plan.job import Job
+from builder.steps import toolchain
+from builder.steps.toolchain import ToolkitSource
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE = "bullseye"
 CONTEXT_FILES = ("install-python.sh", "rocm/fix-bf16-header.sh")
+TOOLKIT_CONTEXT = "toolkit"  # the context's folder the Dockerfile copies to CARRIED_AT (empty when none is carried)
+CARRIED_AT = Path("/opt/wheelwright/toolkit")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +44,7 @@ class Base:
     kind: str  # debootstrap | registry
     glibc: str
     toolkit: str  # mounted (the host's, at run time) | image (the base ships it)
+    carries: tuple[str, ...] = ()  # toolkits.toml Debian sources its images copy in rather than mount
     families: tuple[str, ...]
     pythons: tuple[str, ...]
     runner_python: str
@@ -63,21 +68,46 @@ class Base:
         return self.kind == "debootstrap" or f"{family}{version}" in (self.digests or {})
 
 
-def load_bases() -> dict[str, Base]:
-    raw = tomllib.loads(IMAGE_BASES.read_text())
+def load_bases(text: str | None = None) -> dict[str, Base]:
+    raw = tomllib.loads(IMAGE_BASES.read_text() if text is None else text)
     bases = {}
     for name, table in raw.get("bases", {}).items():
+        for key in ("families", "pythons", "carries"):
+            if key in table:
+                table[key] = tuple(table[key])
         try:
-            bases[name] = Base(
-                name=name, families=tuple(table.pop("families")), pythons=tuple(table.pop("pythons")), **table
-            )
+            bases[name] = Base(name=name, **table)
         except (KeyError, TypeError) as error:
             raise ConfigError(f"builder/data/images.toml: bases.{name}: {error}") from None
         if bases[name].kind not in ("debootstrap", "registry"):
             raise ConfigError(
                 f"builder/data/images.toml: bases.{name}.kind: {bases[name].kind!r} is not debootstrap or registry"
             )
+        _check_carries(bases[name])
     return bases
+
+
+def _check_carries(base: Base) -> None:
+    """A carried toolkit is one the host's provider unpacks into a folder of its own: a Debian source."""
+    debian = [source.name for source in toolchain.load_sources() if source.kind == "debian"]
+    for name in base.carries:
+        if name not in debian:
+            raise ConfigError(
+                f"builder/data/images.toml: bases.{base.name}.carries: {name!r} is not a Debian source of "
+                f"builder/data/toolkits.toml (those are: {', '.join(debian)})"
+            )
+    if base.carries and base.toolkit != "mounted":
+        raise ConfigError(
+            f"builder/data/images.toml: bases.{base.name}.carries: the base ships its own toolkit (toolkit = "
+            f"{base.toolkit!r}); only a base whose toolkit is mounted can carry one instead"
+        )
+
+
+def carried_toolkit(base: Base, accelerator: Accelerator) -> ToolkitSource | None:
+    """The toolkit an image of ``accelerator`` on ``base`` carries, if any of ``carries`` serves it: as a job picks
+    its source, the exact release first, then toolkits.toml's order."""
+    chosen = tuple(source for source in toolchain.load_sources() if source.name in base.carries)
+    return next(iter(toolchain.serving(accelerator, chosen)), None) if chosen else None
 
 
 def docker_dir() -> Path:
@@ -92,11 +122,13 @@ def docker_dir() -> Path:
 
 @dataclass(frozen=True, kw_only=True)
 class ImageSpec:
-    """One builder image: a toolkit family and version on a base, with the Pythons its jobs need."""
+    """One builder image: a toolkit family and version on a base, with the Pythons its jobs need and the toolkit it
+    carries inside (copied from the host's cache when it is built), if any."""
 
     accelerator: Accelerator
     base: Base
     pythons: tuple[str, ...]
+    carried: ToolkitSource | None = None
 
     @property
     def family(self) -> str:
@@ -112,15 +144,44 @@ class ImageSpec:
         return f"{self.family}.Dockerfile"
 
     @property
+    def mounts_toolkit(self) -> bool:
+        """Whether a job's container gets the host's toolkit mounted: the base ships none and the image carries none."""
+        return self.base.toolkit == "mounted" and self.carried is None
+
+    @property
+    def toolkit_origin(self) -> str:
+        """Where a job in this image gets its toolkit, in words (`images list`)."""
+        if self.carried is not None:
+            return f"carries {self.carried.name}"
+        return "the host's, mounted" if self.mounts_toolkit else "the base's"
+
+    @property
+    def cuda_home(self) -> Path:
+        """Where the image's toolkit is: the base's own, the one it carries, or the host's mounted at run time."""
+        release = self.carried.release if self.carried else self.accelerator.version
+        return Path(f"/usr/local/cuda-{release}")
+
+    @property
     def build_args(self) -> dict[str, str]:
-        version_arg = "CUDA_VERSION" if self.family == "cuda" else "ROCM_VERSION"
-        return {
-            "BASE": self.base.reference(self.family, self.accelerator.version),
-            version_arg: self.accelerator.version,
-            "PYTHONS": " ".join(self.pythons),
-            "RUNNER_PYTHON": self.base.runner_python,
-            "COMPILER_PACKAGES": self.base.compiler_packages,
-        }
+        args = {"BASE": self.base.reference(self.family, self.accelerator.version)}
+        if self.family == "cuda":
+            args.update(CUDA_VERSION=self.accelerator.version, CUDA_HOME=str(self.cuda_home), TOOLKIT=self.toolkit)
+        else:
+            args.update(ROCM_VERSION=self.accelerator.version)
+        args.update(
+            PYTHONS=" ".join(self.pythons),
+            RUNNER_PYTHON=self.base.runner_python,
+            COMPILER_PACKAGES=self.base.compiler_packages,
+        )
+        return args
+
+    @property
+    def toolkit(self) -> str:
+        """The carried toolkit as its source pins it (so the tag changes when it does): "" for none."""
+        source = self.carried
+        if source is None:
+            return ""
+        return f"{source.name}: {' '.join(source.packages)} ({source.suite} {' '.join(source.components)})"
 
     def content_hash(self, folder: Path) -> str:
         """Dockerfile, context scripts and build args: change any and the tag changes (a cache key, too)."""
@@ -166,7 +227,8 @@ def images_for(
             else next(b for b in bases.values() if family in b.families)
         )
         ordered = tuple(sorted(minors, key=python_key))
-        specs.append(ImageSpec(accelerator=accelerator, base=base, pythons=ordered))
+        carried = carried_toolkit(base, accelerator)
+        specs.append(ImageSpec(accelerator=accelerator, base=base, pythons=ordered, carried=carried))
     return specs
 
 
@@ -177,8 +239,9 @@ def image_for(job: Job, specs: Sequence[ImageSpec]) -> ImageSpec:
 # -- render ----------------------------------------------------------------------------------------------------------
 
 
-def render(spec: ImageSpec, destination: Path, folder: Path | None = None) -> Path:
-    """A self-contained build context for one image: Dockerfile, scripts, build args, and the command that builds it."""
+def render(spec: ImageSpec, destination: Path, folder: Path | None = None, *, toolkit: Path | None = None) -> Path:
+    """A self-contained build context for one image: Dockerfile, scripts, the toolkit it carries (``toolkit``, else
+    the provider's unpacked folder, provided now), build args, and the command that builds it."""
     folder = folder or docker_dir()
     target = destination / spec.name
     shutil.rmtree(target, ignore_errors=True)
@@ -187,6 +250,11 @@ def render(spec: ImageSpec, destination: Path, folder: Path | None = None) -> Pa
     for relative in CONTEXT_FILES:
         (target / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(folder / relative, target / relative)
+    home = toolkit or carried_home(spec)
+    if home is None:
+        (target / TOOLKIT_CONTEXT).mkdir()  # the Dockerfile's COPY needs the folder; an empty one adds nothing
+    else:
+        link_tree(home, target / TOOLKIT_CONTEXT)
     args = "".join(f"  --build-arg {key}='{value}' \\\n" for key, value in spec.build_args.items())
     (target / "build.sh").write_text(
         f"#!/bin/sh\n# {spec.name} on {spec.base.name}: {spec.not_buildable() or 'buildable'}\n"
@@ -194,6 +262,28 @@ def render(spec: ImageSpec, destination: Path, folder: Path | None = None) -> Pa
     )
     (target / "build.sh").chmod(0o755)
     return target
+
+
+def carried_home(spec: ImageSpec) -> Path | None:
+    """The host's unpacked folder of the toolkit ``spec`` carries (``root/`` and the ``tree/`` its links reach),
+    downloaded and unpacked by the provider if it is not in the cache yet; None when the image carries none."""
+    if spec.carried is None:
+        return None
+    toolchain.provide_debian(spec.carried)
+    return toolchain.debian_root(spec.carried)
+
+
+def link_tree(source: Path, target: Path) -> None:
+    """A copy of ``source`` made of hard links where both sides are on one file system (a toolkit is a gigabyte),
+    of copies where not; symbolic links stay links (Debian's toolkit links its root/ into its tree/)."""
+
+    def link(from_path: str, to_path: str) -> None:
+        try:
+            os.link(from_path, to_path)
+        except OSError:
+            shutil.copy2(from_path, to_path)
+
+    shutil.copytree(source, target, symlinks=True, copy_function=link)
 
 
 # -- the local base --------------------------------------------------------------------------------------------------
@@ -269,7 +359,10 @@ def ensure_image(engine: Engine, spec: ImageSpec, *, log_path: Path | None = Non
         engine.load(saved, log_path=log_path)
         return Built(spec=spec, tag=tag, how="loaded", seconds=round(time.monotonic() - start, 1))
     ensure_base(engine, spec.base, log_path=log_path)
-    engine.build(folder, folder / spec.dockerfile, tag, spec.build_args, log_path=log_path)
+    (cache_dir() / "images").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".context-{spec.name}-", dir=cache_dir() / "images") as work:
+        context = render(spec, Path(work), folder)
+        engine.build(context, context / "Dockerfile", tag, spec.build_args, log_path=log_path)
     if save:
         saved.parent.mkdir(parents=True, exist_ok=True)
         for stale in saved.parent.glob(f"{saved.name.rsplit('-', 1)[0]}-*.tar"):

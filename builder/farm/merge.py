@@ -1,10 +1,13 @@
 """Merging build outputs: the wheelhouses of many runners (CI artifacts, each with dist/, logs/, ledger.sqlite)
 into one, so `wheelwright index` sees every wheel and every failure. Every shard is untrusted input: all rows of
-all shards are checked (builder.farm.shardcheck) and the whole merge planned before anything is written."""
+all shards are checked (builder.farm.shardcheck) and the whole merge planned before anything is written. Each file
+is copied into tmp/merge/ and renamed into place before its row is recorded, so a merge killed at any point leaves
+every file whole (a wheel hard-linked into a site keeps its bytes) and the next merge finishes the work."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -95,13 +98,25 @@ def _refuse_two_builds(takes: Sequence[Take], layout: Layout) -> None:
 
 
 def _apply(takes: Sequence[Take], layout: Layout) -> None:
-    for folder in (layout.dist, layout.logs):
+    staging = layout.tmp / "merge"
+    shutil.rmtree(staging, ignore_errors=True)  # what a killed merge left half-copied
+    for folder in (layout.dist, layout.logs, staging):
         folder.mkdir(parents=True, exist_ok=True)
     with Ledger(layout.ledger) as ours:
         for take in takes:
             log = take.shard.logs / f"{take.entry.job_id}.log"
             if log.is_file():
-                shutil.copyfile(log, layout.logs / log.name)
+                _place(log, layout.logs / log.name, staging)
             if take.wheel is not None:
-                shutil.copyfile(take.shard.dist / take.wheel, layout.dist / take.wheel)
+                _place(take.shard.dist / take.wheel, layout.dist / take.wheel, staging)
             ours.put(dataclasses.replace(take.entry, log_path=str(layout.logs / f"{take.entry.job_id}.log")))
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _place(source: Path, destination: Path, staging: Path) -> None:
+    """Copy ``source`` whole into ``staging``, then rename it onto ``destination``: a reader, or a merge killed
+    midway, sees the old file or the new one, never part of one; and an old file's inode (a site's hard link to a
+    wheel in dist/) is never rewritten."""
+    part = staging / destination.name
+    shutil.copyfile(source, part)
+    os.replace(part, destination)

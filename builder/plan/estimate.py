@@ -14,9 +14,7 @@ scripts/measure_device_reuse.py) is priced once per class of torch versions whos
 from __future__ import annotations
 
 import heapq
-import json
 import math
-import sqlite3
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +23,9 @@ from pathlib import Path
 import tomllib
 
 from builder.core.errors import ConfigError
+from builder.core.ledger import StageTime, read_costs
 from builder.core.resources import COMPILE_COSTS, DEVICE_REUSE
+from builder.plan.facts import DEFAULT_PLATFORM
 from builder.plan.job import Job
 
 UPSTREAM_NVCC_THREADS = 4
@@ -106,35 +106,30 @@ def ledger_model(ledger: Path, seed: CostModel) -> CostModel:
     """Measured costs from the ledger, per (package, accelerator): each job's ``stage_times`` (CPU-seconds per unit,
     arch and stage) where recorded, else its ``compile_times`` (per job: [{unit, arch, seconds}] from ``nvcc
     --time``; arch "host" is the part that runs once per unit), averaged per (unit, arch); the seed prices the
-    toolkits and packages the ledger has not measured."""
-    if not ledger.is_file():
+    toolkits and packages the ledger has not measured. No file there: the seed alone. A file that is not a ledger,
+    or a row that does not read as one: LedgerError."""
+    if not ledger.exists():
         return seed
-    with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True) as connection:
-        try:
-            present = {row[1] for row in connection.execute("PRAGMA table_info(jobs)")}
-            wanted = [c if c in present else "NULL" for c in ("package", "accelerator", "compile_times", "stage_times")]
-            rows = connection.execute(
-                f"SELECT {', '.join(wanted)} FROM jobs WHERE compile_times IS NOT NULL"
-                + (" OR stage_times IS NOT NULL" if "stage_times" in present else "")
-            ).fetchall()
-        except sqlite3.OperationalError:  # a ledger from before compile times were recorded
-            return seed
     samples: Samples = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     stage_samples: Samples = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    for package, accelerator, compile_times, stage_times in rows:
-        family = (package, accelerator or "")
-        if _add_stage_times(stage_samples[family], stage_times):
+    kinds: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for recorded in read_costs(ledger):
+        family = (recorded.package, recorded.accelerator)
+        if _add_stage_times(stage_samples[family], recorded.stage_times):
+            kinds[family].add("stage_times")
             continue
-        for timing in json.loads(compile_times or "[]"):
-            samples[family][timing["unit"]][timing["arch"]].append(float(timing["seconds"]))
+        for timing in recorded.compile_times:
+            samples[family][timing.unit][timing.arch].append(timing.seconds)
+            kinds[family].add("compile_times")
     measured = {family: tuple(_measured_unit(family[0], unit, by_arch, stage_samples[family].get(unit, {}))
                               for unit, by_arch in sorted(_merge(samples[family], stage_samples[family]).items()))
-                for family in sorted(set(samples) | set(stage_samples))}
+                for family in sorted(kinds)}
     if not measured:
         return seed
-    names = ", ".join(f"{package} {accelerator or '(no accelerator)'}" for package, accelerator in measured)
+    names = "; ".join(f"{' and '.join(sorted(kinds[family]))} of {family[0]} {family[1] or '(no accelerator)'}"
+                      for family in sorted(kinds))
     return CostModel(units=seed.units, per_python=seed.per_python, measured=measured,
-                     source=f"{ledger} (measured per toolkit: {names}); the seed for the rest")
+                     source=f"{ledger} (per toolkit: {names}); the seed for the rest")
 
 
 # (package, accelerator) -> unit -> arch -> samples
@@ -142,13 +137,12 @@ Samples = defaultdict[tuple[str, str], defaultdict[str, defaultdict[str, list[fl
 _CHAIN = ("preprocess", "cicc", "ptxas")  # the stages run once per (unit, arch); front and host once per unit
 
 
-def _add_stage_times(samples: defaultdict[str, defaultdict[str, list[float]]], text: str | None) -> bool:
+def _add_stage_times(samples: defaultdict[str, defaultdict[str, list[float]]], rows: list[StageTime]) -> bool:
     """Add one job's complete (unit, arch) chains (every device stage compiled, none reused) and its units' front
     end and host part, as "stage@arch" samples; False when the job recorded none."""
-    rows = json.loads(text or "[]")
     by_key: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for row in rows:
-        by_key[(row["unit"], row["arch"])][row["stage"]] = float(row["cpu"])
+        by_key[(row.unit, row.arch)][row.stage] = row.cpu
     added = False
     for (unit, arch), stages in by_key.items():
         if arch and all(stage in stages for stage in _CHAIN):
@@ -238,11 +232,24 @@ def _cuda_wall(costs: list[tuple[int, list[float]]], cores: int, threads: int) -
     return cpu, max(cpu / cores, critical)
 
 
+def group_name(job: Job) -> str:
+    """What compiles once: (package, version, label), and the platform where it is not x86_64 (an aarch64 group
+    compiles its own objects, on its own runner)."""
+    name = f"{job.package}-{job.local_version}"
+    return name if job.platform == DEFAULT_PLATFORM else f"{name}-{job.platform}"
+
+
+def group_selector(job: Job) -> str:
+    """The fnmatch pattern that selects exactly the jobs of ``job``'s group: ``mamba-ssm-2.3.2.post1+pt214cu130-*-
+    aarch64``."""
+    return f"{job.package}-{job.local_version}-*-{job.platform}"
+
+
 def groups(jobs: Sequence[Job]) -> dict[str, list[Job]]:
-    """Jobs by (package, version, label): what compiles once."""
+    """Jobs by :func:`group_name`: what compiles once."""
     grouped: dict[str, list[Job]] = defaultdict(list)
     for job in jobs:
-        grouped[f"{job.package}-{job.local_version}"].append(job)
+        grouped[group_name(job)].append(job)
     return grouped
 
 
@@ -353,6 +360,18 @@ def summary(ours: Estimate, upstream: Estimate, without_reuse: Estimate, model: 
         (f"costs: {model.source}; {ours.costs - ours.extrapolated} of {ours.costs} (unit, arch) costs measured for "
          f"their own toolkit, {ours.extrapolated} extrapolated"),
     ]
+
+
+def by_platform(jobs: Sequence[Job], model: CostModel, *, runners: int, cores: int,
+                reuse: ReuseFacts | None = None) -> dict[str, Estimate]:
+    """wheelwright's estimate of each platform's jobs alone, x86_64 first: each platform's groups run on runners of
+    its own (GitHub's arm64 runners are a pool of their own), so each is priced on ``runners`` of them."""
+    platforms = sorted({job.platform for job in jobs}, key=lambda p: (p != DEFAULT_PLATFORM, p))
+    return {
+        platform: estimate([j for j in jobs if j.platform == platform], model, runners=runners, cores=cores,
+                           reuse=reuse)[0]
+        for platform in platforms
+    }
 
 
 def timeout_minutes(item: Item, *, margin: float = 1.5, floor: int = 30, ceiling: int = 340) -> int:

@@ -6,7 +6,6 @@ and auditwheel, which tests/integration/test_elfread_twin.py holds that reader t
 from __future__ import annotations
 
 import logging
-import zipfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from builder.core.archive import open_archive
 from builder.core.elfread import ElfFile
 from builder.core.errors import WheelError
 from builder.core.fatbin import FatbinContents, elf_fatbin
@@ -38,6 +38,8 @@ class ElfFacts:
     symbol_versions: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
     gpu: FatbinContents = field(default_factory=FatbinContents)
     abi: AbiEvidence = field(default_factory=AbiEvidence)  # C++ ABI of the symbols shared with torch
+    machine: str = ""  # the CPU from e_machine: "x86_64", "aarch64" ("" where not read: gpu=False)
+    load_alignments: tuple[int, ...] = ()  # p_align of each PT_LOAD segment
 
     @property
     def name(self) -> str:
@@ -63,9 +65,12 @@ def read_elf(path: Path, *, name: str, gpu: bool = True) -> ElfFacts:
             abi = classify(_dynamic_symbols(elf)) if gpu else AbiEvidence()
     except ELFError as error:
         raise WheelError(f"{name}: not a readable ELF file ({error})") from None
-    kernels = _kernels(path, name) if gpu else FatbinContents()
     frozen = MappingProxyType({lib: frozenset(v) for lib, v in sorted(versions.items())})
-    return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen, gpu=kernels, abi=abi)
+    if not gpu:
+        return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen)
+    kernels, machine, alignments = _stdlib_facts(path, name)
+    return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen, gpu=kernels, abi=abi,
+                    machine=machine, load_alignments=alignments)
 
 
 def _dynamic_symbols(elf: ELFFile) -> Iterator[str]:
@@ -78,10 +83,11 @@ def _dynamic_symbols(elf: ELFFile) -> Iterator[str]:
             yield symbol.name
 
 
-def _kernels(path: Path, name: str) -> FatbinContents:
-    """The GPU code, read by the standard-library reader that doctor.py shares."""
+def _stdlib_facts(path: Path, name: str) -> tuple[FatbinContents, str, tuple[int, ...]]:
+    """The GPU code, the CPU and the segments' alignment, read by the standard-library reader doctor.py shares."""
     with path.open("rb") as stream:
-        return elf_fatbin(ElfFile(stream, where=name), where=name)
+        elf = ElfFile(stream, where=name)
+        return elf_fatbin(elf, where=name), elf.machine, elf.load_alignments()
 
 
 def is_elf(path: Path) -> bool:
@@ -97,13 +103,13 @@ def tree_elf_facts(root: Path, *, gpu: bool = True) -> tuple[ElfFacts, ...]:
 
 @contextmanager
 def unpacked(wheel: Path) -> Iterator[Path]:
-    """The wheel's files in a temporary directory, removed afterwards."""
+    """The wheel's files in a temporary directory, removed afterwards (unpacked within the archive caps)."""
     with TemporaryDirectory(prefix="wheelwright-unpack-") as tmp:
         try:
-            with zipfile.ZipFile(wheel) as archive:
-                archive.extractall(tmp)
-        except (zipfile.BadZipFile, OSError) as error:
-            raise WheelError(f"{wheel}: not a readable wheel ({error})") from None
+            with open_archive(wheel) as archive:
+                archive.extract(Path(tmp))
+        except OSError as error:
+            raise WheelError(f"{wheel}: cannot unpack ({error})") from None
         yield Path(tmp)
 
 

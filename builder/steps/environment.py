@@ -14,16 +14,16 @@ import shutil
 import sys
 import sysconfig
 import tempfile
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.core.archive import FOREIGN, open_archive
 from builder.core.context import log_note
-from builder.core.errors import NotBuildableHere, ToolchainError
+from builder.core.errors import NotBuildableHere, ToolchainError, WheelError
 from builder.core.resources import BUILD_REQUIREMENTS
-from builder.core.runner import run
+from builder.core.runner import PIP_TOOLS, PIP_TORCH, run
 from builder.plan.facts import Accelerator, TorchFacts
 from builder.plan.job import Job
 from builder.steps.toolchain import Toolchain as Toolkit
@@ -180,7 +180,7 @@ def _pip_install_torch(job: Job, python: Path, path: Path, wheel: TorchWheel, st
         python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", *index,
         "--target", staging, path,
     ]
-    run(command, step=f"install torch {job.torch} for Python {job.python}")
+    run(command, step=f"install torch {job.torch} for Python {job.python}", deadline=PIP_TORCH)
 
 
 def check_torch(job: Job, python: Path, site: Path, wheel: TorchWheel) -> None:
@@ -196,10 +196,10 @@ def check_torch_wheel(job: Job, path: Path, wheel: TorchWheel) -> None:
     """Before anything is installed: the wheel's own ``torch/version.py`` must name the job's version and CUDA (or
     HIP), so a mirror serving another variant costs one download, not the install of its dependencies."""
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open_archive(path, FOREIGN, where=path.name) as archive:
             source = archive.read("torch/version.py")
         tree = ast.parse(source)
-    except (OSError, KeyError, zipfile.BadZipFile, SyntaxError, ValueError) as error:
+    except (WheelError, SyntaxError, ValueError) as error:
         raise TorchMismatch(f"{wheel.url} served no readable torch wheel: {error}") from None
     info: dict[str, Any] = {}
     for node in tree.body:
@@ -272,7 +272,7 @@ def _create_venv(venv: Path, python: Path, requirements: list[str], *, step: str
         "--quiet",
         "--disable-pip-version-check",
     ]
-    run([*pip, *requirements], step=step)
+    run([*pip, *requirements], step=step, deadline=PIP_TOOLS)
 
 
 def build_requirements() -> list[str]:

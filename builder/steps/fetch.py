@@ -14,10 +14,9 @@ import shutil
 import tarfile
 import tempfile
 import urllib.error
-import urllib.request
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from html.parser import HTMLParser
-from http.client import HTTPResponse
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 from urllib.parse import unquote, urljoin, urlsplit
@@ -27,15 +26,21 @@ from packaging.utils import canonicalize_name
 from builder.core.errors import FetchError
 from builder.core.files import atomic_file
 from builder.core.hashing import sha256_of
+from builder.core.http import BoundedResponse, Limits, PeerTooLarge, open_bounded
 from builder.plan.job import Job, Sdist
 
 log = logging.getLogger(__name__)
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/"
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
-TIMEOUT_S = 60.0
 PAGE_CAP_BYTES = 64 << 20  # an index page larger than this is refused (the registry's torch page is ~4 MB)
 _CHUNK = 1 << 16
+
+# What each kind of read may take; docs/hostile-input.md ("Deadlines and caps") says why these numbers.
+INDEX_PAGE = Limits(connect=10, idle=30, total=120, cap=PAGE_CAP_BYTES)
+SDIST = Limits(connect=10, idle=30, total=300, cap=64 << 20)
+TORCH_WHEEL = Limits(connect=10, idle=60, total=3600, cap=8 << 30)
+METADATA = Limits(connect=10, idle=30, total=60, cap=16 << 20)  # one wheel's METADATA, or a range of the wheel
 
 
 def cache_dir_for_sdists(cache_dir: Path | None = None) -> Path:
@@ -50,11 +55,13 @@ def index_url() -> str:
     return os.environ.get("WHEELWRIGHT_INDEX_URL") or DEFAULT_INDEX_URL
 
 
-def open_url(url: str, *, accept: str | None = None) -> HTTPResponse:
-    """The one place this module touches the network (tests replace it to prove a cache hit stays offline)."""
+def open_url(
+    url: str, *, accept: str | None = None, limits: Limits = INDEX_PAGE
+) -> AbstractContextManager[BoundedResponse]:
+    """The one place this module touches the network (tests replace it to prove a cache hit stays offline); every
+    read keeps to ``limits``."""
     headers = {"User-Agent": "wheelwright", **({"Accept": accept} if accept else {})}
-    response: HTTPResponse = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S)
-    return response
+    return open_bounded(url, limits, headers)
 
 
 def fetch_sdist(
@@ -152,6 +159,8 @@ def index_files(page_url: str, who: str) -> list[dict[str, Any]]:
         if error.code == 404:  # the index answered: it has no such project, so it lists no file of it
             return []
         raise FetchError(f"{who}: cannot read the index page {page_url}: {error}") from None
+    except PeerTooLarge as error:  # it answered, too much: no reason to ask another index instead
+        raise FetchError(f"{who}: cannot read the index page {page_url}: {error}") from None
     except (urllib.error.URLError, OSError) as error:
         raise IndexUnreachable(f"{who}: cannot read the index page {page_url}: {error}") from None
     if len(body) > PAGE_CAP_BYTES:
@@ -204,10 +213,10 @@ class _Anchors(HTMLParser):
         self.found.append({"filename": unquote(data.strip()), "url": url, "hashes": hashes})
 
 
-def download_checked(url: str, path: Path, expected: str | None, who: str) -> str:
+def download_checked(url: str, path: Path, expected: str | None, who: str, limits: Limits = TORCH_WHEEL) -> str:
     """Download ``url`` to ``path`` (atomically); the sha256 must be ``expected`` when one is given. Returns it."""
     with atomic_file(path) as out:
-        actual = _stream(url, out, who)
+        actual = _stream(url, out, who, limits)
         if expected is not None and actual != expected:
             raise FetchError(f"{who}: {path.name} from {url} has sha256 {actual}, but its index lists {expected}")
     return actual
@@ -216,7 +225,7 @@ def download_checked(url: str, path: Path, expected: str | None, who: str) -> st
 def _download(url: str, path: Path, expected: str | None, who: str) -> None:
     """Stream ``url`` into a temporary file beside ``path``, check its hash, then rename it into place."""
     with atomic_file(path) as out:
-        actual = _stream(url, out, who)
+        actual = _stream(url, out, who, SDIST)
         if expected is not None and actual != expected:
             raise FetchError(
                 f"{who}: {path.name} from {url} has sha256 {actual}, expected {expected}",
@@ -229,10 +238,10 @@ def _download_unchecked(url: str, path: Path, who: str) -> None:
     _download(url, path, None, who)
 
 
-def _stream(url: str, out: IO[bytes], who: str) -> str:
+def _stream(url: str, out: IO[bytes], who: str, limits: Limits) -> str:
     digest = hashlib.sha256()
     try:
-        with open_url(url) as response:
+        with open_url(url, limits=limits) as response:
             while chunk := response.read(_CHUNK):
                 digest.update(chunk)
                 out.write(chunk)

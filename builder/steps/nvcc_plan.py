@@ -578,7 +578,10 @@ def dryrun_plan(nvcc: str, flags: list[str], environ: Mapping[str, str], scratch
     depfile = flags[flags.index("-MF") + 1] if "-MF" in flags else None
     env = {k: v for k, v in environ.items() if k not in ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS")}
     env["TMPDIR"] = str(scratch)  # nvcc's temporary files, named in the dryrun, live here
-    dry = subprocess.run([nvcc, "--dryrun", *flags], env=env, capture_output=True, text=True, check=False)
+    dry = subprocess.run(
+        [nvcc, "--dryrun", *flags], env=env, capture_output=True, text=True, encoding="utf-8", errors="replace",
+        check=False,
+    )
     if dry.returncode != 0:
         return None
     try:

@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from builder.core.ledger import compile_times
 from builder.plan.estimate import seed_model
 from builder.steps.nvcc_plan import EVERY_ARCH
 
@@ -50,8 +51,8 @@ def unit_costs(records: Iterable[str]) -> dict[str, dict[str, float]]:
     returns it): what the core pool orders its waiters by (nvcc_plan.py)."""
     samples: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for text in records:
-        for timing in json.loads(text or "[]"):
-            samples[timing["unit"]][timing["arch"]].append(float(timing["seconds"]))
+        for timing in compile_times(text, "a ledger row of this version"):
+            samples[timing.unit][timing.arch].append(timing.seconds)
     return {
         unit: {arch: round(sum(values) / len(values), 3) for arch, values in by_arch.items()}
         for unit, by_arch in sorted(samples.items())

@@ -38,6 +38,9 @@ PER_PYTHON_ENV = "WHEELWRIGHT_OBJCACHE_PER_PYTHON"  # os.pathsep-separated inclu
 # objects never cross torch versions, even where every header they read is byte-identical; device code does, by the
 # stage cache (stagecache.py), keyed on exactly what each device step reads.
 SCOPE_ENV = "WHEELWRIGHT_OBJCACHE_SCOPE"
+# The job's CPU platform (x86_64, aarch64), set by compile.py: part of every key, so an object compiled for one
+# platform is never served to another's build, whatever its command line says
+PLATFORM_ENV = "WHEELWRIGHT_OBJCACHE_PLATFORM"
 _NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
 _PYTHON_INCLUDE = re.compile(r"^-I.*/include/python3\.\d+t?/?$")
 
@@ -62,6 +65,12 @@ def command_key(args: list[str], per_python: frozenset[str] = frozenset()) -> tu
         per_python_include = _PYTHON_INCLUDE.match(arg) or (arg.startswith("-I") and arg[2:].rstrip("/") in per_python)
         normalised.append("-I<python-include>" if per_python_include else arg)
     return _digest(json.dumps(normalised).encode()), output, depfile
+
+
+def cache_key(command: str, platform: str, source: str | None, nvcc: str | None, *, scope: str = "") -> str:
+    """One object's key: its normalised command line, its platform, the source's and nvcc's bytes, and its scope
+    (SCOPE_ENV: the job's torch and toolkit)."""
+    return _digest(f"{command}:{platform}:{source}:{nvcc}:{scope}".encode())
 
 
 def source_of(args: list[str]) -> Path:
@@ -117,7 +126,9 @@ def accepts_random_seed(usage: str) -> bool:
 
 
 def _usage(nvcc: str) -> str:
-    return subprocess.run([nvcc, "--help"], capture_output=True, text=True, check=False).stdout
+    return subprocess.run(
+        [nvcc, "--help"], capture_output=True, text=True, encoding="utf-8", errors="replace", check=False
+    ).stdout
 
 
 def normalise_object(path: Path) -> None:
@@ -239,8 +250,8 @@ def main(argv: list[str]) -> int:
     stages = stagecache.StageCache(cache.root, mode, os.environ)
     per_python = frozenset(filter(None, os.environ.get(PER_PYTHON_ENV, "").split(os.pathsep)))
     key, output, depfile = command_key(args, per_python)
-    scope = os.environ.get(SCOPE_ENV, "")
-    key = _digest(f"{key}:{_file_digest(str(source_of(args)))}:{_file_digest(nvcc)}:{scope}".encode())
+    key = cache_key(key, os.environ.get(PLATFORM_ENV, "x86_64"), _file_digest(str(source_of(args))), _file_digest(nvcc),
+                    scope=os.environ.get(SCOPE_ENV, ""))
     source = str(source_of(args))
     entry = cache.lookup(key)
     start = time.monotonic()

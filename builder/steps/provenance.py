@@ -75,9 +75,10 @@ def _checkout_commit() -> str:
     build whose checkout moves on meanwhile (a merge during an hour-long matrix) still records the commit it runs."""
     try:
         head = subprocess.run(["git", "-C", str(_REPOSITORY), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10, check=False)
+                              encoding="utf-8", errors="replace", timeout=10, check=False)
         dirty = subprocess.run(["git", "-C", str(_REPOSITORY), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=False)
+                               capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=10,
+                               check=False)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     commit = head.stdout.strip() if head.returncode == 0 else "unknown"
@@ -106,12 +107,15 @@ def _arch_sort(arch: str) -> tuple[Any, ...]:
 
 def build_record(job: Job, *, toolchain: Mapping[str, str] | None, recipe_changes: tuple[str, ...] = (),
                  log_path: Path | None = None,
-                 torch_wheel: Mapping[str, str | None] | None = None) -> dict[str, object]:
+                 torch_wheel: Mapping[str, str | None] | None = None,
+                 abi: Mapping[str, object] | None = None) -> dict[str, object]:
     """Everything the record says about the build (the file digests are added when it is embedded).
 
     ``toolchain`` is the job's toolkit record (``Toolchain.as_dict()``: source, CUDA version, root, host compilers),
     the same the ledger keeps; the record adds what those tools say they are. ``torch_wheel`` is where the torch it
-    was built against came from (``RuntimeEnv.origin()``: the wheel's URL and sha256, or the interpreter's own)."""
+    was built against came from (``RuntimeEnv.origin()``: the wheel's URL and sha256, or the interpreter's own);
+    ``abi`` what its extensions import from that torch and the torch releases that export it all
+    (builder/steps/abi.py)."""
     compiler = (toolchain or {}).get("cxx") or os.environ.get("CXX", "c++")
     toolkit: dict[str, str] = {"kind": job.accelerator.kind, "version": job.accelerator.version}
     if toolchain is not None and job.accelerator.kind == "cuda":
@@ -140,6 +144,7 @@ def build_record(job: Job, *, toolchain: Mapping[str, str] | None, recipe_change
         "manylinux": job.manylinux,
         "wheelwright": {"version": __version__, "commit": wheelwright_commit()},
         "build_host": _host(),
+        **({"abi": dict(abi)} if abi is not None else {}),
     }
 
 
@@ -175,11 +180,64 @@ def read(members: Mapping[str, Member], where: str) -> Provenance:
         raise WheelError(f"{where}: no {dist_info}/{FILENAME} (built before provenance was recorded, or not by us)")
     try:
         record = json.loads(member.data)
-    except ValueError as error:
-        raise WheelError(f"{where}: {FILENAME} is not JSON ({error})") from None
+    except (ValueError, RecursionError) as error:
+        raise WheelError(f"{where}: {FILENAME} is not JSON ({str(error)[:200]})") from None
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
         raise WheelError(f"{where}: {FILENAME} has an unknown schema (expected {SCHEMA})")
+    problem = shape_problem(record)
+    if problem:
+        raise WheelError(f"{where}: {FILENAME}: {problem}")
     return Provenance(record=record)
+
+
+# The record's fields by the type each is read as (a field may be absent: records of older builds lack some).
+_TABLES = ("sdist", "recipe", "torch", "toolkit", "archs", "wheelwright", "build_host", "files")
+_TEXTS = ("job", "package", "version", "label", "python", "manylinux", "host_compiler")
+_TEXT_OR_NONE = (str, type(None))
+
+
+def shape_problem(record: Mapping[str, Any]) -> str | None:
+    """The first field of ``record`` whose type is not the one it is read as, said in a sentence; None when all
+    are (describe, disagreements and the twin read the record without guarding each access)."""
+    for name in _TEXTS:
+        if not isinstance(record.get(name, ""), str):
+            return _wrong(name, record[name], "a string")
+    for name in _TABLES:
+        if not isinstance(record.get(name, {}), dict):
+            return _wrong(name, record[name], "a table")
+    for name, value in record.get("files", {}).items():
+        if not isinstance(value, str):
+            return _wrong(f"files[{name!r}]", value, "a sha256 string")
+    for kind in ("sass", "ptx"):
+        archs = record.get("archs", {}).get(kind, [])
+        if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+            return _wrong(f"archs.{kind}", archs, "a list of strings")
+    return _torch_problem(record.get("torch", {})) or _recipe_problem(record.get("recipe", {}))
+
+
+def _torch_problem(torch: Mapping[str, Any]) -> str | None:
+    if not isinstance(torch.get("requirement"), _TEXT_OR_NONE):
+        return _wrong("torch.requirement", torch["requirement"], "a string")
+    if not isinstance(torch.get("cxx11_abi"), (bool, type(None))):
+        return _wrong("torch.cxx11_abi", torch["cxx11_abi"], "true or false")
+    return None
+
+
+def _recipe_problem(recipe: Mapping[str, Any]) -> str | None:
+    patches = recipe.get("patches", [])
+    if not isinstance(patches, list):
+        return _wrong("recipe.patches", patches, "a list")
+    for number, patch in enumerate(patches):
+        fields = ("name", "versions", "torch")
+        if not isinstance(patch, dict) or not all(isinstance(patch.get(f), _TEXT_OR_NONE) for f in fields):
+            return _wrong(f"recipe.patches[{number}]", patch, "a table of name, versions and torch strings")
+    return None
+
+
+def _wrong(field: str, value: object, expected: str) -> str:
+    shown = repr(value)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    return f"{field} is {shown} ({type(value).__name__}), not {expected}"
 
 
 def read_wheel(wheel: Path) -> Provenance:
@@ -225,13 +283,23 @@ def _metadata_problems(record: Mapping[str, Any], members: Mapping[str, Member],
     expected = version if variant is not None else f"{version}+{label}"
     if metadata.get("Version") != expected:
         problems.append(f"METADATA Version {metadata.get('Version')} but provenance says {expected}")
-    if variant is not None and label not in json.loads(variant.data).get("variants", {}):
+    if variant is not None and label not in _variant_labels(variant.data):
         problems.append(f"variant.json does not describe the recorded label {label}")
     requirement = record.get("torch", {}).get("requirement")
     torch_pins = [r.replace(" ", "") for r in metadata.get_all("Requires-Dist") or [] if r.startswith("torch")]
     if requirement and requirement not in torch_pins:
         problems.append(f"METADATA pins {torch_pins or 'no torch'} but provenance records {requirement}")
     return problems
+
+
+def _variant_labels(data: bytes) -> Mapping[str, Any]:
+    """variant.json's ``variants`` table; empty when it is not JSON or not shaped so (the label check then fails,
+    naming the label)."""
+    try:
+        variants = json.loads(data).get("variants", {})
+    except (ValueError, RecursionError, AttributeError):
+        return {}
+    return variants if isinstance(variants, dict) else {}
 
 
 def _arch_problems(archs: Mapping[str, list[str]], elves: tuple[ElfFacts, ...]) -> list[str]:
@@ -276,7 +344,7 @@ def describe(provenance: Provenance) -> list[tuple[str, str]]:
     sdist, toolkit, torch, archs, ww, host = (
         r.get(k, {}) for k in ("sdist", "toolkit", "torch", "archs", "wheelwright", "build_host"))
     recipe = r.get("recipe", {})
-    patches = ", ".join(f"{p['name']} ({p['versions'] or 'any'} / torch {p['torch'] or 'any'})"
+    patches = ", ".join(f"{p.get('name')} ({p.get('versions') or 'any'} / torch {p.get('torch') or 'any'})"
                         for p in recipe.get("patches", [])) or "none"
     return [
         ("job", str(r.get("job"))),

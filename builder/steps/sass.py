@@ -31,7 +31,13 @@ def kernel_sass(cuobjdump: Path, path: Path) -> dict[tuple[str, str], str]:
     cuobjdump runs nvdisasm, found beside it (the nvidia-cuda-nvdisasm wheel installs both into one bin/)."""
     env = {**os.environ, "PATH": os.pathsep.join([str(cuobjdump.parent), os.environ.get("PATH", "")])}
     listing = subprocess.run(
-        [str(cuobjdump), "-sass", str(path)], capture_output=True, text=True, check=True, env=env
+        [str(cuobjdump), "-sass", str(path)],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        check=True,
+        env=env,
     ).stdout
     kernels: dict[tuple[str, str], list[list[str]]] = defaultdict(list)
     arch = ""

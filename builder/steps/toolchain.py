@@ -24,7 +24,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from builder.core.errors import ConfigError, ToolchainError
-from builder.core.runner import run
+from builder.core.runner import APT_DOWNLOAD, APT_UPDATE, PIP_TOOLS, run
 from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator
 
@@ -317,6 +317,10 @@ def _apt_options(apt: Path) -> list[str]:
         f"Dir::Cache={apt / 'cache'}",
         "-o",
         "APT::Sandbox::User=root",  # the cache is root's; apt's _apt user cannot write into it
+        "-o",
+        "Acquire::http::Timeout=30",  # connect and idle deadline per mirror (docs/hostile-input.md)
+        "-o",
+        "Acquire::Retries=3",
     ]
 
 
@@ -341,8 +345,9 @@ def _download_debs(source: ToolkitSource, debs: Path) -> list[Path]:
     if found is not None:
         return found
     if not any((apt / "lists").glob("*_InRelease")):
-        run(["apt-get", *options, "update"], step=f"{step}: apt-get update")
-    run(["apt-get", *options, "download", *source.packages], step=f"{step}: apt-get download", cwd=debs)
+        run(["apt-get", *options, "update"], step=f"{step}: apt-get update", deadline=APT_UPDATE)
+    run(["apt-get", *options, "download", *source.packages], step=f"{step}: apt-get download", cwd=debs,
+        deadline=APT_DOWNLOAD)
     found = _downloaded(source, debs)
     if found is None:
         raise ToolchainError(
@@ -501,6 +506,7 @@ def provide_wheels(source: ToolkitSource, cuda: str) -> Path:
                 *requirements,
             ],
             step=f"install CUDA {cuda} compiler wheels",
+            deadline=PIP_TOOLS,
         )
         _assemble_wheel_home(staging / "site", staging / "root")
         (staging / ".complete").write_text(marker)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -75,8 +76,8 @@ def index_for(job: Job, template: str) -> str:
 
 
 def is_registry_variant(job: Job, facts: TorchFacts) -> bool:
-    release = facts.release(job.torch)
-    return job.accelerator.kind == "cuda" and job.accelerator.version == release.pypi_cuda
+    """The registry's plain wheel for the job's platform is the job's variant (an aarch64 one may be a CPU build)."""
+    return facts.release(job.torch).registry_variant_for(job.platform) == job.accelerator
 
 
 class IndexPages:
@@ -148,10 +149,26 @@ def _pick(job: Job, pages: IndexPages, index: str, origin: str, version: str) ->
             f"{TORCH_INDEX_ENV} at an index that has it",
         )
     entry = best[1]
+    filename, url = str(entry["filename"]), str(entry["url"])
     hashes = entry.get("hashes")
     sha256 = hashes.get("sha256") if isinstance(hashes, dict) else None
-    return TorchWheel(filename=str(entry["filename"]), url=str(entry["url"]), sha256=sha256, index=index,
-                      origin=origin)
+    _check_entry(page, filename, url, sha256)
+    return TorchWheel(filename=filename, url=url, sha256=sha256, index=index, origin=origin)
+
+
+def _check_entry(page: str, filename: str, url: str, sha256: object) -> None:
+    """What the page says of the wheel it picked, checked before any of it names a file or a host: the sha256
+    becomes a folder of the cache, the URL is fetched (a page on the web may not send us to a local file)."""
+    if sha256 is not None and not (isinstance(sha256, str) and _SHA256.fullmatch(sha256)):
+        raise FetchError(f"{page} lists {filename} with sha256 {str(sha256)[:80]!r}, not 64 hexadecimal digits",
+                         tip="fix that index page, or point WHEELWRIGHT_TORCH_INDEX at one that lists true hashes")
+    schemes = {"http", "https"} | ({"file"} if urlsplit(page).scheme == "file" else set())
+    if urlsplit(url).scheme not in schemes:
+        raise FetchError(f"{page} sends {filename} to {url[:200]!r}: only {' or '.join(sorted(schemes))} URLs are "
+                         "followed from it")
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _rank(filename: str, wanted: Version, ranked: dict[tags.Tag, int]) -> int | None:
@@ -171,7 +188,10 @@ def _tags(job: Job) -> list[tags.Tag]:
     """The tags an interpreter of the job's Python on this machine accepts, best first (pip's order)."""
     major, minor = (int(part) for part in job.python.rstrip("t").split("."))
     abi = job.python_tag
-    platforms = [p for p in tags.platform_tags() if p.endswith(job.platform)]
+    # another platform's tags where this machine has none of its own (a cross build): manylinux_2_28 to 2_17
+    platforms = [p for p in tags.platform_tags() if p.endswith(job.platform)] or [
+        f"manylinux_2_{minor}_{job.platform}" for minor in range(28, 16, -1)
+    ] + [f"manylinux2014_{job.platform}"]
     return [*tags.cpython_tags((major, minor), abis=[abi], platforms=platforms),
             *tags.compatible_tags((major, minor), f"cp{major}{minor}", platforms)]
 

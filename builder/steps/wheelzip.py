@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from builder.core.archive import open_archive
 from builder.core.errors import WheelError
 
 _EPOCH_FLOOR = 315532800  # 1980-01-01, the earliest time a zip entry can hold
@@ -49,21 +50,21 @@ class Member:
 
 
 def read_members(wheel: Path, *, keep_deflated: bool = False) -> dict[str, Member]:
-    """Every file of ``wheel`` by its archive name (directories dropped); ``keep_deflated`` also keeps each
-    member's compressed bytes for write_wheel to copy: only for a wheel write_wheel wrote, so the copy is the
-    deflate stream it would have made (the level is not in the archive)."""
+    """Every file of ``wheel`` by its archive name (directories dropped), read within the archive caps of
+    builder.core.archive; ``keep_deflated`` also keeps each member's compressed bytes for write_wheel to copy:
+    only for a wheel write_wheel wrote, so the copy is the deflate stream it would have made (the level is not in
+    the archive)."""
     try:
-        with zipfile.ZipFile(wheel) as archive, open(wheel, "rb") as raw:
+        with open_archive(wheel) as archive, open(wheel, "rb") as raw:
             return {
                 info.filename: Member(
                     data=archive.read(info),
                     executable=bool((info.external_attr >> 16) & 0o111),
                     deflated=_deflated(raw, info) if keep_deflated else None,
                 )
-                for info in archive.infolist()
-                if not info.is_dir()
+                for info in archive.files
             }
-    except (zipfile.BadZipFile, OSError, KeyError, struct.error) as error:
+    except (zipfile.BadZipFile, OSError, struct.error) as error:
         raise WheelError(f"{wheel}: not a readable wheel ({error})") from None
 
 

@@ -1,4 +1,4 @@
-"""Runs the GPU acceptance's mamba-ssm cases on the CPU, for tests on machines without a GPU.
+"""Runs the GPU acceptance's mamba-ssm cases (tests/gpu/numerics.py) on the CPU, for tests on machines without a GPU.
 
 Usage: python acceptance_cpu_harness.py MAMBA_SDIST_ROOT CAUSAL_SDIST_ROOT OUT_JSON
 
@@ -65,30 +65,20 @@ def load_references(mamba_root: Path, causal_root: Path) -> types.ModuleType:
 
 def main(mamba_root: str, causal_root: str, out: str) -> int:
     load_references(Path(mamba_root), Path(causal_root))
-    from scripts.acceptance import numerics  # the checkout's root is on PYTHONPATH (the test sets it)
-    from scripts.acceptance.config import InnerCases, ScanCases, load_config
+    from scripts.gpu.data import InnerCases, ScanCases, load_acceptance  # the checkout's root is on PYTHONPATH
+    from tests.gpu import numerics
 
-    config = load_config()
-    scan = ScanCases(batch=2, dim=4, dstate=8, dtypes=config.scan.dtypes, seqlens=(33,), groups=(1, 2))
-    inner = InnerCases(
-        batch=2,
-        dim=16,
-        dstate=4,
-        dt_rank=4,
-        dtypes=config.inner.dtypes,
-        seqlens=(17,),
-        variable_bc=(True, False),
-        complex_dtypes=config.inner.complex_dtypes,
-    )
-    checks = [
-        numerics.run_scan_case(c, scan, config.tolerance, config.gradient_error, device="cpu")
-        for c in numerics.scan_cases(scan)
-    ]
-    checks += [
-        numerics.run_inner_case(c, inner, config.tolerance, config.gradient_error, device="cpu")
-        for c in numerics.inner_cases(inner)
-    ]
-    Path(out).write_text(json.dumps([check.as_dict() for check in checks], indent=1))
+    mamba = load_acceptance().mamba
+    scan = ScanCases(batch=2, dim=4, dstate=8, dtypes=mamba.selective_scan.dtypes, seqlens=(33,), groups=(1, 2))
+    inner = InnerCases(batch=2, dim=16, dstate=4, dt_rank=4, dtypes=mamba.inner.dtypes, seqlens=(17,),
+                       variable_bc=(True, False), complex_dtypes=mamba.inner.complex_dtypes)
+    found = {f"selective_scan_fn {case.name}": numerics.run_scan_case(
+        case, scan, mamba.tolerance, mamba.gradient_relative_error, device="cpu") for case in numerics.scan_cases(scan)}
+    found |= {f"mamba_inner_fn {case.name}": numerics.run_inner_case(
+        case, inner, mamba.tolerance, mamba.gradient_relative_error, device="cpu")
+        for case in numerics.inner_cases(inner)}
+    Path(out).write_text(json.dumps({name: [c.as_dict() for c in comparisons] for name, comparisons in found.items()},
+                                    indent=1))
     return 0
 
 

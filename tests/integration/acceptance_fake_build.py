@@ -1,4 +1,4 @@
-"""Stands in for `wheelwright build` in the acceptance script's resume tests: after SECONDS, it leaves what a build
+"""Stands in for `wheelwright build` in the acceptance driver's resume tests: after SECONDS, it leaves what a build
 leaves in WHEELHOUSE (a wheel per package in dist/ and a ledger saying so), for the build stage to collect.
 
 Usage: python acceptance_fake_build.py WHEELHOUSE LABEL SECONDS [PACKAGE,...]   (default: both packages; an arch
@@ -10,8 +10,6 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from builder.core.ledger import Ledger, LedgerEntry
 

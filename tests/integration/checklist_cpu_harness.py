@@ -1,4 +1,4 @@
-"""Runs the seed checklist's Mamba-1 checks on the CPU, for tests on machines without a GPU.
+"""Runs the seed checklist's Mamba-1 checks (tests/gpu/checklist.py) on the CPU, for tests on machines without a GPU.
 
 Usage: python checklist_cpu_harness.py MAMBA_SDIST_ROOT CAUSAL_SDIST_ROOT OUT_JSON
 
@@ -21,7 +21,9 @@ import sys
 import types
 from pathlib import Path
 
-from tests.integration.acceptance_cpu_harness import load_references  # the checkout's root is on PYTHONPATH
+from scripts.gpu.data import Checklist, SmallLM, load_acceptance  # the checkout's root is on PYTHONPATH
+from scripts.gpu.tables import perf_table
+from tests.integration.acceptance_cpu_harness import load_references
 
 
 def _stub(name: str, **attributes: object) -> types.ModuleType:
@@ -104,46 +106,48 @@ def _cpu_memory_counters(torch) -> None:
     torch.cuda.max_memory_allocated = max_allocated
 
 
-def small(config):
+def small(checklist: Checklist) -> Checklist:
     """The checklist's sizes shrunk to a CPU's: the same parts, models of a few layers, a leak run of seconds."""
-    perf_models = tuple(
-        dataclasses.replace(m, d_model=64, n_layer=2, batch=2, seqlen=32) for m in config.perf.models
-    )
-    return dataclasses.replace(
-        config,
-        batch_sizes=(1, 2, 4),
-        batch_seqlen=16,
-        d_model=64,
-        lm={"d_model": 64, "n_layer": 2, "vocab_size": 128},
-        decode_prompt=8,
-        decode_new_tokens=6,
-        perf=dataclasses.replace(config.perf, warmup=1, repeats=2, vocab_size=128, decode_prompt=8, decode_tokens=4,
-                                 models=perf_models),
-        leak=dataclasses.replace(config.leak, train_batch=2, train_seqlen=16, decode_prompt=8, decode_tokens=4,
-                                 warmup_steps=2, min_samples=3, max_steps=6),  # ended by the step count
-    )
+    perf_models = tuple(m.model_copy(update={"d_model": 64, "n_layer": 2, "batch": 2, "seqlen": 32})
+                        for m in checklist.perf.models)
+    return checklist.model_copy(update={
+        "batch": checklist.batch.model_copy(update={"sizes": (1, 2, 4), "seqlen": 16}),
+        "blocks": checklist.blocks.model_copy(update={"d_model": 64}),
+        "lm": SmallLM(d_model=64, n_layer=2, vocab_size=128),
+        "decode": checklist.decode.model_copy(update={"prompt": 8, "new_tokens": 6}),
+        "perf": checklist.perf.model_copy(update={"warmup": 1, "repeats": 2, "vocab_size": 128, "decode_prompt": 8,
+                                                  "decode_tokens": 4, "models": perf_models}),
+        "leak": checklist.leak.model_copy(update={"train_batch": 2, "train_seqlen": 16, "decode_prompt": 8,
+                                                  "decode_tokens": 4, "warmup_steps": 2, "min_samples": 3,
+                                                  "max_steps": 6}),  # ended by the step count
+    })
 
 
 def main(mamba_root: str, causal_root: str, out: str) -> int:
     stub_hub_packages()
     load_mamba(Path(mamba_root), Path(causal_root))
-    from scripts.acceptance import checklist
-    from scripts.acceptance.config import load_config
+    from tests.gpu import checklist, memory
+    from tests.gpu.numerics import verdict
 
     checklist.DEVICE = "cpu"
-    config = small(load_config().checklist)
-    first = config.perf.models[0]
-    cases = [
-        *(lambda d=d: checklist.batch_check("Mamba", d, config) for d in ("float32", "bfloat16")),
-        lambda: checklist.batch_check("MambaLMHeadModel Mamba1", "float32", config),
-        *(lambda d=d: checklist.decode_check("MambaLMHeadModel Mamba1", d, config) for d in ("float32", "bfloat16")),
-        lambda: checklist.perf_check(first, config),
-        lambda: checklist.leak_training_check(first, config, 600.0),
-        lambda: checklist.leak_decoding_check(first, config, 600.0),
-    ]
-    checks = [case().as_dict() for case in cases]
-    lines = checklist.report_lines(checks)
-    Path(out).write_text(json.dumps({"checks": checks, "report": lines}, indent=1))
+    data = small(load_acceptance().checklist)
+    first, leak = data.perf.models[0], data.leak
+    checks: dict[str, dict[str, object]] = {}
+    for dtype in ("float32", "bfloat16"):
+        for kind, model, run in (("batch", "Mamba", checklist.batch), ("decode", "MambaLMHeadModel Mamba1",
+                                                                      checklist.decode)):
+            comparisons = run(model, dtype, data)  # type: ignore[arg-type]
+            checks[f"{kind} {model} {dtype}"] = {"ok": not verdict(comparisons)[0],
+                                                 "comparisons": [c.as_dict() for c in comparisons]}
+    comparisons = checklist.batch("MambaLMHeadModel Mamba1", "float32", data)
+    checks["batch MambaLMHeadModel Mamba1 float32"] = {"ok": not verdict(comparisons)[0]}
+    perf = checklist.perf(first, data)
+    checks["performance"] = {"ok": perf.pop("finite"), "data": perf}
+    for loop in ("training", "decoding"):
+        judged = memory.judge(checklist.leak_loop(loop, first, data, 600.0), warmup_steps=leak.warmup_steps,
+                              bound_bytes=int(leak.bound_mib * memory.MIB), min_samples=leak.min_samples)
+        checks[f"leak {loop}"] = {"ok": judged.ok, "data": judged.as_dict()}
+    Path(out).write_text(json.dumps({"checks": checks, "table": perf_table([perf])}, indent=1))
     return 0
 
 

@@ -1,8 +1,8 @@
-"""One proof across several commands, for real on a machine without a GPU: the acceptance script's stage loop with
+"""One proof across several commands, for real on a machine without a GPU: the acceptance driver's stage loop with
 --detach, --resume, the deadline and --stages, the build started in a process session of its own and collected by
 a later command (a stand-in build that sleeps, then leaves wheels and a ledger), the detached process's own
-bookkeeping (exit status, time limit, stop, a waiter that vanished), and the seed checklist's comparisons on the CPU
-with a real torch."""
+bookkeeping (exit status, time limit, stop, a waiter that vanished), the carried wheels installed once, and the
+seed checklist's comparisons on the CPU with a real torch."""
 
 from __future__ import annotations
 
@@ -13,70 +13,24 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from scripts.acceptance import detach
-from scripts.acceptance.config import load_config
+from builder.plan.facts import load_facts
+from builder.steps.environment import RuntimeEnv, runtime_env
+from scripts.gpu import arch_stages, bootstrap, detach, stages
+from scripts.gpu.box import Box
+from scripts.gpu.summary import PASSED, StageResult
+from tests.integration.acceptance_wheelhouse import DATA, Stage, drive, stand_in, standing_in
+from tests.jobs import local_job
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ROOT / "scripts"
-
-CONFIG = load_config()
+FAKE_BUILD = ROOT / "tests" / "integration" / "acceptance_fake_build.py"
 EXIT_PENDING = 4
-
-# The real script, sourced, with the stages that need the GPU box replaced by stand-ins that only say they ran:
-# what runs for real is the loop, the plan, the summary, the deadline and the detached build's collection.
-HARNESS = r"""
-source "$ROOT/scripts/gpu_acceptance.sh"
-stage_preflight() { py record --stage preflight --status passed --detail "a stand-in for the GPU machine"; }
-stage_carry() { :; }
-stage_index() { :; }
-stage_serve() { :; }
-stage_install() { :; }
-stage_doctor() { :; }
-for s in checklist upstream mamba bench; do eval "stage_$s() { echo $s >>\"\$WORK/ran.txt\"; }"; done
-# the arch stages wait for their own build (arch_ready, for real), then only say they ran
-for s in arch_fat:fat arch_ptx:ptx arch_sm80:sm80 ptx_speed:ptx; do
-    eval "stage_${s%%:*}() { arch_ready ${s#*:} || return \$?; echo ${s%%:*} >>\"\$WORK/ran.txt\"; }"
-done
-start_build() {
-    rm -f "$BUILD_CONSOLE"
-    py detach-start --state "$BUILD_STATE" --log "$BUILD_CONSOLE" --limit 120 -- \
-        "$PY" "$ROOT/tests/integration/acceptance_fake_build.py" "$WH" "$LABEL" "${FAKE_BUILD_SECONDS:-2}"
-}
-start_arch_build() {  # the real one runs `wheelwright build --profile $2` into $ARCH/$1
-    mkdir -p "$ARCH/$1"
-    py detach-start --state "$ARCH/$1/build-run" --log "$ARCH/$1/build-console.log" --limit 120 -- \
-        "$PY" "$ROOT/tests/integration/acceptance_fake_build.py" "$ARCH/$1" "$LABEL" "${FAKE_ARCH_SECONDS:-2}" \
-        causal-conv1d
-}
-SECONDS=${START_AT:-0}  # as if this many seconds of the command had passed already
-main "$@"
-"""
-
-
-def command(
-    out: Path, work: Path, *args: str, start_at: int = 0, build_seconds: float = 2, arch_seconds: float = 2
-) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "ROOT": str(ROOT),
-        "PYTHON": sys.executable,
-        "START_AT": str(start_at),
-        "FAKE_BUILD_SECONDS": str(build_seconds),
-        "FAKE_ARCH_SECONDS": str(arch_seconds),
-    }
-    return subprocess.run(
-        ["bash", "-c", HARNESS, "harness", str(out), "--work", str(work), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=180,
-    )
+SETUP = ("preflight", "carry", "index", "serve", "install", "doctor")
 
 
 def statuses(out: Path) -> dict[str, str]:
@@ -90,45 +44,71 @@ def ran(work: Path) -> list[str]:
     return lines
 
 
+def saying_it_ran(name: str, variant: str | None = None) -> Stage:
+    """A stage that only says it ran; an arch stage first waits for its own build (not_ready, for real)."""
+
+    def stage(box: Box) -> StageResult:
+        waiting = arch_stages.not_ready(box, variant) if variant else None
+        if waiting is not None:
+            return waiting
+        with (box.work / "ran.txt").open("a") as log:
+            log.write(f"{name}\n")
+        return StageResult(status=PASSED)
+
+    return stage
+
+
+@dataclass
+class Harness:
+    work: Path
+    seconds: dict[str, float]  # how long the stand-in builds take: "main", "arch"
+
+
 @pytest.fixture
-def work(tmp_path: Path):
+def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    """The real loop, plan, summary, deadline and detached builds; stand-in builds (``seconds`` long) and stand-in
+    stages for what needs the GPU machine."""
+    seconds = {"main": 2.0, "arch": 2.0}
+    monkeypatch.setattr(stages, "build_command", lambda box: [
+        sys.executable, FAKE_BUILD, box.wheelhouse, DATA.label, str(seconds["main"])])
+    monkeypatch.setattr(stages, "arch_build_command", lambda box, name: ([
+        sys.executable, FAKE_BUILD, box.arch(name), DATA.label, str(seconds["arch"]), "causal-conv1d"],
+        box.environ()))
+    stand_in(monkeypatch, {**{name: standing_in(name) for name in SETUP},
+                           **{name: saying_it_ran(name) for name in ("checklist", "upstream", "mamba", "bench")}},
+             arch={"arch_fat": saying_it_ran("arch_fat", "fat"), "arch_ptx": saying_it_ran("arch_ptx", "ptx"),
+                   "arch_sm80": saying_it_ran("arch_sm80", "sm80"), "ptx_speed": saying_it_ran("ptx_speed", "ptx")})
     folder = tmp_path / "work"
-    yield folder
+    yield Harness(work=folder, seconds=seconds)
     detach.stop(folder / "build-run")  # nothing this test started outlives it
-    for variant in CONFIG.arch.variants:
-        detach.stop(folder / "arch" / variant.name / "build-run")
+    for name in DATA.arch.variants:
+        detach.stop(folder / "arch" / name / "build-run")
 
 
-def test_a_proof_across_commands_detached_build_then_deadline_then_the_rest(tmp_path: Path, work: Path) -> None:
+def test_a_proof_across_commands_detached_build_then_deadline_then_the_rest(
+    tmp_path: Path, harness: Harness, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = harness.work
     # 1: start the build and return at once
-    first = command(tmp_path / "out1", work, "--detach")
-    assert first.returncode == EXIT_PENDING, first.stdout + first.stderr
+    assert drive(tmp_path / "out1", work, "--detach") == EXIT_PENDING
     got = statuses(tmp_path / "out1")
     assert got["build"] == "running" and {got[s] for s in ("index", "checklist", "bench")} == {"pending"}
-    assert ran(work) == [] and "run the same command again with --resume" in first.stdout
-
+    assert ran(work) == [] and "run the same command again with --resume" in capsys.readouterr().out
     # 2: collect it and the arch builds; 270 s are left of the 570 s deadline, too few for the checklist (it needs
     # 370) and ptx_speed (300), enough for the rest
-    second = command(tmp_path / "out2", work, "--resume", start_at=300)
-    assert second.returncode == EXIT_PENDING, second.stdout + second.stderr
-    got = statuses(tmp_path / "out2")
-    assert got["build"] == "passed" and got["checklist"] == "pending"
+    assert drive(tmp_path / "out2", work, "--resume", started_ago=300) == EXIT_PENDING
+    got, out = statuses(tmp_path / "out2"), capsys.readouterr().out
+    assert (got["build"], got["checklist"], got["arch_build"]) == ("passed", "pending", "passed")
     assert ran(work) == ["upstream", "mamba", "bench", "arch_fat", "arch_ptx", "arch_sm80"]
-    assert got["arch_build"] == "passed"  # started beside the main build in the first command, collected here
-    assert "collecting the build an earlier command started" in second.stdout and "fake build: done" in second.stdout
+    assert "collecting the build an earlier command started" in out and "fake build: done" in out
+    assert out == (tmp_path / "out2" / "acceptance.log").read_text()
     assert sorted(p.name for p in (tmp_path / "out2").iterdir()) == [
-        "acceptance.log",
-        "build-status.txt",
-        "details.tar.gz",
-        "summary.json",
-    ]
+        "acceptance.log", "build-status.txt", "details.tar.gz", "summary.json"]
     with tarfile.open(tmp_path / "out2" / "details.tar.gz") as details:  # the arch builds' logs, not their wheels
         names = details.getnames()
     assert "arch/fat/build-console.log" in names and not [n for n in names if n.endswith((".whl", ".sqlite"))]
-
-    # 3: the checklist, after the setup stages again; the proof is whole
-    third = command(tmp_path / "out3", work, "--resume")
-    assert third.returncode == 0, third.stdout + third.stderr
+    # 3: the checklist and ptx_speed, after the setup stages again; the proof is whole
+    assert drive(tmp_path / "out3", work, "--resume") == 0
     summary = json.loads((tmp_path / "out3" / "summary.json").read_text())
     assert ran(work) == ["checklist", "ptx_speed"] and (summary["outcome"], summary["acceptance"]) == ("passed", True)
     assert [c["ran"] for c in summary["commands"]] == [
@@ -137,66 +117,54 @@ def test_a_proof_across_commands_detached_build_then_deadline_then_the_rest(tmp_
          "arch_build", "arch_fat", "arch_ptx", "arch_sm80"],
         ["preflight", "carry", "index", "serve", "install", "checklist", "ptx_speed"],
     ]
-    assert summary["commands"][1]["command"].endswith("--resume")
-    assert summary["stages"]["build"]["seconds"] >= 2
-
+    assert summary["commands"][1]["command"].endswith("--resume") and summary["stages"]["build"]["seconds"] >= 2
     # 4: nothing left: the verdict stands without running a stage
-    fourth = command(tmp_path / "out4", work, "--resume")
-    assert fourth.returncode == 0 and ran(work) == [] and "=== stage" not in fourth.stdout
+    capsys.readouterr()
+    assert drive(tmp_path / "out4", work, "--resume") == 0
+    assert ran(work) == [] and "=== stage" not in capsys.readouterr().out
 
 
-def test_picked_stages_and_a_fresh_run_stop_an_earlier_detached_build(tmp_path: Path, work: Path) -> None:
-    first = command(tmp_path / "out1", work, "--stages", "build", "--detach", build_seconds=60)
-    assert first.returncode == EXIT_PENDING
+def test_picked_stages_and_a_fresh_run_stop_an_earlier_detached_build(
+    tmp_path: Path, harness: Harness, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work, harness.seconds["main"] = harness.work, 60
+    assert drive(tmp_path / "out1", work, "--stages", "build", "--detach") == EXIT_PENDING
     assert set(statuses(tmp_path / "out1")) >= {"preflight", "carry", "build"}
     pid = detach.status(work / "build-run").pid
+    harness.seconds["main"] = 1
     # a fresh run does not share the wheelhouse with a build still at work: it stops it and starts its own
-    second = command(tmp_path / "out2", work, "--stages", "upstream,build", build_seconds=1)
-    assert second.returncode == EXIT_PENDING, second.stdout + second.stderr  # the rest was not picked
-    assert f"stopped the detached command (pid {pid})" in second.stdout
+    assert drive(tmp_path / "out2", work, "--stages", "upstream,build") == EXIT_PENDING  # the rest was not picked
+    assert f"stopped the detached command (pid {pid})" in capsys.readouterr().out
     assert statuses(tmp_path / "out2") == {
-        name: "passed" for name in ("preflight", "carry", "build", "index", "serve", "install", "upstream")
-    }
+        name: "passed" for name in ("preflight", "carry", "build", "index", "serve", "install", "upstream")}
     assert ran(work) == ["upstream"]
 
 
-def test_an_arch_build_still_running_holds_up_only_its_own_stages(tmp_path: Path, work: Path) -> None:
+def test_an_arch_build_still_running_holds_up_only_its_own_stages(
+    tmp_path: Path, harness: Harness, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work, harness.seconds["arch"] = harness.work, 60
     # picked without the build stage, arch_build starts the arch builds itself; 35 s are left: it waits 5 s of them
-    first = command(tmp_path / "out1", work, "--stages", "arch_build,arch_fat", start_at=535, arch_seconds=60)
-    assert first.returncode == EXIT_PENDING, first.stdout + first.stderr
+    assert drive(tmp_path / "out1", work, "--stages", "arch_build,arch_fat", started_ago=535) == EXIT_PENDING
     got = statuses(tmp_path / "out1")
     assert (got["arch_build"], got["arch_fat"]) == ("running", "pending") and "build" not in got
-    assert first.stdout.count("started detached") == len(CONFIG.arch.variants)
-    assert {detach.status(work / "arch" / v.name / "build-run").state for v in CONFIG.arch.variants} == {"running"}
+    assert capsys.readouterr().out.count("started detached") == len(DATA.arch.variants)
+    assert {detach.status(work / "arch" / name / "build-run").state for name in DATA.arch.variants} == {"running"}
     # with time to spare, the arch stages find their builds still at work: pending, and the command goes on
-    second = command(tmp_path / "out2", work, "--resume", "--stages", "arch_fat,arch_sm80")
-    assert second.returncode == EXIT_PENDING, second.stdout + second.stderr
-    stages = json.loads((tmp_path / "out2" / "summary.json").read_text())["stages"]
-    assert stages["arch_fat"]["status"] == stages["arch_sm80"]["status"] == "pending"
-    assert "the sm80 build is still running" in stages["arch_sm80"]["detail"]
-    assert ran(work) == []
+    assert drive(tmp_path / "out2", work, "--resume", "--stages", "arch_fat,arch_sm80") == EXIT_PENDING
+    entries = json.loads((tmp_path / "out2" / "summary.json").read_text())["stages"]
+    assert entries["arch_fat"]["status"] == entries["arch_sm80"]["status"] == "pending"
+    assert "the sm80 build is still running" in entries["arch_sm80"]["detail"] and ran(work) == []
 
 
-def test_resume_without_an_earlier_run_and_unknown_stages_are_refused(tmp_path: Path, work: Path) -> None:
-    done = command(tmp_path / "out", work, "--resume")
-    assert done.returncode == 2 and "ERROR --resume: no earlier run's summary" in done.stdout
-    done = command(tmp_path / "out", work, "--stages", "mamba,chekclist")
-    assert done.returncode == 2 and "no stage 'chekclist' (did you mean 'checklist'?)" in done.stdout
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--leak-seconds", "0"], "--leak-seconds wants a positive number, not '0'"),
-        (["--build-limit", "10"], "--build-limit wants seconds >= 60, not '10'"),
-        (["--stages"], "--stages needs a value"),
-    ],
-)
-def test_new_options_are_checked(args: list[str], message: str) -> None:
-    done = subprocess.run(
-        ["bash", str(SCRIPTS / "gpu_acceptance.sh"), "out", *args], capture_output=True, check=False, text=True
-    )
-    assert done.returncode == 2 and f"ERROR {message}" in done.stderr
+def test_resume_without_an_earlier_run_and_unknown_stages_are_refused(
+    tmp_path: Path, harness: Harness, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = harness.work
+    assert drive(tmp_path / "out", work, "--resume") == 2
+    assert "ERROR --resume: no earlier run's summary" in capsys.readouterr().err
+    assert drive(tmp_path / "out", work, "--stages", "mamba,chekclist") == 2
+    assert "no stage 'chekclist' (did you mean 'checklist'?)" in capsys.readouterr().err
 
 
 # -- the detached process itself --------------------------------------------------------------------------------
@@ -214,7 +182,7 @@ def test_detached_command_records_its_exit_status_and_time(tmp_path: Path) -> No
     # its own session: not in this process's group, so a command that ends does not take it along
     assert detach.start(state, ["sleep", "30"], log=log, limit_s=60).pid != os.getpgrp()
     waiter = detach.status(state).pid
-    assert os.getpgid(waiter) == waiter
+    assert waiter is not None and os.getpgid(waiter) == waiter
     stopped = detach.stop(state)
     assert stopped.state == detach.FINISHED and stopped.exit_code == -signal.SIGTERM
 
@@ -225,7 +193,7 @@ def test_detached_command_is_stopped_at_its_limit_and_a_killed_waiter_is_noticed
     ended = detach.wait(state, seconds=30)
     assert ended.exit_code == detach.EXIT_TIMED_OUT and "ran past its limit of 1 s" in log.read_text()
     detach.start(state, ["sleep", "60"], log=log, limit_s=60)
-    os.killpg(detach.status(state).pid, signal.SIGKILL)  # the machine's reaper, say: nothing records the end
+    os.killpg(detach.status(state).pid or 0, signal.SIGKILL)  # the machine's reaper, say: nothing records the end
     deadline = time.monotonic() + 10
     while detach.status(state).state == detach.RUNNING and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -235,79 +203,14 @@ def test_detached_command_is_stopped_at_its_limit_and_a_killed_waiter_is_noticed
 def test_wait_gives_up_at_its_time_and_ticks_meanwhile(tmp_path: Path) -> None:
     state = tmp_path / "state"
     detach.start(state, ["sleep", "30"], log=tmp_path / "log", limit_s=60)
-    ticks: list[detach.Progress] = []
+    ticks: list[detach.Detached] = []
     started = time.monotonic()
     progress = detach.wait(state, seconds=1.5, poll_s=0.1, tick=ticks.append, tick_every_s=0.5)
     assert progress.state == detach.RUNNING and 1.5 <= time.monotonic() - started < 5 and len(ticks) >= 2
     detach.stop(state)
 
 
-# -- the command lines, for real --------------------------------------------------------------------------------
-
-
-def test_seed_checklist_script_without_a_gpu(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "scripts.seed_checklist", "--parts", "seed"],
-        capture_output=True,
-        check=False,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ""},
-    )
-    assert done.returncode == 3 and "ERROR no CUDA device" in done.stderr
-    usage = subprocess.run(
-        [sys.executable, "-m", "scripts.seed_checklist", "--help"],
-        capture_output=True, check=False, text=True, cwd=ROOT,
-    )
-    assert usage.returncode == 0 and "--leak-seconds" in usage.stdout
-
-
-# -- with a real torch, on the CPU --------------------------------------------------------------------------------
-
-CPU_COMPARISONS = r"""
-import json, torch
-from scripts.acceptance.checklist import batch_comparisons, _token_comparison
-from scripts.acceptance.config import Tolerance
-torch.manual_seed(0)
-inputs = torch.randn(32, 16, 8)
-linear = torch.nn.Linear(8, 8)
-per_sample = batch_comparisons(linear, inputs, (1, 2, 8, 32), Tolerance(rtol=1e-4, atol=1e-4))
-mixing = batch_comparisons(lambda x: linear(x - x.mean(dim=0)), inputs, (1, 2, 8, 32), Tolerance(rtol=1e-2, atol=1e-2))
-half = batch_comparisons(linear.to(torch.bfloat16), inputs.to(torch.bfloat16), (1, 8), Tolerance(rtol=5e-2, atol=5e-2))
-tokens = torch.tensor([[5, 6, 7], [1, 2, 3]])
-same, off = _token_comparison("t", tokens, tokens.clone()), _token_comparison("t", tokens, tokens.flip(1))
-print(json.dumps({"per_sample": [c.ok for c in per_sample], "mixing": [c.ok for c in mixing],
-                  "half": [c.ok for c in half], "mixing_worst": mixing[-1].worst,
-                  "tokens": [same.ok, off.ok, off.bound]}))
-"""
-
-
-@pytest.fixture(scope="module")
-def torch_runtime():
-    """torch 2.14.1 (cp311) in the builder's cached runtime venv, as the other acceptance tests use it."""
-    from builder.plan.facts import load_facts
-    from builder.steps.environment import runtime_env
-    from tests.jobs import local_job
-
-    return runtime_env(local_job(), load_facts())
-
-
-@pytest.mark.slow
-def test_batch_comparisons_catch_a_model_that_mixes_samples(torch_runtime) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", CPU_COMPARISONS],
-        capture_output=True,
-        check=False,
-        text=True,
-        env={**os.environ, "PYTHONPATH": f"{torch_runtime.site_packages}{os.pathsep}{ROOT}"},
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    found = json.loads(done.stdout.splitlines()[-1])
-    assert found["per_sample"] == [True, True, True, True]  # a per-sample model: every size agrees with batch 1
-    assert found["mixing"] == [True, False, False, False] and found["mixing_worst"] > 1  # batch statistics leak in
-    assert found["half"] == [True, True]
-    assert found["tokens"] == [True, False, "equal (4 of 6 differ)"]
+# -- the carry, installed once per set of wheels ----------------------------------------------------------------
 
 
 def _wheel(folder: Path) -> Path:
@@ -316,46 +219,74 @@ def _wheel(folder: Path) -> Path:
 
     folder.mkdir(parents=True)
     path = folder / "demo-1.0-py3-none-any.whl"
-    files = {
-        "demo/__init__.py": "",
-        "demo-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n",
-        "demo-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
+    files = {"demo/__init__.py": "", "demo-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n",
+             "demo-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
     with zipfile.ZipFile(path, "w") as archive:
         for name, text in files.items():
             archive.writestr(name, text)
-        archive.writestr(
-            "demo-1.0.dist-info/RECORD", "".join(f"{name},,\n" for name in [*files, "demo-1.0.dist-info/RECORD"])
-        )
+        record = "".join(f"{name},,\n" for name in [*files, "demo-1.0.dist-info/RECORD"])
+        archive.writestr("demo-1.0.dist-info/RECORD", record)
     return path
 
 
-def test_the_carry_stage_leaves_an_installed_carry_alone_for_a_build_still_using_it(tmp_path: Path) -> None:
-    carry, work = tmp_path / "carry", tmp_path / "work"
+def test_the_carried_wheels_are_installed_once_and_a_build_still_using_them_keeps_them(tmp_path: Path) -> None:
+    carry, site = tmp_path / "carry", tmp_path / "work" / "ww-site"
+    bootstrap.install(carry, site)  # nothing carried: nothing installed
+    assert not site.exists()
     _wheel(carry / "wheels")
-    (carry / "cache" / "sdists").mkdir(parents=True)
-    (carry / "cache" / "sdists" / "pkg-1.0.tar.gz").write_bytes(b"sdist")
-    script = r"""
-source "$ROOT/scripts/gpu_acceptance.sh"
-parse_args "$1" --work "$2" --carry "$3"
-setup
-run_stage carry stage_carry
-touch "$WW_SITE/in-use-by-the-build"
-run_stage carry stage_carry
-[ -f "$WW_SITE/in-use-by-the-build" ] && [ -f "$WW_SITE/demo/__init__.py" ] && echo "carry kept"
+    bootstrap.install(carry, site)
+    (site / "in-use-by-the-build").touch()
+    bootstrap.install(carry, site)
+    assert (site / "in-use-by-the-build").is_file() and (site / "demo" / "__init__.py").is_file()
+    assert bootstrap.installed(site) == bootstrap.carried(carry) == ["demo-1.0-py3-none-any.whl"]
+
+
+# -- the seed checklist, on the CPU -----------------------------------------------------------------------------
+
+
+def test_the_seed_checklist_without_a_gpu_says_so() -> None:
+    run = [sys.executable, "-m", "scripts.seed_checklist"]
+    done = subprocess.run([*run, "--parts", "seed"], capture_output=True, text=True, check=False, cwd=ROOT)
+    assert done.returncode == 3 and "ERROR no CUDA device" in done.stderr
+    wrong = subprocess.run([*run, "--parts", "speed"], capture_output=True, text=True, check=False, cwd=ROOT)
+    assert wrong.returncode == 2 and "unknown checklist part speed; the parts are seed, batch" in wrong.stderr
+
+
+@pytest.fixture(scope="module")
+def torch_runtime() -> RuntimeEnv:
+    """torch 2.14.1 (cp311) in the builder's cached runtime venv, as the other acceptance tests use it."""
+    return runtime_env(local_job(), load_facts())
+
+
+CPU_COMPARISONS = r"""
+import json, torch
+from scripts.gpu.data import Tolerance
+from tests.gpu.checklist import batch_comparisons
+from tests.gpu.numerics import compare_tokens
+torch.manual_seed(0)
+inputs = torch.randn(32, 16, 8)
+linear = torch.nn.Linear(8, 8)
+per_sample = batch_comparisons(linear, inputs, (1, 2, 8, 32), Tolerance(rtol=1e-4, atol=1e-4))
+mixing = batch_comparisons(lambda x: linear(x - x.mean(dim=0)), inputs, (1, 2, 8, 32), Tolerance(rtol=1e-2, atol=1e-2))
+half = batch_comparisons(linear.to(torch.bfloat16), inputs.to(torch.bfloat16), (1, 8), Tolerance(rtol=5e-2, atol=5e-2))
+tokens = torch.tensor([[5, 6, 7], [1, 2, 3]])
+same, off = compare_tokens("t", tokens, tokens.clone()), compare_tokens("t", tokens, tokens.flip(1))
+print(json.dumps({"per_sample": [c.ok for c in per_sample], "mixing": [c.ok for c in mixing],
+                  "half": [c.ok for c in half], "mixing_worst": mixing[-1].worst,
+                  "tokens": [same.ok, off.ok, off.bound]}))
 """
-    done = subprocess.run(
-        ["bash", "-c", script, "harness", str(tmp_path / "out"), str(work), str(carry)],
-        cwd=ROOT,
-        env={**os.environ, "ROOT": str(ROOT), "PYTHON": sys.executable},
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0 and "carry kept" in done.stdout, done.stdout + done.stderr
-    assert done.stdout.count("=== stage carry: passed") == 2
-    assert (work / "cache" / "sdists" / "pkg-1.0.tar.gz").read_bytes() == b"sdist"
+
+
+@pytest.mark.slow
+def test_batch_comparisons_catch_a_model_that_mixes_samples(torch_runtime: RuntimeEnv) -> None:
+    done = subprocess.run([sys.executable, "-c", CPU_COMPARISONS], capture_output=True, check=False, text=True,
+                          env={**os.environ, "PYTHONPATH": f"{torch_runtime.site_packages}{os.pathsep}{ROOT}"},
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["per_sample"] == [True, True, True, True]  # a per-sample model: every size agrees with batch 1
+    assert found["mixing"] == [True, False, False, False] and found["mixing_worst"] > 1  # batch statistics leak in
+    assert found["half"] == [True, True] and found["tokens"] == [True, False, "equal (4 of 6 differ)"]
 
 
 @pytest.fixture(scope="module")
@@ -365,54 +296,30 @@ def reference_sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pat
     from builder.steps.fetch import fetch_sdist, unpack_sdist
 
     into = tmp_path_factory.mktemp("sdists")
-    return {
-        job.package: unpack_sdist(fetch_sdist(job), into) for job in load_plan(ROOT / "matrix.yaml", "gpu-box").jobs
-    }
+    return {job.package: unpack_sdist(fetch_sdist(job), into) for job in load_plan(ROOT / "matrix.yaml",
+                                                                                    "gpu-box").jobs}
 
 
 @pytest.mark.slow
 def test_checklist_runs_upstreams_models_end_to_end_on_the_cpu(
-    tmp_path: Path, torch_runtime, reference_sources: dict[str, Path]
+    tmp_path: Path, torch_runtime: RuntimeEnv, reference_sources: dict[str, Path]
 ) -> None:
     out = tmp_path / "checklist.json"
     harness = Path(__file__).parent / "checklist_cpu_harness.py"
-    command = [
-        sys.executable,
-        "-W",
-        "ignore",
-        str(harness),
-        str(reference_sources["mamba-ssm"]),
-        str(reference_sources["causal-conv1d"]),
-        str(out),
-    ]
     done = subprocess.run(
-        command,
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=900,
-        env={**os.environ, "PYTHONPATH": f"{torch_runtime.site_packages}{os.pathsep}{ROOT}"},
-    )
+        [sys.executable, "-W", "ignore", harness, reference_sources["mamba-ssm"], reference_sources["causal-conv1d"],
+         out], capture_output=True, check=False, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": f"{torch_runtime.site_packages}{os.pathsep}{ROOT}"})
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(out.read_text())
-    checks = {check["name"].split(":")[0]: check for check in found["checks"]}
-    for name, check in checks.items():
+    for name, result in found["checks"].items():
         if not name.startswith("performance"):  # timings on a shared CPU are noise; the GPU run judges them
-            assert check["status"] == "passed", check
-    greedy = checks["generate vs full forward MambaLMHeadModel Mamba1 float32"]["data"]["comparisons"]
-    assert [c["tensor"] for c in greedy] == [
-        "greedy tokens without CUDA graphs vs forward",
-        "greedy tokens with CUDA graphs vs forward",
-        "greedy tokens with vs without CUDA graphs",
-    ]
-    perf = next(check for name, check in checks.items() if name.startswith("performance"))["data"]
+            assert result["ok"], (name, result)
+    assert [c["tensor"] for c in found["checks"]["decode MambaLMHeadModel Mamba1 float32"]["comparisons"]] == [
+        "greedy tokens without CUDA graphs vs forward", "greedy tokens with CUDA graphs vs forward",
+        "greedy tokens with vs without CUDA graphs"]
+    perf = found["checks"]["performance"]["data"]
     assert perf["params"] > 0 and perf["loss"] > 0 and perf["train_tokens_per_s"] > 0
-    assert checklist_table_cells(perf)[0] == "130M-shaped"
-    leak = checks["leak run"]["data"]
+    assert found["table"][2].strip("|").split("|")[0].strip() == "130M-shaped"
+    leak = found["checks"]["leak training"]["data"]
     assert leak["steps"] == 6 and leak["ok"] and leak["growth_mib"] <= leak["bound_mib"]
-
-
-def checklist_table_cells(row: dict) -> list[str]:
-    from scripts.acceptance import checklist
-
-    return [cell.strip() for cell in checklist.perf_table([row])[2].strip("|").split("|")]

@@ -5,6 +5,9 @@ venv on the host. Skipped, with the reason, only where no Docker daemon can run.
 
 Slow when cold: debootstrap, CPython 3.11 built from Debian's source package, then one real compile. The base and
 the image are kept under ~/.cache/wheelwright between runs (bases/, images/), so a warm run loads them instead.
+
+The cuda12.4 image carries Debian's 12.4 (images.toml `carries`): built after the cuda13.0 one, it shares its layers
+but the toolkit's, and a container with nothing mounted compiles with that toolkit alone.
 """
 
 from __future__ import annotations
@@ -76,11 +79,18 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "archs": {"cu130": ["9.0"]},
         "packages": ["causal-conv1d"],
     }
+    matrix["profiles"]["carried"] = {
+        "torch": ["2.6.0"],
+        "accelerators": ["cu124"],
+        "python": ["3.11"],
+        "archs": {"cu124": ["9.0"]},
+        "packages": ["causal-conv1d"],
+    }
     (work / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
     return work
 
 
-def _wheelwright(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _wheelwright(work: Path, *args: str, profile: str = "container") -> subprocess.CompletedProcess[str]:
     command = [
         sys.executable,
         "-m",
@@ -89,7 +99,7 @@ def _wheelwright(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "--matrix",
         str(work / "matrix.yaml"),
         "--profile",
-        "container",
+        profile,
     ]
     return subprocess.run(
         command,
@@ -102,13 +112,18 @@ def _wheelwright(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def container_build(docker_daemon: str, workdir: Path) -> Path:
-    if not (CUDA_HOME / "bin" / "nvcc").is_file():
-        pytest.skip(f"no CUDA 13.0 toolkit at {CUDA_HOME} to mount into the builder image")
+def builder_image(docker_daemon: str, workdir: Path) -> None:
+    """The cuda13.0 image (CUDA 13.0 is the host's, mounted when a job runs)."""
     start = time.monotonic()
     images = _wheelwright(workdir, "images", "build", "--output", str(workdir / "images"))
     assert images.returncode == 0, images.stdout + images.stderr
     print(f"images build: {time.monotonic() - start:.0f} s\n{images.stdout}")
+
+
+@pytest.fixture(scope="module")
+def container_build(builder_image: None, workdir: Path) -> Path:
+    if not (CUDA_HOME / "bin" / "nvcc").is_file():
+        pytest.skip(f"no CUDA 13.0 toolkit at {CUDA_HOME} to mount into the builder image")
     output = workdir / "out"
     # --objcache off: the container's object cache persists between runs; this compile must be real every time
     build = _wheelwright(workdir, "build", "--backend", "container", "--output", str(output), "--objcache", "off")
@@ -153,3 +168,43 @@ def test_the_container_wheel_installs_into_a_fresh_host_venv_and_imports(contain
     result = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=False, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert Path(result.stdout.strip().splitlines()[-1]).is_relative_to(site)
+
+
+# -- an image that carries its toolkit -------------------------------------------------------------------------------
+
+KERNEL = "__global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }\nvoid launch(float* x) { twice<<<1, 32>>>(x); }\n"
+# what a torch extension's build asks of the toolkit, in little: nvcc for sm_90, linked to the shared CUDA runtime
+INSIDE = f"""set -euo pipefail
+nvcc --version
+printf '%s' '{KERNEL}' > /tmp/k.cu
+nvcc -gencode arch=compute_90,code=sm_90 -Xcompiler -fPIC -shared -cudart shared -o /tmp/k.so /tmp/k.cu
+readelf -d /tmp/k.so | grep NEEDED
+cuobjdump --list-elf /tmp/k.so
+"""
+
+
+@pytest.fixture(scope="module")
+def carried_image(builder_image: None, workdir: Path) -> str:
+    """The cuda12.4 image, built after the cuda13.0 one (whose layers it shares), as `wheelwright images build` does."""
+    from builder.farm import images
+
+    start = time.monotonic()
+    built = _wheelwright(workdir, "images", "build", "--output", str(workdir / "images"), profile="carried")
+    assert built.returncode == 0, built.stdout + built.stderr
+    print(f"carried image: {time.monotonic() - start:.0f} s\n{built.stdout}")
+    (spec,) = images.images_for(load_plan(workdir / "matrix.yaml", "carried", host="3.11").jobs)
+    assert spec.carried is not None and spec.carried.name == "debian-12.4"
+    return spec.tag(images.docker_dir())
+
+
+def test_the_carried_toolkit_compiles_with_nothing_mounted(docker_daemon: str, carried_image: str) -> None:
+    labels = [docker_daemon, "image", "inspect", "--format", '{{index .Config.Labels "org.wheelwright.carries"}}']
+    label = subprocess.run([*labels, carried_image], capture_output=True, text=True, check=True).stdout
+    assert label.startswith("debian-12.4: nvidia-cuda-toolkit=12.4.131~12.4.1-2 "), label
+    # no --mount, no --volume: the toolkit, its headers and its libcudart are the image's own
+    run = [docker_daemon, "run", "--rm", carried_image, "bash", "-c", INSIDE]
+    inside = subprocess.run(run, capture_output=True, text=True, check=False)
+    assert inside.returncode == 0, inside.stdout + inside.stderr
+    assert "release 12.4, V12.4.131" in inside.stdout
+    assert re.findall(r"NEEDED.*\[(libcudart[^]]*)\]", inside.stdout) == ["libcudart.so.12"]
+    assert set(re.findall(r"\.(sm_\d+)\.cubin", inside.stdout)) == {"sm_90"}  # the kernel's cubins, all sm_90

@@ -73,3 +73,33 @@ def test_the_processes_of_a_killed_build_are_ended_and_no_others(tmp_path: Path)
 
 def test_nothing_marked_is_nothing_killed(tmp_path: Path) -> None:
     assert kill_marked(WORKSPACE_ENV, str(tmp_path / "nobody"), timeout=1) == 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace of its own needs root (unshare --mount)")
+def test_a_build_of_the_same_workspace_in_a_container_is_not_ended(tmp_path: Path) -> None:
+    """A container's build of the same job runs under the same path in its own /tmp; the host sees its processes.
+    Before the namespace check, a host build starting that job killed the container's compilers (exit -9)."""
+    ours = tmp_path / "causal-conv1d-1.7.0+pt214cu130"
+    inside = started(ours, "exec unshare --mount sleep 300")
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not _running_sleep(ours):
+            time.sleep(0.05)
+        assert _running_sleep(ours), "the namespaced sleep never started"
+        assert kill_marked(WORKSPACE_ENV, str(ours), timeout=1) == 0
+        assert inside.poll() is None
+    finally:
+        if inside.poll() is None:
+            os.killpg(inside.pid, signal.SIGKILL)
+            inside.wait()
+
+
+def _running_sleep(workspace: Path) -> bool:
+    names = []
+    for pid in marked(workspace):
+        try:
+            names.append((Path("/proc") / str(pid) / "comm").read_text().strip())
+        except OSError:
+            return False
+    return names == ["sleep"]

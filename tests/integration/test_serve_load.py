@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.timeout(300)
 def test_500_concurrent_clients_are_all_answered() -> None:
-    command = [sys.executable, "scripts/bench_serve.py", "--clients", "500", "--requests", "1000", "--json"]
+    command = [sys.executable, "-m", "scripts.bench_serve", "--clients", "500", "--requests", "1000", "--json"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=280, check=False)
     figures = json.loads(result.stdout)
     concurrent = figures["concurrent"]

@@ -23,6 +23,7 @@ import pytest
 from variantlib.variant_dist_info import VariantDistInfo
 from variantlib.variants_json import VariantsJson
 
+from builder.steps.variant import VariantTwins
 from index_site.serve import serving
 from index_site.site import build_site
 from index_site.variants import installed_torch_command
@@ -45,7 +46,7 @@ def channel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Channel]:
     output = tmp_path_factory.mktemp("variant-site")
     torch_wheels = variant_channel.write_channel(output)
     with serving(output / "site") as server:
-        build_site(output, output / "site", base_url=server.url)
+        build_site(output, output / "site", base_url=server.url, twins=VariantTwins())
         yield Channel(url=server.url, output=output, torch_wheels=torch_wheels)
 
 
@@ -148,7 +149,7 @@ def test_uv_reads_the_json_channel(channel: Channel, tmp_path: Path) -> None:
 def test_on_the_gpu_machine_uv_detects_driver_and_arch_itself(channel: Channel, tmp_path: Path) -> None:
     """Run on the GPU box (a driver for CUDA >= 13.0 and an sm_90 GPU): nothing forced, uv asks the hardware."""
     if shutil.which("nvidia-smi") is None:
-        pytest.skip("no NVIDIA driver on this machine (on the GPU box: this test, or scripts/gpu_variant_selection.py)")
+        pytest.skip("no NVIDIA driver on this machine (on the GPU box: this test, or tests/gpu's)")
     python, env = venv_with_torch(tmp_path, channel, "2.14.1")
     env = {k: v for k, v in env.items() if not k.startswith("NV_VARIANT_PROVIDER_")}
     result = uv_one_url(python, env, f"{channel.url}/variant/simple/")

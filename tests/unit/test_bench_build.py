@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from builder.core.ledger import Ledger, LedgerEntry, Status
-from scripts import bench_build
+from scripts.bench import build as bench_build
 from tests.unit.test_timeline import HAND_MADE
 
 ALL_9 = ["7.5", "8.0", "8.7", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1"]

@@ -42,7 +42,7 @@ def serve(monkeypatch: pytest.MonkeyPatch, pages: dict[str, Response]) -> list[t
     """Replace the network with ``pages``; returns the log of requested (url, accept)."""
     requests: list[tuple[str, str | None]] = []
 
-    def open_url(url: str, *, accept: str | None = None) -> Response:
+    def open_url(url: str, *, accept: str | None = None, **limits: object) -> Response:
         requests.append((url, accept))
         if url not in pages:
             raise AssertionError(f"unexpected request for {url}")
@@ -282,7 +282,7 @@ def test_a_pep691_page_gives_the_same_entries_with_absolute_urls(monkeypatch: py
 def test_a_page_the_index_does_not_have_lists_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     page = "https://mirror.test/whl/cu999/torch/"
 
-    def open_url(url: str, *, accept: str | None = None) -> Response:
+    def open_url(url: str, *, accept: str | None = None, **limits: object) -> Response:
         raise urllib.error.HTTPError(url, 404, "Not Found", Message(), None)
 
     monkeypatch.setattr(fetch, "open_url", open_url)
@@ -290,10 +290,10 @@ def test_a_page_the_index_does_not_have_lists_nothing(monkeypatch: pytest.Monkey
 
 
 def test_an_index_that_does_not_answer_is_told_apart_from_one_that_errs(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refused(url: str, *, accept: str | None = None) -> Response:
+    def refused(url: str, *, accept: str | None = None, **limits: object) -> Response:
         raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
 
-    def broken(url: str, *, accept: str | None = None) -> Response:
+    def broken(url: str, *, accept: str | None = None, **limits: object) -> Response:
         raise urllib.error.HTTPError(url, 503, "Service Unavailable", Message(), None)
 
     monkeypatch.setattr(fetch, "open_url", refused)

@@ -28,12 +28,14 @@ from tests.wheelfactory import WheelSpec, make_wheel
 
 
 class MemoryStore:
-    """Just enough of an S3 bucket: ETags change on every write, create-only writes fail on existing keys."""
+    """Just enough of an S3 bucket: ETags change on every write, create-only writes fail on existing keys, and an
+    object put through the store keeps the SHA-256 checksum of its bytes (S3 with ChecksumAlgorithm=SHA256)."""
 
     def __init__(self) -> None:
         self.objects: dict[str, dict] = {}
         self.puts: list[str] = []
         self.heads: list[str] = []
+        self.gets: list[str] = []
         self._lock = threading.Lock()
         self._writes = 0
 
@@ -47,9 +49,12 @@ class MemoryStore:
     def head(self, key: str) -> RemoteObject | None:
         self.heads.append(key)
         o = self.objects.get(key)
-        return None if o is None else RemoteObject(key=key, etag=o["etag"], size=len(o["body"]), sha256=o["sha256"])
+        if o is None:
+            return None
+        return RemoteObject(key=key, etag=o["etag"], size=len(o["body"]), checksum_sha256=o["checksum"], md5=o["md5"])
 
     def get(self, key: str) -> bytes | None:
+        self.gets.append(key)
         o = self.objects.get(key)
         return None if o is None else o["body"]
 
@@ -68,9 +73,17 @@ class MemoryStore:
                 "cache_control": cache_control,
                 "sha256": sha256,
                 "etag": etag,
+                "checksum": hashlib.sha256(data).hexdigest(),
+                "md5": None,
             }
             self.puts.append(key)
         return etag
+
+    def plant(self, key: str, data: bytes, *, md5: bool = False) -> None:
+        """An object another tool stored: no checksum; its ETag is the MD5 of its bytes only with ``md5``."""
+        digest = hashlib.md5(data).hexdigest()
+        etag = f'"{digest}"' if md5 else f'"{digest}-1"'
+        self.objects[key] = {"body": data, "etag": etag, "checksum": None, "md5": digest if md5 else None, "sha256": ""}
 
     def delete(self, key: str) -> None:
         self.objects.pop(key, None)
@@ -113,15 +126,17 @@ def _site_path(site: Path, key: str) -> str:
     return key
 
 
-def test_republish_uploads_nothing_and_trusts_the_manifest_while_etags_hold(site: Path) -> None:
+def test_republish_uploads_nothing_and_compares_by_the_stores_checksums(site: Path) -> None:
     store = MemoryStore()
     publish(site, store)
     store.puts.clear()
     store.heads.clear()
+    store.gets.clear()
     report = publish(site, store)
     assert report.uploaded == ()
-    assert store.heads == []
-    assert store.puts == [f"{STATE_DIR}lock", f"{STATE_DIR}manifest.json"]
+    assert set(store.heads) == {key for key in store.objects if STATE_DIR not in key}  # the checksums, not bodies
+    assert [key for key in store.gets if STATE_DIR not in key] == []
+    assert store.puts == [f"{STATE_DIR}lock"]
 
 
 def test_an_object_changed_behind_our_back_is_looked_up_and_replaced(site: Path) -> None:
@@ -130,7 +145,7 @@ def test_an_object_changed_behind_our_back_is_looked_up_and_replaced(site: Path)
     store.put("simple/index.html", b"vandalised", content_type="text/html", cache_control="", sha256="x")
     store.heads.clear()
     report = publish(site, store)
-    assert store.heads == ["simple/index.html"]
+    assert "simple/index.html" not in store.heads  # its size already says it differs
     assert report.uploaded == ("simple/index.html",)
     assert store.objects["simple/index.html"]["body"] == (site / "simple/index.html").read_bytes()
 
@@ -237,10 +252,24 @@ def test_a_wheel_published_by_another_tool_is_compared_by_its_bytes(site: Path) 
     wheel = next(site.glob("whl/pt214cu130/*.whl"))
     key = f"whl/pt214cu130/{wheel.name}"
     store = MemoryStore()
-    store.put(key, wheel, content_type="", cache_control="", sha256="")  # no digest in its metadata
+    store.plant(key, wheel.read_bytes())  # no checksum, an ETag that is no MD5
     assert key not in publish(site, store).uploaded  # same bytes: left alone
+    assert key in store.gets
     other = MemoryStore()
-    other.put(key, b"not the same wheel", content_type="", cache_control="", sha256="")
+    other.plant(key, b"not the same wheel")
+    with pytest.raises(PublishError, match="refusing to overwrite 1"):
+        publish(site, other)
+
+
+def test_a_single_part_etag_is_compared_as_the_md5_without_a_download(site: Path) -> None:
+    wheel = next(site.glob("whl/pt214cu130/*.whl"))
+    key = f"whl/pt214cu130/{wheel.name}"
+    store = MemoryStore()
+    store.plant(key, wheel.read_bytes(), md5=True)
+    assert key not in publish(site, store).uploaded
+    assert key not in store.gets
+    other = MemoryStore()
+    other.plant(key, bytes(reversed(wheel.read_bytes())), md5=True)  # same size, other bytes
     with pytest.raises(PublishError, match="refusing to overwrite 1"):
         publish(site, other)
 

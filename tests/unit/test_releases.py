@@ -17,7 +17,7 @@ from tests.jobs import MATRIX
 def serve(monkeypatch: pytest.MonkeyPatch, pages: dict[str, object]) -> list[str]:
     asked: list[str] = []
 
-    def open_url(url: str, *, accept: str | None = None) -> io.BytesIO:
+    def open_url(url: str, *, accept: str | None = None, **limits: object) -> io.BytesIO:
         asked.append(url)
         if url not in pages:
             raise OSError(f"404 {url}")

@@ -1,0 +1,125 @@
+"""Small, valid, labelled wheels for index tests and the index benchmark: METADATA, WHEEL and a RECORD with real
+hashes, a module that names the exact file it came from (so a test can ask an installed package which wheel it
+was), and deterministic bytes (fixed timestamps) unless ``salt`` asks for different ones."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import random
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from builder.plan.job import parse_label
+from index_site.wheels import CoreMetadata, WheelFile, parse_wheel_name
+
+_EPOCH = (2024, 1, 1, 0, 0, 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelSpec:
+    project: str = "causal-conv1d"
+    version: str = "1.7.0"
+    label: str = "pt214cu130"
+    python: str = "cp311"
+    platform: str = "linux_x86_64"
+    requires_python: str | None = ">=3.9"
+    summary: str = "Causal depthwise conv1d in CUDA, with a PyTorch interface"
+    payload_bytes: int = 0  # incompressible filler, for realistic sizes
+    salt: str = ""  # change the bytes without changing the name
+    metadata_name: str | None = None  # METADATA's Name when it should disagree with the filename
+    filename: str | None = None  # write under this name instead of the one the spec implies
+
+    @property
+    def dist_name(self) -> str:
+        return canonicalize_name(self.project).replace("-", "_")
+
+    @property
+    def local_version(self) -> str:
+        return f"{self.version}+{self.label}"
+
+    @property
+    def wheel_filename(self) -> str:
+        return self.filename or f"{self.dist_name}-{self.local_version}-{self.tag}.whl"
+
+    @property
+    def tag(self) -> str:
+        """``python`` as a wheel's tags: cp311-cp311, a free-threaded cp313t as cp313-cp313t (PEP 703)."""
+        abi = self.python if self.python.startswith("cp") else "none"
+        interpreter = self.python.removesuffix("t") if self.python.startswith("cp") else self.python
+        return f"{interpreter}-{abi}-{self.platform}"
+
+
+def make_wheel(directory: Path, spec: WheelSpec | None = None, **fields: object) -> Path:
+    """Write the wheel ``spec`` (or ``WheelSpec(**fields)``) into ``directory``; return its path."""
+    spec = spec or WheelSpec(**fields)  # type: ignore[arg-type]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / spec.wheel_filename
+    dist_info = f"{spec.dist_name}-{spec.local_version}.dist-info"
+    files = {
+        f"{spec.dist_name}/__init__.py": _module(spec).encode(),
+        f"{dist_info}/METADATA": metadata_text(spec).encode(),
+        f"{dist_info}/WHEEL": _wheel_text(spec).encode(),
+    }
+    if spec.payload_bytes:
+        files[f"{spec.dist_name}/_payload.bin"] = random.Random(spec.wheel_filename + spec.salt).randbytes(
+            spec.payload_bytes
+        )
+    files[f"{dist_info}/RECORD"] = _record(files, f"{dist_info}/RECORD").encode()
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, content in files.items():
+            stored = name.endswith("_payload.bin")  # random filler does not compress; don't spend time trying
+            archive.writestr(
+                zipfile.ZipInfo(name, date_time=_EPOCH),
+                content,
+                compress_type=zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED,
+            )
+    return path
+
+
+def metadata_text(spec: WheelSpec) -> str:
+    torch, _ = parse_label(spec.label)
+    lines = [
+        "Metadata-Version: 2.1",
+        f"Name: {spec.metadata_name or spec.project}",
+        f"Version: {spec.local_version}",
+        f"Summary: {spec.summary}",
+    ]
+    if spec.requires_python is not None:
+        lines.append(f"Requires-Python: {spec.requires_python}")
+    lines.append(f"Requires-Dist: torch=={torch}.*")
+    return "\n".join(lines) + "\n\n"
+
+
+def _wheel_text(spec: WheelSpec) -> str:
+    return f"Wheel-Version: 1.0\nGenerator: wheelwright-tests\nRoot-Is-Purelib: false\nTag: {spec.tag}\n\n"
+
+
+def _module(spec: WheelSpec) -> str:
+    return f'WHEEL_FILENAME = "{spec.wheel_filename}"\n__version__ = "{spec.local_version}"\nSALT = "{spec.salt}"\n'
+
+
+def _record(files: dict[str, bytes], record_name: str) -> str:
+    lines = []
+    for name, content in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(content).digest()).rstrip(b"=").decode()
+        lines.append(f"{name},sha256={digest},{len(content)}")
+    lines.append(f"{record_name},,")
+    return "\n".join(lines) + "\n"
+
+
+def indexed_wheel(
+    filename: str, digit: str, requires_python: str | None = ">=3.9", summary: str = "Causal conv1d"
+) -> WheelFile:
+    """A catalogue entry without a file behind it, its digests made of ``digit`` so pages are easy to read."""
+    metadata = CoreMetadata(sha256=digit * 63 + "m", size=321, requires_python=requires_python, summary=summary)
+    return WheelFile(
+        name=parse_wheel_name(filename),
+        sha256=digit * 64,
+        size=12_345_678,
+        metadata=metadata,
+        upload_time=1_700_000_000.5,
+    )
