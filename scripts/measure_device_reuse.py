@@ -155,8 +155,8 @@ def measure_chain(torch: str, devices: nvcc_plan.DeviceSteps, arch: str, command
     """One arch's preprocessing, cicc and ptxas (``device`` False: the preprocessing alone, what cicc would read);
     the PTX and cubin kept in ``keep`` for the comparisons."""
     chain = Chain(torch=torch, unit=devices.unit, arch=nvcc_plan.arch_label(arch))
-    cicc = next(c for c in commands if nvcc_plan._program(c) == "cicc")
-    ptxas = next(c for c in commands if nvcc_plan._program(c) == "ptxas")
+    cicc = next(c for c in commands if nvcc_plan.program_of(c) == "cicc")
+    ptxas = next(c for c in commands if nvcc_plan.program_of(c) == "ptxas")
     chain.cpu["preprocess"] = sum(timed(c, env) for c in commands[: commands.index(cicc)])
     chain.digests["ii"] = stagecache.digest_file(cicc_input(cicc))
     chain.digests["module_id"] = stagecache.digest_file(option(cicc, "--module_id_file_name"))

@@ -121,7 +121,8 @@ def parse_dryrun(text: str) -> tuple[dict[str, str], list[str]]:
     return variables, commands
 
 
-def _program(command: str) -> str:
+def program_of(command: str) -> str:
+    """The program a dryrun step runs: ``cicc``, ``ptxas``, ``gcc`` (its path and nvcc's ``$CICC_PATH/`` left out)."""
     first = shlex.split(command)[0] if command else ""
     return Path(first.replace("$CICC_PATH/", "")).name
 
@@ -134,8 +135,8 @@ def _output_of(command: str) -> str | None:
 def plan(variables: dict[str, str], commands: list[str], *, depfile: str | None, output: str) -> Plan:
     """Sort the dryrun's commands into front, per-arch chains and back; the depfile nvcc would filter out of its
     host preprocessing comes from that same preprocessing's ``-MD`` instead."""
-    ciccs = {i: m[1] for i, c in enumerate(commands) if _program(c) == "cicc" and (m := _CICC_ARCH.search(c))}
-    if not ciccs or any(_program(c) == "cicc" for i, c in enumerate(commands) if i not in ciccs):
+    ciccs = {i: m[1] for i, c in enumerate(commands) if program_of(c) == "cicc" and (m := _CICC_ARCH.search(c))}
+    if not ciccs or any(program_of(c) == "cicc" for i, c in enumerate(commands) if i not in ciccs):
         raise NotPlannable("no cicc step with an -arch")
     first_cicc = min(ciccs)
     chains: dict[str, list[str]] = {arch: [] for arch in ciccs.values()}
@@ -144,7 +145,7 @@ def plan(variables: dict[str, str], commands: list[str], *, depfile: str | None,
     front: list[str] = []
     back: list[str] = []
     for index, command in enumerate(commands):
-        program = _program(command)
+        program = program_of(command)
         out = _output_of(command)
         if index in ciccs:
             chains[ciccs[index]].append(command)
@@ -453,9 +454,9 @@ def _run_commands(
         if pool.stopped:
             sys.stderr.write(f"nvcc step not started: an earlier step of this build failed: {command}\n")
             return 1
-        if _program(command) == "rm":  # nvcc cleans up files some steps only write in some modes: never fatal
+        if program_of(command) == "rm":  # nvcc cleans up files some steps only write in some modes: never fatal
             command = command.replace("rm ", "rm -f ", 1)
-        program = _program(command)
+        program = program_of(command)
         stage = stagecache.stage_of(program) if devices is not None else None
         cpu: list[float] = []
         start = time.monotonic()
@@ -527,7 +528,7 @@ def execute(plan_: Plan, pool: CorePool, costs: Costs, timings: _Timings, device
 
     def chain(arch: str) -> None:
         commands = plan_.chains[arch]
-        cicc = next(i for i, c in enumerate(commands) if _program(c) == "cicc")
+        cicc = next(i for i, c in enumerate(commands) if program_of(c) == "cicc")
         priority = costs.arch(arch) + costs.host / 2
         writer = plan_.module_id_writer
         run = functools.partial(_run_commands, env=env, timings=timings, arch=arch, pool=pool, devices=devices)
