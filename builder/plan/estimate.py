@@ -294,15 +294,17 @@ def reuse_facts(text: str | None = None) -> ReuseFacts:
 
 def _reused(job: Job, unit: UnitCost, row: list[float], reuse: ReuseFacts, seen: set[tuple[str, ...]],
             ) -> list[float]:
-    """The unit's per-arch costs for this job, less the device stages an earlier group of the same package version
-    and accelerator already compiled for a torch whose steps are the same (``seen``: the classes paid for)."""
+    """The unit's per-arch costs for this job, less the device stages an earlier group of the same package version,
+    accelerator and platform already compiled for a torch whose steps are the same (``seen``: the classes paid
+    for). Never across platforms: the table was measured on x86_64, and an aarch64 build's device input holds its
+    own host compiler's macros."""
     archs = [arch.split("+")[0] for arch in job.archs]
     reduced = list(row)
     for stage in REUSED_STAGES:
         members = reuse.class_of(job, unit.unit, stage)
         if members is None:
             continue
-        key = (job.package, job.version, job.accelerator.name, unit.unit, stage, *sorted(members))
+        key = (job.package, job.version, job.accelerator.name, job.platform, unit.unit, stage, *sorted(members))
         if key not in seen:
             seen.add(key)
             continue

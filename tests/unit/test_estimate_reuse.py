@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.core.errors import ConfigError
+from builder.core.errors import ConfigError, LedgerError
 from builder.plan.estimate import estimate, ledger_model, reuse_facts, seed_model, summary
 from builder.plan.expand import load_plan
 from builder.plan.facts import Accelerator
@@ -20,9 +20,9 @@ from builder.plan.job import Job
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def job(torch: str = "2.14.1", accelerator: str = "cu130") -> Job:
-    (local,) = load_plan(ROOT / "matrix.yaml", "local", host="3.11").select("causal-conv1d-*").jobs
-    return dataclasses.replace(local, torch=torch, accelerator=Accelerator.parse(accelerator))
+def job(torch: str = "2.14.1", accelerator: str = "cu130", platform: str = "x86_64") -> Job:
+    (local,) = load_plan(ROOT / "matrix.yaml", "local", host="3.11").select("causal-conv1d-*-x86_64").jobs
+    return dataclasses.replace(local, torch=torch, accelerator=Accelerator.parse(accelerator), platform=platform)
 
 
 def ledger(tmp_path: Path, rows: list[tuple[str, str | None, str | None]]) -> Path:
@@ -100,6 +100,13 @@ def test_without_stage_times_the_shares_price_the_reuse(tmp_path: Path) -> None:
     assert ours.reused_cpu == pytest.approx(100.0 * (0.5 + 0.25))
 
 
+def test_device_stages_are_never_priced_as_reused_across_platforms(tmp_path: Path) -> None:
+    model = ledger_model(ledger(tmp_path, [("cu130", TIMES, STAGES)]), seed_model())
+    jobs = [job("2.12.1"), job("2.12.1", platform="aarch64"), job("2.13.0", platform="aarch64")]
+    ours, _ = estimate(jobs, model, runners=1, cores=4, reuse=reuse_facts(FACTS))
+    assert ours.reused_cpu == pytest.approx(80.0)  # aarch64's 2.13 from aarch64's 2.12 alone
+
+
 @pytest.mark.parametrize(
     ("facts", "message"),
     [
@@ -115,3 +122,35 @@ def test_reuse_facts_that_contradict_themselves_are_one_config_error(facts: str,
 
 def test_the_shipped_reuse_facts_load() -> None:
     reuse_facts()
+
+
+def stage(**changes: object) -> str:
+    """One stage_times row with ``changes``, those first (the error shows the row's first 60 characters)."""
+    row = {"unit": "a.cu", "arch": "9.0", "stage": "cicc", "cpu": 1.0, "wall": 1.0}
+    return json.dumps([{**changes, **{k: v for k, v in row.items() if k not in changes}}])
+
+
+HOSTILE_STAGE_TIMES = [
+    ("not-json", "cu130", "{not json", r"job 'j0': stage_times is not JSON"),
+    ("an-object", "cu130", '{"a.cu": 1}', r"stage_times is \{'a\.cu': 1\} \(dict\), not a list"),
+    ("a-blob", "cu130", b"\x00\x01", r"job 'j0' has stage_times b'\\x00\\x01' \(bytes\), not text"),
+    ("entry-a-number", "cu130", "[5]", r"stage_times entry 0 is 5 \(int\)"),
+    ("cpu-missing", "cu130", json.dumps([{"unit": "a.cu", "arch": "9.0", "stage": "cicc"}]), r"stage_times entry 0"),
+    ("cpu-nan", "cu130", stage(cpu=float("nan")), r"stage_times entry 0 is .*nan"),
+    ("cpu-negative", "cu130", stage(cpu=-1), r"stage_times entry 0 is .*-1"),
+    ("cpu-true", "cu130", stage(cpu=True), r"stage_times entry 0 is .*True"),
+    ("stage-a-number", "cu130", stage(stage=3), r"stage_times entry 0 is .*'stage': 3"),
+    ("accelerator-a-number", 130, STAGES, r"job 'j0' has accelerator 130 \(int\), not text"),
+]
+
+
+@pytest.mark.parametrize(("accelerator", "stages", "pattern"), [c[1:] for c in HOSTILE_STAGE_TIMES],
+                         ids=[c[0] for c in HOSTILE_STAGE_TIMES])
+def test_hostile_stage_times_are_one_ledger_error_naming_the_job(tmp_path: Path, accelerator: object, stages: object,
+                                                                  pattern: str) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE jobs (job_id, package, accelerator, compile_times, stage_times)")
+        db.execute("INSERT INTO jobs VALUES ('j0', 'causal-conv1d', ?, NULL, ?)", (accelerator, stages))
+    with pytest.raises(LedgerError, match=pattern):
+        ledger_model(path, seed_model())
