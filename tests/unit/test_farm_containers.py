@@ -376,6 +376,22 @@ def test_the_container_reaches_registries_as_the_host_does(tmp_path: Path) -> No
     }
 
 
+def test_the_container_shares_the_farms_cache_with_its_credentials_off_the_command_line() -> None:
+    from builder.farm.container import shared_cache_env
+
+    host = {"WHEELWRIGHT_OBJCACHE_REMOTE": "s3://farm/objects", "GITHUB_ACTIONS": "true",
+            "GITHUB_REF": "refs/heads/main", "GITHUB_EVENT_NAME": "push", "AWS_ACCESS_KEY_ID": "AKIA",
+            "AWS_SECRET_ACCESS_KEY": "secret", "HOME": "/root"}
+    env, inherit = shared_cache_env(host)
+    assert env == {key: host[key] for key in ("WHEELWRIGHT_OBJCACHE_REMOTE", "GITHUB_ACTIONS", "GITHUB_REF",
+                                              "GITHUB_EVENT_NAME")}
+    assert inherit == ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    arguments = run_arguments(RunSpec(image="img", command=("true",), env=env, inherit=inherit))
+    assert "secret" not in " ".join(arguments) and arguments.count("--env") == 6
+    assert arguments[arguments.index("AWS_ACCESS_KEY_ID") - 1] == "--env"
+    assert shared_cache_env({key: value for key, value in host.items() if "OBJCACHE" not in key}) == ({}, ())
+
+
 def test_a_job_whose_image_cannot_be_built_here_is_unbuildable_with_the_reason(backend_setup) -> None:
     layout, invocation = backend_setup
     jobs = [j for j in plan("release").jobs if j.accelerator.name == "rocm6.0"][:1]
