@@ -31,7 +31,7 @@ from builder.core.resources import BUILD_DATA
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps import compile as compile_stage
-from builder.steps import cross, provenance
+from builder.steps import cross, provenance, slim
 from builder.steps import variant as variant_stage
 from builder.steps.emulate import check_import_emulated
 from builder.steps.environment import (
@@ -395,6 +395,7 @@ class Builder:
                 "compile_times": json.dumps(read_times(space.nvcc_times)),
                 "torch_wheel": json.dumps(runtime.origin(), sort_keys=True),
             }
+            relinked = self._relink(job, space.source, built, work / "slim")  # the objects are only here
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired")
             # After repair (which rewrites the ELF files), so the record's digests are of what ships.
@@ -412,7 +413,40 @@ class Builder:
             twin = variant_stage.make_twin(repaired.wheel, work / "variant")  # after the gate, checked again
             entry = self._install(job, digest, repaired.wheel, timer, ledger, summary, compiled)
             os.replace(twin.path, self.layout.variant / twin.path.name)
+        if not relinked:
             return entry
+        importer = functools.partial(check_import_emulated, build=crossed) if crossed else None
+        verify = functools.partial(verify_wheel, runtime=None if crossed else runtime, importer=importer)
+        return self._slim(job, digest, entry, built, relinked, work, verify, ledger)
+
+    def _relink(self, job: Job, source: Path, built: Path, out: Path) -> list[slim.Relinked]:
+        """The job's GPU libraries linked again per SASS arch (builder/steps/slim.py); none, and why in the log,
+        where that cannot be done: the fat wheel never depends on it."""
+        try:
+            return slim.relink(job, source, built, self.layout.log_for(job).read_text(errors="replace"), out)
+        except WheelwrightError as error:
+            log_note(f"slim wheels: none ({error})")
+            return []
+
+    def _slim(self, job: Job, digest: str, entry: LedgerEntry, built: Path, relinked: list[slim.Relinked],
+              work: Path, verify: slim.Verify, ledger: Ledger) -> LedgerEntry:
+        """Cut the slim wheels from the installed fat one; a row each in the ledger, their seconds in the job's."""
+        started = time.monotonic()
+        try:
+            cuts = slim.cut_wheels(job, built, self.layout.dist / str(entry.wheel), relinked, work, self.layout.variant,
+                                   repair=self._repair_for_slim, verify=verify)
+        except WheelwrightError as error:
+            log_note(f"slim wheels: none ({error})")
+            cuts = []
+        for cut in cuts:
+            log_note(f"slim wheel {cut.label}: {cut.variant.name if cut.variant else cut.reason}")
+            ledger.put(slim.ledger_entry(_base_entry(job, digest, self.layout), cut))
+        seconds = time.monotonic() - started + sum(one.seconds for one in relinked)
+        return dataclasses.replace(entry, timings={**entry.timings, "slim": round(seconds, 3)})
+
+    def _repair_for_slim(self, wheel: Path, job: Job, out: Path) -> Path:
+        with self._repair_lock:
+            return repair_wheel(wheel, job, out).wheel
 
     def _quarantined(
         self,

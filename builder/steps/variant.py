@@ -127,21 +127,24 @@ def encode(document: Mapping[str, object]) -> bytes:
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
 
 
-def make_twin(wheel: Path, out_dir: Path) -> Twin:
-    """Write the variant twin of the verified ``wheel`` into ``out_dir`` and check it; raises WheelError if wrong."""
+def make_twin(wheel: Path, out_dir: Path, *, label: str | None = None) -> Twin:
+    """Write the variant twin of the verified ``wheel`` into ``out_dir`` and check it; raises WheelError if wrong.
+    ``label`` names the variant otherwise than the wheel's label (a slim wheel's ``pt214cu130sm90``)."""
     # the verified wheel is write_wheel's (provenance.embed): its payload's deflated bytes are copied, not redone
     members = read_members(wheel, keep_deflated=True)
     dist_info = dist_info_dir(members, wheel.name)
     if f"{dist_info}/{provenance.FILENAME}" not in members:
         raise WheelError(NO_PROVENANCE)
     record = provenance.read(members, wheel.name).record
-    label, archs = record.get("label"), record.get("archs", {})
-    if not isinstance(label, str) or not _LABEL.fullmatch(label) or not isinstance(archs, dict) or not _archs_ok(archs):
+    built_for, archs = record.get("label"), record.get("archs", {})
+    if not isinstance(built_for, str) or not _LABEL.fullmatch(built_for) or not isinstance(archs, dict) \
+            or not _archs_ok(archs):
         raise WheelError(f"{wheel.name}: {provenance.FILENAME} records no label and archs a twin can be named for")
     try:
-        properties = properties_for(label, archs)
+        properties = properties_for(built_for, archs)
     except ValueError as error:
         raise WheelError(f"{wheel.name}: {provenance.FILENAME}: {error}") from None
+    label = label or built_for
     members_of_twin = twin_members(members, wheel.name, label, properties)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = write_wheel(out_dir / variant_filename(wheel.name, label), members_of_twin)

@@ -1,0 +1,299 @@
+"""Slim per-arch wheels cut from one compile: the fat build's objects linked again, each ``.nv_fatbin`` cut to one
+SASS arch plus the job's PTX (no recompile), then repaired, recorded (provenance naming the fat wheel they were cut
+from) and verified like any wheel, and published as the PEP 825 variant ``{label}sm90`` of that arch."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import logging
+import os
+import shlex
+import shutil
+import time
+import zipfile
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from builder.core.elfread import ElfFile
+from builder.core.errors import WheelError, WheelwrightError
+from builder.core.fatbin import FatbinEntry, elf_fatbin, select_entries
+from builder.core.hashing import sha256_of
+from builder.core.ledger import LedgerEntry, Status
+from builder.core.runner import run
+from builder.plan.archs import split
+from builder.plan.job import Job
+from builder.steps import provenance
+from builder.steps.wheelzip import Member, read_members, record_digest
+
+if TYPE_CHECKING:
+    from builder.steps.verify import VerifyReport
+
+log = logging.getLogger(__name__)
+
+CUT = "cut"  # the provenance field of a slim wheel: {"from": fat wheel, "sha256": its digest, "variant": label, ...}
+
+
+def slim_label(label: str, arch: str) -> str:
+    """``pt214cu130`` and ``9.0`` -> ``pt214cu130sm90``: the variant label of the slim wheel of one SASS arch."""
+    return f"{label}sm{arch.replace('.', '')}"
+
+
+def slim_archs(job: Job, arch: str) -> tuple[str, ...]:
+    """The arch list of the slim wheel of ``arch``: its SASS, and the PTX the job plans (``compute_120``)."""
+    _, ptx = split(job.archs)
+    return (arch, *(f"compute_{p.replace('.', '')}" for p in ptx))
+
+
+def cuttable(job: Job) -> tuple[str, ...]:
+    """The SASS archs a job's slim wheels are cut for: every SASS arch of a CUDA job that has two or more (with
+    one, the fat wheel is already that arch's wheel)."""
+    sass, _ = split(job.archs)
+    return sass if job.accelerator.kind == "cuda" and len(sass) > 1 else ()
+
+
+# --- the link, as the build ran it -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """One shared object's link command, as setuptools logged it in the job's log (its working directory is the
+    source tree)."""
+
+    argv: tuple[str, ...]
+
+    @property
+    def output(self) -> str:
+        return self.argv[self.argv.index("-o") + 1]
+
+    @property
+    def objects(self) -> tuple[str, ...]:
+        return tuple(arg for arg in self.argv if arg.endswith(".o"))
+
+    def with_inputs(self, objects: Mapping[str, Path], output: Path) -> list[str]:
+        """The same command with ``objects`` (old path -> new) in place of the originals and ``output`` as -o."""
+        argv = [str(objects.get(arg, arg)) for arg in self.argv]
+        argv[argv.index("-o") + 1] = str(output)
+        return argv
+
+
+def find_links(log_text: str, names: Iterable[str]) -> dict[str, Link]:
+    """The last link command in ``log_text`` of each shared object named in ``names`` (file names): a logged line
+    that splits into a compiler call with ``-shared`` and ``-o`` naming that file."""
+    wanted, found = set(names), {}
+    for line in log_text.splitlines():
+        if "-shared" not in line or "-o" not in line:
+            continue
+        try:
+            argv = tuple(shlex.split(line))
+        except ValueError:
+            continue
+        if "-shared" in argv and "-o" in argv[:-1] and Path(argv[argv.index("-o") + 1]).name in wanted:
+            found[Path(argv[argv.index("-o") + 1]).name] = Link(argv=argv)
+    return found
+
+
+def gpu_libraries(wheel: Path) -> dict[str, Member]:
+    """The members of ``wheel`` that are shared objects carrying GPU code."""
+    members = read_members(wheel)
+    return {name: member for name, member in members.items() if name.endswith(".so") and _has_gpu_code(member.data)}
+
+
+def _has_gpu_code(data: bytes) -> bool:
+    try:
+        return not elf_fatbin(ElfFile(io.BytesIO(data), where="member"), where="member").empty
+    except WheelError:
+        return False
+
+
+# --- relinking -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Relinked:
+    """The slim shared objects of one SASS arch, by the wheel member each replaces."""
+
+    arch: str
+    libraries: Mapping[str, Path]
+    seconds: float = 0.0
+
+
+class SlimSkipped(WheelwrightError):
+    """Why no slim wheel is cut for a job (its fat wheel is unaffected)."""
+
+
+def keeper(arch: str, ptx: Iterable[str]) -> Callable[[FatbinEntry], bool]:
+    """Which fatbin entries a slim wheel of ``arch`` keeps: that arch's SASS, the job's PTX, and anything that is
+    neither (never dropped unread)."""
+    wanted_ptx = frozenset(ptx)
+    return lambda entry: (
+        (entry.kind == "sass" and entry.arch == arch) or (entry.kind == "ptx" and entry.arch in wanted_ptx)
+        or entry.kind == "other"
+    )
+
+
+def relink(job: Job, source: Path, built: Path, log_text: str, out: Path) -> list[Relinked]:
+    """Link each GPU library of ``built`` again per SASS arch of ``job`` from the objects the compile left in
+    ``source`` (its working directory), each object's fatbin cut to that arch and the job's PTX."""
+    archs = cuttable(job)
+    if not archs:
+        return []
+    libraries = gpu_libraries(built)
+    links = find_links(log_text, {Path(name).name for name in libraries})
+    if missing := sorted(Path(name).name for name in libraries if Path(name).name not in links):
+        raise SlimSkipped(f"no link command of {', '.join(missing)} in the build's log")
+    objcopy = _objcopy(links[Path(next(iter(libraries))).name].argv[0])
+    _, ptx = split(job.archs)
+    relinked = []
+    for arch in archs:
+        started = time.monotonic()
+        folder = out / arch
+        folder.mkdir(parents=True, exist_ok=True)
+        made = {}
+        for member in libraries:
+            link = links[Path(member).name]
+            objects = {o: _slim_object(source / o, keeper(arch, ptx), folder, objcopy) for o in link.objects}
+            made[member] = folder / Path(member).name
+            run(link.with_inputs(objects, made[member]), step=f"{job.identifier}: relink sm {arch}", cwd=source)
+        relinked.append(Relinked(arch=arch, libraries=made, seconds=time.monotonic() - started))
+    return relinked
+
+
+def _slim_object(path: Path, keep: Callable[[FatbinEntry], bool], folder: Path, objcopy: str) -> Path:
+    """``path`` with its ``.nv_fatbin`` section cut to what ``keep`` says (objcopy resizes the section; the one
+    relocation against it points at its start); an object without one as it is."""
+    with path.open("rb") as stream:
+        elf = ElfFile(stream, where=str(path))
+        section = elf.section(".nv_fatbin")
+        data = b"" if section is None else elf.data(section)
+    if not data:
+        return path
+    name = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    fatbin, slim = folder / f"{name}.fatbin", folder / f"{name}.o"
+    fatbin.write_bytes(select_entries(data, keep, where=str(path)))
+    run([objcopy, f"--update-section=.nv_fatbin={fatbin}", str(path), str(slim)], step=f"slim {path.name}")
+    return slim
+
+
+def _objcopy(compiler: str) -> str:
+    """The objcopy of the linking compiler's binutils (a cross compiler's own), as the compiler names it."""
+    found = run([compiler, "-print-prog-name=objcopy"], step="find objcopy", capture=True).output.strip()
+    program = shutil.which(found or "objcopy")
+    if program is None:
+        raise SlimSkipped(f"no objcopy for {compiler} ({found or 'objcopy'} not found)")
+    return program
+
+
+# --- the slim wheel --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cut:
+    """One slim wheel, as the build recorded it: its variant file, or why there is none."""
+
+    arch: str
+    label: str
+    variant: Path | None = None
+    reason: str = ""
+    sha256: str = ""
+    size: int = 0
+    timings: Mapping[str, float] = field(default_factory=dict)
+    report: str = ""
+
+
+def slim_built_wheel(built: Path, relinked: Relinked, out: Path) -> Path:
+    """``built`` (the compile's wheel, before repair) with the GPU libraries replaced by ``relinked``'s, stored
+    (repair and provenance write it again, deflated once), RECORD made anew."""
+    members = read_members(built)
+    for name, path in relinked.libraries.items():
+        members[name] = dataclasses.replace(members[name], data=path.read_bytes())
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / built.name
+    record = next(name for name in members if name.endswith(".dist-info/RECORD"))
+    lines = [f"{name},{record_digest(m.data)},{len(m.data)}" for name, m in sorted(members.items()) if name != record]
+    members[record] = Member(data=("\n".join([*lines, f"{record},,"]) + "\n").encode())
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name, member in members.items():
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = (0o100755 if member.executable else 0o100644) << 16
+            archive.writestr(info, member.data)
+    return target
+
+
+def cut_record(fat: Path, job: Job, arch: str) -> dict[str, object]:
+    """The slim wheel's provenance: the fat wheel's (its payload digests aside) with the slim arch list and the
+    fat wheel it was cut from."""
+    record = {k: v for k, v in provenance.read_wheel(fat).record.items() if k != "files"}
+    slim_job = dataclasses.replace(job, archs=slim_archs(job, arch))
+    record["archs"] = provenance.job_archs(slim_job)
+    record[CUT] = {"from": fat.name, "sha256": sha256_of(fat), "variant": slim_label(job.label, arch)}
+    return record
+
+
+Repair = Callable[[Path, Job, Path], Path]  # (wheel, job, out dir) -> the repaired wheel
+Verify = Callable[[Path, Job], "VerifyReport"]
+
+
+def cut_wheels(
+    job: Job, built: Path, fat: Path, relinked: Iterable[Relinked], work: Path, variant_dir: Path, *,
+    repair: Repair, verify: Verify,
+) -> list[Cut]:
+    """Each relinked arch as a wheel: repaired, recorded and verified like any wheel (the slim job's archs), then
+    written into ``variant_dir`` as the variant ``{label}sm90``. A slim wheel the gate refuses is left out, and
+    its Cut says why; the fat wheel is never affected."""
+    return [_cut_one(job, built, fat, one, work / f"cut-{one.arch}", variant_dir, repair, verify) for one in relinked]
+
+
+def _cut_one(
+    job: Job, built: Path, fat: Path, relinked: Relinked, work: Path, variant_dir: Path, repair: Repair, verify: Verify
+) -> Cut:
+    from builder.steps import variant  # the twin's maker names and checks the slim variant too
+
+    label, timings = slim_label(job.label, relinked.arch), {"relink": round(relinked.seconds, 3)}
+    slim_job = dataclasses.replace(job, archs=slim_archs(job, relinked.arch))
+    with _timed(timings, "repair"):
+        repaired = repair(slim_built_wheel(built, relinked, work / "built"), slim_job, work / "repaired")
+        provenance.embed(repaired, cut_record(fat, job, relinked.arch))
+    with _timed(timings, "verify"):
+        report = verify(repaired, slim_job)
+    summary = json.dumps(report.as_dict(), sort_keys=True, default=str)
+    if not report.ok:
+        return Cut(arch=relinked.arch, label=label, reason="; ".join(report.reasons), timings=timings, report=summary)
+    with _timed(timings, "variant"):
+        made = variant.make_twin(repaired, work / "variant", label=label)
+        destination = variant_dir / made.path.name
+        os.replace(made.path, destination)
+    log.info("%s: slim wheel %s (%d bytes)", job.identifier, destination.name, destination.stat().st_size)
+    return Cut(arch=relinked.arch, label=label, variant=destination, sha256=sha256_of(destination),
+               size=destination.stat().st_size, timings=timings, report=summary)
+
+
+@contextmanager
+def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        timings[name] = round(time.monotonic() - started, 3)
+
+
+def ledger_entry(job_row: LedgerEntry, cut: Cut) -> LedgerEntry:
+    """The ledger's row of one slim wheel (``<job>:sm90``), beside its job's: built with its variant file, or
+    failed with the gate's reasons."""
+    return dataclasses.replace(
+        job_row,
+        job_id=f"{job_row.job_id}:sm{cut.arch.replace('.', '')}",
+        status=Status.BUILT if cut.variant else Status.FAILED,
+        phase="slim",
+        timings=dict(cut.timings),
+        wheel=cut.variant.name if cut.variant else None,
+        wheel_sha256=cut.sha256 or None,
+        wheel_size=cut.size or None,
+        reason=cut.reason or None,
+        report=cut.report or None,
+    )
