@@ -517,7 +517,8 @@ def apply_plan(
     records = dict(plan.kept)
     linked = {}
     for source, path, wheel in plan.links:
-        expected = (identities or {}).get(wheel.filename)
+        # a file placed twice (a twin and its null name) is expected as the first link left it
+        expected = linked.get(wheel.filename) or (identities or {}).get(wheel.filename)
         placed = _place_wheel(source, site / path, expected)
         records[path] = FileRecord(sha256=wheel.sha256, identity=placed)
         if expected is not None and placed.inode == expected.inode:

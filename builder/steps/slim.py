@@ -29,7 +29,7 @@ from builder.core.runner import run
 from builder.plan.archs import split
 from builder.plan.job import Job
 from builder.steps import provenance
-from builder.steps.wheelzip import Member, read_members, record_digest
+from builder.steps.wheelzip import Member, dist_info_dir, read_members, record_digest
 
 if TYPE_CHECKING:
     from builder.steps.verify import VerifyReport
@@ -297,3 +297,57 @@ def ledger_entry(job_row: LedgerEntry, cut: Cut) -> LedgerEntry:
         reason=cut.reason or None,
         report=cut.report or None,
     )
+
+
+# --- checking a slim wheel against its fat wheel ---------------------------------------------------------------------
+
+
+def cut_problems(fat: Path, cut: Path) -> list[str]:
+    """Where the slim variant ``cut`` is not one cut from ``fat`` (the verified wheel of dist/): its provenance
+    names ``fat`` by name and digest and agrees with what it holds, its GPU libraries hold exactly the recorded
+    SASS and PTX, everything else it installs is ``fat``'s byte for byte, METADATA differs in the Version alone,
+    and its variant.json describes the label its name ends with. [] when it is."""
+    from builder.steps import variant
+
+    try:
+        members, original = read_members(cut), read_members(fat)
+        record = provenance.read(members, cut.name).record
+    except WheelError as error:
+        return [str(error)]
+    label = cut.name.removesuffix(".whl").rsplit("-", 1)[-1]
+    cut_from = record.get(CUT)
+    if not isinstance(cut_from, dict) or cut_from != {"from": fat.name, "sha256": sha256_of(fat), "variant": label}:
+        return [f"{provenance.FILENAME} does not name {fat.name} (as it is now) as the wheel {label} was cut from"]
+    new, old = dist_info_dir(members, cut.name), dist_info_dir(original, fat.name)
+    problems = provenance.disagreements(members, cut.name)
+    problems += variant.variant_problems(members.get(f"{new}/{variant.VARIANT_JSON}"), label)
+    problems += _payload_problems(original, old, members, new, record.get("archs", {}))
+    before, after = variant.metadata_lines(original.get(f"{old}/METADATA")), variant.metadata_lines(
+        members.get(f"{new}/METADATA"))
+    changed = [(a, b) for a, b in zip(before, after) if a != b]
+    if len(before) != len(after) or len(changed) != 1 or not changed[0][0].startswith("Version: "):
+        problems.append("METADATA differs from the fat wheel's in more than its Version")
+    return problems
+
+
+def _payload_problems(original: Mapping[str, Member], old: str, members: Mapping[str, Member], new: str,
+                      archs: object) -> list[str]:
+    """The payload is the fat wheel's but for its GPU libraries, which hold exactly ``archs``."""
+    fat = {n: m for n, m in original.items() if not n.startswith(old + "/")}
+    slim = {n: m for n, m in members.items() if not n.startswith(new + "/")}
+    if fat.keys() != slim.keys():
+        return ["its files are not the fat wheel's"]
+    want = archs if isinstance(archs, dict) else {}
+    problems = []
+    for name in sorted(fat):
+        if slim[name].data == fat[name].data:
+            continue
+        try:
+            found = elf_fatbin(ElfFile(io.BytesIO(slim[name].data), where=name), where=name)
+        except WheelError as error:
+            problems.append(str(error))
+            continue
+        if found.empty or (sorted(found.sass), sorted(found.ptx)) != (sorted(want.get("sass", [])),
+                                                                       sorted(want.get("ptx", []))):
+            problems.append(f"{name} differs from the fat wheel's and holds {found.describe()}, not its cut archs")
+    return problems

@@ -46,6 +46,7 @@ ROCM_PROVIDER: dict[str, object] = {
 NAMESPACE_ORDER = ("abi_dependency", "nvidia", "rocm")  # torch's ABI first: a wrong torch never loads
 _LABEL = re.compile(r"[0-9a-z._]+")
 _VALUE = re.compile(r"[a-z0-9_.]+")
+_SLIM_LABEL = re.compile(r"cu[0-9]+sm[0-9]+[af]?$")  # a slim wheel's label (builder/steps/slim.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,6 +219,16 @@ def twin_problems(
     return problems
 
 
+def metadata_lines(member: Member | None) -> list[str]:
+    """A METADATA member's lines (none for a missing one): what twins and slim wheels compare."""
+    return _text(member)
+
+
+def variant_problems(member: Member | None, label: str) -> list[str]:
+    """Where a variant.json member is not one valid variant named ``label``; [] when it is."""
+    return _variant_problems(member, label)
+
+
 def _text(member: Member | None) -> list[str]:
     return member.data.decode("utf-8", "replace").splitlines() if member is not None else []
 
@@ -283,6 +294,10 @@ class VariantTwins:
     def problems(self, wheel: Path, twin: Path) -> list[str]:
         """Where ``twin`` differs from the twin of ``wheel`` (payload, metadata, variant.json, provenance): from
         the archives' raw streams where they show it (quick_problems), else from every member inflated."""
+        if _SLIM_LABEL.search(twin.name.removesuffix(".whl").rsplit("-", 1)[-1]):
+            from builder.steps.slim import cut_problems
+
+            return cut_problems(wheel, twin)
         try:
             quick = quick_problems(wheel, twin)
             if quick is not None:

@@ -1,0 +1,100 @@
+"""The variant channel where people install (issue 28), with the pinned uv and pip against the served site: slim
+per-arch variants of the pt214cu130 build, its null fallback for machines with no GPU visible and for installers
+that know nothing of variants, and the guards that refuse in words where a GPU is visible but nothing runs on it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from builder.steps.variant import VariantTwins
+from index_site.serve import serving
+from index_site.site import build_site
+from tests import variant_channel
+from tests.index_checks import installer_environment
+
+UV = Path(sys.executable).parent / "uv"
+DRIVER, SM = "NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION", "NV_VARIANT_PROVIDER_FORCE_SM_ARCH"
+
+
+@pytest.fixture(scope="module")
+def channel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    output = tmp_path_factory.mktemp("fallback-site")
+    torch_wheels = variant_channel.write_channel(output)
+    variant_channel.write_slims(output)  # pt214cu130: sm90 and sm120, each with PTX 12.0
+    with serving(output / "site") as server:
+        build_site(output, output / "site", base_url=server.url, twins=VariantTwins())
+        yield f"{server.url}/variant/pt214/simple/", torch_wheels
+
+
+def uv_install(channel: tuple[str, Path], root: Path, **gpu: str) -> tuple[subprocess.CompletedProcess, Path]:
+    index, torch_wheels = channel
+    env = {k: v for k, v in installer_environment(root / "uv-cache").items() if not k.startswith("NV_VARIANT")}
+    python = variant_channel.venv_with_torch(UV, root, torch_wheels, "2.14.1", env)
+    return variant_channel.uv_one_url(UV, python, {**env, **gpu}, index), python
+
+
+def test_no_gpu_visible_installs_the_null_fallback(channel: tuple[str, Path], tmp_path: Path) -> None:
+    """A Docker build, a CI image, a login node: no driver, no GPU. The fat build of the newest CUDA installs."""
+    result, python = uv_install(channel, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert variant_channel.installed(python) == ("pt214cu130", "2.14.1")
+    assert variant_channel.installed_variant(python) == "pt214cu130"  # the fat twin's bytes: the null
+
+
+def test_an_sm90_gpu_gets_the_sm90_slim_wheel(channel: tuple[str, Path], tmp_path: Path) -> None:
+    result, python = uv_install(channel, tmp_path, **{DRIVER: "13.0", SM: "9.0"})
+    assert result.returncode == 0, result.stderr
+    assert variant_channel.installed_variant(python) == "pt214cu130sm90"
+
+
+def test_an_sm121_gpu_gets_the_sm120_slim_wheel(channel: tuple[str, Path], tmp_path: Path) -> None:
+    result, python = uv_install(channel, tmp_path, **{DRIVER: "13.0", SM: "12.1"})
+    assert result.returncode == 0, result.stderr
+    assert variant_channel.installed_variant(python) == "pt214cu130sm120"
+
+
+def test_an_sm86_gpu_gets_the_build_with_family_sass(channel: tuple[str, Path], tmp_path: Path) -> None:
+    """No slim wheel of the cu130 build runs on 8.6; the cu126 build's SASS 8.0 does (same family)."""
+    result, python = uv_install(channel, tmp_path, **{DRIVER: "13.0", SM: "8.6"})
+    assert result.returncode == 0, result.stderr
+    assert variant_channel.installed_variant(python) == "pt214cu126"
+
+
+@pytest.mark.parametrize(("driver", "needs"), [("12.4", "cuda.13.0"), ("12.8", "cuda.13.0")])
+def test_a_driver_too_old_for_the_cuda_is_refused_in_words(channel: tuple[str, Path], tmp_path: Path,
+                                                           driver: str, needs: str) -> None:
+    """12.4: too old for both builds; 12.8: the cu126 build has no SASS for 12.0 and cu130's needs a newer driver.
+    The null would install and fail at import; the guard refuses before anything is installed."""
+    result, python = uv_install(channel, tmp_path, **{DRIVER: driver, SM: "12.0"})
+    assert result.returncode != 0
+    assert f"torch==0+nvidia.driver.older.than.{needs}" in result.stderr, result.stderr
+    assert variant_channel.installed(python) == (None, "2.14.1")
+
+
+def test_a_gpu_no_build_has_sass_or_ptx_for_is_refused_in_words(channel: tuple[str, Path], tmp_path: Path) -> None:
+    result, python = uv_install(channel, tmp_path, **{DRIVER: "13.0", SM: "7.5"})
+    assert result.returncode != 0
+    assert "torch==0+no.sass.or.ptx.for.this.gpu.arch" in result.stderr, result.stderr
+    assert variant_channel.installed(python) == (None, "2.14.1")
+
+
+def test_pip_which_knows_nothing_of_variants_installs_the_null(channel: tuple[str, Path], tmp_path: Path) -> None:
+    index, torch_wheels = channel
+    env = installer_environment(tmp_path / "uv-cache")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True, env=env)
+    python = tmp_path / "venv" / "bin" / "python"
+    # the test extras' pip (26.x), installing into the venv: the pip users have today
+    pip = [sys.executable, "-m", "pip", "--python", python, "--disable-pip-version-check", "--no-cache-dir"]
+    version = subprocess.run([*pip, "--version"], capture_output=True, text=True, check=True).stdout
+    assert version.startswith("pip 26."), version
+    subprocess.run([*pip, "install", "-q", "--no-index", "-f", torch_wheels, "torch==2.14.1"], check=True, env=env)
+    result = subprocess.run([*pip, "install", "causal-conv1d", "--index-url", index], capture_output=True,
+                            text=True, env=env, check=False)
+    assert result.returncode == 0, result.stderr
+    assert variant_channel.installed(python) == ("pt214cu130", "2.14.1")
+    assert variant_channel.installed_variant(python) == "pt214cu130"
