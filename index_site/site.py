@@ -515,7 +515,7 @@ def apply_plan(
     what ``recorded``, the manifest read at the start, says). Returns what was written, and the new identities of
     the wheels in dist/ that were hard-linked (a link changes their ctime)."""
     records = dict(plan.kept)
-    linked = {}
+    linked: dict[str, FileIdentity] = {}
     for source, path, wheel in plan.links:
         # a file placed twice (a twin and its null name) is expected as the first link left it
         expected = linked.get(wheel.filename) or (identities or {}).get(wheel.filename)
