@@ -30,6 +30,7 @@ MODULES = (
     "builder.doctor.explain",
     "builder.doctor.verdicts",
     "builder.doctor.fix",
+    "builder.doctor.channel",
     "builder.doctor.report",
     "builder.doctor.arguments",
     "builder.doctor.main",

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from builder.doctor.channel import channel_verdicts, fetch_text
+from builder.doctor.fix import fetch_json
+from builder.doctor.probe import Environment, Gpu, Torch
 from builder.steps.variant import VariantTwins
 from index_site.serve import serving
 from index_site.site import build_site
@@ -98,3 +101,28 @@ def test_pip_which_knows_nothing_of_variants_installs_the_null(channel: tuple[st
     assert result.returncode == 0, result.stderr
     assert variant_channel.installed(python) == ("pt214cu130", "2.14.1")
     assert variant_channel.installed_variant(python) == "pt214cu130"
+
+
+@pytest.mark.parametrize(
+    ("gpu", "driver", "runs"),
+    [
+        (Gpu("Tesla T4", "7.5"), "13.0", ()),
+        (Gpu("NVIDIA H200", "9.0"), "13.0", ("pt214cu126", "pt214cu130sm90")),
+        (Gpu("NVIDIA RTX PRO 6000", "12.0"), "12.8", ()),  # cu126 has no 12.0, cu130 needs a newer driver
+    ],
+    ids=["sm75", "sm90", "sm120-old-driver"],
+)
+def test_doctor_says_first_whether_a_build_of_the_channel_runs_here(
+    channel: tuple[str, Path], gpu: Gpu, driver: str, runs: tuple[str, ...]
+) -> None:
+    """doctor reads the channel of the environment's torch (variant/pt214/json/) before anything is installed."""
+    site = channel[0].removesuffix("/variant/pt214/simple/")
+    env = Environment(python="3.11.7", python_tag="cp311", executable="python", machine="x86_64",
+                      torch=Torch(version="2.14.1+cu130", cuda="13.0"), driver_cuda=driver, gpus=(gpu,))
+    (verdict,) = [v for v in channel_verdicts(env, site, fetch_json, fetch_text) if v.project == "causal-conv1d"]
+    assert verdict.runs == bool(runs)
+    if runs:
+        assert f"{', '.join(runs)} run on the {gpu.name}" in verdict.message
+    else:
+        assert f"no build of causal-conv1d 1.7.0 on the variant channel runs on the {gpu.name}" in verdict.message
+        assert "uv refuses to install it" in verdict.message and "no kernel image" in verdict.message
