@@ -173,3 +173,41 @@ def has_null(twin: VariantWheel) -> bool:
     """Whether ``twin`` is offered again as a null: every fat twin of a CUDA build (a ROCm build's never: without
     a GPU a CUDA build installs and imports, and its null would share the name)."""
     return _CUDA.match(twin.label) is not None
+
+
+class ChannelSize(NamedTuple):
+    """What each kind of machine downloads of one build from the channel (bytes): the fat wheel (no GPU visible,
+    pip, an arch no slim wheel has) and each slim wheel by its SASS arch (``9.0``)."""
+
+    project: str
+    version: str
+    label: str  # pt214cu130
+    tag: str  # cp311-cp311-manylinux_2_28_x86_64
+    fat: int
+    slims: tuple[tuple[str, int], ...]
+
+    def slim_for(self, arch: str) -> int | None:
+        return dict(self.slims).get(arch)
+
+
+def channel_sizes(twins: Iterable[VariantWheel]) -> tuple[ChannelSize, ...]:
+    """The sizes of every CUDA build that has slim wheels on the channel, newest torch first."""
+    fats: dict[tuple[str, str, str, str], int] = {}
+    slims: dict[tuple[str, str, str, str], list[tuple[str, int]]] = defaultdict(list)
+    for twin in twins:
+        _, version, tag, label = _parts(twin.filename)
+        key = (twin.project, version, base_label(label), tag)
+        match = _SLIM.match(label)
+        if match:
+            sm = match["sm"]
+            slims[key].append((f"{sm[:-1]}.{sm[-1]}", twin.size))
+        elif _CUDA.match(label):
+            fats[key] = twin.size
+    found = [ChannelSize(*key, fat=fats[key], slims=tuple(sorted(slims[key], key=lambda s: _arch_order(s[0]))))
+             for key in sorted(fats) if slims.get(key)]
+    return tuple(sorted(found, key=lambda s: (s.project, s.label), reverse=False))
+
+
+def _arch_order(arch: str) -> tuple[int, int]:
+    major, minor = arch.split(".")
+    return int(major), int(minor.rstrip("af"))

@@ -4,8 +4,10 @@ that know nothing of variants, and the guards that refuse in words where a GPU i
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -126,3 +128,13 @@ def test_doctor_says_first_whether_a_build_of_the_channel_runs_here(
     else:
         assert f"no build of causal-conv1d 1.7.0 on the variant channel runs on the {gpu.name}" in verdict.message
         assert "uv refuses to install it" in verdict.message and "no kernel image" in verdict.message
+
+
+def test_the_landing_page_shows_what_each_machine_downloads(channel: tuple[str, Path]) -> None:
+    """The fat wheel's size (no GPU, pip) beside each slim wheel's, read from the served landing page."""
+    index, _ = channel
+    page = urllib.request.urlopen(index.removesuffix("variant/pt214/simple/")).read().decode()
+    sizes = re.search(r'<ul class="channel-sizes">\s*<li>(.*?)</li>', page, re.DOTALL)
+    assert sizes is not None, "the landing page shows no sizes"
+    assert re.fullmatch(r"causal-conv1d 1\.7\.0, pt214cu130 \(cp311\): every arch [\d.]+ kB; sm_90 [\d.]+ kB; "
+                        r"sm_120 [\d.]+ kB", sizes.group(1)), sizes.group(1)
