@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from builder.plan.facts import Accelerator
+from builder.plan.job import Job
 from builder.steps import provenance, slim
 from builder.steps.variant import make_twin
 from tests.jobs import local_job
@@ -48,9 +49,7 @@ def write_slims(output: Path, label: str = "pt214cu130", archs: tuple[str, ...] 
     """Slim variants of the ``label`` build of write_channel, as the build cuts them (builder/steps/slim.py), but
     from a wheel with no GPU library: the payload is the fat wheel's, the provenance names it and the slim archs."""
     (fat,) = (output / "dist").glob(f"*+{label}-*.whl")
-    torch, accelerator, planned = next(b for b in BUILDS if f"pt{b[0].replace('.', '')[:3]}{b[1]}" == label)
-    job = dataclasses.replace(local_job(), torch=torch, accelerator=Accelerator.parse(accelerator), archs=planned,
-                              python=f"{sys.version_info.major}.{sys.version_info.minor}")
+    job = job_of(label)
     made = []
     for arch in archs:
         work = output / "cut" / arch
@@ -59,6 +58,13 @@ def write_slims(output: Path, label: str = "pt214cu130", archs: tuple[str, ...] 
         provenance.embed(wheel, slim.cut_record(fat, job, arch))
         made.append(make_twin(wheel, output / "variant", label=slim.slim_label(label, arch)).path)
     return made
+
+
+def job_of(label: str) -> Job:
+    """The job of BUILDS whose label is ``label``."""
+    torch, accelerator, planned = next(b for b in BUILDS if f"pt{b[0].replace('.', '')[:3]}{b[1]}" == label)
+    return dataclasses.replace(local_job(), torch=torch, accelerator=Accelerator.parse(accelerator), archs=planned,
+                               python=f"{sys.version_info.major}.{sys.version_info.minor}")
 
 
 def installed_variant(python: Path) -> str | None:

@@ -138,3 +138,65 @@ def test_the_landing_page_shows_what_each_machine_downloads(channel: tuple[str, 
     assert sizes is not None, "the landing page shows no sizes"
     assert re.fullmatch(r"causal-conv1d 1\.7\.0, pt214cu130 \(cp311\): every arch [\d.]+ kB; sm_90 [\d.]+ kB; "
                         r"sm_120 [\d.]+ kB", sizes.group(1)), sizes.group(1)
+
+
+# --- the slim wheels' publication rule -------------------------------------------------------------------------------
+
+
+def slim_site(tmp_path: Path) -> tuple[Path, list[Path]]:
+    output = tmp_path / "out"
+    variant_channel.write_channel(output)
+    return output, variant_channel.write_slims(output)
+
+
+def published_slims(output: Path) -> list[str]:
+    report = build_site(output, output / "site", base_url="http://wheels.test", twins=VariantTwins())
+    return sorted(t.label for t in report_twins(output) if "sm" in t.label) if report else []
+
+
+def report_twins(output: Path) -> list:  # type: ignore[type-arg]
+    from index_site.state import IndexState, state_path
+    from index_site.twins import _variant_wheel
+
+    with IndexState(state_path(output / "ledger.sqlite")) as state:
+        return [_variant_wheel(str(output / "variant"), row) for row in state.twins().values() if not row.verdict]
+
+
+def test_slim_wheels_are_published_with_their_fat_wheel(tmp_path: Path) -> None:
+    output, _ = slim_site(tmp_path)
+    assert published_slims(output) == ["pt214cu130sm120", "pt214cu130sm90"]
+    page = (output / "site/variant/pt214/simple/causal-conv1d/index.html").read_text()
+    assert "-pt214cu130sm90.whl#sha256=" in page and "-pt214cu130.whl#sha256=" not in page  # the fat is the null
+    assert "-2141300_pt214cu130-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=" in page
+
+
+def test_a_slim_wheel_whose_fat_wheel_is_withdrawn_is_not_published(tmp_path: Path) -> None:
+    output, _ = slim_site(tmp_path)
+    (fat,) = (output / "dist").glob("*+pt214cu130-*.whl")
+    fat.unlink()
+    assert published_slims(output) == []
+    page = (output / "site/variant/pt214/simple/causal-conv1d/index.html").read_text()
+    assert "sm90" not in page and "2141300_pt214cu130" not in page
+
+
+def test_a_slim_wheel_cut_from_another_build_of_its_fat_wheel_is_refused(tmp_path: Path) -> None:
+    """The fat wheel rebuilt (other bytes, same name): the slim wheels name the old one's digest."""
+    output, _ = slim_site(tmp_path)
+    assert published_slims(output) == ["pt214cu130sm120", "pt214cu130sm90"]
+    (fat,) = (output / "dist").glob("*+pt214cu130-*.whl")
+    job = variant_channel.job_of("pt214cu130")
+    rebuilt = variant_channel.job_wheel(fat.parent, job, {"causal_conv1d/__init__.py": b'LABEL = "rebuilt"\n'},
+                                        platform="manylinux_2_28_x86_64")
+    variant_channel.with_provenance(rebuilt, job)
+    assert rebuilt == fat
+    assert published_slims(output) == []
+
+
+def test_a_slim_wheel_whose_payload_is_not_its_fat_wheels_is_refused(tmp_path: Path) -> None:
+    output, (sm90, _) = slim_site(tmp_path)
+    from builder.steps.wheelzip import Member, read_members, write_wheel
+
+    members = read_members(sm90)
+    members["causal_conv1d/__init__.py"] = Member(data=b"import os\n")
+    write_wheel(sm90, members)
+    assert published_slims(output) == ["pt214cu130sm120"]
