@@ -440,7 +440,7 @@ class Builder:
             cuts = []
         for cut in cuts:
             log_note(f"slim wheel {cut.label}: {cut.variant.name if cut.variant else cut.reason}")
-            ledger.put(slim.ledger_entry(_base_entry(job, digest, self.layout), cut))
+            ledger.put_slim(slim.ledger_row(job.identifier, cut, str(entry.wheel)))
         seconds = time.monotonic() - started + sum(one.seconds for one in relinked)
         return dataclasses.replace(entry, timings={**entry.timings, "slim": round(seconds, 3)})
 

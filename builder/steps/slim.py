@@ -24,7 +24,7 @@ from builder.core.elfread import ElfFile
 from builder.core.errors import WheelError, WheelwrightError
 from builder.core.fatbin import FatbinEntry, elf_fatbin, select_entries
 from builder.core.hashing import sha256_of
-from builder.core.ledger import LedgerEntry, Status
+from builder.core.ledger import SlimRow, Status
 from builder.core.runner import run
 from builder.plan.archs import split
 from builder.plan.job import Job
@@ -282,20 +282,13 @@ def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
         timings[name] = round(time.monotonic() - started, 3)
 
 
-def ledger_entry(job_row: LedgerEntry, cut: Cut) -> LedgerEntry:
-    """The ledger's row of one slim wheel (``<job>:sm90``), beside its job's: built with its variant file, or
+def ledger_row(job_id: str, cut: Cut, fat: str) -> SlimRow:
+    """The ledger's row of one slim wheel (its own table, beside its job's row): built with its variant file, or
     failed with the gate's reasons."""
-    return dataclasses.replace(
-        job_row,
-        job_id=f"{job_row.job_id}:sm{cut.arch.replace('.', '')}",
-        status=Status.BUILT if cut.variant else Status.FAILED,
-        phase="slim",
-        timings=dict(cut.timings),
-        wheel=cut.variant.name if cut.variant else None,
-        wheel_sha256=cut.sha256 or None,
-        wheel_size=cut.size or None,
-        reason=cut.reason or None,
-        report=cut.report or None,
+    return SlimRow(
+        job_id=job_id, arch=cut.arch, label=cut.label, status=Status.BUILT if cut.variant else Status.FAILED,
+        wheel=cut.variant.name if cut.variant else None, wheel_sha256=cut.sha256 or None, wheel_size=cut.size or None,
+        cut_from=fat, timings=dict(cut.timings), reason=cut.reason or None, report=cut.report or None,
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from builder.core import resources
 from builder.core.errors import WheelwrightError
-from builder.core.ledger import Ledger, LedgerEntry
+from builder.core.ledger import Ledger, LedgerEntry, SlimRow, Status
 from builder.farm import build as build_stage
 from builder.farm.build import Builder, BuildOptions, Layout, input_hash
 from builder.plan.expand import load_plan
@@ -224,6 +224,23 @@ def test_ledger_rows_round_trip(tmp_path: Path) -> None:
     assert dataclasses.replace(stored, updated_at=0.0) == entry
     with pytest.raises(ValueError, match="unknown ledger status"):
         Ledger(tmp_path / "ledger.sqlite").put(dataclasses.replace(entry, status="done"))
+
+
+def test_slim_rows_round_trip_in_their_own_table_and_the_job_rows_stay_jobs(tmp_path: Path) -> None:
+    entry = LedgerEntry(job_id="j", package="p", version="1", label="pt214cu130", torch="2.14.1", accelerator="cu130",
+                        python="3.11", input_hash="h", status="built")
+    row = SlimRow(job_id="j", arch="9.0", label="pt214cu130sm90", status=Status.BUILT, wheel="p-1-pt214cu130sm90.whl",
+                  wheel_size=3, cut_from="p-1.whl", timings={"relink": 1.25})
+    failed = SlimRow(job_id="j", arch="8.0", label="pt214cu130sm80", status=Status.FAILED, reason="import failed")
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.put(entry)
+        ledger.put_slim(row)
+        ledger.put_slim(failed)
+        ledger.put_slim(dataclasses.replace(row, wheel_size=4))  # built again: replaced, not added
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        assert ledger.slims("j") == [failed, dataclasses.replace(row, wheel_size=4)]
+        assert ledger.slims("other") == []
+        assert [e.job_id for e in ledger.entries()] == ["j"]
 
 
 def test_work_in_flight_is_removed_after_each_job(stages: FakeStages, tmp_path: Path) -> None:

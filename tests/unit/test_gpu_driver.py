@@ -177,7 +177,7 @@ def test_resume_runs_what_is_not_settled_with_the_setup_stages_again() -> None:
                "upstream": PASSED, "mamba": FAILED, "bench": PENDING, "checklist": PENDING}
     assert _names(plan.plan(REGISTRY, selected=None, results=results, resume=True)) == [
         "preflight", "carry", "build", "index", "serve", "install", "checklist", "bench",
-        "arch_build", "arch_fat", "arch_ptx", "arch_sm80", "ptx_speed"]
+        "arch_build", "arch_fat", "arch_ptx", "arch_sm80", "arch_slim", "ptx_speed"]
     settled = {name: PASSED for name in DATA.stages} | {"build": summary.REUSED}
     assert plan.plan(REGISTRY, selected=None, results=settled, resume=True) == []
     again = plan.plan(REGISTRY, selected=("mamba",), results=settled, resume=True)
