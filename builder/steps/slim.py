@@ -1,6 +1,6 @@
 """Slim per-arch wheels cut from one compile: the fat build's objects linked again, each ``.nv_fatbin`` cut to one
-SASS arch plus the job's PTX (no recompile), then repaired, recorded (provenance naming the fat wheel they were cut
-from) and verified like any wheel, and published as the PEP 825 variant ``{label}sm90`` of that arch."""
+SASS arch plus the job's PTX that can run beside it (no recompile), then repaired, recorded (provenance naming the fat
+wheel they were cut from) and verified like any wheel, and published as the PEP 825 variant ``{label}sm90``."""
 
 from __future__ import annotations
 
@@ -45,9 +45,23 @@ def slim_label(label: str, arch: str) -> str:
 
 
 def slim_archs(job: Job, arch: str) -> tuple[str, ...]:
-    """The arch list of the slim wheel of ``arch``: its SASS, and the PTX the job plans (``compute_120``)."""
+    """The arch list of the slim wheel of ``arch``: its SASS, and the PTX of the job it keeps (``compute_120``)."""
     _, ptx = split(job.archs)
-    return (arch, *(f"compute_{p.replace('.', '')}" for p in ptx))
+    return (arch, *(f"compute_{p.replace('.', '')}" for p in slim_ptx(arch, ptx)))
+
+
+def slim_ptx(arch: str, ptx: Iterable[str]) -> tuple[str, ...]:
+    """The job's PTX that the slim wheel of ``arch`` keeps: the PTX a GPU given that wheel can JIT, of an arch at
+    most ``arch`` (uv gives it to GPUs of compute capability ``arch`` and up within its major). PTX is
+    forward-compatible only: compute_120 never runs on a 9.x GPU, and would make the sm_90 wheel half as big
+    again (14 of 40 MB); the fat wheel, the null fallback for GPUs no slim wheel fits, keeps all of it."""
+    return tuple(p for p in ptx if capability(p) <= capability(arch))
+
+
+def capability(arch: str) -> tuple[int, int]:
+    """``9.0`` or ``9.0a`` -> (9, 0)."""
+    major, _, minor = arch.partition(".")
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
 
 
 def cuttable(job: Job) -> tuple[str, ...]:
@@ -157,7 +171,8 @@ def relink(job: Job, source: Path, built: Path, log_text: str, out: Path) -> lis
         made = {}
         for member in libraries:
             link = links[Path(member).name]
-            objects = {o: _slim_object(source / o, keeper(arch, ptx), folder, objcopy) for o in link.objects}
+            keep = keeper(arch, slim_ptx(arch, ptx))
+            objects = {o: _slim_object(source / o, keep, folder, objcopy) for o in link.objects}
             made[member] = folder / Path(member).name
             run(link.with_inputs(objects, made[member]), step=f"{job.identifier}: relink sm {arch}", cwd=source)
         relinked.append(Relinked(arch=arch, libraries=made, seconds=time.monotonic() - started))

@@ -1,7 +1,7 @@
 """Slim wheels cut from real nvcc objects: two translation units compiled once for SASS 8.0, 9.0, 12.0 and PTX 12.0,
 linked by g++ as setuptools links (the command in the log), then relinked per arch with each object's fatbin cut by
 objcopy, repaired by auditwheel, recorded and passed through the verify gate; the slim variant is made and holds
-exactly its arch's SASS and the job's PTX."""
+exactly its arch's SASS and the job's PTX that can run beside it (12.0's on the sm_120 wheel only)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def build(cuda_home: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pa
     return source, built, f"copying stuff\n{' '.join(link)}\nrunning install\n"
 
 
-def test_every_sass_arch_is_relinked_with_its_sass_and_the_jobs_ptx(build: tuple[Path, Path, str],
+def test_every_sass_arch_is_relinked_with_its_sass_and_the_ptx_it_can_run(build: tuple[Path, Path, str],
                                                                       tmp_path: Path) -> None:
     source, built, log = build
     job = dataclasses.replace(local_job(), archs=ARCHS)
@@ -59,7 +59,7 @@ def test_every_sass_arch_is_relinked_with_its_sass_and_the_jobs_ptx(build: tuple
     assert [r.arch for r in relinked] == ["8.0", "9.0", "12.0"]
     for one in relinked:
         found = fatbin_archs(one.libraries[LIBRARY])
-        assert (found.sass, found.ptx) == ({one.arch}, {"12.0"})
+        assert (found.sass, found.ptx) == ({one.arch}, {"12.0"} if one.arch == "12.0" else set())
         assert one.libraries[LIBRARY].stat().st_size < (source / "build" / "lib" / LIBRARY).stat().st_size
 
 
@@ -80,7 +80,7 @@ def test_the_slim_wheel_passes_the_gate_and_becomes_its_archs_variant(build: tup
         variant = json.loads(archive.read("causal_conv1d-1.7.0.dist-info/variant.json"))
         (tmp_path / "x.so").write_bytes(archive.read(LIBRARY))
     assert record["cut"] == {"from": fat.name, "sha256": slim.sha256_of(fat), "variant": "pt214cu130sm90"}
-    assert record["archs"] == {"sass": ["9.0"], "ptx": ["12.0"]}
-    assert variant["variants"]["pt214cu130sm90"]["nvidia"]["sm_arch"] == ["90_real", "120_virtual"]
-    assert fatbin_archs(tmp_path / "x.so").describe() == "SASS 9.0; PTX 12.0"
+    assert record["archs"] == {"sass": ["9.0"], "ptx": []}
+    assert variant["variants"]["pt214cu130sm90"]["nvidia"]["sm_arch"] == ["90_real"]
+    assert fatbin_archs(tmp_path / "x.so").describe() == "SASS 9.0"
     assert set(cut.timings) == {"relink", "repair", "verify", "variant"}

@@ -30,7 +30,7 @@ DRIVER, SM = "NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION", "NV_VARIANT_PROVID
 def channel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     output = tmp_path_factory.mktemp("fallback-site")
     torch_wheels = variant_channel.write_channel(output)
-    variant_channel.write_slims(output)  # pt214cu130: sm90 and sm120, each with PTX 12.0
+    variant_channel.write_slims(output)  # pt214cu130: sm90 (SASS alone) and sm120 (with PTX 12.0)
     with serving(output / "site") as server:
         build_site(output, output / "site", base_url=server.url, twins=VariantTwins())
         yield f"{server.url}/variant/pt214/simple/", torch_wheels

@@ -12,7 +12,7 @@ import pytest
 from builder.core.errors import WheelError
 from builder.core.fatbin import parse_fatbin, select_entries
 from builder.plan.facts import Accelerator
-from builder.steps.slim import Link, cuttable, find_links, keeper, slim_archs, slim_label
+from builder.steps.slim import Link, cuttable, find_links, keeper, slim_archs, slim_label, slim_ptx
 from tests.jobs import local_job
 from tests.synth import PTX, SASS, fatbin_container, fatbin_entry
 
@@ -42,6 +42,22 @@ def test_a_container_left_without_entries_is_an_error_not_an_empty_fatbin() -> N
         select_entries(data, keeper("9.0", []), where="test")
 
 
+@pytest.mark.parametrize(
+    ("arch", "ptx", "kept"),
+    [
+        ("9.0", ["12.0"], ()),  # PTX of a later arch: never JIT-ed on a GPU given the sm_90 wheel
+        ("12.0", ["12.0"], ("12.0",)),
+        ("12.1", ["12.0"], ("12.0",)),
+        ("9.0", ["8.0", "12.0"], ("8.0",)),
+        ("9.0a", ["9.0"], ("9.0",)),  # an arch-specific SASS keeps its own family's PTX
+        ("10.0", [], ()),
+    ],
+)
+def test_a_slim_wheel_keeps_the_ptx_that_can_run_beside_its_sass(arch: str, ptx: list[str],
+                                                                   kept: tuple[str, ...]) -> None:
+    assert slim_ptx(arch, ptx) == kept
+
+
 def test_the_link_command_is_found_by_the_shared_objects_name() -> None:
     log = f"[3/4] g++ -MMD -c x.cpp -o x.o\n{LINK}\ncopying build/lib/ext_cuda.so -> .\n"
     links = find_links(log, {"ext_cuda.cpython-311-x86_64-linux-gnu.so"})
@@ -69,7 +85,8 @@ def test_labels_and_arch_lists_of_slim_wheels() -> None:
     job = four_arch_job()
     assert cuttable(job) == ("8.0", "9.0", "10.0", "12.0")
     assert slim_label("pt214cu130", "10.0") == "pt214cu130sm100"
-    assert slim_archs(job, "9.0") == ("9.0", "compute_120")
+    assert slim_archs(job, "9.0") == ("9.0",)  # compute_120 never runs on a 9.x GPU
+    assert slim_archs(job, "12.0") == ("12.0", "compute_120")
     assert cuttable(dataclasses.replace(job, archs=("9.0",))) == ()  # one arch: the fat wheel is that arch's
     rocm = dataclasses.replace(job, accelerator=Accelerator.parse("rocm6.4"), archs=("gfx90a", "gfx942"))
     assert cuttable(rocm) == ()
