@@ -9,7 +9,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
@@ -249,12 +249,18 @@ class Ledger:
         return self._select("ORDER BY job_id")
 
     def put_slim(self, row: SlimRow) -> None:
-        values = {**row.__dict__, "status": str(row.status), "timings": json.dumps(row.timings, sort_keys=True),
-                  "updated_at": time.time()}
-        names = ", ".join(values)
+        self.replace_slims(row.job_id, [row], only=row.arch)
+
+    def replace_slims(self, job_id: str, rows: Sequence[SlimRow], *, only: str | None = None) -> None:
+        """The job's slim rows become ``rows`` (a build of the job cuts them all anew; ``only``: that arch's)."""
         with self._transaction() as db:
-            db.execute(f"INSERT OR REPLACE INTO slim_wheels ({names}) VALUES ({', '.join('?' * len(values))})",
-                       tuple(values.values()))
+            db.execute("DELETE FROM slim_wheels WHERE job_id = ?" + (" AND arch = ?" if only else ""),
+                       (job_id, only) if only else (job_id,))
+            for row in rows:
+                values = {**row.__dict__, "status": str(row.status),
+                          "timings": json.dumps(row.timings, sort_keys=True), "updated_at": time.time()}
+                db.execute(f"INSERT INTO slim_wheels ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                           tuple(values.values()))
 
     def slims(self, job_id: str | None = None) -> list[SlimRow]:
         """The slim wheels recorded (of ``job_id``), by job and arch."""

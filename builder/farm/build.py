@@ -396,7 +396,9 @@ class Builder:
                 "compile_times": json.dumps(read_times(space.nvcc_times)),
                 "torch_wheel": json.dumps(runtime.origin(), sort_keys=True),
             }
+            relinking = time.monotonic()
             relinked = self._relink(job, space.source, built, work / "slim")  # the objects are only here
+            relink_seconds = time.monotonic() - relinking
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired")
             # After repair (which rewrites the ELF files), so the record's digests are of what ships.
@@ -417,10 +419,11 @@ class Builder:
             entry = self._install(job, digest, repaired.wheel, timer, ledger, summary, compiled)
             os.replace(twin.path, self.layout.variant / twin.path.name)
         if not relinked:
+            ledger.replace_slims(job.identifier, [])  # an earlier build's, if any, are not of this wheel
             return entry
         importer = functools.partial(check_import_emulated, build=crossed) if crossed else None
         verify = functools.partial(verify_wheel, runtime=None if crossed else runtime, importer=importer)
-        return self._slim(job, digest, entry, built, relinked, work, verify, ledger)
+        return self._slim(job, entry, built, (relinked, relink_seconds), work, verify, ledger)
 
     def _relink(self, job: Job, source: Path, built: Path, out: Path) -> list[slim.Relinked]:
         """The job's GPU libraries linked again per SASS arch (builder/steps/slim.py); none, and why in the log,
@@ -431,10 +434,11 @@ class Builder:
             log_note(f"slim wheels: none ({error})")
             return []
 
-    def _slim(self, job: Job, digest: str, entry: LedgerEntry, built: Path, relinked: list[slim.Relinked],
+    def _slim(self, job: Job, entry: LedgerEntry, built: Path, relink: tuple[list[slim.Relinked], float],
               work: Path, verify: slim.Verify, ledger: Ledger) -> LedgerEntry:
-        """Cut the slim wheels from the installed fat one; a row each in the ledger, their seconds in the job's."""
-        started = time.monotonic()
+        """Cut the slim wheels from the installed fat one; a row each in the ledger. Their seconds, the relink's
+        (in the compile phase, where the objects are) and the cut's, are the job's ``slim``, out of its compile."""
+        (relinked, relink_seconds), started = relink, time.monotonic()
         try:
             cuts = slim.cut_wheels(job, built, self.layout.dist / str(entry.wheel), relinked, work, self.layout.variant,
                                    repair=self._repair_for_slim, verify=verify)
@@ -443,9 +447,11 @@ class Builder:
             cuts = []
         for cut in cuts:
             log_note(f"slim wheel {cut.label}: {cut.variant.name if cut.variant else cut.reason}")
-            ledger.put_slim(slim.ledger_row(job.identifier, cut, str(entry.wheel)))
-        seconds = time.monotonic() - started + sum(one.seconds for one in relinked)
-        return dataclasses.replace(entry, timings={**entry.timings, "slim": round(seconds, 3)})
+        ledger.replace_slims(job.identifier, [slim.ledger_row(job.identifier, cut, str(entry.wheel)) for cut in cuts])
+        seconds = time.monotonic() - started + relink_seconds
+        compile_seconds = max(0.0, entry.timings.get("compile", 0.0) - relink_seconds)
+        return dataclasses.replace(entry, timings={**entry.timings, "compile": round(compile_seconds, 3),
+                                                   "slim": round(seconds, 3)})
 
     def _repair_for_slim(self, wheel: Path, job: Job, out: Path) -> Path:
         with self._repair_lock:

@@ -4,6 +4,7 @@ wheel they were cut from) and verified like any wheel, and published as the PEP 
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import hashlib
 import io
@@ -14,11 +15,12 @@ import shlex
 import shutil
 import time
 import zipfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from builder.core.elfread import ElfFile
 from builder.core.errors import WheelError, WheelwrightError
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from builder.steps.verify import VerifyReport
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 CUT = "cut"  # the provenance field of a slim wheel: {"from": fat wheel, "sha256": its digest, "variant": label, ...}
 
@@ -153,7 +157,8 @@ def keeper(arch: str, ptx: Iterable[str]) -> Callable[[FatbinEntry], bool]:
 
 def relink(job: Job, source: Path, built: Path, log_text: str, out: Path) -> list[Relinked]:
     """Link each GPU library of ``built`` again per SASS arch of ``job`` from the objects the compile left in
-    ``source`` (its working directory), each object's fatbin cut to that arch and the job's PTX."""
+    ``source`` (its working directory), each object's fatbin cut to that arch and the PTX it keeps; the archs side
+    by side (objcopy and the linker: subprocesses)."""
     archs = cuttable(job)
     if not archs:
         return []
@@ -163,20 +168,26 @@ def relink(job: Job, source: Path, built: Path, log_text: str, out: Path) -> lis
         raise SlimSkipped(f"no link command of {', '.join(missing)} in the build's log")
     objcopy = _objcopy(links[Path(next(iter(libraries))).name].argv[0])
     _, ptx = split(job.archs)
-    relinked = []
-    for arch in archs:
+
+    def one(arch: str) -> Relinked:
         started = time.monotonic()
         folder = out / arch
         folder.mkdir(parents=True, exist_ok=True)
-        made = {}
+        made, keep = {}, keeper(arch, slim_ptx(arch, ptx))
         for member in libraries:
             link = links[Path(member).name]
-            keep = keeper(arch, slim_ptx(arch, ptx))
             objects = {o: _slim_object(source / o, keep, folder, objcopy) for o in link.objects}
             made[member] = folder / Path(member).name
             run(link.with_inputs(objects, made[member]), step=f"{job.identifier}: relink sm {arch}", cwd=source)
-        relinked.append(Relinked(arch=arch, libraries=made, seconds=time.monotonic() - started))
-    return relinked
+        return Relinked(arch=arch, libraries=made, seconds=time.monotonic() - started)
+
+    return _side_by_side(one, archs)
+
+
+def _side_by_side(work: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+    """``work`` of each item in threads of their own (each in a copy of this context: the job's log), in order."""
+    with ThreadPoolExecutor(max_workers=max(1, len(items)), thread_name_prefix="slim") as pool:
+        return [f.result() for f in [pool.submit(contextvars.copy_context().run, work, item) for item in items]]
 
 
 def _slim_object(path: Path, keep: Callable[[FatbinEntry], bool], folder: Path, objcopy: str) -> Path:
@@ -259,9 +270,11 @@ def cut_wheels(
     repair: Repair, verify: Verify,
 ) -> list[Cut]:
     """Each relinked arch as a wheel: repaired, recorded and verified like any wheel (the slim job's archs), then
-    written into ``variant_dir`` as the variant ``{label}sm90``. A slim wheel the gate refuses is left out, and
-    its Cut says why; the fat wheel is never affected."""
-    return [_cut_one(job, built, fat, one, work / f"cut-{one.arch}", variant_dir, repair, verify) for one in relinked]
+    written into ``variant_dir`` as the variant ``{label}sm90``; the archs side by side (``repair`` serialises
+    itself where it must). A slim wheel the gate refuses is left out, and its Cut says why; the fat wheel is never
+    affected."""
+    return _side_by_side(lambda one: _cut_one(job, built, fat, one, work / f"cut-{one.arch}", variant_dir, repair,
+                                              verify), list(relinked))
 
 
 def _cut_one(

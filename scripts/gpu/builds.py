@@ -106,9 +106,8 @@ def arch_build_check(folder: Path, name: str, data: AcceptanceData, *, cores: in
 def slim_figures(folder: Path, entry: LedgerEntry, gpu_arch: str, *, judged: bool) -> dict[str, Any]:
     """Issue 28's two figures of a build that cut slim wheels ({} for one that did not): the bytes a user of
     ``gpu_arch`` downloads (its slim wheel) against the fat wheel's, at most 1/3; and the seconds the slim wheels
-    took (relink and cut: the ledger's ``slim``) against the fat wheel's build (its other phases, less the relink
-    its compile phase holds), at most 10%. ``judged`` (the arch_slim stage's build): a missed target is one of
-    ``problems``, as is a slim wheel the gate refused."""
+    took (relink and cut: the ledger's ``slim``) against the fat wheel's build (its other phases), at most 10%.
+    ``judged`` (the arch_slim stage's build): a missed target is one of ``problems``, as is a refused slim wheel."""
     with Ledger(folder / "ledger.sqlite") as ledger:
         rows = ledger.slims(entry.job_id)
     if not rows:
@@ -116,9 +115,8 @@ def slim_figures(folder: Path, entry: LedgerEntry, gpu_arch: str, *, judged: boo
     built = sorted((r for r in rows if r.status == Status.BUILT and r.wheel_size), key=lambda r: capability(r.arch))
     sizes = {row.arch: int(row.wheel_size or 0) for row in built}
     fat, slim = entry.wheel_size or 0, sizes.get(gpu_arch)
-    relink = sum(row.timings.get("relink", 0.0) for row in rows)
     cost = entry.timings.get("slim", 0.0)
-    build = sum(t for phase, t in entry.timings.items() if phase != "slim") - relink
+    build = sum(t for phase, t in entry.timings.items() if phase != "slim")
     ratio, share = (slim / fat if slim and fat else None), (cost / build if build > 0 else None)
     problems = [f"slim wheel sm_{row.arch}: {row.status}: {row.reason}" for row in rows if row.status != Status.BUILT]
     if not judged:
@@ -131,7 +129,7 @@ def slim_figures(folder: Path, entry: LedgerEntry, gpu_arch: str, *, judged: boo
               f"downloads {(slim or 0) / 2**20:.1f} of the fat {fat / 2**20:.1f} MiB ({ratio or 0:.3f}); cut in "
               f"{cost:.1f} s beside the fat build's {build:.1f} s ({share or 0:.1%})")
     return {"sizes": sizes, "fat_bytes": fat, "gpu_slim_bytes": slim, "download_ratio": ratio, "slim_seconds": cost,
-            "relink_seconds": round(relink, 3), "build_seconds": round(build, 3), "cost_share": share,
+            "build_seconds": round(build, 3), "cost_share": share,
             "detail": detail, "problems": problems}
 
 
