@@ -371,6 +371,24 @@ def test_the_slim_builds_check_states_issue_28s_two_figures_against_their_target
     assert builds.arch_build_check(tmp_path / "fat", "fat", DATA, cores=16)["status"] == PASSED
 
 
+def test_the_carried_uv_is_unpacked_once_into_the_work_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import lzma
+    from types import SimpleNamespace
+
+    from scripts.gpu import slim_stage
+
+    carried = tmp_path / "carry" / "uv.xz"
+    carried.parent.mkdir()
+    carried.write_bytes(lzma.compress(b"#!/bin/sh\necho uv 0.13.9\n"))
+    monkeypatch.setattr(slim_stage, "CARRIED_UV", carried)
+    box = SimpleNamespace(work=tmp_path / "work")
+    box.work.mkdir()
+    uv = slim_stage.find_uv(box)  # type: ignore[arg-type]
+    assert uv == box.work / "uv" and uv.read_bytes().startswith(b"#!/bin/sh") and uv.stat().st_mode & 0o111
+    carried.unlink()
+    assert slim_stage.find_uv(box) == uv  # type: ignore[arg-type]  # unpacked: the carry is not read again
+
+
 def test_compile_profile_puts_the_wall_beside_the_critical_path_and_the_cores() -> None:
     profile = builds.compile_profile(FAT_TIMES, wall=400.0, cores=16)
     assert profile["sum_s"] == 1082.0 and profile["max_pair"] == {"unit": "causal_conv1d_bwd.cu", "arch": "10.0",
