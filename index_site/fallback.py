@@ -42,10 +42,15 @@ def is_slim(label: str) -> bool:
 
 
 def _parts(filename: str) -> tuple[str, str, str, str]:
-    """(dist, version, python-abi-platform tag, label) of a twin's name."""
+    """(dist, version, python-abi-platform tag, label) of a twin's name; a build tag (a real build beside a day-0
+    wheel of its name: docs/abi.md) is not part of any."""
     dist, version, rest = filename.removesuffix(".whl").split("-", 2)
     tag, label = rest.rsplit("-", 1)
-    return dist, version, tag, label
+    return dist, version, "-".join(tag.split("-")[-3:]), label
+
+
+def _build_tagged(twin: VariantWheel) -> bool:
+    return twin.filename.count("-") > 5
 
 
 def build_tag(label: str) -> str:
@@ -77,8 +82,9 @@ def listing(twins: Sequence[VariantWheel]) -> Listing:
     and stays as the null; guards for each (version, torch minor, wheel tag) of CUDA builds."""
     slimmed = {(t.version, _parts(t.filename)[2], base_label(t.label)) for t in twins if is_slim(t.label)}
     variants = [t for t in twins if is_slim(t.label) or (t.version, _parts(t.filename)[2], t.label) not in slimmed]
-    fats = [t for t in twins if has_null(t)]
-    nulls = [t._replace(filename=null_name(t)) for t in fats]
+    # one null a name: of a day-0 wheel's label and the real build beside it, the real build's (the build-tagged)
+    fats = sorted((t for t in twins if has_null(t)), key=_build_tagged)
+    nulls = list({null_name(t): t._replace(filename=null_name(t)) for t in fats}.values())
     groups: dict[tuple[str, str, str], list[VariantWheel]] = defaultdict(list)
     for twin in variants:
         if _CUDA.match(base_label(twin.label)):

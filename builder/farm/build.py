@@ -32,6 +32,7 @@ from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps import compile as compile_stage
 from builder.steps import cross, provenance, slim
+from builder.steps import day0 as day0_stage
 from builder.steps import variant as variant_stage
 from builder.steps.abi import needed_abi
 from builder.steps.emulate import check_import_emulated
@@ -415,8 +416,9 @@ class Builder:
         if not report.ok:
             return self._quarantined(job, digest, timer, repaired.wheel, report, summary, compiled)
         with timer("install"):
-            twin = variant_stage.make_twin(repaired.wheel, work / "variant")  # after the gate, checked again
-            entry = self._install(job, digest, repaired.wheel, timer, ledger, summary, compiled)
+            wheel = self._beside_day0(repaired.wheel, ledger)
+            twin = variant_stage.make_twin(wheel, work / "variant")  # after the gate, checked again
+            entry = self._install(job, digest, wheel, timer, ledger, summary, compiled)
             os.replace(twin.path, self.layout.variant / twin.path.name)
         if not relinked:
             ledger.replace_slims(job.identifier, [])  # an earlier build's, if any, are not of this wheel
@@ -456,6 +458,16 @@ class Builder:
     def _repair_for_slim(self, wheel: Path, job: Job, out: Path) -> Path:
         with self._repair_lock:
             return repair_wheel(wheel, job, out).wheel
+
+    def _beside_day0(self, wheel: Path, ledger: Ledger) -> Path:
+        """A real build of a label a day-0 wheel serves takes build tag 1: the day-0 file stays (a lock may hold its
+        hash) and installers prefer the tagged wheel (docs/abi.md, "Day-0 wheels")."""
+        holders = [e for e in ledger.entries() if day0_stage.is_day0(e) and e.wheel == wheel.name]
+        if not holders or not (self.layout.dist / wheel.name).is_file():
+            return wheel
+        tagged = day0_stage.with_build_tag(wheel, "1")
+        log_note(f"{wheel.name} is served by a day-0 wheel; this build is {tagged.name}")
+        return tagged
 
     def _quarantined(
         self,

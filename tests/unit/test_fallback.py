@@ -36,6 +36,14 @@ def test_a_null_is_the_fat_twin_under_a_name_without_a_variant_label() -> None:
     assert order == [2091300, 2131300, 2141206]
 
 
+def test_a_real_build_beside_a_day0_wheel_is_the_one_null_of_their_name() -> None:
+    day0 = twin("pt215cu130", ["90_real"])
+    real = day0._replace(filename=day0.filename.replace("1.7.0-", "1.7.0-1-"), sha256="2" * 64)
+    for order in ([day0, real], [real, day0]):
+        (null,) = fallback.listing(order).nulls
+        assert (null.filename, null.sha256) == (f"causal_conv1d-1.7.0-2151300_pt215cu130-{TAG}.whl", "2" * 64)
+
+
 def test_slim_wheels_take_their_fat_twins_place_as_variants_and_it_stays_as_the_null() -> None:
     fat = twin("pt214cu130", ["80_real", "90_real", "120_real", "120_virtual"])
     slims = [twin("pt214cu130sm90", ["90_real", "120_virtual"]), twin("pt214cu130sm80", ["80_real", "120_virtual"])]
