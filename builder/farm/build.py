@@ -62,7 +62,7 @@ from builder.steps.torch_index import (
     torch_index_template,
 )
 from builder.steps.upstream import overlay_upstream
-from builder.steps.verify import VerifyReport, quarantine, verify_wheel
+from builder.steps.verify import Importer, VerifyReport, quarantine, verify_wheel
 
 log = logging.getLogger(__name__)
 
@@ -380,9 +380,8 @@ class Builder:
                 log_note(f"recipe: {change}")
         with timer("compile"), compile_stage.workspace(job, source, runtime.site_packages) as space:
             parallelism = compile_stage.Parallelism.fit(len(job.archs), share=share)
-            objcache = (
-                None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
-            )
+            objcache = None if self.options.objcache == "off" else (compile_stage.objcache_root(),
+                                                                      self.options.objcache)
             costs = _pool_costs(job, recipe.part_shares, measured)
             cross_environ = crossed.environ(space.torch_site, *cross.build_paths(env.python)) if crossed else None
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache, costs,
@@ -397,9 +396,7 @@ class Builder:
                 "compile_times": json.dumps(read_times(space.nvcc_times)),
                 "torch_wheel": json.dumps(runtime.origin(), sort_keys=True),
             }
-            relinking = time.monotonic()
             relinked = self._relink(job, space.source, built, work / "slim")  # the objects are only here
-            relink_seconds = time.monotonic() - relinking
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired")
             # After repair (which rewrites the ELF files), so the record's digests are of what ships.
@@ -420,27 +417,29 @@ class Builder:
             twin = variant_stage.make_twin(wheel, work / "variant")  # after the gate, checked again
             entry = self._install(job, digest, wheel, timer, ledger, summary, compiled)
             os.replace(twin.path, self.layout.variant / twin.path.name)
+        return self._slim(job, entry, built, relinked, work, ledger, None if crossed else runtime, importer)
+
+    def _relink(self, job: Job, source: Path, built: Path, out: Path) -> tuple[list[slim.Relinked], float]:
+        """The job's GPU libraries linked again per SASS arch (builder/steps/slim.py), and the seconds it took;
+        none, and why in the log, where that cannot be done: the fat wheel never depends on it."""
+        started = time.monotonic()
+        try:
+            relinked = slim.relink(job, source, built, self.layout.log_for(job).read_text(errors="replace"), out)
+        except WheelwrightError as error:
+            log_note(f"slim wheels: none ({error})")
+            relinked = []
+        return relinked, time.monotonic() - started
+
+    def _slim(self, job: Job, entry: LedgerEntry, built: Path, relink: tuple[list[slim.Relinked], float],
+              work: Path, ledger: Ledger, runtime: RuntimeEnv | None, importer: Importer | None) -> LedgerEntry:
+        """Cut the slim wheels from the installed fat one, verified as it was (``runtime``, ``importer``); a row each
+        in the ledger. Their seconds, the relink's (in the compile phase, where the objects are) and the cut's, are
+        the job's ``slim``, out of its compile."""
+        (relinked, relink_seconds), started = relink, time.monotonic()
+        verify = functools.partial(verify_wheel, runtime=runtime, importer=importer)
         if not relinked:
             ledger.replace_slims(job.identifier, [])  # an earlier build's, if any, are not of this wheel
             return entry
-        importer = functools.partial(check_import_emulated, build=crossed) if crossed else None
-        verify = functools.partial(verify_wheel, runtime=None if crossed else runtime, importer=importer)
-        return self._slim(job, entry, built, (relinked, relink_seconds), work, verify, ledger)
-
-    def _relink(self, job: Job, source: Path, built: Path, out: Path) -> list[slim.Relinked]:
-        """The job's GPU libraries linked again per SASS arch (builder/steps/slim.py); none, and why in the log,
-        where that cannot be done: the fat wheel never depends on it."""
-        try:
-            return slim.relink(job, source, built, self.layout.log_for(job).read_text(errors="replace"), out)
-        except WheelwrightError as error:
-            log_note(f"slim wheels: none ({error})")
-            return []
-
-    def _slim(self, job: Job, entry: LedgerEntry, built: Path, relink: tuple[list[slim.Relinked], float],
-              work: Path, verify: slim.Verify, ledger: Ledger) -> LedgerEntry:
-        """Cut the slim wheels from the installed fat one; a row each in the ledger. Their seconds, the relink's
-        (in the compile phase, where the objects are) and the cut's, are the job's ``slim``, out of its compile."""
-        (relinked, relink_seconds), started = relink, time.monotonic()
         try:
             cuts = slim.cut_wheels(job, built, self.layout.dist / str(entry.wheel), relinked, work, self.layout.variant,
                                    repair=self._repair_for_slim, verify=verify)
