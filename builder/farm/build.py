@@ -31,7 +31,8 @@ from builder.core.resources import BUILD_DATA
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps import compile as compile_stage
-from builder.steps import cross, provenance
+from builder.steps import cross, provenance, slim
+from builder.steps import day0 as day0_stage
 from builder.steps import variant as variant_stage
 from builder.steps.abi import needed_abi
 from builder.steps.emulate import check_import_emulated
@@ -61,7 +62,7 @@ from builder.steps.torch_index import (
     torch_index_template,
 )
 from builder.steps.upstream import overlay_upstream
-from builder.steps.verify import VerifyReport, quarantine, verify_wheel
+from builder.steps.verify import Importer, VerifyReport, quarantine, verify_wheel
 
 log = logging.getLogger(__name__)
 
@@ -385,9 +386,8 @@ class Builder:
             source, recipe = _patched(job, sdist, work / "unpacked")
         with timer("compile"), compile_stage.workspace(job, source, runtime.site_packages) as space:
             parallelism = compile_stage.Parallelism.fit(len(job.archs), share=share)
-            objcache = (
-                None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
-            )
+            objcache = None if self.options.objcache == "off" else (compile_stage.objcache_root(),
+                                                                      self.options.objcache)
             costs = _pool_costs(job, recipe.part_shares, measured)
             cross_environ = crossed.environ(space.torch_site, *cross.build_paths(env.python)) if crossed else None
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache, costs,
@@ -404,6 +404,7 @@ class Builder:
                 "torch_wheel": json.dumps(runtime.origin(), sort_keys=True),
                 **compile_stage.compile_record(space, objcache, toolkit),  # what it reused, each stage's cost
             }
+            relinked = self._relink(job, space.source, built, work / "slim")  # the objects are only here
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired")
             # After repair (which rewrites the ELF files), so the record's digests are of what ships.
@@ -420,10 +421,60 @@ class Builder:
         if not report.ok:
             return self._quarantined(job, digest, timer, repaired.wheel, report, summary, compiled)
         with timer("install"):
-            twin = variant_stage.make_twin(repaired.wheel, work / "variant")  # after the gate, checked again
-            entry = self._install(job, digest, repaired.wheel, timer, ledger, summary, compiled)
+            wheel = self._beside_day0(repaired.wheel, ledger)
+            twin = variant_stage.make_twin(wheel, work / "variant")  # after the gate, checked again
+            entry = self._install(job, digest, wheel, timer, ledger, summary, compiled)
             os.replace(twin.path, self.layout.variant / twin.path.name)
+        return self._slim(job, entry, built, relinked, work, ledger, None if crossed else runtime, importer)
+
+    def _relink(self, job: Job, source: Path, built: Path, out: Path) -> tuple[list[slim.Relinked], float]:
+        """The job's GPU libraries linked again per SASS arch (builder/steps/slim.py), and the seconds it took;
+        none, and why in the log, where that cannot be done: the fat wheel never depends on it."""
+        started = time.monotonic()
+        try:
+            relinked = slim.relink(job, source, built, self.layout.log_for(job).read_text(errors="replace"), out)
+        except WheelwrightError as error:
+            log_note(f"slim wheels: none ({error})")
+            relinked = []
+        return relinked, time.monotonic() - started
+
+    def _slim(self, job: Job, entry: LedgerEntry, built: Path, relink: tuple[list[slim.Relinked], float],
+              work: Path, ledger: Ledger, runtime: RuntimeEnv | None, importer: Importer | None) -> LedgerEntry:
+        """Cut the slim wheels from the installed fat one, verified as it was (``runtime``, ``importer``); a row each
+        in the ledger. Their seconds, the relink's (in the compile phase, where the objects are) and the cut's, are
+        the job's ``slim``, out of its compile."""
+        (relinked, relink_seconds), started = relink, time.monotonic()
+        verify = functools.partial(verify_wheel, runtime=runtime, importer=importer)
+        if not relinked:
+            ledger.replace_slims(job.identifier, [])  # an earlier build's, if any, are not of this wheel
             return entry
+        try:
+            cuts = slim.cut_wheels(job, built, self.layout.dist / str(entry.wheel), relinked, work, self.layout.variant,
+                                   repair=self._repair_for_slim, verify=verify)
+        except WheelwrightError as error:
+            log_note(f"slim wheels: none ({error})")
+            cuts = []
+        for cut in cuts:
+            log_note(f"slim wheel {cut.label}: {cut.variant.name if cut.variant else cut.reason}")
+        ledger.replace_slims(job.identifier, [slim.ledger_row(job.identifier, cut, str(entry.wheel)) for cut in cuts])
+        seconds = time.monotonic() - started + relink_seconds
+        compile_seconds = max(0.0, entry.timings.get("compile", 0.0) - relink_seconds)
+        return dataclasses.replace(entry, timings={**entry.timings, "compile": round(compile_seconds, 3),
+                                                   "slim": round(seconds, 3)})
+
+    def _repair_for_slim(self, wheel: Path, job: Job, out: Path) -> Path:
+        with self._repair_lock:
+            return repair_wheel(wheel, job, out).wheel
+
+    def _beside_day0(self, wheel: Path, ledger: Ledger) -> Path:
+        """A real build of a label a day-0 wheel serves takes build tag 1: the day-0 file stays (a lock may hold its
+        hash) and installers prefer the tagged wheel (docs/abi.md, "Day-0 wheels")."""
+        holders = [e for e in ledger.entries() if day0_stage.is_day0(e) and e.wheel == wheel.name]
+        if not holders or not (self.layout.dist / wheel.name).is_file():
+            return wheel
+        tagged = day0_stage.with_build_tag(wheel, "1")
+        log_note(f"{wheel.name} is served by a day-0 wheel; this build is {tagged.name}")
+        return tagged
 
     def _quarantined(
         self,

@@ -46,6 +46,7 @@ ROCM_PROVIDER: dict[str, object] = {
 NAMESPACE_ORDER = ("abi_dependency", "nvidia", "rocm")  # torch's ABI first: a wrong torch never loads
 _LABEL = re.compile(r"[0-9a-z._]+")
 _VALUE = re.compile(r"[a-z0-9_.]+")
+_SLIM_LABEL = re.compile(r"cu[0-9]+sm[0-9]+[af]?$")  # a slim wheel's label (builder/steps/slim.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,21 +128,24 @@ def encode(document: Mapping[str, object]) -> bytes:
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
 
 
-def make_twin(wheel: Path, out_dir: Path) -> Twin:
-    """Write the variant twin of the verified ``wheel`` into ``out_dir`` and check it; raises WheelError if wrong."""
+def make_twin(wheel: Path, out_dir: Path, *, label: str | None = None) -> Twin:
+    """Write the variant twin of the verified ``wheel`` into ``out_dir`` and check it; raises WheelError if wrong.
+    ``label`` names the variant otherwise than the wheel's label (a slim wheel's ``pt214cu130sm90``)."""
     # the verified wheel is write_wheel's (provenance.embed): its payload's deflated bytes are copied, not redone
     members = read_members(wheel, keep_deflated=True)
     dist_info = dist_info_dir(members, wheel.name)
     if f"{dist_info}/{provenance.FILENAME}" not in members:
         raise WheelError(NO_PROVENANCE)
     record = provenance.read(members, wheel.name).record
-    label, archs = record.get("label"), record.get("archs", {})
-    if not isinstance(label, str) or not _LABEL.fullmatch(label) or not isinstance(archs, dict) or not _archs_ok(archs):
+    built_for, archs = record.get("label"), record.get("archs", {})
+    if not isinstance(built_for, str) or not _LABEL.fullmatch(built_for) or not isinstance(archs, dict) \
+            or not _archs_ok(archs):
         raise WheelError(f"{wheel.name}: {provenance.FILENAME} records no label and archs a twin can be named for")
     try:
-        properties = properties_for(label, archs)
+        properties = properties_for(built_for, archs)
     except ValueError as error:
         raise WheelError(f"{wheel.name}: {provenance.FILENAME}: {error}") from None
+    label = label or built_for
     members_of_twin = twin_members(members, wheel.name, label, properties)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = write_wheel(out_dir / variant_filename(wheel.name, label), members_of_twin)
@@ -215,6 +219,16 @@ def twin_problems(
     return problems
 
 
+def metadata_lines(member: Member | None) -> list[str]:
+    """A METADATA member's lines (none for a missing one): what twins and slim wheels compare."""
+    return _text(member)
+
+
+def variant_problems(member: Member | None, label: str) -> list[str]:
+    """Where a variant.json member is not one valid variant named ``label``; [] when it is."""
+    return _variant_problems(member, label)
+
+
 def _text(member: Member | None) -> list[str]:
     return member.data.decode("utf-8", "replace").splitlines() if member is not None else []
 
@@ -280,6 +294,10 @@ class VariantTwins:
     def problems(self, wheel: Path, twin: Path) -> list[str]:
         """Where ``twin`` differs from the twin of ``wheel`` (payload, metadata, variant.json, provenance): from
         the archives' raw streams where they show it (quick_problems), else from every member inflated."""
+        if _SLIM_LABEL.search(twin.name.removesuffix(".whl").rsplit("-", 1)[-1]):
+            from builder.steps.slim import cut_problems
+
+            return cut_problems(wheel, twin)
         try:
             quick = quick_problems(wheel, twin)
             if quick is not None:
