@@ -138,10 +138,12 @@ def _estimate(plan: Plan, args: argparse.Namespace) -> int:
 def _day0_note(plan: Plan, ledger: Path) -> None:
     """Labels a day-0 wheel serves are counted as not compiled: their jobs are in the estimate (issue 30)."""
     from builder.cli.console import out
-    from builder.core.ledger import read_entries
+    from builder.core.ledger import holds_builds, read_entries
     from builder.steps.day0 import labels
 
-    served = sorted(set(labels(read_entries(ledger))) & {job.label for job in plan.jobs}) if ledger.exists() else []
+    if not (ledger.exists() and holds_builds(ledger)):  # no build rows (a ledger of compile costs alone): no day-0
+        return
+    served = sorted(set(labels(read_entries(ledger))) & {job.label for job in plan.jobs})
     if served:
         out.print(f"day-0: {', '.join(served)} served by carried wheels, counted as not compiled (their jobs are "
                   "in the estimate above)")

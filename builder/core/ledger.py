@@ -364,6 +364,13 @@ def read_costs(path: Path) -> list[RecordedCosts]:
 _COST_COLUMNS = ("accelerator", "compile_times", "stage_times")
 
 
+def holds_builds(path: Path) -> bool:
+    """Whether a ledger's jobs table has the columns every build writes (a ledger of compile costs alone, as
+    ``plan --estimate --ledger`` takes, has not), read-only."""
+    with _read_only(path) as db:
+        return _REQUIRED <= _columns(db)
+
+
 @contextmanager
 def _read_only(path: Path) -> Iterator[sqlite3.Connection]:
     """``path`` opened read-only, every SQLite failure a LedgerError. A finished artifact has no -wal beside it:
