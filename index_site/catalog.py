@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from builder.core import resources
 from builder.core.archive import Archive
@@ -77,6 +77,7 @@ class Catalog:
     identities: Mapping[str, FileIdentity] = field(default_factory=dict)  # of each wheel when its hash held
     archs: Mapping[str, GpuArchs] = field(default_factory=dict)  # by wheel filename, where the ledger recorded them
     rows: Mapping[str, WheelRow] = field(default_factory=dict)  # the state's row of every file judged, by filename
+    channel: tuple[Any, ...] = ()  # fallback.ChannelSize of each build with slim wheels on the variant channel
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,7 +31,7 @@ from builder.core.resources import BUILD_DATA
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps import compile as compile_stage
-from builder.steps import cross, provenance
+from builder.steps import cross, provenance, slim
 from builder.steps import day0 as day0_stage
 from builder.steps import variant as variant_stage
 from builder.steps.abi import needed_abi
@@ -48,7 +48,7 @@ from builder.steps.environment import (
 from builder.steps.fetch import fetch_sdist, unpack_sdist
 from builder.steps.nvcc_time import read_times, seed_costs, unit_costs
 from builder.steps.platform import cross_target
-from builder.steps.recipes import apply_recipe
+from builder.steps.recipes import RecipeResult, apply_recipe
 from builder.steps.recipes.facts import package_facts
 from builder.steps.repair import load_excludes, repair_wheel
 from builder.steps.toolchain import Toolchain, ToolkitReadiness
@@ -62,7 +62,7 @@ from builder.steps.torch_index import (
     torch_index_template,
 )
 from builder.steps.upstream import overlay_upstream
-from builder.steps.verify import VerifyReport, quarantine, verify_wheel
+from builder.steps.verify import Importer, VerifyReport, quarantine, verify_wheel
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +258,16 @@ def _base_entry(job: Job, digest: str, layout: Layout, **fields: Any) -> LedgerE
     )
 
 
+def _patched(job: Job, sdist: Path, into: Path) -> tuple[Path, RecipeResult]:
+    """The sdist unpacked into ``into``, upstream's missing files overlaid, the recipe applied; each change logged."""
+    source = unpack_sdist(sdist, into)
+    added = overlay_upstream(job, source)
+    recipe = apply_recipe(source, job)
+    for change in (*added, *recipe.changes):
+        log_note(f"recipe: {change}")
+    return source, recipe
+
+
 class Builder:
     def __init__(
         self, layout: Layout, facts: TorchFacts, options: BuildOptions, progress: Progress | None = None
@@ -373,22 +383,18 @@ class Builder:
         with timer("env"):
             runtime, toolkit, env, crossed = self._environment(job)
         with timer("patch"):
-            source = unpack_sdist(sdist, work / "unpacked")
-            added = overlay_upstream(job, source)
-            recipe = apply_recipe(source, job)
-            for change in (*added, *recipe.changes):
-                log_note(f"recipe: {change}")
+            source, recipe = _patched(job, sdist, work / "unpacked")
         with timer("compile"), compile_stage.workspace(job, source, runtime.site_packages) as space:
             parallelism = compile_stage.Parallelism.fit(len(job.archs), share=share)
-            objcache = (
-                None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
-            )
+            objcache = None if self.options.objcache == "off" else (compile_stage.objcache_root(),
+                                                                      self.options.objcache)
             costs = _pool_costs(job, recipe.part_shares, measured)
             cross_environ = crossed.environ(space.torch_site, *cross.build_paths(env.python)) if crossed else None
             environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache, costs,
                                                   cross=cross_environ)
             try:
-                built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
+                with compile_stage.shared_objects(job, toolkit, space, objcache):  # the farm's device steps
+                    built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
             finally:  # a failed compile's timeline says where it stood
                 compile_stage.keep_timeline(space, self.layout.timeline_for(job), started=timer.started["compile"],
                                             parallelism=parallelism)
@@ -396,7 +402,9 @@ class Builder:
                 "toolchain": json.dumps(toolkit.as_dict(), sort_keys=True),
                 "compile_times": json.dumps(read_times(space.nvcc_times)),
                 "torch_wheel": json.dumps(runtime.origin(), sort_keys=True),
+                **compile_stage.compile_record(space, objcache, toolkit),  # what it reused, each stage's cost
             }
+            relinked = self._relink(job, space.source, built, work / "slim")  # the objects are only here
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired")
             # After repair (which rewrites the ELF files), so the record's digests are of what ships.
@@ -417,7 +425,46 @@ class Builder:
             twin = variant_stage.make_twin(wheel, work / "variant")  # after the gate, checked again
             entry = self._install(job, digest, wheel, timer, ledger, summary, compiled)
             os.replace(twin.path, self.layout.variant / twin.path.name)
+        return self._slim(job, entry, built, relinked, work, ledger, None if crossed else runtime, importer)
+
+    def _relink(self, job: Job, source: Path, built: Path, out: Path) -> tuple[list[slim.Relinked], float]:
+        """The job's GPU libraries linked again per SASS arch (builder/steps/slim.py), and the seconds it took;
+        none, and why in the log, where that cannot be done: the fat wheel never depends on it."""
+        started = time.monotonic()
+        try:
+            relinked = slim.relink(job, source, built, self.layout.log_for(job).read_text(errors="replace"), out)
+        except WheelwrightError as error:
+            log_note(f"slim wheels: none ({error})")
+            relinked = []
+        return relinked, time.monotonic() - started
+
+    def _slim(self, job: Job, entry: LedgerEntry, built: Path, relink: tuple[list[slim.Relinked], float],
+              work: Path, ledger: Ledger, runtime: RuntimeEnv | None, importer: Importer | None) -> LedgerEntry:
+        """Cut the slim wheels from the installed fat one, verified as it was (``runtime``, ``importer``); a row each
+        in the ledger. Their seconds, the relink's (in the compile phase, where the objects are) and the cut's, are
+        the job's ``slim``, out of its compile."""
+        (relinked, relink_seconds), started = relink, time.monotonic()
+        verify = functools.partial(verify_wheel, runtime=runtime, importer=importer)
+        if not relinked:
+            ledger.replace_slims(job.identifier, [])  # an earlier build's, if any, are not of this wheel
             return entry
+        try:
+            cuts = slim.cut_wheels(job, built, self.layout.dist / str(entry.wheel), relinked, work, self.layout.variant,
+                                   repair=self._repair_for_slim, verify=verify)
+        except WheelwrightError as error:
+            log_note(f"slim wheels: none ({error})")
+            cuts = []
+        for cut in cuts:
+            log_note(f"slim wheel {cut.label}: {cut.variant.name if cut.variant else cut.reason}")
+        ledger.replace_slims(job.identifier, [slim.ledger_row(job.identifier, cut, str(entry.wheel)) for cut in cuts])
+        seconds = time.monotonic() - started + relink_seconds
+        compile_seconds = max(0.0, entry.timings.get("compile", 0.0) - relink_seconds)
+        return dataclasses.replace(entry, timings={**entry.timings, "compile": round(compile_seconds, 3),
+                                                   "slim": round(seconds, 3)})
+
+    def _repair_for_slim(self, wheel: Path, job: Job, out: Path) -> Path:
+        with self._repair_lock:
+            return repair_wheel(wheel, job, out).wheel
 
     def _beside_day0(self, wheel: Path, ledger: Ledger) -> Path:
         """A real build of a label a day-0 wheel serves takes build tag 1: the day-0 file stays (a lock may hold its

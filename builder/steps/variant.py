@@ -50,6 +50,7 @@ ROCM_PROVIDER: dict[str, object] = {
 NAMESPACE_ORDER = ("abi_dependency", "nvidia", "rocm")  # torch's ABI first: a wrong torch never loads
 _LABEL = re.compile(r"[0-9a-z._]+")
 _VALUE = re.compile(r"[a-z0-9_.]+")
+_SLIM_LABEL = re.compile(r"cu[0-9]+sm[0-9]+[af]?$")  # a slim wheel's label (builder/steps/slim.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,14 +132,16 @@ def encode(document: Mapping[str, object]) -> bytes:
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
 
 
-def make_twin(wheel: Path, out_dir: Path) -> Twin:
-    """Write the variant twin of the verified ``wheel`` into ``out_dir`` and check it; raises WheelError if wrong."""
+def make_twin(wheel: Path, out_dir: Path, *, label: str | None = None) -> Twin:
+    """Write the variant twin of the verified ``wheel`` into ``out_dir`` and check it; raises WheelError if wrong.
+    ``label`` names the variant otherwise than the wheel's label (a slim wheel's ``pt214cu130sm90``)."""
     # the verified wheel is write_wheel's (provenance.embed): its payload's deflated bytes are copied, not redone
     members = read_members(wheel, keep_deflated=True)
     dist_info = dist_info_dir(members, wheel.name)
     if f"{dist_info}/{provenance.FILENAME}" not in members:
         raise WheelError(NO_PROVENANCE)
-    label, properties = _variant_of(provenance.read(members, wheel.name).record, wheel.name)
+    built_for, properties = _variant_of(provenance.read(members, wheel.name).record, wheel.name)
+    label = label or built_for
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / variant_filename(wheel.name, label)
     twin = twin_members(members, wheel.name, label, properties)
@@ -241,6 +244,16 @@ def twin_problems(
     if len(before) != len(after) or len(changed) != 1 or not changed[0][0].startswith("Version: "):
         problems.append("METADATA differs from the verified wheel's in more than its Version")
     return problems
+
+
+def metadata_lines(member: Member | None) -> list[str]:
+    """A METADATA member's lines (none for a missing one): what twins and slim wheels compare."""
+    return _text(member)
+
+
+def variant_problems(member: Member | None, label: str) -> list[str]:
+    """Where a variant.json member is not one valid variant named ``label``; [] when it is."""
+    return _variant_problems(member, label)
 
 
 def _text(member: Member | None) -> list[str]:
@@ -549,6 +562,10 @@ class VariantTwins:
     def problems(self, wheel: Path, twin: Path) -> list[str]:
         """Where ``twin`` differs from the twin of ``wheel`` (payload, metadata, variant.json, provenance): from
         the archives' raw streams where they show it (quick_problems), else from every member inflated."""
+        if _SLIM_LABEL.search(twin.name.removesuffix(".whl").rsplit("-", 1)[-1]):
+            from builder.steps.slim import cut_problems
+
+            return cut_problems(wheel, twin)
         try:
             quick = quick_problems(wheel, twin)
             if quick is not None:

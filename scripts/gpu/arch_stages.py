@@ -124,5 +124,8 @@ def ptx_speed(box: Box) -> StageResult:
 
 def stages(box: Box) -> dict[str, Callable[[Box], StageResult]]:
     """arch_build, each variant's stage ([arch.variants] names it; the ISA control's is ptx_speed), ptx_speed."""
-    found = {v.stage: arch_stage(name) for name, v in box.data.arch.variants.items() if v.stage != "ptx_speed"}
+    from scripts.gpu.slim_stage import slim_stage  # it builds on this module's helpers
+
+    found = {v.stage: (slim_stage if v.stage == "arch_slim" else arch_stage)(name)
+             for name, v in box.data.arch.variants.items() if v.stage != "ptx_speed"}
     return {"arch_build": arch_build, **found, "ptx_speed": ptx_speed}
