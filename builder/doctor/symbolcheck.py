@@ -12,6 +12,7 @@ import functools
 import gzip
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from builder.core.demangle import can_demangle, demangle
@@ -27,7 +28,29 @@ from builder.core.symbols import (
 )
 from builder.doctor.labels import release
 
-UNDEFINED = re.compile(r"(?:(?P<path>/[^\s:]+?\.so[.\d]*): )?undefined symbol: (?P<symbol>[A-Za-z0-9_.$@]+)")
+# The loader's words: ``/path/x.so: undefined symbol: _ZN...``. The symbol is found first and the path read backwards
+# from it: a regex that tried each '/' of a line as a path's start (the old one) took 40 s on a 200 KB line.
+_UNDEFINED_SYMBOL = re.compile(r"undefined symbol: (?P<symbol>[A-Za-z0-9_.$@]+)")
+_LIBRARY_PATH = re.compile(r"/[^\s:]*\.so[.\d]*")
+_LOADER_PATH_MAX = 4096  # the longest path the loader prints (Linux's PATH_MAX)
+
+
+def undefined_symbols(text: str) -> Iterator[tuple[str | None, str]]:
+    """(extension path or None, symbol) of each ``undefined symbol`` in ``text``, in linear time."""
+    for match in _UNDEFINED_SYMBOL.finditer(text):
+        yield _extension_before(text, match.start()), match["symbol"]
+
+
+def _extension_before(text: str, end: int) -> str | None:
+    """The ``/...so`` path that ends at ``end`` followed by ``: ``, if any."""
+    if text[max(0, end - 2) : end] != ": ":
+        return None
+    head = text[max(0, end - 3 - _LOADER_PATH_MAX) : end - 2]
+    token = head[max(head.rfind(c) for c in " \t\n\r:") + 1 :]  # the run of non-space, non-colon before ": "
+    start = token.find("/")
+    path = token[start:] if start >= 0 else ""
+    found = _LIBRARY_PATH.fullmatch(path) if len(path) <= _LOADER_PATH_MAX else None  # longer: no loader's path
+    return found.group() if found else None
 _SHOWN = 160  # a demangled template can run to kilobytes; a sentence shows its start
 
 

@@ -11,17 +11,17 @@ from typing import Any
 from builder.doctor.fix import find_fix
 from builder.doctor.labels import PACKAGES
 from builder.doctor.probe import ProbeFailed, collect
-from builder.doctor.symbolcheck import UNDEFINED, exporters, extension_built_for, releases, shown, symbol_index
+from builder.doctor.symbolcheck import exporters, extension_built_for, releases, shown, symbol_index, undefined_symbols
 from builder.doctor.verdicts import diagnose
 
 
 def undefined_answers(text: str, python: str, index_url: str | None) -> list[dict[str, Any]]:
     """One answer per distinct (extension, symbol) of the ``undefined symbol`` lines in ``text``."""
     seen: dict[tuple[str, str], dict[str, Any]] = {}
-    for match in UNDEFINED.finditer(text):
-        key = (match["path"] or "", match["symbol"])
+    for path, symbol in undefined_symbols(text):
+        key = (path or "", symbol)
         if key not in seen:
-            seen[key] = _answer(match["path"], match["symbol"], python, index_url)
+            seen[key] = _answer(path, symbol, python, index_url)
     return list(seen.values())
 
 

@@ -110,3 +110,21 @@ def test_a_wheel_inside_its_window_is_said_to_load_and_the_tested_one_offered() 
     package["extensions"][0]["symbols_checked"] = False  # not read: the label's word stands
     (verdict,) = diagnose(Environment.from_dict(data))[0].verdicts
     assert verdict.message.endswith("a compiled extension only loads into the torch minor it was built against.")
+
+
+UNDEFINED_LINES = [  # (case, text, what the parser finds)
+    ("path-and-symbol", ("ImportError: /env/lib/python3.11/site-packages/x_cuda.cpython-311-x86_64-linux-gnu.so: "
+                         "undefined symbol: _ZN3c104cuda9SetDeviceEa"),
+     [("/env/lib/python3.11/site-packages/x_cuda.cpython-311-x86_64-linux-gnu.so", "_ZN3c104cuda9SetDeviceEa")]),
+    ("versioned-library", "/usr/lib/libfoo.so.1.2: undefined symbol: bar", [("/usr/lib/libfoo.so.1.2", "bar")]),
+    ("no-path", "undefined symbol: _Z3foov", [(None, "_Z3foov")]),
+    ("path-not-a-library", "/tmp/notes.txt: undefined symbol: x", [(None, "x")]),
+    ("path-glued-to-a-word", "ImportError:/a/b.so: undefined symbol: y", [("/a/b.so", "y")]),
+    ("two-lines", "/a.so: undefined symbol: s1\n/b.so: undefined symbol: s2", [("/a.so", "s1"), ("/b.so", "s2")]),
+    ("slashes-before", "/a" * 100_000 + "/x.so: undefined symbol: z", [(None, "z")]),  # longer than a path can be
+]
+
+
+@pytest.mark.parametrize(("text", "found"), [c[1:] for c in UNDEFINED_LINES], ids=[c[0] for c in UNDEFINED_LINES])
+def test_undefined_symbol_lines_are_read_with_their_extension(text: str, found: list[tuple[str | None, str]]) -> None:
+    assert list(symbolcheck.undefined_symbols(text)) == found
