@@ -77,7 +77,8 @@ def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness
     stand_in(monkeypatch, {**{name: standing_in(name) for name in SETUP},
                            **{name: saying_it_ran(name) for name in ("checklist", "upstream", "mamba", "bench")}},
              arch={"arch_fat": saying_it_ran("arch_fat", "fat"), "arch_ptx": saying_it_ran("arch_ptx", "ptx"),
-                   "arch_sm80": saying_it_ran("arch_sm80", "sm80"), "ptx_speed": saying_it_ran("ptx_speed", "ptx")})
+                   "arch_sm80": saying_it_ran("arch_sm80", "sm80"), "arch_slim": saying_it_ran("arch_slim", "slim"),
+                   "ptx_speed": saying_it_ran("ptx_speed", "ptx")})
     folder = tmp_path / "work"
     yield Harness(work=folder, seconds=seconds)
     detach.stop(folder / "build-run")  # nothing this test started outlives it
@@ -99,7 +100,7 @@ def test_a_proof_across_commands_detached_build_then_deadline_then_the_rest(
     assert drive(tmp_path / "out2", work, "--resume", started_ago=300) == EXIT_PENDING
     got, out = statuses(tmp_path / "out2"), capsys.readouterr().out
     assert (got["build"], got["checklist"], got["arch_build"]) == ("passed", "pending", "passed")
-    assert ran(work) == ["upstream", "mamba", "bench", "arch_fat", "arch_ptx", "arch_sm80"]
+    assert ran(work) == ["upstream", "mamba", "bench", "arch_fat", "arch_ptx", "arch_sm80", "arch_slim"]
     assert "collecting the build an earlier command started" in out and "fake build: done" in out
     assert out == (tmp_path / "out2" / "acceptance.log").read_text()
     assert sorted(p.name for p in (tmp_path / "out2").iterdir()) == [
@@ -114,7 +115,7 @@ def test_a_proof_across_commands_detached_build_then_deadline_then_the_rest(
     assert [c["ran"] for c in summary["commands"]] == [
         ["preflight", "carry", "build"],
         ["preflight", "carry", "build", "index", "serve", "install", "doctor", "upstream", "mamba", "bench",
-         "arch_build", "arch_fat", "arch_ptx", "arch_sm80"],
+         "arch_build", "arch_fat", "arch_ptx", "arch_sm80", "arch_slim"],
         ["preflight", "carry", "index", "serve", "install", "checklist", "ptx_speed"],
     ]
     assert summary["commands"][1]["command"].endswith("--resume") and summary["stages"]["build"]["seconds"] >= 2
