@@ -23,6 +23,7 @@ from pathlib import Path
 
 from builder.core.errors import NotBuildableHere, WheelwrightError
 from builder.core.ledger import Ledger, LedgerEntry
+from builder.core.settings import cache_root
 from builder.farm.build import BuildOptions, Layout, Outcome, Progress, _base_entry, input_hash
 from builder.farm.engine import Engine, Mount, RunSpec
 from builder.farm.images import ImageSpec, ensure_image, image_for, images_for
@@ -185,8 +186,6 @@ class ContainerBackend:
                 self._fail(group, f"container: {error}", log_path)
 
     def _run_spec(self, group: Sequence[Job], spec: ImageSpec, tag: str) -> RunSpec:
-        from builder.steps.environment import cache_root
-
         host_cache = cache_root()
         own = host_cache / "containers" / f"{spec.name}-{spec.base.name}"
         shared = [host_cache / name for name in ("sdists", "runtime", "torch-wheels")]

@@ -21,6 +21,7 @@ import tomllib
 from builder.core.errors import ConfigError, ToolchainError, WheelwrightError
 from builder.core.resources import IMAGE_BASES
 from builder.core.runner import run
+from builder.core.settings import cache_root
 from builder.farm.engine import Engine
 from builder.plan.facts import Accelerator, python_key
 from builder.plan.job import Job
@@ -289,17 +290,11 @@ def link_tree(source: Path, target: Path) -> None:
 # -- the local base --------------------------------------------------------------------------------------------------
 
 
-def cache_dir() -> Path:
-    from builder.steps.environment import cache_root
-
-    return cache_root()
-
-
 def ensure_base(engine: Engine, base: Base, *, log_path: Path | None = None) -> str:
     """The base image in the engine: already there, else imported from the cached root tarball, else bootstrapped."""
     if base.kind != "debootstrap" or engine.image_id(base.image):
         return "present"
-    tarball = cache_dir() / "bases" / f"{base.suite}.tar"
+    tarball = cache_root() / "bases" / f"{base.suite}.tar"
     how = "cached"
     if not tarball.is_file():
         bootstrap_rootfs(base.suite, tarball, log_path=log_path)
@@ -341,7 +336,7 @@ class Built:
 
 
 def saved_image(tag: str) -> Path:
-    return cache_dir() / "images" / (tag.replace("/", "_").replace(":", "_") + ".tar")
+    return cache_root() / "images" / (tag.replace("/", "_").replace(":", "_") + ".tar")
 
 
 def ensure_image(engine: Engine, spec: ImageSpec, *, log_path: Path | None = None, save: bool = True) -> Built:
@@ -359,8 +354,8 @@ def ensure_image(engine: Engine, spec: ImageSpec, *, log_path: Path | None = Non
         engine.load(saved, log_path=log_path)
         return Built(spec=spec, tag=tag, how="loaded", seconds=round(time.monotonic() - start, 1))
     ensure_base(engine, spec.base, log_path=log_path)
-    (cache_dir() / "images").mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".context-{spec.name}-", dir=cache_dir() / "images") as work:
+    (cache_root() / "images").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".context-{spec.name}-", dir=cache_root() / "images") as work:
         context = render(spec, Path(work), folder)
         engine.build(context, context / "Dockerfile", tag, spec.build_args, log_path=log_path)
     if save:

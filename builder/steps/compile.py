@@ -22,6 +22,7 @@ import build
 from builder.core import context
 from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, kill_marked, run
+from builder.core.settings import cache_root
 from builder.plan.archs import torch_arch_list
 from builder.plan.job import Job
 from builder.steps import nvcc_plan, timeline
@@ -289,6 +290,4 @@ def translation_unit(line: str) -> str | None:
 
 
 def objcache_root() -> Path:
-    from builder.steps.environment import cache_root
-
     return Path(os.environ.get("WHEELWRIGHT_OBJCACHE_DIR", cache_root() / "objects"))

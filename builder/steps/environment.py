@@ -24,6 +24,7 @@ from builder.core.context import log_note
 from builder.core.errors import NotBuildableHere, ToolchainError, WheelError
 from builder.core.resources import BUILD_REQUIREMENTS
 from builder.core.runner import PIP_TOOLS, PIP_TORCH, run
+from builder.core.settings import cache_root
 from builder.plan.facts import Accelerator, TorchFacts
 from builder.plan.job import Job
 from builder.steps.toolchain import Toolchain as Toolkit
@@ -84,10 +85,6 @@ class BuildEnv:
     @property
     def site_packages(self) -> Path:
         return next(self.python.parent.parent.glob("lib/python3*/site-packages"))
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("WHEELWRIGHT_CACHE", Path.home() / ".cache" / "wheelwright"))
 
 
 # -- interpreters -----------------------------------------------------------------------------------------------
@@ -299,16 +296,6 @@ def find_toolkit(accelerator: Accelerator, archs: Sequence[str] = ()) -> Toolkit
         raise NotBuildableHere(str(error), tip=error.tip) from None
     check_toolkit(toolkit)
     return toolkit
-
-
-def toolkit_version(root: Path) -> str | None:
-    version_json = root / "version.json"
-    if version_json.is_file():
-        full = json.loads(version_json.read_text()).get("cuda_nvcc", {}).get("version", "")
-        return ".".join(full.split(".")[:2]) or None
-    output = run([root / "bin" / "nvcc", "--version"], step="nvcc --version", capture=True, check=False).output
-    match = re.search(r"release (\d+\.\d+)", output)
-    return match[1] if match else None
 
 
 def check_toolkit(toolkit: Toolkit) -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import fcntl
 import functools
 import glob
+import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -25,6 +27,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from builder.core.errors import ConfigError, ToolchainError
 from builder.core.runner import APT_DOWNLOAD, APT_UPDATE, PIP_TOOLS, run
+from builder.core.settings import cache_root
 from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator
 
@@ -230,8 +233,6 @@ def _sm(arch: Arch) -> str:
 
 
 def toolkits_root() -> Path:
-    from builder.steps.environment import cache_root
-
     return cache_root() / "toolkits"
 
 
@@ -278,9 +279,18 @@ def host_version(source: ToolkitSource, root: Path) -> str | None:
     if source.platform == "rocm":
         info = root / ".info" / "version"
         return info.read_text().strip().split("-")[0] if info.is_file() else None
-    from builder.steps.environment import toolkit_version
-
     return toolkit_version(root) if (root / "bin" / "nvcc").is_file() else None
+
+
+def toolkit_version(root: Path) -> str | None:
+    """The CUDA release (X.Y) of the toolkit at ``root``: its version.json, else what its nvcc --version says."""
+    version_json = root / "version.json"
+    if version_json.is_file():
+        full = json.loads(version_json.read_text()).get("cuda_nvcc", {}).get("version", "")
+        return ".".join(full.split(".")[:2]) or None
+    output = run([root / "bin" / "nvcc", "--version"], step="nvcc --version", capture=True, check=False).output
+    match = re.search(r"release (\d+\.\d+)", output)
+    return match[1] if match else None
 
 
 def _same_release(found: str, wanted: str) -> bool:

@@ -19,9 +19,9 @@ from builder.core.runner import run
 from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator
 from builder.steps import nvcc_plan, objcache, timeline
-from builder.steps.environment import check_toolkit, toolkit_version
+from builder.steps.environment import check_toolkit
 from builder.steps.nvcc_time import read_times
-from builder.steps.toolchain import candidates, load_sources, provide
+from builder.steps.toolchain import candidates, load_sources, provide, toolkit_version
 
 from .conftest import TOY_KERNEL
 from .test_fatbin_nvcc import cuobjdump_archs
