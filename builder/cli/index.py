@@ -12,12 +12,12 @@ from urllib.parse import urlsplit
 
 from builder.cli.arguments import site_url, whole_number
 from builder.core.errors import ConfigError
+from builder.core.settings import setting
 
 if TYPE_CHECKING:
     from index_site.publish import PublishReport
     from index_site.site import IndexReport
 
-DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
 
 def add_commands(
@@ -29,7 +29,7 @@ def add_commands(
     index.add_argument(
         "--base-url",
         type=site_url,  # also checks the environment's value: argparse converts a default given as text
-        default=os.environ.get("WHEELWRIGHT_BASE_URL", DEFAULT_BASE_URL),
+        default=setting("WHEELWRIGHT_BASE_URL"),
         help="public URL of the site, for the landing page's install commands "
         "(env WHEELWRIGHT_BASE_URL; default: %(default)s)",
     )
@@ -45,11 +45,11 @@ def add_commands(
     publish_parser = commands.add_parser("publish", help="upload the site to an S3 bucket, changed objects only")
     _add_site_arguments(publish_parser)
     publish_parser.add_argument(
-        "--bucket", default=os.environ.get("WHEELWRIGHT_BUCKET"), help="bucket name (env WHEELWRIGHT_BUCKET)"
+        "--bucket", default=setting("WHEELWRIGHT_BUCKET"), help="bucket name (env WHEELWRIGHT_BUCKET)"
     )
     publish_parser.add_argument(
         "--prefix",
-        default=os.environ.get("WHEELWRIGHT_PREFIX", ""),
+        default=setting("WHEELWRIGHT_PREFIX"),
         help="key prefix inside the bucket (env WHEELWRIGHT_PREFIX)",
     )
     publish_parser.add_argument("--endpoint-url", help="S3 API endpoint (default: AWS, or AWS_ENDPOINT_URL)")

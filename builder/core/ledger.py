@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
 
 from builder.core.errors import LedgerError
 from builder.core.hashing import FileIdentity
+from builder.core.settings import setting_number
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -57,8 +57,6 @@ MIGRATIONS = {
     "torch_wheel": "ALTER TABLE jobs ADD COLUMN torch_wheel TEXT",
 }
 SCHEMA_VERSION = 2  # PRAGMA user_version; a ledger with a higher one was written by a newer wheelwright
-# How long to wait for another process's write transaction before saying so (env WHEELWRIGHT_LEDGER_TIMEOUT).
-DEFAULT_LOCK_TIMEOUT = 30.0
 
 class Status(str, Enum):
     """A job's row: in flight, or how it ended. A str, so rows, JSON and comparisons with text keep working."""
@@ -117,10 +115,8 @@ _REQUIRED = {
 
 
 def lock_timeout() -> float:
-    try:
-        return max(0.0, float(os.environ.get("WHEELWRIGHT_LEDGER_TIMEOUT", DEFAULT_LOCK_TIMEOUT)))
-    except ValueError:
-        return DEFAULT_LOCK_TIMEOUT
+    """How long to wait for another process's write transaction before saying so (WHEELWRIGHT_LEDGER_TIMEOUT)."""
+    return setting_number("WHEELWRIGHT_LEDGER_TIMEOUT", at_least=0)
 
 
 @contextmanager

@@ -28,6 +28,7 @@ from builder.core.errors import NotBuildableHere, WheelwrightError
 from builder.core.hashing import FileIdentity, sha256_of
 from builder.core.ledger import NOT_BUILT, Ledger, LedgerEntry, Status
 from builder.core.resources import BUILD_DATA
+from builder.core.settings import setting
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps import compile as compile_stage
@@ -157,7 +158,7 @@ def input_hash(job: Job) -> str:
         "recipe_code": _recipe_code_digest(),
         "data": {resource.source: hashlib.sha256(resource.read_bytes()).hexdigest() for resource in BUILD_DATA},
     }
-    image = os.environ.get("WHEELWRIGHT_BUILDER_IMAGE")  # set inside a builder image: its glibc and compiler count
+    image = setting("WHEELWRIGHT_BUILDER_IMAGE")  # set inside a builder image: its glibc and compiler count
     if image:
         inputs["image"] = image
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()

@@ -21,7 +21,7 @@ import tomllib
 from builder.core.errors import ConfigError, ToolchainError, WheelwrightError
 from builder.core.resources import IMAGE_BASES
 from builder.core.runner import run
-from builder.core.settings import cache_root
+from builder.core.settings import cache_root, setting_path
 from builder.farm.engine import Engine
 from builder.plan.facts import Accelerator, python_key
 from builder.plan.job import Job
@@ -113,7 +113,7 @@ def carried_toolkit(base: Base, accelerator: Accelerator) -> ToolkitSource | Non
 
 def docker_dir() -> Path:
     """The Dockerfiles and their context (the repository's docker/ folder)."""
-    folder = Path(os.environ.get("WHEELWRIGHT_DOCKER_DIR", Path(__file__).resolve().parents[2] / "docker"))
+    folder = setting_path("WHEELWRIGHT_DOCKER_DIR") or Path(__file__).resolve().parents[2] / "docker"
     if not (folder / "cuda.Dockerfile").is_file():
         raise ToolchainError(
             f"no Dockerfiles at {folder}", tip="run from a wheelwright checkout or set WHEELWRIGHT_DOCKER_DIR"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import itertools
-import os
 import re
 import sys
 import sysconfig
@@ -17,6 +16,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from builder.core.errors import PlanError, did_you_mean
+from builder.core.settings import setting
 from builder.plan.archs import ArchChoice, ArchNote, apply_known_bad
 from builder.plan.facts import FREE_THREADED, Accelerator, TorchFacts, TorchRelease, load_facts
 from builder.plan.job import Job, PatchRef, Recipe, Sdist, UpstreamFiles
@@ -81,7 +81,7 @@ def host_python() -> str:
     """The ``host`` Python; a builder container is told the host's (WHEELWRIGHT_HOST_PYTHON) so its plan matches.
     A free-threaded interpreter is "3.13t", the Python its wheels are for."""
     suffix = FREE_THREADED if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
-    return os.environ.get("WHEELWRIGHT_HOST_PYTHON") or f"{sys.version_info.major}.{sys.version_info.minor}{suffix}"
+    return setting("WHEELWRIGHT_HOST_PYTHON") or f"{sys.version_info.major}.{sys.version_info.minor}{suffix}"
 
 
 def _recipe(package: PackageSpec, version: str) -> Recipe:

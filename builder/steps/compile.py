@@ -22,7 +22,7 @@ import build
 from builder.core import context
 from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, kill_marked, run
-from builder.core.settings import cache_root
+from builder.core.settings import cache_root, setting, setting_number, setting_path
 from builder.plan.archs import torch_arch_list
 from builder.plan.job import Job
 from builder.steps import nvcc_plan, timeline
@@ -36,15 +36,22 @@ log = logging.getLogger(__name__)
 # files under the workspace's fixed paths; the next build of the workspace finds them by this and ends them first.
 WORKSPACE_ENV = "WHEELWRIGHT_WORKSPACE"
 
-# Upper bound of one nvcc translation unit's resident memory, measured: causal-conv1d sm_90 peaked at 3.4 GB,
-# mamba-ssm at 1.6 GB. Overridable because more archs per TU (nvcc --threads) raise it.
-COMPILE_MEMORY_BYTES = int(float(os.environ.get("WHEELWRIGHT_COMPILE_MEMORY_GB", "3.5")) * 2**30)
-FIXED_ROOT = Path(os.environ.get("WHEELWRIGHT_FIXED_ROOT", "/tmp/wheelwright-build"))
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\] .*\s-c\s+(\S+\.(?:cu|cpp|cc|c|hip))\b")
 
 
-# WHEELWRIGHT_NVCC_SPLIT=0 compiles each TU with nvcc whole (its own --threads), as before the core pool
-SPLIT = os.environ.get("WHEELWRIGHT_NVCC_SPLIT", "1") != "0"
+def compile_memory_bytes() -> int:
+    """Upper bound of one nvcc translation unit's resident memory, measured: causal-conv1d sm_90 peaked at 3.4 GB,
+    mamba-ssm at 1.6 GB. A setting because more archs per TU (nvcc --threads) raise it."""
+    return int(setting_number("WHEELWRIGHT_COMPILE_MEMORY_GB", above=0) * 2**30)
+
+
+def fixed_root() -> Path:
+    return setting_path("WHEELWRIGHT_FIXED_ROOT") or Path("/tmp/wheelwright-build")
+
+
+def split_by_default() -> bool:
+    """WHEELWRIGHT_NVCC_SPLIT=0 compiles each TU with nvcc whole (its own --threads), as before the core pool."""
+    return setting("WHEELWRIGHT_NVCC_SPLIT") != "0"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +61,7 @@ class Parallelism:
     pool_slots: int = 0  # cores of the build's nvcc core pool (nvcc_plan.py); 0: no pool, nvcc whole
 
     @classmethod
-    def fit(cls, archs: int, *, share: int = 1, split: bool = SPLIT) -> Parallelism:
+    def fit(cls, archs: int, *, share: int = 1, split: bool | None = None) -> Parallelism:
         """Split this machine's free cores and memory between ``share`` concurrent builds.
 
         With the pool, every (TU, arch) device step holds one core, so the pool's size is the core and memory
@@ -64,8 +71,8 @@ class Parallelism:
             1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) // share
         )
         memory = available_memory() // share
-        bounded = max(1, min(cores, memory // COMPILE_MEMORY_BYTES))
-        if split:
+        bounded = max(1, min(cores, memory // compile_memory_bytes()))
+        if split if split is not None else split_by_default():
             return cls(max_jobs=min(64, 4 * bounded), nvcc_threads=1, pool_slots=bounded)
         return cls(max_jobs=bounded, nvcc_threads=max(1, min(archs, cores)))
 
@@ -119,7 +126,7 @@ class Workspace:
 
     @classmethod
     def for_job(cls, job: Job) -> Workspace:
-        return cls(root=FIXED_ROOT / f"{job.package}-{job.local_version}")
+        return cls(root=fixed_root() / f"{job.package}-{job.local_version}")
 
 
 @contextmanager
@@ -290,4 +297,4 @@ def translation_unit(line: str) -> str | None:
 
 
 def objcache_root() -> Path:
-    return Path(os.environ.get("WHEELWRIGHT_OBJCACHE_DIR", cache_root() / "objects"))
+    return setting_path("WHEELWRIGHT_OBJCACHE_DIR") or cache_root() / "objects"

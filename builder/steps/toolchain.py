@@ -27,7 +27,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from builder.core.errors import ConfigError, ToolchainError
 from builder.core.runner import APT_DOWNLOAD, APT_UPDATE, PIP_TOOLS, run
-from builder.core.settings import cache_root
+from builder.core.settings import cache_root, expand_settings
 from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator
 
@@ -264,7 +264,7 @@ def host_roots(source: ToolkitSource) -> list[Path]:
     matched (newest-looking name first)."""
     found: dict[Path, Path] = {}  # resolved -> as named: /usr/local/cuda is often a link to a cuda-X.Y beside it
     for template in source.roots:
-        expanded = os.path.expandvars(template)
+        expanded = expand_settings(template)
         if "$" in expanded or not expanded:
             continue
         matches = sorted(glob.glob(expanded), reverse=True) if glob.has_magic(expanded) else [expanded]
@@ -459,7 +459,7 @@ def provide_debian(source: ToolkitSource) -> Path:
 
 def wheel_requirements(source: ToolkitSource, release: str) -> list[str]:
     """The source's wheels for ``release`` (``{cuda}``, ``{rocm}``), with ``--index-url`` first if it names one."""
-    index = os.path.expandvars(source.index)
+    index = expand_settings(source.index)
     return ([f"--index-url={index}"] if index else []) + [w.format(**{source.platform: release}) for w in source.wheels]
 
 
@@ -470,7 +470,7 @@ def _wheels_home(release: str) -> Path:
 def _wheels_problem(source: ToolkitSource, release: str) -> str | None:
     """None when the wheels are installed or pip can install them; ROCm's only with its index configured."""
     if source.platform == "rocm":
-        if "$" in os.path.expandvars(source.index) or not os.path.expandvars(source.index):
+        if "$" in expand_settings(source.index) or not expand_settings(source.index):
             return (
                 f"{source.name}: ROCm {release}'s rocm[devel] wheels come from AMD's index, which {source.index} "
                 "names and this machine has not configured (none reachable from here)"

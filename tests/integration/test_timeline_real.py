@@ -80,7 +80,7 @@ def two_arch_job() -> Job:
 def test_a_small_real_build_leaves_a_timeline_the_reader_accounts_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cuda_home: Path
 ) -> None:
-    monkeypatch.setattr(compile_stage, "FIXED_ROOT", tmp_path / "fixed")  # not the real builds' workspaces
+    monkeypatch.setenv("WHEELWRIGHT_FIXED_ROOT", str(tmp_path / "fixed"))  # not the real builds' workspaces
     job = two_arch_job()
     try:
         toolkit = find_toolkit(job.accelerator, job.archs)
