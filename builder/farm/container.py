@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 
 from builder.core.errors import NotBuildableHere, WheelwrightError
-from builder.core.ledger import Ledger, LedgerEntry
+from builder.core.ledger import Ledger, LedgerEntry, Status
 from builder.core.settings import cache_root
 from builder.farm.build import BuildOptions, Layout, Outcome, Progress, _base_entry, input_hash
 from builder.farm.engine import Engine, Mount, RunSpec
@@ -170,7 +170,7 @@ class ContainerBackend:
             self.progress.on_phase(job, "container")
         reason = spec.not_buildable()
         if reason:
-            self._fail(group, f"image {spec.name} cannot be built here: {reason}", log_path, status="unbuildable")
+            self._fail(group, f"image {spec.name} cannot be built here: {reason}", log_path, status=Status.UNBUILDABLE)
             return
         try:
             built = ensure_image(self.engine, spec, log_path=log_path)
@@ -241,7 +241,7 @@ class ContainerBackend:
             if runtime.system:
                 log.info("%s: the host's interpreter has its own torch; the container installs one", job.identifier)
 
-    def _fail(self, group: Sequence[Job], reason: str, log_path: Path, *, status: str = "failed") -> None:
+    def _fail(self, group: Sequence[Job], reason: str, log_path: Path, *, status: Status = Status.FAILED) -> None:
         with log_path.open("a") as handle:
             handle.write(f"{status}: {reason}\n")
         with Ledger(self.layout.ledger) as ledger:
@@ -254,7 +254,7 @@ class ContainerBackend:
             job,
             input_hash(job),
             self.layout,
-            status="failed",
+            status=Status.FAILED,
             phase="container",
             reason="the container recorded no result for this job",
         )

@@ -22,7 +22,7 @@ BASE_URL = "https://wheels.example.org"
 @dataclass(frozen=True, kw_only=True)
 class Injected:
     job_id: str
-    status: str
+    status: Status
     phase: str
     reason: str
 
@@ -30,19 +30,19 @@ class Injected:
 FAILURES = (
     Injected(
         job_id="causal-conv1d-1.7.0+pt214cu130-cp313-x86_64",
-        status="failed",
+        status=Status.FAILED,
         phase="compile",
         reason="nvcc fatal   : Unsupported gpu architecture 'compute_121'",
     ),
     Injected(
         job_id="mamba-ssm-2.3.2.post1+pt26rocm624-cp312-x86_64",
-        status="quarantined",
+        status=Status.QUARANTINED,
         phase="verify",
         reason="gpu-archs: no kernel image for gfx942",
     ),
     Injected(
         job_id="causal-conv1d-1.7.0+pt212rocm72-cp311-x86_64",
-        status="unbuildable",
+        status=Status.UNBUILDABLE,
         phase="env",
         reason="no ROCm 7.2 toolkit on this builder",
     ),
@@ -73,7 +73,7 @@ def write_release_wheelhouse(output: Path) -> tuple[Job, ...]:
             ledger.put(
                 _entry(
                     job,
-                    "built",
+                    Status.BUILT,
                     phase="verify",
                     wheel=wheel.name,
                     wheel_sha256=sha256_of(wheel),
@@ -104,7 +104,7 @@ def _report(job: Job) -> dict[str, object]:
     return {"wheel": "", "job": job.identifier, "ok": True, "checks": [], "sass": sass, "ptx": ptx}
 
 
-def _entry(job: Job, status: str, **fields: Any) -> LedgerEntry:
+def _entry(job: Job, status: Status, **fields: Any) -> LedgerEntry:
     return LedgerEntry(
         job_id=job.identifier,
         package=job.package,
@@ -114,6 +114,6 @@ def _entry(job: Job, status: str, **fields: Any) -> LedgerEntry:
         accelerator=job.accelerator.name,
         python=job.python,
         input_hash="0" * 64,
-        status=Status(status),
+        status=status,
         **fields,
     )
