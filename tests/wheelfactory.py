@@ -1,5 +1,5 @@
-"""The small labelled wheels of the index tests live with the benchmarks that build them too: scripts/bench/wheels.py
-(scripts never import a test module; tests may import scripts)."""
+"""TODO(issue 26): a shim for scripts/bench_index.py and bench_index_ab.py alone, until h25-index's rewrite of them
+(which imports no test module) is merged; then it goes. The wheel factory is scripts/bench/wheels.py."""
 
 from scripts.bench.wheels import WheelSpec, indexed_wheel, make_wheel, metadata_text
 

@@ -74,11 +74,8 @@ def open_regular(path: Path | str) -> int:
 
 def sha256_of(path: Path) -> str:
     """The hex sha256 of a file's bytes, read in chunks."""
-    digest = hashlib.sha256()
     with path.open("rb") as file:
-        while chunk := file.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return sha256_stream(file)
 
 
 def sha256_stream(file: BinaryIO) -> str:

@@ -20,14 +20,13 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from builder.core.archive import open_archive
-from builder.core.elfread import ElfFile
+from builder.core.elfread import ElfFile, is_elf
 from builder.core.errors import WheelError
 from builder.core.fatbin import FatbinContents, elf_fatbin
 from builder.steps.cxxabi import AbiEvidence, classify
 
 log = logging.getLogger(__name__)
 
-ELF_MAGIC = b"\x7fELF"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,11 +81,6 @@ def _kernels(path: Path, name: str) -> FatbinContents:
     """The GPU code, read by the standard-library reader that doctor.py shares."""
     with path.open("rb") as stream:
         return elf_fatbin(ElfFile(stream, where=name), where=name)
-
-
-def is_elf(path: Path) -> bool:
-    with path.open("rb") as stream:
-        return stream.read(4) == ELF_MAGIC
 
 
 def tree_elf_facts(root: Path, *, gpu: bool = True) -> tuple[ElfFacts, ...]:

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from builder.core.ledger import Ledger
+from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.index_checks import crawl
 from tests.integration.conftest import S3Endpoint
 from tests.integration.test_hostile import Run, assert_one_error, wheelwright
 from tests.sitecheck import check_site
-from tests.wheelfactory import WheelSpec, make_wheel
 
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[2]

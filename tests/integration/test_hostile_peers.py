@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import FetchError
+from scripts.bench.wheels import WheelSpec, make_wheel
 from tests import peers
 from tests.integration.test_hostile import assert_one_error, wheelwright
-from tests.wheelfactory import WheelSpec, make_wheel
 
 pytestmark = pytest.mark.timeout(45)  # every case ends within ~10 s here; a hang is what fails it
 ROOT = Path(__file__).resolve().parents[2]

@@ -42,7 +42,7 @@ import subprocess, sys
 from pathlib import Path
 from builder.steps import objcache
 from tests.jobs import local_job
-from tests.wheels import job_wheel, with_provenance
+from scripts.bench.wheels import job_wheel, with_provenance
 nvcc, src, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 out.mkdir(parents=True)
 obj = src.parent / "toy.o"

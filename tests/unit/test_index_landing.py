@@ -17,7 +17,7 @@ from index_site.pages import render_pages
 from index_site.render import _render_page
 from index_site.setups import build_setups, default_setup
 from index_site.wheels import GpuArchs
-from tests.wheelfactory import indexed_wheel
+from scripts.bench.wheels import indexed_wheel
 
 
 def _failure(label: str, python: str, *, status: str = "failed", reason: str | None = "nvcc exploded") -> LedgerEntry:

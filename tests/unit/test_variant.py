@@ -14,8 +14,8 @@ from builder.plan.facts import Accelerator
 from builder.steps import variant
 from builder.steps.wheelzip import Member, read_members, write_wheel
 from index_site import variants as channel
+from scripts.bench.wheels import job_wheel, with_provenance
 from tests.jobs import local_job, rocm_job
-from tests.wheels import job_wheel, with_provenance
 
 JOB = local_job()
 
