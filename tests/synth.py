@@ -60,3 +60,14 @@ def elf_with_sections(sections: dict[str, bytes]) -> bytes:
     ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
     header = ident + struct.pack("<HHIQQQIHHHHHH", 1, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, count, count - 1)
     return header + body + b"".join(section_headers)
+
+
+def elf_with_segments(machine: int, alignments: tuple[int, ...], *, loads: bool = True) -> bytes:
+    """A minimal ELF64 shared object header with one program header per alignment (PT_LOAD, or PT_NOTE when
+    ``loads`` is False) and no sections: what the platform checks read (e_machine, each segment's p_align)."""
+    phoff, count = 64, len(alignments)
+    ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, machine, 1, 0, phoff, 0, 0, 64, 56, count, 64, 0, 0)
+    kind = 1 if loads else 4
+    programs = b"".join(struct.pack("<IIQQQQQQ", kind, 5, 0, 0, 0, 0, 0, align) for align in alignments)
+    return header + programs

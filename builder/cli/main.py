@@ -109,8 +109,8 @@ def _estimate(plan: Plan, args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from builder.cli.console import out, print_table
+    from builder.plan.estimate import by_platform, ledger_model, seed_model
     from builder.plan.estimate import estimate as estimate_plan
-    from builder.plan.estimate import ledger_model, seed_model
 
     model = ledger_model(args.ledger, seed_model())
     ours, upstream = estimate_plan(plan.jobs, model, runners=args.runners, cores=args.cores)
@@ -124,6 +124,11 @@ def _estimate(plan: Plan, args: argparse.Namespace) -> int:
         table.add_row(result.method, *hours)
     print_table(table)
     out.print(f"wheelwright / upstream CPU-hours: {ours.cpu_hours / upstream.cpu_hours:.3f} (goal <= 0.25)")
+    platforms = by_platform(plan.jobs, model, runners=args.runners, cores=args.cores)
+    for platform, result in platforms.items():
+        jobs = sum(1 for job in plan.jobs if job.platform == platform)
+        out.print(f"{platform}: {jobs} jobs in {len(result.items)} groups, {result.cpu_hours:.1f} CPU-hours, "
+                  f"{result.wall_hours:.2f} h on {args.runners} {platform} runners of {args.cores} cores")
     out.print(f"costs: {model.source}; {ours.extrapolated} of {ours.costs} (unit, arch) costs extrapolated")
     return 0
 

@@ -28,6 +28,12 @@ _VERNAUX = struct.Struct("<IHHII")
 _VERDEF = struct.Struct("<HHHHIII")
 _VERDAUX = struct.Struct("<II")
 _SYM = struct.Struct("<IBBHQQ")
+_PROGRAM = struct.Struct("<IIQQQQQQ")
+PT_LOAD = 1
+# e_machine, read from the bytes: a file's platform is never taken from its name (state-spaces/mamba#891 shipped an
+# x86_64 .so inside an aarch64 wheel)
+MACHINES = {62: "x86_64", 183: "aarch64"}
+MACHINE_NAMES = {62: "EM_X86_64", 183: "EM_AARCH64"}
 
 SHT_DYNAMIC, SHT_DYNSYM = 6, 11
 SHT_GNU_VERDEF, SHT_GNU_VERNEED = 0x6FFFFFFD, 0x6FFFFFFE
@@ -83,6 +89,7 @@ class ElfFile:
         if head[4] != _ELFCLASS64 or head[5] != _ELFDATA2LSB:
             raise self._fail("only 64-bit little-endian ELF files are read")
         fields = _HEADER.unpack(head)
+        self.e_machine, self._phoff, self._phentsize, self._phnum = fields[2], fields[5], fields[9], fields[10]
         shoff, shentsize, shnum, shstrndx = fields[6], fields[11], fields[12], fields[13]
         if shnum == 0:
             return ()
@@ -102,6 +109,21 @@ class ElfFile:
             )
             for r in raw
         )
+
+    @property
+    def machine(self) -> str:
+        """The CPU the file is for, from e_machine: "x86_64", "aarch64", or "e_machine 40" for any other."""
+        return MACHINES.get(self.e_machine, f"e_machine {self.e_machine}")
+
+    def load_alignments(self) -> tuple[int, ...]:
+        """p_align of each PT_LOAD segment: the largest page size the file maps on (64 KiB kernels need 65536)."""
+        if self._phnum == 0:
+            return ()
+        if self._phentsize != _PROGRAM.size:
+            raise self._fail(f"program header size {self._phentsize}")
+        table = self._read(self._phoff, self._phnum * self._phentsize)
+        headers = (_PROGRAM.unpack_from(table, i * self._phentsize) for i in range(self._phnum))
+        return tuple(header[7] for header in headers if header[0] == PT_LOAD)
 
     def section(self, name: str) -> Section | None:
         return self._by_name.get(name)

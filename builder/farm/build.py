@@ -32,9 +32,12 @@ from builder.core.settings import setting
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps import compile as compile_stage
-from builder.steps import provenance
+from builder.steps import cross, provenance
 from builder.steps import variant as variant_stage
+from builder.steps.emulate import check_import_emulated
 from builder.steps.environment import (
+    BuildEnv,
+    RuntimeEnv,
     build_env,
     build_requirements,
     find_pythons,
@@ -43,10 +46,11 @@ from builder.steps.environment import (
 )
 from builder.steps.fetch import fetch_sdist, unpack_sdist
 from builder.steps.nvcc_time import read_times, seed_costs, unit_costs
+from builder.steps.platform import cross_target
 from builder.steps.recipes import apply_recipe
 from builder.steps.recipes.facts import package_facts
 from builder.steps.repair import load_excludes, repair_wheel
-from builder.steps.toolchain import ToolkitReadiness
+from builder.steps.toolchain import Toolchain, ToolkitReadiness
 from builder.steps.toolchain import readiness as toolkit_readiness
 from builder.steps.torch_index import (
     TORCH_INDEX_ENV,
@@ -224,6 +228,10 @@ def _first_problem(job: Job, facts: TorchFacts, torch_index: str, scope: str, pa
         toolkit = toolkits[key]
         if toolkit.problem is not None:
             return toolkit.problem, NO_ROCM if job.accelerator.kind == "rocm" else toolkit.problem
+        target = cross_target(job)
+        problem = cross.cross_problem(target) if target else None
+        if problem is not None:
+            return problem, problem
     try:
         find_torch_wheel(job, facts, torch_index, pages)
     except TorchIndexUnreachable as error:
@@ -264,9 +272,9 @@ class Builder:
             folder.mkdir(parents=True, exist_ok=True)
         with _exclusive(self.layout.root / ".lock"), Ledger(self.layout.ledger) as ledger:
             self._recover(ledger)
-            groups: dict[tuple[str, str, str], list[Job]] = defaultdict(list)
+            groups: dict[tuple[str, str, str, str], list[Job]] = defaultdict(list)
             for job in jobs:
-                groups[(job.package, job.version, job.label)].append(job)
+                groups[(job.package, job.version, job.label, job.platform)].append(job)
             share = max(1, min(self.options.parallel, len(groups)))
             with ThreadPoolExecutor(max_workers=share) as pool:
                 results = pool.map(lambda group: [self._one(job, share) for job in group], groups.values())
@@ -362,9 +370,7 @@ class Builder:
         with timer("fetch"):
             sdist = fetch_sdist(job)
         with timer("env"):
-            toolkit = find_toolkit(job.accelerator, job.archs)
-            runtime = runtime_env(job, self.facts, self.options.torch_index)
-            env = build_env(job, runtime, toolkit)
+            runtime, toolkit, env, crossed = self._environment(job)
         with timer("patch"):
             source = unpack_sdist(sdist, work / "unpacked")
             added = overlay_upstream(job, source)
@@ -376,11 +382,10 @@ class Builder:
             objcache = (
                 None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
             )
-            # the seed's guesses for what the ledger has not measured yet (a first build: every unit)
-            guessed = {k: v for k, v in seed_costs(job.package, recipe.part_shares).items() if k not in measured}
-            costs = {**guessed, **measured}
-            log_note(f"core pool costs: {len(measured)} units measured (ledger), {len(guessed)} guessed (seed)")
-            environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache, costs)
+            costs = _pool_costs(job, recipe.part_shares, measured)
+            cross_environ = crossed.environ(space.torch_site, *cross.build_paths(env.python)) if crossed else None
+            environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache, costs,
+                                                  cross=cross_environ)
             try:
                 built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
             finally:  # a failed compile's timeline says where it stood
@@ -398,7 +403,8 @@ class Builder:
                                              torch_wheel=runtime.origin())
             provenance.embed(repaired.wheel, record)
         with timer("verify"):
-            report = verify_wheel(repaired.wheel, job, runtime=runtime)
+            importer = functools.partial(check_import_emulated, build=crossed) if crossed else None
+            report = verify_wheel(repaired.wheel, job, runtime=None if crossed else runtime, importer=importer)
             log_note(report.describe())
         summary = json.dumps(report.as_dict(), sort_keys=True, default=str)
         if not report.ok:
@@ -436,6 +442,16 @@ class Builder:
             **compiled,
         )
 
+    def _environment(self, job: Job) -> tuple[RuntimeEnv, Toolchain, BuildEnv, cross.CrossBuild | None]:
+        """The job's torch, toolkit and build venv; for another CPU than this machine's (a cross build) also the
+        target's parts, and then setup.py runs under the x86_64 torch of the same version (builder/steps/cross.py)."""
+        toolkit = find_toolkit(job.accelerator, job.archs)
+        target = cross_target(job)
+        runtime = runtime_env(cross.host_twin(job) if target else job, self.facts, self.options.torch_index)
+        crossed = cross.prepare(job, toolkit, target, self.facts) if target else None
+        toolkit = crossed.toolchain if crossed else toolkit
+        return runtime, toolkit, build_env(job, runtime, toolkit), crossed
+
     def _install(
         self,
         job: Job,
@@ -466,6 +482,14 @@ class Builder:
         return _base_entry(
             job, digest, self.layout, status=Status.BUILT, phase="install", wheel_identity=identity, **fields
         )
+
+
+def _pool_costs(job: Job, part_shares: Any, measured: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """The core pool's (unit, arch) costs: the ledger's measured ones, the seed's guesses for the rest (a first
+    build: every unit)."""
+    guessed = {k: v for k, v in seed_costs(job.package, part_shares).items() if k not in measured}
+    log_note(f"core pool costs: {len(measured)} units measured (ledger), {len(guessed)} guessed (seed)")
+    return {**guessed, **measured}
 
 
 @contextmanager

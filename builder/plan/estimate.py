@@ -22,6 +22,7 @@ import tomllib
 from builder.core.errors import ConfigError
 from builder.core.ledger import read_compile_times
 from builder.core.resources import COMPILE_COSTS
+from builder.plan.facts import DEFAULT_PLATFORM
 from builder.plan.job import Job
 
 UPSTREAM_NVCC_THREADS = 4
@@ -158,11 +159,24 @@ def _cuda_wall(costs: list[tuple[int, list[float]]], cores: int, threads: int) -
     return cpu, max(cpu / cores, critical)
 
 
+def group_name(job: Job) -> str:
+    """What compiles once: (package, version, label), and the platform where it is not x86_64 (an aarch64 group
+    compiles its own objects, on its own runner)."""
+    name = f"{job.package}-{job.local_version}"
+    return name if job.platform == DEFAULT_PLATFORM else f"{name}-{job.platform}"
+
+
+def group_selector(job: Job) -> str:
+    """The fnmatch pattern that selects exactly the jobs of ``job``'s group: ``mamba-ssm-2.3.2.post1+pt214cu130-*-
+    aarch64``."""
+    return f"{job.package}-{job.local_version}-*-{job.platform}"
+
+
 def groups(jobs: Sequence[Job]) -> dict[str, list[Job]]:
-    """Jobs by (package, version, label): what compiles once."""
+    """Jobs by :func:`group_name`: what compiles once."""
     grouped: dict[str, list[Job]] = defaultdict(list)
     for job in jobs:
-        grouped[f"{job.package}-{job.local_version}"].append(job)
+        grouped[group_name(job)].append(job)
     return grouped
 
 
@@ -191,6 +205,16 @@ def estimate(jobs: Sequence[Job], model: CostModel, *, runners: int, cores: int)
             **common,
         ),
     )
+
+
+def by_platform(jobs: Sequence[Job], model: CostModel, *, runners: int, cores: int) -> dict[str, Estimate]:
+    """wheelwright's estimate of each platform's jobs alone, x86_64 first: each platform's groups run on runners of
+    its own (GitHub's arm64 runners are a pool of their own), so each is priced on ``runners`` of them."""
+    platforms = sorted({job.platform for job in jobs}, key=lambda p: (p != DEFAULT_PLATFORM, p))
+    return {
+        platform: estimate([j for j in jobs if j.platform == platform], model, runners=runners, cores=cores)[0]
+        for platform in platforms
+    }
 
 
 def timeout_minutes(item: Item, *, margin: float = 1.5, floor: int = 30, ceiling: int = 340) -> int:

@@ -18,7 +18,14 @@ from packaging.version import Version
 from builder.core.errors import PlanError, did_you_mean
 from builder.core.settings import setting
 from builder.plan.archs import ArchChoice, ArchNote, apply_known_bad
-from builder.plan.facts import FREE_THREADED, Accelerator, TorchFacts, TorchRelease, load_facts
+from builder.plan.facts import (
+    DEFAULT_PLATFORM,
+    FREE_THREADED,
+    Accelerator,
+    TorchFacts,
+    TorchRelease,
+    load_facts,
+)
 from builder.plan.job import Job, PatchRef, Recipe, Sdist, UpstreamFiles
 from builder.plan.matrix import DEFAULT_TORCH_INDEX, HOST_PYTHON, Matrix, PackageSpec, SdistPin, load_matrix
 
@@ -126,11 +133,18 @@ def no_wheels(release: TorchRelease, python: str) -> str:
     return f"torch {release.minor} has no wheels for Python {python}; it supports {', '.join(release.python)}"
 
 
-def _why_impossible(release: TorchRelease, accelerator: Accelerator, python: str) -> str | None:
+def no_platform(release: TorchRelease, accelerator: Accelerator, platform: str) -> str:
+    built = ", ".join(release.aarch64) if platform == "aarch64" and release.aarch64 else "none"
+    return f"torch {release.minor} has no {platform} wheels for {accelerator}; {platform} CUDA variants: {built}"
+
+
+def _why_impossible(release: TorchRelease, accelerator: Accelerator, python: str, platform: str) -> str | None:
     if not release.has(accelerator):
         return never_built(release, accelerator)
     if python not in release.python:
         return no_wheels(release, python)
+    if not release.has_platform(accelerator, platform):
+        return no_platform(release, accelerator, platform)
     return None
 
 
@@ -143,6 +157,7 @@ class _Axes:
     torch: tuple[tuple[str, TorchRelease], ...]
     accelerators: tuple[Accelerator, ...]
     python: tuple[str, ...]
+    platforms: tuple[str, ...]
     archs: dict[str, tuple[str, ...]]
     package_archs: dict[str, tuple[dict[str, tuple[str, ...]], str]]  # package -> (accelerator -> archs, reason)
     include: tuple[str, ...]
@@ -205,6 +220,19 @@ class _Resolver:
             resolved[python] = where
         return tuple(resolved)
 
+    def platforms(self, releases: Sequence[TorchRelease], accelerators: Sequence[Accelerator]) -> tuple[str, ...]:
+        """The profile's platforms (x86_64 alone when none is given); one that no (torch, accelerator) of the
+        profile was built for is an error at its line."""
+        if self.matrix.axis(self.profile, "platforms") is None:
+            return (DEFAULT_PLATFORM,)
+        resolved = []
+        for where, platform in self.values("platforms"):
+            if not any(r.has_platform(a, platform) for r in releases for a in accelerators):
+                reasons = "; ".join(no_platform(r, a, platform) for r in releases for a in accelerators if r.has(a))
+                raise PlanError(f"{where}: no torch of profile {self.name!r} has {platform} wheels: {reasons}")
+            resolved.append(platform)
+        return tuple(resolved)
+
     def archs(self, accelerators: Sequence[Accelerator]) -> dict[str, tuple[str, ...]]:
         archs = self.matrix.axis(self.profile, "archs") or {}
         if self.profile.archs is not None:  # the top level may serve many profiles; a profile's own list may not stray
@@ -239,6 +267,7 @@ class _Resolver:
             torch=torch,
             accelerators=accelerators,
             python=self.pythons(releases),
+            platforms=self.platforms(releases, accelerators),
             archs=self.archs(accelerators),
             package_archs=self.package_archs(accelerators),
             include=tuple(self.matrix.axis(self.profile, "include") or ["*"]),
@@ -246,15 +275,17 @@ class _Resolver:
         )
 
 
-_Combination = tuple[PackageSpec, SdistPin, str, TorchRelease, Accelerator, str]
+_Combination = tuple[PackageSpec, SdistPin, str, TorchRelease, Accelerator, str, str]
 
 
 def _combinations(axes: _Axes) -> Iterator[_Combination]:
     for package in axes.packages:
         pins = package.versions if axes.versions == "all" else [package.latest]
         for pin in sorted(pins, key=lambda p: Version(p.version)):
-            for (torch, release), accelerator, python in itertools.product(axes.torch, axes.accelerators, axes.python):
-                yield package, pin, torch, release, accelerator, python
+            for (torch, release), accelerator, python, platform in itertools.product(
+                axes.torch, axes.accelerators, axes.python, axes.platforms
+            ):
+                yield package, pin, torch, release, accelerator, python, platform
 
 
 def _job(combination: _Combination, axes: _Axes, facts: TorchFacts) -> tuple[Job, tuple[ArchChoice | ArchNote, ...]]:
@@ -271,7 +302,7 @@ def _job(combination: _Combination, axes: _Axes, facts: TorchFacts) -> tuple[Job
 
 
 def _planned_job(combination: _Combination, axes: _Axes, facts: TorchFacts) -> Job:
-    package, pin, torch, release, accelerator, python = combination
+    package, pin, torch, release, accelerator, python, platform = combination
     return Job(
         package=package.name,
         version=pin.version,
@@ -283,6 +314,7 @@ def _planned_job(combination: _Combination, axes: _Axes, facts: TorchFacts) -> J
         cxx11_abi=release.cxx11_abi_for(accelerator),
         archs=_archs(package.name, accelerator, axes) or facts.default_archs(accelerator),
         manylinux=release.manylinux_for(accelerator),
+        platform=platform,
     )
 
 
@@ -301,8 +333,8 @@ def expand(matrix: Matrix, facts: TorchFacts, profile_name: str | None = None, *
     notes: list[ArchChoice | ArchNote] = []
     for combination in _combinations(axes):
         job, job_notes = _job(combination, axes, facts)
-        _, _, _, release, accelerator, python = combination
-        reason = _why_impossible(release, accelerator, python) or (
+        _, _, _, release, accelerator, python, platform = combination
+        reason = _why_impossible(release, accelerator, python, platform) or (
             None if _selected(job.identifier, axes) else NOT_SELECTED
         )
         if reason is None:

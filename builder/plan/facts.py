@@ -16,6 +16,10 @@ from builder.core.resources import TORCH_FACTS
 from builder.plan.arch import Arch
 
 MANYLINUX_POLICIES = ("manylinux2014", "manylinux_2_28", "manylinux_2_34")
+# The CPU architectures a job may build for, as wheel platform tags and job identifiers end: x86_64 first (the
+# default); aarch64 (GH200, GB200, DGX Spark) where torch.toml's ``aarch64`` lists the release's CUDA variant.
+PLATFORMS = ("x86_64", "aarch64")
+DEFAULT_PLATFORM = PLATFORMS[0]
 _ACCEL_RE = re.compile(r"cu(?P<cu>[1-9]\d{1,2})|rocm(?P<rocm>[1-9]\d*(?:\.\d+){1,2})")
 
 
@@ -100,6 +104,8 @@ class TorchRelease:
     sources: tuple[str, ...]  # where its facts were read; a release without one is refused at load
     abi_override: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
     manylinux_override: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    aarch64: tuple[str, ...] = ()  # the CUDA variants torch shipped manylinux aarch64 wheels of (with GPU support)
+    pypi_aarch64: str | None = None  # the CUDA the registry's own aarch64 wheel is built with; None: a CPU build
 
     @property
     def latest(self) -> str:
@@ -121,6 +127,18 @@ class TorchRelease:
 
     def has(self, accelerator: Accelerator) -> bool:
         return accelerator in self.accelerators
+
+    def registry_variant_for(self, platform: str) -> Accelerator | None:
+        """The variant the registry's plain wheel for ``platform`` is (None: a CPU build there)."""
+        if platform == DEFAULT_PLATFORM:
+            return self.registry_variant
+        return Accelerator.cuda(self.pypi_aarch64) if platform == "aarch64" and self.pypi_aarch64 else None
+
+    def has_platform(self, accelerator: Accelerator, platform: str) -> bool:
+        """Whether torch shipped ``accelerator``'s variant for ``platform``; every variant exists for x86_64."""
+        if platform == DEFAULT_PLATFORM:
+            return self.has(accelerator)
+        return platform == "aarch64" and accelerator.kind == "cuda" and accelerator.version in self.aarch64
 
     def cxx11_abi_for(self, accelerator: Accelerator) -> bool:
         return self.abi_override.get(accelerator.name, self.cxx11_abi)
@@ -171,9 +189,11 @@ _RELEASE_FIELDS: Mapping[str, type] = MappingProxyType(
         "sources": list,
         "abi_override": dict,
         "manylinux_override": dict,
+        "aarch64": list,
+        "pypi_aarch64": str,
     }
 )
-_OPTIONAL_FIELDS = ("abi_override", "manylinux_override")
+_OPTIONAL_FIELDS = ("abi_override", "manylinux_override", "aarch64", "pypi_aarch64")
 _ITEM_TYPES: Mapping[str, type] = MappingProxyType(
     {
         "patches": str,
@@ -183,6 +203,7 @@ _ITEM_TYPES: Mapping[str, type] = MappingProxyType(
         "sources": str,
         "abi_override": bool,
         "manylinux_override": str,
+        "aarch64": str,
     }
 )
 _TOML_NAMES: Mapping[type, str] = MappingProxyType(
@@ -203,6 +224,7 @@ _SPELLING: Mapping[str, tuple[str, str]] = MappingProxyType(
         "python": (r"3\.\d+t?", "a CPython version like '3.11' (free-threaded: '3.13t')"),
         "cuda": (r"[1-9]\d?\.\d", "a CUDA version with a one-digit minor like '13.0'"),
         "rocm": (r"[1-9]\.\d(\.\d)?", "a ROCm version with one-digit parts like '6.2.4'"),
+        "aarch64": (r"[1-9]\d?\.\d", "a CUDA version with a one-digit minor like '13.0'"),
     }
 )
 # The default lists are plain compute capabilities; suffixes (9.0a, +PTX) are a profile's explicit choice.
@@ -247,6 +269,8 @@ def _release_from(raw: Mapping[str, Any], where: str) -> TorchRelease:
         sources=tuple(raw["sources"]),
         abi_override=MappingProxyType(dict(raw.get("abi_override", {}))),
         manylinux_override=MappingProxyType(dict(raw.get("manylinux_override", {}))),
+        aarch64=tuple(raw.get("aarch64", ())),
+        pypi_aarch64=raw.get("pypi_aarch64"),
     )
 
 
@@ -257,6 +281,7 @@ def _check_spelling(release: TorchRelease, where: str) -> None:
         "python": release.python,
         "cuda": release.cuda,
         "rocm": release.rocm,
+        "aarch64": release.aarch64,
     }
     for name, values in spelled.items():
         pattern, example = _SPELLING[name]
@@ -298,6 +323,13 @@ def _check_release(release: TorchRelease, where: str) -> None:
     _check_sources(release, where)
     if release.pypi_cuda not in release.cuda:
         raise FactsError(f"{where}: pypi_cuda {release.pypi_cuda} is not one of its CUDA variants {list(release.cuda)}")
+    unbuilt = [v for v in release.aarch64 if v not in release.cuda]
+    if unbuilt:
+        built = list(release.cuda)
+        raise FactsError(f"{where}: aarch64 lists CUDA {', '.join(unbuilt)}, not one of its variants {built}")
+    if release.pypi_aarch64 is not None and release.pypi_aarch64 not in release.aarch64:
+        raise FactsError(f"{where}: pypi_aarch64 {release.pypi_aarch64} is not one of its aarch64 variants "
+                         f"{list(release.aarch64)}")
     variants = {a.name for a in release.accelerators}
     for name in ("abi_override", "manylinux_override"):
         stray = set(getattr(release, name)) - variants

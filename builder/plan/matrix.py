@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, 
 
 from builder.core.errors import ConfigError, did_you_mean
 from builder.plan.arch import Arch as GpuArch
-from builder.plan.facts import Accelerator, torch_minor
+from builder.plan.facts import PLATFORMS, Accelerator, torch_minor
 from builder.plan.job import PATCH_NAMES
 
 HOST_PYTHON = "host"
@@ -27,9 +27,10 @@ HOST_PYTHON = "host"
 DEFAULT_TORCH_INDEX = "https://download.pytorch.org/whl/{accelerator}/"
 _TORCH_INDEX = re.compile(r"(https?|file)://[^\s{}\x00-\x1f\x7f]+(\{accelerator\}[^\s{}\x00-\x1f\x7f]*)*")
 ARCH_CONTROLS = ("gencode-rewrite", "torch-arch-list")
-AXES = ("torch", "accelerators", "python", "include", "exclude")
+AXES = ("torch", "accelerators", "python", "platforms", "include", "exclude")
 _AXIS_ITEMS = {
     "torch": "torch",
+    "platforms": "platform",
     "accelerators": "accelerator",
     "python": "python",
     "include": "selector",
@@ -137,6 +138,13 @@ def check_torch_index(value: str) -> str:
     return value
 
 
+def _platform(value: str) -> str:
+    if value not in PLATFORMS:
+        hint = did_you_mean(value, PLATFORMS)
+        raise ValueError(f"platform {value!r} is not one wheelwright builds{hint}; known: {', '.join(PLATFORMS)}")
+    return value
+
+
 def _accelerator(value: str) -> str:
     Accelerator.parse(value)  # its ValueError says how to spell one
     return value
@@ -164,6 +172,7 @@ ImportName = Annotated[str, AfterValidator(_import_name)]
 TorchVersion = Annotated[str, AfterValidator(_torch)]
 PythonVersion = Annotated[str, AfterValidator(_python)]
 AcceleratorName = Annotated[str, AfterValidator(_accelerator)]
+PlatformName = Annotated[str, AfterValidator(_platform)]
 Arch = Annotated[str, AfterValidator(_arch)]
 Selector = Annotated[str, AfterValidator(_selector)]
 TorchIndex = Annotated[str, AfterValidator(check_torch_index)]
@@ -229,6 +238,7 @@ class Axes(_Strict):
     torch: list[TorchVersion] | None = Field(default=None, min_length=1)
     accelerators: list[AcceleratorName] | None = Field(default=None, min_length=1)
     python: list[PythonVersion] | None = Field(default=None, min_length=1)
+    platforms: list[PlatformName] | None = Field(default=None, min_length=1)  # None: x86_64 alone
     archs: ArchLists | None = None
     include: list[Selector] | None = Field(default=None, min_length=1)  # [] would select nothing; say so
     exclude: list[Selector] | None = None

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from builder.plan.estimate import CostModel, estimate, groups, timeout_minutes
+from builder.plan.estimate import CostModel, estimate, group_selector, groups, timeout_minutes
 from builder.plan.job import Job
 
 GITHUB_MATRIX_LIMIT = 256
 JOB_MARGIN_MINUTES = 20  # checkout, image, caches and artifacts around the build step; keeps the job < 6 h
-RUNNER_CORES = 4  # GitHub's standard Linux runner for public repositories
+RUNNER_CORES = 4  # GitHub's standard Linux runners for public repositories, the x86_64 and the arm64 one alike
+# Where each platform's groups run and the builder image base they build in (builder/data/images.toml): an aarch64
+# group runs natively on GitHub's arm64 runner, in PyTorch's aarch64 manylinux image (no emulation, no cross)
+RUNNERS = {"x86_64": "ubuntu-latest", "aarch64": "ubuntu-24.04-arm"}
+BASES = {"x86_64": "manylinux_2_28", "aarch64": "manylinux_2_28_aarch64"}
 
 
 def image_name(job: Job) -> str:
@@ -28,6 +32,10 @@ def rows(jobs: Sequence[Job], model: CostModel) -> list[dict[str, object]]:
         result.append(
             {
                 "group": name,
+                "select": group_selector(group[0]),
+                "platform": group[0].platform,
+                "runner": RUNNERS[group[0].platform],
+                "base": BASES[group[0].platform],
                 "image": image_name(group[0]),
                 "jobs": " ".join(job.identifier for job in group),
                 "pythons": " ".join(job.python for job in group),
@@ -36,7 +44,8 @@ def rows(jobs: Sequence[Job], model: CostModel) -> list[dict[str, object]]:
                 "job_timeout_minutes": timeout_minutes(items[name]) + JOB_MARGIN_MINUTES,
             }
         )
-    return sorted(result, key=lambda row: (str(row["image"]).startswith("rocm"), row["image"], row["group"]))
+    return sorted(result, key=lambda row: (str(row["platform"]) != "x86_64", str(row["image"]).startswith("rocm"),
+                                           row["image"], row["group"]))
 
 
 def shard(jobs: Sequence[Job], model: CostModel, size: int = GITHUB_MATRIX_LIMIT) -> dict[str, object]:

@@ -126,7 +126,10 @@ class Workspace:
 
     @classmethod
     def for_job(cls, job: Job) -> Workspace:
-        return cls(root=fixed_root() / f"{job.package}-{job.local_version}")
+        """Per (package, version, label), and per platform beside x86_64: an aarch64 build's objects, core pool and
+        timeline never share a folder with the x86_64 build of the same label."""
+        name = f"{job.package}-{job.local_version}"
+        return cls(root=fixed_root() / (name if job.platform == "x86_64" else f"{name}-{job.platform}"))
 
 
 @contextmanager
@@ -159,9 +162,10 @@ def build_environ(
     parallelism: Parallelism,
     objcache: tuple[Path, str] | None,
     costs: Mapping[str, Mapping[str, float]] | None = None,
+    cross: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The build's environment; ``costs`` ({unit: {arch: seconds, "host": seconds}}, measured: the ledger's
-    compile times) order the core pool's waiters."""
+    compile times) order the core pool's waiters; ``cross`` is a cross build's (builder/steps/cross.py)."""
     toolkit = env.toolkit
     environ = {
         k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CUDA", "TORCH_", "NVCC_"))
@@ -184,6 +188,8 @@ def build_environ(
     )
     environ[WORKSPACE_ENV] = str(space.root)  # how the next build finds what a killed one left running
     environ.update(compiler_environ(toolkit.cc, toolkit.cxx, environ["PATH"]))
+    environ.update(cross or {})
+    environ[nvcc_cache.PLATFORM_ENV] = job.platform  # the object cache keys every object by its platform
     # The wrapper runs even without the cache ("off"): it makes every nvcc call deterministic (see objcache.py).
     root, mode = objcache if objcache is not None else (objcache_root(), "off")
     # run as a script (it needs only the standard library): PYTHONPATH above does not lead to wheelwright

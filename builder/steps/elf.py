@@ -37,6 +37,8 @@ class ElfFacts:
     symbol_versions: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
     gpu: FatbinContents = field(default_factory=FatbinContents)
     abi: AbiEvidence = field(default_factory=AbiEvidence)  # C++ ABI of the symbols shared with torch
+    machine: str = ""  # the CPU from e_machine: "x86_64", "aarch64" ("" where not read: gpu=False)
+    load_alignments: tuple[int, ...] = ()  # p_align of each PT_LOAD segment
 
     @property
     def name(self) -> str:
@@ -62,9 +64,12 @@ def read_elf(path: Path, *, name: str, gpu: bool = True) -> ElfFacts:
             abi = classify(_dynamic_symbols(elf)) if gpu else AbiEvidence()
     except ELFError as error:
         raise WheelError(f"{name}: not a readable ELF file ({error})") from None
-    kernels = _kernels(path, name) if gpu else FatbinContents()
     frozen = MappingProxyType({lib: frozenset(v) for lib, v in sorted(versions.items())})
-    return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen, gpu=kernels, abi=abi)
+    if not gpu:
+        return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen)
+    kernels, machine, alignments = _stdlib_facts(path, name)
+    return ElfFacts(path=name, needed=tuple(needed), symbol_versions=frozen, gpu=kernels, abi=abi,
+                    machine=machine, load_alignments=alignments)
 
 
 def _dynamic_symbols(elf: ELFFile) -> Iterator[str]:
@@ -77,10 +82,11 @@ def _dynamic_symbols(elf: ELFFile) -> Iterator[str]:
             yield symbol.name
 
 
-def _kernels(path: Path, name: str) -> FatbinContents:
-    """The GPU code, read by the standard-library reader that doctor.py shares."""
+def _stdlib_facts(path: Path, name: str) -> tuple[FatbinContents, str, tuple[int, ...]]:
+    """The GPU code, the CPU and the segments' alignment, read by the standard-library reader doctor.py shares."""
     with path.open("rb") as stream:
-        return elf_fatbin(ElfFile(stream, where=name), where=name)
+        elf = ElfFile(stream, where=name)
+        return elf_fatbin(elf, where=name), elf.machine, elf.load_alignments()
 
 
 def tree_elf_facts(root: Path, *, gpu: bool = True) -> tuple[ElfFacts, ...]:

@@ -33,6 +33,9 @@ except ImportError:  # run as a script (PYTORCH_NVCC) where wheelwright is not i
 
 MODES = ("use", "verify", "off")
 PER_PYTHON_ENV = "WHEELWRIGHT_OBJCACHE_PER_PYTHON"  # os.pathsep-separated include directories, set by compile.py
+# The job's CPU platform (x86_64, aarch64), set by compile.py: part of every key, so an object compiled for one
+# platform is never served to another's build, whatever its command line says
+PLATFORM_ENV = "WHEELWRIGHT_OBJCACHE_PLATFORM"
 _NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
 _PYTHON_INCLUDE = re.compile(r"^-I.*/include/python3\.\d+t?/?$")
 
@@ -57,6 +60,11 @@ def command_key(args: list[str], per_python: frozenset[str] = frozenset()) -> tu
         per_python_include = _PYTHON_INCLUDE.match(arg) or (arg.startswith("-I") and arg[2:].rstrip("/") in per_python)
         normalised.append("-I<python-include>" if per_python_include else arg)
     return _digest(json.dumps(normalised).encode()), output, depfile
+
+
+def cache_key(command: str, platform: str, source: str | None, nvcc: str | None) -> str:
+    """One object's key: its normalised command line, its platform, the source's and nvcc's bytes."""
+    return _digest(f"{command}:{platform}:{source}:{nvcc}".encode())
 
 
 def source_of(args: list[str]) -> Path:
@@ -229,7 +237,7 @@ def main(argv: list[str]) -> int:
     cache.root.mkdir(parents=True, exist_ok=True)
     per_python = frozenset(filter(None, os.environ.get(PER_PYTHON_ENV, "").split(os.pathsep)))
     key, output, depfile = command_key(args, per_python)
-    key = _digest(f"{key}:{_file_digest(str(source_of(args)))}:{_file_digest(nvcc)}".encode())
+    key = cache_key(key, os.environ.get(PLATFORM_ENV, "x86_64"), _file_digest(str(source_of(args))), _file_digest(nvcc))
     source = str(source_of(args))
     entry = cache.lookup(key)
     start = time.monotonic()

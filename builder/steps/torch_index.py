@@ -77,8 +77,8 @@ def index_for(job: Job, template: str) -> str:
 
 
 def is_registry_variant(job: Job, facts: TorchFacts) -> bool:
-    release = facts.release(job.torch)
-    return job.accelerator.kind == "cuda" and job.accelerator.version == release.pypi_cuda
+    """The registry's plain wheel for the job's platform is the job's variant (an aarch64 one may be a CPU build)."""
+    return facts.release(job.torch).registry_variant_for(job.platform) == job.accelerator
 
 
 class IndexPages:
@@ -189,7 +189,10 @@ def _tags(job: Job) -> list[tags.Tag]:
     """The tags an interpreter of the job's Python on this machine accepts, best first (pip's order)."""
     major, minor = (int(part) for part in job.python.rstrip("t").split("."))
     abi = job.python_tag
-    platforms = [p for p in tags.platform_tags() if p.endswith(job.platform)]
+    # another platform's tags where this machine has none of its own (a cross build): manylinux_2_28 to 2_17
+    platforms = [p for p in tags.platform_tags() if p.endswith(job.platform)] or [
+        f"manylinux_2_{minor}_{job.platform}" for minor in range(28, 16, -1)
+    ] + [f"manylinux2014_{job.platform}"]
     return [*tags.cpython_tags((major, minor), abis=[abi], platforms=platforms),
             *tags.compatible_tags((major, minor), f"cp{major}{minor}", platforms)]
 

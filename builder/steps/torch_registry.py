@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urljoin
 
+from packaging.markers import Marker
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
@@ -51,6 +53,9 @@ class RegistryRelease:
     patches: tuple[str, ...]
     python: tuple[str, ...]
     pypi_cuda: str | None  # None: the default wheel pins no CUDA runtime (or could not be read)
+    # the CUDA the newest patch's aarch64 wheel pins for aarch64 (its markers evaluated there); None: a CPU build
+    aarch64_cuda: str | None = None
+    aarch64_python: tuple[str, ...] = ()  # the Pythons of the newest patch's aarch64 wheels
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,8 +109,11 @@ def _shown(value: object) -> str:
     return f"the {type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
-def _linux_wheels(files: Iterable[Mapping[str, Any]]) -> dict[Version, dict[str, Mapping[str, Any]]]:
-    """{version: {python: file}} of the manylinux x86_64 wheels that are not yanked, pre-releases or local builds."""
+def _linux_wheels(
+    files: Iterable[Mapping[str, Any]], machine: str = "x86_64"
+) -> dict[Version, dict[str, Mapping[str, Any]]]:
+    """{version: {python: file}} of the manylinux ``machine`` wheels that are not yanked, pre-releases or local
+    builds."""
     wheels: dict[Version, dict[str, Mapping[str, Any]]] = defaultdict(dict)
     for file in files:
         try:
@@ -116,19 +124,34 @@ def _linux_wheels(files: Iterable[Mapping[str, Any]]) -> dict[Version, dict[str,
             continue
         for tag in tags:
             python = _python(tag)
-            if python and "linux" in tag.platform and tag.platform.endswith("x86_64"):
+            if python and "linux" in tag.platform and tag.platform.endswith(f"_{machine}"):
                 wheels[version][python] = file
     return wheels
 
 
-def cuda_of(metadata: str) -> str | None:
-    """The CUDA X.Y a torch wheel's METADATA pins (nvidia-cuda-runtime-cu12==12.8.90, cuda-toolkit[...]==13.0.3)."""
+def cuda_of(metadata: str, *, machine: str | None = None, python: str = "3.11") -> str | None:
+    """The CUDA X.Y a torch wheel's METADATA pins (nvidia-cuda-runtime-cu12==12.8.90, cuda-toolkit[...]==13.0.3).
+
+    With ``machine``, only a pin whose marker holds on a Linux ``machine`` under ``python`` counts: torch's aarch64
+    wheels up to 2.10 carry the x86_64 pins marked ``platform_machine == "x86_64"``, and are CPU builds there."""
     parsed = email.parser.Parser().parsestr(metadata, headersonly=True)
     for requirement in parsed.get_all("Requires-Dist") or []:
+        if machine is not None and not _applies(requirement, machine, python):
+            continue
         for pattern in _CUDA_PINS:
             if match := pattern.match(requirement.strip()):
                 return f"{match['major']}.{match['minor']}"
     return None
+
+
+def _applies(requirement: str, machine: str, python: str) -> bool:
+    try:
+        marker: Marker | None = Requirement(requirement).marker
+    except InvalidRequirement:
+        return False
+    environment = {"platform_machine": machine, "platform_system": "Linux", "sys_platform": "linux",
+                   "python_version": python.removesuffix("t"), "python_full_version": python.removesuffix("t") + ".0"}
+    return marker is None or marker.evaluate(environment)
 
 
 def _default_wheel(by_python: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:
@@ -138,10 +161,12 @@ def _default_wheel(by_python: Mapping[str, Mapping[str, Any]]) -> Mapping[str, A
 
 def registry_releases(registry: Registry, *, since: str = "1.13") -> list[RegistryRelease]:
     """Every torch minor from ``since`` on, as the registry shows it."""
+    files = checked_entries(registry.files("torch"), "the torch page")
     by_minor: dict[str, dict[Version, dict[str, Mapping[str, Any]]]] = defaultdict(dict)
-    for version, by_python in _linux_wheels(checked_entries(registry.files("torch"), "the torch page")).items():
+    for version, by_python in _linux_wheels(files).items():
         if version >= Version(since):
             by_minor[f"{version.major}.{version.minor}"][version] = by_python
+    arm = _linux_wheels(files, "aarch64")
     releases = []
     for minor, versions in sorted(by_minor.items(), key=lambda item: Version(item[0])):
         newest = max(versions)
@@ -152,9 +177,19 @@ def registry_releases(registry: Registry, *, since: str = "1.13") -> list[Regist
                 patches=tuple(str(v) for v in sorted(versions)),
                 python=python,
                 pypi_cuda=cuda_of(registry.metadata(_default_wheel(versions[newest]))),
+                **_aarch64(registry, arm.get(newest, {})),
             )
         )
     return releases
+
+
+def _aarch64(registry: Registry, by_python: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """What the newest patch's aarch64 wheels show: their Pythons, and the CUDA they pin for aarch64."""
+    if not by_python:
+        return {}
+    oldest = min(by_python, key=python_key)
+    cuda = cuda_of(registry.metadata(by_python[oldest]), machine="aarch64", python=oldest)
+    return {"aarch64_cuda": cuda, "aarch64_python": tuple(sorted(by_python, key=python_key))}
 
 
 def _quoted(values: Sequence[str]) -> str:
@@ -219,7 +254,26 @@ def _differences(mine: TorchRelease, release: RegistryRelease) -> list[Finding]:
         )
     if release.pypi_cuda and release.pypi_cuda != mine.pypi_cuda:
         problems.append(f"pypi_cuda is {mine.pypi_cuda}, the registry's default wheel pins CUDA {release.pypi_cuda}")
+    problems += _aarch64_differences(mine, release)
     return [Finding(minor=mine.minor, problem=f"torch {mine.minor}: {p}") for p in problems]
+
+
+def _aarch64_differences(mine: TorchRelease, release: RegistryRelease) -> list[str]:
+    """The registry's aarch64 wheel against ``pypi_aarch64``: the CUDA it pins once its markers are evaluated for
+    aarch64 (a CPU build pins none there), and its Pythons."""
+    claimed, shown = mine.pypi_aarch64, release.aarch64_cuda
+    newest = release.patches[-1]
+    if claimed is not None and shown != claimed:
+        built = f"pins CUDA {shown}" if shown else "is a CPU build (no CUDA pin holds on aarch64)"
+        if not release.aarch64_python:
+            built = "does not exist"
+        return [f"pypi_aarch64 is {claimed}, but the registry's {newest} aarch64 wheel {built}"]
+    if claimed is None and shown is not None:
+        return [f"the registry's {newest} aarch64 wheel is a CUDA {shown} build: pypi_aarch64 = \"{shown}\""]
+    if claimed is not None and set(release.aarch64_python) != set(mine.python):
+        return [(f"python is {list(mine.python)}, the registry's {newest} aarch64 wheels are for "
+                 f"{list(release.aarch64_python)}")]
+    return []
 
 
 # -- the real registry --------------------------------------------------------------------------------------------
@@ -311,7 +365,8 @@ def provenance(facts: TorchFacts, releases: Sequence[RegistryRelease], findings:
         shown = seen.get(mine.minor)
         confirmed = shown is not None and shown.pypi_cuda is not None and mine.minor not in behind
         if confirmed:
-            verified.append(f"{mine.minor} {mine.registry_variant}")
+            arm = " (x86_64 and aarch64)" if mine.pypi_aarch64 == mine.pypi_cuda else ""
+            verified.append(f"{mine.minor} {mine.registry_variant}{arm}")
         rest = mine.cited_variants if confirmed else mine.accelerators
         what = ", ".join(a.name for a in rest) if shown is not None else "every fact (not on the registry)"
         if rest or shown is None:

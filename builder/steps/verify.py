@@ -8,7 +8,7 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +32,7 @@ from builder.plan.job import Job
 from builder.steps import provenance
 from builder.steps.elf import ElfFacts, tree_elf_facts, unpacked
 from builder.steps.environment import RuntimeEnv
+from builder.steps.platform import platform_of
 from builder.steps.repair import Excludes, load_excludes, manylinux_policies, target_policy
 
 log = logging.getLogger(__name__)
@@ -324,6 +325,49 @@ def _arch_gaps(elf: ElfFacts, sass: frozenset[str], ptx: frozenset[str]) -> str:
     return "; ".join(gaps)
 
 
+# --- the platform, proven from the bytes (issue 29; mamba#891 shipped an x86_64 .so inside an aarch64 wheel) ---------
+
+
+def check_elf_machine(facts: WheelFacts, job: Job) -> Check:
+    """Every ELF file in the wheel is for the job's CPU (e_machine), whatever the filename or tag says."""
+    platform = platform_of(job)
+    wrong = [f"{elf.path} is {elf.machine}" for elf in facts.elves if elf.machine and elf.machine != platform.name]
+    if wrong:
+        return failed("elf-machine", f"{'; '.join(wrong)}, the job builds {job.platform}: the wheel would not load")
+    if not facts.elves:
+        return failed("elf-machine", "the wheel holds no ELF file")
+    return passed("elf-machine", f"{len(facts.elves)} ELF files, each {job.platform}")
+
+
+def check_extension_suffix(facts: WheelFacts, job: Job) -> Check:
+    """Every extension module carries the suffix the target's CPython imports (its sysconfig's EXT_SUFFIX): an x86
+    setup.py names it ``-x86_64-linux-gnu``, which aarch64 Python does not look for."""
+    want = platform_of(job).extension_suffix(job.python)
+    modules = [elf.path for elf in facts.elves if ".cpython-" in elf.name]
+    wrong = [path for path in modules if not path.endswith(want)]
+    if wrong:
+        return failed("extension-suffix", f"{', '.join(wrong)}: CPython {job.python} on {job.platform} imports "
+                                          f"*{want}")
+    if not modules:
+        return skipped("extension-suffix", "no file named like an extension module (*.cpython-*.so)")
+    return passed("extension-suffix", f"{', '.join(modules)}")
+
+
+def check_load_alignment(facts: WheelFacts, job: Job) -> Check:
+    """Every PT_LOAD segment is aligned to the platform's largest page: on a 64 KiB-page kernel (Grace hosts often
+    run one) a segment aligned to 4 KiB cannot be mapped and the module does not load."""
+    page = platform_of(job).page_size
+    short = [f"{elf.path} ({', '.join(hex(a) for a in elf.load_alignments if a < page)})"
+             for elf in facts.elves if any(a < page or a % page for a in elf.load_alignments)]
+    if short:
+        return failed("load-alignment", f"PT_LOAD segments aligned below {page:#x}: {'; '.join(short)}")
+    return passed("load-alignment", f"every PT_LOAD segment aligned to {page:#x} or more")
+
+
+def platform_checks(facts: WheelFacts, job: Job) -> tuple[Check, ...]:
+    return check_elf_machine(facts, job), check_extension_suffix(facts, job), check_load_alignment(facts, job)
+
+
 def _abi_name(cxx11: bool) -> str:
     return "cxx11 (_GLIBCXX_USE_CXX11_ABI=1)" if cxx11 else "pre-cxx11 (_GLIBCXX_USE_CXX11_ABI=0)"
 
@@ -371,6 +415,7 @@ def evaluate(facts: WheelFacts, job: Job, *, excludes: Excludes, policies: Wheel
         check_version(facts, metadata, job),
         check_requires_torch(metadata, job),
         check_tags(facts, job, policy),
+        *platform_checks(facts, job),
         check_needed(facts, job, excludes, policy),
         check_symbol_versions(facts, policy),
         check_gpu_archs(facts, job),
@@ -463,17 +508,23 @@ def check_provenance(wheel: Path, facts: WheelFacts) -> Check:
 # --- the gate --------------------------------------------------------------------------------------------------------
 
 
+Importer = Callable[[Path, Job], Check]  # the import check of another platform's wheel (builder/steps/emulate.py)
+
+
 def verify_wheel(
-    wheel: Path, job: Job, *, runtime: RuntimeEnv | None, excludes: Excludes | None = None
+    wheel: Path, job: Job, *, runtime: RuntimeEnv | None, excludes: Excludes | None = None,
+    importer: Importer | None = None,
 ) -> VerifyReport:
     """Judge ``wheel`` (repaired) for ``job``; never raises for a bad wheel, the report says what is wrong.
 
     The import check (a fresh venv, pip, the import: mostly waiting on subprocesses) runs beside the reading of
-    the wheel and the static checks, which for a full-arch wheel take as long; the report is the same."""
+    the wheel and the static checks, which for a full-arch wheel take as long; the report is the same. ``importer``
+    replaces it for a wheel this machine cannot import natively (an aarch64 one, under emulation)."""
     excludes = excludes or load_excludes()
     policies = manylinux_policies(job.platform)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-import") as importer:
-        imported = importer.submit(contextvars.copy_context().run, check_import, wheel, job, runtime)
+    import_check: Importer = importer or (lambda built, checked: check_import(built, checked, runtime))
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-import") as importer_pool:
+        imported = importer_pool.submit(contextvars.copy_context().run, import_check, wheel, job)
         try:
             facts = inspect_wheel(wheel)
         except WheelError as error:

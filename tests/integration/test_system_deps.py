@@ -32,7 +32,8 @@ def _run(tmp_path: Path, *args: str, installed: bool) -> subprocess.CompletedPro
 def test_nothing_missing_installs_nothing(tmp_path: Path) -> None:
     done = _run(tmp_path, "build", installed=True)  # (the test part also fetches axe-core: not hermetic)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "system packages present: g++ gcc-11 g++-11 debian-archive-keyring\n"
+    assert done.stdout == ("system packages present: g++ gcc-11 g++-11 debian-archive-keyring g++-aarch64-linux-gnu "
+                           "debootstrap\n")
     assert not (tmp_path / "apt.log").exists()
 
 
@@ -41,7 +42,8 @@ def test_missing_without_root_is_one_error_line_naming_the_command(tmp_path: Pat
     assert done.returncode == 1
     assert len(done.stderr.splitlines()) == 1  # one line; npm is in the list only where there is none
     assert done.stderr.startswith(
-        "ERROR missing system packages g++ gcc-11 g++-11 debian-archive-keyring chromium fonts-dejavu-core"
+        "ERROR missing system packages g++ gcc-11 g++-11 debian-archive-keyring g++-aarch64-linux-gnu debootstrap "
+        "chromium fonts-dejavu-core"
     )
     assert done.stderr.endswith(": run `sudo bash scripts/install-system-deps.sh test`\n")
     assert not (tmp_path / "apt.log").exists()
@@ -49,7 +51,8 @@ def test_missing_without_root_is_one_error_line_naming_the_command(tmp_path: Pat
 
 def test_the_build_needs_only_the_compilers_and_the_keyring(tmp_path: Path) -> None:
     """g++, plus gcc-11/g++-11 (CUDA 11.8's host compiler) and the keyring Debian's CUDA 11.8 packages are checked
-    against: no browser or npm for a build."""
+    against, and the aarch64 cross compiler with debootstrap for its sysroot: no browser or npm for a build."""
     done = _run(tmp_path, "build", installed=False)
     assert done.returncode == 1
-    assert "missing system packages g++ gcc-11 g++-11 debian-archive-keyring:" in done.stderr
+    assert ("missing system packages g++ gcc-11 g++-11 debian-archive-keyring g++-aarch64-linux-gnu debootstrap:"
+            in done.stderr)

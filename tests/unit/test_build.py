@@ -47,7 +47,7 @@ class FakeStages:
         recipe = SimpleNamespace(changes=("patched",), env={}, part_shares={})
         monkeypatch.setattr(build_stage, "apply_recipe", lambda source, job: recipe)
         monkeypatch.setattr(build_stage.compile_stage, "workspace", self.workspace)
-        monkeypatch.setattr(build_stage.compile_stage, "build_environ", lambda *args: {})
+        monkeypatch.setattr(build_stage.compile_stage, "build_environ", lambda *args, **kwargs: {})
         monkeypatch.setattr(build_stage.compile_stage, "compile_wheel", self.compile_wheel)
         monkeypatch.setattr(build_stage, "repair_wheel", lambda wheel, job, out: SimpleNamespace(wheel=wheel))
         monkeypatch.setattr(build_stage, "verify_wheel", self.verify)
@@ -78,7 +78,7 @@ class FakeStages:
         wheel.write_bytes(f"wheel of {job.identifier}".encode())
         return wheel
 
-    def verify(self, wheel, job, *, runtime) -> VerifyReport:
+    def verify(self, wheel, job, *, runtime, importer=None) -> VerifyReport:
         ok = self.verdict.get(job.package, True)
         check = Check(name="gpu-archs", ok=ok, detail="SASS 9.0" if ok else "expected SASS 9.0, found SASS 8.0")
         return VerifyReport(wheel=wheel.name, job=job.identifier, checks=(check,))
@@ -237,7 +237,7 @@ def test_a_rebuilt_job_orders_its_compile_by_the_costs_its_last_build_measured(
 ) -> None:
     handed: dict[str, dict] = {}
     monkeypatch.setattr(build_stage.compile_stage, "build_environ",
-                        lambda job, *args: handed.__setitem__(job.package, args[-1]) or {})
+                        lambda job, *args, **kwargs: handed.__setitem__(job.package, args[-1]) or {})
     [first, _] = run_build(tmp_path)
     measured = '[{"unit": "causal_conv1d_fwd.cu", "arch": "9.0", "seconds": 16.0}]'
     with Ledger(tmp_path / "out" / "ledger.sqlite") as ledger:

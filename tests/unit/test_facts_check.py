@@ -119,7 +119,7 @@ def test_the_summary_says_what_was_verified_and_what_rests_on_citations(
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == (
         "verified against the registry (patches, Pythons, the plain wheel's CUDA from Requires-Dist): "
-        "2.13 cu130, 2.14 cu130, 2.15 cu132"
+        "2.13 cu130 (x86_64 and aarch64), 2.14 cu130 (x86_64 and aarch64), 2.15 cu132 (x86_64 and aarch64)"
     )
     assert lines[2] == "resting on citations (builder/data/torch.toml sources):"
     cited = {line.split(":")[0].strip(): line for line in lines[3:]}
@@ -134,7 +134,7 @@ def test_a_minor_the_registry_disagrees_with_or_lacks_is_verified_in_nothing() -
     facts = dataclasses.replace(facts, releases=(*facts.releases[:2], stale))
     releases = registry_releases(Recorded(), since="2.13")  # the recording starts at 2.13: no 2.12
     summary = provenance(facts, releases, compare(facts, releases))
-    assert summary.verified == ("2.13 cu130",)
+    assert summary.verified == ("2.13 cu130 (x86_64 and aarch64)",)
     cited = dict(summary.cited)
     assert cited["2.12 every fact (not on the registry)"] == facts.release("2.12").sources
     assert "2.14 cu126, cu130, cu132, rocm7.2" in cited  # its default variant too, while patches disagree
@@ -148,4 +148,49 @@ def test_the_behind_output_ends_with_the_summary_too(
     assert main(["facts", "check"]) == BEHIND_EXIT
     out = capsys.readouterr().out
     summary = "verified against the registry (patches, Pythons, the plain wheel's CUDA from Requires-Dist): "
-    assert f"{summary}2.13 cu130, 2.14 cu130\n" in out
+    assert f"{summary}2.13 cu130 (x86_64 and aarch64), 2.14 cu130 (x86_64 and aarch64)\n" in out
+
+
+def test_the_registrys_aarch64_wheels_are_read_with_their_markers() -> None:
+    releases = {r.minor: r for r in registry_releases(Recorded(), since="2.13")}
+    assert (releases["2.14"].aarch64_cuda, releases["2.15"].aarch64_cuda) == ("13.0", "13.2")
+    assert releases["2.14"].aarch64_python == releases["2.14"].python
+    # up to torch 2.10 every CUDA pin is marked for x86_64 alone: on aarch64 the wheel is a CPU build
+    marked = ('Requires-Dist: nvidia-cuda-runtime-cu12==12.8.90; platform_system == "Linux" and '
+              'platform_machine == "x86_64"\n')
+    assert cuda_of(marked) == "12.8" and cuda_of(marked, machine="aarch64") is None
+    assert cuda_of(marked, machine="x86_64") == "12.8"
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"aarch64_cuda": None}, "pypi_aarch64 is 13.0, but the registry's 2.14.1 aarch64 wheel is a CPU build"),
+        ({"aarch64_cuda": "12.8"}, "but the registry's 2.14.1 aarch64 wheel pins CUDA 12.8"),
+        ({"aarch64_cuda": None, "aarch64_python": ()}, "but the registry's 2.14.1 aarch64 wheel does not exist"),
+        ({"aarch64_python": ("3.11",)}, "the registry's 2.14.1 aarch64 wheels are for ['3.11']"),
+    ],
+)
+def test_the_aarch64_facts_disagreeing_with_the_registry_are_findings(change: dict, problem: str) -> None:
+    releases = [dataclasses.replace(r, **change) if r.minor == "2.14" else r
+                for r in registry_releases(Recorded(), since="2.13")]
+    (finding,) = compare(load_facts(), releases)
+    assert finding.minor == "2.14" and problem in finding.problem
+
+
+def test_an_aarch64_cuda_build_the_facts_lack_is_a_finding() -> None:
+    facts = load_facts()
+    lacking = dataclasses.replace(facts.release("2.14"), pypi_aarch64=None)
+    facts = dataclasses.replace(facts, releases=tuple(lacking if r.minor == "2.14" else r for r in facts.releases))
+    (finding,) = compare(facts, registry_releases(Recorded(), since="2.13"))
+    assert 'the registry\'s 2.14.1 aarch64 wheel is a CUDA 13.0 build: pypi_aarch64 = "13.0"' in finding.problem
+
+
+def test_pytorch_index_aarch64_variants_of_the_registrys_cuda_ask_nothing_of_the_registry() -> None:
+    # torch 2.8-2.10: PyTorch's index has cu128 aarch64 wheels, the registry's aarch64 wheel of that CUDA is a CPU
+    # build; facts check read the real registry so (2026-12-04) and must not call that behind
+    facts = load_facts()
+    cpu_there = dataclasses.replace(facts.release("2.14"), pypi_aarch64=None)
+    facts = dataclasses.replace(facts, releases=tuple(cpu_there if r.minor == "2.14" else r for r in facts.releases))
+    releases = [dataclasses.replace(r, aarch64_cuda=None) for r in registry_releases(Recorded(), since="2.13")]
+    assert [f for f in compare(facts, releases) if f.minor == "2.14"] == []

@@ -356,8 +356,8 @@ def test_shards_never_split_a_group_and_hold_every_job() -> None:
     rows = [row for matrix in result["matrices"] for row in matrix["include"]]
     assert all(len(m["include"]) <= 7 for m in result["matrices"])
     assert sorted(j for row in rows for j in row["jobs"].split()) == sorted(j.identifier for j in jobs)
-    images_in_order = [row["image"] for row in rows]
-    assert images_in_order == sorted(images_in_order, key=lambda name: (name.startswith("rocm"), name))
+    images_in_order = [(row["platform"], row["image"]) for row in rows]
+    assert images_in_order == sorted(images_in_order, key=lambda p: (p[0] != "x86_64", p[1].startswith("rocm"), p[1]))
 
 
 def test_the_container_reaches_registries_as_the_host_does(tmp_path: Path) -> None:

@@ -49,6 +49,21 @@ def test_several_containers_with_alignment_padding_between_and_after() -> None:
     assert len(found.entries) == 3
 
 
+def test_containers_padded_to_256_bytes_as_an_aarch64_link_lays_them() -> None:
+    # causal-conv1d cross-built for aarch64: four objects' sections, each aligned to 256 in .nv_fatbin
+    first = fatbin_container(fatbin_entry(SASS, 90, payload=b"x" * 40))
+    first += b"\0" * (-len(first) % 256)
+    second = fatbin_container(fatbin_entry(SASS, 90))
+    found = contents(first + second + b"\0" * 200)
+    assert (found.sass, len(found.entries)) == ({"9.0"}, 2)
+
+
+def test_garbage_after_zero_padding_still_names_its_offset() -> None:
+    data = fatbin_container(fatbin_entry(SASS, 90)) + b"\0" * 8 + b"\x01\x02\x03\x04" + b"\0" * 12
+    with pytest.raises(WheelError, match=r"no fatbin magic at offset 112"):
+        parse_fatbin(data, where="x.so .nv_fatbin")
+
+
 def test_empty_container_is_allowed() -> None:
     # nvcc emits an empty device-link container when only PTX is requested
     data = fatbin_container() + fatbin_container(fatbin_entry(PTX, 90))

@@ -67,7 +67,7 @@ def checks(wheel_facts: WheelFacts, job=JOB) -> dict:
 def test_a_good_wheel_passes_every_check() -> None:
     found = checks(facts())
     assert set(found) == {"name", "version", "requires-torch", "tags", "needed-libraries", "symbol-versions",
-                          "gpu-archs", "cxx-abi"}
+                          "gpu-archs", "cxx-abi", "elf-machine", "extension-suffix", "load-alignment"}
     assert all(c.ok and not c.skipped for c in found.values()), found
     assert found["needed-libraries"].detail == (
         "torch: libc10.so, libcudart.so.13, libtorch_cuda.so; system: libc.so.6, libstdc++.so.6")
