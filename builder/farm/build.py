@@ -156,7 +156,8 @@ def input_hash(job: Job) -> str:
     """What a wheel is built from: sdist (and the upstream commit overlaid on it), recipe and recipe code, torch,
     toolkit, flags, and every data file the build reads (resources.BUILD_DATA). Same hash, same wheel."""
     inputs = {
-        "job": {k: v for k, v in asdict(job).items() if k != "sdist"},
+        # the archs as the plan spells them, so a hash taken before they were parsed still holds
+        "job": {k: v for k, v in asdict(job).items() if k != "sdist"} | {"archs": [str(a) for a in job.archs]},
         "sdist": job.sdist.sha256,
         "upstream": asdict(job.sdist.upstream) if job.sdist.upstream else None,
         "recipe_code": _recipe_code_digest(),

@@ -7,6 +7,7 @@ Spellings: ``9.0`` SASS for sm_90; ``9.0+PTX`` SASS and PTX (as torch's TORCH_CU
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,23 +29,16 @@ SOURCE = ARCH_FACTS.source
 _FIELDS = ("package", "versions", "toolkit", "sass", "kept", "reason", "citation")
 
 
-def split(archs: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def split(archs: Iterable[Arch]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(SASS, PTX) of an arch list, each as ``9.0`` names in the list's order; ROCm targets count as SASS."""
-    parsed = [Arch.parse(text) for text in archs]
-    return (
-        tuple(arch.sass for arch in parsed if arch.has_sass),
-        tuple(arch.sass for arch in parsed if arch.ptx),
-    )
+    archs = tuple(archs)
+    return tuple(a.sass for a in archs if a.has_sass), tuple(a.sass for a in archs if a.ptx)
 
 
-def torch_arch_list(archs: Iterable[str]) -> str:
+def torch_arch_list(archs: Iterable[Arch]) -> str:
     """TORCH_CUDA_ARCH_LIST for ``archs``; torch has no PTX-only spelling, so ``compute_90`` becomes ``9.0+PTX``
     (recipes that rewrite -gencode, as both packages' do, embed exactly the PTX asked for)."""
-    spelled = []
-    for text in archs:
-        arch = Arch.parse(text)
-        spelled.append(f"{arch.sass}+PTX" if arch.ptx_only else text)
-    return ";".join(spelled)
+    return ";".join(f"{arch.sass}+PTX" if arch.ptx_only else str(arch) for arch in archs)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,11 +79,11 @@ class ArchChoice:
     """A profile's own arch list for one job's package (matrix.yaml ``package_archs``), for `plan --explain`."""
 
     identifier: str
-    archs: tuple[str, ...]
+    archs: tuple[Arch, ...]
     reason: str
 
     def describe(self) -> str:
-        return f"{' '.join(self.archs)} (the profile's package_archs): {self.reason}"
+        return f"{' '.join(map(str, self.archs))} (the profile's package_archs): {self.reason}"
 
 
 def _specifier(raw: Mapping[str, Any], key: str, where: str) -> SpecifierSet:
@@ -138,12 +132,11 @@ def known_bad() -> tuple[KnownBad, ...]:
     return parse_known_bad(tomllib.loads(ARCH_FACTS.read_text()))
 
 
-def _drop_sass(arch: str, sass: str) -> str | None:
+def _drop_sass(arch: Arch, sass: str) -> Arch | None:
     """``arch`` without the SASS of ``sass``: ``10.3`` goes, ``10.3+PTX`` keeps its PTX as ``compute_103``."""
-    parsed = Arch.parse(arch)
-    if parsed.kind != "cuda" or not parsed.has_sass or parsed.sass != sass:
+    if arch.kind != "cuda" or not arch.has_sass or arch.sass != sass:
         return arch
-    return f"compute_{parsed.number}" if parsed.ptx else None
+    return dataclasses.replace(arch, ptx_only=True) if arch.ptx else None
 
 
 def apply_known_bad(
@@ -151,9 +144,9 @@ def apply_known_bad(
     package: str,
     version: str,
     toolkit: str,
-    archs: Sequence[str],
+    archs: Sequence[Arch],
     facts: Sequence[KnownBad] | None = None,
-) -> tuple[tuple[str, ...], tuple[ArchNote, ...]]:
+) -> tuple[tuple[Arch, ...], tuple[ArchNote, ...]]:
     """The job's arch list with known-bad SASS dropped (and the covering SASS kept), and a note per change."""
     result = list(archs)
     notes = []
@@ -162,7 +155,7 @@ def apply_known_bad(
             continue
         result = [kept for arch in result if (kept := _drop_sass(arch, bad.sass)) is not None]
         if bad.kept not in split(result)[0]:
-            result.append(bad.kept)
+            result.append(Arch.parse(bad.kept))
         notes.append(
             ArchNote(identifier=identifier, dropped=bad.sass, kept=bad.kept, reason=bad.reason, citation=bad.citation)
         )

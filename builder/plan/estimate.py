@@ -57,7 +57,7 @@ class CostModel:
         for unit in units:
             row = []
             for arch in job.archs:
-                measured = unit.by_arch.get(arch.split("+")[0])
+                measured = unit.by_arch.get(arch.sass if arch.has_sass else str(arch))
                 row.append(measured if measured is not None else unit.default)
                 extrapolated += measured is None
                 total += 1

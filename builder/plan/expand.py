@@ -17,6 +17,7 @@ from packaging.version import Version
 
 from builder.core.errors import PlanError, did_you_mean
 from builder.core.settings import setting
+from builder.plan.arch import Arch
 from builder.plan.archs import ArchChoice, ArchNote, apply_known_bad
 from builder.plan.facts import (
     DEFAULT_PLATFORM,
@@ -312,7 +313,7 @@ def _planned_job(combination: _Combination, axes: _Axes, facts: TorchFacts) -> J
         accelerator=accelerator,
         python=python,
         cxx11_abi=release.cxx11_abi_for(accelerator),
-        archs=_archs(package.name, accelerator, axes) or facts.default_archs(accelerator),
+        archs=tuple(map(Arch.parse, _archs(package.name, accelerator, axes) or facts.default_archs(accelerator))),
         manylinux=release.manylinux_for(accelerator),
         platform=platform,
     )

@@ -23,7 +23,6 @@ from builder.core import context
 from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, kill_marked, run
 from builder.core.settings import cache_root, setting, setting_number, setting_path
-from builder.plan.archs import torch_arch_list
 from builder.plan.job import Job
 from builder.steps import nvcc_plan, timeline
 from builder.steps import objcache as nvcc_cache
@@ -181,7 +180,6 @@ def build_environ(
         MAX_JOBS=str(parallelism.max_jobs),
         # last --threads wins over setup.py's hardcoded 4; --time appends a CSV row per phase, arch and unit
         NVCC_APPEND_FLAGS=f"--threads {parallelism.nvcc_threads} --time {space.nvcc_times}",  # the pool drops it
-        TORCH_CUDA_ARCH_LIST=torch_arch_list(job.archs) if job.accelerator.kind == "cuda" else ";".join(job.archs),
         PIP_NO_BUILD_ISOLATION="1",
         PYTHONUNBUFFERED="1",  # the backend writes to our pipe: lines reach the log and the progress as they happen
         SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", "315532800"),

@@ -25,6 +25,7 @@ from builder.core.errors import NotBuildableHere, ToolchainError, WheelError
 from builder.core.resources import BUILD_REQUIREMENTS
 from builder.core.runner import PIP_TOOLS, PIP_TORCH, run
 from builder.core.settings import cache_root
+from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator, TorchFacts
 from builder.plan.job import Job
 from builder.steps.toolchain import Toolchain as Toolkit
@@ -287,7 +288,7 @@ def build_env(job: Job, runtime: RuntimeEnv, toolkit: Toolkit) -> BuildEnv:
 
 # -- toolkits ---------------------------------------------------------------------------------------------------
 
-def find_toolkit(accelerator: Accelerator, archs: Sequence[str] = ()) -> Toolkit:
+def find_toolkit(accelerator: Accelerator, archs: Sequence[Arch] = ()) -> Toolkit:
     """The toolkit and host compiler for a job of ``accelerator`` and ``archs``, from the toolchain provider
     (builder/data/toolkits.toml), checked."""
     try:

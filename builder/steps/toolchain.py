@@ -201,18 +201,18 @@ def serving(accelerator: Accelerator, sources: tuple[ToolkitSource, ...] | None 
 
 
 def candidates(
-    accelerator: Accelerator, archs: Sequence[str] = (), sources: tuple[ToolkitSource, ...] | None = None
+    accelerator: Accelerator, archs: Sequence[Arch] = (), sources: tuple[ToolkitSource, ...] | None = None
 ) -> list[ToolkitSource]:
     """The serving sources that can also emit every one of the job's ``archs``."""
     return [s for s in serving(accelerator, sources) if arch_problem(s, accelerator, archs) is None]
 
 
-def arch_problem(source: ToolkitSource, accelerator: Accelerator, archs: Sequence[str]) -> str | None:
+def arch_problem(source: ToolkitSource, accelerator: Accelerator, archs: Sequence[Arch]) -> str | None:
     """Why ``source``'s toolkit cannot emit the job's ``archs`` ("CUDA 12.4 emits up to sm_90, the job needs
     sm_100"), or None when it can. ROCm's targets are not checked."""
     if source.platform != "cuda":
         return None
-    wanted = {arch.sass: arch for arch in map(Arch.parse, archs)}  # 9.0 and 9.0+PTX need the same target
+    wanted = {arch.sass: arch for arch in archs}  # 9.0 and 9.0+PTX need the same target
     missing = sorted((a for sass, a in wanted.items() if sass not in source.archs), key=lambda a: a.sort_key)
     if not missing:
         return None
@@ -556,7 +556,7 @@ class ToolkitReadiness:
 
 
 def readiness(
-    accelerator: Accelerator, archs: Sequence[str], sources: tuple[ToolkitSource, ...] | None = None
+    accelerator: Accelerator, archs: Sequence[Arch], sources: tuple[ToolkitSource, ...] | None = None
 ) -> ToolkitReadiness:
     """Which source would provide the job's toolkit, and why none can if so. Side-effect free: it reads paths and
     PATH, and asks a host toolkit its version (host_version), but starts no download, unpack or install."""
@@ -607,7 +607,7 @@ def _none_here(accelerator: Accelerator, problems: list[str]) -> str:
 
 
 def preflight(
-    accelerator: Accelerator, sources: tuple[ToolkitSource, ...] | None = None, archs: Sequence[str] = ()
+    accelerator: Accelerator, sources: tuple[ToolkitSource, ...] | None = None, archs: Sequence[Arch] = ()
 ) -> list[str]:
     """One line per serving source: ready here, or what is missing and how it would be had."""
     lines = []
@@ -664,7 +664,7 @@ def _compiler_state(source: ToolkitSource) -> str:
 
 
 def provide(
-    accelerator: Accelerator, archs: Sequence[str] = (), *, sources: tuple[ToolkitSource, ...] | None = None
+    accelerator: Accelerator, archs: Sequence[Arch] = (), *, sources: tuple[ToolkitSource, ...] | None = None
 ) -> Toolchain:
     """The toolchain for a job of ``accelerator`` and ``archs``: the first serving source that can emit the archs
     and can be had here."""

@@ -46,6 +46,7 @@ import yaml
 from builder.core.errors import NotBuildableHere
 from builder.core.fatbin import FatbinContents
 from builder.core.ledger import Ledger, LedgerEntry
+from builder.plan.arch import Arch
 from builder.plan.archs import apply_known_bad
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
@@ -55,6 +56,7 @@ from builder.steps.elf import wheel_elf_facts
 from builder.steps.environment import build_env, find_pythons, find_toolkit, runtime_env
 from builder.steps.fetch import fetch_sdist, unpack_sdist
 from builder.steps.recipes import apply_recipe
+from builder.steps.recipes.recipe import arch_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -179,7 +181,7 @@ def upstream_build(package: str, python: str, torch: str, workdir: Path, limit: 
     cores = len(os.sched_getaffinity(0))
     parallelism = compile_stage.Parallelism(max_jobs=cores, nvcc_threads=4)
     with compile_stage.workspace(job, source, runtime.site_packages) as space:
-        environ = compile_stage.build_environ(job, env, {}, space, parallelism, None)
+        environ = compile_stage.build_environ(job, env, arch_env(job), space, parallelism, None)
         for key in [k for k in environ if k.startswith(("PYTORCH_NVCC", "NVCC_", "WHEELWRIGHT_NVCC"))]:
             del environ[key]
         environ.update(CUDA_HOME=str(toolkit.root), CUDA_PATH=str(toolkit.root), MAX_JOBS=str(cores),
@@ -248,7 +250,8 @@ def compiled_archs(name: str, workdir: Path, python: str) -> tuple[frozenset[str
 def kept_known_bad(package: str, torch: str, archs: list[str], workdir: Path) -> list[str]:
     """What builder/data/archs.toml would drop from ``archs`` for this job (scripts/bench/every_arch.py keeps it)."""
     (job,) = load_plan(bench_matrix(workdir, ["3.11"], archs, package, torch), "bench").jobs
-    _, notes = apply_known_bad(job.identifier, job.package, job.version, job.accelerator.version, archs)
+    _, notes = apply_known_bad(job.identifier, job.package, job.version, job.accelerator.version,
+                               tuple(map(Arch.parse, archs)))
     return [f"sm_{note.dropped.replace('.', '')} ({note.citation})" for note in notes]
 
 

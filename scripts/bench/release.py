@@ -11,6 +11,7 @@ from typing import Any
 
 from builder.core.hashing import sha256_of
 from builder.core.ledger import Ledger, LedgerEntry, Status
+from builder.plan.archs import split
 from builder.plan.expand import load_plan
 from builder.plan.job import Job
 from scripts.bench.wheels import WheelSpec, make_wheel
@@ -98,10 +99,8 @@ def spec_for(job: Job) -> WheelSpec:
 
 def _report(job: Job) -> dict[str, object]:
     """What the verify gate records: CUDA kernel images and PTX per the job's archs (ROCm objects are not read)."""
-    cuda = job.accelerator.kind == "cuda"
-    sass = [arch.removesuffix("+PTX") for arch in job.archs] if cuda else []
-    ptx = [arch.removesuffix("+PTX") for arch in job.archs if arch.endswith("+PTX")] if cuda else []
-    return {"wheel": "", "job": job.identifier, "ok": True, "checks": [], "sass": sass, "ptx": ptx}
+    sass, ptx = split(job.archs) if job.accelerator.kind == "cuda" else ((), ())
+    return {"wheel": "", "job": job.identifier, "ok": True, "checks": [], "sass": list(sass), "ptx": list(ptx)}
 
 
 def _entry(job: Job, status: Status, **fields: Any) -> LedgerEntry:

@@ -20,6 +20,7 @@ from builder.plan.job import Job
 from builder.steps import compile as compile_stage
 from builder.steps import nvcc_plan, timeline
 from builder.steps.environment import NotBuildableHere, build_env, find_toolkit, runtime_env
+from builder.steps.recipes.recipe import arch_env
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITER = """
@@ -94,7 +95,7 @@ def test_a_small_real_build_leaves_a_timeline_the_reader_accounts_for(
     parallelism = compile_stage.Parallelism(max_jobs=4, nvcc_threads=1, pool_slots=2)
     started = time.monotonic()
     with job_context(job, log), compile_stage.workspace(job, source, runtime.site_packages) as space:
-        environ = compile_stage.build_environ(job, env, {}, space, parallelism, None)
+        environ = compile_stage.build_environ(job, env, arch_env(job), space, parallelism, None)
         try:
             compile_stage.compile_wheel(job, env, space, environ, tmp_path / "built")
         finally:

@@ -37,11 +37,12 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def cuda118():
-    return provide(Accelerator.parse("cu117"), ("8.0", "compute_90"))
+    return provide(Accelerator.parse("cu117"), (Arch.parse("8.0"), Arch.parse("compute_90")))
 
 
 def test_torch_cu117_resolves_to_debians_11_8_with_gcc_11(cuda118) -> None:
-    assert [s.name for s in candidates(Accelerator.parse("cu117"), ("8.0", "9.0"))] == ["host-11.8", "debian-11.8"]
+    archs = (Arch.parse("8.0"), Arch.parse("9.0"))
+    assert [s.name for s in candidates(Accelerator.parse("cu117"), archs)] == ["host-11.8", "debian-11.8"]
     assert cuda118.source == "debian-11.8" and cuda118.cuda == "11.8"
     assert cuda118.cxx.name == "g++-11"
     assert toolkit_version(cuda118.root) == "11.8"

@@ -31,7 +31,7 @@ pytestmark = [
     ),
 ]
 
-ARCHS = ("8.0", "compute_90")  # sm_80 SASS, and PTX for sm_90 and later to JIT from
+ARCHS = (Arch.parse("8.0"), Arch.parse("compute_90"))  # sm_80 SASS, and PTX for sm_90 and later to JIT from
 
 
 @pytest.fixture(scope="module")

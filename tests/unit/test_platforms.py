@@ -13,6 +13,7 @@ import pytest
 from builder.core.errors import ConfigError, FactsError, PlanError
 from builder.core.files import read_toml
 from builder.core.resources import TORCH_FACTS
+from builder.plan.arch import Arch
 from builder.plan.estimate import by_platform, estimate, group_name, seed_model
 from builder.plan.expand import load_plan
 from builder.plan.facts import Accelerator, load_facts, parse_facts
@@ -96,7 +97,8 @@ def test_the_aarch64_profile_is_the_issues_acceptance() -> None:
         "causal-conv1d-1.7.0+pt214cu130-cp311-aarch64",
         "mamba-ssm-2.3.2.post1+pt214cu130-cp311-aarch64",
     ]
-    assert all(job.torch == "2.14.1" and job.archs == ("9.0",) and job.manylinux == "manylinux_2_28" for job in jobs)
+    nine = (Arch.parse("9.0"),)
+    assert all(job.torch == "2.14.1" and job.archs == nine and job.manylinux == "manylinux_2_28" for job in jobs)
 
 
 def _raw() -> dict[str, Any]:
