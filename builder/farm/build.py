@@ -29,6 +29,7 @@ from builder.core.hashing import FileIdentity, sha256_of
 from builder.core.ledger import NOT_BUILT, Ledger, LedgerEntry, Status
 from builder.core.resources import BUILD_DATA
 from builder.core.settings import setting
+from builder.core.wheelhouse import Layout
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps import compile as compile_stage
@@ -66,45 +67,6 @@ from builder.steps.verify import VerifyReport, quarantine, verify_wheel
 log = logging.getLogger(__name__)
 
 PHASES = ("fetch", "env", "patch", "compile", "repair", "verify", "install")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Layout:
-    """The output folder: dist/ (verified wheels only), variant/ (their PEP 825 variant twins, verified again),
-    quarantine/, logs/, ledger.sqlite, tmp/ (work in flight)."""
-
-    root: Path
-
-    @property
-    def dist(self) -> Path:
-        return self.root / "dist"
-
-    @property
-    def variant(self) -> Path:
-        return self.root / "variant"
-
-    @property
-    def quarantine(self) -> Path:
-        return self.root / "quarantine"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def tmp(self) -> Path:
-        return self.root / "tmp"
-
-    @property
-    def ledger(self) -> Path:
-        return self.root / "ledger.sqlite"
-
-    def log_for(self, job: Job) -> Path:
-        return self.logs / f"{job.identifier}.log"
-
-    def timeline_for(self, job: Job) -> Path:
-        """The job's compile timeline (builder/steps/timeline.py), kept beside its log."""
-        return self.logs / f"{job.identifier}.timeline.jsonl"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,7 +24,8 @@ from pathlib import Path
 from builder.core.errors import NotBuildableHere, WheelwrightError
 from builder.core.ledger import Ledger, LedgerEntry, Status
 from builder.core.settings import cache_root
-from builder.farm.build import BuildOptions, Layout, Outcome, Progress, _base_entry, input_hash
+from builder.core.wheelhouse import Layout
+from builder.farm.build import BuildOptions, Outcome, Progress, _base_entry, input_hash
 from builder.farm.engine import Engine, Mount, RunSpec
 from builder.farm.images import ImageSpec, ensure_image, image_for, images_for
 from builder.plan.expand import host_python

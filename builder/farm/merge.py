@@ -17,7 +17,7 @@ from pathlib import Path
 from builder.core.errors import WheelwrightError
 from builder.core.hashing import sha256_of
 from builder.core.ledger import Ledger, LedgerEntry, Status, read_entries
-from builder.farm.build import Layout
+from builder.core.wheelhouse import Layout
 from builder.farm.shardcheck import check_row
 
 # A built wheel outranks a failure of the same job (a retried job), which outranks nothing.
@@ -51,7 +51,7 @@ def merge_outputs(sources: Sequence[Path], layout: Layout) -> Merged:
 
 
 def _read_shard(source: Path) -> list[LedgerEntry]:
-    ledger = source / "ledger.sqlite"
+    ledger = Layout(root=source).ledger
     if not ledger.is_file():
         raise WheelwrightError(f"{source} has no ledger.sqlite; is it a wheelhouse (a build's --output)?")
     entries = read_entries(ledger)

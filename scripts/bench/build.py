@@ -46,6 +46,7 @@ import yaml
 from builder.core.errors import NotBuildableHere
 from builder.core.fatbin import FatbinContents
 from builder.core.ledger import Ledger, LedgerEntry
+from builder.core.wheelhouse import Layout
 from builder.plan.arch import Arch
 from builder.plan.archs import apply_known_bad
 from builder.plan.expand import load_plan
@@ -208,7 +209,7 @@ def ours_build(
     (workdir / name).mkdir(parents=True, exist_ok=True)
     if costs_from is not None:
         (workdir / name / "out").mkdir()
-        shutil.copyfile(costs_from, workdir / name / "out" / "ledger.sqlite")
+        shutil.copyfile(costs_from, Layout(root=workdir / name / "out").ledger)
     today = name == "today"  # the build before #16: nvcc whole, and the TUs as upstream wrote them
     matrix = bench_matrix(workdir / name, [python], archs, package, torch,
                           without_patches=SPLIT_PATCHES if today else frozenset())
@@ -221,7 +222,7 @@ def ours_build(
 
 def ledger_entry(output: Path, python: str) -> LedgerEntry:
     """The ledger row of the build of ``python`` in the output folder ``output``."""
-    with Ledger(output / "ledger.sqlite") as ledger:
+    with Ledger(Layout(root=output).ledger) as ledger:
         (entry,) = [e for e in ledger.entries() if e.python == python]
     return entry
 
@@ -338,7 +339,7 @@ def second_build(args: argparse.Namespace, archs: list[str], workdir: Path, ours
 def critical_path(name: str, workdir: Path, measured: Measured) -> str:
     """The longest (TU, arch) device compile the build's ledger recorded (nvcc --time rows), against the build's
     cores-bound: a TU split pays only where that pair is longer."""
-    ledger = workdir / name / "out" / "ledger.sqlite"
+    ledger = Layout(root=workdir / name / "out").ledger
     with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True) as connection:
         rows = connection.execute("SELECT compile_times FROM jobs WHERE compile_times IS NOT NULL").fetchall()
     pairs = [t for (text,) in rows for t in json.loads(text or "[]") if t["arch"] != "host"]
@@ -357,7 +358,7 @@ def where_the_wall_went(name: str, workdir: Path, python: str) -> list[str]:
     head before the first chain and the tail after the last, the critical TU; then the ledger's other phases."""
     output = workdir / name / "out"
     entry = ledger_entry(output, python)
-    path = output / "logs" / f"{entry.job_id}.timeline.jsonl"
+    path = Layout(root=output).logs / f"{entry.job_id}.timeline.jsonl"
     if path.is_file():
         lines = timeline.summarise(*timeline.read(path)).lines(name)
     else:
@@ -407,7 +408,7 @@ def full_arch(args: argparse.Namespace, workdir: Path) -> None:
             results[name] = upstream_build(args.full_arch, args.python, args.torch, workdir, args.limit)
         else:
             objcache = "use" if name == "ours" and "second" in runs else "off"
-            costs_from = workdir / "ours" / "out" / "ledger.sqlite" if name == "learned" else None
+            costs_from = Layout(root=workdir / "ours" / "out").ledger if name == "learned" else None
             results[name] = ours_build(name, args.full_arch, args.python, args.torch, archs, workdir, args.limit,
                                        objcache=objcache, costs_from=costs_from)
         compiled[name] = spelled_archs(*compiled_archs(name, workdir, args.python))

@@ -11,6 +11,7 @@ from typing import Any
 
 from builder.core.hashing import sha256_of
 from builder.core.ledger import Ledger, LedgerEntry, Status
+from builder.core.wheelhouse import Layout
 from builder.plan.archs import split
 from builder.plan.expand import load_plan
 from builder.plan.job import Job
@@ -62,7 +63,7 @@ def write_release_wheelhouse(output: Path) -> tuple[Job, ...]:
     """Wheels in ``output``/dist and the ledger beside them; returns the jobs that were built."""
     failures = {f.job_id: f for f in FAILURES}
     built = []
-    with Ledger(output / "ledger.sqlite") as ledger:
+    with Ledger(Layout(root=output).ledger) as ledger:
         for job in release_jobs():
             if job.identifier in NOT_PLANNED:
                 continue
@@ -70,7 +71,7 @@ def write_release_wheelhouse(output: Path) -> tuple[Job, ...]:
                 injected = failures[job.identifier]
                 ledger.put(_entry(job, injected.status, phase=injected.phase, reason=injected.reason))
                 continue
-            wheel = make_wheel(output / "dist", spec_for(job))
+            wheel = make_wheel(Layout(root=output).dist, spec_for(job))
             ledger.put(
                 _entry(
                     job,

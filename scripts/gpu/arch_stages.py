@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from builder.core.wheelhouse import Layout
 from scripts.gpu import builds, detach
 from scripts.gpu.box import Box, StageFailed, free_port
 from scripts.gpu.stages import TESTS, run_doctors, start_arch_build, suite_options, variants, wait_detached
@@ -43,7 +44,7 @@ def not_ready(box: Box, name: str) -> StageResult | None:
     """None when the variant's wheel is there; pending while its build runs; failed when it has none."""
     if detach.status(box.arch(name) / "build-run").state == detach.RUNNING:
         return StageResult(status=PENDING, detail=f"pending: the {name} build is still running; --resume runs it")
-    if not any((box.arch(name) / "dist").glob("*.whl")):
+    if not any(Layout(root=box.arch(name)).dist.glob("*.whl")):
         return StageResult(status=FAILED,
                            detail=f"no {name} wheel in {box.arch(name) / 'dist'} (the arch_build stage builds it)")
     return None
@@ -77,7 +78,7 @@ def arch_stage(name: str) -> Callable[[Box], StageResult]:
             tests = TESTS["arch"] + TESTS["arch_suite" if suite else "arch_kernel_call"]
             result, _ = box.pytest(
                 python, f"arch_{name}", tests, "--variant", name, "--pip-report", folder / "pip-report.json",
-                "--index-url", url, "--dist-dir", folder / "dist", "--doctor-report", folder / "doctor.json",
+                "--index-url", url, "--dist-dir", Layout(root=folder).dist, "--doctor-report", folder / "doctor.json",
                 "--doctor-cli-report", folder / "doctor-cli.json",
                 *(suite_options(box, folder / "upstream-pytest.log") if suite else ()))
         return replace(result, data={**result.data, "index_url": url, "variant": name})

@@ -12,6 +12,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from builder.core.ledger import Ledger, LedgerEntry, Status
+from builder.core.wheelhouse import Layout
 from scripts.gpu import detach
 from scripts.gpu.data import AcceptanceData
 from scripts.gpu.summary import FAILED, REUSED, RUNNING, StageResult, check, of_checks
@@ -20,7 +21,7 @@ HOST = "host"  # builder/steps/nvcc_time.py's name for the phases that run once 
 
 
 def entries(wheelhouse: Path, label: str, package: str | None = None) -> list[LedgerEntry]:
-    path = wheelhouse / "ledger.sqlite"
+    path = Layout(root=wheelhouse).ledger
     if not path.is_file():
         return []
     with Ledger(path) as ledger:
@@ -28,7 +29,7 @@ def entries(wheelhouse: Path, label: str, package: str | None = None) -> list[Le
 
 
 def _built(entry: LedgerEntry, wheelhouse: Path) -> bool:
-    return entry.status == Status.BUILT and (wheelhouse / "dist" / str(entry.wheel)).is_file()
+    return entry.status == Status.BUILT and (Layout(root=wheelhouse).dist / str(entry.wheel)).is_file()
 
 
 def held_packages(wheelhouse: Path, data: AcceptanceData) -> tuple[str, ...]:
@@ -160,7 +161,7 @@ def sass_reference(path: Path, data: AcceptanceData) -> Path:
     from builder.steps.elf import wheel_elf_facts
 
     prefix = canonicalize_name(data.arch.package).replace("-", "_") + "-"
-    wheels = [path] if path.is_file() else sorted((path / "dist").glob(f"{prefix}*+{data.label}-*.whl"))
+    wheels = [path] if path.is_file() else sorted(Layout(root=path).dist.glob(f"{prefix}*+{data.label}-*.whl"))
     if len(wheels) != 1:
         raise ValueError(f"{path}: {len(wheels)} {data.arch.package} wheels of {data.label} (want one)")
     facts = wheel_elf_facts(wheels[0])

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from builder.core.wheelhouse import Layout
 from scripts.gpu import bootstrap, builds, detach
 from scripts.gpu.box import Box, StageFailed
 from scripts.gpu.summary import FAILED, PASSED, RUNNING, StageResult
@@ -162,8 +163,8 @@ def _installed(box: Box, python: Path, url: str, dist: Path, report: Path, tests
 def install(box: Box) -> StageResult:
     """A venv that sees the machine's torch; pip installs our wheels from the served page, nothing else."""
     python = box.make_venv(box.venv)
-    return _installed(box, python, box.url, box.wheelhouse / "dist", box.work / "pip-report.json", TESTS["install"],
-                      *box.packages)
+    dist = Layout(root=box.wheelhouse).dist
+    return _installed(box, python, box.url, dist, box.work / "pip-report.json", TESTS["install"], *box.packages)
 
 
 def run_doctors(box: Box, python: Path, url: str, out: Path, cli_out: Path) -> None:

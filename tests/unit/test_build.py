@@ -13,8 +13,9 @@ import pytest
 from builder.core import resources
 from builder.core.errors import WheelwrightError
 from builder.core.ledger import Ledger, LedgerEntry
+from builder.core.wheelhouse import Layout
 from builder.farm import build as build_stage
-from builder.farm.build import Builder, BuildOptions, Layout, input_hash
+from builder.farm.build import Builder, BuildOptions, input_hash
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.steps import timeline

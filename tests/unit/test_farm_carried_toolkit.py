@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import ConfigError
+from builder.core.wheelhouse import Layout
 from builder.farm import images
-from builder.farm.build import BuildOptions, Layout
+from builder.farm.build import BuildOptions
 from builder.farm.container import ContainerBackend, Invocation
 from builder.farm.engine import RunSpec
 from builder.plan.expand import load_plan

@@ -15,8 +15,9 @@ from builder.core.errors import PlanError, ToolchainError, WheelwrightError
 from builder.core.hashing import sha256_of
 from builder.core.ledger import Ledger, LedgerEntry
 from builder.core.runner import StepFailed
+from builder.core.wheelhouse import Layout
 from builder.farm import images
-from builder.farm.build import BuildOptions, Layout
+from builder.farm.build import BuildOptions
 from builder.farm.container import ContainerBackend, Invocation, group_jobs, inner_script, toolkit_home
 from builder.farm.engine import CliEngine, Mount, RunSpec, find_engine, run_arguments
 from builder.farm.merge import merge_outputs

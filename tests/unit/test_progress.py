@@ -11,8 +11,9 @@ import pytest
 
 from builder.cli.progress import LineReporter, LiveTable, interactive
 from builder.core.context import current
+from builder.core.wheelhouse import Layout
 from builder.farm import build as build_stage
-from builder.farm.build import Builder, BuildOptions, Layout, Progress
+from builder.farm.build import Builder, BuildOptions, Progress
 from builder.plan.facts import load_facts
 from tests.unit.test_build import FakeStages, local_jobs
 
