@@ -15,10 +15,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
-import tomllib
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
+from builder.core.data import load_data, validate
 from builder.core.errors import ConfigError, ToolchainError, WheelwrightError
+from builder.core.files import parse_toml
 from builder.core.resources import IMAGE_BASES
 from builder.core.runner import run
 from builder.core.settings import cache_root, setting_path
@@ -36,16 +39,27 @@ TOOLKIT_CONTEXT = "toolkit"  # the context's folder the Dockerfile copies to CAR
 CARRIED_AT = Path("/opt/wheelwright/toolkit")
 
 
-@dataclass(frozen=True, kw_only=True)
-class Base:
+def _debian_sources(carries: tuple[str, ...]) -> tuple[str, ...]:
+    """A carried toolkit is one the host's provider unpacks into a folder of its own: a Debian source."""
+    debian = [source.name for source in toolchain.load_sources() if source.kind == "debian"]
+    for name in carries:
+        if name not in debian:
+            raise ValueError(f"{name!r} is not a Debian source of builder/data/toolkits.toml (those are: "
+                             f"{', '.join(debian)})")
+    return carries
+
+
+class Base(BaseModel):
     """Where an image starts: a locally bootstrapped Debian, or a registry image pinned by digest."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     description: str
-    kind: str  # debootstrap | registry
+    kind: Literal["debootstrap", "registry"]
     glibc: str
-    toolkit: str  # mounted (the host's, at run time) | image (the base ships it)
-    carries: tuple[str, ...] = ()  # toolkits.toml Debian sources its images copy in rather than mount
+    toolkit: Literal["mounted", "image"]  # mounted: the host's, at run time; image: the base ships it
+    carries: Annotated[tuple[str, ...], AfterValidator(_debian_sources)] = ()  # copied in rather than mounted
     families: tuple[str, ...]
     pythons: tuple[str, ...]
     runner_python: str
@@ -55,7 +69,16 @@ class Base:
     suite: str = ""
     image: str = ""
     repository: str = ""
-    digests: Mapping[str, str] | None = None
+    digests: dict[str, str] | None = None
+
+    @field_validator("carries")
+    @classmethod
+    def _carries_only_where_mounted(cls, carries: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        toolkit = info.data.get("toolkit")  # declared above, so checked already
+        if carries and toolkit != "mounted":
+            raise ValueError(f"the base ships its own toolkit (toolkit = {toolkit!r}); only a base whose toolkit is "
+                             "mounted can carry one instead")
+        return carries
 
     def reference(self, family: str, version: str) -> str:
         """The FROM reference; a registry base without a pinned digest says so instead of floating on a tag."""
@@ -69,39 +92,28 @@ class Base:
         return self.kind == "debootstrap" or f"{family}{version}" in (self.digests or {})
 
 
+class ImagesFile(BaseModel):
+    """builder/data/images.toml: [bases.NAME] tables, each named by its key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bases: dict[str, Base]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, raw: object) -> object:
+        bases = raw.get("bases") if isinstance(raw, Mapping) else None
+        if not isinstance(raw, Mapping) or not isinstance(bases, Mapping):
+            return raw
+        named = {k: {**v, "name": k} if isinstance(v, Mapping) else v for k, v in bases.items()}
+        return {**raw, "bases": named}
+
+
 def load_bases(text: str | None = None) -> dict[str, Base]:
-    raw = tomllib.loads(IMAGE_BASES.read_text() if text is None else text)
-    bases = {}
-    for name, table in raw.get("bases", {}).items():
-        for key in ("families", "pythons", "carries"):
-            if key in table:
-                table[key] = tuple(table[key])
-        try:
-            bases[name] = Base(name=name, **table)
-        except (KeyError, TypeError) as error:
-            raise ConfigError(f"builder/data/images.toml: bases.{name}: {error}") from None
-        if bases[name].kind not in ("debootstrap", "registry"):
-            raise ConfigError(
-                f"builder/data/images.toml: bases.{name}.kind: {bases[name].kind!r} is not debootstrap or registry"
-            )
-        _check_carries(bases[name])
-    return bases
-
-
-def _check_carries(base: Base) -> None:
-    """A carried toolkit is one the host's provider unpacks into a folder of its own: a Debian source."""
-    debian = [source.name for source in toolchain.load_sources() if source.kind == "debian"]
-    for name in base.carries:
-        if name not in debian:
-            raise ConfigError(
-                f"builder/data/images.toml: bases.{base.name}.carries: {name!r} is not a Debian source of "
-                f"builder/data/toolkits.toml (those are: {', '.join(debian)})"
-            )
-    if base.carries and base.toolkit != "mounted":
-        raise ConfigError(
-            f"builder/data/images.toml: bases.{base.name}.carries: the base ships its own toolkit (toolkit = "
-            f"{base.toolkit!r}); only a base whose toolkit is mounted can carry one instead"
-        )
+    """The bases of builder/data/images.toml (or of ``text``, read as that file), checked."""
+    if text is None:
+        return dict(load_data(IMAGE_BASES, ImagesFile, what="the image bases").bases)
+    return dict(validate(parse_toml(text, IMAGE_BASES.source), ImagesFile, IMAGE_BASES.source).bases)
 
 
 def carried_toolkit(base: Base, accelerator: Accelerator) -> ToolkitSource | None:

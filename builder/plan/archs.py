@@ -9,24 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 
+from builder.core.data import load_data, validate
 from builder.core.errors import FactsError
 from builder.core.resources import ARCH_FACTS
 from builder.plan.arch import Arch
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 SOURCE = ARCH_FACTS.source
-_FIELDS = ("package", "versions", "toolkit", "sass", "kept", "reason", "citation")
 
 
 def split(archs: Iterable[Arch]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -41,15 +36,44 @@ def torch_arch_list(archs: Iterable[Arch]) -> str:
     return ";".join(f"{arch.sass}+PTX" if arch.ptx_only else str(arch) for arch in archs)
 
 
-@dataclass(frozen=True, kw_only=True)
-class KnownBad:
+def _specifier(value: object) -> SpecifierSet:
+    try:
+        if isinstance(value, str):
+            return SpecifierSet(value)
+    except InvalidSpecifier:
+        pass
+    raise ValueError(f"{value!r} is not a version specifier")
+
+
+def _sass_name(value: object) -> str:
+    """A SASS-only CUDA arch like ``10.0`` (the facts name machine code, never PTX)."""
+    try:
+        arch = Arch.parse(value) if isinstance(value, str) else None
+    except ValueError:
+        arch = None
+    if arch is None or arch.kind != "cuda" or arch.ptx:
+        raise ValueError(f"{value!r} is not a CUDA arch like '10.0'")
+    return arch.sass
+
+
+def _link(value: str) -> str:
+    if not value.startswith("https://"):
+        raise ValueError("must be a link to the upstream report")
+    return value
+
+
+class KnownBad(BaseModel):
+    """One [[known_bad]] entry: SASS a toolkit range miscompiles for some versions of a package."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
     package: str
-    versions: SpecifierSet
-    toolkit: SpecifierSet
-    sass: str
-    kept: str
+    versions: Annotated[SpecifierSet, BeforeValidator(_specifier)]
+    toolkit: Annotated[SpecifierSet, BeforeValidator(_specifier)]
+    sass: Annotated[str, BeforeValidator(_sass_name)]
+    kept: Annotated[str, BeforeValidator(_sass_name)]
     reason: str
-    citation: str
+    citation: Annotated[str, AfterValidator(_link)]
 
     def applies(self, package: str, version: str, toolkit: str) -> bool:
         return (
@@ -57,6 +81,14 @@ class KnownBad:
             and self.versions.contains(version, prereleases=True)
             and self.toolkit.contains(toolkit, prereleases=True)
         )
+
+
+class ArchFacts(BaseModel):
+    """builder/data/archs.toml."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    known_bad: tuple[KnownBad, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,50 +118,13 @@ class ArchChoice:
         return f"{' '.join(map(str, self.archs))} (the profile's package_archs): {self.reason}"
 
 
-def _specifier(raw: Mapping[str, Any], key: str, where: str) -> SpecifierSet:
-    try:
-        return SpecifierSet(raw[key])
-    except (InvalidSpecifier, TypeError):
-        raise FactsError(f"{where}: {key} = {raw[key]!r} is not a version specifier") from None
-
-
-def _sass_name(raw: Mapping[str, Any], key: str, where: str) -> str:
-    """A SASS-only CUDA arch like ``10.0`` (the facts name machine code, never PTX)."""
-    try:
-        arch = Arch.parse(raw[key]) if isinstance(raw[key], str) else None
-    except ValueError:
-        arch = None
-    if arch is None or arch.kind != "cuda" or arch.ptx:
-        raise FactsError(f"{where}: {key} = {raw[key]!r} is not a CUDA arch like '10.0'")
-    return arch.sass
-
-
 def parse_known_bad(raw: Mapping[str, Any], source: str = SOURCE) -> tuple[KnownBad, ...]:
-    entries = []
-    for index, table in enumerate(raw.get("known_bad", [])):
-        where = f"{source}: known_bad #{index + 1}"
-        if set(table) != set(_FIELDS):
-            raise FactsError(f"{where}: needs exactly the keys {list(_FIELDS)}, got {sorted(table)}")
-        sass, kept = _sass_name(table, "sass", where), _sass_name(table, "kept", where)
-        if not table["citation"].startswith("https://"):
-            raise FactsError(f"{where}: citation must be a link to the upstream report")
-        entries.append(
-            KnownBad(
-                package=table["package"],
-                versions=_specifier(table, "versions", where),
-                toolkit=_specifier(table, "toolkit", where),
-                sass=sass,
-                kept=kept,
-                reason=table["reason"],
-                citation=table["citation"],
-            )
-        )
-    return tuple(entries)
+    return validate(raw, ArchFacts, source, error=FactsError).known_bad
 
 
 @functools.cache
 def known_bad() -> tuple[KnownBad, ...]:
-    return parse_known_bad(tomllib.loads(ARCH_FACTS.read_text()))
+    return load_data(ARCH_FACTS, ArchFacts, what="the arch facts", error=FactsError).known_bad
 
 
 def _drop_sass(arch: Arch, sass: str) -> Arch | None:

@@ -19,26 +19,24 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import BaseModel, BeforeValidator, ConfigDict, InstanceOf, model_validator
 
-from builder.core.errors import ConfigError, ToolchainError
+from builder.core.data import load_data, validate
+from builder.core.errors import ToolchainError
+from builder.core.resources import TOOLKITS
 from builder.core.runner import APT_DOWNLOAD, APT_UPDATE, PIP_TOOLS, run
 from builder.core.settings import cache_root, expand_settings
 from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 log = logging.getLogger(__name__)
 
-SOURCE = "builder/data/toolkits.toml"
+SOURCE = TOOLKITS.source
 KINDS = ("host", "debian", "wheels")
 PLATFORMS = ("cuda", "rocm")
 _FIELDS = {
@@ -134,60 +132,70 @@ class Toolchain:
         }
 
 
-def _source_from(raw: Mapping[str, Any], where: str) -> ToolkitSource:
+def _source_from(raw: object) -> ToolkitSource:
+    """One [[source]] table, checked: its kind and platform decide exactly which keys it has."""
+    if not isinstance(raw, Mapping):
+        raise ValueError("a [[source]] is a table")  # noqa: TRY004 (pydantic reports a ValueError)
     kind = raw.get("kind")
     if kind not in KINDS:
-        raise ConfigError(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     platforms = [p for p in PLATFORMS if p in raw]
     if len(platforms) != 1:
-        raise ConfigError(f"{where}: name the toolkit's release with one of cuda = or rocm =, got {platforms}")
+        raise ValueError(f"name the toolkit's release with one of cuda = or rocm =, got {platforms}")
     platform = platforms[0]
     allowed = _COMMON | _FIELDS[kind] | _PLATFORM_FIELDS[platform] | {platform}
     if set(raw) != allowed:
-        raise ConfigError(
-            f"{where}: a {platform} {kind} source needs exactly the keys {sorted(allowed)}, got {sorted(raw)}"
-        )
+        raise ValueError(f"a {platform} {kind} source needs exactly the keys {sorted(allowed)}, got {sorted(raw)}")
     try:
         serves = SpecifierSet(raw["serves"])
     except InvalidSpecifier:
-        raise ConfigError(f"{where}: serves = {raw['serves']!r} is not a version specifier like '>=11.6,<12'") from None
+        raise ValueError(f"serves = {raw['serves']!r} is not a version specifier like '>=11.6,<12'") from None
     fields: dict[str, Any] = {key: tuple(raw[key]) for key in _LISTS if key in raw}
     fields.update({key: raw[key] for key in _STRINGS if key in raw})
     if "archs" in raw:
-        fields["archs"] = _archs(raw["archs"], where)
-    source = ToolkitSource(
-        name=raw["name"], kind=kind, platform=platform, release=raw[platform], serves=serves, **fields
-    )
+        fields["archs"] = _archs(raw["archs"])
+    source = ToolkitSource(name=raw["name"], kind=kind, platform=platform, release=raw[platform], serves=serves,
+                           **fields)
     if kind == "debian" and f"nvidia-cuda-toolkit={source.version}" not in source.packages:
-        raise ConfigError(f"{where}: packages must pin nvidia-cuda-toolkit={source.version} (its version =)")
+        raise ValueError(f"packages must pin nvidia-cuda-toolkit={source.version} (its version =)")
     return source
 
 
-def _archs(raw: list[str], where: str) -> frozenset[str]:
+def _archs(raw: list[str]) -> frozenset[str]:
     try:
         archs = [Arch.parse(text) for text in raw]
     except ValueError as error:
-        raise ConfigError(f"{where}: archs: {error}") from None
+        raise ValueError(f"archs: {error}") from None
     spelled = [a for a in archs if a.kind != "cuda" or a.ptx]
     if spelled:
-        raise ConfigError(f"{where}: archs lists what nvcc emits as '9.0', '9.0a' or '10.0f', got {spelled[0]}")
+        raise ValueError(f"archs lists what nvcc emits as '9.0', '9.0a' or '10.0f', got {spelled[0]}")
     return frozenset(a.sass for a in archs)
 
 
+class ToolkitsFile(BaseModel):
+    """builder/data/toolkits.toml: one or more [[source]] tables, each name once."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: tuple[Annotated[InstanceOf[ToolkitSource], BeforeValidator(_source_from)], ...]
+
+    @model_validator(mode="after")
+    def _unique_and_some(self) -> ToolkitsFile:
+        names = [s.name for s in self.source]
+        if not names:
+            raise ValueError("expected one or more [[source]] tables")
+        if len(set(names)) != len(names):
+            raise ValueError(f"source names must be unique, got {names}")
+        return self
+
+
 def parse_sources(raw: Mapping[str, Any], source: str = SOURCE) -> tuple[ToolkitSource, ...]:
-    tables = raw.get("source")
-    if not isinstance(tables, list) or not tables:
-        raise ConfigError(f"{source}: expected one or more [[source]] tables")
-    sources = tuple(_source_from(table, f"{source}: source #{index + 1}") for index, table in enumerate(tables))
-    names = [s.name for s in sources]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"{source}: source names must be unique, got {names}")
-    return sources
+    return validate(raw, ToolkitsFile, source).source
 
 
 @functools.cache
 def load_sources() -> tuple[ToolkitSource, ...]:
-    return parse_sources(tomllib.loads(resources.files("builder.data").joinpath("toolkits.toml").read_text()))
+    return load_data(TOOLKITS, ToolkitsFile, what="the toolkit sources").source
 
 
 def serving(accelerator: Accelerator, sources: tuple[ToolkitSource, ...] | None = None) -> list[ToolkitSource]:

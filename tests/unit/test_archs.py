@@ -112,12 +112,16 @@ def test_the_arch_facts_are_checked_on_load() -> None:
         "reason": "r",
         "citation": "https://example.org/1",
     }
-    with pytest.raises(FactsError, match="citation must be a link"):
+    with pytest.raises(FactsError, match=r"archs.toml: \[known_bad.0\] citation: must be a link"):
         parse_known_bad({"known_bad": [{**good, "citation": "issue 105"}]})
-    with pytest.raises(FactsError, match="kept = '10' is not a CUDA arch"):
-        parse_known_bad({"known_bad": [{**good, "kept": "10"}]})
-    with pytest.raises(FactsError, match="toolkit = 'thirteen' is not a version specifier"):
+    with pytest.raises(FactsError, match=r"\[known_bad.1\] kept: '10' is not a CUDA arch"):
+        parse_known_bad({"known_bad": [good, {**good, "kept": "10"}]})
+    with pytest.raises(FactsError, match=r"\[known_bad.0\] toolkit: 'thirteen' is not a version specifier"):
         parse_known_bad({"known_bad": [{**good, "toolkit": "thirteen"}]})
+    with pytest.raises(FactsError, match=r"\[known_bad.0\] missing key 'reason'"):
+        parse_known_bad({"known_bad": [{k: v for k, v in good.items() if k != "reason"}]})
+    with pytest.raises(FactsError, match=r"\[known_bad.0\] unknown key 'sas'"):
+        parse_known_bad({"known_bad": [{**good, "sas": "9.0"}]})
 
 
 PACKAGE_ARCHS = """\

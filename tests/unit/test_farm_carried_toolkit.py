@@ -115,7 +115,7 @@ runner_python = "3.11"
     ],
 )
 def test_carries_names_a_debian_source_on_a_base_that_mounts(lines: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=r"images\.toml: bases\.b\.carries: ") as raised:
+    with pytest.raises(ConfigError, match=r"images\.toml: \[bases\.b\] carries: ") as raised:
         images.load_bases(BASE + lines + "\n")
     assert message in str(raised.value)
 

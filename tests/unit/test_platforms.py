@@ -135,7 +135,7 @@ def test_pypi_aarch64_must_be_an_aarch64_variant() -> None:
         (["12.6", "13.2"], r"pypi_aarch64 13.0 is not one of its aarch64 variants"),
         (["13.0", "12.6"], r"aarch64 must be sorted ascending"),
         (["13"], r"aarch64 '13' is not a CUDA version"),
-        ("13.0", r"aarch64 must be a list"),
+        ("13.0", r"aarch64: must be a list, got '13.0'"),
     ],
 )
 def test_bad_aarch64_facts_are_refused(value: object, message: str) -> None:
