@@ -1,61 +1,56 @@
-"""The catalog: every wheel in dist/ with its digest and core metadata, plus the failed builds from the ledger.
+"""The catalog: every wheel in dist/ with its digest and core metadata, every file there the index refuses with
+why, plus the failed builds from the ledger.
 
-Digests come from the build ledger for wheels it built and from the index's own cache table (``index_wheels`` in
-the same SQLite file) for everything else, each reused only while the file's full identity (inode, size, mtime,
-ctime) is the one recorded with it; anything else is hashed again. Only regular files are catalogued: a symlink,
-FIFO or device named like a wheel is skipped with a warning, never followed or read."""
+What the index learnt of each file lives in the index state (state.py) with the full identity (inode, size, mtime,
+ctime) the file had then: a file that keeps it costs one stat, anything else is judged again (its name, then its
+bytes, read from one open descriptor). Digests come from the build ledger for wheels it built and still holds to
+the same identity, else from hashing. Only regular files are catalogued: a symlink, FIFO or device named like a
+wheel is refused, never followed or read."""
 
 from __future__ import annotations
 
-import functools
+import hashlib
 import logging
 import os
 import re
-import sqlite3
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import BinaryIO
 
-if TYPE_CHECKING:
-    from typing import Self
-
-from builder.core.hashing import FileIdentity, holds_identity, open_regular, sha256_stream
-from builder.core.ledger import Ledger, LedgerEntry, lock_timeout, sqlite_errors
-from index_site.memo import Memo
+from builder.core import resources
+from builder.core.errors import FileSystemError
+from builder.core.hashing import FileIdentity, open_regular, sha256_stream
+from builder.core.ledger import Ledger, LedgerEntry
+from builder.plan.facts import Accelerator
+from index_site.state import IndexState, WheelRow, state_path
 from index_site.wheels import (
+    MAX_METADATA_BYTES,
+    MAX_PROVENANCE_BYTES,
+    METADATA,
+    PROVENANCE,
     CoreMetadata,
     GpuArchs,
     RejectedWheel,
     WheelFile,
     WheelName,
+    accepted_name,
     check_core_metadata,
+    check_provenance,
     check_variant,
     parse_gpu_archs,
     parse_wheel_name,
-    read_core_metadata,
+    read_dist_info,
 )
 
 log = logging.getLogger(__name__)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-# The table of an older release, keyed by (size, mtime) only: dropped, so nothing is trusted on that alone.
-CACHE_SCHEMA = """
-DROP TABLE IF EXISTS index_files;
-CREATE TABLE IF NOT EXISTS index_wheels (
-    filename        TEXT PRIMARY KEY,
-    inode           INTEGER NOT NULL,  -- with size, mtime_ns and ctime_ns: the file's identity when hashed
-    size            INTEGER NOT NULL,
-    mtime_ns        INTEGER NOT NULL,
-    ctime_ns        INTEGER NOT NULL,
-    sha256          TEXT NOT NULL,
-    metadata_sha256 TEXT NOT NULL,
-    metadata_size   INTEGER NOT NULL,
-    requires_python TEXT,
-    summary         TEXT,
-    upload_time     REAL NOT NULL   -- when these bytes were first indexed; stable, so pages do not churn
-);
-"""
+# What the index checks of a wheel's bytes: a new version judges every file of dist/ again (its name alone is
+# judged again whenever the torch facts change).
+CHECKS_VERSION = "1"
+NAME, CONTENT = "name", "content"  # how far a file was judged: by its name alone, or by its bytes too
+# Why a wheel gets no variant twin, known as soon as its .dist-info is read: nothing to make one from.
+NO_PROVENANCE = "no wheelwright.json (built before provenance was recorded, or not by wheelwright)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +63,7 @@ class Rejection:
 class ScanStats:
     hashed: int = 0  # read and hashed in full
     from_ledger: int = 0  # digest taken from the build ledger
-    cached: int = 0  # unchanged since the last index run
+    cached: int = 0  # unchanged since the last index run (one stat)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,154 +75,231 @@ class Catalog:
     fresh_metadata: Mapping[str, bytes] = field(default_factory=dict)  # METADATA read this run, by wheel filename
     identities: Mapping[str, FileIdentity] = field(default_factory=dict)  # of each wheel when its hash held
     archs: Mapping[str, GpuArchs] = field(default_factory=dict)  # by wheel filename, where the ledger recorded them
+    rows: Mapping[str, WheelRow] = field(default_factory=dict)  # the state's row of every file judged, by filename
 
 
 @dataclass(frozen=True, kw_only=True)
-class _Cached:
-    wheel: WheelFile
-    identity: FileIdentity
+class Judged:
+    """Every file of dist/ judged, as the state's rows, before any of them is made into a WheelFile: a re-index
+    that finds nothing moved needs no more."""
+
+    rows: Mapping[str, WheelRow]  # by filename: accepted ("" verdict) or refused with why
+    unjudged: tuple[Rejection, ...]  # files that have no row: not regular files, or unreadable while read
+    failures: tuple[LedgerEntry, ...]
+    archs: Mapping[str, GpuArchs]  # of accepted wheels, where the ledger recorded them
+    stats: ScanStats
+    fresh_metadata: Mapping[str, bytes]  # METADATA read this run, by wheel filename
+
+    @property
+    def accepted(self) -> list[str]:
+        return [filename for filename, row in self.rows.items() if not row.verdict]
+
+    @property
+    def rejected(self) -> tuple[Rejection, ...]:
+        refused = [Rejection(filename=name, reason=row.verdict) for name, row in self.rows.items() if row.verdict]
+        return tuple(sorted([*refused, *self.unjudged], key=lambda rejection: rejection.filename))
 
 
-class HashCache:
-    """Digests and metadata of wheels already indexed, keyed by filename and valid while the identity holds."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        with sqlite_errors(path):
-            self._db = sqlite3.connect(path, timeout=lock_timeout(), isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # no fsync per commit (WAL stays consistent; a power cut may lose the last commits): a lost row only
-            # means a wheel is hashed again, and each +1 re-index commits twice (new digests, new identities)
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(CACHE_SCHEMA)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._db.close()
-
-    def load(self, names: Collection[str]) -> tuple[dict[str, _Cached], set[str]]:
-        """The entries of the rows of ``names``, and the filenames of every row (to drop those gone)."""
-        cached, rows = {}, set()
-        with sqlite_errors(self.path):
-            for (filename,) in self._db.execute("SELECT filename FROM index_wheels"):
-                rows.add(filename)
-        cached = self.entries([filename for filename in rows if filename in names])
-        return cached, rows
-
-    def entries(self, filenames: list[str]) -> dict[str, _Cached]:
-        """The entries of the rows of ``filenames`` that are well formed."""
-        cached = {}
-        with sqlite_errors(self.path):
-            for start in range(0, len(filenames), _BATCH):
-                batch = filenames[start : start + _BATCH]
-                marks = ",".join("?" * len(batch))
-                for row in self._db.execute(f"SELECT * FROM index_wheels WHERE filename IN ({marks})", batch):
-                    entry = _row_to_cached(row)
-                    if entry is not None:
-                        cached[entry.wheel.filename] = entry
-        return cached
-
-    def update(self, changed: Iterable[_Cached], gone: Iterable[str]) -> None:
-        """Write the entries hashed this run and drop the rows of files no longer catalogued, in one transaction."""
-        self._write(
-            ("DELETE FROM index_wheels WHERE filename = ?", [(name,) for name in gone]),
-            (
-                "INSERT OR REPLACE INTO index_wheels VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [_cached_to_row(e) for e in changed],
-            ),
-        )
-
-    def refresh(self, identities: Mapping[str, FileIdentity]) -> None:
-        """Record new identities of unchanged bytes (placing a hard link changes the file's ctime)."""
-        rows: list[tuple[object, ...]] = [(*identity, filename) for filename, identity in identities.items()]
-        statement = "UPDATE index_wheels SET inode = ?, size = ?, mtime_ns = ?, ctime_ns = ? WHERE filename = ?"
-        self._write((statement, rows))
-
-    def _write(self, *statements: tuple[str, list[tuple[object, ...]]]) -> None:
-        if not any(rows for _, rows in statements):
-            return
-        with sqlite_errors(self.path):
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                for statement, rows in statements:
-                    self._db.executemany(statement, rows)
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+def scan(dist: Path, ledger_path: Path, state: IndexState | None = None) -> Catalog:
+    """Catalogue ``dist`` using the ledger at ``ledger_path`` and the index state (by default beside the ledger);
+    the state is brought up to date."""
+    if state is None:
+        with IndexState(state_path(ledger_path)) as opened:
+            return scan(dist, ledger_path, opened)
+    return catalog_of(judge(dist, ledger_path, state))
 
 
-# {dist folder: (the identity of its hash cache's file, {filename: entry})}: what this process catalogued in each
-# folder last, each entry with the identity the file had (its row's, since this process wrote or read that row).
-# Where a file still has that identity its bytes are the ones described, so the next scan of the folder reads no
-# row for it: the 10,000 rows of a re-index are read only by a process's first scan of a folder, or when the cache
-# file is no longer as this process left it (written by another, or deleted and made again: its rows are read).
-_KNOWN: Memo[str, tuple[tuple[int, ...] | None, dict[str, _Cached]]] = Memo(8)  # a test run scans hundreds
-_BATCH = 500  # parameters per query, well under SQLite's limit
-
-
-def scan(dist: Path, ledger_path: Path) -> Catalog:
-    """Catalogue ``dist`` using the ledger and the hash cache at ``ledger_path``; update the cache."""
-    names, rejected = _parse_names(dist)
-    folder = os.path.abspath(dist)
-    remembered = _KNOWN.pop(folder, None)  # out while the cache may change: back once it holds what it says
+def judge(dist: Path, ledger_path: Path, state: IndexState) -> Judged:
+    """Judge every file of ``dist``: by its state row while it keeps the row's identity, else by its name and
+    bytes; the state is brought up to date."""
+    listed, unjudged = _listing(dist)
+    known = _known_rows(state)
     with Ledger(ledger_path) as ledger:
-        built = ledger.wheel_hashes()
         failures = tuple(ledger.failures())
         recorded_archs = ledger.wheel_archs()
-    cache_file = _cache_file(ledger_path)
-    known = remembered[1] if remembered is not None and cache_file is not None and remembered[0] == cache_file else None
-    with HashCache(ledger_path) as cache:
-        if known is None:
-            previous, rows = cache.load(names)
-        else:
-            previous, rows = known, set(known)  # every entry this process knows has its row
-        entries, stats, more_rejected, fresh = _catalogue(
-            dist, names, built, previous, None if known is None else cache
-        )
-        catalogued = {entry.wheel.filename: entry for entry in entries}
-        changed = [e for e in entries if previous.get(e.wheel.filename) is not e]
-        cache.update(changed, rows - catalogued.keys())
-    _KNOWN.keep(folder, (_cache_file(ledger_path), catalogued))  # as this process leaves it
-    wheels = tuple(entry.wheel for entry in entries)
-    log.info("catalogued %d wheels (%s); rejected %d", len(wheels), stats, len(rejected) + len(more_rejected))
-    return Catalog(
-        wheels=wheels,
-        rejected=tuple(rejected + more_rejected),
+        rows, stats, fresh = _judge(dist, listed, known, ledger)
+    changed = [row for name, row in rows.items() if known.get(name) is not row]
+    state.write(wheels=changed, wheels_gone=known.keys() - rows.keys())
+    unjudged += [Rejection(filename=name, reason=reason) for name, reason in fresh.items() if isinstance(reason, str)]
+    accepted = {filename for filename, row in rows.items() if not row.verdict}
+    log.info("judged %d files (%s); refused %d", len(rows), stats, len(rows) - len(accepted) + len(unjudged))
+    return Judged(
+        rows=rows,
+        unjudged=tuple(unjudged),
         failures=failures,
+        archs=_archs(accepted, recorded_archs),
         stats=stats,
-        fresh_metadata=fresh,
-        identities={entry.wheel.filename: entry.identity for entry in entries},
-        archs=_archs(catalogued, recorded_archs),
+        fresh_metadata={name: data for name, data in fresh.items() if isinstance(data, bytes)},
     )
 
 
-def refresh_identities(ledger_path: Path, identities: Mapping[str, FileIdentity], dist: Path | None = None) -> None:
-    """See HashCache.refresh; the entries this process keeps for ``dist`` take the new identities too."""
-    with HashCache(ledger_path) as cache:
-        cache.refresh(identities)
-    folder = os.path.abspath(dist) if dist is not None else None
-    remembered = _KNOWN.get(folder) if folder is not None else None
-    if folder is None or remembered is None:
-        return
-    known = remembered[1]
-    _KNOWN[folder] = (_cache_file(ledger_path), known)  # as this process leaves it
-    for filename, identity in identities.items():
-        entry = known.get(filename)
-        # a hard link moves the ctime alone: the same inode, size and mtime are the same bytes
-        if entry is not None and entry.identity[:3] == identity[:3]:
-            known[filename] = _Cached(wheel=entry.wheel, identity=identity)
+def catalog_of(judged: Judged) -> Catalog:
+    """The catalog of the accepted wheels, each made from its row."""
+    wheels, identities = [], {}
+    labels: dict[str, tuple[str, Accelerator]] = {}
+    for filename, row in judged.rows.items():
+        if row.verdict:
+            continue
+        metadata = CoreMetadata(row.metadata_sha256, row.metadata_size, row.requires_python, row.summary)
+        wheels.append(WheelFile(accepted_name(filename, labels), row.sha256, row.size, metadata, row.upload_time))
+        identities[filename] = FileIdentity(*row.identity)
+    return Catalog(
+        wheels=tuple(wheels),
+        rejected=judged.rejected,
+        failures=judged.failures,
+        stats=judged.stats,
+        fresh_metadata=judged.fresh_metadata,
+        identities=identities,
+        archs=judged.archs,
+        rows=judged.rows,
+    )
 
 
-def _cache_file(path: Path) -> tuple[int, ...] | None:
-    """The cache file's device, inode, size, mtime and ctime (SQLite writes it when a connection closes)."""
+def _known_rows(state: IndexState) -> dict[str, WheelRow]:
+    """The state's rows, each still judged by today's checks: a new CHECKS_VERSION forgets them all; new torch
+    facts judge each name again (a name refused now keeps its row's identity, so it costs one stat next time)."""
+    meta = state.meta()
+    facts = hashlib.sha256(resources.TORCH_FACTS.read_bytes()).hexdigest()
+    if meta.get("checks") != CHECKS_VERSION:
+        state.forget_all({"checks": CHECKS_VERSION, "facts": facts})
+        return {}
+    rows = state.wheels()
+    if meta.get("facts") == facts:
+        return rows
+    judged = {}
+    for filename, row in rows.items():
+        if row.stage == NAME:
+            continue  # its bytes were never read: judged anew
+        reason = _name_problem(filename)
+        judged[filename] = row._replace(stage=NAME, verdict=reason) if reason else row
+    state.write(wheels=judged.values(), wheels_gone=rows.keys() - judged.keys(), meta={"facts": facts})
+    return judged
+
+
+def _name_problem(filename: str) -> str:
     try:
-        status = os.stat(path)
-    except OSError:
-        return None
-    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
+        check_variant(parse_wheel_name(filename))
+    except RejectedWheel as error:
+        return str(error)
+    return ""
+
+
+def _listing(dist: Path) -> tuple[dict[str, FileIdentity], list[Rejection]]:
+    """Every name ending in .whl in ``dist`` with its identity (one lstat each), and those that are not regular
+    files, refused."""
+    listed: dict[str, FileIdentity] = {}
+    rejected: list[Rejection] = []
+    try:
+        entries = list(os.scandir(dist))
+    except FileNotFoundError:
+        return listed, rejected
+    except OSError as error:
+        raise FileSystemError(f"{dist}: cannot be listed ({error.strerror or error})") from None
+    for entry in entries:
+        name = entry.name
+        if not name.endswith(".whl"):
+            continue
+        try:
+            status = entry.stat(follow_symlinks=False)
+        except OSError:  # gone since it was listed
+            continue
+        if (status.st_mode & 0o170000) == 0o100000:
+            listed[name] = FileIdentity(status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+        else:
+            reason = f"{name}: {_not_regular(entry)}, not a wheel file; skipped"
+            log.info("not indexed: %s", reason)
+            rejected.append(Rejection(filename=name, reason=reason))
+    return dict(sorted(listed.items())), rejected
+
+
+def _not_regular(entry: os.DirEntry[str]) -> str:
+    if entry.is_symlink():
+        return "a symbolic link (never followed)"
+    return "a folder" if entry.is_dir(follow_symlinks=False) else "a special file (FIFO, socket or device)"
+
+
+def _judge(
+    dist: Path, listed: Mapping[str, FileIdentity], known: Mapping[str, WheelRow], ledger: Ledger
+) -> tuple[dict[str, WheelRow], ScanStats, dict[str, bytes | str]]:
+    """The row of every listed file: its known row while the file keeps the row's identity, else judged again.
+    Also what this run read: {filename: METADATA bytes} for wheels read, {filename: reason} for files that could
+    not be judged (gone or unreadable while being read: no row, so they are judged again next time)."""
+    rows: dict[str, WheelRow] = {}
+    fresh: dict[str, bytes | str] = {}
+    misses = []
+    for filename, identity in listed.items():
+        row = known.get(filename)
+        if row is not None and row.identity == identity:
+            rows[filename] = row
+        else:
+            misses.append(filename)
+    built = ledger.wheel_hashes() if misses else {}
+    counts = {"hashed": 0, "from_ledger": 0, "cached": sum(1 for row in rows.values() if not row.verdict)}
+    for filename in misses:
+        try:
+            row, source, data = _judge_one(dist / filename, listed[filename], known.get(filename), built.get(filename))
+        except OSError as error:
+            reason = f"{filename}: {error.strerror or error}"
+            log.info("not indexed: %s", reason)
+            fresh[filename] = reason
+            continue
+        rows[filename] = row
+        if source:
+            counts[source] += 1
+        if data is not None:
+            fresh[filename] = data
+    return dict(sorted(rows.items())), ScanStats(**counts), fresh
+
+
+def _judge_one(
+    path: Path, listed: FileIdentity, old: WheelRow | None, built: tuple[str, FileIdentity] | None
+) -> tuple[WheelRow, str, bytes | None]:
+    """The file's row (accepted, or refused with why), how its digest was had ("hashed", "from_ledger", or "" for
+    none) and its METADATA when read. A refusal by name reads nothing; METADATA and the digest are read from one
+    open descriptor, so both describe the same inode."""
+    filename = path.name
+    try:
+        name = parse_wheel_name(filename)
+        check_variant(name)
+    except RejectedWheel as error:
+        log.info("not indexed: %s", error)
+        return _refused(filename, listed, NAME, str(error)), "", None
+    with os.fdopen(open_regular(path), "rb") as file:
+        identity = FileIdentity.of(os.fstat(file.fileno()))
+        try:
+            data, metadata, has_provenance = _read_checked(file, name)
+        except RejectedWheel as error:
+            log.info("not indexed: %s", error)
+            return _refused(filename, identity, CONTENT, str(error)), "", None
+        if built is not None and built[1] == identity and _SHA256.match(built[0]):
+            sha256, source = built[0], "from_ledger"
+        else:
+            file.seek(0)
+            sha256, source = sha256_stream(file), "hashed"
+            if FileIdentity.of(os.fstat(file.fileno())) != identity:
+                raise OSError("changed while it was being read; index again when it is written")
+    same_bytes = old is not None and old.sha256 == sha256 and not old.verdict
+    upload_time = old.upload_time if old is not None and same_bytes else identity.mtime_ns / 1e9
+    row = WheelRow(
+        filename, *identity, CONTENT, "", sha256, metadata.sha256, metadata.size, metadata.requires_python,
+        metadata.summary, upload_time, None if has_provenance else NO_PROVENANCE,
+    )
+    return row, source, data
+
+
+def _read_checked(file: BinaryIO, name: WheelName) -> tuple[bytes, CoreMetadata, bool]:
+    """METADATA, checked against the name, and the provenance record where the wheel has one (bounded reads);
+    whether it has one."""
+    wanted = {METADATA: MAX_METADATA_BYTES, PROVENANCE: MAX_PROVENANCE_BYTES}
+    found = read_dist_info(file, name.filename, wanted, required=(METADATA,))
+    metadata = check_core_metadata(found[METADATA], name)
+    if PROVENANCE in found:
+        check_provenance(found[PROVENANCE], name)
+    return found[METADATA], metadata, PROVENANCE in found
+
+
+def _refused(filename: str, identity: tuple[int, int, int, int], stage: str, reason: str) -> WheelRow:
+    return WheelRow(filename, *identity, stage, reason, "", "", 0, None, None, 0.0, None)
 
 
 def _archs(wheels: Collection[str], recorded: Mapping[str, tuple[str, str]]) -> dict[str, GpuArchs]:
@@ -239,128 +311,3 @@ def _archs(wheels: Collection[str], recorded: Mapping[str, tuple[str, str]]) -> 
         if parsed is not None:
             archs[filename] = parsed
     return archs
-
-
-def _parse_names(dist: Path) -> tuple[dict[str, WheelName], list[Rejection]]:
-    names: dict[str, WheelName] = {}
-    rejected = []
-    wheels = {entry.name: entry for entry in os.scandir(dist) if entry.name.endswith(".whl")} if dist.is_dir() else {}
-    for filename in sorted(wheels):  # names, not entries by a key: 10,000 of them on every run
-        entry = wheels[filename]
-        if entry.is_file(follow_symlinks=False):
-            name, reason = _checked_name(entry.name)
-        else:
-            name, reason = None, f"{entry.name}: {_not_regular(entry)}, not a wheel file; skipped"
-        if name is not None:
-            names[entry.name] = name
-        else:
-            log.info("not indexed: %s", reason)
-            rejected.append(Rejection(filename=entry.name, reason=reason))
-    return names, rejected
-
-
-@functools.lru_cache(maxsize=1 << 17)
-def _checked_name(filename: str) -> tuple[WheelName | None, str]:
-    """The parsed name of a wheel, or None and why it is refused: a pure function of the filename (and of the
-    torch facts, fixed for a process), so a long-lived process re-indexing the same 10,000 names parses each once."""
-    try:
-        name = parse_wheel_name(filename)
-        check_variant(name)
-    except RejectedWheel as error:
-        return None, str(error)
-    return name, ""
-
-
-def _not_regular(entry: os.DirEntry[str]) -> str:
-    if entry.is_symlink():
-        return "a symbolic link (never followed)"
-    return "a folder" if entry.is_dir(follow_symlinks=False) else "a special file (FIFO, socket or device)"
-
-
-def _catalogue(
-    dist: Path,
-    names: Mapping[str, WheelName],
-    built: Mapping[str, tuple[str, FileIdentity]],
-    previous: Mapping[str, _Cached],
-    cache: HashCache | None = None,
-) -> tuple[list[_Cached], ScanStats, list[Rejection], dict[str, bytes]]:
-    """Each file's entry: ``previous``'s while the file has its identity, else its row's (read here from
-    ``cache`` when given: ``previous`` is then this process's own entries, not the rows) or else hashed."""
-    entries: list[_Cached | None] = []
-    misses: list[tuple[int, str]] = []  # (place in entries, filename)
-    folder = os.fspath(dist) + "/"
-    for filename in names:
-        old = previous.get(filename)
-        if old is not None and holds_identity(folder + filename, old.identity):  # one lstat per wheel every run
-            entries.append(old)
-            continue
-        misses.append((len(entries), filename))
-        entries.append(None)
-    rows = cache.entries([filename for _, filename in misses]) if cache is not None and misses else {}
-    rejected, fresh = [], {}
-    counts = {"hashed": 0, "from_ledger": 0, "cached": len(entries) - len(misses)}
-    for place, filename in misses:
-        try:
-            entry, source, data = _index_one(
-                dist / filename, names[filename], built.get(filename), rows.get(filename) or previous.get(filename)
-            )
-        except (RejectedWheel, OSError) as error:
-            reason = str(error) if isinstance(error, RejectedWheel) else f"{filename}: {error.strerror or error}"
-            log.info("not indexed: %s", reason)
-            rejected.append(Rejection(filename=filename, reason=reason))
-            continue
-        counts[source] += 1
-        entries[place] = entry
-        if data is not None:
-            fresh[filename] = data
-    return [entry for entry in entries if entry is not None], ScanStats(**counts), rejected, fresh
-
-
-def _index_one(
-    path: Path, name: WheelName, known: tuple[str, FileIdentity] | None, old: _Cached | None
-) -> tuple[_Cached, str, bytes | None]:
-    """The row's entry ``old`` if the file has its identity (a row this process did not know: another process
-    wrote it), else METADATA and the digest read from one open descriptor, so both describe the same inode."""
-    with os.fdopen(open_regular(path), "rb") as file:
-        identity = FileIdentity.of(os.fstat(file.fileno()))
-        if old is not None and old.identity == identity:
-            return old, "cached", None
-        data = read_core_metadata(file, name)
-        metadata = check_core_metadata(data, name)
-        if known is not None and known[1] == identity and _SHA256.match(known[0]):
-            sha256, source = known[0], "from_ledger"
-        else:
-            file.seek(0)
-            sha256, source = sha256_stream(file), "hashed"
-            if FileIdentity.of(os.fstat(file.fileno())) != identity:
-                raise RejectedWheel(f"{name.filename}: changed while it was being read; index again when it is written")
-    first_seen = old.wheel.upload_time if old is not None and old.wheel.sha256 == sha256 else identity.mtime_ns / 1e9
-    wheel = WheelFile(name=name, sha256=sha256, size=identity.size, metadata=metadata, upload_time=first_seen)
-    return _Cached(wheel=wheel, identity=identity), source, data
-
-
-@functools.lru_cache(maxsize=1 << 17)
-def _row_to_cached(row: tuple[Any, ...]) -> _Cached | None:
-    """The entry a row describes: a pure function of the row (the name is parsed from its filename), so a
-    long-lived process re-indexing the same dist/ builds each entry once."""
-    filename, inode, size, mtime_ns, ctime_ns, sha256, meta_sha, meta_size, requires_python, summary, upload_time = row
-    name = _checked_name(filename)[0]
-    if name is None or not isinstance(sha256, str) or not _SHA256.match(sha256):
-        return None  # a damaged row is simply not trusted: the file is hashed again
-    metadata = CoreMetadata(sha256=meta_sha, size=meta_size, requires_python=requires_python, summary=summary)
-    wheel = WheelFile(name=name, sha256=sha256, size=size, metadata=metadata, upload_time=upload_time)
-    return _Cached(wheel=wheel, identity=FileIdentity(inode, size, mtime_ns, ctime_ns))
-
-
-def _cached_to_row(entry: _Cached) -> tuple[object, ...]:
-    wheel, metadata = entry.wheel, entry.wheel.metadata
-    return (
-        wheel.filename,
-        *entry.identity,
-        wheel.sha256,
-        metadata.sha256,
-        metadata.size,
-        metadata.requires_python,
-        metadata.summary,
-        wheel.upload_time,
-    )

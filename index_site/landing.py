@@ -18,12 +18,12 @@ from builder.core.ledger import LedgerEntry
 from builder.plan.facts import Accelerator, TorchFacts, load_facts, version_key
 from builder.plan.job import parse_label
 from index_site.catalog import Catalog
-from index_site.memo import Memo
 from index_site.wheels import GpuArchs, WheelFile
 
 log = logging.getLogger(__name__)
 
 BUILT, FAILED, NOT_SHIPPED, NOT_PLANNED = "built", "failed", "n/a", "not planned"
+SUMMARY_SHOWN = 200  # characters of a release's Summary the landing and coverage pages show
 _PYTHON = re.compile(r"^3\.\d{1,2}t?$")  # 3.13t: the free-threaded 3.13
 _PROJECT = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
@@ -104,10 +104,7 @@ def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverag
     for wheel in catalog.wheels:
         name = wheel.name
         by_release[(name.project, name.public_version)].append(wheel)
-    cells = {key: _release_cells(key, tuple(wheels)) for key, wheels in by_release.items()}
-    failed: dict[tuple[str, str], list[tuple[_CellKey, LedgerEntry]]] = defaultdict(list)
-    for key, entry in failures.items():
-        failed[key[:2]].append((key, entry))
+    cells = {key: _release_cells(tuple(wheels)) for key, wheels in by_release.items()}
     labels: dict[tuple[str, str], set[str]] = {key: set(built.labels) for key, built in cells.items()}
     held: set[tuple[str, str]] = set()  # (label, python) of every cell with a wheel or a failure
     for built in cells.values():
@@ -121,25 +118,13 @@ def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverag
     for project, version in _sorted_releases(labels):
         release_labels = tuple(label for label in variants if label in labels[(project, version)])
         built = cells.get((project, version), _NO_CELLS)
-        inputs = (
-            pythons,
-            tuple(variants[label] for label in release_labels),
-            built.wheels,
-            tuple(failed.get((project, version), ())),
-        )
-        remembered = _RELEASES.get((project, version))
-        if remembered is not None and remembered[0] == inputs:
-            release = remembered[1]
-        else:
-            rows = []
-            for label in release_labels:
-                variant = variants[label]
-                keys = [(project, version, label, python) for python in pythons]
-                cells_here = [_cell(k[3], built.wheels_of.get((label, k[3])), failures.get(k), variant) for k in keys]
-                rows.append(Row(variant=variant, cells=tuple(cells_here)))
-            release = _release(project, version, pythons, rows, len(built.wheels))
-            _RELEASES.keep((project, version), (inputs, release))
-        releases.append(release)
+        rows = []
+        for label in release_labels:
+            variant = variants[label]
+            keys = [(project, version, label, python) for python in pythons]
+            cells_here = [_cell(k[3], built.wheels_of.get((label, k[3])), failures.get(k), variant) for k in keys]
+            rows.append(Row(variant=variant, cells=tuple(cells_here)))
+        releases.append(_release(project, version, pythons, rows, len(built.wheels)))
     return Coverage(
         variants=variants,
         releases=tuple(releases),
@@ -158,35 +143,24 @@ class _Built(NamedTuple):
     held: frozenset[tuple[str, str]]  # the keys of wheels_of
 
 
-def _release_cells(key: tuple[str, str], wheels: tuple[WheelFile, ...]) -> _Built:
-    """The release's wheels by cell, kept while they are the same wheels (the catalog keeps a wheel's object while
-    its file is unchanged): one added wheel sorts the wheels of its own release into cells, not all 10,000."""
-    remembered = _CELLS.get(key)
-    if remembered is not None and remembered.wheels == wheels:
-        return remembered
+def _release_cells(wheels: tuple[WheelFile, ...]) -> _Built:
+    """The release's wheels by cell."""
     wheels_of: dict[tuple[str, str], list[WheelFile]] = defaultdict(list)
     for wheel in wheels:
         for python in wheel.name.pythons:
             wheels_of[(wheel.name.label, python)].append(wheel)
-    built = _Built(wheels, dict(wheels_of), frozenset(label for label, _ in wheels_of), frozenset(wheels_of))
-    return _CELLS.keep(key, built)
+    return _Built(wheels, dict(wheels_of), frozenset(label for label, _ in wheels_of), frozenset(wheels_of))
 
 
 _NO_CELLS = _Built((), {}, frozenset(), frozenset())  # a release the ledger knows only failures of
-_CELLS: Memo[tuple[str, str], _Built] = Memo(4096)
-
-
-# The release of each (project, version) the last run built, with everything it was made of: a re-index after one
-# added wheel builds the one release that moved, not all of them. Frozen values only; the inputs are compared with
-# ==, element by element, so the same wheel objects (the catalog's, kept between runs) match at the cost of an
-# identity check each, and anything else is compared by value.
-_RELEASES: Memo[tuple[str, str], tuple[tuple[object, ...], Release]] = Memo(4096)
 
 
 def _release(project: str, version: str, pythons: tuple[str, ...], rows: list[Row], wheel_count: int) -> Release:
     failed = tuple(c.failure for row in rows for c in row.cells if c.failure is not None and c.state == FAILED)
     wheels = (w for row in rows for c in row.cells for w in c.wheels)
     summary = next((w.metadata.summary for w in wheels if w.metadata.summary), "") or ""
+    if len(summary) > SUMMARY_SHOWN:  # METADATA may hold a megabyte of it, and each release's block shows it
+        summary = summary[: SUMMARY_SHOWN - 1].rstrip() + "…"
     return Release(
         project=project,
         version=version,

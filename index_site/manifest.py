@@ -5,13 +5,11 @@ wheel rewrites its release's file and the short list, not a file of every wheel 
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterable, Mapping
 from urllib.parse import quote
 
 from index_site import layout
-from index_site.memo import Memo
 from index_site.wheels import GpuArchs, WheelFile, WheelName
 
 SCHEMA_VERSION = 2  # 1 listed every wheel in wheels.json itself
@@ -57,29 +55,15 @@ def release_manifest(
 
 
 def _entries(wheels: list[WheelFile], archs: Mapping[str, GpuArchs], base_url: str) -> list[str]:
-    """Each wheel's entry, from the last run's text where it was this very wheel object (frozen; the catalog keeps
-    it while its file is unchanged) with the same archs and base URL: a dict lookup per wheel, where _entry's
-    cache hashes every field of the name."""
-    texts = []
-    for wheel in wheels:
-        filename = wheel.filename
-        wheel_archs = archs.get(filename)
-        remembered = _ENTRIES.get(filename)
-        if remembered is None or remembered[0] is not wheel or remembered[1:3] != (wheel_archs, base_url):
-            text = _entry(wheel.name, wheel.sha256, wheel.size, wheel.metadata.requires_python, wheel_archs, base_url)
-            remembered = _ENTRIES.keep(filename, (wheel, wheel_archs, base_url, text))
-        texts.append(remembered[3])
-    return texts
+    return [
+        _entry(w.name, w.sha256, w.size, w.metadata.requires_python, archs.get(w.filename), base_url) for w in wheels
+    ]
 
 
-_ENTRIES: Memo[str, tuple[WheelFile, GpuArchs | None, str, str]] = Memo(1 << 17)  # a release file lists hundreds
-
-
-@functools.lru_cache(maxsize=65536)
 def _entry(
     name: WheelName, sha256: str, size: int, requires_python: str | None, archs: GpuArchs | None, base_url: str
 ) -> str:
-    """One wheel's entry as JSON text (a pure function of these fields, so built once per wheel per process)."""
+    """One wheel's entry as JSON text."""
     filename = name.filename
     pythons = name.pythons
     entry = {

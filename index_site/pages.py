@@ -26,12 +26,14 @@ from index_site.landing import (
     build_coverage,
 )
 from index_site.manifest import manifest
-from index_site.memo import Memo
 from index_site.setups import Setup, build_setups, default_setup
 from index_site.wheels import GpuArchs, WheelFile
 
 Render = Callable[..., bytes]
 SYMBOLS = {BUILT: "✓", FAILED: "✗", NOT_SHIPPED: "n/a"}  # anything else: "–" (not in the plan)
+# Older versions a project's coverage page details, newest first: a farm's long history would make one page of
+# hundreds of matrices (wheels.json lists every release, each find-links page every wheel).
+OLDER_SHOWN = 24
 
 
 @dataclass(frozen=True)
@@ -65,12 +67,15 @@ def render_pages(
 
     base_url = base_url.rstrip("/")
     render = functools.partial(render, base_url=base_url)
-    pages = {path: _setup_page(render, s, coverage, base_url) for path, s in setups.items() if wanted(path)}
-    older = {project: coverage.older(project) for project in coverage.projects}
+    pages = {path: _setup_page(render, s, coverage) for path, s in setups.items() if wanted(path)}
+    older = {project: coverage.older(project)[:OLDER_SHOWN] for project in coverage.projects}
     for project, releases in older.items():
         path = layout.coverage_path(project)
         if releases and wanted(path):
-            pages[path] = _page(render, "coverage.html", path, coverage, project=project, releases=releases)
+            hidden = len(coverage.older(project)) - len(releases)
+            pages[path] = _page(
+                render, "coverage.html", path, coverage, project=project, releases=releases, hidden=hidden
+            )
     if wanted(layout.LANDING):
         setup = default_setup(coverage, setups)
         pages[layout.LANDING] = _page(
@@ -93,19 +98,7 @@ def setup_fingerprints(model: People) -> dict[str, str]:
     """{setup page path: text that changes whenever what the page shows does}, the same in every process: a
     re-index after one new wheel renders the few setup pages whose text moved, not all of them."""
     archs = model.coverage.archs
-    fingerprints = {}
-    for path, setup in model.setups.items():
-        shown = tuple(archs.get(w.filename) for o in setup.offers for r in o.records for w in r.wheels)
-        remembered = _FINGERPRINTS.get(path)
-        if remembered is None or remembered[0] is not setup or remembered[1] != shown:
-            remembered = _FINGERPRINTS.keep(path, (setup, shown, repr(_fingerprint(setup, archs))))
-        fingerprints[path] = remembered[2]
-    return fingerprints
-
-
-# {setup page path: (the setup, the archs of the wheels it shows, its fingerprint)}: setups.py keeps a setup's
-# object from run to run while it is made of equal parts, so an unchanged setup's fingerprint is known
-_FINGERPRINTS: Memo[str, tuple[Setup, tuple[GpuArchs | None, ...], str]] = Memo(4096)
+    return {path: repr(_fingerprint(setup, archs)) for path, setup in model.setups.items()}
 
 
 def other_pages(model: People) -> tuple[str, ...]:
@@ -116,8 +109,13 @@ def other_pages(model: People) -> tuple[str, ...]:
 
 
 def _page(render: Render, template: str, page: str, coverage: Coverage, **context: object) -> bytes:
+    links: dict[str, str] = {}  # every matrix of a page links the same few hundred setup pages
+
     def link(target: str) -> str:
-        return _href(page, target)
+        found = links.get(target)
+        if found is None:
+            found = links[target] = layout.href(page, target)
+        return found
 
     def matrix(release: Release) -> markupsafe.Markup:
         return _matrix(page, release, link, coverage.archs)
@@ -140,14 +138,8 @@ def _page(render: Render, template: str, page: str, coverage: Coverage, **contex
     )
 
 
-def _setup_page(render: Render, setup: Setup, coverage: Coverage, base_url: str) -> bytes:
-    """A setup page, rendered only when what it shows differs from the last time this process rendered it (across
-    runs, the index compares setup_fingerprints instead)."""
-    key = (base_url, _fingerprint(setup, coverage.archs))
-    page = _SETUP_PAGES.get(key)
-    if page is None:
-        page = _SETUP_PAGES.keep(key, _page(render, "setup.html", setup.path, coverage, setup=setup))
-    return page
+def _setup_page(render: Render, setup: Setup, coverage: Coverage) -> bytes:
+    return _page(render, "setup.html", setup.path, coverage, setup=setup)
 
 
 def _fingerprint(setup: Setup, archs: Mapping[str, GpuArchs]) -> tuple[object, ...]:
@@ -191,9 +183,6 @@ def _failure_key(failure: LedgerEntry | None) -> tuple[object, ...]:
     return () if failure is None else (failure.job_id, failure.status, failure.phase, failure.reason)
 
 
-_SETUP_PAGES: Memo[tuple[object, ...], bytes] = Memo(4096)
-
-_href = functools.lru_cache(maxsize=65536)(layout.href)  # every matrix links the same few hundred setup pages
 
 
 # The matrices are most of the landing page's bytes and most of its rendering time, so they are built here,
@@ -203,23 +192,7 @@ _href = functools.lru_cache(maxsize=65536)(layout.href)  # every matrix links th
 def _matrix(
     page: str, release: Release, link: Callable[[str], str], archs: Mapping[str, GpuArchs]
 ) -> markupsafe.Markup:
-    """matrix_html, from the last run's table where ``page`` showed this very release object (landing.py keeps the
-    releases that did not move) and its wheels' archs are still the same: one added wheel changes one table of the
-    landing page and one of a project's older versions page, not all of them."""
-    key = (page, release.project, release.version)
-    remembered = _MATRICES.get(key)
-    if remembered is not None:
-        shown, filenames, shown_archs, html = remembered
-        if shown is release and tuple(map(archs.get, filenames)) == shown_archs:
-            return html
-    html = matrix_html(release, link, archs)
-    filenames = tuple(w.filename for row in release.rows for cell in row.cells for w in cell.wheels)
-    _MATRICES.keep(key, (release, filenames, tuple(map(archs.get, filenames)), html))
-    return html
-
-
-_Table = tuple[Release, tuple[str, ...], tuple[GpuArchs | None, ...], markupsafe.Markup]  # with its wheels' archs
-_MATRICES: Memo[tuple[str, str, str], _Table] = Memo(4096)  # by (page, project, version)
+    return matrix_html(release, link, archs)
 
 
 def matrix_html(release: Release, link: Callable[[str], str], archs: Mapping[str, GpuArchs]) -> markupsafe.Markup:
@@ -282,7 +255,7 @@ def _by_torch(rows: Iterable[Row]) -> list[list[Row]]:
     return groups
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=4096)  # a pure function of a few hundred (setup page, archs) pairs
 def _built_cell(href: str, title: str) -> str:
     titled = f' title="{markupsafe.escape(title)}"' if title else ""
     return f'<td><a class=b href="{markupsafe.escape(href)}"{titled}>{SYMBOLS[BUILT]}</a>'

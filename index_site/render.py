@@ -9,7 +9,6 @@ re-render 10,000."""
 
 from __future__ import annotations
 
-import bisect
 import functools
 import hashlib
 import json
@@ -26,12 +25,10 @@ import markupsafe
 from packaging.version import Version
 
 from builder.core import resources
-from builder.doctor.standalone import standalone_source
-from index_site import layout
+from index_site import layout, variants
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text
 from index_site.manifest import release_manifest
-from index_site.memo import Memo
 from index_site.pages import other_pages, people, render_pages, setup_fingerprints
 from index_site.wheels import GpuArchs, WheelFile
 
@@ -135,9 +132,37 @@ def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
     archs = sorted(f"{name}\0{archs!r}" for name, archs in catalog.archs.items())
     digest = _wheels_digest("pages", (base_url, *failures, *archs), catalog.wheels, fingerprints)
     groups.append(_people_group(catalog, digest, base_url))
-    doctor = standalone_source(base_url).encode()  # cheap to make; its digest is its own bytes
-    digest = _digest([hashlib.sha256(doctor).hexdigest()])
-    groups.append(PageGroup(key="doctor", digest=digest, render=lambda: {layout.DOCTOR: doctor}))
+    groups.append(_doctor_group(base_url))
+    return groups
+
+
+def _doctor_group(base_url: str) -> PageGroup:
+    """doctor.py, made from the doctor's modules and the base URL: its digest is theirs, so a run that need not
+    write it does not make it (a tenth of a second)."""
+    from builder.doctor import standalone
+
+    root = Path(standalone.__file__).parents[2]
+    sources = [root / f"{name.replace('.', '/')}.py" for name in standalone.MODULES] + [Path(standalone.__file__)]
+    digest = _digest(["doctor", base_url, *(hashlib.sha256(path.read_bytes()).hexdigest() for path in sources)])
+    return PageGroup(
+        key="doctor", digest=digest, render=lambda: {layout.DOCTOR: standalone.standalone_source(base_url).encode()}
+    )
+
+
+def channel_groups(twins: Sequence[variants.VariantWheel]) -> list[PageGroup]:
+    """The variant channel's pages (variants.py): for every torch's channel and each torch minor's, its project
+    list, and one group per project (its two pages and its variants.json documents)."""
+    groups = []
+    for torch_tag, members in variants.by_channel(twins).items():
+        root = variants.channel_root(torch_tag)
+        projects = variants.by_project(members)
+        render = functools.partial(variants.channel_root_pages, torch_tag, list(projects))
+        groups.append(PageGroup(key=f"{root}:projects", digest=_digest([root, *projects]), render=render))
+        for project, twins_of_project in projects.items():
+            key = f"{root}:{project}"
+            digest = _digest([key, *(variants.fingerprint(twin) for twin in twins_of_project)])
+            render = functools.partial(variants.project_pages, root, project, twins_of_project)
+            groups.append(PageGroup(key=key, digest=digest, render=render))
     return groups
 
 
@@ -184,20 +209,7 @@ def _people_group(catalog: Catalog, digest: str, base_url: str) -> PageGroup:
 
 
 def _fingerprints(wheels: Iterable[WheelFile]) -> dict[str, str]:
-    """{filename: _fingerprint(wheel)}, kept for the next run of the process while it is the same wheel object
-    (frozen; the catalog keeps a wheel's object from run to run while its file does not change)."""
-    fingerprints = {}
-    for wheel in wheels:
-        filename = wheel.filename
-        remembered = _FINGERPRINTS.get(filename)
-        if remembered is None or remembered[0] is not wheel:
-            remembered = _FINGERPRINTS[filename] = (wheel, _fingerprint(wheel))
-        fingerprints[filename] = remembered[1]
-    _FINGERPRINTS.forget_except(fingerprints, slack=1024)  # wheels gone from dist/
-    return fingerprints
-
-
-_FINGERPRINTS: Memo[str, tuple[WheelFile, str]] = Memo(1 << 20)
+    return {wheel.filename: _fingerprint(wheel) for wheel in wheels}
 
 
 def _fingerprint(wheel: WheelFile) -> str:
@@ -212,18 +224,8 @@ def _fingerprint(wheel: WheelFile) -> str:
 def _wheels_digest(
     key: str, head: tuple[str, ...], wheels: Sequence[WheelFile], fingerprints: Mapping[str, str]
 ) -> str:
-    """``_digest`` of ``head`` and the wheels' fingerprints, kept while ``head`` is equal and the wheels are the
-    very objects of the last run (frozen, kept by the catalog while their files are unchanged; their fingerprints
-    are then the same): digesting 10,000 fingerprints three times a run is a tenth of a re-index."""
-    wheels = tuple(wheels)
-    remembered = _DIGESTS.get(key)
-    if remembered is not None and remembered[0] == head and remembered[1] == wheels:
-        return remembered[2]
-    digest = _digest([*head, *(fingerprints[w.filename] for w in wheels)])
-    return _DIGESTS.keep(key, (head, wheels, digest))[2]
-
-
-_DIGESTS: Memo[str, tuple[tuple[str, ...], tuple[WheelFile, ...], str]] = Memo(4096)  # by group key
+    """``_digest`` of ``head`` and the wheels' fingerprints."""
+    return _digest([*head, *(fingerprints[w.filename] for w in wheels)])
 
 
 def _digest(parts: Iterable[str]) -> str:
@@ -238,7 +240,8 @@ def _code_digest() -> str:
     digest = hashlib.sha256(API_VERSION.encode())
     package = Path(__file__).parent
     sources = [path for path in sorted((package / "templates").rglob("*")) if path.is_file()]
-    modules = [package / f"{name}.py" for name in ("render", "landing", "pages", "setups", "manifest", "layout")]
+    names = ("render", "landing", "pages", "setups", "manifest", "layout", "variants")
+    modules = [package / f"{name}.py" for name in names]
     for path in [*sources, *modules]:
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
@@ -276,12 +279,9 @@ def _roots(label: str | None, projects: list[str]) -> dict[str, bytes]:
 def _project_pages(label: str | None, project: str, files: list[WheelFile]) -> dict[str, bytes]:
     simple_page = f"{layout.simple_root(label)}/{project}/index.html"
     json_page = f"{layout.json_root(label)}/{project}/index.json"
-    ordered = _ordered(files, since=simple_page)  # once for both pages: a project's page lists thousands of wheels
-    links = _links(simple_page, ordered)
+    ordered = _ordered(files)  # once for both pages: a project's page lists thousands of wheels
     return {
-        simple_page: _render(
-            "simple_project.html", page=simple_page, title=f"Links for {project}", links=links, api_version=API_VERSION
-        ),
+        simple_page: _simple_page(f"Links for {project}", _links(simple_page, ordered)),
         json_page: _json_project(json_page, project, ordered),
     }
 
@@ -290,8 +290,19 @@ def _findlinks_page(label: str, wheels: list[WheelFile]) -> bytes:
     page = layout.findlinks_path(label)
     first = wheels[0].name
     title = f"Wheels for torch {first.torch} + {accelerator_text(first.accelerator)} ({label})"
-    links = _links(page, _ordered(wheels, since=page))
-    return _render("simple_project.html", page=page, title=title, links=links, api_version=API_VERSION)
+    return _simple_page(title, _links(page, _ordered(wheels)))
+
+
+def _simple_page(title: str, links: str) -> bytes:
+    """templates/simple_project.html's bytes, written out here: a project's page lists thousands of wheels, and
+    compiling a template costs a new process more than formatting this (tests/unit/test_index_render.py holds
+    the two to the same bytes)."""
+    escaped = markupsafe.escape(title)
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n  <head>\n    <meta charset="utf-8">\n'
+        f'    <meta name="pypi:repository-version" content="{API_VERSION}">\n    <title>{escaped}</title>\n'
+        f"  </head>\n  <body>\n    <h1>{escaped}</h1>\n{links}  </body>\n</html>\n"
+    ).encode()
 
 
 def _simple_root_page(page: str, projects: list[str], label: str | None) -> bytes:
@@ -300,137 +311,67 @@ def _simple_root_page(page: str, projects: list[str], label: str | None) -> byte
     return _render("simple_root.html", page=page, title=title, projects=links, api_version=API_VERSION)
 
 
-def _links(page: str, ordered: Iterable[WheelFile]) -> markupsafe.Markup:
+def _links(page: str, ordered: Iterable[WheelFile]) -> str:
     """One line per wheel (in page order), an anchor with the hash in the URL fragment, Requires-Python and the
-    PEP 658/714 metadata digest; already escaped."""
-    return markupsafe.Markup("".join(_lines(page, ordered, _anchor_line)))
-
-
-def _anchor_line(page: str, wheel: WheelFile) -> str:
-    return f"    {_anchor(layout.wheel_href(page, wheel.name.label, wheel.filename), wheel)}\n"
-
-
-def _lines(page: str, ordered: Iterable[WheelFile], line: Callable[[str, WheelFile], str]) -> list[str]:
-    """``line(page, wheel)`` for each wheel, from the last run's text where ``page`` listed this very wheel object
-    (frozen; the catalog keeps it while its file is unchanged): one added wheel to a project's 5,000-wheel page
-    builds one line, not 5,000 (a dict lookup and an identity check each, where the lru_caches hash every field)."""
-    memo = _LINES.get(page)
-    if memo is None:
-        memo = _LINES.keep(page, {})
+    PEP 658/714 metadata digest; already escaped. A filename the index accepted, and so its href, holds nothing
+    HTML escapes; Requires-Python may, and is escaped once per distinct value."""
+    escape = markupsafe.escape
+    pythons: dict[str | None, str] = {None: ""}
     lines = []
     for wheel in ordered:
-        remembered = memo.get(wheel.filename)
-        if remembered is None or remembered[0] is not wheel:
-            remembered = memo[wheel.filename] = (wheel, line(page, wheel))
-        lines.append(remembered[1])
-    if len(memo) > 2 * len(lines) + 1024:  # wheels gone from the page are let go
-        for filename in memo.keys() - {w.filename for w in ordered}:
-            del memo[filename]
-    return lines
-
-
-# {page: {filename: (the wheel, its text on that page)}}, for the pages rendered last (a site has a few hundred)
-_LINES: Memo[str, dict[str, tuple[WheelFile, str]]] = Memo(4096)
-
-
-def _anchor(href: str, wheel: WheelFile) -> str:
-    python, metadata = wheel.metadata.requires_python, wheel.metadata.sha256
-    return _anchor_html(href, wheel.sha256, wheel.filename, python, metadata)
-
-
-@functools.lru_cache(maxsize=65536)  # a wheel's anchor on each of the few pages that list it, kept for the next run
-def _anchor_html(href: str, sha256: str, filename: str, requires_python: str | None, metadata_sha256: str) -> str:
-    head = f'<a href="{markupsafe.escape(href)}#sha256={markupsafe.escape(sha256)}"'
-    return head + _anchor_tail(filename, requires_python, metadata_sha256)
-
-
-@functools.lru_cache(maxsize=65536)
-def _anchor_tail(filename: str, requires_python: str | None, metadata_sha256: str) -> str:
-    """The escaped part of a wheel's anchor that is the same on every page listing it (built once per run)."""
-    escape = markupsafe.escape
-    python = f' data-requires-python="{escape(requires_python)}"' if requires_python is not None else ""
-    metadata = escape(f"sha256={metadata_sha256}")
-    # PEP 714's name only: pip 22.3-23.1 read the legacy data-dist-info-metadata and compare its Name unnormalised
-    # (an old setup.py's `causal_conv1d` is then "inconsistent" with `causal-conv1d`); they download the wheel instead
-    return f'{python} data-core-metadata="{metadata}">{escape(filename)}</a><br>'
+        python = wheel.metadata.requires_python
+        attribute = pythons.get(python)
+        if attribute is None:
+            attribute = pythons[python] = f' data-requires-python="{escape(python)}"'
+        filename = wheel.filename
+        href = layout.wheel_href(page, wheel.name.label, filename)
+        # PEP 714's name only: pip 22.3-23.1 read the legacy data-dist-info-metadata and compare its Name
+        # unnormalised (an old setup.py's `causal_conv1d` is then "inconsistent" with `causal-conv1d`); they
+        # download the wheel instead
+        lines.append(
+            f'    <a href="{escape(href)}#sha256={wheel.sha256}"{attribute} '
+            f'data-core-metadata="sha256={wheel.metadata.sha256}">{escape(filename)}</a><br>\n'
+        )
+    return "".join(lines)
 
 
 def _json_project(page: str, project: str, ordered: list[WheelFile]) -> bytes:
     """The PEP 691 project page of ``ordered`` (in page order), the bytes _json_bytes gives the whole document:
-    each file's entry is JSON text built once per wheel and page, and "files" is the first key in sorted order."""
-    files = ",".join(_lines(page, ordered, _json_line))
+    each file's entry is JSON text, and "files" is the first key in sorted order."""
+    files = ",".join(_json_entries(page, ordered))
     versions = list(dict.fromkeys(w.name.version for w in ordered))  # in page order: by version already
     rest = _json_bytes({"meta": {"api-version": API_VERSION}, "name": project, "versions": versions})
     return b'{"files":[' + files.encode() + b"]," + rest[1:]
 
 
-def _json_line(page: str, w: WheelFile) -> str:
-    return _json_file(
-        layout.wheel_href(page, w.name.label, w.filename),
-        w.filename,
-        w.sha256,
-        w.metadata.sha256,
-        w.size,
-        w.upload_time,
-        w.metadata.requires_python,
-    )
+def _json_entries(page: str, ordered: list[WheelFile]) -> list[str]:
+    """Each wheel's entry as json.dumps(sort_keys=True) writes it, formatted directly: its filename, URL and
+    digests need no escaping in JSON; Requires-Python is encoded once per distinct value, each upload time once."""
+    pythons: dict[str | None, str] = {None: ""}
+    times: dict[float, str] = {}
+    entries = []
+    for wheel in ordered:
+        python = wheel.metadata.requires_python
+        requires = pythons.get(python)
+        if requires is None:
+            requires = pythons[python] = f'"requires-python":{json.dumps(python)},'
+        uploaded = times.get(wheel.upload_time)
+        if uploaded is None:
+            uploaded = times[wheel.upload_time] = _iso_time(wheel.upload_time)
+        url = json.dumps(layout.wheel_href(page, wheel.name.label, wheel.filename))
+        entries.append(
+            f'{{"core-metadata":{{"sha256":"{wheel.metadata.sha256}"}},"filename":"{wheel.filename}",'
+            f'"hashes":{{"sha256":"{wheel.sha256}"}},{requires}"size":{wheel.size},"upload-time":"{uploaded}",'
+            f'"url":{url},"yanked":false}}'
+        )
+    return entries
 
 
-@functools.lru_cache(maxsize=65536)  # each wheel is on a few pages, and stays on them from run to run
-def _json_file(
-    url: str, filename: str, sha256: str, metadata_sha256: str, size: int, upload_time: float, python: str | None
-) -> str:
-    entry: dict[str, object] = {
-        "filename": filename,
-        "url": url,
-        "hashes": {"sha256": sha256},
-        "core-metadata": {"sha256": metadata_sha256},  # PEP 714's name only, as on the HTML pages
-        "size": size,
-        "upload-time": _iso_time(upload_time),
-        "yanked": False,
-    }
-    if python is not None:
-        entry["requires-python"] = python
-    return json.dumps(entry, sort_keys=True, separators=(",", ":"))
-
-
-def _ordered(wheels: Iterable[WheelFile], *, since: str | None = None) -> list[WheelFile]:
+def _ordered(wheels: Iterable[WheelFile]) -> list[WheelFile]:
     """By project, version and filename. Each distinct version is ranked once (equal versions such as 1.0 and
     1.0.0 share a rank, as they compare equal), so the sort compares strings and integers, not Version objects:
-    a project's page sorts thousands of wheels. With ``since`` (a page), the order that page had in the last run
-    is kept: the same wheels give it as it was, and a few added wheels are put in place by bisection."""
-    wheels = list(wheels)
-    if since is not None and (remembered := _ORDERS.get(since)) is not None:
-        before, order = remembered
-        ordered = order if before == wheels else _inserted(order, wheels)
-        if ordered is not None:
-            return _remember_order(since, wheels, ordered)
-    ordered = _sorted(wheels)
-    return _remember_order(since, wheels, ordered) if since is not None else ordered
-
-
-def _inserted(order: list[WheelFile], wheels: list[WheelFile]) -> list[WheelFile] | None:
-    """The wheels of ``order`` still among ``wheels``, in that order, with the others of ``wheels`` put in place;
-    None when there are too many of those. A page's order is one of filenames, so each wheel is matched by its
-    filename: a wheel whose row was read again (its identity moved) is another object of the same place."""
-    given = {wheel.filename: wheel for wheel in wheels}
-    ordered = [given.pop(wheel.filename) for wheel in order if wheel.filename in given]
-    if len(given) > 64:
-        return None
-    for wheel in given.values():
-        bisect.insort(ordered, wheel, key=_order_key)
-    return ordered
-
-
-def _order_key(wheel: WheelFile) -> tuple[str, Version, str]:
-    return (wheel.name.project, _version(wheel.name.version), wheel.filename)
-
-
-def _remember_order(page: str, wheels: list[WheelFile], ordered: list[WheelFile]) -> list[WheelFile]:
-    return _ORDERS.keep(page, (wheels, ordered))[1]
-
-
-_ORDERS: Memo[str, tuple[list[WheelFile], list[WheelFile]]] = Memo(4096)  # by page: (the wheels given, in order)
+    a project's page sorts thousands of wheels."""
+    return _sorted(list(wheels))
 
 
 def _sorted(wheels: list[WheelFile]) -> list[WheelFile]:
@@ -449,7 +390,6 @@ def _version(text: str) -> Version:
     return Version(text)
 
 
-@functools.lru_cache(maxsize=65536)
 def _iso_time(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 

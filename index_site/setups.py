@@ -14,7 +14,6 @@ from builder.core.ledger import LedgerEntry
 from builder.plan.facts import version_key
 from index_site import layout
 from index_site.landing import BUILT, FAILED, NOT_SHIPPED, Cell, Coverage, Release, Variant, python_key
-from index_site.memo import Memo
 from index_site.wheels import WheelFile
 
 SHOWN = 4  # versions of a project a setup page details; a farm's long history would make every page heavy
@@ -99,15 +98,7 @@ def build_setups(coverage: Coverage, *, base_url: str) -> dict[str, Setup]:
 def _setup(
     variant: Variant, python: str, path: str, offers: tuple[Offer, ...], choices: dict[str, tuple[Choice, ...]]
 ) -> Setup:
-    """The setup, the same object as the last run's while it is made of equal parts (its fingerprint is then
-    known, see pages.setup_fingerprints)."""
-    inputs = (variant, python, offers, choices)
-    remembered = _SETUPS.get(path)
-    if remembered is not None and remembered[0] == inputs:
-        return remembered[1]
-    setup = Setup(variant=variant, python=python, path=path, offers=offers, **choices)
-    _SETUPS.keep(path, (inputs, setup))
-    return setup
+    return Setup(variant=variant, python=python, path=path, offers=offers, **choices)
 
 
 class _Summary(NamedTuple):
@@ -119,12 +110,6 @@ class _Summary(NamedTuple):
 
 
 def _summary(release: Release) -> _Summary:
-    """The release's summary, kept while it is the very release object of the last run (landing.py keeps those
-    whose inputs did not move): one added wheel summarises one release again, not every cell of the site."""
-    key = (release.project, release.version)
-    remembered = _SUMMARIES.get(key)
-    if remembered is not None and remembered.release is release:
-        return remembered
     records = tuple(
         ((release.project, row.variant.label, cell.python), _record(release.version, cell))
         for row in release.rows
@@ -132,7 +117,7 @@ def _summary(release: Release) -> _Summary:
         if cell.state in (BUILT, FAILED)
     )
     labels = Counter(w.name.label for row in release.rows for cell in row.cells for w in cell.wheels)
-    return _SUMMARIES.keep(key, _Summary(release, records, labels))
+    return _Summary(release, records, labels)
 
 
 def _record(version: str, cell: Cell) -> Record:
@@ -140,19 +125,10 @@ def _record(version: str, cell: Cell) -> Record:
 
 
 def _navigator(coverage: Coverage, summaries: list[_Summary]) -> _Navigator:
-    """The last run's navigator (and the choices it worked out) while the variants and each torch's main variant
-    are equal: the choices of 300 setups are worked out again only when a variant comes or goes or leads."""
     built: Counter[str] = Counter()
     for summary in summaries:
         built.update(summary.labels)
-    navigator = _Navigator(coverage, built)
-    remembered = _NAVIGATORS.get(navigator.state)
-    return remembered if remembered is not None else _NAVIGATORS.keep(navigator.state, navigator)
-
-
-_SETUPS: Memo[str, tuple[tuple[object, ...], Setup]] = Memo(4096)  # by site path, with what each was made of
-_SUMMARIES: Memo[tuple[str, str], _Summary] = Memo(4096)  # by (project, version)
-_NAVIGATORS: Memo[tuple[object, ...], _Navigator] = Memo(1)  # the last one, by its state
+    return _Navigator(coverage, built)
 
 
 def default_setup(coverage: Coverage, setups: Mapping[str, Setup]) -> Setup | None:

@@ -17,27 +17,36 @@ import logging
 import os
 import shutil
 import stat
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from builder.core.errors import ConfigError, FileSystemError
 from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, holds_identity, regular_identity
 from index_site import layout, variants
-from index_site.catalog import Catalog, Rejection, ScanStats, refresh_identities, scan
-from index_site.memo import Memo
-from index_site.render import PageGroup, page_groups
-from index_site.wheels import WheelFile, read_core_metadata
+from index_site.catalog import Catalog, Judged, Rejection, ScanStats, catalog_of, judge
+from index_site.state import IndexState, state_path
+from index_site.twins import TwinMaker, TwinReport, settle_twins
+
+if TYPE_CHECKING:
+    from index_site.render import PageGroup
+from index_site.wheels import (
+    MAX_METADATA_BYTES,
+    MAX_PROVENANCE_BYTES,
+    METADATA,
+    RejectedWheel,
+    WheelFile,
+    read_dist_info,
+)
 
 log = logging.getLogger(__name__)
 
 MANAGED = layout.MANAGED
 # (the file to place, its path in the site, what is known of it): a wheel of dist/ or a variant twin
-_Link = tuple[Path, str, "WheelFile | variants.VariantWheel"]
+_Link = tuple["Path | str", str, "WheelFile | variants.VariantWheel"]
 
 
 class FileRecord(NamedTuple):
@@ -51,11 +60,26 @@ class FileRecord(NamedTuple):
         return self.identity.size
 
 
+@dataclass(frozen=True)
+class Settled:
+    """The site's folders in which no entry was added, taken out or renamed since the last complete run recorded
+    their identities (a folder's mtime and ctime move with each such change, and no one can set a ctime back),
+    with the files the manifest records in each: a plan takes those records as they are, without a stat per file.
+    A file the index wrote is not rewritten in place by anyone else; serve and publish hold each to its identity."""
+
+    folders: frozenset[str] = frozenset()  # site paths: "whl/pt214cu130"
+    files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # folder: the site paths of its files
+    subfolders: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # folder: its folders' names
+
+    def holds(self, path: str) -> bool:
+        return path.rpartition("/")[0] in self.folders
+
+
 @dataclass(frozen=True, kw_only=True)
 class SitePlan:
     links: tuple[_Link, ...]  # (wheel in dist/ or variant/, site path, wheel): link or copy
-    metadata: tuple[tuple[Path, str, WheelFile], ...]  # (wheel in dist/, site path of its .metadata, wheel)
-    metadata_bytes: Mapping[str, bytes]  # METADATA already read from wheels this run, by filename
+    metadata: tuple[Extract, ...]  # files taken out of a wheel or twin: .metadata, .provenance.json
+    metadata_bytes: Mapping[tuple[str, str], bytes]  # (wheel or twin, member): bytes already read this run
     pages: Mapping[str, bytes]  # only pages whose bytes differ from what is on disk
     digests: Mapping[str, str] = field(default_factory=dict)  # sha256 of those pages, worked out while planning
     groups: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)  # key: (digest, its pages)
@@ -78,12 +102,14 @@ class IndexReport:
     written: tuple[str, ...]  # site paths written this run (wheels linked, metadata, pages)
     deleted: tuple[str, ...]
     unchanged: int
+    twins: TwinReport = field(default_factory=TwinReport)
 
 
-def build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
-    """Index ``output``/dist with ``output``/ledger.sqlite into ``site``."""
+def build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | None = None) -> IndexReport:
+    """Index ``output``/dist with ``output``/ledger.sqlite into ``site``; ``twins`` makes and checks the variant
+    twins of ``output``/variant (without it none is published)."""
     with _cycle_collection_paused():
-        return _build_site(output, site, base_url=base_url)
+        return _build_site(output, site, base_url=base_url, twins=twins)
 
 
 @contextmanager
@@ -102,29 +128,208 @@ def _cycle_collection_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _build_site(output: Path, site: Path, *, base_url: str) -> IndexReport:
-    recorded = _check_site(site, base_url)
-    manifest, previous_groups = recorded.files, recorded.groups
-    catalog = scan(output / "dist", output / "ledger.sqlite")
-    pages, reused, groups = render_changed(catalog, site, manifest, previous_groups, base_url=base_url)
-    twins = variants.scan_twins(output / variants.ROOT)  # the variant channel; absent until the build makes twins
-    pages.update(variants.render_channel(twins))  # small and cheap: rendered every run, written only when changed
-    plan = plan_site(
-        catalog, pages, output / "dist", site, manifest, reused=reused, groups=groups, extra_files=variants.files(twins)
+def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | None) -> IndexReport:
+    _check_site(site, base_url)
+    with IndexState(state_path(output / "ledger.sqlite")) as state:
+        judged = judge(output / "dist", output / "ledger.sqlite", state)
+        settled = settle_twins(judged, output / "dist", output / variants.ROOT, state, twins)
+        inputs = _inputs(state, judged, base_url)
+        files = _as_left(state, site, inputs)
+        if files is not None:  # nothing moved since the last complete run: nothing to do
+            return _report(site, judged, settled, written=(), deleted=(), unchanged=files)
+        catalog = catalog_of(judged)
+        recorded = _recorded_manifest(site)
+        still = _settled(site, state, recorded)
+        report = _index(output, site, base_url, state, recorded, catalog, settled, still)
+        _leave(state, site, inputs, report.unchanged + len(report.written))
+        return report
+
+
+def _inputs(state: IndexState, catalog: Judged, base_url: str) -> str:
+    """A digest of everything the site is made from: the catalogue's rows (the state's generation), the ledger's
+    failures and GPU archs, the base URL and the code that writes the site."""
+    failures = sorted(repr(entry) for entry in catalog.failures)
+    archs = sorted(f"{name}\0{archs!r}" for name, archs in catalog.archs.items())
+    parts = [state.generation(), base_url, _code_digest(), *failures, *archs]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _code_digest() -> str:
+    """The code that writes the site: every module of index_site and its templates, and what doctor.py and the
+    coverage model are made from (what a complete run left is used again only while this is the same)."""
+    package = Path(__file__).parent
+    builder = package.parent / "builder"
+    paths = [*package.glob("*.py"), *(package / "templates").rglob("*"), *(builder / "doctor").glob("*.py")]
+    paths += [*(builder / "core").glob("*.py"), builder / "plan" / "facts.py", builder / "data" / "torch.toml"]
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        if path.is_file():
+            digest.update(path.as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _as_left(state: IndexState, site: Path, inputs: str) -> int | None:
+    """Whether the site is as the last complete run into it left it, for these very inputs: its manifest the file
+    that run wrote, and no entry of any of its folders added, taken out or renamed since (a folder's mtime and
+    ctime move with each; nobody can set a ctime back). A file the index wrote there is not written again by
+    anyone else: serve and publish hold each one to its recorded identity anyway. Its file count, else None."""
+    left = state.meta().get(f"site:{os.path.abspath(site)}")
+    try:
+        record = json.loads(left) if left else None
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("inputs") != inputs or not _same_folders(site, record):
+        return None
+    files = record.get("files")
+    return files if isinstance(files, int) else None
+
+
+def _same_folders(site: Path, record: Mapping[str, Any]) -> bool:
+    """Whether the manifest and every folder the record names still have their identities (a folder added shows as
+    its parent's change; nothing is listed)."""
+    folders = record.get("folders")
+    return isinstance(folders, dict) and all(_same_identity(site, path, identity) for path, identity in folders.items())
+
+
+def _same_identity(site: Path, path: str, identity: object) -> bool:
+    """Whether ``path`` (in the site) has ``identity``: [inode, mtime, ctime], or None for absent."""
+    try:
+        status = os.lstat(os.path.join(site, path))
+    except FileNotFoundError:
+        return identity is None
+    except OSError:
+        return False
+    return identity == [status.st_ino, status.st_mtime_ns, status.st_ctime_ns]
+
+
+def _settled(site: Path, state: IndexState, recorded: _Recorded) -> Settled:
+    """The folders the last complete run recorded that still have its identities, with their recorded files;
+    none where the manifest is no longer the file that run wrote."""
+    left = state.meta().get(f"site:{os.path.abspath(site)}")
+    try:
+        record = json.loads(left) if left else None
+    except ValueError:
+        return Settled()
+    folders = record.get("folders") if isinstance(record, dict) else None
+    if not isinstance(folders, dict) or not _same_identity(site, layout.SITE_MARKER, folders.get(layout.SITE_MARKER)):
+        return Settled()
+    still = {
+        path
+        for path, identity in folders.items()
+        if identity is not None and path != layout.SITE_MARKER and _same_identity(site, path, identity)
+    }
+    files: dict[str, list[str]] = {}
+    for path in recorded.files:
+        files.setdefault(path.rpartition("/")[0], []).append(path)
+    subfolders: dict[str, list[str]] = {}
+    for path in folders:
+        parent, _, name = path.rpartition("/")
+        if parent:
+            subfolders.setdefault(parent, []).append(name)
+    return Settled(
+        frozenset(still),
+        {folder: tuple(paths) for folder, paths in files.items()},
+        {folder: tuple(names) for folder, names in subfolders.items()},
     )
-    written, linked = apply_plan(plan, site, base_url=base_url, identities=catalog.identities, recorded=recorded)
+
+
+def _leave(state: IndexState, site: Path, inputs: str, files: int) -> None:
+    """Record how this complete run left ``site`` (its ``files``), for the next run's _as_left."""
+    record = {"inputs": inputs, "folders": _folders(site), "files": files}
+    state.write(meta={f"site:{os.path.abspath(site)}": json.dumps(record, sort_keys=True)})
+
+
+def _folders(site: Path) -> dict[str, list[int] | None]:
+    """The identity (inode, mtime, ctime) of the manifest, of each managed name at the top (None: absent) and of
+    every folder under them: one lstat each, a few hundred for a farm's site."""
+    found: dict[str, list[int] | None] = {}
+    for name in (layout.SITE_MARKER, *MANAGED):
+        try:
+            status = os.lstat(site / name)
+        except FileNotFoundError:
+            found[name] = None
+            continue
+        found[name] = [status.st_ino, status.st_mtime_ns, status.st_ctime_ns]
+        if stat.S_ISDIR(status.st_mode):
+            _subfolders(os.path.join(site, name), name, found)
+    return found
+
+
+def _subfolders(folder: str, prefix: str, found: dict[str, list[int] | None]) -> None:
+    try:
+        entries = [entry for entry in os.scandir(folder) if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for entry in entries:
+        status = entry.stat(follow_symlinks=False)
+        path = f"{prefix}/{entry.name}"
+        found[path] = [status.st_ino, status.st_mtime_ns, status.st_ctime_ns]
+        _subfolders(entry.path, path, found)
+
+
+def _index(
+    output: Path,
+    site: Path,
+    base_url: str,
+    state: IndexState,
+    recorded: _Recorded,
+    catalog: Catalog,
+    twins: TwinReport,
+    settled: Settled | None = None,
+) -> IndexReport:
+    from index_site.render import channel_groups  # jinja2 and the page models: only for a run that renders
+
+    manifest, previous_groups = recorded.files, recorded.groups
+    pages, reused, groups = render_changed(
+        catalog,
+        site,
+        manifest,
+        previous_groups,
+        base_url=base_url,
+        extra=channel_groups(twins.twins),
+        settled=settled,
+    )
+    plan = plan_site(
+        catalog,
+        pages,
+        output / "dist",
+        site,
+        manifest,
+        reused=reused,
+        groups=groups,
+        extra_files=variants.files(twins.twins),
+        extracted=[Extract(*entry) for entry in variants.extracted(twins.twins)],
+        settled=settled,
+        fresh=twins.fresh,
+    )
+    identities = {**catalog.identities, **{twin.filename: FileIdentity(*twin.identity) for twin in twins.twins}}
+    written, linked = apply_plan(plan, site, base_url=base_url, identities=identities, recorded=recorded)
     if linked:
-        refresh_identities(output / "ledger.sqlite", linked, output / "dist")
+        state.refresh({name: (identities[name], identity) for name, identity in linked.items()})
+    return _report(site, catalog, twins, written=written, deleted=plan.stale, unchanged=plan.unchanged)
+
+
+def _report(
+    site: Path,
+    catalog: Catalog | Judged,
+    twins: TwinReport,
+    *,
+    written: tuple[str, ...],
+    deleted: tuple[str, ...],
+    unchanged: int,
+) -> IndexReport:
+    accepted = [filename for filename, row in catalog.rows.items() if not row.verdict]
     return IndexReport(
         site=site,
-        wheels=len(catalog.wheels),
-        variants=tuple(sorted({w.name.label for w in catalog.wheels})),
+        wheels=len(accepted),
+        variants=tuple(sorted({filename.split("-", 2)[1].split("+", 1)[1] for filename in accepted})),
         stats=catalog.stats,
         rejected=catalog.rejected,
         failures=len(catalog.failures),
         written=written,
-        deleted=plan.stale,
-        unchanged=plan.unchanged,
+        deleted=deleted,
+        unchanged=unchanged,
+        twins=twins,
     )
 
 
@@ -135,6 +340,8 @@ def render_changed(
     previous: Mapping[str, tuple[str, tuple[str, ...]]],
     *,
     base_url: str,
+    extra: Sequence[PageGroup] = (),
+    settled: Settled | None = None,
 ) -> tuple[dict[str, bytes], dict[str, FileRecord], dict[str, tuple[str, tuple[str, ...]]]]:
     """Render only the page groups whose inputs moved since the last run, or whose pages are no longer exactly
     as recorded; a group in parts settles each part the same way. Returns the rendered pages, the records of pages
@@ -142,10 +349,14 @@ def render_changed(
     pages: dict[str, bytes] = {}
     reused: dict[str, FileRecord] = {}
     groups: dict[str, tuple[str, tuple[str, ...]]] = {}
+    still = settled or Settled()
 
     def settle(group: PageGroup) -> tuple[str, ...]:
         digest, paths = previous.get(group.key, ("", ()))
-        records = [_recorded(os.path.join(site, path), manifest.get(path)) for path in paths]
+        records = [
+            manifest.get(path) if still.holds(path) else _recorded(os.path.join(site, path), manifest.get(path))
+            for path in paths
+        ]
         if digest == group.digest and paths and all(records):
             reused.update((path, record) for path, record in zip(paths, records, strict=True) if record is not None)
             if group.parts is not None:  # its parts' entries stay for the run in which one of them moves
@@ -159,7 +370,9 @@ def render_changed(
         groups[group.key] = (group.digest, paths)
         return paths
 
-    for group in page_groups(catalog, base_url=base_url):
+    from index_site.render import page_groups
+
+    for group in [*page_groups(catalog, base_url=base_url), *extra]:
         settle(group)
     return pages, reused, groups
 
@@ -173,20 +386,33 @@ def plan_site(
     *,
     reused: Mapping[str, FileRecord] | None = None,
     groups: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
-    extra_files: Sequence[tuple[Path, str, variants.VariantWheel]] = (),
+    extra_files: Sequence[tuple[str, str, variants.VariantWheel]] = (),
+    extracted: Sequence[Extract] = (),
+    settled: Settled | None = None,
+    fresh: Mapping[tuple[str, str], bytes] | None = None,
 ) -> SitePlan:
     """Compare what the site should hold with what it holds; nothing is written here. ``reused`` are pages known
     to be in place without rendering them (see render_changed); ``extra_files`` are other immutable files to place
-    like the wheels (the variant channel's twins)."""
-    entries = _managed_files(site, _device(dist))
-    links, metadata, kept = _plan_files(catalog, dist, site, manifest, entries)
+    like the wheels (the variant channel's twins), ``extracted`` files taken out of them."""
+    still = settled or Settled()
+    entries = _managed_files(site, _device(dist), still, manifest)
+    links, metadata, kept = _plan_files(catalog, dist, site, manifest, entries, still)
     kept.update(reused or {})
+    root = os.fspath(site) + "/"
     for source, path, twin in extra_files:
-        record = _placed_wheel(os.path.join(site, path), twin.sha256, None, manifest.get(path))
+        record = manifest.get(path)
+        if not (still.holds(path) and record is not None and record == (twin.sha256, twin.identity)):
+            record = _placed_wheel(root + path, twin.sha256, FileIdentity(*twin.identity), record)
         if record is not None:
             kept[path] = record
         else:
             links.append((source, path, twin))
+    for extract in extracted:
+        record = _extracted_in_place(root, extract, manifest, entries, still)
+        if record is not None:
+            kept[extract.path] = record
+        else:
+            metadata.append(extract)
     changed, digests = {}, {}
     for path, content in pages.items():
         record, digests[path] = _page_in_place(site, path, content, manifest.get(path))
@@ -194,11 +420,12 @@ def plan_site(
             kept[path] = record
         else:
             changed[path] = content
-    stale = tuple(sorted(entries.keys() - kept.keys() - changed.keys() - {path for _, path, _ in links + metadata}))
+    placed = {path for _, path, _ in links} | {extract.path for extract in metadata}
+    stale = tuple(sorted(entries.keys() - kept.keys() - changed.keys() - placed))
     return SitePlan(
         links=tuple(links),
         metadata=tuple(metadata),
-        metadata_bytes=catalog.fresh_metadata,
+        metadata_bytes={**{(name, METADATA): data for name, data in catalog.fresh_metadata.items()}, **(fresh or {})},
         pages=changed,
         digests={path: digests[path] for path in changed},
         stale=stale,
@@ -207,7 +434,32 @@ def plan_site(
     )
 
 
-_Placement = tuple[Path, str, WheelFile]  # (the wheel in dist/, its path in the site, what the catalog knows)
+class Extract(NamedTuple):
+    """A file of the site taken out of a wheel or twin: its ``.metadata`` or ``.provenance.json``."""
+
+    source: Path | str  # the wheel in dist/ or the twin in variant/
+    path: str  # its path in the site
+    member: str  # the file of the archive's .dist-info folder: METADATA or wheelwright.json
+    sha256: str  # of those bytes, as the catalog or the twin check read them
+
+
+def _extracted_in_place(
+    root: str,
+    extract: Extract,
+    manifest: Mapping[str, FileRecord],
+    entries: Mapping[str, int | None],
+    settled: Settled,
+) -> FileRecord | None:
+    """The manifest's record of ``extract`` if the site's file is still the one it records with that digest."""
+    record = manifest.get(extract.path)
+    if (
+        record is not None
+        and record[0] == extract.sha256
+        and extract.path in entries  # else not there
+        and (settled.holds(extract.path) or holds_identity(root + extract.path, record[1]))
+    ):
+        return record
+    return None
 
 
 def _plan_files(
@@ -216,13 +468,15 @@ def _plan_files(
     site: Path,
     manifest: Mapping[str, FileRecord],
     entries: Mapping[str, int | None],
-) -> tuple[list[_Link], list[_Placement], dict[str, FileRecord]]:
+    settled: Settled,
+) -> tuple[list[_Link], list[Extract], dict[str, FileRecord]]:
     """Wheels to link and .metadata files to write, and the records of those already in place. ``entries``: the
     site's files with the inode numbers of those that may be hard links into dist/ (see _managed_files)."""
     links: list[_Link] = []
-    metadata: list[_Placement] = []
+    metadata: list[Extract] = []
     kept: dict[str, FileRecord] = {}
     root = os.fspath(site) + "/"  # string paths, checks inline: this loop runs for every wheel on every index
+    folder = os.fspath(dist) + "/"
     identities = catalog.identities
     for wheel in catalog.wheels:
         filename = wheel.filename
@@ -239,18 +493,13 @@ def _plan_files(
             if record is not None:
                 kept[path] = record
             else:
-                links.append((dist / filename, path, wheel))
-        path += ".metadata"
-        record = manifest.get(path)
-        if (
-            record is not None
-            and record[0] == wheel.metadata.sha256
-            and path in entries  # else not there
-            and holds_identity(root + path, record[1])
-        ):
-            kept[path] = record
-            continue
-        metadata.append((dist / filename, path, wheel))
+                links.append((folder + filename, path, wheel))
+        extract = Extract(folder + filename, path + ".metadata", METADATA, wheel.metadata.sha256)
+        record = _extracted_in_place(root, extract, manifest, entries, settled)
+        if record is not None:
+            kept[extract.path] = record
+        else:
+            metadata.append(extract)
     return links, metadata, kept
 
 
@@ -260,7 +509,7 @@ def apply_plan(
     *,
     base_url: str,
     identities: Mapping[str, FileIdentity] | None = None,
-    recorded: tuple[Mapping[str, FileRecord], Mapping[str, Any], str | None] | None = None,
+    recorded: _Recorded | None = None,
 ) -> tuple[tuple[str, ...], dict[str, FileIdentity]]:
     """Write the plan: files first, then pages tier by tier, then prune, then the manifest (unless it would say
     what ``recorded``, the manifest read at the start, says). Returns what was written, and the new identities of
@@ -268,17 +517,14 @@ def apply_plan(
     records = dict(plan.kept)
     linked = {}
     for source, path, wheel in plan.links:
-        # a twin (variant/) is not in dist/: no identity of the catalog's to hold it to
-        expected = (identities or {}).get(wheel.filename) if isinstance(wheel, WheelFile) else None
+        expected = (identities or {}).get(wheel.filename)
         placed = _place_wheel(source, site / path, expected)
         records[path] = FileRecord(sha256=wheel.sha256, identity=placed)
         if expected is not None and placed.inode == expected.inode:
             linked[wheel.filename] = placed
-    for source, path, wheel in plan.metadata:
-        content = plan.metadata_bytes.get(wheel.filename) or read_core_metadata(source, wheel.name)
-        if hashlib.sha256(content).hexdigest() != wheel.metadata.sha256:
-            raise _changed(source)
-        records[path] = FileRecord(sha256=wheel.metadata.sha256, identity=_write_atomic(site / path, content))
+    for extract in plan.metadata:
+        content = _extract(extract, plan.metadata_bytes)
+        records[extract.path] = FileRecord(sha256=extract.sha256, identity=_write_atomic(site / extract.path, content))
     pages = sorted(plan.pages, key=lambda p: (layout.kind_of(p).tier, p))
     for path in pages:
         content = plan.pages[path]
@@ -288,12 +534,28 @@ def apply_plan(
     for path in plan.stale:
         (site / path).unlink(missing_ok=True)
         _remove_empty_parents(site, site / path)
-    if recorded != (records, plan.groups, base_url):  # then its bytes differ too: no need to read them first
-        since = recorded if isinstance(recorded, _Recorded) else None
-        _write_manifest(site, records, base_url, plan.groups, compare=False, since=since)
-    written = (*(path for _, path, _ in plan.links), *(path for _, path, _ in plan.metadata), *pages)
+    if recorded is None or recorded[:3] != (records, plan.groups, base_url):  # its bytes differ too: not read
+        _write_manifest(site, records, base_url, plan.groups, compare=False, since=recorded)
+    written = (*(path for _, path, _ in plan.links), *(extract.path for extract in plan.metadata), *pages)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
     return written, linked
+
+
+def _extract(extract: Extract, read: Mapping[tuple[str, str], bytes]) -> bytes:
+    """The member's bytes (as the catalog or the twin check read them this run, else from the archive), which
+    must still have the digest they recorded."""
+    source = Path(extract.source)
+    content = read.get((source.name, extract.member))
+    if content is None:
+        try:
+            most = {METADATA: MAX_METADATA_BYTES}.get(extract.member, MAX_PROVENANCE_BYTES)
+            found = read_dist_info(source, source.name, {extract.member: most}, required=(extract.member,))
+            content = found[extract.member]
+        except RejectedWheel:
+            raise _changed(source) from None
+    if hashlib.sha256(content).hexdigest() != extract.sha256:
+        raise _changed(source)
+    return content
 
 
 def load_manifest(site: Path) -> dict[str, FileRecord]:
@@ -306,10 +568,11 @@ def _records(document: Mapping[str, Any]) -> dict[str, FileRecord]:
     # Damaged numbers need no check here: they never equal a real file's, so the file is verified again.
     # tuple.__new__ builds the named tuples without their per-call checks: two per file of the site, every run.
     new = tuple.__new__
+    files = document.get("files")
     return {
         path: new(FileRecord, (raw[0], new(FileIdentity, raw[1:])))
-        for path, raw in document.get("files", {}).items()
-        if type(raw) is list and len(raw) == 5
+        for path, raw in (files.items() if isinstance(files, dict) else ())
+        if type(raw) is list and len(raw) == 5 and type(raw[0]) is str
     }
 
 
@@ -320,7 +583,8 @@ def load_groups(site: Path) -> dict[str, tuple[str, tuple[str, ...]]]:
 
 def _groups(document: Mapping[str, Any]) -> dict[str, tuple[str, tuple[str, ...]]]:
     groups = {}
-    for key, raw in document.get("groups", {}).items():
+    found = document.get("groups")
+    for key, raw in found.items() if isinstance(found, dict) else ():
         if isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], str) and isinstance(raw[1], list):
             groups[key] = (raw[0], tuple(str(path) for path in raw[1]))
     return groups
@@ -328,7 +592,8 @@ def _groups(document: Mapping[str, Any]) -> dict[str, tuple[str, tuple[str, ...]
 
 def site_base_url(site: Path) -> str | None:
     """The public URL the site was indexed for (its landing page's install commands point there)."""
-    return _read_marker(site).get("base_url")
+    base_url = _read_marker(site).get("base_url")
+    return base_url if isinstance(base_url, str) else None
 
 
 def _read_marker(site: Path) -> dict[str, Any]:
@@ -348,8 +613,8 @@ def _read_marker_state(site: Path) -> tuple[dict[str, Any], int | None]:
             document = json.loads(head)
     except FileNotFoundError:
         return {}, 0
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"{marker}: unreadable ({error})", tip="delete it and index again") from None
+    except (OSError, ValueError, RecursionError) as error:
+        raise ConfigError(f"{marker}: unreadable ({str(error)[:200]})", tip="delete it and index again") from None
     if not isinstance(document, dict) or document.get("generator") != "wheelwright":
         raise ConfigError(f"{marker}: not a wheelwright site manifest", tip="delete it and index again")
     return document, _apply_changes(document, changes)
@@ -364,7 +629,7 @@ def _apply_changes(document: dict[str, Any], changes: bytes) -> int | None:
     for line in changes.splitlines(keepends=True):
         try:
             change = json.loads(line) if line.endswith(b"\n") else None
-        except ValueError:
+        except (ValueError, RecursionError):
             change = None
         parts = [change.get(name, {}) for name in ("files", "groups")] if isinstance(change, dict) else []
         if not parts or not all(isinstance(part, dict) for part in (*parts, *targets)):
@@ -383,47 +648,28 @@ _MAX_MANIFEST_BYTES = 1 << 28  # ~2 million files; a bigger one is not ours
 
 
 class _Recorded(NamedTuple):
-    """What a site's manifest says: its files' records, its page groups, the base URL it was indexed for."""
+    """What a site's manifest says (its files' records, its page groups, the base URL it was indexed for), and
+    where its file stood when read: its identity, the size of its document and of the change lines after it
+    (None: the file must be rewritten whole before anything is appended)."""
 
     files: dict[str, FileRecord]
     groups: dict[str, tuple[str, tuple[str, ...]]]
     base_url: str | None
-
-
-# The manifest this process last wrote or read into each site, with the identity its file had then and the sizes
-# of its document and of the change lines after it (None: the file must be rewritten whole before anything is
-# appended). While the marker keeps that identity (its ctime included, which every write moves and no user can
-# set), its bytes are the ones parsed, so the next run of a long-lived process takes the records as they are
-# instead of decoding 4 MB of JSON again; any other file there, even with the same name and size, is read and
-# checked in full.
-_MANIFESTS: Memo[str, tuple[FileIdentity, _Recorded, int, int | None]] = Memo(8)  # a test run makes hundreds
+    marker: FileIdentity | None = None
+    size: int = 0
+    changes: int | None = None
 
 
 def _recorded_manifest(site: Path) -> _Recorded:
+    """The manifest as the run starts; the identity is taken before reading, so a change during the read shows."""
     marker = os.path.abspath(site / layout.SITE_MARKER)
     before = _identity(marker)
-    remembered = _MANIFESTS.get(marker)
-    if remembered is not None and before == remembered[0]:
-        return remembered[1]
     document, changes = _read_marker_state(site)
-    recorded = _Recorded(_records(document), _groups(document), document.get("base_url"))
-    if before is not None:  # kept only if the file read is the one whose identity came first
-        size = before.size - (changes or 0)
-        _remember_manifest(site, recorded, size, changes, before)
-    return recorded
+    size = before.size - (changes or 0) if before is not None else 0
+    return _Recorded(_records(document), _groups(document), document.get("base_url"), before, size, changes)
 
 
-def _remember_manifest(
-    site: Path, recorded: _Recorded, size: int, changes: int | None, expected: FileIdentity | None = None
-) -> None:
-    """Keep ``recorded`` as what the marker says: just written, or read while it had the identity ``expected``."""
-    marker = os.path.abspath(site / layout.SITE_MARKER)
-    identity = _identity(marker)
-    if identity is not None and (expected is None or expected == identity):
-        _MANIFESTS.keep(marker, (identity, recorded, size, changes))
-
-
-def _check_site(site: Path, base_url: str) -> _Recorded:
+def _check_site(site: Path, base_url: str) -> None:
     """Refuse to write into (and prune) a folder the index did not create. A new or empty folder gets the marker
     before anything else is written, so that a run killed part-way is finished by the next, not refused."""
     if site.exists() and not site.is_dir():
@@ -437,7 +683,6 @@ def _check_site(site: Path, base_url: str) -> _Recorded:
     site.mkdir(parents=True, exist_ok=True)
     if not marker.exists():
         _write_manifest(site, {}, base_url)
-    return _recorded_manifest(site)  # a damaged marker is reported before any work is done
 
 
 def _write_manifest(
@@ -449,47 +694,41 @@ def _write_manifest(
     compare: bool = True,
     since: _Recorded | None = None,
 ) -> None:
-    """Write the manifest: as one line of changes appended to the file when it still says ``since`` and the lines
-    appended since it was written whole stay under an eighth of it (one added wheel changes a dozen records of
-    20,000: a few kB, where the whole file is 4 MB), else whole."""
+    """Write the manifest: as one line of changes appended to the file when it is still the one read as ``since``
+    and the lines appended since it was written whole stay under an eighth of it (one added wheel changes a dozen
+    records of 20,000: a few kB, where the whole file is 4 MB), else whole."""
     recorded = _Recorded(dict(records), dict(groups or {}), base_url)
     if since is not None and _append_changes(site, since, recorded):
         return
     page_groups = {key: [digest, list(paths)] for key, (digest, paths) in sorted((groups or {}).items())}
     head = json.dumps({"generator": "wheelwright", "base_url": base_url}, separators=(",", ":"))
-    files = ",".join(_file_entries(records))
+    files = ",".join(_file_entry(path, records[path]) for path in sorted(records))
     tail = json.dumps(page_groups, separators=(",", ":"))
-    # the bytes json.dumps gives the whole document, with each file's entry from _FILE_ENTRIES
+    # the bytes json.dumps gives the whole document
     content = f'{head[:-1]},"files":{{{files}}},"groups":{tail}}}\n'.encode()
     if not compare or _current_bytes(site / layout.SITE_MARKER) != content:
         write_atomic(site / layout.SITE_MARKER, content)
-    _remember_manifest(site, recorded, len(content), 0)
 
 
 def _append_changes(site: Path, since: _Recorded, recorded: _Recorded) -> bool:
-    """Append what differs from ``since`` to the marker, if it is still the file this process read or wrote as
+    """Append what differs from ``since`` to the marker, if it still has the identity it had when read as
     ``since`` and there is room; False where the manifest must be written whole instead."""
-    marker = os.path.abspath(site / layout.SITE_MARKER)
-    remembered = _MANIFESTS.get(marker)
-    if remembered is None or remembered[1] is not since or since.base_url != recorded.base_url:
+    if since.marker is None or since.changes is None or since.base_url != recorded.base_url:
         return False
-    identity, _, size, changes = remembered
-    if changes is None:  # a torn line at its end
-        return False
-    room = size // _CHANGES_FRACTION - changes
+    room = since.size // _CHANGES_FRACTION - since.changes
     line = _change_line(since, recorded, room)
     if line is None or len(line) > room:
         return False
+    marker = os.path.abspath(site / layout.SITE_MARKER)
     fd = os.open(marker, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        if _identity_of(os.fstat(fd)) != identity:  # rewritten behind this process
+        if _identity_of(os.fstat(fd)) != since.marker:  # rewritten behind this run
             return False
         view = memoryview(line)
         while view:
             view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
-    _remember_manifest(site, recorded, size, changes + len(line))
     return True
 
 
@@ -526,38 +765,9 @@ def _identity_of(status: os.stat_result) -> FileIdentity | None:
     return FileIdentity(status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
-def _file_entries(records: Mapping[str, FileRecord]) -> list[str]:
-    """Each file's ``"path":[sha256,inode,size,mtime_ns,ctime_ns]`` in path order, as JSON text kept from the last
-    write while its record is equal: one added wheel re-encodes a dozen entries of the 20,000, not all of them."""
-    entries = []
-    for path in _sorted_paths(records):
-        record = records[path]
-        remembered = _FILE_ENTRIES.get(path)
-        if remembered is None or remembered[0] != record:
-            text = json.dumps(path) + ":" + json.dumps([record[0], *record[1]], separators=(",", ":"))
-            remembered = _FILE_ENTRIES[path] = (record, text)
-        entries.append(remembered[1])
-    _FILE_ENTRIES.forget_except(records, slack=4096)  # files gone from the sites written last
-    return entries
-
-
-# {site path: (its record, its manifest entry)}: shared by the sites of one process, compared by value
-_FILE_ENTRIES: Memo[str, tuple[FileRecord, str]] = Memo(1 << 20)
-
-
-def _sorted_paths(records: Mapping[str, FileRecord]) -> list[str]:
-    """``sorted(records)``, from the order of the last manifest written: its paths still there, then the new ones,
-    sorted again (nearly in order already, so the sort is a merge, not 20,000 string comparisons times log)."""
-    paths = [path for path in _PATH_ORDER if path in records]
-    if len(paths) < len(records):
-        known = set(paths)
-        paths += [path for path in records if path not in known]
-    paths.sort()
-    _PATH_ORDER[:] = paths
-    return paths
-
-
-_PATH_ORDER: list[str] = []  # the paths of the manifest written last, sorted
+def _file_entry(path: str, record: FileRecord) -> str:
+    """A file's ``"path":[sha256,inode,size,mtime_ns,ctime_ns]``, the bytes json.dumps gives it."""
+    return json.dumps(path) + ":" + json.dumps([record[0], *record[1]], separators=(",", ":"))
 
 
 def _identity(path: str | Path) -> FileIdentity | None:
@@ -611,7 +821,7 @@ def _placed_wheel(
     return None
 
 
-def _place_wheel(source: Path, target: Path, expected: FileIdentity | None) -> FileIdentity:
+def _place_wheel(source: Path | str, target: Path, expected: FileIdentity | None) -> FileIdentity:
     """Hard-link the wheel into the site (no copy of big files); copy where the site is on another filesystem.
     Either way the file of dist/ must still be the one the catalog hashed, before and after."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -630,7 +840,7 @@ def _place_wheel(source: Path, target: Path, expected: FileIdentity | None) -> F
     return regular_identity(target)
 
 
-def _still_hashed(source: Path, placed: FileIdentity, expected: FileIdentity, *, linked: bool) -> bool:
+def _still_hashed(source: Path | str, placed: FileIdentity, expected: FileIdentity, *, linked: bool) -> bool:
     """A link is the hashed inode with its size and mtime (the link itself moved its ctime); a copy was taken
     from a source whose whole identity still holds."""
     if linked:
@@ -638,11 +848,11 @@ def _still_hashed(source: Path, placed: FileIdentity, expected: FileIdentity, *,
     return _identity(source) == expected and placed.size == expected.size
 
 
-def _changed(source: Path) -> FileSystemError:
+def _changed(source: Path | str) -> FileSystemError:
     return FileSystemError(f"{source}: changed while being indexed", tip="run `wheelwright index` again")
 
 
-def _link_or_copy(source: Path, temporary: Path) -> bool:
+def _link_or_copy(source: Path | str, temporary: Path) -> bool:
     """True if hard-linked, False if copied (another filesystem, or one without hard links)."""
     try:
         os.link(source, temporary, follow_symlinks=False)
@@ -677,50 +887,59 @@ def _device(folder: Path) -> int | None:
         return None
 
 
-def _managed_files(site: Path, device: int | None = None) -> dict[str, int | None]:
+def _managed_files(
+    site: Path,
+    device: int | None = None,
+    settled: Settled | None = None,
+    manifest: Mapping[str, FileRecord] | None = None,
+) -> dict[str, int | None]:
     """Everything but folders under the managed names (files, leftover temporaries, symlinks, special files), each
     with the inode number its directory entry gives when it is a regular file in a folder on filesystem ``device``
-    (an inode number means something only within one filesystem), else None."""
+    (an inode number means something only within one filesystem), else None. A settled folder is not listed: its
+    entries are the files the manifest records there."""
     files: dict[str, int | None] = {}
     for top in MANAGED:
         root = site / top
         if root.is_symlink() or root.is_file() or (root.exists() and not root.is_dir()):
             files[top] = None
         elif root.is_dir():
-            _files_under(os.fspath(root), top + "/", device, files)
+            _files_under(os.fspath(root), top + "/", device, files, settled or Settled(), manifest or {})
     return files
 
 
-def _files_under(folder: str, prefix: str, device: int | None, files: dict[str, int | None]) -> None:
+def _files_under(
+    folder: str,
+    prefix: str,
+    device: int | None,
+    files: dict[str, int | None],
+    settled: Settled,
+    manifest: Mapping[str, FileRecord],
+) -> None:
     """Site paths of everything under ``folder`` but real folders (a symlink to one is listed, never entered):
     os.scandir's entry types and inode numbers, without a stat or a Path per file, since the site holds two files
-    per wheel; one lstat per folder, for its filesystem and its identity (see _listing)."""
+    per wheel; one lstat per folder, for its filesystem."""
     try:
         status = os.lstat(folder)
     except OSError:  # as os.walk did: a folder that cannot be listed is left as it is
         return
-    listing = _listing(folder, prefix, status)
-    if listing is None:
-        return
-    found, folders = listing
+    relative = prefix.rstrip("/")
+    found: dict[str, int | None]
+    if relative in settled.folders:
+        found = {path: manifest[path].identity.inode for path in settled.files.get(relative, ())}
+        folders = list(settled.subfolders.get(relative, ()))
+    else:
+        listing = _listing(folder, prefix)
+        if listing is None:
+            return
+        found, folders = listing
     files.update(found if device is not None and status.st_dev == device else dict.fromkeys(found))
     for name in folders:
-        _files_under(f"{folder}/{name}", f"{prefix}{name}/", device, files)
+        _files_under(f"{folder}/{name}", f"{prefix}{name}/", device, files, settled, manifest)
 
 
-def _listing(folder: str, prefix: str, status: os.stat_result) -> tuple[dict[str, int | None], list[str]] | None:
+def _listing(folder: str, prefix: str) -> tuple[dict[str, int | None], list[str]] | None:
     """What ``folder`` holds: {site path: inode number of a regular file, else None} and its real folders' names;
-    None when it cannot be listed. A folder's entries (names, types, inode numbers) change only with its mtime and
-    ctime, and nobody can set a ctime, so the listing is kept while the folder keeps the identity it had before it
-    was listed: a re-index lists the few folders it wrote into, not all 400. Only a folder last changed well
-    before the listing began is kept: a change within the same tick of the filesystem's clock would leave the
-    times as they were."""
-    identity = (status.st_dev, status.st_ino, status.st_mtime_ns, status.st_ctime_ns)
-    key = (folder, prefix)
-    remembered = _LISTINGS.get(key)
-    if remembered is not None and remembered[0] == identity:
-        return remembered[1]
-    started = time.time_ns()
+    None when it cannot be listed."""
     found: dict[str, int | None] = {}
     folders = []
     try:
@@ -731,17 +950,7 @@ def _listing(folder: str, prefix: str, status: os.stat_result) -> tuple[dict[str
                 found[prefix + entry.name] = entry.inode() if entry.is_file(follow_symlinks=False) else None
     except OSError:
         return None
-    listing = (found, folders)
-    if max(status.st_mtime_ns, status.st_ctime_ns) < started - _SETTLED_NS:
-        _LISTINGS.keep(key, (identity, listing))
-    return listing
-
-
-# {(folder, its site path): (its identity when listed, the listing)}, for _listing
-_LISTINGS: Memo[tuple[str, str], tuple[tuple[int, int, int, int], tuple[dict[str, int | None], list[str]]]] = Memo(
-    1 << 14
-)
-_SETTLED_NS = 2_000_000_000  # far more than any filesystem's clock tick, or the skew of a network one's clock
+    return found, folders
 
 
 def _remove_empty_parents(site: Path, path: Path) -> None:

@@ -2,58 +2,63 @@
 per-variant indexes, which stay. One PEP 503 index over every torch and accelerator (``variant/simple/``), one per
 torch minor (``variant/pt214/simple/``), and a PEP 691 JSON twin of each (``variant/json/``, ``variant/pt214/json/``);
 every project page links its wheels, their PEP 658 metadata and the ``{name}-{version}-variants.json`` that maps
-each label to its properties. Pure rendering plus a small cache; the site stage places the files."""
+each label to its properties. Pure rendering: twins.py decides which twins are published, the site stage places
+the files."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
-import os
 import re
 import shlex
-import zipfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import markupsafe
-from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from index_site import layout
 
 log = logging.getLogger(__name__)
 
 ROOT = layout.VARIANTS
-CACHE = ".variant-index.json"  # in OUTPUT/variant: sha256 and metadata of each twin, valid while size+mtime hold
 SCHEMA_URL = "https://variants-schema.wheelnext.dev/peps/850/v0.2.0.json"
-# name-version-python-abi-platform-label.whl, every part URL- and HTML-safe
-_TWIN = re.compile(
-    r"^(?P<dist>[A-Za-z0-9_]+)-(?P<version>[0-9][A-Za-z0-9.!_]*)-(?P<tag>[a-z0-9_.]+-[a-z0-9_.]+-[a-z0-9_.]+)"
-    r"-(?P<label>pt[1-9][0-9]+(?:cu|rocm)[0-9]+)\.whl$"
-)
 _TORCH_TAG = re.compile(r"^pt[1-9][0-9]+")
 API_VERSION = "1.1"
 
 
-@dataclass(frozen=True, kw_only=True)
-class VariantWheel:
-    """One twin: where it is, what it is, its digests and the one variant its variant.json describes."""
+class VariantWheel(NamedTuple):
+    """One twin the site publishes (index_site/twins.py decides which): where it is, what it is, its digests and
+    the one variant its variant.json describes (a tuple: a farm's site has 100,000)."""
 
-    source: Path
+    folder: str  # OUTPUT/variant
+    identity: tuple[int, int, int, int]  # of the file there when it was checked
     filename: str
     project: str
     version: str
     label: str
     sha256: str
     size: int
-    metadata: bytes
-    properties: Mapping[str, Mapping[str, list[str]]]
-    providers: Mapping[str, object]
-    provenance: bytes  # the twin's wheelwright.json, served beside it ("" for a twin without one)
+    metadata_sha256: str
+    requires_python: str | None
+    provenance_sha256: str  # of its wheelwright.json, served beside it ("" for a twin without one)
+    variant: str  # {"properties": ..., "providers": ...} of its variant.json, as JSON text with sorted keys
+
+    @property
+    def source(self) -> str:
+        return f"{self.folder}/{self.filename}"
+
+    @property
+    def properties(self) -> Mapping[str, Mapping[str, list[str]]]:
+        properties: Mapping[str, Mapping[str, list[str]]] = _variant(self.variant)["properties"]
+        return properties
+
+    @property
+    def providers(self) -> Mapping[str, object]:
+        providers: Mapping[str, object] = _variant(self.variant)["providers"]
+        return providers
 
     @property
     def torch_tag(self) -> str:
@@ -62,107 +67,11 @@ class VariantWheel:
         assert match is not None  # the filename pattern guarantees it
         return match.group(0)
 
-    @property
-    def requires_python(self) -> str | None:
-        for line in self.metadata.decode("utf-8", "replace").splitlines():
-            if line.startswith("Requires-Python:"):
-                return line.split(":", 1)[1].strip()
-        return None
 
-
-# --- scanning OUTPUT/variant -----------------------------------------------------------------------------------------
-
-
-def scan_twins(folder: Path) -> list[VariantWheel]:
-    """Every twin in ``folder`` (none when it does not exist); unreadable or oddly named files are skipped with a
-    warning, never listed."""
-    if not folder.is_dir():
-        return []
-    cache = _load_cache(folder / CACHE)
-    twins, fresh = [], {}
-    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-        if not entry.name.endswith(".whl") or not entry.is_file():
-            continue
-        stat = entry.stat()
-        key = [stat.st_size, stat.st_mtime_ns]
-        cached = cache.get(entry.name)
-        fresh_enough = cached and cached["key"] == key and "provenance" in cached
-        facts = cached if fresh_enough else _read_twin(Path(entry.path), key)
-        if facts is None:
-            continue
-        fresh[entry.name] = facts
-        twins.append(_twin(Path(entry.path), entry.name, facts))
-    if fresh != cache:
-        _write_cache(folder / CACHE, fresh)
-    return twins
-
-
-def _read_twin(path: Path, key: list[int]) -> dict[str, Any] | None:
-    match = _TWIN.match(path.name)
-    if match is None:
-        log.warning("variant channel: %s is not a variant wheel name; not listed", path.name)
-        return None
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = [n for n in archive.namelist() if n.count("/") == 1 and ".dist-info/" in n]
-            dist_info = names[0].split("/", 1)[0]
-            metadata = archive.read(f"{dist_info}/METADATA")
-            variant = json.loads(archive.read(f"{dist_info}/variant.json"))
-            record = archive.read(f"{dist_info}/wheelwright.json") if f"{dist_info}/wheelwright.json" in names else b""
-    except (zipfile.BadZipFile, OSError, KeyError, IndexError, ValueError) as error:
-        log.warning("variant channel: %s unreadable (%s); not listed", path.name, error)
-        return None
-    if list(variant.get("variants", {})) != [match["label"]]:
-        log.warning("variant channel: %s: variant.json does not describe %s; not listed", path.name, match["label"])
-        return None
-    return {
-        "key": key,
-        "sha256": _sha256(path),
-        "metadata": metadata.decode("utf-8", "replace"),
-        "properties": variant["variants"][match["label"]],
-        "providers": variant.get("providers", {}),
-        "provenance": record.decode("utf-8", "replace"),
-    }
-
-
-def _twin(path: Path, filename: str, facts: Mapping[str, Any]) -> VariantWheel:
-    match = _TWIN.match(filename)
-    assert match is not None
-    return VariantWheel(
-        source=path,
-        filename=filename,
-        project=canonicalize_name(match["dist"]),
-        version=match["version"],
-        label=match["label"],
-        sha256=facts["sha256"],
-        size=facts["key"][0],
-        metadata=facts["metadata"].encode(),
-        properties=facts["properties"],
-        providers=facts["providers"],
-        provenance=facts.get("provenance", "").encode(),
-    )
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _load_cache(path: Path) -> dict[str, Any]:
-    try:
-        cache = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return cache if isinstance(cache, dict) else {}  # a damaged cache is rebuilt, never trusted
-
-
-def _write_cache(path: Path, cache: Mapping[str, Any]) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(cache, sort_keys=True))
-    os.replace(temporary, path)
+@functools.lru_cache(maxsize=1024)  # a pure function of a few dozen distinct texts: one per label and arch set
+def _variant(text: str) -> dict[str, Any]:
+    variant: dict[str, Any] = json.loads(text)
+    return variant
 
 
 # --- rendering -------------------------------------------------------------------------------------------------------
@@ -181,47 +90,69 @@ def channel_root(torch_tag: str | None) -> str:
     return f"{ROOT}/{torch_tag}" if torch_tag else ROOT
 
 
-def files(twins: Iterable[VariantWheel]) -> list[tuple[Path, str, VariantWheel]]:
+def files(twins: Iterable[VariantWheel]) -> list[tuple[str, str, VariantWheel]]:
     """(source, site path, twin) for every twin: placed like the per-variant wheels (hard links)."""
     return [(t.source, file_path(t.filename), t) for t in twins]
 
 
-def render_channel(twins: list[VariantWheel]) -> dict[str, bytes]:
-    """Every page of the variant channel, with the metadata files and variants.json documents, by site path
-    (none without twins: no channel is announced that holds nothing)."""
-    if not twins:
-        return {}
-    pages = {file_path(t.filename) + ".metadata": t.metadata for t in twins}
-    pages.update({file_path(t.filename) + ".provenance.json": t.provenance for t in twins if t.provenance})
-    by_torch: dict[str, list[VariantWheel]] = defaultdict(list)
+def extracted(twins: Iterable[VariantWheel]) -> list[tuple[str, str, str, str]]:
+    """(twin, site path, member of its .dist-info, sha256) of the files served beside each twin: its METADATA
+    (PEP 658) and its wheelwright.json."""
+    found = []
     for twin in twins:
-        by_torch[twin.torch_tag].append(twin)
-    pages.update(_channel(None, twins))
-    for torch_tag, members in by_torch.items():
-        pages.update(_channel(torch_tag, members))
+        found.append((twin.source, file_path(twin.filename) + ".metadata", "METADATA", twin.metadata_sha256))
+        if twin.provenance_sha256:
+            provenance = file_path(twin.filename) + ".provenance.json"
+            found.append((twin.source, provenance, "wheelwright.json", twin.provenance_sha256))
+    return found
+
+
+def by_channel(twins: Iterable[VariantWheel]) -> dict[str | None, list[VariantWheel]]:
+    """The twins of each channel: every twin (None), and those of each torch minor (``pt214``)."""
+    channels: dict[str | None, list[VariantWheel]] = {None: list(twins)}
+    for twin in channels[None]:
+        channels.setdefault(twin.torch_tag, []).append(twin)
+    return channels if channels[None] else {}
+
+
+def by_project(twins: Iterable[VariantWheel]) -> dict[str, list[VariantWheel]]:
+    projects: dict[str, list[VariantWheel]] = defaultdict(list)
+    for twin in twins:
+        projects[twin.project].append(twin)
+    return dict(sorted(projects.items()))
+
+
+def render_channel(twins: list[VariantWheel]) -> dict[str, bytes]:
+    """Every page of the variant channel and its variants.json documents, by site path (none without twins: no
+    channel is announced that holds nothing)."""
+    pages: dict[str, bytes] = {}
+    for torch_tag, members in by_channel(twins).items():
+        pages.update(channel_root_pages(torch_tag, sorted(by_project(members))))
+        for project, twins_of_project in by_project(members).items():
+            pages.update(project_pages(channel_root(torch_tag), project, twins_of_project))
     return pages
 
 
-def _channel(torch_tag: str | None, twins: list[VariantWheel]) -> dict[str, bytes]:
+def fingerprint(twin: VariantWheel) -> str:
+    """Everything of a twin the channel's pages show."""
+    shown = (twin.filename, twin.sha256, str(twin.size), twin.metadata_sha256, str(twin.requires_python), twin.variant)
+    return "\0".join(shown)
+
+
+def channel_root_pages(torch_tag: str | None, projects: list[str]) -> dict[str, bytes]:
+    """A channel's project lists (PEP 503 and 691)."""
     root = channel_root(torch_tag)
-    by_project: dict[str, list[VariantWheel]] = defaultdict(list)
-    for twin in twins:
-        by_project[twin.project].append(twin)
-    projects = sorted(by_project)
     title = f"Variant index ({torch_tag})" if torch_tag else "Variant index (every torch and accelerator)"
     links = "".join(f'    <a href="{p}/">{p}</a><br>\n' for p in projects)
-    pages = {
+    return {
         f"{root}/simple/index.html": _html(title, links),
         f"{root}/json/index.json": _json(
             {"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in projects]}
         ),
     }
-    for project, members in by_project.items():
-        pages.update(_project(root, project, members))
-    return pages
 
 
-def _project(root: str, project: str, twins: list[VariantWheel]) -> dict[str, bytes]:
+def project_pages(root: str, project: str, twins: list[VariantWheel]) -> dict[str, bytes]:
     pages: dict[str, bytes] = {}
     anchors, files_json = [], []
     by_version: dict[str, list[VariantWheel]] = defaultdict(list)
@@ -278,7 +209,7 @@ def _variants_json(twins: list[VariantWheel]) -> bytes:
 
 def _anchor(href: str, twin: VariantWheel) -> str:
     escape = markupsafe.escape
-    metadata = escape(f"sha256={hashlib.sha256(twin.metadata).hexdigest()}")
+    metadata = escape(f"sha256={twin.metadata_sha256}")
     python = twin.requires_python
     requires = f' data-requires-python="{escape(python)}"' if python else ""
     return (
@@ -288,7 +219,7 @@ def _anchor(href: str, twin: VariantWheel) -> str:
 
 
 def _json_file(href: str, twin: VariantWheel) -> dict[str, object]:
-    metadata = {"sha256": hashlib.sha256(twin.metadata).hexdigest()}
+    metadata = {"sha256": twin.metadata_sha256}
     entry: dict[str, object] = {
         "filename": twin.filename,
         "url": href,
@@ -303,6 +234,8 @@ def _json_file(href: str, twin: VariantWheel) -> dict[str, object]:
 
 
 def _version_key(version: str) -> tuple[Any, ...]:
+    from packaging.version import InvalidVersion, Version  # only when pages are rendered
+
     try:
         return (0, Version(version))
     except InvalidVersion:

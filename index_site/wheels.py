@@ -9,15 +9,12 @@ import json
 import os
 import re
 import zipfile
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
-from packaging.metadata import parse_email
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
-
+from builder.core.archive import RATIO_FLOOR, WHEEL, Archive, ArchiveError
 from builder.core.hashing import open_regular
 from builder.core.wheelname import InvalidWheelFilename, WheelFilename
 from builder.plan.facts import Accelerator, TorchFacts, load_facts
@@ -32,16 +29,18 @@ _GPU_ARCH = re.compile(r"^(?:[1-9]\d?\.\d{1,2}[af]?|gfx[0-9a-f]{2,6}[a-z]?)$")  
 # Bounds on what one wheel may make the index read: METADATA is a few KB (it is served beside every wheel), and a
 # wheel is a few thousand members. A zip bomb's METADATA is refused at its stated size, or at the cap while reading.
 MAX_METADATA_BYTES = 1 << 20
-MAX_MEMBERS = 100_000
+MAX_PROVENANCE_BYTES = 8 << 20  # a full-arch wheel's record lists a few hundred payload digests: ~100 kB
+MAX_FILENAME = 200  # a site file's name adds up to 31 characters to it (.provenance.json and a temporary's suffix)
+METADATA, PROVENANCE, VARIANT_JSON = "METADATA", "wheelwright.json", "variant.json"
 
 
 class RejectedWheel(ValueError):
     """A file in dist/ the index refuses to list; the message says why."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class WheelName:
-    """A wheel filename, parsed: ``causal_conv1d-1.7.0+pt214cu130-cp311-cp311-linux_x86_64.whl``."""
+class WheelName(NamedTuple):
+    """A wheel filename, parsed: ``causal_conv1d-1.7.0+pt214cu130-cp311-cp311-linux_x86_64.whl``. A tuple: the
+    index builds one per wheel of dist/ on every run, 100,000 in a farm's."""
 
     filename: str
     project: str  # canonical: causal-conv1d
@@ -61,8 +60,7 @@ class WheelName:
         return _pythons_of(self.python_tag, self.abi_tag)
 
 
-@dataclass(frozen=True, kw_only=True)
-class CoreMetadata:
+class CoreMetadata(NamedTuple):
     """The fields of a wheel's METADATA the index shows, plus the digest of the file served beside the wheel."""
 
     sha256: str
@@ -71,8 +69,7 @@ class CoreMetadata:
     summary: str | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class WheelFile:
+class WheelFile(NamedTuple):
     """A wheel the index lists: its name, the digest and size of its bytes and its core metadata."""
 
     name: WheelName
@@ -80,11 +77,10 @@ class WheelFile:
     size: int
     metadata: CoreMetadata
     upload_time: float  # when the index first saw these bytes (seconds since the epoch)
-    # name.filename, kept as a field: read some 150,000 times a re-index, where a property costs a call each time
-    filename: str = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "filename", self.name.filename)
+    @property
+    def filename(self) -> str:
+        return self.name[0]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +97,7 @@ def parse_gpu_archs(sass: str, ptx: str | None) -> GpuArchs | None:
     for text in (sass, ptx or "[]"):
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         if not isinstance(value, list) or not all(isinstance(a, str) and _GPU_ARCH.match(a) for a in value):
             return None
@@ -111,6 +107,11 @@ def parse_gpu_archs(sass: str, ptx: str | None) -> GpuArchs | None:
 
 def parse_wheel_name(filename: str) -> WheelName:
     """Parse and validate ``filename``; raise :class:`RejectedWheel` with the reason."""
+    if len(filename) > MAX_FILENAME:
+        raise RejectedWheel(
+            f"{filename[:40]}...: a name of {len(filename)} characters; the index takes at most {MAX_FILENAME} "
+            "(the files it makes of it add to the name, and a file system allows 255)"
+        )
     if not _SAFE_FILENAME.match(filename):
         raise RejectedWheel(
             f"{filename!r}: not a wheel filename "
@@ -144,24 +145,40 @@ def parse_wheel_name(filename: str) -> WheelName:
     )
 
 
+def accepted_name(filename: str, labels: dict[str, tuple[str, Accelerator]]) -> WheelName:
+    """The parsed name of ``filename``, which parse_wheel_name and check_variant accepted under the same checks
+    (the index state's verdict): split into its parts, not judged again. ``labels``: the run's parsed labels."""
+    parts = filename[:-4].split("-")
+    dist, version = parts[0], parts[1]
+    public, _, label = version.partition("+")
+    release = labels.get(label)
+    if release is None:
+        release = labels[label] = parse_label(label)
+    # a name parse_wheel_name accepted is in normal form: its project is the lower-case dist with '-' for '_'
+    return WheelName(filename, dist.replace("_", "-"), version, public, label, *release, *parts[-3:])
+
+
 # WheelFilename.parse (packaging's parse_wheel_filename) checks the name and version part and the tags part of a
 # name without a build tag independently of each other, so a name passes it exactly when both halves pass it
 # with a neutral other half. A farm's 10,000 names have a few hundred of each: parsing every name whole was most
 # of a re-index's time to read dist/.
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=4096)
 def _check_name_version(dist: str, version: str) -> None:
     WheelFilename.parse(f"{dist}-{version}-py3-none-any.whl")
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=4096)
 def _check_tags(tags: str) -> None:
     WheelFilename.parse(f"x-0-{tags}.whl")
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=4096)
 def _release_of(dist: str, raw_version: str) -> tuple[str, str, str, str, str, Accelerator]:
     """Project, version, public version, label, torch minor and accelerator of a name-version pair (thousands of
     wheels share one), each required to be written in normal form already; ValueError says what is wrong."""
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
     try:
         version = Version(raw_version)
     except InvalidVersion:
@@ -207,55 +224,139 @@ def _variant_problem(torch: str, accelerator: Accelerator, facts: TorchFacts) ->
 def read_core_metadata(source: Path | BinaryIO, name: WheelName) -> bytes:
     """The bytes of the wheel's ``.dist-info/METADATA``, served unchanged beside it (PEP 658); from a regular file
     only (a path is opened without following a symlink), and never more than MAX_METADATA_BYTES of it."""
+    return read_dist_info(source, name.filename, {METADATA: MAX_METADATA_BYTES}, required=(METADATA,))[METADATA]
+
+
+def read_dist_info(
+    source: Path | BinaryIO, filename: str, wanted: Mapping[str, int], *, required: Collection[str] = ()
+) -> dict[str, bytes]:
+    """The files of the wheel's one ``.dist-info`` folder named in ``wanted``, each with the most bytes it may
+    have; those it lacks are left out (RejectedWheel if one of ``required`` is missing). The archive is opened
+    through builder.core.archive: its names and sizes are checked before anything inflates, and nothing inflates
+    past its caps."""
     try:
         if isinstance(source, Path):
-            with os.fdopen(open_regular(source), "rb") as file, zipfile.ZipFile(file) as archive:
-                return _bounded_metadata(archive, name)
-        with zipfile.ZipFile(source) as archive:
-            return _bounded_metadata(archive, name)
-    except (OSError, zipfile.BadZipFile, KeyError, EOFError, NotImplementedError, RuntimeError) as error:
-        raise RejectedWheel(f"{name.filename}: cannot read the wheel: {error}") from None
+            with os.fdopen(open_regular(source), "rb") as file:
+                return _dist_info(file, filename, wanted, required)
+        return _dist_info(source, filename, wanted, required)
+    except ArchiveError as error:
+        raise RejectedWheel(f"{filename}: cannot read the wheel: {str(error).removeprefix(filename + ': ')}") from None
+    except OSError as error:
+        raise RejectedWheel(f"{filename}: cannot read the wheel: {error.strerror or error}") from None
 
 
-def _bounded_metadata(archive: zipfile.ZipFile, name: WheelName) -> bytes:
-    members = archive.infolist()
-    if len(members) > MAX_MEMBERS:
-        raise RejectedWheel(f"{name.filename}: {len(members):,} members; a wheel may have at most {MAX_MEMBERS:,}")
-    found = [m for m in members if m.filename.endswith(".dist-info/METADATA") and m.filename.count("/") == 1]
-    if len(found) != 1:
-        raise RejectedWheel(f"{name.filename}: expected one .dist-info/METADATA, found {len(found)}")
-    info = found[0]
-    if info.file_size > MAX_METADATA_BYTES:
-        raise RejectedWheel(_too_big(name, info.file_size))
-    with archive.open(info) as member:
-        data = member.read(MAX_METADATA_BYTES + 1)  # the stated size may lie; the read is capped regardless
-    if len(data) > MAX_METADATA_BYTES:
-        raise RejectedWheel(_too_big(name, len(data)))
-    return data
+def _dist_info(
+    file: BinaryIO, filename: str, wanted: Mapping[str, int], required: Collection[str]
+) -> dict[str, bytes]:
+    archive = Archive(file, os.fstat(file.fileno()).st_size, filename, WHEEL)
+    members = archive.files
+    folders = {info.filename.split("/", 1)[0] for info in members if "/" in info.filename}
+    dist_info = sorted(folder for folder in folders if folder.endswith(".dist-info"))
+    if len(dist_info) != 1:
+        raise RejectedWheel(f"{filename}: expected one .dist-info/METADATA, found {len(dist_info)} .dist-info folders")
+    by_name = {info.filename: info for info in members}
+    found = {}
+    for member, most in wanted.items():
+        info = by_name.get(f"{dist_info[0]}/{member}")
+        if info is None:
+            if member in required:
+                raise RejectedWheel(f"{filename}: no {dist_info[0]}/{member}")
+            continue
+        if info.file_size > most:
+            raise RejectedWheel(_too_big(filename, member, info.file_size, most))
+        data = bytearray()
+        for chunk in archive.chunks(info):  # the stated size may lie; the read is capped regardless
+            data += chunk
+            if len(data) > most:
+                raise RejectedWheel(_too_big(filename, member, len(data), most))
+        found[member] = bytes(data)
+    _check_declared(members, filename)
+    return found
 
 
-def _too_big(name: WheelName, size: int) -> str:
-    return f"{name.filename}: METADATA is {size:,}+ bytes; the index accepts at most {MAX_METADATA_BYTES:,}"
+def _check_declared(members: Iterable[zipfile.ZipInfo], filename: str) -> None:
+    """Every member's stated sizes within the caps for our wheels (zipfile never inflates a member past its stated
+    size), so that a wheel the index accepts is one the twin step can read whole within them."""
+    total = 0
+    for info in members:
+        where = f"{filename}: member {info.filename!r}"
+        if info.file_size > WHEEL.member_bytes:
+            raise RejectedWheel(f"{where} declares {info.file_size:,} bytes; a member may have {WHEEL.member_bytes:,}")
+        if info.file_size > RATIO_FLOOR and info.file_size > WHEEL.ratio * max(info.compress_size, 1):
+            raise RejectedWheel(
+                f"{where} declares {info.file_size:,} bytes from {info.compress_size:,} compressed: more than "
+                f"{WHEEL.ratio}:1 (a zip bomb?)"
+            )
+        total += info.file_size
+        if total > WHEEL.total_bytes:
+            raise RejectedWheel(
+                f"{filename}: its members declare more than {WHEEL.total_bytes:,} bytes (at {info.filename!r})"
+            )
+
+
+def _too_big(filename: str, member: str, size: int, most: int) -> str:
+    return f"{filename}: {member} is {size:,}+ bytes; the index accepts at most {most:,}"
+
+
+def check_provenance(data: bytes, name: WheelName) -> None:
+    """A wheel's wheelwright.json, where it has one: a JSON object that names the filename's label and public
+    version, with the fields the variant twin is made from of their types (the twin step reads them); else
+    RejectedWheel. Whether it agrees with the payload is the verify gate's question, and the twin check's."""
+    where = f"{name.filename}: {PROVENANCE}"
+    try:
+        record = json.loads(data)
+    except (ValueError, RecursionError) as error:
+        raise RejectedWheel(f"{where} is not JSON ({str(error)[:200]})") from None
+    if not isinstance(record, dict):
+        raise RejectedWheel(f"{where} is not a JSON object")
+    problem = provenance_problem(record, name.label, name.public_version)
+    if problem:
+        raise RejectedWheel(f"{where}: {problem}")
+
+
+def provenance_problem(record: Mapping[str, object], label: str, version: str) -> str:
+    """What is wrong with a provenance record's fields the index and the twin step read; "" when nothing."""
+    if record.get("label") != label or record.get("version") != version:
+        return f"records {record.get('label')!r} {record.get('version')!r}, the filename {label!r} {version!r}"
+    archs, files, torch = record.get("archs"), record.get("files"), record.get("torch", {})
+    if not isinstance(archs, dict) or not all(_strings(archs.get(kind, [])) for kind in ("sass", "ptx")):
+        return "'archs' is not {'sass': [...], 'ptx': [...]} of arch names"
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        return "'files' is not {name: sha256}"
+    if not isinstance(torch, dict) or not isinstance(torch.get("requirement"), str | None):
+        return "'torch' is not {'requirement': text, ...}"
+    return ""
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
 def check_core_metadata(data: bytes, name: WheelName) -> CoreMetadata:
     """Validate METADATA against the filename; return what the index shows of it."""
+    return check_metadata(data, name.filename, name.project, name.version)
+
+
+def check_metadata(data: bytes, filename: str, project: str, version: str) -> CoreMetadata:
+    """Validate METADATA against the project and version its filename names (RejectedWheel says what is wrong)."""
+    from packaging.metadata import parse_email  # packaging's parsers: only for a file read this run
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.utils import canonicalize_name
+
     raw, _unparsed = parse_email(data)
-    project, version = raw.get("name"), raw.get("version")
-    if project is None or version is None:
-        raise RejectedWheel(f"{name.filename}: METADATA lacks Name or Version")
-    if not _PROJECT_NAME.match(canonicalize_name(project)) or canonicalize_name(project) != name.project:
-        raise RejectedWheel(f"{name.filename}: METADATA names project {project!r}, the filename {name.project!r}")
-    if version != name.version:
-        raise RejectedWheel(f"{name.filename}: METADATA says version {version!r}, the filename {name.version!r}")
+    stated, stated_version = raw.get("name"), raw.get("version")
+    if stated is None or stated_version is None:
+        raise RejectedWheel(f"{filename}: METADATA lacks Name or Version")
+    if not _PROJECT_NAME.match(canonicalize_name(stated)) or canonicalize_name(stated) != project:
+        raise RejectedWheel(f"{filename}: METADATA names project {stated!r}, the filename {project!r}")
+    if stated_version != version:
+        raise RejectedWheel(f"{filename}: METADATA says version {stated_version!r}, the filename {version!r}")
     requires_python = raw.get("requires_python")
     if requires_python is not None:
         try:
             SpecifierSet(requires_python)
         except InvalidSpecifier:
-            raise RejectedWheel(
-                f"{name.filename}: Requires-Python {requires_python!r} is not a version specifier"
-            ) from None
+            raise RejectedWheel(f"{filename}: Requires-Python {requires_python!r} is not a version specifier") from None
     return CoreMetadata(
         sha256=hashlib.sha256(data).hexdigest(),
         size=len(data),

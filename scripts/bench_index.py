@@ -1,10 +1,15 @@
-"""Benchmark the index stage: index N synthetic wheels (realistic names across the torch x accelerator x Python
-variants of builder/data/torch.toml) cold, then --repeat times again unchanged and after one more wheel is added
-(medians, wall and CPU, with the load average: the machine may be shared); then measure the bytes real pip
-downloads for `install --dry-run` with PEP 658 metadata and without it.
+"""Benchmark `wheelwright index` as users run it: the CLI in a new process for every timed run, on synthetic wheels
+named like the release plan's (every variant torch built x its Pythons x many versions of both packages). With
+provenance (the farm's wheels: wheelwright.json inside, the variant twin beside it in variant/, as the build leaves
+them) or without (--no-provenance: wheels from before provenance was recorded). Runs: cold (no site, no index
+state), unchanged, one wheel added (a new release's, --added-mb, with its twin), one replaced (rebuilt under its
+name) and one removed, each --repeat times: medians of CPU-seconds (the index process's user + system time) and
+wall, with the load average, and the sizes of the two largest project pages. Several --wheels print how each
+figure grows. scripts/bench_index_ab runs the same side by side against another checkout.
 
-    .venv/bin/python scripts/bench_index.py              # 10,000 wheels
-    .venv/bin/python scripts/bench_index.py --wheels 300 --json
+    .venv/bin/python -m scripts.bench_index                                  # 10,000 wheels with provenance
+    .venv/bin/python -m scripts.bench_index --no-provenance --repeat 7
+    .venv/bin/python -m scripts.bench_index --wheels 10000 --wheels 100000 --repeat 3
 """
 
 from __future__ import annotations
@@ -13,261 +18,251 @@ import argparse
 import itertools
 import json
 import os
-import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from builder.core.hashing import sha256_of as sha256_file
-from builder.core.runner import run
 from builder.plan.facts import load_facts
 from builder.plan.job import format_label
-from index_site.serve import Served, serving
-from index_site.site import build_site
-from tests.index_checks import installer_environment, pip_install
-from tests.wheelfactory import WheelSpec, make_wheel
+from builder.steps import provenance, variant
+from builder.steps.wheelzip import Member, write_wheel
 
-PROJECTS = {
-    "causal-conv1d": [f"1.{minor}.{patch}" for minor in range(8) for patch in range(3)],
-    "mamba-ssm": [f"2.{minor}.{patch}" for minor in range(4) for patch in range(6)],
-}
+ROOT = Path(__file__).resolve().parents[1]
+BASE_URL = "https://wheels.example.org"
 PYTHON_TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
+KINDS = ("cold", "unchanged", "+1", "replaced", "removed")
+# Versions enough for 100,000 distinct wheels (each release has ~300: every variant x its Pythons), the two
+# projects' releases interleaved so that any count holds both.
+PROJECTS = {
+    "causal-conv1d": [f"1.{minor}.{patch}" for minor in range(40) for patch in range(5)],
+    "mamba-ssm": [f"2.{minor}.{patch}" for minor in range(40) for patch in range(5)],
+}
 
 
-def synthetic_specs(count: int, payload: int) -> Iterator[WheelSpec]:
-    """``count`` distinct wheels: every variant torch built, for each of its Pythons, across many versions. Newest
-    torch first, so that a small count still holds the label a new wheel is added to (pt214cu130)."""
+@dataclass(frozen=True)
+class Spec:
+    project: str
+    version: str
+    label: str
+    python: str
+    payload: bytes = b"x = 1\n"
+
+    @property
+    def dist(self) -> str:
+        return self.project.replace("-", "_")
+
+    @property
+    def filename(self) -> str:
+        return f"{self.dist}-{self.version}+{self.label}-{self.python}-{self.python}-manylinux_2_28_x86_64.whl"
+
+
+def synthetic_specs(count: int) -> Iterator[Spec]:
+    """``count`` distinct wheels, newest torch first within each release (a small count still holds pt214cu130)."""
     variants = [
         (format_label(release.latest, accelerator), "cp" + python.replace(".", ""))
         for release in reversed(load_facts().releases)
         for accelerator in release.accelerators
         for python in release.python
+        if "t" not in python
     ]
-    releases = [(project, version) for project, versions in PROJECTS.items() for version in versions]
+    per_project = [[(project, version) for version in versions] for project, versions in PROJECTS.items()]
+    releases = [release for pair in itertools.zip_longest(*per_project) for release in pair if release is not None]
     combos = itertools.product(releases, variants)
     for (project, version), (label, python) in itertools.islice(combos, count):
-        yield WheelSpec(
-            project=project,
-            version=version,
-            label=label,
-            python=python,
-            platform="manylinux_2_28_x86_64",
-            payload_bytes=payload,
-        )
+        yield Spec(project, version, label, python)
 
 
-def timed(action, *args, **kwargs):
-    start = time.perf_counter()
-    result = action(*args, **kwargs)
-    return result, time.perf_counter() - start
+def write_wheel_and_twin(out: Path, spec: Spec, *, with_provenance: bool) -> Path:
+    """The wheel of ``spec`` in out/dist, as the build leaves it: with its wheelwright.json and its variant twin in
+    out/variant (made as builder/steps/variant.py makes it), or neither."""
+    dist_info = f"{spec.dist}-{spec.version}+{spec.label}.dist-info"
+    metadata = (
+        f"Metadata-Version: 2.1\nName: {spec.project}\nVersion: {spec.version}+{spec.label}\n"
+        f"Requires-Python: >=3.9\nSummary: a synthetic wheel\nRequires-Dist: torch\n"
+    )
+    members = {
+        f"{spec.dist}/__init__.py": Member(data=spec.payload),
+        f"{dist_info}/METADATA": Member(data=metadata.encode()),
+        f"{dist_info}/WHEEL": Member(data=f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {spec.python}\n".encode()),
+    }
+    if with_provenance:
+        archs = {"sass": ["9.0"], "ptx": []}
+        record = {"schema": provenance.SCHEMA, "package": spec.project, "version": spec.version, "label": spec.label,
+                  "torch": {"requirement": None}, "archs": archs,
+                  "files": provenance.payload_digests(members, dist_info)}
+        members[f"{dist_info}/{provenance.FILENAME}"] = Member(data=provenance.encode(record))
+    wheel = write_wheel(out / "dist" / spec.filename, members)
+    if with_provenance:
+        properties = variant.properties_for(spec.label, archs)
+        twin = variant.twin_members(members, wheel.name, spec.label, properties)
+        write_wheel(out / "variant" / variant.variant_filename(wheel.name, spec.label), twin)
+    return wheel
 
 
-def timed_cpu(action, *args, **kwargs):
-    """``action``'s result, wall seconds and CPU seconds of this process (less sensitive to a shared machine)."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = action(*args, **kwargs)
-    return result, time.perf_counter() - wall, time.process_time() - cpu
+def write_wheelhouse(out: Path, count: int, *, with_provenance: bool) -> None:
+    """``count`` wheels. One of them makes the label the runs add to lead its torch, as the registry's variant does
+    on a real site: synthetic variants tie, and a wheel that broke a tie would move every setup page's choices."""
+    (out / "dist").mkdir(parents=True, exist_ok=True)
+    (out / "variant").mkdir(parents=True, exist_ok=True)
+    leader = Spec("causal-conv1d", "0.0.1", "pt214cu130", PYTHON_TAG)
+    for spec in (*synthetic_specs(count - 1), leader):
+        write_wheel_and_twin(out, spec, with_provenance=with_provenance)
 
 
-def pip_dry_run_bytes(site: Path, page: str, requirement: str, workdir: Path) -> dict[str, int]:
-    """Bytes served to pip resolving ``requirement`` from the find-links page ``page`` (site path)."""
-    served: list[Served] = []
-    lock = threading.Lock()
+@dataclass
+class Checkout:
+    """A checkout whose `wheelwright index` is timed: its own code, this interpreter and venv."""
 
-    def record(request: Served) -> None:
-        with lock:
-            served.append(request)
+    name: str
+    root: Path
+    runs: dict[str, list[dict[str, float]]] = field(default_factory=lambda: {kind: [] for kind in KINDS})
 
-    env = installer_environment(workdir / "uv-cache")
-    venv = workdir / f"venv-{len(list(workdir.glob('venv-*')))}"
-    run([sys.executable, "-m", "venv", "--without-pip", venv], step="create venv", env=env)
-    with serving(site, on_request=record) as server:
-        pip_install(venv / "bin" / "python", env, "--dry-run", "--no-index", "-f", f"{server.url}/{page}", requirement)
-    kinds = {"page": 0, "metadata": 0, "wheel": 0}
-    for request in served:
-        kind = (
-            "wheel" if request.path.endswith(".whl") else "metadata" if request.path.endswith(".metadata") else "page"
-        )
-        kinds[kind] += request.length
-    return {**kinds, "total": sum(kinds.values())}
+    def index(self, out: Path, kind: str) -> dict[str, float]:
+        """One run of the CLI in a new process; its wall and CPU seconds (user + system, from wait4)."""
+        log = out / f"index-{kind}.log"
+        environment = {**os.environ, "PYTHONPATH": str(self.root), "COLUMNS": "200", "NO_COLOR": "1"}
+        command = [sys.executable, "-m", "builder.cli.main", "index", "--output", str(out), "--base-url", BASE_URL]
+        os.sync()  # the other runs' writes go to disk now, not during this one
+        with open(log, "w") as output:
+            start = time.perf_counter()
+            process = subprocess.Popen(command, cwd=self.root, env=environment, stdout=output, stderr=output)
+            _, status, usage = os.wait4(process.pid, 0)
+            wall = time.perf_counter() - start
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode != 0:
+            raise SystemExit(f"{self.name}: index exited {process.returncode}:\n{log.read_text()[-3000:]}")
+        result = {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime}
+        self.runs[kind].append(result)
+        return result
+
+    def medians(self) -> dict[str, dict[str, float]]:
+        return {
+            kind: {m: round(statistics.median(r[m] for r in runs), 3) for m in ("cpu", "wall")}
+            for kind, runs in self.runs.items()
+            if runs
+        }
 
 
-def without_pep658(site: Path, page: str) -> str:
-    """A copy of the find-links page ``page`` without PEP 658/714 attributes, beside it; returns its site path."""
-    stripped = re.sub(r' data-(?:core|dist-info)-metadata="[^"]*"', "", (site / page).read_text())
-    copy = page.replace(".html", "-no658.html")
-    (site / copy).write_text(stripped)
-    return copy
+def forget(out: Path) -> None:
+    """Back to a cold index: no site and no index state (this code's, and the hash cache older code kept in the
+    ledger and variant/)."""
+    shutil.rmtree(out / "site", ignore_errors=True)
+    for name in ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm", "ledger.sqlite", "ledger.sqlite-wal",
+                 "ledger.sqlite-shm", "variant/.variant-index.json"):
+        (out / name).unlink(missing_ok=True)
 
 
-def bench_big_wheels(count: int, megabytes: float, workdir: Path) -> dict[str, object]:
-    """Cold-index ``count`` wheels of realistic size: the time should be mostly sha256 over their bytes."""
-    output = workdir / "big"
-    labels = ("pt214cu130", "pt213cu130", "pt212cu126", "pt211cu128")
-    specs = [
-        WheelSpec(
-            version=f"1.{i}.0", label=labels[i % len(labels)], python=PYTHON_TAG, payload_bytes=int(megabytes * 1e6)
-        )
-        for i in range(count)
-    ]
-    paths = [make_wheel(output / "dist", spec) for spec in specs]
-    _, hash_seconds = timed(lambda: [sha256_file(path) for path in paths])
-    _, cold_seconds = timed(build_site, output, output / "site", base_url="https://wheels.example.org")
-    size = sum(path.stat().st_size for path in paths)
+def change(outs: list[Path], kind: str, round_: int, *, with_provenance: bool, added_mb: float) -> None:
+    """Make the same change to every copy: a new release's wheel added, a wheel rebuilt under its name (other
+    bytes), or a wheel removed; the twin goes with each, as the build would."""
+    if kind == "+1":
+        payload = os.urandom(int(added_mb * 1e6))
+        spec = Spec("causal-conv1d", f"9.9.{round_}", "pt214cu130", PYTHON_TAG, payload)
+    else:
+        names = sorted(path.name for path in (outs[0] / "dist").glob("causal_conv1d-1.0.0+*"))
+        name = names[round_] if kind == "replaced" else names[-1 - round_]  # the first release's
+        dist, version, python = name.removesuffix(".whl").split("-")[:3]
+        public, label = version.split("+")
+        spec = Spec(dist.replace("_", "-"), public, label, python, f"x = {round_ + 2}\n".encode())
+    for out in outs:
+        if kind == "removed":
+            (out / "dist" / spec.filename).unlink()
+            (out / "variant" / variant.variant_filename(spec.filename, spec.label)).unlink(missing_ok=True)
+        else:
+            write_wheel_and_twin(out, spec, with_provenance=with_provenance)
+
+
+def largest_pages(site: Path) -> list[tuple[str, int]]:
+    """The two largest project pages (PEP 503 and 691, all variants): what one added wheel rewrites whole."""
+    pages = [*site.glob("simple/*/index.html"), *site.glob("json/*/index.json")]
+    sizes = sorted(((p.relative_to(site).as_posix(), p.stat().st_size) for p in pages), key=lambda x: -x[1])
+    return sizes[:2]
+
+
+def bench(
+    checkouts: list[Checkout], count: int, workdir: Path, *, repeat: int, colds: int, with_provenance: bool,
+    added_mb: float,
+) -> dict[str, Any]:
+    """Every kind of run on ``count`` wheels for each checkout, interleaved so each sees the same load."""
+    base = workdir / f"base-{count}-{'prov' if with_provenance else 'plain'}"
+    if not (base / "dist").is_dir():  # a --workdir of an earlier run keeps its wheels
+        write_wheelhouse(base, count, with_provenance=with_provenance)
+    outs = [base] if len(checkouts) == 1 else []  # one checkout works in the generated folder itself
+    for checkout in checkouts if len(checkouts) > 1 else ():
+        out = workdir / f"{checkout.name}-{count}"
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(base, out)
+        outs.append(out)
+    load_before = os.getloadavg()
+    pairs = list(zip(checkouts, outs, strict=True))
+    for round_ in range(colds):
+        for checkout, out in pairs if round_ % 2 == 0 else pairs[::-1]:
+            forget(out)
+            checkout.index(out, "cold")
+    for round_ in range(repeat):
+        order = pairs if round_ % 2 == 0 else pairs[::-1]  # neither always runs first
+        for kind in KINDS[1:]:
+            if kind != "unchanged":
+                change(outs, kind, round_, with_provenance=with_provenance, added_mb=added_mb)
+            for checkout, out in order:
+                checkout.index(out, kind)
     return {
         "wheels": count,
-        "bytes": size,
-        "sha256_all_seconds": round(hash_seconds, 3),
-        "cold_seconds": round(cold_seconds, 3),
-    }
-
-
-def bench(count: int, payload: int, resolved_mb: float, workdir: Path, repeat: int = 5) -> dict[str, object]:
-    output = workdir / "wheelhouse"
-    label = "pt214cu130"
-    # The label the runs add to leads its torch (as the registry's variant does on a real site): torch 2.14's four
-    # variants tie in synthetic data, and a wheel that breaks a tie moves every setup page's navigation to it.
-    leader = WheelSpec(project="causal-conv1d", version="0.0.1", label=label, python=PYTHON_TAG,
-                       platform="manylinux_2_28_x86_64", payload_bytes=payload)
-    specs, generate_seconds = timed(
-        lambda: [make_wheel(output / "dist", spec) for spec in (*synthetic_specs(count - 1, payload), leader)]
-    )
-    total_bytes = sum(path.stat().st_size for path in specs)
-    _, hash_seconds = timed(lambda: [sha256_file(path) for path in specs])
-    site = output / "site"
-    load_before = os.getloadavg()
-    cold, cold_seconds, cold_cpu = timed_cpu(build_site, output, site, base_url="https://wheels.example.org")
-    same_runs, added_runs, reports = [], [], []
-    for run_index in range(repeat):  # each: a re-index with nothing changed, then one with a new release's wheel
-        same, *same_times = timed_cpu(build_site, output, site, base_url="https://wheels.example.org")
-        added = WheelSpec(
-            project="causal-conv1d",
-            version=f"1.9.{run_index}",
-            label=label,
-            python=PYTHON_TAG,
-            platform="manylinux_2_28_x86_64",
-            payload_bytes=int(resolved_mb * 1e6),
-        )
-        make_wheel(output / "dist", added)
-        incremental, *added_times = timed_cpu(build_site, output, site, base_url="https://wheels.example.org")
-        same_runs.append(same_times)
-        added_runs.append(added_times)
-        reports.append((same, incremental))
-    load_after = os.getloadavg()
-    same, incremental = reports[0]
-    page = f"whl/{label}.html"
-    with_658 = pip_dry_run_bytes(site, page, "causal-conv1d", workdir)
-    without_658 = pip_dry_run_bytes(site, without_pep658(site, page), "causal-conv1d", workdir)
-    unchanged_seconds = statistics.median(wall for wall, _ in same_runs)
-    incremental_seconds = statistics.median(wall for wall, _ in added_runs)
-    return {
-        "wheels": cold.wheels,
-        "variants": len(cold.variants),
-        "dist_bytes": total_bytes,
-        "generate_seconds": round(generate_seconds, 2),
-        "sha256_all_seconds": round(hash_seconds, 3),
-        "cold_seconds": round(cold_seconds, 3),
-        "cold_cpu_seconds": round(cold_cpu, 3),
-        "cold_files_written": len(cold.written),
+        "provenance": with_provenance,
         "repeat": repeat,
-        "unchanged_seconds": round(unchanged_seconds, 3),  # medians of the repeated runs
-        "unchanged_cpu_seconds": round(statistics.median(cpu for _, cpu in same_runs), 3),
-        "unchanged_runs": [round(wall, 3) for wall, _ in same_runs],
-        "unchanged_files_written": max(len(report.written) for report, _ in reports),
-        "incremental_seconds": round(incremental_seconds, 3),
-        "incremental_cpu_seconds": round(statistics.median(cpu for _, cpu in added_runs), 3),
-        "incremental_runs": [round(wall, 3) for wall, _ in added_runs],
-        "incremental_hashed": incremental.stats.hashed,
-        "incremental_files_written": len(incremental.written),
-        "incremental_vs_cold": round(incremental_seconds / cold_seconds, 4),
-        "unchanged_vs_cold": round(unchanged_seconds / cold_seconds, 4),
-        "incremental_vs_unchanged": round(incremental_seconds / unchanged_seconds, 3),
-        "load_average": [round(x, 2) for x in (*load_before, *load_after)],  # 1/5/15 min, before and after
-        "resolved_wheel_bytes": (output / "dist" / added.wheel_filename).stat().st_size,
-        "pip_bytes_with_pep658": with_658,
-        "pip_bytes_without_pep658": without_658,
+        "colds": colds,
+        "medians": {checkout.name: checkout.medians() for checkout in checkouts},
+        "runs": {c.name: {k: [round(r["cpu"], 3) for r in runs] for k, runs in c.runs.items()} for c in checkouts},
+        "largest_pages": {c.name: largest_pages(out / "site") for c, out in pairs},
+        "load_average": [round(x, 2) for x in (*load_before, *os.getloadavg())],
     }
+
+
+def print_results(results: list[dict[str, Any]], name: str) -> None:
+    first = results[0]
+    for result in results:
+        medians = result["medians"][name]
+        label = "with provenance" if result["provenance"] else "without provenance"
+        print(f"{result['wheels']:,} wheels, {label}: medians of {result['repeat']} (cold: {result['colds']}), "
+              f"load {result['load_average'][:3]} -> {result['load_average'][3:]}")
+        print(f"  {'run':<10} {'CPU s':>8} {'wall s':>8} {'CPU x':>7}")
+        for kind, figures in medians.items():
+            growth = figures["cpu"] / first["medians"][name][kind]["cpu"] if result is not first else 1.0
+            print(f"  {kind:<10} {figures['cpu']:>8.3f} {figures['wall']:>8.3f} {growth:>7.2f}")
+        pages = ", ".join(f"{page} {size:,} B" for page, size in result["largest_pages"][name])
+        print(f"  largest project pages: {pages}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--wheels", type=int, default=10_000, help="synthetic wheels to index (default: %(default)s)")
-    parser.add_argument(
-        "--payload-bytes", type=int, default=1024, help="filler per synthetic wheel (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--resolved-wheel-mb", type=float, default=20.0, help="size of the wheel pip resolves (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--big-wheels",
-        type=int,
-        default=8,
-        help="realistic-size wheels for the hashing-bound cold run (default: %(default)s)",
-    )
-    parser.add_argument("--big-wheel-mb", type=float, default=64.0, help="size of each of those (default: %(default)s)")
-    parser.add_argument(
-        "--repeat", type=int, default=5, help="unchanged and one-added runs, reported as medians (default: %(default)s)"
-    )
-    parser.add_argument("--workdir", type=Path, help="keep the generated files here (default: a temporary folder)")
+    parser.add_argument("--wheels", type=int, action="append", help="synthetic wheels (repeatable; default 10000)")
+    parser.add_argument("--no-provenance", action="store_true", help="wheels without wheelwright.json or twins")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each kind but cold (default: %(default)s)")
+    parser.add_argument("--colds", type=int, default=1, help="cold runs (default: %(default)s)")
+    parser.add_argument("--added-mb", type=float, default=20.0, help="size of the added wheel (default: 20)")
+    parser.add_argument("--checkout", type=Path, default=ROOT, help="the code to time (default: this checkout)")
+    parser.add_argument("--workdir", type=Path, help="keep the generated wheels here, for the next run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
-    # a shared machine's cleaners may race the removal of 10,000 files: the results matter more than the folder
     with tempfile.TemporaryDirectory(prefix="bench-index-", ignore_cleanup_errors=True) as temporary:
         workdir = args.workdir or Path(temporary)
-        workdir.mkdir(parents=True, exist_ok=True)
-        results = bench(args.wheels, args.payload_bytes, args.resolved_wheel_mb, workdir, max(1, args.repeat))
-        results["big"] = bench_big_wheels(args.big_wheels, args.big_wheel_mb, workdir) if args.big_wheels else None
-        if args.json:
-            print(json.dumps(results, indent=2), flush=True)
-        else:
-            _print_results(results)
+        results = []
+        for count in args.wheels or [10_000]:
+            checkout = Checkout("this", args.checkout.resolve())
+            results.append(bench([checkout], count, workdir, repeat=max(1, args.repeat), colds=max(1, args.colds),
+                                 with_provenance=not args.no_provenance, added_mb=args.added_mb))
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print_results(results, "this")
     return 0
-
-
-def _print_results(r: dict) -> None:
-    with_658, without = r["pip_bytes_with_pep658"], r["pip_bytes_without_pep658"]
-    lines = [
-        ("wheels indexed", f"{r['wheels']} in {r['variants']} variants ({r['dist_bytes'] / 1e6:.1f} MB)"),
-        ("cold index", f"{r['cold_seconds']:.2f} s ({r['cold_files_written']} files written)"),
-        ("  sha256 of every wheel", f"{r['sha256_all_seconds']:.2f} s"),
-        (
-            f"re-index, nothing changed (median of {r['repeat']})",
-            (
-                f"{r['unchanged_seconds']:.3f} s, CPU {r['unchanged_cpu_seconds']:.3f} s "
-                f"({r['unchanged_files_written']} files written; runs {r['unchanged_runs']})"
-            ),
-        ),
-        (
-            f"incremental, 1 wheel added (median of {r['repeat']})",
-            (
-                f"{r['incremental_seconds']:.3f} s, CPU {r['incremental_cpu_seconds']:.3f} s "
-                f"(hashed {r['incremental_hashed']}, {r['incremental_files_written']} files written; "
-                f"runs {r['incremental_runs']})"
-            ),
-        ),
-        (
-            "  ratios",
-            (
-                f"+1/cold {r['incremental_vs_cold']:.3f}, unchanged/cold {r['unchanged_vs_cold']:.3f}, "
-                f"+1/unchanged {r['incremental_vs_unchanged']:.2f}"
-            ),
-        ),
-        ("load average (1/5/15 min)", f"before {r['load_average'][:3]}, after {r['load_average'][3:]}"),
-    ]
-    if r["big"]:
-        big = r["big"]
-        each = big["bytes"] / big["wheels"] / 1e6
-        lines.append((f"cold index, {big['wheels']} x {each:.0f} MB wheels", f"{big['cold_seconds']:.2f} s"))
-        lines.append(("  sha256 of those wheels", f"{big['sha256_all_seconds']:.2f} s"))
-    for name, served in (("pip --dry-run, PEP 658", with_658), ("pip --dry-run, no PEP 658", without)):
-        parts = f"page {served['page']:,} + metadata {served['metadata']:,} + wheel {served['wheel']:,}"
-        lines.append((name, f"{served['total']:,} bytes ({parts})"))
-    for name, value in lines:
-        print(f"{name + ':':<34} {value}")
 
 
 if __name__ == "__main__":

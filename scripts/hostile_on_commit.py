@@ -40,6 +40,8 @@ from builder.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASSES_DIR = ROOT / "scripts" / "data" / "hostile"
+# The tests, and the helpers outside tests/ they import (the wheel factory the benchmarks share): HEAD's on both sides.
+TEST_SUPPORT = ("tests", "scripts/bench")
 CONFTESTS = ("tests/conftest.py", "tests/unit/conftest.py", "tests/integration/conftest.py")
 CONTEXT = "(no class: ran for context)"
 
@@ -148,11 +150,12 @@ def _worktree(path: Path, revision: str) -> Iterator[Path]:
 
 
 def _overlay_tests(worktree: Path, head: str) -> list[str]:
-    """HEAD's tests/ over the older one; a conftest that cannot import on the older code goes back to its own.
-    Returns the conftests replaced."""
+    """HEAD's tests/ and the test helpers they import (TEST_SUPPORT) over the older ones; a conftest that cannot
+    import on the older code goes back to its own. Returns the conftests replaced."""
     revision = _git("-C", str(worktree), "rev-parse", "HEAD")
-    shutil.rmtree(worktree / "tests")
-    tests = subprocess.run(["git", "-C", str(ROOT), "archive", head, "tests"], capture_output=True, check=True)
+    for folder in TEST_SUPPORT:
+        shutil.rmtree(worktree / folder, ignore_errors=True)
+    tests = subprocess.run(["git", "-C", str(ROOT), "archive", head, *TEST_SUPPORT], capture_output=True, check=True)
     with tarfile.open(fileobj=io.BytesIO(tests.stdout)) as archive:
         archive.extractall(worktree, filter="data")
     replaced = []
@@ -186,6 +189,8 @@ def _run_pytest(tree: Path, config: Path, arguments: Sequence[str], junit: Path)
     ]  # fmt: skip
     print(f"running {len(arguments)} test files in {tree} ...", file=sys.stderr, flush=True)
     subprocess.run(command, cwd=tree, env=_environment(tree), check=False, stdout=subprocess.DEVNULL)
+    if not junit.is_file():
+        raise SystemExit(f"ERROR pytest wrote no report in {tree}: its output above says why")
     return read_junit(junit)
 
 

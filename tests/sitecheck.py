@@ -24,7 +24,8 @@ def check_site(site: Path) -> list[str]:
     files = _tree(site, problems)
     digests: dict[str, str] = {}
     for relative in sorted(files):
-        if relative.endswith((".html", ".json")) and relative != layout.SITE_MARKER:
+        # a twin's .provenance.json is a file served beside it, not a page: it links nothing
+        if relative.endswith((".html", ".json")) and not relative.endswith(".provenance.json"):
             for target, digest in _links(site, relative):
                 problems.extend(_check_link(site, relative, target, digest, files, digests))
     problems.extend(_check_manifest(site, files, digests))

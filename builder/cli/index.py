@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -79,19 +80,61 @@ def _site(args: argparse.Namespace) -> Path:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from builder.cli.console import console, out
-    from builder.steps.variant import ensure_twins  # the index reads twins; builds before twins existed lack them
     from index_site.site import build_site
 
-    made, skipped = ensure_twins(args.output / "dist", args.output / "variant")
-    for path in made:
-        out.print(f"  variant twin made: {path.name}")
-    report = build_site(args.output, _site(args), base_url=args.base_url)
-    _print_index_report(report, args.base_url)
-    for reason in skipped:  # after the index's own verdict on each file of dist/, which says why first
-        console.print(f"[yellow]WARN[/yellow] no variant twin: {reason}", soft_wrap=True)
+    report = build_site(args.output, _site(args), base_url=args.base_url, twins=_Twins())
+    lines, warnings = _index_lines(report, args.base_url)
+    twin_lines, twin_warnings = _twin_lines(report)
+    _emit(lines + twin_lines, warnings + twin_warnings)
     _step_summary(report)
     return 0
+
+
+class _Twins:
+    """builder.steps.variant's VariantTwins, imported on the first twin to make or check (a re-index that has none
+    does without the build steps' imports): it makes and checks twins, the index decides which it publishes."""
+
+    def make(self, wheel: Path, folder: Path) -> Path:
+        from builder.steps.variant import VariantTwins
+
+        return VariantTwins().make(wheel, folder)
+
+    def problems(self, wheel: Path, twin: Path) -> list[str]:
+        from builder.steps.variant import VariantTwins
+
+        return VariantTwins().problems(wheel, twin)
+
+
+def _twin_lines(report: IndexReport) -> tuple[list[str], list[str]]:
+    """One line for the variant channel; a WARN per twin refused or made again, and one per reason some wheels
+    have none, however many they are."""
+    twins = report.twins
+    again = f" ({len(twins.remade)} made again)" if twins.remade else ""
+    lines = [f"  variant twins: {len(twins.published)} published, {len(twins.made)} made{again}"]
+    warnings = [f"variant twin not its wheel's, made again: {remade.reason}" for remade in twins.remade]
+    warnings += [f"variant twin not published: {refused.reason}" for refused in twins.refused]
+    for why, wheels in twins.without.items():
+        warnings.append(f"no variant twin for {len(wheels):,} wheel{'s' if len(wheels) != 1 else ''}: {why} "
+                        f"(e.g. {wheels[0]})")
+    return lines, warnings
+
+
+def _emit(lines: list[str], warnings: list[str]) -> None:
+    """``lines`` on stdout and a WARN line per warning on stderr, shown as they are (a reason may hold brackets
+    rich would read as markup). Through rich on a terminal; plain text elsewhere (a CI log, a pipe), where
+    rendering thousands of lines one by one would cost more than the index."""
+    if not (sys.stdout.isatty() or sys.stderr.isatty()):
+        sys.stdout.write("".join(f"{line}\n" for line in lines))
+        sys.stdout.flush()
+        sys.stderr.write("".join(f"WARN {text}\n" for text in warnings))
+        return
+    from rich.markup import escape
+
+    from builder.cli.console import console, out
+
+    out.print("\n".join(lines), markup=False, highlight=False)
+    for text in warnings:
+        console.print(f"[yellow]WARN[/yellow] {escape(text)}", soft_wrap=True)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -158,26 +201,24 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_index_report(report: IndexReport, base_url: str) -> None:
-    from builder.cli.console import console, out
+def _index_lines(report: IndexReport, base_url: str) -> tuple[list[str], list[str]]:
+    """What the index did, its install command per variant, and a WARN per file it did not index."""
     from index_site import layout
     from index_site.variants import variant_command
 
     stats = report.stats
-    out.print(f"[bold]Indexed {report.wheels} wheels in {len(report.variants)} variants[/bold] -> {report.site}")
-    out.print(
-        f"  hashed {stats.hashed}, from ledger {stats.from_ledger}, cached {stats.cached}; "
+    lines = [
+        f"Indexed {report.wheels} wheels in {len(report.variants)} variants -> {report.site}",
+        (f"  hashed {stats.hashed}, from ledger {stats.from_ledger}, cached {stats.cached}; "
         f"{len(report.written)} files written, {report.unchanged} unchanged, {len(report.deleted)} deleted; "
-        f"{report.failures} failed builds shown"
-    )
-    for rejection in report.rejected:
-        console.print(f"[yellow]WARN[/yellow] not indexed: {rejection.reason}", soft_wrap=True)
-    # markup=False: a URL may hold "[...]", which rich would read as a style and drop from the command
+        f"{report.failures} failed builds shown"),
+    ]
     for label in report.variants:
         links = shlex.quote(f"{base_url.rstrip('/')}/{layout.findlinks_path(label)}")
-        out.print(f"  {label}  pip install PACKAGE -f {links}", markup=False)
+        lines.append(f"  {label}  pip install PACKAGE -f {links}")
     if (report.site / "variant" / "simple" / "index.html").is_file():
-        out.print(f"  variant channel  {variant_command(base_url.rstrip('/'))}", markup=False)
+        lines.append(f"  variant channel  {variant_command(base_url.rstrip('/'))}")
+    return lines, [f"not indexed: {rejection.reason}" for rejection in report.rejected]
 
 
 def _print_plan(report: PublishReport, where: str) -> None:
@@ -222,5 +263,6 @@ def _step_summary(report: IndexReport) -> None:
     lines = [f"### Index: {report.wheels} wheels in {len(report.variants)} variants", ""]
     lines += [f"- `{label}`" for label in report.variants]
     lines += [f"- not indexed: `{r.filename}`: {r.reason}" for r in report.rejected]
+    lines += [f"- variant twin not published: `{r.filename}`: {r.reason}" for r in report.twins.refused]
     with open(path, "a", encoding="utf-8") as summary:
         summary.write("\n".join(lines) + "\n")

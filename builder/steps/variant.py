@@ -11,14 +11,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
-import stat
+import struct
+import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from packaging.utils import parse_wheel_filename
 
+from builder.core.archive import Archive, open_archive
 from builder.core.errors import WheelError
 from builder.plan.job import parse_label
 from builder.steps import provenance
@@ -49,6 +53,18 @@ class Twin:
     path: Path
     label: str
     properties: Mapping[str, Mapping[str, tuple[str, ...]]]  # {namespace: {feature: values}}
+
+
+NO_PROVENANCE = "no wheelwright.json (built before provenance was recorded, or not by wheelwright)"  # as the index's
+
+
+def _archs_ok(archs: object) -> bool:
+    """``{"sass": [...], "ptx": [...]}`` of arch names (provenance's archs, from which a twin's properties come)."""
+    if not isinstance(archs, dict):
+        return False
+    lists = [archs.get(kind, []) for kind in ("sass", "ptx")]
+    return all(isinstance(names, list) and all(isinstance(a, str) and _VALUE.fullmatch(a) for a in names)
+               for names in lists)
 
 
 def variant_filename(filename: str, label: str) -> str:
@@ -115,12 +131,20 @@ def make_twin(wheel: Path, out_dir: Path) -> Twin:
     """Write the variant twin of the verified ``wheel`` into ``out_dir`` and check it; raises WheelError if wrong."""
     # the verified wheel is write_wheel's (provenance.embed): its payload's deflated bytes are copied, not redone
     members = read_members(wheel, keep_deflated=True)
+    dist_info = dist_info_dir(members, wheel.name)
+    if f"{dist_info}/{provenance.FILENAME}" not in members:
+        raise WheelError(NO_PROVENANCE)
     record = provenance.read(members, wheel.name).record
-    label = str(record["label"])
-    properties = properties_for(label, record["archs"])
-    twin_members = _twin_members(members, wheel.name, label, properties)
+    label, archs = record.get("label"), record.get("archs", {})
+    if not isinstance(label, str) or not _LABEL.fullmatch(label) or not isinstance(archs, dict) or not _archs_ok(archs):
+        raise WheelError(f"{wheel.name}: {provenance.FILENAME} records no label and archs a twin can be named for")
+    try:
+        properties = properties_for(label, archs)
+    except ValueError as error:
+        raise WheelError(f"{wheel.name}: {provenance.FILENAME}: {error}") from None
+    members_of_twin = twin_members(members, wheel.name, label, properties)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = write_wheel(out_dir / variant_filename(wheel.name, label), twin_members)
+    path = write_wheel(out_dir / variant_filename(wheel.name, label), members_of_twin)
     _check(members, wheel.name, path)
     log.info("%s: variant twin %s", wheel.name, path.name)
     return Twin(
@@ -128,7 +152,7 @@ def make_twin(wheel: Path, out_dir: Path) -> Twin:
     )
 
 
-def _twin_members(
+def twin_members(
     members: Mapping[str, Member], where: str, label: str, properties: Mapping[str, Mapping[str, list[str]]]
 ) -> dict[str, Member]:
     """The original's files with ``name-1.7.0+label.dist-info`` renamed to ``name-1.7.0.dist-info`` (and the
@@ -175,55 +199,157 @@ def _check(original: Mapping[str, Member], original_name: str, twin: Path) -> No
 def twin_problems(
     original: Mapping[str, Member], original_name: str, twin: Mapping[str, Member], twin_name: str
 ) -> list[str]:
+    """Where ``twin`` is not the twin of ``original`` (both read whole, within the archive caps); [] when it is."""
     old, new = dist_info_dir(original, original_name), dist_info_dir(twin, twin_name)
     payload = {n: hashlib.sha256(m.data).digest() for n, m in original.items() if not n.startswith(old + "/")}
     twin_payload = {n: hashlib.sha256(m.data).digest() for n, m in twin.items() if not n.startswith(new + "/")}
     problems = [] if payload == twin_payload else ["payload differs from the verified wheel"]
-    label = twin_name.removesuffix(".whl").rsplit("-", 1)[1]
+    label = twin_name.removesuffix(".whl").rsplit("-", 1)[-1]
     problems += _variant_problems(twin.get(f"{new}/{VARIANT_JSON}"), label)
-    problems += provenance.disagreements(twin, twin_name)
-    before = original[f"{old}/METADATA"].data.decode().splitlines()
-    after = twin[f"{new}/METADATA"].data.decode().splitlines()
+    record_problem = _record_problem(twin.get(f"{new}/{provenance.FILENAME}"))
+    problems += [record_problem] if record_problem else provenance.disagreements(twin, twin_name)
+    before, after = _text(original.get(f"{old}/METADATA")), _text(twin.get(f"{new}/METADATA"))
     changed = [(a, b) for a, b in zip(before, after) if a != b]
     if len(before) != len(after) or len(changed) != 1 or not changed[0][0].startswith("Version: "):
         problems.append("METADATA differs from the verified wheel's in more than its Version")
     return problems
 
 
+def _text(member: Member | None) -> list[str]:
+    return member.data.decode("utf-8", "replace").splitlines() if member is not None else []
+
+
+def _record_problem(member: Member | None) -> str:
+    """What keeps the twin's provenance from being compared at all: absent, not a JSON object, or fields of other
+    types than a record's (the comparison reads them unguarded); "" when it can be compared."""
+    if member is None:
+        return f"no {provenance.FILENAME}"
+    try:
+        record = json.loads(member.data)
+    except (ValueError, RecursionError):
+        return f"{provenance.FILENAME} is not JSON"
+    if not isinstance(record, dict):
+        return f"{provenance.FILENAME} is not a JSON object"
+    files, torch = record.get("files", {}), record.get("torch", {})
+    if not isinstance(files, dict) or not all(isinstance(digest, str) for digest in files.values()):
+        return f"{provenance.FILENAME}: 'files' is not {{name: sha256}}"
+    if not isinstance(torch, dict) or not isinstance(torch.get("requirement", ""), str | None):
+        return f"{provenance.FILENAME}: 'torch' is not {{'requirement': text, ...}}"
+    return "" if _archs_ok(record.get("archs", {})) else f"{provenance.FILENAME}: 'archs' is not {{sass, ptx}}"
+
+
 def _variant_problems(member: Member | None, label: str) -> list[str]:
     if member is None:
         return [f"no {VARIANT_JSON}"]
-    document = json.loads(member.data)
-    variants = document.get("variants", {})
-    if list(variants) != [label] or not _LABEL.fullmatch(label):
-        return [f"{VARIANT_JSON} describes {sorted(variants)}, the filename says {label}"]
-    priorities = document.get("default-priorities", {}).get("namespace", [])
-    if sorted(priorities) != sorted(document.get("providers", {})) or not set(variants[label]) <= set(priorities):
+    try:
+        document = json.loads(member.data)
+    except (ValueError, RecursionError):
+        return [f"{VARIANT_JSON} is not JSON"]
+    variants = document.get("variants") if isinstance(document, dict) else None
+    if not isinstance(variants, dict) or list(variants) != [label] or not _LABEL.fullmatch(label):
+        described = sorted(variants) if isinstance(variants, dict) else variants
+        return [f"{VARIANT_JSON} describes {described!r}, the filename says {label}"]
+    priorities = document.get("default-priorities")
+    namespaces = priorities.get("namespace") if isinstance(priorities, dict) else None
+    providers, properties = document.get("providers"), variants[label]
+    if not isinstance(providers, dict) or not isinstance(namespaces, list) or not _properties_ok(properties):
+        return [f"{VARIANT_JSON}: providers, priorities or properties are not shaped as PEP 825 says"]
+    if sorted(map(str, namespaces)) != sorted(providers) or not set(properties) <= set(namespaces):
         return [f"{VARIANT_JSON}: providers, priorities and the namespaces used disagree"]
-    bad = [
-        f"{ns}::{f}::{v}"
-        for ns, fs in variants[label].items()
-        for f, vs in fs.items()
-        for v in vs
-        if not _VALUE.fullmatch(v)
-    ]
+    bad = [f"{ns}::{f}::{v}" for ns, fs in properties.items() for f, vs in fs.items() for v in vs
+           if not _VALUE.fullmatch(v)]
     return [f"{VARIANT_JSON}: invalid property values {bad}"] if bad else []
 
 
-def ensure_twins(dist: Path, variant_dir: Path) -> tuple[list[Path], list[str]]:
-    """Make the missing twin of every wheel in ``dist`` (wheels built before twins existed); (made, skipped with
-    the reason). dist/ holds only wheels that passed the verify gate, and each twin is checked again."""
-    made, skipped = [], []
-    present = {p.name for p in variant_dir.glob("*.whl")} if variant_dir.is_dir() else set()
-    for wheel in sorted(dist.glob("*.whl")) if dist.is_dir() else []:
-        if not stat.S_ISREG(wheel.lstat().st_mode):  # a symlink is never followed, a FIFO or device never opened
-            continue  # the index refuses it with its reason
+def _properties_ok(properties: object) -> bool:
+    return isinstance(properties, dict) and all(
+        isinstance(features, dict)
+        and all(isinstance(values, list) and all(isinstance(v, str) for v in values) for values in features.values())
+        for features in properties.values()
+    )
+
+
+class VariantTwins:
+    """The index's twin maker (index_site.twins.TwinMaker): it makes the twin of a wheel the index accepted and
+    says where a twin is not its wheel's. The index decides which twins are published."""
+
+    def make(self, wheel: Path, folder: Path) -> Path:
+        """The twin of ``wheel``, written into ``folder`` and checked; WheelError says why none can be made."""
+        return make_twin(wheel, folder).path
+
+    def problems(self, wheel: Path, twin: Path) -> list[str]:
+        """Where ``twin`` differs from the twin of ``wheel`` (payload, metadata, variant.json, provenance): from
+        the archives' raw streams where they show it (quick_problems), else from every member inflated."""
         try:
-            name = parse_wheel_filename(wheel.name)[1]
-            label = name.local
-            if label is None or variant_filename(wheel.name, label) in present:
-                continue
-            made.append(make_twin(wheel, variant_dir).path)
-        except (WheelError, ValueError) as error:
-            skipped.append(f"{wheel.name}: {error}")
-    return made, skipped
+            quick = quick_problems(wheel, twin)
+            if quick is not None:
+                return quick
+            return twin_problems(read_members(wheel), wheel.name, read_members(twin), twin.name)
+        except WheelError as error:
+            return [str(error)]
+
+
+def quick_problems(wheel: Path, twin: Path) -> list[str] | None:
+    """twin_problems without inflating the payload, for the twin make_twin writes: it copies the wheel's payload
+    streams and its wheelwright.json byte for byte. Where every payload member has the same name, CRC, sizes and
+    raw stream as the wheel's, and the provenance the same bytes, the payload is the same and the provenance agrees
+    with it as the wheel's does (the verify gate's question); only METADATA and variant.json are then compared.
+    None where a stream or the provenance differs: that takes the full comparison."""
+    with open_archive(wheel) as original, open_archive(twin) as made:
+        old, new = _dist_info(original.names(), wheel.name), _dist_info(made.names(), twin.name)
+        payload = {i.filename: i for i in original.files if not i.filename.startswith(old + "/")}
+        twin_payload = {i.filename: i for i in made.files if not i.filename.startswith(new + "/")}
+        if payload.keys() != twin_payload.keys() or not all(
+            _same_stream(wheel, twin, payload[name], twin_payload[name]) for name in payload
+        ):
+            return None
+        record = f"/{provenance.FILENAME}"
+        if _member(original, old + record) != _member(made, new + record):
+            return None
+        label = twin.name.removesuffix(".whl").rsplit("-", 1)[-1]
+        problems = _variant_problems(_as_member(_member(made, f"{new}/{VARIANT_JSON}")), label)
+        before = _text(_as_member(_member(original, f"{old}/METADATA")))
+        after = _text(_as_member(_member(made, f"{new}/METADATA")))
+    changed = [(a, b) for a, b in zip(before, after) if a != b]
+    if len(before) != len(after) or len(changed) != 1 or not changed[0][0].startswith("Version: "):
+        problems.append("METADATA differs from the verified wheel's in more than its Version")
+    return problems
+
+
+def _dist_info(names: list[str], where: str) -> str:
+    return dist_info_dir(dict.fromkeys(names, Member(data=b"")), where)
+
+
+def _member(archive: Archive, name: str) -> bytes | None:
+    return archive.read(name) if name in archive.names() else None
+
+
+def _as_member(data: bytes | None) -> Member | None:
+    return None if data is None else Member(data=data)
+
+
+def _same_stream(wheel: Path, twin: Path, a: zipfile.ZipInfo, b: zipfile.ZipInfo) -> bool:
+    """Whether two members hold the same raw stream: method, CRC, sizes and the stored bytes."""
+    if (a.compress_type, a.CRC, a.file_size, a.compress_size) != (b.compress_type, b.CRC, b.file_size, b.compress_size):
+        return False
+    with open(wheel, "rb") as first, open(twin, "rb") as second:
+        _skip_header(first, a)
+        _skip_header(second, b)
+        left = a.compress_size
+        while left > 0:
+            size = min(left, 1 << 20)
+            chunk = first.read(size)
+            if len(chunk) != size or second.read(size) != chunk:
+                return False
+            left -= size
+    return True
+
+
+def _skip_header(raw: BinaryIO, info: zipfile.ZipInfo) -> None:
+    """Put ``raw`` at the member's stored bytes, past its local header (30 bytes, then name and extra field)."""
+    raw.seek(info.header_offset)
+    header = raw.read(30)
+    if header[:4] != b"PK\x03\x04":
+        raise WheelError(f"{info.filename}: no local header")
+    name_length, extra_length = struct.unpack("<HH", header[26:30])
+    raw.seek(name_length + extra_length, os.SEEK_CUR)

@@ -81,7 +81,7 @@ def bench_release(workdir: Path) -> dict[str, object]:
 
 def bench_farm(count: int) -> dict[str, object]:
     """render_site over ``count`` synthetic wheels, in memory, twice: cold (first in this process) and again."""
-    wheels = tuple(indexed_wheel(s.wheel_filename, str(i % 10)) for i, s in enumerate(synthetic_specs(count, 0)))
+    wheels = tuple(indexed_wheel(s.filename, str(i % 10)) for i, s in enumerate(synthetic_specs(count)))
     catalog = Catalog(wheels=wheels, rejected=(), failures=(), stats=ScanStats())
     runs = []
     for _ in range(2):

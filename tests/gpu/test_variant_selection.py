@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.steps.variant import VariantTwins
 from index_site.serve import serving
 from index_site.site import build_site
 from tests import variant_channel
@@ -54,7 +55,7 @@ def channel(given: Given, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         sm, driver = given.pretend.split(":")
         env.update(NV_VARIANT_PROVIDER_FORCE_SM_ARCH=sm, NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION=driver)
     with serving(root / "out" / "site") as server:
-        build_site(root / "out", root / "out" / "site", base_url=server.url)
+        build_site(root / "out", root / "out" / "site", base_url=server.url, twins=VariantTwins())
         yield Channel(url=server.url, torch_wheels=torch_wheels, uv=uv, env=env)
 
 

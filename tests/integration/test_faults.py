@@ -13,15 +13,21 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from builder.core.ledger import Ledger
-from scripts.bench.wheels import WheelSpec, make_wheel
+from builder.plan.facts import Accelerator
+from builder.steps.variant import make_twin
+from builder.steps.wheelzip import Member, read_members, write_wheel
+from index_site.state import STATE_FILE, IndexState
+from scripts.bench.wheels import WheelSpec, job_wheel, make_wheel, with_provenance
 from tests.index_checks import crawl
 from tests.integration.conftest import S3Endpoint
 from tests.integration.test_hostile import Run, assert_one_error, wheelwright
+from tests.jobs import local_job
 from tests.sitecheck import check_site
 
 pytestmark = pytest.mark.timeout(180)
@@ -55,13 +61,13 @@ def wheelhouse(tmp: Path, specs: list[WheelSpec]) -> Path:
 # (case, target, call in a cold run, call in an incremental run): where the process dies; None: not a point there
 INDEX_KILLS = [
     ("while-hashing", "index_site.catalog:sha256_stream", 2, 2),
-    ("before-the-hash-cache-is-written", "index_site.catalog:HashCache.update", 1, 1),
+    ("before-the-index-state-is-written", "index_site.state:IndexState.write", 1, 1),
     ("placing-the-first-wheel", "os:link", 1, 1),
     ("placing-a-later-wheel", "os:link", 3, 2),
     ("writing-metadata", "index_site.site:_write_atomic", 2, 2),
     ("writing-pages", "index_site.site:_write_atomic", 8, 8),
     ("before-the-manifest", "index_site.site:_write_manifest", 2, 1),
-    ("before-identities-are-refreshed", "index_site.catalog:HashCache.refresh", 1, 1),
+    ("before-identities-are-refreshed", "index_site.state:IndexState.refresh", 1, 1),
     ("pruning", "index_site.site:_remove_empty_parents", None, 1),
 ]
 KILL_POINTS = [
@@ -90,6 +96,66 @@ def test_a_killed_index_leaves_no_broken_link_and_the_next_run_finishes(
     assert check_site(out / "site") == []
     listed = sorted(path.name for path in (out / "site").rglob("*.whl"))
     assert listed == sorted(path.name for path in (out / "dist").iterdir())
+
+
+# -- kill -9 in the twin step ------------------------------------------------------------------------------------
+
+
+def verified_wheelhouse(tmp: Path, accelerators: tuple[str, ...]) -> Path:
+    """dist/ as the build leaves it: wheels with provenance, whose twins the index makes and checks."""
+    out = tmp / "out"
+    (out / "dist").mkdir(parents=True, exist_ok=True)
+    for accelerator in accelerators:
+        job = local_job(accelerator=Accelerator.parse(accelerator))
+        with_provenance(job_wheel(out / "dist", job, {"causal_conv1d/__init__.py": b"x = 1\n"}), job)
+    return out
+
+
+# (case, target, call in a cold run of two wheels, whether the build made their twins first): where it dies
+TWIN_KILLS = [
+    ("before-a-twin-is-made", "builder.steps.variant:make_twin", 1, False),
+    ("writing-a-twin", "builder.steps.variant:write_wheel", 1, False),
+    ("writing-the-second-twin", "builder.steps.variant:write_wheel", 2, False),
+    ("checking-a-twin-as-it-is-made", "builder.steps.variant:twin_problems", 1, False),
+    ("reading-a-made-twin", "index_site.twins:read_twin", 1, False),
+    ("comparing-a-twin-the-build-made", "builder.steps.variant:quick_problems", 1, True),
+    ("comparing-the-second-twin", "builder.steps.variant:quick_problems", 2, True),
+    ("before-the-twins-state-is-written", "index_site.state:IndexState.write", 2, False),
+    ("placing-a-twin", "os:link", 3, False),
+]
+
+
+@pytest.mark.parametrize(("target", "call", "premade"), [c[1:] for c in TWIN_KILLS], ids=[c[0] for c in TWIN_KILLS])
+def test_a_kill_in_the_twin_step_leaves_the_site_whole_and_the_next_run_converges(
+    tmp_path: Path, target: str, call: int, premade: bool
+) -> None:
+    out = verified_wheelhouse(tmp_path, ("cu130", "cu126"))
+    for wheel in (out / "dist").iterdir() if premade else ():
+        make_twin(wheel, out / "variant")  # as the build does after the verify gate
+    killed = faulty("kill", target, call, "index", "--output", out, cwd=tmp_path)
+    assert killed.code == -signal.SIGKILL, killed.output  # the point was reached
+    assert link_problems(out / "site") == []
+    again = wheelwright("index", "--output", out, cwd=tmp_path)
+    assert again.code == 0 and "Traceback" not in again.output and "WARN" not in again.output, again.output
+    assert check_site(out / "site") == []
+    twins = sorted(path.name for path in (out / "site/variant/files").glob("*.whl"))
+    assert len(twins) == 2 and twins == sorted(path.name for path in (out / "variant").glob("*.whl"))
+
+
+def test_a_kill_while_a_tampered_twin_is_made_again_converges(tmp_path: Path) -> None:
+    out = verified_wheelhouse(tmp_path, ("cu130",))
+    assert wheelwright("index", "--output", out, cwd=tmp_path).code == 0
+    (twin,) = (out / "variant").glob("*.whl")
+    members = read_members(twin)
+    members["causal_conv1d/__init__.py"] = Member(data=b"x = 666\n")
+    write_wheel(twin, members)
+    killed = faulty("kill", "builder.steps.variant:make_twin", 1, "index", "--output", out, cwd=tmp_path)
+    assert killed.code == -signal.SIGKILL, killed.output  # after the tampered twin was taken out, before the new one
+    assert link_problems(out / "site") == []
+    again = wheelwright("index", "--output", out, cwd=tmp_path)
+    assert again.code == 0 and "Traceback" not in again.output, again.output
+    assert check_site(out / "site") == []
+    assert b"x = 1" in zipfile.ZipFile(out / "site/variant/files" / twin.name).read("causal_conv1d/__init__.py")
 
 
 # -- kill -9 during publish, against a real S3 API ---------------------------------------------------------------
@@ -167,30 +233,37 @@ db.execute("COMMIT")
 """
 
 
-def hold_ledger(path: Path, seconds: float) -> subprocess.Popen:
-    with Ledger(path):
-        pass
+def hold_database(path: Path, seconds: float) -> subprocess.Popen:
+    """Another process holding a write transaction on the SQLite file at ``path`` for ``seconds``."""
+    if path.name == "ledger.sqlite":
+        with Ledger(path):
+            pass
+    else:
+        with IndexState(path):
+            pass
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path), str(seconds)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     return holder
 
 
-def test_a_ledger_locked_longer_than_the_timeout_is_one_error_line(tmp_path: Path) -> None:
+def test_an_index_state_locked_longer_than_the_timeout_is_one_error_line(tmp_path: Path) -> None:
     out = wheelhouse(tmp_path, FIRST)
-    holder = hold_ledger(out / "ledger.sqlite", 30)
+    holder = hold_database(out / STATE_FILE, 30)
     try:
         run = wheelwright("index", "--output", out, cwd=tmp_path, env={"WHEELWRIGHT_LEDGER_TIMEOUT": "1"})
     finally:
         holder.kill()
         holder.communicate()
-    assert_one_error(run, 9, r"ledger\.sqlite: locked by another process for more than 1 s")
+    assert_one_error(run, 9, rf"{STATE_FILE}: locked by another process for more than 1 s")
     assert wheelwright("index", "--output", out, cwd=tmp_path).code == 0
     assert check_site(out / "site") == []
 
 
-def test_a_ledger_released_within_the_timeout_is_waited_for(tmp_path: Path) -> None:
+@pytest.mark.parametrize("held", ["ledger.sqlite", STATE_FILE])
+def test_a_database_released_within_the_timeout_is_waited_for(tmp_path: Path, held: str) -> None:
+    """The ledger the index only reads, even while a build writes it; its own state it waits for."""
     out = wheelhouse(tmp_path, FIRST)
-    holder = hold_ledger(out / "ledger.sqlite", 2)
+    holder = hold_database(out / held, 2)
     run = wheelwright("index", "--output", out, cwd=tmp_path, env={"WHEELWRIGHT_LEDGER_TIMEOUT": "30"})
     holder.communicate()
     assert run.code == 0, run.output

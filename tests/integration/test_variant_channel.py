@@ -23,6 +23,7 @@ import pytest
 from variantlib.variant_dist_info import VariantDistInfo
 from variantlib.variants_json import VariantsJson
 
+from builder.steps.variant import VariantTwins
 from index_site.serve import serving
 from index_site.site import build_site
 from index_site.variants import installed_torch_command
@@ -45,7 +46,7 @@ def channel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Channel]:
     output = tmp_path_factory.mktemp("variant-site")
     torch_wheels = variant_channel.write_channel(output)
     with serving(output / "site") as server:
-        build_site(output, output / "site", base_url=server.url)
+        build_site(output, output / "site", base_url=server.url, twins=VariantTwins())
         yield Channel(url=server.url, output=output, torch_wheels=torch_wheels)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import re
+from pathlib import Path
 
 from builder.core.ledger import LedgerEntry
 from index_site import layout
@@ -223,3 +224,22 @@ def test_a_site_without_cuda_builds_shows_no_uv_block() -> None:
     rocm_only = Catalog(wheels=WHEELS[:1], rejected=(), failures=(), stats=ScanStats(), archs={})
     assert 'class="variant-channel"' not in _landing(rocm_only)
     assert 'class="variant-channel"' in _landing(_catalog())
+
+
+def test_a_megabyte_summary_and_a_long_history_stay_out_of_the_pages_for_people(tmp_path: Path) -> None:
+    """A Summary is cut to what a release's block shows, and a project's coverage page details its newest older
+    versions only, naming how many more there are: neither page grows with what one METADATA or the farm's
+    history holds (a 1 MB Summary made a 29 MB coverage page)."""
+    from index_site.landing import SUMMARY_SHOWN
+    from index_site.pages import OLDER_SHOWN
+    from index_site.site import build_site
+    from scripts.bench.wheels import WheelSpec, make_wheel
+
+    for minor in range(OLDER_SHOWN + 6):
+        make_wheel(tmp_path / "dist", WheelSpec(version=f"1.{minor}.0", summary="x" * 1_000_000))
+    build_site(tmp_path, tmp_path / "site", base_url="https://wheels.example.org")
+    landing = (tmp_path / "site/index.html").read_text()
+    coverage = (tmp_path / "site/coverage/causal-conv1d.html").read_text()
+    assert "x" * SUMMARY_SHOWN not in landing and "x" * (SUMMARY_SHOWN - 1) + "…" in landing
+    assert len(coverage) < 1_000_000 and coverage.count('<table class=cov') == OLDER_SHOWN
+    assert "5 older versions not shown here" in coverage

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import jsonschema
+import markupsafe
 import pytest
 
 from builder.core.ledger import LedgerEntry
@@ -181,3 +182,28 @@ def test_setup_pages_and_manifest_are_served_and_published_as_their_kind(pages: 
     assert release["url"] == f"https://wheels.example.org/wheels/{release['package']}/{release['version']}.json"
     path = release["url"].removeprefix("https://wheels.example.org/")
     assert json.loads(pages[path])["wheels"][0]["url"].startswith("https://wheels.example.org/whl/")
+
+
+def test_project_pages_written_out_in_python_are_the_templates_and_json_dumps_bytes() -> None:
+    """render.py formats the PEP 503 project page and the PEP 691 entries itself (a project's page lists thousands
+    of wheels); they must be the bytes templates/simple_project.html and json.dumps(sort_keys=True) give."""
+    from index_site import render
+
+    wheels = render._ordered(CATALOG.wheels)
+    page = "simple/causal-conv1d/index.html"
+    links = render._links(page, wheels)
+    expected = render._render("simple_project.html", page=page, title="Links for <x>", links=markupsafe.Markup(links),
+                              api_version=render.API_VERSION)
+    assert render._simple_page("Links for <x>", links) == expected
+    for wheel, entry in zip(wheels, render._json_entries(page, wheels), strict=True):
+        reference = {
+            "filename": wheel.filename,
+            "url": layout.wheel_href(page, wheel.name.label, wheel.filename),
+            "hashes": {"sha256": wheel.sha256},
+            "core-metadata": {"sha256": wheel.metadata.sha256},
+            "size": wheel.size,
+            "upload-time": render._iso_time(wheel.upload_time),
+            "yanked": False,
+            **({"requires-python": wheel.metadata.requires_python} if wheel.metadata.requires_python else {}),
+        }
+        assert entry == json.dumps(reference, sort_keys=True, separators=(",", ":"))

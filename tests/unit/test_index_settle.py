@@ -14,8 +14,6 @@ from packaging.version import Version
 
 from builder.core.hashing import regular_identity
 from builder.core.ledger import Ledger, LedgerEntry
-from index_site import manifest as manifest_module
-from index_site import memo
 from index_site import pages as pages_module
 from index_site import render as render_module
 from index_site import site as site_module
@@ -24,6 +22,7 @@ from index_site.layout import SITE_MARKER
 from index_site.pages import people, setup_fingerprints
 from index_site.render import render_site
 from index_site.site import build_site, load_groups, load_manifest
+from index_site.state import STATE_FILE
 from index_site.wheels import GpuArchs
 from scripts.bench.wheels import WheelSpec, make_wheel
 
@@ -95,17 +94,16 @@ def test_after_any_change_the_site_equals_a_cold_index_of_the_same_dist(output: 
 
 
 @pytest.mark.parametrize("change", list(CHANGES))
-def test_after_any_change_the_pages_equal_a_render_without_this_process_memos(output: Path, change: str) -> None:
-    """The releases, tables, fingerprints and setup pages a process keeps from its last run are only shortcuts:
-    a render that starts from none of them gives the same bytes."""
-    build_site(output, output / "site", base_url=BASE)  # the memos now hold the site before the change
+def test_after_any_change_the_pages_equal_a_render_without_the_index_state(output: Path, change: str) -> None:
+    """What the index state keeps from the last run (each file's identity, digest, metadata and verdict) is only a
+    shortcut: a catalog made without it, every file judged again, renders the same bytes."""
+    build_site(output, output / "site", base_url=BASE)
     CHANGES[change](output)
     build_site(output, output / "site", base_url=BASE)
-    memo.forget_all()  # every memo of the index, as a new process starts
-    render_module._anchor_html.cache_clear()
-    render_module._json_file.cache_clear()
-    manifest_module._entry.cache_clear()
-    expected = render_site(scan(output / "dist", output / "ledger.sqlite"), base_url=BASE)
+    (output / STATE_FILE).unlink()
+    catalog = scan(output / "dist", output / "ledger.sqlite")
+    assert catalog.stats.cached == 0
+    expected = render_site(catalog, base_url=BASE)
     site = output / "site"
     assert [path for path, content in expected.items() if (site / path).read_bytes() != content] == []
 
@@ -153,7 +151,6 @@ def test_one_new_wheel_renders_its_own_setup_page_and_no_other(output: Path, mon
         return real(render, template, page, coverage, **context)
 
     monkeypatch.setattr(pages_module, "_page", spy)
-    pages_module._SETUP_PAGES.clear()  # this process's memo must not be what saves the work
     make_wheel(output / "dist", WheelSpec(label="pt213cu130", python="cp312"))
     report = build_site(output, output / "site", base_url=BASE)
     setups = sorted(page for page in rendered if page.startswith("select/"))
@@ -205,7 +202,6 @@ def test_pages_list_wheels_in_version_order_with_equal_versions_by_filename(tmp_
     wheels = scan(tmp_path / "dist", tmp_path / "ledger.sqlite").wheels
     expected = sorted(wheels, key=lambda w: (w.name.project, Version(w.name.version), w.filename))
     assert [w.filename for w in render_module._ordered(reversed(wheels))] == [w.filename for w in expected]
-    # a page's order kept from its last render: wheels added to it are put in place, wheels gone sort it again
     for given in (wheels[1::2], wheels, wheels[:3], wheels[::-1]):
-        ordered = render_module._ordered(given, since="page.html")
+        ordered = render_module._ordered(given)
         assert [w.filename for w in ordered] == [w.filename for w in expected if w in given]

@@ -17,8 +17,8 @@ from builder.core.ledger import Ledger, LedgerEntry
 from index_site import catalog as catalog_module
 from index_site import site as site_module
 from index_site.layout import SITE_MARKER
-from index_site.memo import Memo
 from index_site.site import build_site, load_manifest
+from index_site.state import STATE_FILE
 from scripts.bench.wheels import WheelSpec, make_wheel
 
 BASE = "https://wheels.example.org"
@@ -83,6 +83,7 @@ def test_a_site_on_another_filesystem_checks_its_wheels_by_their_identity(
 ) -> None:
     """Inode numbers mean nothing across filesystems: there each site wheel is held to its full identity."""
     build_site(output, output / "site", base_url=BASE)
+    monkeypatch.setattr(site_module, "_as_left", lambda *_: None)  # each run plans the whole site
     seen: list[str] = []
     real = site_module._identity
     monkeypatch.setattr(site_module, "_identity", lambda path: seen.append(os.fspath(path)) or real(path))
@@ -93,22 +94,12 @@ def test_a_site_on_another_filesystem_checks_its_wheels_by_their_identity(
     assert sum(1 for path in seen if path.endswith(".whl")) == len(SPECS)
 
 
-def test_a_folder_listed_while_settled_is_listed_again_once_anything_in_it_moves(
-    output: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A site folder's listing is kept while its identity holds (site._listing); a file put there, a file taken
-    out and a file renamed over another all move it, and the next index sees each of them."""
+def test_anything_put_into_or_taken_out_of_a_site_folder_is_seen_by_the_next_index(output: Path) -> None:
+    """A file put there is pruned, a wheel taken out is linked again, a file renamed over a wheel (another inode
+    under its name) is replaced by the link again."""
     site = output / "site"
     build_site(output, site, base_url=BASE)
-    monkeypatch.setattr(site_module, "_SETTLED_NS", -(10**12))  # every folder counts as settled: listings kept
-    build_site(output, site, base_url=BASE)
     folder = site / "whl/pt213cu130"
-    assert any(key[0] == os.fspath(folder) for key in site_module._LISTINGS)
-    listed: list[str] = []
-    real = os.scandir
-    monkeypatch.setattr(site_module.os, "scandir", lambda path: listed.append(os.fspath(path)) or real(path))
-    assert build_site(output, site, base_url=BASE).written == ()
-    assert [path for path in listed if path.startswith(os.fspath(site))] == []  # nothing moved: nothing listed
     (folder / "stray.html").write_text("not the index's")
     assert build_site(output, site, base_url=BASE).deleted == ("whl/pt213cu130/stray.html",)
     wheel = next((output / "dist").glob("*pt213cu130*"))
@@ -119,20 +110,10 @@ def test_a_folder_listed_while_settled_is_listed_again_once_anything_in_it_moves
     os.replace(other, folder / wheel.name)  # another inode under the wheel's name
     assert build_site(output, site, base_url=BASE).written == (f"whl/pt213cu130/{wheel.name}",)
     assert os.path.samefile(wheel, folder / wheel.name)
-    assert os.fspath(folder) in listed
 
 
-def test_a_folder_changed_just_before_its_listing_is_not_kept(output: Path) -> None:
-    """Two changes within one tick of the filesystem's clock leave a folder's times as they were: a listing is
-    kept only for a folder last changed well before it was taken."""
-    site = output / "site"
-    build_site(output, site, base_url=BASE)  # just written: nothing settled yet
-    assert not [key for key in site_module._LISTINGS if key[0].startswith(os.fspath(site))]
-
-
-def test_a_manifest_changed_behind_the_process_is_read_again(output: Path) -> None:
-    """The process keeps the manifest it wrote while the file's identity holds; one changed by anyone else is read
-    again: records taken out are written back, a damaged one is refused."""
+def test_a_manifest_changed_behind_the_index_is_read_as_it_is(output: Path) -> None:
+    """Records taken out of the manifest are written back by the next run; a damaged manifest is refused."""
     site = output / "site"
     build_site(output, site, base_url=BASE)
     marker = site / SITE_MARKER
@@ -172,7 +153,6 @@ def test_a_manifest_line_torn_by_a_kill_is_left_out_and_the_next_run_writes_the_
     build_site(output, site, base_url=BASE)
     marker = site / SITE_MARKER
     marker.write_bytes(marker.read_bytes()[:-40])  # as a kill midway through the append would leave it
-    site_module._MANIFESTS.clear()  # a new process
     records = load_manifest(site)
     assert len(records) < len(_site_files(site))  # the torn line's records are not taken
     make_wheel(output / "dist", WheelSpec(label="pt212cu126", python="cp312"))
@@ -278,70 +258,55 @@ def test_a_rebuilt_wheel_with_the_same_name_is_hashed_again(output: Path) -> Non
     assert os.path.samefile(replaced, output / "site/whl/pt212cu126" / replaced.name)
 
 
-def test_a_cache_row_another_process_rewrote_is_read_again(output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """This process keeps the entries it catalogued in each folder (catalog._KNOWN) and reads no row for a file
-    that still has its entry's identity; a file whose identity moved has its row read, not shadowed by the entry
-    kept."""
+def test_a_state_row_is_used_only_while_its_file_keeps_the_identity_it_records(output: Path) -> None:
+    """A wheel rebuilt under the same name (another inode) is judged again, whoever wrote the state's row."""
     dist, ledger = output / "dist", output / "ledger.sqlite"
     catalog_module.scan(dist, ledger)
-    assert catalog_module.scan(dist, ledger).stats.cached == len(SPECS)  # now kept by this process
-    kept = Memo(8)
-    kept.update((folder, (cache, dict(entries))) for folder, (cache, entries) in catalog_module._KNOWN.items())
+    assert catalog_module.scan(dist, ledger).stats.cached == len(SPECS)
     replaced = make_wheel(dist, WheelSpec(label="pt212cu126", python="cp311", salt="rebuilt"))
-    monkeypatch.setattr(catalog_module, "_KNOWN", Memo(8))  # another process hashes the new bytes into the cache
-    assert catalog_module.scan(dist, ledger).stats.hashed == 1
-    monkeypatch.setattr(catalog_module, "_KNOWN", kept)  # this process again, with its entry of the old bytes
     again = catalog_module.scan(dist, ledger)
-    assert (again.stats.hashed, again.stats.cached) == (0, len(SPECS))  # the row, read for that file, is trusted
+    assert (again.stats.hashed, again.stats.cached) == (1, len(SPECS) - 1)
     digests = {wheel.filename: wheel.sha256 for wheel in again.wheels}
     assert digests[replaced.name] == hashlib.sha256(replaced.read_bytes()).hexdigest()
 
 
-def test_a_hash_cache_deleted_behind_the_process_is_filled_again(output: Path) -> None:
-    """The entries a process keeps stand for rows of the cache file it wrote: a new cache file gets every row."""
+def test_an_index_state_deleted_or_damaged_costs_a_cold_scan_and_is_made_again(output: Path) -> None:
     dist, ledger = output / "dist", output / "ledger.sqlite"
     catalog_module.scan(dist, ledger)
-    ledger.unlink()
+    (output / STATE_FILE).unlink()
     assert catalog_module.scan(dist, ledger).stats.hashed == len(SPECS)  # no rows: hashed and written again
-    catalog_module._KNOWN.clear()  # a new process
+    assert catalog_module.scan(dist, ledger).stats.cached == len(SPECS)
+    (output / STATE_FILE).write_bytes(b"not a database" * 100)
+    for suffix in ("-wal", "-shm"):
+        (output / f"{STATE_FILE}{suffix}").unlink(missing_ok=True)
+    assert catalog_module.scan(dist, ledger).stats.hashed == len(SPECS)
     assert catalog_module.scan(dist, ledger).stats.cached == len(SPECS)
 
 
-@pytest.mark.parametrize("process", ["same", "new"])
-def test_a_wheel_touched_but_not_changed_keeps_its_upload_time(output: Path, process: str) -> None:
+def test_a_wheel_touched_but_not_changed_keeps_its_upload_time(output: Path) -> None:
     """Its identity moved, so it is hashed again; the same bytes keep the time they were first indexed at."""
     dist, ledger = output / "dist", output / "ledger.sqlite"
     before = {w.filename: w.upload_time for w in catalog_module.scan(dist, ledger).wheels}
     wheel = next(dist.glob("*pt212cu126*"))
     os.utime(wheel, ns=(wheel.stat().st_atime_ns, wheel.stat().st_mtime_ns + 10**9))
-    if process == "new":
-        catalog_module._KNOWN.clear()
     catalog = catalog_module.scan(dist, ledger)
     assert catalog.stats.hashed == 1
     assert {w.filename: w.upload_time for w in catalog.wheels} == before
 
 
-def test_a_process_reads_rows_only_for_files_whose_identity_moved(
-    output: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_rescan_opens_only_the_files_whose_identity_moved(output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     dist, ledger = output / "dist", output / "ledger.sqlite"
     catalog_module.scan(dist, ledger)
-    read: list[list[str]] = []
-    real = catalog_module.HashCache.entries
-
-    def _spy(cache: catalog_module.HashCache, names: list[str]) -> dict:
-        read.append(names)
-        return real(cache, names)
-
-    monkeypatch.setattr(catalog_module.HashCache, "load", lambda *_: pytest.fail("every row read again"))
-    monkeypatch.setattr(catalog_module.HashCache, "entries", _spy)
+    opened: list[str] = []
+    real = catalog_module.open_regular
+    monkeypatch.setattr(catalog_module, "open_regular", lambda path: opened.append(Path(path).name) or real(path))
     added = make_wheel(dist, WheelSpec(version="1.8.0", label="pt214cu130"))
     rewritten = next(dist.glob("*pt212cu126*"))
     status = rewritten.stat()
     rewritten.write_bytes(rewritten.read_bytes()[:-4] + b"\0\0\0\0")  # same size, then the same mtime
     os.utime(rewritten, ns=(status.st_atime_ns, status.st_mtime_ns))
     catalog = catalog_module.scan(dist, ledger)
-    assert sorted(read) == [sorted([added.name, rewritten.name])]
+    assert sorted(opened) == sorted([added.name, rewritten.name])
     assert catalog.stats.hashed == 2
     digests = {wheel.filename: wheel.sha256 for wheel in catalog.wheels}
     assert digests[rewritten.name] == hashlib.sha256(rewritten.read_bytes()).hexdigest()

@@ -11,8 +11,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("builder", "index_site")
-# TODO(issue 27): checked once h25-index's rewrite of the index benchmarks is merged
-LATER = {"scripts/bench_index.py", "scripts/bench_index_ab.py"}
 
 
 def private_uses(source: str) -> list[str]:
@@ -39,8 +37,6 @@ def private_uses(source: str) -> list[str]:
 @pytest.mark.parametrize("path", sorted(p.relative_to(ROOT).as_posix() for folder in ("scripts", "tests/gpu")
                                         for p in (ROOT / folder).rglob("*.py")))
 def test_scripts_use_the_products_public_names_only(path: str) -> None:
-    if path in LATER:
-        pytest.skip("rewritten on another branch (issue 27)")
     assert private_uses((ROOT / path).read_text()) == []
 
 

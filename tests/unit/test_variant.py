@@ -14,6 +14,7 @@ from builder.plan.facts import Accelerator
 from builder.steps import variant
 from builder.steps.wheelzip import Member, read_members, write_wheel
 from index_site import variants as channel
+from index_site.twins import read_twin
 from scripts.bench.wheels import job_wheel, with_provenance
 from tests.jobs import local_job, rocm_job
 
@@ -79,20 +80,11 @@ def test_a_wheel_without_provenance_gets_no_twin(tmp_path: Path) -> None:
         variant.make_twin(plain, tmp_path / "variant")
 
 
-def test_ensure_twins_makes_only_missing_ones(tmp_path: Path) -> None:
-    dist = tmp_path / "dist"
-    verified(dist)
-    job_wheel(dist, dataclasses.replace(JOB, accelerator=Accelerator.parse("cu126")), {"x.py": b""})  # no provenance
-    made, skipped = variant.ensure_twins(dist, tmp_path / "variant")
-    assert [p.name for p in made] == ["causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl"]
-    assert len(skipped) == 1 and "wheelwright.json" in skipped[0]
-    assert variant.ensure_twins(dist, tmp_path / "variant")[0] == []
-
-
 def test_channel_pages_link_twins_metadata_and_variants_json(tmp_path: Path) -> None:
+    twins = []
     for job in (JOB, dataclasses.replace(JOB, accelerator=Accelerator.parse("cu126")), rocm_job()):
-        variant.make_twin(verified(tmp_path / job.label, job), tmp_path / "variant")
-    twins = channel.scan_twins(tmp_path / "variant")
+        path = variant.make_twin(verified(tmp_path / job.label, job), tmp_path / "variant").path
+        twins.append(_published(read_twin(path), path))
     pages = channel.render_channel(twins)
     assert channel.torch_tags(twins) == ("pt214",)
     page = pages["variant/simple/causal-conv1d/index.html"].decode()
@@ -105,17 +97,14 @@ def test_channel_pages_link_twins_metadata_and_variants_json(tmp_path: Path) -> 
     assert document["default-priorities"]["namespace"] == ["abi_dependency", "nvidia", "rocm"]
     assert sorted(document["variants"]) == ["pt214cu126", "pt214cu130", "pt214rocm61"]
     assert "variant/pt214/json/causal-conv1d/index.json" in pages
-    provenance = json.loads(
-        pages["variant/files/causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl.provenance.json"]
-    )
-    assert provenance["label"] == "pt214cu130" and provenance["files"]
     assert channel.render_channel([]) == {}
 
 
-def test_scan_skips_foreign_files_and_caches(tmp_path: Path) -> None:
-    folder = tmp_path / "variant"
-    variant.make_twin(verified(tmp_path), folder)
-    (folder / "not-a-variant-1.0-py3-none-any.whl").write_bytes(b"zip?")
-    assert [t.label for t in channel.scan_twins(folder)] == ["pt214cu130"]
-    assert (folder / channel.CACHE).is_file()
-    assert [t.label for t in channel.scan_twins(folder)] == ["pt214cu130"]
+def _published(read: tuple, path: Path) -> channel.VariantWheel:
+    identity, facts = read
+    label = path.name.removesuffix(".whl").rsplit("-", 1)[1]
+    return channel.VariantWheel(
+        str(path.parent), tuple(identity), path.name, "causal-conv1d", "1.7.0", label, facts["sha256"],
+        identity.size, facts["metadata_sha256"], facts["requires_python"], facts["provenance_sha256"],
+        json.dumps(facts["variant"], sort_keys=True),
+    )

@@ -1,0 +1,337 @@
+"""Which variant twins (``OUTPUT/variant``, PEP 825) the site publishes: the twin of each wheel of dist/ the catalog
+accepted, made where it is missing, published only while it matches that wheel by content (payload, metadata,
+provenance) as checked for the identities both files have now. Twins without an accepted wheel (withdrawn or
+refused), twins that fail the check and files that are not twins are refused and named.
+
+Making and comparing twins is the build step's (builder/steps/variant.py): the CLI hands it in as a TwinMaker,
+since the index may not import the build steps. What the index reads of a twin itself (its name, METADATA,
+variant.json, provenance, digest) it reads here, within bounds."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from builder.core.errors import WheelwrightError
+from builder.core.hashing import FileIdentity, open_regular, sha256_stream
+from index_site.catalog import Judged, Rejection
+from index_site.state import IndexState, TwinRow, WheelRow
+from index_site.variants import VariantWheel
+from index_site.wheels import (
+    MAX_METADATA_BYTES,
+    MAX_PROVENANCE_BYTES,
+    METADATA,
+    PROVENANCE,
+    VARIANT_JSON,
+    RejectedWheel,
+    check_metadata,
+    read_dist_info,
+)
+
+log = logging.getLogger(__name__)
+
+# name-version-python-abi-platform-label.whl, every part URL- and HTML-safe
+TWIN_NAME = re.compile(
+    r"^(?P<dist>[a-z0-9_]+)-(?P<version>[0-9][A-Za-z0-9.!_]*)-(?P<tag>[a-z0-9_.]+-[a-z0-9_.]+-[a-z0-9_.]+)"
+    r"-(?P<label>pt[1-9][0-9]+(?:cu|rocm)[0-9]+)\.whl$"
+)
+MAX_VARIANT_BYTES = 1 << 20
+NO_CHECKER = "no twin checker was given (the CLI gives one), so no twin is made or published"
+_FEATURE = re.compile(r"^[a-z0-9_.]+$")
+
+
+class TwinMaker(Protocol):
+    """The build step's side of the twins (builder/steps/variant.py's VariantTwins)."""
+
+    def make(self, wheel: Path, folder: Path) -> Path:
+        """Write the twin of ``wheel`` into ``folder``; WheelwrightError says why it cannot be made."""
+        ...
+
+    def problems(self, wheel: Path, twin: Path) -> list[str]:
+        """Where ``twin`` is not the twin of ``wheel`` by content; empty when it is."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class TwinReport:
+    folder: str = ""  # OUTPUT/variant
+    published: tuple[TwinRow, ...] = ()  # the rows of the twins published, by filename
+    made: tuple[str, ...] = ()  # twins made this run
+    remade: tuple[Rejection, ...] = ()  # twins that were not their wheel's, made again
+    refused: tuple[Rejection, ...] = ()  # files of variant/ not published, and why
+    without: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # {why no twin: wheels of dist/}
+    fresh: Mapping[tuple[str, str], bytes] = field(default_factory=dict)  # (twin, member): bytes read this run
+
+    @functools.cached_property
+    def twins(self) -> tuple[VariantWheel, ...]:
+        """The twins published, as the channel's pages show them (made only for a run that renders)."""
+        return tuple(_variant_wheel(self.folder, row) for row in self.published)
+
+
+def twin_name(filename: str, label: str) -> str:
+    """``causal_conv1d-1.7.0+pt214cu130-cp311-cp311-linux_x86_64.whl`` -> ``causal_conv1d-1.7.0-cp311-cp311-
+    linux_x86_64-pt214cu130.whl`` (builder/steps/variant.py's variant_filename, for an accepted name)."""
+    dist, version, tag = filename.removesuffix(".whl").split("-", 2)
+    return f"{dist}-{version.split('+', 1)[0]}-{tag}-{label}.whl"
+
+
+def settle_twins(judged: Judged, dist: Path, folder: Path, state: IndexState, maker: TwinMaker | None) -> TwinReport:
+    """The twins to publish; missing ones are made, changed ones checked again, and the state brought up to date."""
+    listed, refused = _listing(folder)
+    known = state.twins()
+    settler = _Settler(judged.rows, dist, folder, known, listed, maker)
+    expected = {twin_name(wheel, _label(wheel)): wheel for wheel in judged.accepted}
+    for name, wheel in expected.items():
+        settler.settle(name, wheel)
+    refused += settler.refused + [_orphan(name, judged) for name in sorted(listed.keys() - expected.keys())]
+    rows = settler.rows
+    state.write(
+        twins=[row for name, row in rows.items() if known.get(name) is not row],
+        twins_gone=known.keys() - rows.keys(),
+        wheels=settler.notes,
+    )
+    published = tuple(row for name, row in sorted(rows.items()) if not row.verdict)
+    for rejection in refused:
+        log.info("variant twin not published: %s", rejection.reason)
+    return TwinReport(
+        folder=os.fspath(folder),
+        published=published,
+        made=tuple(settler.made),
+        remade=tuple(settler.remade),
+        refused=tuple(sorted(refused, key=lambda rejection: rejection.filename)),
+        without={why: tuple(names) for why, names in sorted(settler.without.items())},
+        fresh=settler.fresh,
+    )
+
+
+def _listing(folder: Path) -> tuple[dict[str, FileIdentity], list[Rejection]]:
+    """The regular files of ``folder`` named like wheels, with their identities; anything else named so, refused."""
+    listed: dict[str, FileIdentity] = {}
+    refused: list[Rejection] = []
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return listed, refused
+    for entry in entries:
+        if not entry.name.endswith(".whl"):
+            continue
+        status = entry.stat(follow_symlinks=False)
+        if (status.st_mode & 0o170000) != 0o100000:
+            refused.append(Rejection(filename=entry.name, reason=f"{entry.name}: not a regular file; not published"))
+        elif not TWIN_NAME.match(entry.name):
+            refused.append(Rejection(filename=entry.name, reason=f"{entry.name}: not a variant twin's name"))
+        else:
+            listed[entry.name] = FileIdentity.of(status)
+    return listed, refused
+
+
+def _label(filename: str) -> str:
+    """The label of an accepted wheel's name: ``pt214cu130`` of ``causal_conv1d-1.7.0+pt214cu130-...``."""
+    return filename.split("-", 2)[1].split("+", 1)[1]
+
+
+def _orphan(name: str, judged: Judged) -> Rejection:
+    match = TWIN_NAME.match(name)
+    assert match is not None  # _listing keeps only such names
+    wheel = f"{match['dist']}-{match['version']}+{match['label']}-{match['tag']}.whl"
+    row = judged.rows.get(wheel)
+    why = row.verdict if row is not None else next((r.reason for r in judged.unjudged if r.filename == wheel), "")
+    reason = f"its wheel was refused ({why})" if why else f"no wheel {wheel} in dist/ (withdrawn?)"
+    return Rejection(filename=name, reason=f"{name}: {reason}; not published")
+
+
+class _Settler:
+    """Settles each expected twin in turn and gathers the rows, notes and reports of the run."""
+
+    def __init__(
+        self,
+        wheels: Mapping[str, WheelRow],
+        dist: Path,
+        folder: Path,
+        known: Mapping[str, TwinRow],
+        listed: dict[str, FileIdentity],
+        maker: TwinMaker | None,
+    ) -> None:
+        self.wheels, self.dist, self.folder, self.known, self.listed = wheels, dist, folder, known, listed
+        self.maker = maker
+        self.rows: dict[str, TwinRow] = {}
+        self.notes: list[WheelRow] = []  # wheel rows with a new reason why no twin can be made
+        self.made: list[str] = []
+        self.remade: list[Rejection] = []
+        self.refused: list[Rejection] = []
+        self.without: dict[str, list[str]] = defaultdict(list)
+        self.fresh: dict[tuple[str, str], bytes] = {}  # (twin, member): the bytes read of it this run
+
+    def settle(self, name: str, wheel: str) -> None:
+        wheel_row = self.wheels[wheel]
+        if name not in self.listed and not self._make(name, wheel, wheel_row):
+            return
+        row = self._checked(name, wheel, wheel_row, fresh=name in self.made)
+        if row is None:
+            return
+        if self.maker is not None or row is self.known.get(name):  # no verdict without the twin step is kept
+            self.rows[name] = row
+        if row.verdict:
+            self.refused.append(Rejection(filename=name, reason=f"{name}: {row.verdict}; not published"))
+
+    def _make(self, name: str, wheel: str, wheel_row: WheelRow) -> bool:
+        """Make the missing twin; False (and why, noted on the wheel's row) where none can be made."""
+        if wheel_row.twin is not None:  # known, for this very file
+            self.without[wheel_row.twin].append(wheel)
+            return False
+        if self.maker is None:
+            self.without[NO_CHECKER].append(wheel)
+            return False
+        try:
+            path = self.maker.make(self.dist / wheel, self.folder)
+        except WheelwrightError as error:
+            why = str(error).removeprefix(f"{wheel}: ")
+            self.notes.append(wheel_row._replace(twin=why))
+            self.without[why].append(wheel)
+            return False
+        if path.name != name:  # the step names twins as twin_name does: a bug, not a wheel's fault
+            raise RuntimeError(f"{wheel}: its twin was made as {path.name}, not {name}")
+        self.listed[name] = FileIdentity.of(os.lstat(path))
+        self.made.append(name)
+        log.info("%s: variant twin %s made", wheel, name)
+        return True
+
+    def _checked(self, name: str, wheel: str, wheel_row: WheelRow, *, fresh: bool) -> TwinRow | None:
+        """The twin's row, checked again unless the state holds one for both files' identities now; a twin found
+        wrong is made again once (it may be stale, or tampered with). None: a file changed while being checked."""
+        wheel_identity = "{}:{}:{}:{}".format(*wheel_row[1:5])  # FileIdentity's text, of the row's identity
+        old = self.known.get(name)
+        if (
+            old is not None
+            and old.identity == self.listed[name]
+            and (old.wheel, old.wheel_identity) == (wheel, wheel_identity)
+        ):
+            return old
+        row = self._check(name, wheel, wheel_identity, made=fresh)
+        if row is None or not row.verdict or fresh or self.maker is None:
+            return row
+        self.remade.append(Rejection(filename=name, reason=f"{name}: {row.verdict}"))
+        (self.folder / name).unlink(missing_ok=True)
+        del self.listed[name]
+        if not self._make(name, wheel, wheel_row):
+            return None
+        return self._check(name, wheel, wheel_identity, made=True)
+
+    def _check(self, name: str, wheel: str, wheel_identity: str, *, made: bool) -> TwinRow | None:
+        """The twin's row: the index's own reading of it, and the twin step's comparison with its wheel (which
+        making it has just done)."""
+        path = self.folder / name
+        try:
+            identity, facts = read_twin(path)
+            if made:
+                problems = []
+            else:
+                problems = self.maker.problems(self.dist / wheel, path) if self.maker else [NO_CHECKER]
+        except RejectedWheel as error:
+            identity, facts, problems = self.listed[name], {}, [str(error).removeprefix(f"{name}: ")]
+        except OSError as error:
+            log.info("%s: %s; checked again next run", name, error)
+            return None
+        wheel_now = FileIdentity.of(os.lstat(self.dist / wheel))
+        if FileIdentity.of(os.lstat(path)) != identity or str(wheel_now) != wheel_identity:
+            log.info("%s or its wheel changed while being checked; checked again next run", name)
+            return None
+        verdict = "; ".join(problems)
+        self.fresh.update(((name, member), data) for member, data in facts.get("read", {}).items())
+        return _row(name, identity, wheel, wheel_identity, verdict[:2000], facts)
+
+
+def _row(
+    name: str, identity: FileIdentity, wheel: str, wheel_identity: str, verdict: str, facts: Mapping[str, Any]
+) -> TwinRow:
+    return TwinRow(
+        name, *identity, wheel, wheel_identity, verdict, facts.get("sha256", ""), facts.get("metadata_sha256", ""),
+        facts.get("metadata_size", 0), facts.get("requires_python"), facts.get("provenance_sha256", ""),
+        facts.get("provenance_size", 0), json.dumps(facts.get("variant", {}), sort_keys=True),
+    )
+
+
+def read_twin(path: Path) -> tuple[FileIdentity, dict[str, Any]]:
+    """What the index shows of the twin at ``path``, read from one open descriptor within bounds, with the
+    identity the file had throughout; RejectedWheel says what is wrong with it."""
+    match = TWIN_NAME.match(path.name)
+    if match is None:
+        raise RejectedWheel(f"{path.name}: not a variant twin's name")
+    wanted = {METADATA: MAX_METADATA_BYTES, VARIANT_JSON: MAX_VARIANT_BYTES, PROVENANCE: MAX_PROVENANCE_BYTES}
+    with os.fdopen(open_regular(path), "rb") as file:
+        identity = FileIdentity.of(os.fstat(file.fileno()))
+        found = read_dist_info(file, path.name, wanted, required=(METADATA, VARIANT_JSON))
+        project, version = match["dist"].replace("_", "-"), match["version"]  # a twin's dist is lower case
+        metadata = check_metadata(found[METADATA], path.name, project, version)
+        variant = variant_facts(found[VARIANT_JSON], match["label"], path.name)
+        file.seek(0)
+        sha256 = sha256_stream(file)
+        if FileIdentity.of(os.fstat(file.fileno())) != identity:
+            raise OSError(f"{path.name}: changed while it was being read")
+    provenance = found.get(PROVENANCE, b"")
+    return identity, {
+        "read": {member: found[member] for member in (METADATA, PROVENANCE) if member in found},
+        "sha256": sha256,
+        "metadata_sha256": metadata.sha256,
+        "metadata_size": metadata.size,
+        "requires_python": metadata.requires_python,
+        "provenance_sha256": _sha256(provenance) if provenance else "",
+        "provenance_size": len(provenance),
+        "variant": variant,
+    }
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def variant_facts(data: bytes, label: str, where: str) -> dict[str, Any]:
+    """The properties and providers of a twin's variant.json, which must describe exactly ``label`` (its name's),
+    each property a list of plain values; RejectedWheel otherwise."""
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError) as error:
+        raise RejectedWheel(f"{where}: {VARIANT_JSON} is not JSON ({str(error)[:200]})") from None
+    variants = document.get("variants") if isinstance(document, dict) else None
+    if not isinstance(variants, dict) or list(variants) != [label]:
+        described = sorted(variants) if isinstance(variants, dict) else variants
+        raise RejectedWheel(f"{where}: {VARIANT_JSON} describes {described!r}, the filename {label}")
+    properties, providers = variants[label], document.get("providers", {})
+    if not _properties_ok(properties):
+        raise RejectedWheel(f"{where}: {VARIANT_JSON}'s properties are not {{namespace: {{feature: [values]}}}}")
+    if not isinstance(providers, dict) or not all(isinstance(p, dict) for p in providers.values()):
+        raise RejectedWheel(f"{where}: {VARIANT_JSON}'s providers are not {{namespace: {{...}}}}")
+    return {"properties": properties, "providers": providers}
+
+
+def _properties_ok(properties: object) -> bool:
+    return isinstance(properties, dict) and all(
+        isinstance(features, dict)
+        and _FEATURE.match(namespace)
+        and all(
+            _FEATURE.match(feature) and isinstance(values, list) and all(isinstance(v, str) for v in values)
+            for feature, values in features.items()
+        )
+        for namespace, features in properties.items()
+    )
+
+
+def _variant_wheel(folder: str, row: TwinRow) -> VariantWheel:
+    dist, version, _ = row.filename.split("-", 2)
+    return VariantWheel(
+        folder, row.identity, row.filename, dist.replace("_", "-"), version, _label_of_twin(row.filename),
+        row.sha256, row.size, row.metadata_sha256, row.requires_python, row.provenance_sha256, row.variant,
+    )
+
+
+def _label_of_twin(filename: str) -> str:
+    return filename.removesuffix(".whl").rsplit("-", 1)[1]

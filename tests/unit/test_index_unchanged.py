@@ -1,0 +1,114 @@
+"""The unchanged re-index: when the index state's catalogue, the ledger's failures and archs, the base URL and the
+code are those of the last complete run into a site, and the site is as that run left it (its manifest the file it
+wrote, no entry of any of its folders added, taken out or renamed), the run reads no manifest and plans nothing.
+Anything else plans the site again, which then equals a cold index of the same folder, file for file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from builder.core.ledger import Ledger, LedgerEntry
+from index_site import site as site_module
+from index_site.layout import SITE_MARKER
+from index_site.site import build_site
+from index_site.state import STATE_FILE
+from scripts.bench.wheels import WheelSpec, make_wheel
+
+BASE = "https://wheels.example.org"
+
+
+@pytest.fixture
+def output(tmp_path: Path) -> Path:
+    for spec in (WheelSpec(python="cp311"), WheelSpec(python="cp312"), WheelSpec(label="pt213cu130")):
+        make_wheel(tmp_path / "dist", spec)
+    build_site(tmp_path, tmp_path / "site", base_url=BASE)
+    return tmp_path
+
+
+def test_an_unchanged_run_reads_no_manifest_and_plans_nothing(output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(*args: object) -> None:
+        raise AssertionError("the site was planned although nothing moved")
+
+    monkeypatch.setattr(site_module, "_recorded_manifest", fail)
+    report = build_site(output, output / "site", base_url=BASE)
+    assert report.written == () and report.deleted == () and report.unchanged == len(_tree(output / "site"))
+
+
+def _failure(output: Path) -> None:
+    with Ledger(output / "ledger.sqlite") as ledger:
+        ledger.put(LedgerEntry(job_id="causal-conv1d-1.7.0-pt212cu126-py3.11", package="causal-conv1d",
+                               version="1.7.0", label="pt212cu126", torch="2.12", accelerator="cu126", python="3.11",
+                               input_hash="h", status="failed", phase="compile", reason="nvcc: out of memory"))
+
+
+def _marker(output: Path) -> None:
+    marker = output / "site" / SITE_MARKER
+    document = json.loads(marker.read_bytes().split(b"\n")[0])
+    marker.write_text(json.dumps({**document, "files": {}}))
+
+
+# (case, what moves, whether the next run must write something)
+MOVES: list[tuple[str, Callable[[Path], object], bool]] = [
+    ("page-deleted", lambda out: (out / "site/select/pt214cu130-cp311.html").unlink(), True),
+    ("stray-file-added", lambda out: (out / "site/whl/pt214cu130/stray.html").write_text("x"), True),
+    ("folder-removed", lambda out: shutil.rmtree(out / "site/whl/pt213cu130"), True),
+    ("managed-name-added", lambda out: (out / "site/coverage").mkdir(), False),
+    ("manifest-rewritten", _marker, False),
+    ("failure-recorded", _failure, True),
+    ("state-deleted", lambda out: (out / STATE_FILE).unlink(), False),
+    ("wheel-added", lambda out: make_wheel(out / "dist", WheelSpec(version="1.8.0")), True),
+    ("wheel-removed", lambda out: next((out / "dist").glob("*pt213cu130*")).unlink(), True),
+]
+
+
+@pytest.mark.parametrize(("move", "writes"), [m[1:] for m in MOVES], ids=[m[0] for m in MOVES])
+def test_anything_that_moved_plans_the_site_again_and_it_ends_as_a_cold_index(
+    output: Path, move: Callable[[Path], object], writes: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    planned: list[Path] = []
+    real = site_module._recorded_manifest
+    monkeypatch.setattr(site_module, "_recorded_manifest", lambda site: planned.append(site) or real(site))
+    move(output)
+    report = build_site(output, output / "site", base_url=BASE)
+    assert planned == [output / "site"]
+    assert bool(report.written or report.deleted) or not writes
+    build_site(output, output / "cold", base_url=BASE)
+    assert _tree(output / "site") == _tree(output / "cold")
+    planned.clear()
+    build_site(output, output / "site", base_url=BASE)  # and the run after that is an unchanged one again
+    assert planned == []
+
+
+def test_another_base_url_plans_the_site_again(output: Path) -> None:
+    report = build_site(output, output / "site", base_url="https://elsewhere.example.org")
+    assert "index.html" in report.written
+
+
+def _tree(site: Path) -> dict[str, bytes]:
+    files = (path for path in site.rglob("*") if path.is_file() and path.name != SITE_MARKER)
+    return {path.relative_to(site).as_posix(): path.read_bytes() for path in files}
+
+
+def test_one_added_wheel_stats_no_file_of_a_folder_nothing_moved_in(
+    output: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folders the last complete run recorded, still with their identities, are taken as it left them: their
+    files' records are not checked one by one (a wheel in whl/pt214cu130 leaves whl/pt213cu130 alone)."""
+    checked: list[str] = []
+    real = site_module.holds_identity
+    monkeypatch.setattr(site_module, "holds_identity", lambda path, known: checked.append(path) or real(path, known))
+    make_wheel(output / "dist", WheelSpec(python="cp313"))
+    report = build_site(output, output / "site", base_url=BASE)
+    assert any("pt214cu130" in path for path in report.written)
+    assert checked == []  # every folder was as recorded when the plan was made
+    build_site(output, output / "cold", base_url=BASE)
+    assert _tree(output / "site") == _tree(output / "cold")
+    monkeypatch.setattr(site_module, "_settled", lambda *_: site_module.Settled())  # no record of the folders
+    make_wheel(output / "dist", WheelSpec(python="cp310"))
+    build_site(output, output / "site", base_url=BASE)
+    assert [path for path in checked if "pt213cu130" in path]  # then each file's record is held to it
