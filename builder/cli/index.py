@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from builder.cli.arguments import site_url, whole_number
 from builder.core.errors import ConfigError
 from builder.core.settings import setting
+from builder.core.wheelhouse import Layout
 
 if TYPE_CHECKING:
     from index_site.publish import PublishReport
@@ -75,7 +76,7 @@ def _add_site_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _site(args: argparse.Namespace) -> Path:
-    site: Path = args.site if args.site is not None else args.output / "site"
+    site: Path = args.site if args.site is not None else Layout(root=args.output).site
     return site
 
 
@@ -216,7 +217,7 @@ def _index_lines(report: IndexReport, base_url: str) -> tuple[list[str], list[st
     for label in report.variants:
         links = shlex.quote(f"{base_url.rstrip('/')}/{layout.findlinks_path(label)}")
         lines.append(f"  {label}  pip install PACKAGE -f {links}")
-    if (report.site / "variant" / "simple" / "index.html").is_file():
+    if (report.site / layout.VARIANTS / "simple" / "index.html").is_file():
         lines.append(f"  variant channel  {variant_command(base_url.rstrip('/'))}")
     return lines, [f"not indexed: {rejection.reason}" for rejection in report.rejected]
 

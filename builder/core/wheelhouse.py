@@ -12,6 +12,7 @@ QUARANTINE = "quarantine"  # built, refused by the verify gate
 LOGS = "logs"  # one log (and compile timeline) a job
 TMP = "tmp"  # work in flight
 LEDGER = "ledger.sqlite"  # one row a job: what was built, from what, and how it ended
+SITE = "site"  # the index `wheelwright index` writes, unless --site names another folder
 
 
 class Identified(Protocol):
@@ -21,7 +22,7 @@ class Identified(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class Layout:
-    """The output folder: dist/, variant/, quarantine/, logs/, ledger.sqlite, tmp/."""
+    """The output folder: dist/, variant/, quarantine/, logs/, ledger.sqlite, tmp/, and the index's site/."""
 
     root: Path
 
@@ -48,6 +49,10 @@ class Layout:
     @property
     def ledger(self) -> Path:
         return self.root / LEDGER
+
+    @property
+    def site(self) -> Path:
+        return self.root / SITE
 
     def log_for(self, job: Identified) -> Path:
         return self.logs / f"{job.identifier}.log"

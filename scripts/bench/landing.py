@@ -52,7 +52,7 @@ def timed_index(output: Path) -> dict[str, object]:
     clock = _Clock()
     with mock.patch.object(render_module, "render_pages", clock):
         start = time.process_time()
-        report = build_site(output, output / "site", base_url=BASE_URL)
+        report = build_site(output, Layout(root=output).site, base_url=BASE_URL)
         seconds = time.process_time() - start
     return {"seconds": round(seconds, 3), "pages_seconds": round(clock.seconds, 3), "written": len(report.written)}
 

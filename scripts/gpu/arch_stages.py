@@ -57,7 +57,7 @@ def installed_variant(box: Box, name: str) -> Iterator[tuple[Path, str]]:
     folder, port = box.arch(name), free_port()
     url = f"http://127.0.0.1:{port}"
     box.must(box.ww("index", "--output", folder, "--base-url", url))
-    with box.serving(folder / "site", port, folder / "serve.log"):
+    with box.serving(Layout(root=folder).site, port, folder / "serve.log"):
         python = box.make_venv(box.work / f"venv-{name}")
         box.pip_install(python, "--find-links", f"{url}/whl/{box.data.label}.html", box.data.arch.package,
                         report=folder / "pip-report.json")

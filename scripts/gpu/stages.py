@@ -141,14 +141,14 @@ def start_arch_build(box: Box, name: str) -> None:
 
 def index(box: Box) -> StageResult:
     box.must(box.ww("index", "--output", box.wheelhouse, "--base-url", box.url))
-    page = box.wheelhouse / "site" / "whl" / f"{box.data.label}.html"
+    page = Layout(root=box.wheelhouse).site / "whl" / f"{box.data.label}.html"
     if not page.is_file():
         raise StageFailed(f"no find-links page whl/{box.data.label}.html in {box.wheelhouse / 'site'}")
     return StageResult(status=PASSED, detail=str(page))
 
 
 def serve(box: Box) -> StageResult:
-    box.serve(box.wheelhouse / "site", int(box.url.rsplit(":", 1)[1]), box.work / "serve.log")
+    box.serve(Layout(root=box.wheelhouse).site, int(box.url.rsplit(":", 1)[1]), box.work / "serve.log")
     return StageResult(status=PASSED, detail=f"{box.url}/whl/{box.data.label}.html answers")
 
 
