@@ -302,7 +302,7 @@ def _refused(filename: str, identity: tuple[int, int, int, int], stage: str, rea
     return WheelRow(filename, *identity, stage, reason, "", "", 0, None, None, 0.0, None)
 
 
-def _archs(wheels: Collection[str], recorded: Mapping[str, tuple[str, str]]) -> dict[str, GpuArchs]:
+def _archs(wheels: Collection[str], recorded: Mapping[str, tuple[str, str, str | None]]) -> dict[str, GpuArchs]:
     """The GPU archs of the wheels named in ``wheels`` whose ledger row holds a readable record of them (the rows
     walked, not the wheels: a farm's ledger records a few hundred, dist/ may hold 10,000 wheels it did not build)."""
     archs = {}

@@ -1,5 +1,6 @@
 """The coverage model: for each package version a matrix of variants (torch x accelerator) by Python, each cell
-built, failed (with the ledger's reason), not shipped by torch (n/a, from the torch facts) or not in the plan."""
+built, failed (with the ledger's reason, per CPU platform), not shipped by torch (n/a, from the torch facts) or not
+in the plan."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.ledger import LedgerEntry, Status
-from builder.plan.facts import Accelerator, TorchFacts, load_facts, version_key
+from builder.plan.facts import DEFAULT_PLATFORM, PLATFORMS, Accelerator, TorchFacts, load_facts, version_key
 from builder.plan.job import parse_label
 from index_site.catalog import Catalog
 from index_site.wheels import GpuArchs, WheelFile
@@ -51,8 +52,12 @@ class Cell(NamedTuple):
 
     python: str
     state: str  # BUILT | FAILED | NOT_SHIPPED | NOT_PLANNED
-    wheels: tuple[WheelFile, ...] = ()
-    failure: LedgerEntry | None = None
+    wheels: tuple[WheelFile, ...] = ()  # a FAILED cell may hold wheels: those of the platforms that built
+    failures: tuple[LedgerEntry, ...] = ()  # one per CPU platform without a wheel here, x86_64 first
+
+    @property
+    def failure(self) -> LedgerEntry | None:
+        return self.failures[0] if self.failures else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +101,7 @@ class Coverage:
 
 
 _CellKey = tuple[str, str, str, str]  # project, version, label, python
+_Failures = dict[str, LedgerEntry]  # by CPU platform
 
 
 def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverage:
@@ -157,7 +163,7 @@ _NO_CELLS = _Built((), {}, frozenset(), frozenset())  # a release the ledger kno
 
 
 def _release(project: str, version: str, pythons: tuple[str, ...], rows: list[Row], wheel_count: int) -> Release:
-    failed = tuple(c.failure for row in rows for c in row.cells if c.failure is not None and c.state == FAILED)
+    failed = tuple(f for row in rows for c in row.cells if c.state == FAILED for f in c.failures)
     wheels = (w for row in rows for c in row.cells for w in c.wheels)
     summary = next((w.metadata.summary for w in wheels if w.metadata.summary), "") or ""
     if len(summary) > SUMMARY_SHOWN:  # METADATA may hold a megabyte of it, and each release's block shows it
@@ -173,14 +179,24 @@ def _release(project: str, version: str, pythons: tuple[str, ...], rows: list[Ro
     )
 
 
-def _cell(python: str, wheels: list[WheelFile] | None, failure: LedgerEntry | None, variant: Variant) -> Cell:
-    """A wheel in dist/ wins over an older failure; a ledger row wins over what the facts say."""
+def _cell(python: str, wheels: list[WheelFile] | None, failures: _Failures | None, variant: Variant) -> Cell:
+    """A wheel in dist/ wins over an older failure of its platform; a failure of another platform makes the cell
+    failed (an x86_64 user has no wheel there, whatever aarch64 has); a ledger row wins over what the facts say."""
+    ordered: tuple[WheelFile, ...] = ()
     if wheels:  # nearly always one wheel: no sort for it (this runs for every wheel of the site)
-        ordered = tuple(wheels) if len(wheels) == 1 else tuple(sorted(wheels, key=lambda w: w.filename))
+        ordered = tuple(wheels) if len(wheels) == 1 else tuple(sorted(wheels, key=_wheel_order))
+    if failures:
+        built = {cpu_platform(w.name.platform_tag) for w in ordered}
+        unbuilt = tuple(failures[p] for p in sorted(failures, key=platform_key) if p not in built)
+        if unbuilt:
+            return Cell(python, FAILED, ordered, unbuilt)
+    if ordered:
         return Cell(python, BUILT, ordered)
-    if failure is not None:
-        return Cell(python, FAILED, (), failure)
     return _empty_cell(python, NOT_SHIPPED if variant.ships(python) is False else NOT_PLANNED)
+
+
+def _wheel_order(wheel: WheelFile) -> tuple[tuple[int, str], str]:
+    return platform_key(cpu_platform(wheel.name.platform_tag)), wheel.filename
 
 
 @functools.lru_cache(maxsize=1024)
@@ -214,16 +230,35 @@ def _variants(held: set[tuple[str, str]], facts: TorchFacts) -> dict[str, Varian
     return {v.label: v for v in sorted(variants, key=_variant_key)}
 
 
-def _failures_by_cell(entries: Iterable[LedgerEntry]) -> dict[_CellKey, LedgerEntry]:
-    """Failed ledger rows by cell; a row whose fields could not name a page or a cell is logged and left out."""
-    cells: dict[_CellKey, LedgerEntry] = {}
+def _failures_by_cell(entries: Iterable[LedgerEntry]) -> dict[_CellKey, _Failures]:
+    """Failed ledger rows by cell and platform; a row whose fields could not name a page or a cell is logged and
+    left out."""
+    cells: dict[_CellKey, _Failures] = {}
     for entry in entries:
         problem = _unshowable(entry)
         if problem:
             log.warning("ledger row %r: %s; not shown", entry.job_id, problem)
             continue
-        cells[(canonicalize_name(entry.package), entry.version, entry.label, entry.python)] = entry
+        key = (canonicalize_name(entry.package), entry.version, entry.label, entry.python)
+        cells.setdefault(key, {})[entry_platform(entry)] = entry
     return cells
+
+
+def entry_platform(entry: LedgerEntry) -> str:
+    """The CPU platform of a ledger row's job: its id's last part (``...-cp311-aarch64``)."""
+    last = entry.job_id.rsplit("-", 1)[-1]
+    return last if last in PLATFORMS else DEFAULT_PLATFORM
+
+
+def cpu_platform(tag: str) -> str:
+    """``manylinux_2_17_aarch64.manylinux2014_aarch64`` -> ``aarch64``; ``linux_x86_64`` -> ``x86_64``."""
+    first = tag.split(".")[0]
+    return next((arch for arch in PLATFORMS if first.endswith(arch)), first.rsplit("_", 1)[-1])
+
+
+def platform_key(platform: str) -> tuple[int, str]:
+    """x86_64 first, then the others by name: the order of every platform choice and list."""
+    return (platform != DEFAULT_PLATFORM, platform)
 
 
 def _unshowable(entry: LedgerEntry) -> str:

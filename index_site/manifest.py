@@ -81,6 +81,7 @@ def _entry(
         "platform_tag": name.platform_tag,
         "requires_python": requires_python,
         "archs": {"sass": list(archs.sass), "ptx": list(archs.ptx)} if archs is not None else None,
+        **({"abi_window": archs.abi_window} if archs is not None and archs.abi_window else {}),
         "sha256": sha256,
         "size": size,
         "url": f"{base_url}/{layout.wheel_href('', name.label, filename)}",

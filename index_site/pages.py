@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import markupsafe
 
 from builder.core.ledger import LedgerEntry
+from builder.plan.facts import PLATFORMS
 from index_site import layout, variants
 from index_site.catalog import Catalog
 from index_site.landing import (
@@ -24,6 +25,7 @@ from index_site.landing import (
     Row,
     Variant,
     build_coverage,
+    entry_platform,
 )
 from index_site.manifest import manifest
 from index_site.setups import Setup, build_setups, default_setup
@@ -127,6 +129,7 @@ def _page(render: Render, template: str, page: str, coverage: Coverage, **contex
         matrix=matrix,
         coverage=coverage,
         describe_archs=lambda wheel: describe_archs(coverage.archs.get(wheel.filename)),
+        abi_window=lambda wheel: getattr(coverage.archs.get(wheel.filename), "abi_window", None),
         failure_text=failure_text,
         setup_path=layout.setup_path,
         coverage_path=layout.coverage_path,
@@ -134,6 +137,7 @@ def _page(render: Render, template: str, page: str, coverage: Coverage, **contex
         simple_root=layout.simple_root,
         wheel_path=layout.wheel_path,
         symbols=SYMBOLS,
+        cpu_platforms=PLATFORMS,
         **context,
     )
 
@@ -159,7 +163,7 @@ def _fingerprint(setup: Setup, archs: Mapping[str, GpuArchs]) -> tuple[object, .
                 (
                     r.version,
                     r.state,
-                    _failure_key(r.failure),
+                    tuple(_failure_key(f) for f in r.failures),
                     tuple(
                         (w.filename, w.sha256, w.size, w.metadata.requires_python, archs.get(w.filename))
                         for w in r.wheels
@@ -214,7 +218,7 @@ def matrix_html(release: Release, link: Callable[[str], str], archs: Mapping[str
                 target = layout.setup_path(row.variant.label, cell.python)
                 if cell.state == FAILED and cell.failure is not None:
                     failures += 1
-                    parts.append(_failed_cell(link(target), f"{anchor}-f{failures}", failure_text(cell.failure)))
+                    parts.append(_failed_cell(link(target), f"{anchor}-f{failures}", cell_failure_text(cell)))
                 elif cell.state == BUILT:
                     parts.append(_built_cell(link(target), "" if shared else _built_title(cell.wheels, archs)))
                 elif shared:  # the row's title describes its wheels, not a cell without one
@@ -290,6 +294,13 @@ def describe_archs(archs: GpuArchs | None) -> str:
     if archs is None:
         return "GPU archs not recorded"
     return f"SASS {' '.join(archs.sass) or 'none'}; PTX {' '.join(archs.ptx) or 'none'}"
+
+
+def cell_failure_text(cell: Cell) -> str:
+    """Why a failed cell has no wheel; per platform when another platform built or failed too."""
+    if len(cell.failures) == 1 and not cell.wheels:
+        return failure_text(cell.failures[0])
+    return "; ".join(f"{entry_platform(f)}: {failure_text(f)}" for f in cell.failures)
 
 
 def failure_text(failure: LedgerEntry) -> str:

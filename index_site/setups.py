@@ -13,7 +13,19 @@ from typing import NamedTuple
 from builder.core.ledger import LedgerEntry
 from builder.plan.facts import version_key
 from index_site import layout
-from index_site.landing import BUILT, FAILED, NOT_SHIPPED, Cell, Coverage, Release, Variant, python_key
+from index_site.landing import (
+    BUILT,
+    FAILED,
+    NOT_SHIPPED,
+    Cell,
+    Coverage,
+    Release,
+    Variant,
+    cpu_platform,
+    entry_platform,
+    platform_key,
+    python_key,
+)
 from index_site.wheels import WheelFile
 
 SHOWN = 4  # versions of a project a setup page details; a farm's long history would make every page heavy
@@ -29,9 +41,13 @@ class Record(NamedTuple):
     """What the site holds for one version of a project on one setup (a tuple: one per wheel of the site)."""
 
     version: str
-    state: str  # BUILT | FAILED
+    state: str  # BUILT | FAILED (a failed record may hold the wheels of the platforms that built)
     wheels: tuple[WheelFile, ...] = ()
-    failure: LedgerEntry | None = None
+    failures: tuple[LedgerEntry, ...] = ()  # one per platform without a wheel
+
+    @property
+    def failure(self) -> LedgerEntry | None:
+        return self.failures[0] if self.failures else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +64,19 @@ class Offer:
     # (CPU platform, wheel filename) of the installed version's wheels: one label's page serves them all, and pip
     # and uv pick by the machine they run on (x86_64, aarch64)
     platforms: tuple[tuple[str, str], ...] = ()
+    missing: tuple[tuple[str, str], ...] = ()  # (CPU platform, why) of the newest version's platforms that failed
+
+    def platform_note(self, platform: str) -> tuple[str, bool]:
+        """What the selector says for this project on ``platform``, and whether it is a warning (no wheel)."""
+        filename = next((f for p, f in self.platforms if p == platform), None)
+        if filename is not None:
+            return f"on {platform} the command installs {filename}", False
+        why = next((w for p, w in self.missing if p == platform), None)
+        return why or f"no {self.project} wheel for {platform} here", True
+
+    @property
+    def built_platforms(self) -> tuple[str, ...]:
+        return tuple(p for p, _ in self.platforms)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,9 +91,10 @@ class Setup:
 
     @property
     def platforms(self) -> tuple[str, ...]:
-        """The CPU platforms this setup's wheels are built for; the selector offers a choice of two or more."""
-        return tuple(sorted({platform for offer in self.offers for platform, _ in offer.platforms},
-                            key=lambda p: (p != "x86_64", p)))
+        """The CPU platforms this setup's wheels are built (or failed) for; the selector offers a choice of two or
+        more."""
+        built = {platform for offer in self.offers for platform, _ in (*offer.platforms, *offer.missing)}
+        return tuple(sorted(built, key=platform_key))
 
     @property
     def key(self) -> str:
@@ -121,7 +151,7 @@ def _summary(release: Release) -> _Summary:
 
 
 def _record(version: str, cell: Cell) -> Record:
-    return Record(version=version, state=cell.state, wheels=cell.wheels, failure=cell.failure)
+    return Record(version=version, state=cell.state, wheels=cell.wheels, failures=cell.failures)
 
 
 def _navigator(coverage: Coverage, summaries: list[_Summary]) -> _Navigator:
@@ -237,7 +267,7 @@ _RecordKey = tuple[str, str, str]  # project, label, python
 
 
 def _offer(project: str, variant: Variant, python: str, records: list[Record], base_url: str) -> Offer:
-    built = next((r for r in records if r.state == BUILT), None)
+    built = next((r for r in records if r.wheels), None)
     note = _note(project, variant, python, records, built)
     shown, more = tuple(records[:SHOWN]), max(0, len(records) - SHOWN)
     if built is None:
@@ -253,26 +283,26 @@ def _offer(project: str, variant: Variant, python: str, records: list[Record], b
         note=note,
         records=shown,
         more=more,
-        platforms=tuple(sorted((cpu_platform(w.name.platform_tag), w.filename) for w in built.wheels)),
+        platforms=tuple(sorted(((cpu_platform(w.name.platform_tag), w.filename) for w in built.wheels),
+                               key=lambda pair: platform_key(pair[0]))),
+        missing=tuple((entry_platform(f), f"{project} {built.version} {_why(f)} on {entry_platform(f)}")
+                      for f in built.failures),
     )
-
-
-def cpu_platform(tag: str) -> str:
-    """``manylinux_2_17_aarch64.manylinux2014_aarch64`` -> ``aarch64``; ``linux_x86_64`` -> ``x86_64``."""
-    first = tag.split(".")[0]
-    return next((arch for arch in ("x86_64", "aarch64") if first.endswith(arch)), first.rsplit("_", 1)[-1])
 
 
 def _note(project: str, variant: Variant, python: str, records: list[Record], built: Record | None) -> str:
     setup = f"torch {variant.torch} + {variant.accelerator_text}, Python {python}"
-    failure = records[0].failure if records else None
+    failure = records[0].failure if records and not records[0].wheels else None
     if failure is not None:
-        phase = f" in {failure.phase}" if failure.phase else ""
-        why = f"{failure.status}{phase}: {failure.reason or 'no reason recorded'}"
         older = f"; the newest wheel here is {built.version}" if built else ""
-        return f"{project} {records[0].version} {why}{older}"
+        return f"{project} {records[0].version} {_why(failure)}{older}"
     if built is not None:
         return ""
     if variant.ships(python) is False:
         return f"no {project} wheel: torch published no build for {setup} ({NOT_SHIPPED})"
     return f"no {project} wheel for {setup}: not in the build plan"
+
+
+def _why(failure: LedgerEntry) -> str:
+    phase = f" in {failure.phase}" if failure.phase else ""
+    return f"{failure.status}{phase}: {failure.reason or 'no reason recorded'}"

@@ -89,9 +89,12 @@ class GpuArchs:
 
     sass: tuple[str, ...]
     ptx: tuple[str, ...]
+    # and the torch releases it loads on, as the build recorded them (issue 30, docs/abi.md): "loads on torch
+    # 2.12-2.12 (checked 2.9-2.15); breaks on 2.13: missing `c10::...`"
+    abi_window: str | None = None
 
 
-def parse_gpu_archs(sass: str, ptx: str | None) -> GpuArchs | None:
+def parse_gpu_archs(sass: str, ptx: str | None, abi_window: object = None) -> GpuArchs | None:
     """The archs a ledger report holds (two JSON lists of names like "9.0"); None unless both are well formed."""
     lists = []
     for text in (sass, ptx or "[]"):
@@ -102,7 +105,8 @@ def parse_gpu_archs(sass: str, ptx: str | None) -> GpuArchs | None:
         if not isinstance(value, list) or not all(isinstance(a, str) and _GPU_ARCH.match(a) for a in value):
             return None
         lists.append(tuple(value))
-    return GpuArchs(sass=lists[0], ptx=lists[1])
+    window = abi_window if isinstance(abi_window, str) and abi_window else None
+    return GpuArchs(sass=lists[0], ptx=lists[1], abi_window=window)
 
 
 def parse_wheel_name(filename: str) -> WheelName:

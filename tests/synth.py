@@ -62,6 +62,45 @@ def elf_with_sections(sections: dict[str, bytes]) -> bytes:
     return header + body + b"".join(section_headers)
 
 
+def elf_with_symbols(
+    *,
+    exports: tuple[str, ...] = (),
+    required: tuple[str, ...] = (),
+    weak_required: tuple[str, ...] = (),
+    hidden: tuple[str, ...] = (),
+    filler: bytes = b"",
+) -> bytes:
+    """An ELF64 shared object whose ``.dynsym`` exports, needs (strong or weak) and hides these names; ``filler``
+    (a ``.text`` section) comes first, so a large one puts the symbol tables at the end, as patchelf leaves torch's."""
+    names = b"\0"
+    entries = [b"\0" * 24]
+    # (name, st_info = bind << 4 | type, st_other visibility, st_shndx): defined ones in section 1 (.text)
+    rows = ([(n, 1 << 4 | 2, 0, 1) for n in exports] + [(n, 1 << 4 | 2, 0, 0) for n in required]
+            + [(n, 2 << 4 | 2, 0, 0) for n in weak_required] + [(n, 1 << 4 | 2, 2, 1) for n in hidden])
+    for name, info, other, shndx in rows:
+        entries.append(struct.pack("<IBBHQQ", len(names), info, other, shndx, 0, 0))
+        names += name.encode() + b"\0"
+    sections = [(".text", 1, filler or b"\x90" * 16, 0), (".dynsym", 11, b"".join(entries), 3),
+                (".dynstr", 3, names, 0)]
+    shnames = b"\0" + b"".join(s[0].encode() + b"\0" for s in sections) + b".shstrtab\0"
+    body, offsets = b"", []
+    for _, _, blob, _ in sections:
+        offsets.append(64 + len(body))
+        body += blob + b"\0" * (-len(blob) % 8)
+    offsets.append(64 + len(body))
+    body += shnames + b"\0" * (-len(shnames) % 8)
+    headers, at = [b"\0" * 64], 1
+    for index, (name, kind, blob, link) in enumerate(sections):
+        headers.append(struct.pack("<IIQQQQIIQQ", at, kind, 2, 0, offsets[index], len(blob), link, 1, 8,
+                                   24 if kind == 11 else 0))
+        at += len(name) + 1
+    headers.append(struct.pack("<IIQQQQIIQQ", at, 3, 0, 0, offsets[-1], len(shnames), 0, 0, 1, 0))
+    ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, 64 + len(body), 0, 64, 0, 0, 64, len(headers),
+                                 len(headers) - 1)
+    return header + body + b"".join(headers)
+
+
 def elf_with_segments(machine: int, alignments: tuple[int, ...], *, loads: bool = True) -> bytes:
     """A minimal ELF64 shared object header with one program header per alignment (PT_LOAD, or PT_NOTE when
     ``loads`` is False) and no sections: what the platform checks read (e_machine, each segment's p_align)."""

@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     compile_times TEXT,              -- JSON: [{unit, arch, seconds}] from nvcc --time (object-cache hits add none)
     wheel_identity TEXT,             -- inode:size:mtime_ns:ctime_ns of the wheel in dist/ when its hash was taken
     torch_wheel  TEXT,               -- JSON: the torch wheel built against: filename, url, sha256, index, origin
+    abi          TEXT,               -- JSON: the symbols each extension imports from torch, C++ ABI, CUDA major, window
     updated_at   REAL NOT NULL
 );
 """
@@ -55,6 +56,7 @@ MIGRATIONS = {
     "compile_times": "ALTER TABLE jobs ADD COLUMN compile_times TEXT",
     "wheel_identity": "ALTER TABLE jobs ADD COLUMN wheel_identity TEXT",
     "torch_wheel": "ALTER TABLE jobs ADD COLUMN torch_wheel TEXT",
+    "abi": "ALTER TABLE jobs ADD COLUMN abi TEXT",
 }
 SCHEMA_VERSION = 2  # PRAGMA user_version; a ledger with a higher one was written by a newer wheelwright
 
@@ -98,6 +100,7 @@ class LedgerEntry:
     compile_times: str | None = None
     wheel_identity: str | None = None
     torch_wheel: str | None = None
+    abi: str | None = None  # JSON, builder/steps/abi.py: {torch, cxx11_abi, cuda_major, extensions, window}
     updated_at: float = 0.0
 
     @property
@@ -227,16 +230,18 @@ class Ledger:
                 known[row["wheel"]] = (row["wheel_sha256"], identity)
         return known
 
-    def wheel_archs(self) -> dict[str, tuple[str, str]]:
-        """{wheel filename: (SASS, PTX)} of every built wheel whose verify report recorded its GPU code, each a JSON
-        list as the report holds it; SQLite extracts them, so a big ledger's reports are not parsed in Python."""
+    def wheel_archs(self) -> dict[str, tuple[str, str, str | None]]:
+        """{wheel filename: (SASS, PTX, ABI window)} of every built wheel whose verify report recorded its GPU code,
+        each list JSON as the report holds it, the window the text its ``abi`` record holds (None where none); SQLite
+        extracts them, so a big ledger's reports are not parsed in Python."""
         query = (
-            "SELECT wheel, json_extract(report, '$.sass') AS sass, json_extract(report, '$.ptx') AS ptx FROM jobs"
+            "SELECT wheel, json_extract(report, '$.sass') AS sass, json_extract(report, '$.ptx') AS ptx,"
+            " CASE WHEN json_valid(abi) THEN json_extract(abi, '$.window.text') END AS window FROM jobs"
             " WHERE status = 'built' AND wheel IS NOT NULL AND json_valid(report)"
         )
         with sqlite_errors(self.path):
             rows = self._db.execute(query).fetchall()
-        return {row["wheel"]: (row["sass"], row["ptx"]) for row in rows if row["sass"] is not None}
+        return {row["wheel"]: (row["sass"], row["ptx"], row["window"]) for row in rows if row["sass"] is not None}
 
     def failures(self) -> list[LedgerEntry]:
         return [e for e in self.entries() if e.status in NOT_BUILT]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from builder.doctor.symbolcheck import symbol_cause
+
 OK = "ok"
 PTX_JIT = "ptx-jit"
 EXTENSION_MISSING = "extension-missing"
@@ -82,7 +84,12 @@ def _glibc(match: re.Match[str]) -> tuple[str, str]:
 
 
 def _undefined(match: re.Match[str]) -> tuple[str, str]:
-    symbol = match["symbol"]
+    code, cause = _undefined_kind(match["symbol"])
+    told = symbol_cause(match["symbol"])  # the symbol index's account, where there is one (issue 30)
+    return code, f"{cause} {told}" if told else cause
+
+
+def _undefined_kind(symbol: str) -> tuple[str, str]:
     if "cxx11" in symbol:
         return CXX_ABI, (
             f"the extension wants the C++11 std::string ABI version of {symbol[:40]}..., and this torch was built with "

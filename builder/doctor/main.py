@@ -16,14 +16,20 @@ from builder.doctor.fix import find_fix
 from builder.doctor.labels import PACKAGES
 from builder.doctor.probe import ProbeFailed, collect
 from builder.doctor.report import as_json, findings_json, render_findings, render_text
+from builder.doctor.undefined import render_answers, undefined_answers
 from builder.doctor.verdicts import diagnose
 
 
 def run(args: argparse.Namespace) -> tuple[str, int]:
     """(what to print, exit code): 0 when every installed package is OK, 1 when one is not."""
     if args.explain is not None:
-        findings = explain(_explain_text(args.explain))
-        text = json.dumps(findings_json(findings), indent=2) + "\n" if args.json else render_findings(findings)
+        told = _explain_text(args.explain)
+        findings = explain(told)
+        answers = undefined_answers(told, args.python, args.index_url)
+        if args.json:
+            text = json.dumps({**findings_json(findings), "undefined_symbols": answers}, indent=2) + "\n"
+        else:
+            text = render_findings(findings) + "".join(line + "\n" for line in render_answers(answers))
         return text, 0 if findings else 1
     try:
         env = collect(args.python)

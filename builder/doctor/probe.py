@@ -21,6 +21,7 @@ from builder.core.elfread import ElfFile, is_elf
 from builder.core.errors import WheelError
 from builder.core.fatbin import arch_key, elf_fatbin
 from builder.doctor.labels import PACKAGES, highest
+from builder.doctor.symbolcheck import extension_built_for, installed_torch_exports, missing_from
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,13 @@ for name in sys.argv[1:]:
 print(json.dumps(found))
 """
 
+# Where torch is installed, without importing it (a top-level package's spec does not run its __init__).
+_TORCH_LIB_PROBE = r"""
+import importlib.util, json
+spec = importlib.util.find_spec("torch")
+print(json.dumps(list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None))
+"""
+
 # torch first, as users do: an extension's undefined c10 symbols resolve against the torch already loaded.
 _IMPORT_PROBE = r"""
 import importlib, sys
@@ -132,6 +140,11 @@ class Extension:
     imports: bool | None = None
     import_error: str | None = None
     read_error: str | None = None
+    # torch symbols it needs that the installed torch's files do not export (mangled, the first few), how many
+    missing_symbols: tuple[str, ...] = ()
+    missing_count: int = 0
+    symbols_checked: bool = False  # read against the installed torch's exports
+    built_for: str | None = None  # the torch releases the symbol index says export all it needs
 
 
 @dataclass(frozen=True)
@@ -184,7 +197,8 @@ def _package(data: dict[str, Any]) -> Package:
 
 
 def _extension(data: dict[str, Any]) -> Extension:
-    return Extension(**{**data, "sass": tuple(data.get("sass") or ()), "ptx": tuple(data.get("ptx") or ())})
+    return Extension(**{**data, "sass": tuple(data.get("sass") or ()), "ptx": tuple(data.get("ptx") or ()),
+                        "missing_symbols": tuple(data.get("missing_symbols") or ())})
 
 
 class ProbeFailed(Exception):
@@ -230,6 +244,7 @@ def collect(python: str, *, packages: tuple[str, ...] = tuple(PACKAGES)) -> Envi
     gpu = _gpus(python, Torch(**torch))
     found = run_probe(python, _DISTRIBUTIONS_PROBE, *packages)
     imports = not Torch(**torch).error
+    exports = _torch_exports(python)
     return Environment(
         python=base["python"],
         python_tag=base["python_tag"],
@@ -240,7 +255,7 @@ def collect(python: str, *, packages: tuple[str, ...] = tuple(PACKAGES)) -> Envi
         libstdcxx_glibcxx=glibcxx,
         libstdcxx_cxxabi=cxxabi,
         torch=Torch(**torch),
-        packages=tuple(_read_package(python, p, imports=imports) for p in found),
+        packages=tuple(_read_package(python, p, imports=imports, exports=exports) for p in found),
         notes=tuple(notes) + gpu.pop("notes"),
         **gpu,
     )
@@ -306,11 +321,11 @@ def parse_smi_cuda(summary: str) -> str | None:
     return summary.split(marker, 1)[1].split()[0].strip("|") or None
 
 
-def _read_package(python: str, found: dict[str, Any], *, imports: bool) -> Package:
+def _read_package(python: str, found: dict[str, Any], *, imports: bool, exports: frozenset[str] | None) -> Package:
     """``root`` is the directory the distribution's RECORD paths are relative to (its site-packages)."""
     root = found["root"]
     modules = [Path(f) for f in found["files"] if _is_module(Path(f), root)]
-    extensions = tuple(_read_extension(python, path, root, imports=imports) for path in modules)
+    extensions = tuple(_read_extension(python, path, root, imports=imports, exports=exports) for path in modules)
     return Package(
         name=found["name"],
         version=found["version"],
@@ -338,13 +353,15 @@ def _is_module(path: Path, site_packages: str) -> bool:
     return inside and path.suffix == ".so" and path.is_file() and is_elf(path)
 
 
-def _read_extension(python: str, path: Path, site_packages: str, *, imports: bool) -> Extension:
+def _read_extension(python: str, path: Path, site_packages: str, *, imports: bool,
+                    exports: frozenset[str] | None) -> Extension:
     shown = path.relative_to(site_packages).as_posix()
     module = shown.split(".")[0].replace("/", ".")
     facts: dict[str, Any] = {"path": shown, "module": module}
     try:
         facts.update(_elf_facts(path, shown))
-    except (OSError, WheelError) as error:
+        facts.update(_symbol_facts(path, exports))
+    except (OSError, WheelError, ValueError) as error:
         facts["read_error"] = str(error)
     if imports:
         facts.update(_import(python, module))
@@ -380,6 +397,32 @@ def string_abi(symbols: tuple[str, ...]) -> bool | None:
     if any("Ss" in s.split("E", 1)[-1] for s in torch_symbols):
         return False
     return None
+
+
+def _torch_exports(python: str) -> frozenset[str] | None:
+    """What the installed torch's libraries export, from their files: torch is found, not imported."""
+    try:
+        found = run_probe(python, _TORCH_LIB_PROBE)
+    except ProbeFailed:
+        return None
+    if not found:
+        return None
+    try:
+        return installed_torch_exports(Path(found) / "lib")
+    except (OSError, WheelError, ValueError) as error:
+        log.debug("cannot read torch's libraries under %s: %s", found, error)
+        return None
+
+
+def _symbol_facts(path: Path, exports: frozenset[str] | None) -> dict[str, Any]:
+    """The torch symbols the extension needs that the installed torch lacks (nothing when torch was not read)."""
+    if exports is None:
+        return {}
+    missing = missing_from(path, exports)
+    if not missing:
+        return {"symbols_checked": True}
+    return {"symbols_checked": True, "missing_symbols": missing[:5], "missing_count": len(missing),
+            "built_for": extension_built_for(path)}
 
 
 def _import(python: str, module: str) -> dict[str, Any]:

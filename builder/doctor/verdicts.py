@@ -34,6 +34,7 @@ from builder.doctor.labels import (
     torch_minor,
 )
 from builder.doctor.probe import Environment, Extension, Package
+from builder.doctor.symbolcheck import missing_message
 
 # What stops the loader before what stops torch before what stops the GPU: the first is the one to act on.
 _ROOT_FIRST = (
@@ -125,11 +126,18 @@ def _torch_verdicts(env: Environment, package: Package) -> list[Verdict]:
     built_for = variant.torch if variant else _required_torch(package)
     verdicts = []
     if built_for and built_for != torch_minor(torch.version):
+        # inside its symbol window it loads (docs/abi.md); the wheel built for this torch is still the tested one
+        why = (
+            "it loads here (this torch exports every symbol its extension needs, and it imports), but the wheel "
+            "built for this torch is the one tested with it."
+            if _fits_by_symbols(package)
+            else "a compiled extension only loads into the torch minor it was built against."
+        )
         verdicts.append(
             Verdict(
                 TORCH_MINOR,
                 f"{_who(package)} was built for torch {built_for}, but this environment has torch {torch.version}; "
-                "a compiled extension only loads into the torch minor it was built against.",
+                + why,
             )
         )
     if (
@@ -142,6 +150,14 @@ def _torch_verdicts(env: Environment, package: Package) -> list[Verdict]:
     if variant and variant.cuda:
         verdicts += _driver_verdicts(env, package, variant.cuda)
     return verdicts
+
+
+def _fits_by_symbols(package: Package) -> bool:
+    """Every extension was checked against the installed torch's exports, lacks none, and imports: a wheel whose
+    symbol window holds this torch (docs/abi.md), whatever its label says."""
+    return bool(package.extensions) and all(
+        ext.symbols_checked and not ext.missing_count and ext.imports for ext in package.extensions
+    )
 
 
 def _required_torch(package: Package) -> str | None:
@@ -184,6 +200,10 @@ def _driver_verdicts(env: Environment, package: Package, cuda: str) -> list[Verd
 
 def _extension_verdicts(env: Environment, package: Package, ext: Extension) -> list[Verdict]:
     verdicts: list[Verdict | None] = [*_loader_verdicts(env, package, ext)]
+    if ext.missing_count:
+        message = missing_message(ext.module, ext.missing_symbols, ext.missing_count,
+                                  env.torch.version or "(installed)", ext.built_for)
+        verdicts.append(Verdict(TORCH_MINOR, message))
     torch_abi = env.torch.cxx11_abi
     if ext.cxx11_abi is not None and torch_abi is not None and ext.cxx11_abi != torch_abi and env.torch.version:
         verdicts.append(_abi_verdict(package, ext.cxx11_abi, torch_abi, env.torch.version))

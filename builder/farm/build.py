@@ -35,6 +35,7 @@ from builder.plan.job import Job
 from builder.steps import compile as compile_stage
 from builder.steps import cross, provenance
 from builder.steps import variant as variant_stage
+from builder.steps.abi import needed_abi
 from builder.steps.emulate import check_import_emulated
 from builder.steps.environment import (
     BuildEnv,
@@ -362,8 +363,10 @@ class Builder:
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built, job, work / "repaired")
             # After repair (which rewrites the ELF files), so the record's digests are of what ships.
+            abi = needed_abi(repaired.wheel, job, runtime.site_packages)
+            compiled["abi"] = json.dumps(abi, sort_keys=True)
             record = provenance.build_record(job, toolchain=toolkit.as_dict(), recipe_changes=recipe.changes,
-                                             torch_wheel=runtime.origin())
+                                             torch_wheel=runtime.origin(), abi=abi)
             provenance.embed(repaired.wheel, record)
         with timer("verify"):
             importer = functools.partial(check_import_emulated, build=crossed) if crossed else None

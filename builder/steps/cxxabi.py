@@ -8,12 +8,11 @@ meet as ``undefined symbol: _ZN3c10...`` at import. Demangling uses libstdc++'s 
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+
+from builder.core.demangle import demangle
 
 # The namespaces an extension shares with torch; a symbol elsewhere says nothing about torch's ABI.
 _TORCH_NAMESPACE = re.compile(r"(?:^|[^A-Za-z0-9_])(?:c10|at|torch|caffe2)::")
@@ -48,44 +47,6 @@ class AbiEvidence:
             cxx11_examples=(self.cxx11_examples + other.cxx11_examples)[:EXAMPLES],
             pre_cxx11_examples=(self.pre_cxx11_examples + other.pre_cxx11_examples)[:EXAMPLES],
         )
-
-
-@functools.cache
-def _demangler() -> Any:  # a ctypes foreign function, or None
-    try:  # by soname: find_library would run ldconfig
-        function = ctypes.CDLL("libstdc++.so.6").__cxa_demangle
-    except (OSError, AttributeError):
-        return None
-    function.restype = ctypes.c_void_p
-    function.argtypes = [
-        ctypes.c_char_p,
-        ctypes.c_char_p,
-        ctypes.POINTER(ctypes.c_size_t),
-        ctypes.POINTER(ctypes.c_int),
-    ]
-    return function
-
-
-@functools.cache
-def _free() -> Any:  # a ctypes foreign function
-    free = ctypes.CDLL(None).free
-    free.argtypes = [ctypes.c_void_p]
-    return free
-
-
-def demangle(symbol: str) -> str:
-    """The demangled name, or ``symbol`` itself when it is not a C++ name (or no demangler is at hand)."""
-    function = _demangler()
-    if function is None or not symbol.startswith("_Z"):
-        return symbol
-    status = ctypes.c_int()
-    pointer = function(symbol.encode(), None, None, ctypes.byref(status))
-    if status.value != 0 or not pointer:
-        return symbol
-    try:
-        return ctypes.string_at(pointer).decode(errors="replace")
-    finally:
-        _free()(pointer)
 
 
 def classify(symbols: Iterable[str]) -> AbiEvidence:

@@ -108,12 +108,15 @@ def _arch_sort(arch: str) -> tuple[Any, ...]:
 
 def build_record(job: Job, *, toolchain: Mapping[str, str] | None, recipe_changes: tuple[str, ...] = (),
                  log_path: Path | None = None,
-                 torch_wheel: Mapping[str, str | None] | None = None) -> dict[str, object]:
+                 torch_wheel: Mapping[str, str | None] | None = None,
+                 abi: Mapping[str, object] | None = None) -> dict[str, object]:
     """Everything the record says about the build (the file digests are added when it is embedded).
 
     ``toolchain`` is the job's toolkit record (``Toolchain.as_dict()``: source, CUDA version, root, host compilers),
     the same the ledger keeps; the record adds what those tools say they are. ``torch_wheel`` is where the torch it
-    was built against came from (``RuntimeEnv.origin()``: the wheel's URL and sha256, or the interpreter's own)."""
+    was built against came from (``RuntimeEnv.origin()``: the wheel's URL and sha256, or the interpreter's own);
+    ``abi`` what its extensions import from that torch and the torch releases that export it all
+    (builder/steps/abi.py)."""
     compiler = (toolchain or {}).get("cxx") or os.environ.get("CXX", "c++")
     toolkit: dict[str, str] = {"kind": job.accelerator.kind, "version": job.accelerator.version}
     if toolchain is not None and job.accelerator.kind == "cuda":
@@ -142,6 +145,7 @@ def build_record(job: Job, *, toolchain: Mapping[str, str] | None, recipe_change
         "manylinux": job.manylinux,
         "wheelwright": {"version": __version__, "commit": wheelwright_commit()},
         "build_host": _host(),
+        **({"abi": dict(abi)} if abi is not None else {}),
     }
 
 

@@ -15,3 +15,5 @@ def _no_subprocess(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(subprocess, "Popen", refuse)
     # the build reads its checkout's commit (git) as it starts; a unit test's build names a fixed one
     monkeypatch.setenv("WHEELWRIGHT_COMMIT", "0000000-unit")
+    # doctor and the build read the torch symbol index from the cache: a unit test reads only one it made itself
+    monkeypatch.setenv("WHEELWRIGHT_SYMBOLS", "/nonexistent/wheelwright-unit-symbols")

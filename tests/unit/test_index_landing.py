@@ -243,3 +243,35 @@ def test_a_megabyte_summary_and_a_long_history_stay_out_of_the_pages_for_people(
     assert "x" * SUMMARY_SHOWN not in landing and "x" * (SUMMARY_SHOWN - 1) + "…" in landing
     assert len(coverage) < 1_000_000 and coverage.count('<table class=cov') == OLDER_SHOWN
     assert "5 older versions not shown here" in coverage
+
+
+def _platform_failure(label: str, python: str, platform: str) -> LedgerEntry:
+    entry = _failure(label, python)
+    return LedgerEntry(**{**entry.__dict__, "job_id": entry.job_id.removesuffix("-x86_64") + f"-{platform}"})
+
+
+def test_a_cell_fails_when_any_platform_lacks_its_wheel_and_the_setup_says_which() -> None:
+    aarch64 = indexed_wheel("causal_conv1d-1.7.0+pt214cu130-cp312-cp312-manylinux_2_28_aarch64.whl", "6")
+    x86_failed = _platform_failure("pt214cu130", "3.12", "x86_64")
+    aarch64_failed = _platform_failure("pt214cu130", "3.12", "aarch64")
+    cases = {  # (wheels added, failures) -> state, platforms that failed
+        "x86 wheel wins over its own failure": ((), (x86_failed,), BUILT, ()),
+        "aarch64 failed, x86 built": ((), (aarch64_failed,), FAILED, ("aarch64",)),
+        "both built, an aarch64 failure is older": ((aarch64,), (aarch64_failed,), BUILT, ()),
+    }
+    for name, (extra, failures, state, failed) in cases.items():
+        catalog = Catalog(wheels=(*WHEELS, *extra), rejected=(), failures=failures, stats=ScanStats(), archs=ARCHS)
+        coverage = build_coverage(catalog)
+        cell = _cells(coverage.releases[0])[("pt214cu130", "3.12")]
+        assert (cell.state, tuple(f.job_id.rsplit("-", 1)[1] for f in cell.failures)) == (state, failed), name
+        assert len(cell.wheels) == 1 + len(extra), name  # a failed cell keeps the wheels of the platforms that built
+    # x86's job failed, aarch64's built: the setup offers aarch64's command and says why x86 has none.
+    wheels_without_x86 = tuple(w for w in (*WHEELS, aarch64) if w is not WHEELS[3])
+    catalog = Catalog(wheels=wheels_without_x86, rejected=(), failures=(x86_failed,), stats=ScanStats(), archs=ARCHS)
+    setup = build_setups(build_coverage(catalog), base_url="https://w.example")[layout.setup_path("pt214cu130", "3.12")]
+    assert setup.platforms == ("x86_64", "aarch64")
+    offer = setup.offers[0]
+    assert offer.built_platforms == ("aarch64",)
+    text, warn = offer.platform_note("x86_64")
+    assert warn and text == "causal-conv1d 1.7.0 failed in compile: nvcc exploded on x86_64"
+    assert offer.platform_note("aarch64") == (f"on aarch64 the command installs {aarch64.filename}", False)
