@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tomllib
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
+from builder.core.data import load_data
 from builder.core.errors import ConfigError
 from builder.core.ledger import read_compile_times
 from builder.core.resources import COMPILE_COSTS
@@ -65,21 +66,32 @@ class CostModel:
         return costs, extrapolated, total
 
 
+class SeedUnit(BaseModel):
+    """One ``[[unit]]`` of compile-costs.toml: a translation unit (or ``count`` alike), CPU-seconds for one arch."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    package: str
+    unit: str
+    count: PositiveInt = 1
+    seconds: PositiveFloat
+
+
+class SeedFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    unit: tuple[SeedUnit, ...] = Field(min_length=1)
+    per_python: dict[str, PositiveFloat]
+
+
 def seed_model() -> CostModel:
-    raw = tomllib.loads(COMPILE_COSTS.read_text())
+    seed = load_data(COMPILE_COSTS, SeedFile, what="the seed compile costs")
     units: dict[str, list[UnitCost]] = defaultdict(list)
-    for entry in raw["unit"]:
-        units[entry["package"]].append(
-            UnitCost(
-                package=entry["package"],
-                unit=entry["unit"],
-                count=entry.get("count", 1),
-                default=float(entry["seconds"]),
-            )
+    for entry in seed.unit:
+        units[entry.package].append(
+            UnitCost(package=entry.package, unit=entry.unit, count=entry.count, default=entry.seconds)
         )
     return CostModel(
         units={k: tuple(v) for k, v in units.items()},
-        per_python=raw["per_python"],
+        per_python=seed.per_python,
         source=f"seed figures in {SEED} (every arch extrapolated from one per-arch figure)",
     )
 
