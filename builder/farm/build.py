@@ -74,7 +74,7 @@ PHASES = ("fetch", "env", "patch", "compile", "repair", "verify", "install")
 class BuildOptions:
     retry_failed: bool = False
     parallel: int = 1  # jobs at once (groups of one package version + label run their Pythons in turn)
-    objcache: str = "use"  # use | verify | off (see builder/steps/objcache.py)
+    objcache: str = "use"  # use | verify | off (see builder/steps/programs/objcache.py)
     torch_index: str | None = None  # the template in force; None: WHEELWRIGHT_TORCH_INDEX, else PyTorch's index
 
 

@@ -24,9 +24,10 @@ from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, kill_marked, run
 from builder.core.settings import cache_root, setting, setting_number, setting_path
 from builder.plan.job import Job
-from builder.steps import nvcc_plan, timeline
-from builder.steps import objcache as nvcc_cache
+from builder.steps import timeline
 from builder.steps.environment import BuildEnv
+from builder.steps.programs import nvcc_plan
+from builder.steps.programs import objcache as nvcc_cache
 
 log = logging.getLogger(__name__)
 

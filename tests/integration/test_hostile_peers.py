@@ -375,7 +375,7 @@ def doctor_of_a_python(tmp: Path) -> str:
 
 
 def nvcc_usage(tmp: Path) -> str:
-    from builder.steps.objcache import _usage
+    from builder.steps.programs.objcache import _usage
 
     return _usage(str(fake_tool(tmp, "nvcc")))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.steps.objcache import comparable_bytes
+from builder.steps.programs.objcache import comparable_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = r"""
@@ -40,7 +40,7 @@ extern "C" void launch_toy(float* out, const float* in, int n) {
 BUILD = r"""
 import subprocess, sys
 from pathlib import Path
-from builder.steps import objcache
+from builder.steps.programs import objcache
 from tests.jobs import local_job
 from scripts.bench.wheels import job_wheel, with_provenance
 nvcc, src, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])

@@ -18,8 +18,9 @@ from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.plan.job import Job
 from builder.steps import compile as compile_stage
-from builder.steps import nvcc_plan, timeline
+from builder.steps import timeline
 from builder.steps.environment import NotBuildableHere, build_env, find_toolkit, runtime_env
+from builder.steps.programs import nvcc_plan
 from builder.steps.recipes.recipe import arch_env
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,9 +18,10 @@ from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
 from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator
-from builder.steps import nvcc_plan, objcache, timeline
+from builder.steps import timeline
 from builder.steps.environment import check_toolkit
 from builder.steps.nvcc_time import read_times
+from builder.steps.programs import nvcc_plan, objcache
 from builder.steps.toolchain import candidates, load_sources, provide, toolkit_version
 
 from .conftest import TOY_KERNEL
@@ -86,7 +87,7 @@ def test_nvcc_11_8_compiles_sm80_sass_and_sm90_ptx(cuda118, tmp_path: Path) -> N
 
 
 def test_the_nvcc_wrapper_drives_nvcc_11_8(cuda118, tmp_path: Path) -> None:
-    """Every build runs nvcc through builder/steps/objcache.py (torch's PYTORCH_NVCC); its determinism flag,
+    """Every build runs nvcc through builder/steps/programs/objcache.py (torch's PYTORCH_NVCC); its determinism flag,
     -frandom-seed, is one nvcc 11.8 does not know: the wrapper must leave it out there, and still cache."""
     cache = tmp_path / "cache"
     for name in ("first", "second"):

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.steps import nvcc_plan
 from builder.steps.compile import Parallelism
 from builder.steps.nvcc_time import seed_costs, unit_costs
-from builder.steps.objcache import headers_of
+from builder.steps.programs import nvcc_plan
+from builder.steps.programs.objcache import headers_of
 
 DRYRUN = (Path(__file__).parent / "data" / "nvcc_plan" / "dryrun-2arch.txt").read_text()
 

@@ -13,8 +13,8 @@ from builder.core.elfread import ElfFile
 from builder.core.errors import ConfigError, WheelError
 from builder.core.fatbin import FatbinContents
 from builder.steps.elf import ElfFacts
-from builder.steps.objcache import cache_key
 from builder.steps.platform import Cross, load_platforms, parse_platforms
+from builder.steps.programs.objcache import cache_key
 from builder.steps.verify import WheelFacts, check_elf_machine, check_extension_suffix, check_load_alignment
 from tests.jobs import local_job
 from tests.synth import elf_with_segments

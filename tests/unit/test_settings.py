@@ -16,7 +16,7 @@ from builder.core.settings import SETTINGS, cache_root, setting, setting_given, 
 
 ROOT = Path(__file__).resolve().parents[2]
 # Programs run by path in a job's environment, standard library only: they read what the compile stage set for them.
-PROGRAMS = {"builder/steps/nvcc_plan.py", "builder/steps/objcache.py", "builder/steps/cross_cc.py"}
+PROGRAMS = {f"builder/steps/programs/{name}.py" for name in ("nvcc_plan", "objcache", "cross_cc")}
 # WHEELWRIGHT_* words that are no variable: names in the code pasted into setup.py, and a prefix a benchmark clears.
 NOT_VARIABLES = {"WHEELWRIGHT_JOB", "WHEELWRIGHT_ARCH_OPTIONS", "WHEELWRIGHT_STRAY_ARCH", "WHEELWRIGHT_TORCH",
                  "WHEELWRIGHT_NVCC"}

@@ -8,7 +8,7 @@ read (from its depfile). A hit copies the object and depfile; a header whose byt
 from fixed paths (see compile.py), so a hit is byte-identical to a fresh compile; ``verify`` mode proves it by
 compiling anyway and comparing.
 
-Usage (what compile.py puts into PYTORCH_NVCC): python -m builder.steps.objcache CACHE_DIR MODE REAL_NVCC ARGS...
+Usage (what compile.py puts into PYTORCH_NVCC, by path): python objcache.py CACHE_DIR MODE REAL_NVCC ARGS...
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from builder.steps import nvcc_plan
+    from builder.steps.programs import nvcc_plan
 except ImportError:  # run as a script (PYTORCH_NVCC) where wheelwright is not importable: the sibling module
     import nvcc_plan  # type: ignore[no-redef,import-not-found]
 
@@ -224,7 +224,7 @@ def _record(cache: ObjectCache, event: dict[str, Any]) -> None:
 def main(argv: list[str]) -> int:
     root, mode, nvcc, *args = argv
     if mode not in MODES:
-        sys.stderr.write(f"builder.steps.objcache: mode must be one of {MODES}, not {mode!r}\n")
+        sys.stderr.write(f"builder.steps.programs.objcache: mode must be one of {MODES}, not {mode!r}\n")
         return 2
     if "-c" not in args or "-o" not in args:
         return subprocess.call([nvcc, *args])
