@@ -32,8 +32,7 @@ from builder.core.settings import setting
 from builder.core.wheelhouse import Layout
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
-from builder.steps import compile as compile_stage
-from builder.steps import cross, provenance
+from builder.steps import compilation, cross, provenance
 from builder.steps import variant as variant_stage
 from builder.steps.abi import needed_abi
 from builder.steps.emulate import check_import_emulated
@@ -47,7 +46,7 @@ from builder.steps.environment import (
     runtime_env,
 )
 from builder.steps.fetch import fetch_sdist, unpack_sdist
-from builder.steps.nvcc_time import read_times, seed_costs, unit_costs
+from builder.steps.nvcc_time import seed_costs, unit_costs
 from builder.steps.platform import cross_target
 from builder.steps.recipes import apply_recipe
 from builder.steps.recipes.facts import package_facts
@@ -341,27 +340,19 @@ class Builder:
             recipe = apply_recipe(source, job)
             for change in (*added, *recipe.changes):
                 log_note(f"recipe: {change}")
-        with timer("compile"), compile_stage.workspace(job, source, runtime.site_packages) as space:
-            parallelism = compile_stage.Parallelism.fit(len(job.archs), share=share)
-            objcache = (
-                None if self.options.objcache == "off" else (compile_stage.objcache_root(), self.options.objcache)
+        with timer("compile"):
+            built = compilation.compile_job(
+                job, env, source, runtime.site_packages, recipe_env=recipe.env, into=work / "built",
+                timeline_to=self.layout.timeline_for(job), started=timer.started["compile"], share=share,
+                objcache=self.options.objcache, costs=_pool_costs(job, recipe.part_shares, measured), crossed=crossed,
             )
-            costs = _pool_costs(job, recipe.part_shares, measured)
-            cross_environ = crossed.environ(space.torch_site, *cross.build_paths(env.python)) if crossed else None
-            environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache, costs,
-                                                  cross=cross_environ)
-            try:
-                built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
-            finally:  # a failed compile's timeline says where it stood
-                compile_stage.keep_timeline(space, self.layout.timeline_for(job), started=timer.started["compile"],
-                                            parallelism=parallelism)
             compiled = {  # how it was compiled, for the ledger (the wheel carries its own record: provenance below)
                 "toolchain": json.dumps(toolkit.as_dict(), sort_keys=True),
-                "compile_times": json.dumps(read_times(space.nvcc_times)),
+                "compile_times": json.dumps(built.times),
                 "torch_wheel": json.dumps(runtime.origin(), sort_keys=True),
             }
         with timer("repair"), self._repair_lock:
-            repaired = repair_wheel(built, job, work / "repaired")
+            repaired = repair_wheel(built.wheel, job, work / "repaired")
             # After repair (which rewrites the ELF files), so the record's digests are of what ships.
             abi = needed_abi(repaired.wheel, job, runtime.site_packages)
             compiled["abi"] = json.dumps(abi, sort_keys=True)

@@ -279,7 +279,7 @@ def build_requirements() -> list[str]:
 
 
 def build_env(job: Job, runtime: RuntimeEnv, toolkit: Toolkit) -> BuildEnv:
-    """A venv per Python with the build tools; torch is put on its path per job (see compile.py)."""
+    """A venv per Python with the build tools; torch is put on its path per job (see compilation.py)."""
     requirements = build_requirements()
     venv = cache_root() / "envs" / f"build-{job.python_tag}"
     _ensure_venv(venv, runtime.python, requirements, step="install build tools")

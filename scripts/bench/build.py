@@ -51,8 +51,7 @@ from builder.plan.arch import Arch
 from builder.plan.archs import apply_known_bad
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
-from builder.steps import compile as compile_stage
-from builder.steps import timeline
+from builder.steps import compilation, timeline
 from builder.steps.elf import wheel_elf_facts
 from builder.steps.environment import build_env, find_pythons, find_toolkit, runtime_env
 from builder.steps.fetch import fetch_sdist, unpack_sdist
@@ -108,9 +107,9 @@ def plain_pip_wheel(matrix: Path, select: str, workdir: Path) -> float:
     env = build_env(job, runtime, toolkit)
     source = unpack_sdist(fetch_sdist(job), workdir / "plain-src")
     recipe = apply_recipe(source, job)
-    with compile_stage.workspace(job, source, runtime.site_packages) as space:
-        parallelism = compile_stage.Parallelism.fit(len(job.archs))
-        environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, None)
+    with compilation.workspace(job, source, runtime.site_packages) as space:
+        parallelism = compilation.Parallelism.fit(len(job.archs))
+        environ = compilation.build_environ(job, env, recipe.env, space, parallelism, None)
         start = time.monotonic()
         subprocess.run(
             [
@@ -180,9 +179,9 @@ def upstream_build(package: str, python: str, torch: str, workdir: Path, limit: 
     shutil.rmtree(workdir / "upstream-dist", ignore_errors=True)  # the one wheel this run builds, nothing older
     source = unpack_sdist(fetch_sdist(job), workdir / "upstream-src")
     cores = len(os.sched_getaffinity(0))
-    parallelism = compile_stage.Parallelism(max_jobs=cores, nvcc_threads=4)
-    with compile_stage.workspace(job, source, runtime.site_packages) as space:
-        environ = compile_stage.build_environ(job, env, arch_env(job), space, parallelism, None)
+    parallelism = compilation.Parallelism(max_jobs=cores, nvcc_threads=4)
+    with compilation.workspace(job, source, runtime.site_packages) as space:
+        environ = compilation.build_environ(job, env, arch_env(job), space, parallelism, None)
         for key in [k for k in environ if k.startswith(("PYTORCH_NVCC", "NVCC_", "WHEELWRIGHT_NVCC"))]:
             del environ[key]
         environ.update(CUDA_HOME=str(toolkit.root), CUDA_PATH=str(toolkit.root), MAX_JOBS=str(cores),
@@ -329,7 +328,7 @@ def second_build(args: argparse.Namespace, archs: list[str], workdir: Path, ours
     entry = ledger_entry(workdir / "ours" / "out", args.second_python)
     (job,) = load_plan(workdir / "second" / "matrix-bench.yaml", "bench").jobs
     tag = "cpython-" + args.second_python.replace(".", "")
-    logs = sorted((compile_stage.Workspace.for_job(job).source / "build").glob(f"temp.*-{tag}*/.ninja_log"))
+    logs = sorted((compilation.Workspace.for_job(job).source / "build").glob(f"temp.*-{tag}*/.ninja_log"))
     events = compile_events(workdir / "ours" / "objcache")[before:]
     for line in second_report(entry, events, ninja_steps(logs[0]) if logs else None):
         print(line, flush=True)

@@ -4,6 +4,7 @@ they may import, so a newcomer finds the room for a change and knows what it may
 from __future__ import annotations
 
 import ast
+import builtins
 import sys
 from pathlib import Path
 
@@ -35,3 +36,9 @@ def test_a_program_run_in_the_jobs_environment_imports_the_standard_library_only
     allowed = {"__future__", "builder.steps.programs", *siblings, *(f"builder.steps.programs.{s}" for s in siblings)}
     assert sorted(name for name in _imported(ROOT / "builder/steps/programs" / program)
                   if name not in allowed and name.split(".")[0] not in sys.stdlib_module_names) == []
+
+
+def test_no_module_is_named_after_a_builtin() -> None:
+    """A module named ``compile`` is renamed by every importer (``import compile as compile_stage``)."""
+    modules = [p for folder in ("builder", "index_site", "scripts") for p in (ROOT / folder).rglob("*.py")]
+    assert sorted(p.relative_to(ROOT).as_posix() for p in modules if p.stem in dir(builtins)) == []

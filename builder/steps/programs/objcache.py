@@ -5,10 +5,10 @@ depend on the Python version. Torch's ninja rule runs ``$nvcc -MD -MF $out.d $cu
 this wrapper keys each call on the command line (the per-Python include directory normalised away, the output
 paths removed), the source's bytes and, like ccache's direct mode, the bytes of every header the first compile
 read (from its depfile). A hit copies the object and depfile; a header whose bytes changed is a miss. Builds run
-from fixed paths (see compile.py), so a hit is byte-identical to a fresh compile; ``verify`` mode proves it by
+from fixed paths (see compilation.py), so a hit is byte-identical to a fresh compile; ``verify`` mode proves it by
 compiling anyway and comparing.
 
-Usage (what compile.py puts into PYTORCH_NVCC, by path): python objcache.py CACHE_DIR MODE REAL_NVCC ARGS...
+Usage (what compilation.py puts into PYTORCH_NVCC, by path): python objcache.py CACHE_DIR MODE REAL_NVCC ARGS...
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ except ImportError:  # run as a script (PYTORCH_NVCC) where wheelwright is not i
     import nvcc_plan  # type: ignore[no-redef,import-not-found]
 
 MODES = ("use", "verify", "off")
-PER_PYTHON_ENV = "WHEELWRIGHT_OBJCACHE_PER_PYTHON"  # os.pathsep-separated include directories, set by compile.py
-# The job's CPU platform (x86_64, aarch64), set by compile.py: part of every key, so an object compiled for one
+PER_PYTHON_ENV = "WHEELWRIGHT_OBJCACHE_PER_PYTHON"  # os.pathsep-separated include directories, set by compilation.py
+# The job's CPU platform (x86_64, aarch64), set by compilation.py: part of every key, so an object compiled for one
 # platform is never served to another's build, whatever its command line says
 PLATFORM_ENV = "WHEELWRIGHT_OBJCACHE_PLATFORM"
 _NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")

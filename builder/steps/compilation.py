@@ -1,5 +1,6 @@
 """Compile: build the patched sdist into a wheel with `build` (no isolation) from fixed paths, with the
-job's toolkit, torch, ABI, arch list and a parallelism fitted to free cores and memory."""
+job's toolkit, torch, ABI, arch list and a parallelism fitted to free cores and memory. compile_job() is the phase's
+one entry point (the orchestrator's); the pieces stay public for the benchmarks and tests that time one of them."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, kill_marked, run
 from builder.core.settings import cache_root, setting, setting_number, setting_path
 from builder.plan.job import Job
-from builder.steps import timeline
+from builder.steps import cross, timeline
 from builder.steps.environment import BuildEnv
+from builder.steps.nvcc_time import read_times
 from builder.steps.programs import nvcc_plan
 from builder.steps.programs import objcache as nvcc_cache
 
@@ -152,6 +154,45 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
         shutil.rmtree(space.core_pool, ignore_errors=True)
         space.core_pool.mkdir()  # the timeline's folder, pool or not
         yield space
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compiled:
+    """What the compile phase hands on: the wheel the backend wrote, and nvcc's seconds per unit and arch."""
+
+    wheel: Path
+    times: list[dict[str, object]]
+
+
+def compile_job(
+    job: Job,
+    env: BuildEnv,
+    source: Path,
+    torch_site: Path,
+    *,
+    recipe_env: Mapping[str, str],
+    into: Path,
+    timeline_to: Path,
+    started: float,
+    share: int = 1,
+    objcache: str = "off",
+    costs: Mapping[str, Mapping[str, float]] | None = None,
+    crossed: cross.CrossBuild | None = None,
+) -> Compiled:
+    """The compile phase: the patched ``source`` at the fixed paths, the build's environment (the object cache in
+    mode ``objcache``: use, verify or off; the core pool ordered by ``costs``; a cross build's wrappers), the PEP 517
+    backend writing the wheel into ``into``; the timeline (phase begun at ``started``) kept at ``timeline_to``, a
+    failed compile's too."""
+    with workspace(job, source, torch_site) as space:
+        parallelism = Parallelism.fit(len(job.archs), share=share)
+        cache = None if objcache == "off" else (objcache_root(), objcache)
+        cross_environ = crossed.environ(space.torch_site, *cross.build_paths(env.python)) if crossed else None
+        environ = build_environ(job, env, recipe_env, space, parallelism, cache, costs, cross=cross_environ)
+        try:
+            wheel = compile_wheel(job, env, space, environ, into)
+        finally:  # a failed compile's timeline says where it stood
+            keep_timeline(space, timeline_to, started=started, parallelism=parallelism)
+        return Compiled(wheel=wheel, times=read_times(space.nvcc_times))
 
 
 def build_environ(
