@@ -44,9 +44,9 @@ def not_ready(box: Box, name: str) -> StageResult | None:
     """None when the variant's wheel is there; pending while its build runs; failed when it has none."""
     if detach.status(box.arch(name) / "build-run").state == detach.RUNNING:
         return StageResult(status=PENDING, detail=f"pending: the {name} build is still running; --resume runs it")
-    if not any(Layout(root=box.arch(name)).dist.glob("*.whl")):
-        return StageResult(status=FAILED,
-                           detail=f"no {name} wheel in {box.arch(name) / 'dist'} (the arch_build stage builds it)")
+    dist = Layout(root=box.arch(name)).dist
+    if not any(dist.glob("*.whl")):
+        return StageResult(status=FAILED, detail=f"no {name} wheel in {dist} (the arch_build stage builds it)")
     return None
 
 

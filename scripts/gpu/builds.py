@@ -51,7 +51,7 @@ def build_report(wheelhouse: Path, data: AcceptanceData, *, exit_code: int, reus
         checks.append(check(entry.job_id, built, detail, **facts))
     if not checks:
         checks = [check("wheelwright build", False,
-                        f"no {data.label} jobs in {wheelhouse / 'ledger.sqlite'} (exit {exit_code})")]
+                        f"no {data.label} jobs in {Layout(root=wheelhouse).ledger} (exit {exit_code})")]
     elif exit_code != 0 and all(c["status"] != FAILED for c in checks):
         checks.append(check("wheelwright build", False, f"exited {exit_code}"))
     wheels = [c["data"]["wheel"] for c in checks if "wheel" in c.get("data", {})]
@@ -86,7 +86,7 @@ def arch_build_check(folder: Path, name: str, data: AcceptanceData, *, cores: in
     found = entries(folder, data.label, data.arch.package)
     exit_code = progress.exit_code if progress.exit_code is not None else -1
     if len(found) != 1:
-        return check(label, False, f"{len(found)} {data.arch.package} jobs in {folder / 'ledger.sqlite'} "
+        return check(label, False, f"{len(found)} {data.arch.package} jobs in {Layout(root=folder).ledger} "
                                    f"(exit {exit_code})")
     entry = found[0]
     if not _built(entry, folder) or exit_code != 0:
