@@ -41,7 +41,9 @@ log = logging.getLogger(__name__)
 
 # name-version-python-abi-platform-label.whl, every part URL- and HTML-safe
 TWIN_NAME = re.compile(
-    r"^(?P<dist>[a-z0-9_]+)-(?P<version>[0-9][A-Za-z0-9.!_]*)-(?P<tag>[a-z0-9_.]+-[a-z0-9_.]+-[a-z0-9_.]+)"
+    # a build tag (a digit first, unlike any Python tag): a real build beside a day-0 wheel of its name (docs/abi.md)
+    r"^(?P<dist>[a-z0-9_]+)-(?P<version>[0-9][A-Za-z0-9.!_]*)(?P<build>-[0-9][A-Za-z0-9_]*)?"
+    r"-(?P<tag>[a-z0-9_.]+-[a-z0-9_.]+-[a-z0-9_.]+)"
     r"-(?P<label>pt[1-9][0-9]+(?:cu|rocm)[0-9]+)\.whl$"
 )
 MAX_VARIANT_BYTES = 1 << 20
@@ -142,7 +144,7 @@ def _label(filename: str) -> str:
 def _orphan(name: str, judged: Judged) -> Rejection:
     match = TWIN_NAME.match(name)
     assert match is not None  # _listing keeps only such names
-    wheel = f"{match['dist']}-{match['version']}+{match['label']}-{match['tag']}.whl"
+    wheel = f"{match['dist']}-{match['version']}+{match['label']}{match['build'] or ''}-{match['tag']}.whl"
     row = judged.rows.get(wheel)
     why = row.verdict if row is not None else next((r.reason for r in judged.unjudged if r.filename == wheel), "")
     reason = f"its wheel was refused ({why})" if why else f"no wheel {wheel} in dist/ (withdrawn?)"

@@ -131,7 +131,20 @@ def _estimate(plan: Plan, args: argparse.Namespace) -> int:
         out.print(f"{platform}: {jobs} jobs in {len(result.items)} groups, {result.cpu_hours:.1f} CPU-hours, "
                   f"{result.wall_hours:.2f} h on {args.runners} {platform} runners of {args.cores} cores")
     out.print(f"costs: {model.source}; {ours.extrapolated} of {ours.costs} (unit, arch) costs extrapolated")
+    _day0_note(plan, args.ledger)
     return 0
+
+
+def _day0_note(plan: Plan, ledger: Path) -> None:
+    """Labels a day-0 wheel serves are counted as not compiled: their jobs are in the estimate (issue 30)."""
+    from builder.cli.console import out
+    from builder.core.ledger import read_entries
+    from builder.steps.day0 import labels
+
+    served = sorted(set(labels(read_entries(ledger))) & {job.label for job in plan.jobs}) if ledger.exists() else []
+    if served:
+        out.print(f"day-0: {', '.join(served)} served by carried wheels, counted as not compiled (their jobs are "
+                  "in the estimate above)")
 
 
 # GitHub's limit for the rows of one matrix: builder.plan.shards.GITHUB_MATRIX_LIMIT, which the parser cannot import
@@ -172,10 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _stage_commands() -> tuple[AddCommands, ...]:
     """Stages add their own subcommands; each module's add_commands(commands, add_plan_arguments)."""
-    from builder.cli import build, doctor, facts, images, index, provenance
+    from builder.cli import build, day0, doctor, facts, images, index, provenance
 
     return (
         build.add_commands,
+        day0.add_commands,
         index.add_commands,
         doctor.add_commands,
         facts.add_commands,

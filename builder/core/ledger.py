@@ -217,6 +217,11 @@ class Ledger:
         with self._transaction() as db:
             db.execute(f"INSERT OR REPLACE INTO jobs ({columns}) VALUES ({marks})", values)
 
+    def remove(self, job_id: str) -> None:
+        """Drop a row that no longer says anything true (a day-0 refusal once a real build has the label)."""
+        with self._transaction() as db:
+            db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
+
     def wheel_hashes(self) -> dict[str, tuple[str, FileIdentity]]:
         """{wheel filename: (sha256, identity)} of every built wheel whose identity in dist/ was recorded, so the
         index need not re-hash a wheel still exactly as built."""

@@ -33,6 +33,7 @@ from builder.core.wheelhouse import Layout
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps import compilation, cross, provenance
+from builder.steps import day0 as day0_stage
 from builder.steps import variant as variant_stage
 from builder.steps.abi import needed_abi
 from builder.steps.emulate import check_import_emulated
@@ -367,10 +368,21 @@ class Builder:
         if not report.ok:
             return self._quarantined(job, digest, timer, repaired.wheel, report, summary, compiled)
         with timer("install"):
-            twin = variant_stage.make_twin(repaired.wheel, work / "variant")  # after the gate, checked again
-            entry = self._install(job, digest, repaired.wheel, timer, ledger, summary, compiled)
+            wheel = self._beside_day0(repaired.wheel, ledger)
+            twin = variant_stage.make_twin(wheel, work / "variant")  # after the gate, checked again
+            entry = self._install(job, digest, wheel, timer, ledger, summary, compiled)
             os.replace(twin.path, self.layout.variant / twin.path.name)
             return entry
+
+    def _beside_day0(self, wheel: Path, ledger: Ledger) -> Path:
+        """A real build of a label a day-0 wheel serves takes build tag 1: the day-0 file stays (a lock may hold its
+        hash) and installers prefer the tagged wheel (docs/abi.md, "Day-0 wheels")."""
+        holders = [e for e in ledger.entries() if day0_stage.is_day0(e) and e.wheel == wheel.name]
+        if not holders or not (self.layout.dist / wheel.name).is_file():
+            return wheel
+        tagged = day0_stage.with_build_tag(wheel, "1")
+        log_note(f"{wheel.name} is served by a day-0 wheel; this build is {tagged.name}")
+        return tagged
 
     def _quarantined(
         self,

@@ -114,7 +114,11 @@ def record_of_built(entry: LedgerEntry, wheel: Path, entries: list[TorchAbi]) ->
     major = recorded.get("cuda_major")
     found = window(all_imports(recorded), entries, built_for=str(recorded["torch"]), platform=platform,
                    cuda_major=major if isinstance(major, int) else None, cxx11_abi=bool(recorded.get("cxx11_abi")))
-    return {**recorded, "window": found.as_dict()}
+    shown = found.as_dict()
+    day0 = recorded.get("day0")  # a day-0 wheel's window keeps saying what it is (builder/steps/day0.py)
+    if isinstance(day0, dict) and isinstance(day0.get("text"), str):
+        shown["text"] = f"{day0['text']}; {shown['text']}"
+    return {**recorded, "window": shown}
 
 
 def rewindow(output: Path, *, directory: Path | None = None) -> list[tuple[str, str]]:

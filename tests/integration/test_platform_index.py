@@ -85,7 +85,7 @@ def test_the_selector_offers_a_platform_choice_naming_each_platforms_wheel(index
     assert 'id="plat-x86_64" value="x86_64" checked' in page and 'id="plat-aarch64" value="aarch64"' in page
     for project, version in PROJECTS:
         arm = WheelSpec(project=project, version=version, python=TAG, platform=PLATFORMS["aarch64"]).wheel_filename
-        assert f"the same command on aarch64 installs {arm}" in page
+        assert f"on aarch64 the command installs {arm}" in page
     assert ':has(#plat-aarch64:checked) .note[data-show="1-aarch64"]' in page
 
 
