@@ -16,7 +16,7 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from builder.core import resources
 from builder.core.errors import FileSystemError
@@ -76,6 +76,7 @@ class Catalog:
     identities: Mapping[str, FileIdentity] = field(default_factory=dict)  # of each wheel when its hash held
     archs: Mapping[str, GpuArchs] = field(default_factory=dict)  # by wheel filename, where the ledger recorded them
     rows: Mapping[str, WheelRow] = field(default_factory=dict)  # the state's row of every file judged, by filename
+    channel: tuple[Any, ...] = ()  # fallback.ChannelSize of each build with slim wheels on the variant channel
 
 
 @dataclass(frozen=True, kw_only=True)

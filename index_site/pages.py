@@ -89,6 +89,7 @@ def render_pages(
             releases=coverage.newest(),
             older=older,
             **variants.landing_context(coverage.variants),
+            channel_sizes=catalog.channel,
         )
     if wanted(layout.MANIFEST):  # its release files are page groups of their own (render.page_groups)
         built = [(r.project, r.version, r.built) for r in coverage.releases if r.built]

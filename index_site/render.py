@@ -131,7 +131,8 @@ def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
     groups.append(PageGroup(key="projects", digest=_digest(projects), render=functools.partial(_roots, None, projects)))
     failures = sorted(repr(entry) for entry in catalog.failures)
     archs = sorted(f"{name}\0{archs!r}" for name, archs in catalog.archs.items())
-    digest = _wheels_digest("pages", (base_url, *failures, *archs), catalog.wheels, fingerprints)
+    channel = [repr(size) for size in catalog.channel]  # the landing page shows the channel's sizes
+    digest = _wheels_digest("pages", (base_url, *failures, *archs, *channel), catalog.wheels, fingerprints)
     groups.append(_people_group(catalog, digest, base_url))
     groups.append(_doctor_group(base_url))
     return groups

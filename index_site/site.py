@@ -9,6 +9,7 @@ is written before anything else, so a killed run leaves a folder the next run re
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import gc
 import hashlib
@@ -27,7 +28,7 @@ from builder.core.errors import ConfigError, FileSystemError
 from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, holds_identity, identity_if_regular, regular_identity
 from builder.core.wheelhouse import Layout
-from index_site import layout, variants
+from index_site import fallback, layout, variants
 from index_site.catalog import Catalog, Judged, Rejection, ScanStats, catalog_of, judge
 from index_site.state import IndexState, state_path
 from index_site.twins import TwinMaker, TwinReport, settle_twins
@@ -139,7 +140,7 @@ def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | N
         files = _as_left(state, site, inputs)
         if files is not None:  # nothing moved since the last complete run: nothing to do
             return _report(site, judged, settled, written=(), deleted=(), unchanged=files)
-        catalog = catalog_of(judged)
+        catalog = dataclasses.replace(catalog_of(judged), channel=fallback.channel_sizes(settled.twins))
         recorded = _recorded_manifest(site)
         still = _settled(site, state, recorded)
         report = _index(output, site, base_url, state, recorded, catalog, settled, still)
@@ -517,9 +518,10 @@ def apply_plan(
     what ``recorded``, the manifest read at the start, says). Returns what was written, and the new identities of
     the wheels in dist/ that were hard-linked (a link changes their ctime)."""
     records = dict(plan.kept)
-    linked = {}
+    linked: dict[str, FileIdentity] = {}
     for source, path, wheel in plan.links:
-        expected = (identities or {}).get(wheel.filename)
+        # a file placed twice (a twin and its null name) is expected as the first link left it
+        expected = linked.get(wheel.filename) or (identities or {}).get(wheel.filename)
         placed = _place_wheel(source, site / path, expected)
         records[path] = FileRecord(sha256=wheel.sha256, identity=placed)
         if expected is not None and placed.inode == expected.inode:

@@ -44,7 +44,7 @@ TWIN_NAME = re.compile(
     # a build tag (a digit first, unlike any Python tag): a real build beside a day-0 wheel of its name (docs/abi.md)
     r"^(?P<dist>[a-z0-9_]+)-(?P<version>[0-9][A-Za-z0-9.!_]*)(?P<build>-[0-9][A-Za-z0-9_]*)?"
     r"-(?P<tag>[a-z0-9_.]+-[a-z0-9_.]+-[a-z0-9_.]+)"
-    r"-(?P<label>pt[1-9][0-9]+(?:cu|rocm)[0-9]+)\.whl$"
+    r"-(?P<label>pt[1-9][0-9]+(?:cu|rocm)[0-9]+(?:sm[0-9]+[af]?)?)\.whl$"  # sm90: a slim wheel (builder/steps/slim.py)
 )
 MAX_VARIANT_BYTES = 1 << 20
 NO_CHECKER = "no twin checker was given (the CLI gives one), so no twin is made or published"
@@ -52,7 +52,7 @@ _FEATURE = re.compile(r"^[a-z0-9_.]+$")
 
 
 class TwinMaker(Protocol):
-    """The build step's side of the twins (builder/steps/variant.py's VariantTwins)."""
+    """The build step's side of the twins (builder/steps/twins.py's VariantTwins)."""
 
     def make(self, wheel: Path, folder: Path) -> Path:
         """Write the twin of ``wheel`` into ``folder``; WheelwrightError says why it cannot be made."""
@@ -94,6 +94,11 @@ def settle_twins(judged: Judged, dist: Path, folder: Path, state: IndexState, ma
     expected = {twin_name(wheel, _label(wheel)): wheel for wheel in judged.accepted}
     for name, wheel in expected.items():
         settler.settle(name, wheel)
+    # A slim wheel is published with its fat wheel only, never made here (it takes the compile's objects)
+    slims = {name: expected[fat] for name in sorted(listed) if (fat := _fat_twin(name)) in expected}
+    for name, wheel in slims.items():
+        settler.settle(name, wheel)
+    expected.update(slims)
     refused += settler.refused + [_orphan(name, judged) for name in sorted(listed.keys() - expected.keys())]
     rows = settler.rows
     state.write(
@@ -141,10 +146,21 @@ def _label(filename: str) -> str:
     return filename.split("-", 2)[1].split("+", 1)[1]
 
 
+def _fat_twin(name: str) -> str:
+    """The fat twin's name of a slim wheel's (``...-pt214cu130sm90.whl`` -> ``...-pt214cu130.whl``); "" for others."""
+    match = TWIN_NAME.match(name)
+    label = match["label"] if match else ""
+    return name.replace(f"-{label}.whl", f"-{_SLIM.sub('', label)}.whl") if _SLIM.search(label) else ""
+
+
+_SLIM = re.compile(r"sm[0-9]+[af]?$")
+
+
 def _orphan(name: str, judged: Judged) -> Rejection:
     match = TWIN_NAME.match(name)
     assert match is not None  # _listing keeps only such names
-    wheel = f"{match['dist']}-{match['version']}+{match['label']}{match['build'] or ''}-{match['tag']}.whl"
+    label = _SLIM.sub("", match["label"])
+    wheel = f"{match['dist']}-{match['version']}+{label}{match['build'] or ''}-{match['tag']}.whl"
     row = judged.rows.get(wheel)
     why = row.verdict if row is not None else next((r.reason for r in judged.unjudged if r.filename == wheel), "")
     reason = f"its wheel was refused ({why})" if why else f"no wheel {wheel} in dist/ (withdrawn?)"
@@ -219,8 +235,8 @@ class _Settler:
         ):
             return old
         row = self._check(name, wheel, wheel_identity, made=fresh)
-        if row is None or not row.verdict or fresh or self.maker is None:
-            return row
+        if row is None or not row.verdict or fresh or self.maker is None or _fat_twin(name):
+            return row  # a wrong slim wheel is refused, never remade: only its build can make it
         self.remade.append(Rejection(filename=name, reason=f"{name}: {row.verdict}"))
         (self.folder / name).unlink(missing_ok=True)
         del self.listed[name]

@@ -91,16 +91,29 @@ def channel_root(torch_tag: str | None) -> str:
 
 
 def files(twins: Iterable[VariantWheel]) -> list[tuple[str, str, VariantWheel]]:
-    """(source, site path, twin) for every twin: placed like the per-variant wheels (hard links)."""
-    return [(t.source, file_path(t.filename), t) for t in twins]
+    """(source, site path, twin) for every twin and every null (a fat twin's bytes under its null name, see
+    fallback.py): placed like the per-variant wheels (hard links)."""
+    from index_site import fallback
+
+    placed = []
+    for twin in twins:
+        placed.append((twin.source, file_path(twin.filename), twin))
+        if fallback.has_null(twin):
+            placed.append((twin.source, file_path(fallback.null_name(twin)), twin))
+    return placed
 
 
 def extracted(twins: Iterable[VariantWheel]) -> list[tuple[str, str, str, str]]:
     """(twin, site path, member of its .dist-info, sha256) of the files served beside each twin: its METADATA
     (PEP 658) and its wheelwright.json."""
+    from index_site import fallback
+
     found = []
     for twin in twins:
         found.append((twin.source, file_path(twin.filename) + ".metadata", "METADATA", twin.metadata_sha256))
+        if fallback.has_null(twin):
+            found.append((twin.source, file_path(fallback.null_name(twin)) + ".metadata", "METADATA",
+                          twin.metadata_sha256))
         if twin.provenance_sha256:
             provenance = file_path(twin.filename) + ".provenance.json"
             found.append((twin.source, provenance, "wheelwright.json", twin.provenance_sha256))
@@ -153,11 +166,21 @@ def channel_root_pages(torch_tag: str | None, projects: list[str]) -> dict[str, 
 
 
 def project_pages(root: str, project: str, twins: list[VariantWheel]) -> dict[str, bytes]:
+    """A project's two pages on one channel: per version its variants.json, its variants (slim wheels in place of
+    their fat twin), the nulls and the guards (fallback.py), whose bytes are pages of their own."""
+    from index_site import fallback
+
+    listed = fallback.listing(twins)
     pages: dict[str, bytes] = {}
+    for guard, data, metadata in listed.guards:
+        pages[file_path(guard.filename)], pages[file_path(guard.filename) + ".metadata"] = data, metadata
     anchors, files_json = [], []
     by_version: dict[str, list[VariantWheel]] = defaultdict(list)
-    for twin in twins:
+    for twin in [*listed.variants, *(guard for guard, _, _ in listed.guards)]:
         by_version[twin.version].append(twin)
+    nulls: dict[str, list[VariantWheel]] = defaultdict(list)
+    for null in listed.nulls:
+        nulls[null.version].append(null)
     depth = "../" * (root.count("/") + 3)  # from ROOT[/ptXY]/simple/<project>/ back to the site root
     for version in sorted(by_version, key=_version_key):
         members = sorted(by_version[version], key=lambda t: t.filename)
@@ -168,7 +191,7 @@ def project_pages(root: str, project: str, twins: list[VariantWheel]) -> dict[st
         sha = hashlib.sha256(document).hexdigest()
         anchors.append(f'    <a href="{name}#sha256={sha}">{name}</a><br>\n')
         files_json.append({"filename": name, "url": name, "hashes": {"sha256": sha}, "yanked": False})
-        for twin in members:
+        for twin in [*members, *sorted(nulls[version], key=lambda t: t.filename)]:
             anchors.append(_anchor(depth + file_path(twin.filename), twin))
             files_json.append(_json_file(depth + file_path(twin.filename), twin))
     pages[f"{root}/simple/{project}/index.html"] = _html(f"Links for {project}", "".join(anchors))

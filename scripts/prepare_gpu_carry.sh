@@ -3,6 +3,7 @@
 #   wheels/        wheelwright's dependencies the box lacks (scripts.gpu.carry.py works them out from pyproject.toml)
 #   build-wheels/  the build environment's pinned tools (builder/data/build-requirements.txt)
 #   cache/sdists/  the gpu-box profile's sdists, hash-checked, in the fetch cache's layout
+#   uv.xz          the dev venv's pinned uv, xz-compressed (38 MB raw, 12 MB so): the arch_slim stage installs with it
 # Run here, where the package registry is reachable, before the remote run; docs/gpu-acceptance.md says the rest.
 set -euo pipefail
 
@@ -67,6 +68,10 @@ echo "carry: ${#build_wheels[@]} build tools: ${build_wheels[*]}"
 download "$carry/build-wheels" "${build_wheels[@]}"
 echo "carry: sdists"
 "$python" -m scripts.gpu.carry sdists --dest "$carry/cache/sdists"
+uv=$(dirname "$python")/uv
+[ -x "$uv" ] || die "$uv is missing: the pinned uv comes with \`make venv\`"
+echo "carry: uv ($("$uv" --version))"
+xz -6 -T1 -c "$uv" >"$carry/uv.xz.part" && mv "$carry/uv.xz.part" "$carry/uv.xz"
 
 # what else travels: the repository's tracked and untracked-but-not-ignored files
 tree_bytes=$(git ls-files -z --cached --others --exclude-standard | { xargs -0 -r stat -c %s 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}')

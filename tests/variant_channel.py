@@ -8,11 +8,14 @@ import hashlib
 import html
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from builder.plan.facts import Accelerator
+from builder.plan.job import Job
+from builder.steps import provenance, slim
 from builder.steps.variant import make_twin
 from scripts.bench.wheels import job_wheel, wheel_of_files, with_provenance
 from tests.jobs import local_job
@@ -40,6 +43,34 @@ def write_channel(output: Path) -> Path:
         wheel_of_files(torch_wheels, name="torch", version=version, python_tag="py3", platform="any", pure=True,
                    requires=(), files={"torch/__init__.py": f'__version__ = "{version}"\n'.encode()})
     return torch_wheels
+
+
+def write_slims(output: Path, label: str = "pt214cu130", archs: tuple[str, ...] = ("9.0", "12.0")) -> list[Path]:
+    """Slim variants of the ``label`` build of write_channel, as the build cuts them (builder/steps/slim.py), but
+    from a wheel with no GPU library: the payload is the fat wheel's, the provenance names it and the slim archs."""
+    (fat,) = (output / "dist").glob(f"*+{label}-*.whl")
+    job = job_of(label)
+    made = []
+    for arch in archs:
+        work = output / "cut" / arch
+        work.mkdir(parents=True, exist_ok=True)
+        wheel = Path(shutil.copy(fat, work / fat.name))
+        provenance.embed(wheel, slim.cut_record(fat, job, arch))
+        made.append(make_twin(wheel, output / "variant", label=slim.slim_label(label, arch)).path)
+    return made
+
+
+def job_of(label: str) -> Job:
+    """The job of BUILDS whose label is ``label``."""
+    torch, accelerator, planned = next(b for b in BUILDS if f"pt{b[0].replace('.', '')[:3]}{b[1]}" == label)
+    return dataclasses.replace(local_job(), torch=torch, accelerator=Accelerator.parse(accelerator), archs=planned,
+                               python=f"{sys.version_info.major}.{sys.version_info.minor}")
+
+
+def installed_variant(python: Path) -> str | None:
+    """The label of the variant.json of the installed causal-conv1d (a null carries its fat twin's), or None."""
+    found = list(Path(python).parent.parent.glob("lib/python*/site-packages/causal_conv1d-*.dist-info/variant.json"))
+    return next(iter(json.loads(found[0].read_text())["variants"])) if found else None
 
 
 def venv_with_torch(uv: Path, root: Path, torch_wheels: Path, torch: str, env: dict[str, str]) -> Path:

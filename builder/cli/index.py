@@ -92,16 +92,16 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 class _Twins:
-    """builder.steps.variant's VariantTwins, imported on the first twin to make or check (a re-index that has none
+    """builder.steps.twins's VariantTwins, imported on the first twin to make or check (a re-index that has none
     does without the build steps' imports): it makes and checks twins, the index decides which it publishes."""
 
     def make(self, wheel: Path, folder: Path) -> Path:
-        from builder.steps.variant import VariantTwins
+        from builder.steps.twins import VariantTwins
 
         return VariantTwins().make(wheel, folder)
 
     def problems(self, wheel: Path, twin: Path) -> list[str]:
-        from builder.steps.variant import VariantTwins
+        from builder.steps.twins import VariantTwins
 
         return VariantTwins().problems(wheel, twin)
 

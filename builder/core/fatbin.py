@@ -32,7 +32,7 @@ implementation.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -110,11 +110,29 @@ def arch_name(sm: int, flags: int) -> str:
 
 def parse_fatbin(data: bytes, *, where: str) -> tuple[FatbinEntry, ...]:
     """Every entry of every container in ``data`` (a ``.nv_fatbin`` section's bytes)."""
-    return tuple(entry for start, end in _containers(data, where) for entry in _entries(data, start, end, where))
+    return tuple(
+        entry for _, start, end in _containers(data, where) for _, _, entry in _entries(data, start, end, where)
+    )
 
 
-def _containers(data: bytes, where: str) -> Iterator[tuple[int, int]]:
-    """(first entry offset, end offset) of each container."""
+def select_entries(data: bytes, keep: Callable[[FatbinEntry], bool], *, where: str) -> bytes:
+    """``data`` (a ``.nv_fatbin`` section's bytes) with only the entries ``keep`` says yes to: each container's
+    header with its size made that of the entries kept, which follow byte for byte (compressed or not); containers
+    8-byte aligned as nvcc lays them. WheelError where a container would be left with no entry."""
+    out = bytearray()
+    for container, start, end in _containers(data, where):
+        kept = b"".join(data[a:b] for a, b, entry in _entries(data, start, end, where) if keep(entry))
+        if not kept:
+            raise WheelError(f"{where}: the fatbin container at offset {container} would keep no entry")
+        header = bytearray(data[container:start])
+        struct.pack_into("<Q", header, 8, len(kept))
+        out += header + kept
+        out += bytes(-len(out) % 8)
+    return bytes(out)
+
+
+def _containers(data: bytes, where: str) -> Iterator[tuple[int, int, int]]:
+    """(header offset, first entry offset, end offset) of each container."""
     offset = 0
     while offset < len(data):
         if not any(data[offset:]):
@@ -133,11 +151,12 @@ def _containers(data: bytes, where: str) -> Iterator[tuple[int, int]]:
         if header_size < _CONTAINER.size or end > len(data):
             left = len(data) - start
             raise WheelError(f"{where}: fatbin container at offset {offset} claims {size} bytes; only {left} follow")
-        yield start, end
+        yield offset, start, end
         offset = (end + 7) & ~7
 
 
-def _entries(data: bytes, offset: int, end: int, where: str) -> Iterator[FatbinEntry]:
+def _entries(data: bytes, offset: int, end: int, where: str) -> Iterator[tuple[int, int, FatbinEntry]]:
+    """(start, end, entry) of each entry between ``offset`` and ``end``."""
     while offset < end:
         if end - offset < _ENTRY.size:
             raise WheelError(f"{where}: truncated fatbin entry header at offset {offset}")
@@ -147,7 +166,7 @@ def _entries(data: bytes, offset: int, end: int, where: str) -> Iterator[FatbinE
         if header_size < _ENTRY.size or next_offset > end:
             sizes = f"header {header_size}, payload {payload_size}"
             raise WheelError(f"{where}: fatbin entry at offset {offset} overruns its container ({sizes})")
-        yield FatbinEntry(
+        yield offset, next_offset, FatbinEntry(
             kind=_KINDS.get(kind, "other"),
             arch=arch_name(sm, flags),
             compressed=bool(flags & _FLAG_COMPRESSED or compressed_size),

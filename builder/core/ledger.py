@@ -8,7 +8,7 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
@@ -49,6 +49,42 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated_at   REAL NOT NULL
 );
 """
+# The slim per-arch wheels cut from a job's build (builder/steps/slim.py): a table of their own, so that every reader
+# of the job rows (status, merge, the index, the benchmarks) sees jobs only. Older wheelwrights ignore it.
+SLIM_SCHEMA = """
+CREATE TABLE IF NOT EXISTS slim_wheels (
+    job_id       TEXT NOT NULL,      -- the job whose build they were cut from
+    arch         TEXT NOT NULL,      -- the SASS arch kept, e.g. 9.0
+    label        TEXT NOT NULL,      -- the variant label, e.g. pt214cu130sm90
+    status       TEXT NOT NULL,      -- built | failed
+    wheel        TEXT,               -- the variant file in variant/
+    wheel_sha256 TEXT,
+    wheel_size   INTEGER,
+    cut_from     TEXT,               -- the fat wheel in dist/
+    timings      TEXT NOT NULL DEFAULT '{}',  -- JSON {relink, repair, verify, variant: seconds}
+    reason       TEXT,
+    report       TEXT,               -- JSON: the verify gate's checks
+    updated_at   REAL NOT NULL,
+    PRIMARY KEY (job_id, arch)
+);
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlimRow:
+    job_id: str
+    arch: str
+    label: str
+    status: Status
+    wheel: str | None = None
+    wheel_sha256: str | None = None
+    wheel_size: int | None = None
+    cut_from: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    reason: str | None = None
+    report: str | None = None
+
+
 # Columns added after the first release of the schema, added to older ledgers on open.
 MIGRATIONS = {
     "report": "ALTER TABLE jobs ADD COLUMN report TEXT",
@@ -168,7 +204,7 @@ class Ledger:
                 tip="upgrade wheelwright, or use another --output",
             )
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(SCHEMA)
+        self._db.executescript(SCHEMA + SLIM_SCHEMA)
         columns = {row["name"] for row in self._db.execute("PRAGMA table_info(jobs)")}
         for column, statement in MIGRATIONS.items():
             if column not in columns:
@@ -207,6 +243,29 @@ class Ledger:
 
     def entries(self) -> list[LedgerEntry]:
         return self._select("ORDER BY job_id")
+
+    def put_slim(self, row: SlimRow) -> None:
+        self.replace_slims(row.job_id, [row], only=row.arch)
+
+    def replace_slims(self, job_id: str, rows: Sequence[SlimRow], *, only: str | None = None) -> None:
+        """The job's slim rows become ``rows`` (a build of the job cuts them all anew; ``only``: that arch's)."""
+        with self._transaction() as db:
+            db.execute("DELETE FROM slim_wheels WHERE job_id = ?" + (" AND arch = ?" if only else ""),
+                       (job_id, only) if only else (job_id,))
+            for row in rows:
+                values = {**row.__dict__, "status": str(row.status),
+                          "timings": json.dumps(row.timings, sort_keys=True), "updated_at": time.time()}
+                db.execute(f"INSERT INTO slim_wheels ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                           tuple(values.values()))
+
+    def slims(self, job_id: str | None = None) -> list[SlimRow]:
+        """The slim wheels recorded (of ``job_id``), by job and arch."""
+        where, parameters = ("WHERE job_id = ?", (job_id,)) if job_id else ("", ())
+        with sqlite_errors(self.path):
+            rows = self._db.execute(f"SELECT * FROM slim_wheels {where} ORDER BY job_id, arch", parameters).fetchall()
+        fields = [f.name for f in dataclasses.fields(SlimRow)]  # a sqlite3.Row iterates its values, not its names
+        return [SlimRow(**{**{k: row[k] for k in fields}, "status": Status(row["status"]),
+                           "timings": json.loads(row["timings"])}) for row in rows]
 
     def put(self, entry: LedgerEntry) -> None:
         if entry.status not in STATUSES:  # a plain str from elsewhere must still be one of them

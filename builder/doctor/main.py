@@ -11,10 +11,11 @@ from typing import BinaryIO
 
 from builder.core.errors import WheelwrightError
 from builder.doctor.arguments import add_arguments
+from builder.doctor.channel import ChannelVerdict, channel_lines, channel_verdicts, fetch_text
 from builder.doctor.explain import explain
-from builder.doctor.fix import find_fix
+from builder.doctor.fix import IndexUnreachable, fetch_json, find_fix, index_root
 from builder.doctor.labels import PACKAGES
-from builder.doctor.probe import ProbeFailed, collect
+from builder.doctor.probe import Environment, ProbeFailed, collect
 from builder.doctor.report import as_json, findings_json, render_findings, render_text
 from builder.doctor.undefined import render_answers, undefined_answers
 from builder.doctor.verdicts import diagnose
@@ -40,11 +41,23 @@ def run(args: argparse.Namespace) -> tuple[str, int]:
         ) from None
     diagnoses = diagnose(env)
     fixes = {d.package.name: find_fix(env, d, args.index_url) for d in diagnoses}
-    ok = all(d.ok for d in diagnoses)
+    channel = _channel(env, args.index_url)
+    ok = all(d.ok for d in diagnoses) and all(v.runs for v in channel)
     if args.json:
-        return json.dumps(as_json(env, diagnoses, fixes), indent=2) + "\n", 0 if ok else 1
+        document = {**as_json(env, diagnoses, fixes), "channel": [vars(v) for v in channel]}
+        return json.dumps({**document, "ok": ok}, indent=2) + "\n", 0 if ok else 1
     missing = tuple(name for name in PACKAGES if name not in {p.name for p in env.packages})
-    return render_text(env, diagnoses, fixes, missing), 0 if ok else 1
+    text = render_text(env, diagnoses, fixes, missing)
+    return "".join(line + "\n" for line in channel_lines(channel)) + text, 0 if ok else 1
+
+
+def _channel(env: Environment, index_url: str | None) -> list[ChannelVerdict]:
+    """What the variant channel at ``index_url`` holds for this GPU; nothing where the site cannot be read (the
+    fix already says so)."""
+    try:
+        return channel_verdicts(env, index_url and index_root(index_url), fetch_json, fetch_text)
+    except IndexUnreachable:
+        return []
 
 
 # --explain reads at most the last EXPLAIN_BYTES of its input: a loader's message is near a log's end, and the

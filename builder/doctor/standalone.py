@@ -34,6 +34,7 @@ MODULES = (
     "builder.doctor.explain",
     "builder.doctor.verdicts",
     "builder.doctor.fix",
+    "builder.doctor.channel",
     "builder.doctor.report",
     "builder.doctor.undefined",
     "builder.doctor.arguments",

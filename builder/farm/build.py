@@ -32,7 +32,7 @@ from builder.core.settings import setting
 from builder.core.wheelhouse import Layout
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
-from builder.steps import compilation, cross, provenance
+from builder.steps import compilation, cross, provenance, slim
 from builder.steps import day0 as day0_stage
 from builder.steps import variant as variant_stage
 from builder.steps.abi import needed_abi
@@ -63,7 +63,7 @@ from builder.steps.torch_index import (
     torch_index_template,
 )
 from builder.steps.upstream import overlay_upstream
-from builder.steps.verify import VerifyReport, quarantine, verify_wheel
+from builder.steps.verify import Importer, VerifyReport, quarantine, verify_wheel
 
 log = logging.getLogger(__name__)
 
@@ -341,17 +341,17 @@ class Builder:
             recipe = apply_recipe(source, job)
             for change in (*added, *recipe.changes):
                 log_note(f"recipe: {change}")
-        with timer("compile"):
-            built = compilation.compile_job(
-                job, env, source, runtime.site_packages, recipe_env=recipe.env, into=work / "built",
-                timeline_to=self.layout.timeline_for(job), started=timer.started["compile"], share=share,
-                objcache=self.options.objcache, costs=_pool_costs(job, recipe.part_shares, measured), crossed=crossed,
-            )
+        with timer("compile"), compilation.compile_job(
+            job, env, source, runtime.site_packages, recipe_env=recipe.env, into=work / "built",
+            timeline_to=self.layout.timeline_for(job), started=timer.started["compile"], share=share,
+            objcache=self.options.objcache, costs=_pool_costs(job, recipe.part_shares, measured), crossed=crossed,
+        ) as built:
             compiled = {  # how it was compiled, for the ledger (the wheel carries its own record: provenance below)
                 "toolchain": json.dumps(toolkit.as_dict(), sort_keys=True),
                 "compile_times": json.dumps(built.times),
                 "torch_wheel": json.dumps(runtime.origin(), sort_keys=True),
             }
+            relinked = self._relink(job, built.source, built.wheel, work / "slim")  # the objects are only here
         with timer("repair"), self._repair_lock:
             repaired = repair_wheel(built.wheel, job, work / "repaired")
             # After repair (which rewrites the ELF files), so the record's digests are of what ships.
@@ -372,7 +372,46 @@ class Builder:
             twin = variant_stage.make_twin(wheel, work / "variant")  # after the gate, checked again
             entry = self._install(job, digest, wheel, timer, ledger, summary, compiled)
             os.replace(twin.path, self.layout.variant / twin.path.name)
+        return self._slim(job, entry, built.wheel, relinked, work, ledger, None if crossed else runtime, importer)
+
+    def _relink(self, job: Job, source: Path, built: Path, out: Path) -> tuple[list[slim.Relinked], float]:
+        """The job's GPU libraries linked again per SASS arch (builder/steps/slim.py), and the seconds it took;
+        none, and why in the log, where that cannot be done: the fat wheel never depends on it."""
+        started = time.monotonic()
+        try:
+            relinked = slim.relink(job, source, built, self.layout.log_for(job).read_text(errors="replace"), out)
+        except WheelwrightError as error:
+            log_note(f"slim wheels: none ({error})")
+            relinked = []
+        return relinked, time.monotonic() - started
+
+    def _slim(self, job: Job, entry: LedgerEntry, built: Path, relink: tuple[list[slim.Relinked], float],
+              work: Path, ledger: Ledger, runtime: RuntimeEnv | None, importer: Importer | None) -> LedgerEntry:
+        """Cut the slim wheels from the installed fat one, verified as it was (``runtime``, ``importer``); a row each
+        in the ledger. Their seconds, the relink's (in the compile phase, where the objects are) and the cut's, are
+        the job's ``slim``, out of its compile."""
+        (relinked, relink_seconds), started = relink, time.monotonic()
+        verify = functools.partial(verify_wheel, runtime=runtime, importer=importer)
+        if not relinked:
+            ledger.replace_slims(job.identifier, [])  # an earlier build's, if any, are not of this wheel
             return entry
+        try:
+            cuts = slim.cut_wheels(job, built, self.layout.dist / str(entry.wheel), relinked, work, self.layout.variant,
+                                   repair=self._repair_for_slim, verify=verify)
+        except WheelwrightError as error:
+            log_note(f"slim wheels: none ({error})")
+            cuts = []
+        for cut in cuts:
+            log_note(f"slim wheel {cut.label}: {cut.variant.name if cut.variant else cut.reason}")
+        ledger.replace_slims(job.identifier, [slim.ledger_row(job.identifier, cut, str(entry.wheel)) for cut in cuts])
+        seconds = time.monotonic() - started + relink_seconds
+        compile_seconds = max(0.0, entry.timings.get("compile", 0.0) - relink_seconds)
+        return dataclasses.replace(entry, timings={**entry.timings, "compile": round(compile_seconds, 3),
+                                                   "slim": round(seconds, 3)})
+
+    def _repair_for_slim(self, wheel: Path, job: Job, out: Path) -> Path:
+        with self._repair_lock:
+            return repair_wheel(wheel, job, out).wheel
 
     def _beside_day0(self, wheel: Path, ledger: Ledger) -> Path:
         """A real build of a label a day-0 wheel serves takes build tag 1: the day-0 file stays (a lock may hold its

@@ -158,12 +158,15 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
 
 @dataclass(frozen=True, kw_only=True)
 class Compiled:
-    """What the compile phase hands on: the wheel the backend wrote, and nvcc's seconds per unit and arch."""
+    """What the compile phase hands on: the wheel the backend wrote, nvcc's seconds per unit and arch, and the
+    compiled tree (its objects: a step that links them again reads them there while the phase's block runs)."""
 
     wheel: Path
     times: list[dict[str, object]]
+    source: Path
 
 
+@contextmanager
 def compile_job(
     job: Job,
     env: BuildEnv,
@@ -178,11 +181,11 @@ def compile_job(
     objcache: str = "off",
     costs: Mapping[str, Mapping[str, float]] | None = None,
     crossed: cross.CrossBuild | None = None,
-) -> Compiled:
+) -> Iterator[Compiled]:
     """The compile phase: the patched ``source`` at the fixed paths, the build's environment (the object cache in
     mode ``objcache``: use, verify or off; the core pool ordered by ``costs``; a cross build's wrappers), the PEP 517
     backend writing the wheel into ``into``; the timeline (phase begun at ``started``) kept at ``timeline_to``, a
-    failed compile's too."""
+    failed compile's too. The workspace stays held until the block ends."""
     with workspace(job, source, torch_site) as space:
         parallelism = Parallelism.fit(len(job.archs), share=share)
         cache = None if objcache == "off" else (objcache_root(), objcache)
@@ -192,7 +195,7 @@ def compile_job(
             wheel = compile_wheel(job, env, space, environ, into)
         finally:  # a failed compile's timeline says where it stood
             keep_timeline(space, timeline_to, started=started, parallelism=parallelism)
-        return Compiled(wheel=wheel, times=read_times(space.nvcc_times))
+        yield Compiled(wheel=wheel, times=read_times(space.nvcc_times), source=space.source)
 
 
 def build_environ(

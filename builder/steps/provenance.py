@@ -284,6 +284,9 @@ def _metadata_problems(record: Mapping[str, Any], members: Mapping[str, Member],
     expected = version if variant is not None else f"{version}+{label}"
     if metadata.get("Version") != expected:
         problems.append(f"METADATA Version {metadata.get('Version')} but provenance says {expected}")
+    cut = record.get("cut")
+    if isinstance(cut, dict) and isinstance(cut.get("variant"), str):  # a slim wheel: its own variant label
+        label = cut["variant"]
     if variant is not None and label not in _variant_labels(variant.data):
         problems.append(f"variant.json does not describe the recorded label {label}")
     requirement = record.get("torch", {}).get("requirement")

@@ -127,21 +127,24 @@ def encode(document: Mapping[str, object]) -> bytes:
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
 
 
-def make_twin(wheel: Path, out_dir: Path) -> Twin:
-    """Write the variant twin of the verified ``wheel`` into ``out_dir`` and check it; raises WheelError if wrong."""
+def make_twin(wheel: Path, out_dir: Path, *, label: str | None = None) -> Twin:
+    """Write the variant twin of the verified ``wheel`` into ``out_dir`` and check it; raises WheelError if wrong.
+    ``label`` names the variant otherwise than the wheel's label (a slim wheel's ``pt214cu130sm90``)."""
     # the verified wheel is write_wheel's (provenance.embed): its payload's deflated bytes are copied, not redone
     members = read_members(wheel, keep_deflated=True)
     dist_info = dist_info_dir(members, wheel.name)
     if f"{dist_info}/{provenance.FILENAME}" not in members:
         raise WheelError(NO_PROVENANCE)
     record = provenance.read(members, wheel.name).record
-    label, archs = record.get("label"), record.get("archs", {})
-    if not isinstance(label, str) or not _LABEL.fullmatch(label) or not isinstance(archs, dict) or not _archs_ok(archs):
+    built_for, archs = record.get("label"), record.get("archs", {})
+    if not isinstance(built_for, str) or not _LABEL.fullmatch(built_for) or not isinstance(archs, dict) \
+            or not _archs_ok(archs):
         raise WheelError(f"{wheel.name}: {provenance.FILENAME} records no label and archs a twin can be named for")
     try:
-        properties = properties_for(label, archs)
+        properties = properties_for(built_for, archs)
     except ValueError as error:
         raise WheelError(f"{wheel.name}: {provenance.FILENAME}: {error}") from None
+    label = label or built_for
     members_of_twin = twin_members(members, wheel.name, label, properties)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = write_wheel(out_dir / variant_filename(wheel.name, label), members_of_twin)
@@ -215,6 +218,16 @@ def twin_problems(
     return problems
 
 
+def metadata_lines(member: Member | None) -> list[str]:
+    """A METADATA member's lines (none for a missing one): what twins and slim wheels compare."""
+    return _text(member)
+
+
+def variant_problems(member: Member | None, label: str) -> list[str]:
+    """Where a variant.json member is not one valid variant named ``label``; [] when it is."""
+    return _variant_problems(member, label)
+
+
 def _text(member: Member | None) -> list[str]:
     return member.data.decode("utf-8", "replace").splitlines() if member is not None else []
 
@@ -267,26 +280,6 @@ def _properties_ok(properties: object) -> bool:
         and all(isinstance(values, list) and all(isinstance(v, str) for v in values) for values in features.values())
         for features in properties.values()
     )
-
-
-class VariantTwins:
-    """The index's twin maker (index_site.twins.TwinMaker): it makes the twin of a wheel the index accepted and
-    says where a twin is not its wheel's. The index decides which twins are published."""
-
-    def make(self, wheel: Path, folder: Path) -> Path:
-        """The twin of ``wheel``, written into ``folder`` and checked; WheelError says why none can be made."""
-        return make_twin(wheel, folder).path
-
-    def problems(self, wheel: Path, twin: Path) -> list[str]:
-        """Where ``twin`` differs from the twin of ``wheel`` (payload, metadata, variant.json, provenance): from
-        the archives' raw streams where they show it (quick_problems), else from every member inflated."""
-        try:
-            quick = quick_problems(wheel, twin)
-            if quick is not None:
-                return quick
-            return twin_problems(read_members(wheel), wheel.name, read_members(twin), twin.name)
-        except WheelError as error:
-            return [str(error)]
 
 
 def quick_problems(wheel: Path, twin: Path) -> list[str] | None:

@@ -13,9 +13,11 @@ from packaging.utils import canonicalize_name
 
 from builder.core.ledger import Ledger, LedgerEntry, Status
 from builder.core.wheelhouse import Layout
+from builder.steps.slim import capability
 from scripts.gpu import detach
+from scripts.gpu.box import Box
 from scripts.gpu.data import AcceptanceData
-from scripts.gpu.summary import FAILED, REUSED, RUNNING, StageResult, check, of_checks
+from scripts.gpu.summary import FAILED, PENDING, REUSED, RUNNING, StageResult, check, of_checks
 
 HOST = "host"  # builder/steps/nvcc_time.py's name for the phases that run once per unit, whatever the archs
 
@@ -94,10 +96,43 @@ def arch_build_check(folder: Path, name: str, data: AcceptanceData, *, cores: in
         return check(label, False, f"exit {exit_code}" if entry.status == Status.BUILT else failed)
     profile = compile_profile(json.loads(entry.compile_times or "[]"), wall=entry.timings.get("compile"), cores=cores)
     size = f"{(entry.wheel_size or 0) / 2**20:.1f} MiB"
-    return check(label, True, f"{entry.wheel}, {size}, built in {progress.seconds():.0f} s; {describe(profile)}",
+    slims = slim_figures(folder, entry, data.gpu_arch, judged=variant.stage == "arch_slim")
+    problems = slims.pop("problems", [])
+    detail = f"{entry.wheel}, {size}, built in {progress.seconds():.0f} s; {describe(profile)}"
+    return check(label, not problems, "; ".join([detail, *([slims["detail"]] if slims else []), *problems]),
                  wheel=entry.wheel, size=entry.wheel_size, sha256=entry.wheel_sha256, sass=list(variant.sass),
                  ptx=list(variant.ptx), build_seconds=round(progress.seconds(), 1), timings=entry.timings,
-                 compile_profile=profile)
+                 compile_profile=profile, **({"slim": slims} if slims else {}))
+
+
+def slim_figures(folder: Path, entry: LedgerEntry, gpu_arch: str, *, judged: bool) -> dict[str, Any]:
+    """Issue 28's two figures of a build that cut slim wheels ({} for one that did not): the bytes a user of
+    ``gpu_arch`` downloads (its slim wheel) against the fat wheel's, at most 1/3; and the seconds the slim wheels
+    took (relink and cut: the ledger's ``slim``) against the fat wheel's build (its other phases), at most 10%.
+    ``judged`` (the arch_slim stage's build): a missed target is one of ``problems``, as is a refused slim wheel."""
+    with Ledger(Layout(root=folder).ledger) as ledger:
+        rows = ledger.slims(entry.job_id)
+    if not rows:
+        return {}
+    built = sorted((r for r in rows if r.status == Status.BUILT and r.wheel_size), key=lambda r: capability(r.arch))
+    sizes = {row.arch: int(row.wheel_size or 0) for row in built}
+    fat, slim = entry.wheel_size or 0, sizes.get(gpu_arch)
+    cost = entry.timings.get("slim", 0.0)
+    build = sum(t for phase, t in entry.timings.items() if phase != "slim")
+    ratio, share = (slim / fat if slim and fat else None), (cost / build if build > 0 else None)
+    problems = [f"slim wheel sm_{row.arch}: {row.status}: {row.reason}" for row in rows if row.status != Status.BUILT]
+    if not judged:
+        problems = []
+    elif ratio is None or ratio > 1 / 3:
+        problems.append(f"sm_{gpu_arch} downloads {ratio or 'no slim wheel'} of the fat wheel's bytes, not <= 1/3")
+    if judged and (share is None or share > 0.10):
+        problems.append(f"the slim wheels took {cost:.1f} s of a {build:.1f} s build, not <= 10%")
+    detail = (f"slim wheels {', '.join(f'sm_{a} {b / 2**20:.1f} MiB' for a, b in sizes.items())}: sm_{gpu_arch} "
+              f"downloads {(slim or 0) / 2**20:.1f} of the fat {fat / 2**20:.1f} MiB ({ratio or 0:.3f}); cut in "
+              f"{cost:.1f} s beside the fat build's {build:.1f} s ({share or 0:.1%})")
+    return {"sizes": sizes, "fat_bytes": fat, "gpu_slim_bytes": slim, "download_ratio": ratio, "slim_seconds": cost,
+            "build_seconds": round(build, 3), "cost_share": share,
+            "detail": detail, "problems": problems}
 
 
 def main_profile(wheelhouse: Path, data: AcceptanceData, *, cores: int) -> dict[str, Any] | None:
@@ -169,3 +204,13 @@ def sass_reference(path: Path, data: AcceptanceData) -> Path:
         held = "; ".join(f"{f.name}: {f.gpu.describe()}" for f in facts if not f.gpu.empty) or "no GPU code"
         raise ValueError(f"{wheels[0]}: no SASS for {data.gpu_arch} ({held})")
     return wheels[0].resolve()
+
+
+def not_ready(box: Box, name: str) -> StageResult | None:
+    """None when the variant's wheel is there; pending while its build runs; failed when it has none."""
+    if detach.status(box.arch(name) / "build-run").state == detach.RUNNING:
+        return StageResult(status=PENDING, detail=f"pending: the {name} build is still running; --resume runs it")
+    dist = Layout(root=box.arch(name)).dist
+    if not any(dist.glob("*.whl")):
+        return StageResult(status=FAILED, detail=f"no {name} wheel in {dist} (the arch_build stage builds it)")
+    return None

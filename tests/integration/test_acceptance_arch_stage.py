@@ -5,13 +5,20 @@ both doctors (the fat fatbin's SASS and PTX); only the GPU's verdict and the sui
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from builder.plan.expand import load_plan
+from builder.steps import provenance, slim
 from builder.steps.recipes.recipe import cuda_gencode_flags
+from builder.steps.variant import make_twin
+from scripts.bench.wheels import job_wheel, with_provenance
+from scripts.gpu import slim_stage
 from tests.integration.acceptance_wheelhouse import (
     DATA,
     built_causal_conv1d,
@@ -57,3 +64,43 @@ def test_arch_fat_installs_its_own_wheel_from_its_own_index_and_doctor_reads_the
         (package,) = [p for p in document["environment"]["packages"] if p["name"] == "causal-conv1d"]
         (extension,) = package["extensions"]
         assert (extension["sass"], extension["ptx"]) == (["8.0", "9.0", "10.0"], ["10.0"]), report
+
+
+def slim_build(folder: Path) -> tuple[Path, list[str]]:
+    """What `wheelwright build --profile gpu-box-slim` leaves, for the test interpreter's Python, without a GPU
+    library: the fat wheel in dist/, its twin and its slim variants (as the build cuts them) in variant/."""
+    (job,) = load_plan(ROOT / "matrix.yaml", DATA.variant("slim").profile).jobs
+    job = dataclasses.replace(job, python=f"{sys.version_info.major}.{sys.version_info.minor}")
+    files = {"causal_conv1d/__init__.py": b'LABEL = "fat"\n'}
+    (folder / "dist").mkdir(parents=True)
+    fat = with_provenance(job_wheel(folder / "dist", job, files, platform="manylinux_2_28_x86_64"), job)
+    make_twin(fat, folder / "variant")
+    labels = []
+    for arch in slim.cuttable(job):
+        copy = Path(shutil.copy(fat, (folder / "cut" / arch).mkdir(parents=True) or folder / "cut" / arch))
+        provenance.embed(copy, slim.cut_record(fat, job, arch))
+        labels.append(make_twin(copy, folder / "variant", label=slim.slim_label(job.label, arch)).label)
+    finished_build(folder)
+    return fat, labels
+
+
+def test_arch_slim_indexes_the_slim_build_and_uv_takes_the_null_where_no_gpu_is_visible(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stage's plumbing, here: the build's own site, its variant channel of the label's torch, the pinned uv with
+    nothing forced. With no GPU visible uv takes the null fallback (on the H200: the sm_90 slim wheel, which
+    tests/gpu/test_slim.py then checks; here it skips)."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    _, labels = slim_build(work / "arch" / "slim")
+    assert labels == [f"{DATA.label}sm{sm}" for sm in ("80", "90", "100", "120")]
+    monkeypatch.setattr(slim_stage, "find_uv", lambda box: Path(sys.executable).parent / "uv")
+    stand_in(monkeypatch, {name: standing_in(name) for name in ("preflight", "carry", "index", "serve", "install")})
+    drive(out, work, "--stages", "arch_slim")
+    stage = json.loads((out / "summary.json").read_text())["stages"]["arch_slim"]
+    assert stage["data"]["index_url"].endswith(f"/variant/{DATA.label[:DATA.label.index('cu')]}/simple/"), stage
+    checks = {check["name"]: check for check in stage["checks"]}
+    assert checks["test_uv_took_the_slim_wheel_of_this_gpu"]["status"] == "skipped", checks
+    (record,) = (work / "venv-slim").glob("lib/python*/site-packages/causal_conv1d-*.dist-info/variant.json")
+    assert list(json.loads(record.read_text())["variants"]) == [DATA.label]  # the null: the fat twin's bytes
+    page = (work / "arch" / "slim" / "site" / "variant" / "pt211" / "simple" / "causal-conv1d" / "index.html")
+    assert all(f"-{label}.whl#sha256=" in page.read_text() for label in labels)

@@ -6,7 +6,8 @@ into a venv holding torch 2.11 and it imports; pip finds no 2.13 wheel, and the 
 
 Reusing a build output (``WHEELWRIGHT_ABI_WHEELS``, the ``abi-proof`` profile's, or ``day0``'s 2.12 and 2.14 jobs)
 and a cached torch 2.11 and symbol index, it took 22-29 s here (load 11-12 on 2 shared cores): slow. On a fresh
-machine it first builds the two wheels (~5 min each on 2 idle cores) and fetches three torch wheels.
+machine it first builds the two wheels (~5 min each on 2 idle cores) and fetches three torch wheels: a proof, which
+CI's slow set leaves out (`make test-proof`); the day-0 logic's unit tests (tests/unit/test_day0.py) run everywhere.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from builder.steps.environment import runtime_env
 from index_site.serve import serving
 from tests.index_checks import installer_environment, pip_install
 
-pytestmark = [pytest.mark.slow, pytest.mark.nvcc]
+pytestmark = [pytest.mark.proof, pytest.mark.slow, pytest.mark.nvcc]
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHES = ("2.11.0", "2.12.1", "2.13.0", "2.14.1")

@@ -45,8 +45,10 @@ def index(out: Path) -> Run:
 
 
 def published(out: Path) -> list[str]:
-    """The twins of the site's variant channel, and those its pages list."""
-    files = sorted(path.name for path in (out / "site/variant/files").glob("*.whl"))
+    """The twins of the site's variant channel, and those its pages list (the nulls and guards beside them,
+    index_site/fallback.py, aside)."""
+    twin = re.compile(r"-pt\d+cu\d+\.whl$")
+    files = sorted(path.name for path in (out / "site/variant/files").glob("*.whl") if twin.search(path.name))
     root = out / "site/variant/simple/causal-conv1d/index.html"
     listed = sorted(set(re.findall(r"[\w.+-]+-pt\d+cu\d+\.whl", root.read_text()))) if root.exists() else []
     assert listed == files

@@ -12,13 +12,13 @@ import pytest
 
 from builder.core import resources
 from builder.core.errors import WheelwrightError
-from builder.core.ledger import Ledger, LedgerEntry
+from builder.core.ledger import Ledger, LedgerEntry, SlimRow, Status
 from builder.core.wheelhouse import Layout
 from builder.farm import build as build_stage
 from builder.farm.build import Builder, BuildOptions, input_hash
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
-from builder.steps import timeline
+from builder.steps import slim, timeline
 from builder.steps.environment import NotBuildableHere
 from builder.steps.verify import Check, VerifyReport
 
@@ -225,6 +225,53 @@ def test_ledger_rows_round_trip(tmp_path: Path) -> None:
     assert dataclasses.replace(stored, updated_at=0.0) == entry
     with pytest.raises(ValueError, match="unknown ledger status"):
         Ledger(tmp_path / "ledger.sqlite").put(dataclasses.replace(entry, status="done"))
+
+
+def test_slim_rows_round_trip_in_their_own_table_and_the_job_rows_stay_jobs(tmp_path: Path) -> None:
+    entry = LedgerEntry(job_id="j", package="p", version="1", label="pt214cu130", torch="2.14.1", accelerator="cu130",
+                        python="3.11", input_hash="h", status="built")
+    row = SlimRow(job_id="j", arch="9.0", label="pt214cu130sm90", status=Status.BUILT, wheel="p-1-pt214cu130sm90.whl",
+                  wheel_size=3, cut_from="p-1.whl", timings={"relink": 1.25})
+    failed = SlimRow(job_id="j", arch="8.0", label="pt214cu130sm80", status=Status.FAILED, reason="import failed")
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.put(entry)
+        ledger.put_slim(row)
+        ledger.put_slim(failed)
+        ledger.put_slim(dataclasses.replace(row, wheel_size=4))  # built again: replaced, not added
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        assert ledger.slims("j") == [failed, dataclasses.replace(row, wheel_size=4)]
+        assert ledger.slims("other") == []
+        assert [e.job_id for e in ledger.entries()] == ["j"]
+
+
+def test_slim_wheels_cut_after_the_fat_one_get_their_rows_and_their_seconds(
+    stages: FakeStages, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The cut itself (real nvcc, objcopy, auditwheel) is tests/integration/test_slim_relink.py's; here, what the
+    build does with it: a row per arch (a refused one too), ``slim`` in the job's timings, the fat wheel kept."""
+    relinked = [slim.Relinked(arch=arch, libraries={}) for arch in ("9.0", "12.0")]
+    monkeypatch.setattr(build_stage.slim, "relink", lambda *args: relinked)
+    cuts = [slim.Cut(arch="9.0", label="pt214cu130sm90", variant=tmp_path / "x-pt214cu130sm90.whl", size=3,
+                     sha256="ab", timings={"relink": 0.5}),
+            slim.Cut(arch="12.0", label="pt214cu130sm120", reason="import failed")]
+    monkeypatch.setattr(build_stage.slim, "cut_wheels", lambda *args, **kwargs: cuts)
+    outcomes = run_build(tmp_path)
+    assert [o.entry.status for o in outcomes] == ["built", "built"]
+    with Ledger(tmp_path / "out" / "ledger.sqlite") as ledger:
+        rows = ledger.slims(outcomes[0].job.identifier)
+        entry = ledger.get(outcomes[0].job.identifier)
+    assert [(r.arch, r.status, r.wheel, r.cut_from, r.reason) for r in rows] == [
+        ("12.0", "failed", None, entry.wheel, "import failed"),
+        ("9.0", "built", "x-pt214cu130sm90.whl", entry.wheel, None)]
+    assert entry.timings["slim"] >= 0 and (tmp_path / "out" / "dist" / str(entry.wheel)).is_file()
+    # built again, a cut that cannot be made at all leaves the fat wheel as it is, and no row of the last build's
+    monkeypatch.setattr(build_stage.slim, "cut_wheels", lambda *args, **kwargs: (_ for _ in ()).throw(
+        slim.SlimSkipped("no objcopy")))
+    (tmp_path / "out" / "dist" / str(entry.wheel)).unlink()
+    again = run_build(tmp_path)
+    assert again[0].entry.status == "built" and again[0].entry.wheel == entry.wheel
+    with Ledger(tmp_path / "out" / "ledger.sqlite") as ledger:
+        assert ledger.slims(outcomes[0].job.identifier) == []
 
 
 def test_work_in_flight_is_removed_after_each_job(stages: FakeStages, tmp_path: Path) -> None:

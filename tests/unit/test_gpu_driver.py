@@ -4,6 +4,7 @@ the builds' reports from their ledgers, the compile profile, the arguments, and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from builder.core.errors import ConfigError
-from builder.core.ledger import Ledger, LedgerEntry
+from builder.core.ledger import Ledger, LedgerEntry, SlimRow, Status
 from builder.plan.arch import Arch
 from builder.plan.expand import load_plan
 from scripts.gpu import builds, carry, detach, plan, summary, tables
@@ -179,7 +180,7 @@ def test_resume_runs_what_is_not_settled_with_the_setup_stages_again() -> None:
                "upstream": PASSED, "mamba": FAILED, "bench": PENDING, "checklist": PENDING}
     assert _names(plan.plan(REGISTRY, selected=None, results=results, resume=True)) == [
         "preflight", "carry", "build", "index", "serve", "install", "checklist", "bench",
-        "arch_build", "arch_fat", "arch_ptx", "arch_sm80", "ptx_speed"]
+        "arch_build", "arch_fat", "arch_ptx", "arch_sm80", "arch_slim", "ptx_speed"]
     settled = {name: PASSED for name in DATA.stages} | {"build": summary.REUSED}
     assert plan.plan(REGISTRY, selected=None, results=settled, resume=True) == []
     again = plan.plan(REGISTRY, selected=("mamba",), results=settled, resume=True)
@@ -333,6 +334,61 @@ def test_arch_build_checks_record_each_wheel_and_the_fat_builds_profile(tmp_path
     none = builds.arch_build_check(tmp_path / "sm80", "sm80", DATA, cores=16)
     assert none["detail"] == f"no build was started in {tmp_path / 'sm80'}"
     assert builds.main_profile(tmp_path / "fat", DATA, cores=16)["critical_path_s"] == 380.0  # type: ignore[index]
+
+
+def _slim_build(folder: Path, *, slim_mib: int, slim_seconds: float) -> None:
+    """A 4-arch build of 100 MiB whose phases took 400 s, its slim wheels ``slim_mib`` each and made in
+    ``slim_seconds`` in all."""
+    timings = {"compile": 300.0, "env": 10.0, "repair": 40.0, "verify": 50.0, "slim": slim_seconds}
+    _ledger(folder, _entry("causal-conv1d", DATA.label, "built", "fat.whl", wheel_size=100 * 2**20))
+    with Ledger(folder / "ledger.sqlite") as ledger:
+        job = ledger.entries()[0]
+        ledger.put(dataclasses.replace(job, timings=timings))
+        for arch in ("8.0", "9.0", "10.0", "12.0"):
+            ledger.put_slim(SlimRow(job_id=job.job_id, arch=arch, label=f"{DATA.label}sm{arch.replace('.', '')}",
+                                    status=Status.BUILT, wheel_size=slim_mib * 2**20, timings={"relink": 1.0}))
+    _finished(folder / "build-run")
+
+
+@pytest.mark.parametrize(
+    ("slim_mib", "slim_seconds", "problem"),
+    [
+        (26, 40.0, None),  # 0.26 of the bytes, 40 s of 400 s: 10%
+        (34, 20.0, "sm_9.0 downloads 0.34 of the fat wheel's bytes, not <= 1/3"),
+        (26, 40.5, "the slim wheels took 40.5 s of a 400.0 s build, not <= 10%"),
+    ],
+)
+def test_the_slim_builds_check_states_issue_28s_two_figures_against_their_targets(
+    tmp_path: Path, slim_mib: int, slim_seconds: float, problem: str | None
+) -> None:
+    _slim_build(tmp_path / "slim", slim_mib=slim_mib, slim_seconds=slim_seconds)
+    found = builds.arch_build_check(tmp_path / "slim", "slim", DATA, cores=16)
+    figures = found["data"]["slim"]
+    assert (figures["fat_bytes"], figures["gpu_slim_bytes"]) == (100 * 2**20, slim_mib * 2**20)
+    assert (figures["build_seconds"], figures["slim_seconds"]) == (400.0, slim_seconds)
+    assert found["status"] == (PASSED if problem is None else FAILED)
+    assert (problem or "slim wheels sm_8.0") in found["detail"]
+    # the same build as another variant's (the fat one's slim wheels): its figures stated, never judged
+    _slim_build(tmp_path / "fat", slim_mib=slim_mib, slim_seconds=slim_seconds)
+    assert builds.arch_build_check(tmp_path / "fat", "fat", DATA, cores=16)["status"] == PASSED
+
+
+def test_the_carried_uv_is_unpacked_once_into_the_work_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import lzma
+    from types import SimpleNamespace
+
+    from scripts.gpu import slim_stage
+
+    carried = tmp_path / "carry" / "uv.xz"
+    carried.parent.mkdir()
+    carried.write_bytes(lzma.compress(b"#!/bin/sh\necho uv 0.13.9\n"))
+    monkeypatch.setattr(slim_stage, "CARRIED_UV", carried)
+    box = SimpleNamespace(work=tmp_path / "work")
+    box.work.mkdir()
+    uv = slim_stage.find_uv(box)  # type: ignore[arg-type]
+    assert uv == box.work / "uv" and uv.read_bytes().startswith(b"#!/bin/sh") and uv.stat().st_mode & 0o111
+    carried.unlink()
+    assert slim_stage.find_uv(box) == uv  # type: ignore[arg-type]  # unpacked: the carry is not read again
 
 
 def test_compile_profile_puts_the_wall_beside_the_critical_path_and_the_cores() -> None:

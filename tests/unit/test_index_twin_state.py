@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.steps.variant import VariantTwins
+from builder.steps.twins import VariantTwins
 from index_site.site import build_site
 from index_site.twins import NO_CHECKER
 from scripts.bench.wheels import WheelSpec, job_wheel, make_wheel, with_provenance

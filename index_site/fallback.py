@@ -1,0 +1,219 @@
+"""What the variant channel lists beside the twins: the slim per-arch variants in place of their fat twin, the null
+fallback (the fat twin's bytes under a build-tagged non-variant name, for machines with no GPU visible and for
+installers that know nothing of variants) and the guards (tiny variant wheels that refuse, in words, where a GPU
+is visible but no build can run on it: a driver too old for the CUDA, an arch with no SASS and no PTX)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import zipfile
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from builder.plan.job import parse_label
+
+if TYPE_CHECKING:
+    from index_site.variants import VariantWheel
+
+_SLIM = re.compile(r"^(?P<base>pt[1-9][0-9]+cu[0-9]+)sm(?P<sm>[0-9]+[af]?)$")
+_CUDA = re.compile(r"^pt[1-9][0-9]+cu[0-9]+$")
+# the NVIDIA provider's compute capabilities (majors 5 to 12, minors 0 to 9): what a guard can name
+_MAJORS, _MINORS = range(5, 13), range(10)
+NVIDIA_PROVIDER: dict[str, object] = {  # as builder/steps/variant.py declares it (uv runs its own for it)
+    "requires": ["nvidia-variant-provider"],
+    "plugin-api": "nvidia_variant_provider.plugin:NvidiaVariantPlugin",
+}
+DRIVER_REFUSAL = "torch==0+nvidia.driver.older.than.cuda.{cuda}"
+ARCH_REFUSAL = "torch==0+no.sass.or.ptx.for.this.gpu.arch"
+
+
+def base_label(label: str) -> str:
+    """``pt214cu130sm90`` -> ``pt214cu130``; any other label as it is."""
+    match = _SLIM.match(label)
+    return match["base"] if match else label
+
+
+def is_slim(label: str) -> bool:
+    return _SLIM.match(label) is not None
+
+
+def _parts(filename: str) -> tuple[str, str, str, str]:
+    """(dist, version, python-abi-platform tag, label) of a twin's name; a build tag (a real build beside a day-0
+    wheel of its name: docs/abi.md) is not part of any."""
+    dist, version, rest = filename.removesuffix(".whl").split("-", 2)
+    tag, label = rest.rsplit("-", 1)
+    return dist, version, "-".join(tag.split("-")[-3:]), label
+
+
+def _build_tagged(twin: VariantWheel) -> bool:
+    return twin.filename.count("-") > 5
+
+
+def build_tag(label: str) -> str:
+    """``pt214cu130`` -> ``2141300_pt214cu130``: installers take the highest build tag first, so the null of the
+    newest torch, then the newest CUDA, is the one taken where several share a name and version."""
+    torch_minor, accelerator = parse_label(label)
+    torch_major, minor = (int(part) for part in torch_minor.split("."))
+    cuda_major, cuda_minor = (int(part) for part in accelerator.version.split("."))
+    return f"{torch_major}{minor:02d}{cuda_major:02d}{cuda_minor:02d}_{label}"
+
+
+def null_name(twin: VariantWheel) -> str:
+    """``causal_conv1d-1.7.0-cp311-cp311-manylinux_2_28_x86_64-pt214cu130.whl`` -> ``causal_conv1d-1.7.0-
+    2141300_pt214cu130-cp311-cp311-manylinux_2_28_x86_64.whl``: no variant label, so the file is no variant."""
+    dist, version, tag, label = _parts(twin.filename)
+    return f"{dist}-{version}-{build_tag(label)}-{tag}.whl"
+
+
+class Listing(NamedTuple):
+    """One project's files on one channel."""
+
+    variants: list[VariantWheel]  # the twins and slim wheels listed as variants
+    nulls: list[VariantWheel]  # fat twins offered again under their null name (filename replaced)
+    guards: list[tuple[VariantWheel, bytes, bytes]]  # (guard as listed, its wheel's bytes, its METADATA)
+
+
+def listing(twins: Sequence[VariantWheel]) -> Listing:
+    """The channel's files of one project: a fat twin whose slim wheels are published gives way to them as a variant
+    and stays as the null; guards for each (version, torch minor, wheel tag) of CUDA builds."""
+    slimmed = {(t.version, _parts(t.filename)[2], base_label(t.label)) for t in twins if is_slim(t.label)}
+    variants = [t for t in twins if is_slim(t.label) or (t.version, _parts(t.filename)[2], t.label) not in slimmed]
+    # one null a name: of a day-0 wheel's label and the real build beside it, the real build's (the build-tagged)
+    fats = sorted((t for t in twins if has_null(t)), key=_build_tagged)
+    nulls = list({null_name(t): t._replace(filename=null_name(t)) for t in fats}.values())
+    groups: dict[tuple[str, str, str], list[VariantWheel]] = defaultdict(list)
+    for twin in variants:
+        if _CUDA.match(base_label(twin.label)):
+            groups[(twin.version, twin.torch_tag, _parts(twin.filename)[2])].append(twin)
+    guards = [guard for members in groups.values() for guard in guards_of(members)]
+    return Listing(variants=variants, nulls=nulls, guards=guards)
+
+
+def guards_of(members: Sequence[VariantWheel]) -> list[tuple[VariantWheel, bytes, bytes]]:
+    """The guards of one (version, torch minor, wheel tag): one per CUDA version (the driver's too old for it), and
+    one for the GPUs no listed variant has SASS or PTX for. A guard is supported only where no build runs: uv
+    ranks every listed build above it (it names no CUDA lower bound, or only archs no build covers)."""
+    first = members[0]
+    torch_minor = parse_label(base_label(first.label))[0]
+    made = []
+    for cuda in sorted({parse_label(base_label(t.label))[1].version for t in members}):
+        label = f"{first.torch_tag}cu{cuda.replace('.', '')}.drv"
+        properties = {"abi_dependency": {"torch": [torch_minor]}, "nvidia": {"cuda_version_upper_bound": [cuda]}}
+        made.append(_guard(first, label, properties, DRIVER_REFUSAL.format(cuda=cuda)))
+    uncovered = uncovered_archs(members)
+    if uncovered:
+        properties = {"abi_dependency": {"torch": [torch_minor]}, "nvidia": {"sm_arch": uncovered}}
+        made.append(_guard(first, f"{first.torch_tag}.noarch", properties, ARCH_REFUSAL))
+    return made
+
+
+def uncovered_archs(members: Iterable[VariantWheel]) -> list[str]:
+    """``{M}{m}_real`` for each compute capability M.m that no member runs on, as uv's NVIDIA provider judges it: a
+    GPU M.m runs ``{M}{w}_real`` for w <= m and ``{M}0_virtual``."""
+    values = {v for t in members for v in t.properties.get("nvidia", {}).get("sm_arch", [])}
+    return [
+        f"{major}{minor}_real"
+        for major in reversed(_MAJORS)
+        for minor in reversed(_MINORS)
+        if f"{major}0_virtual" not in values and not any(f"{major}{w}_real" in values for w in range(minor + 1))
+    ]
+
+
+def _guard(first: VariantWheel, label: str, properties: Mapping[str, object], refusal: str
+           ) -> tuple[VariantWheel, bytes, bytes]:
+    dist, version, tag, _ = _parts(first.filename)
+    filename = f"{dist}-{version}-{tag}-{label}.whl"
+    providers = {"abi_dependency": {"static-properties": {"torch": properties["abi_dependency"]["torch"]}},  # type: ignore[index]
+                 "nvidia": NVIDIA_PROVIDER}
+    metadata = (
+        f"Metadata-Version: 2.1\nName: {first.project}\nVersion: {version}\n"
+        f"Summary: refuses to install: no build of {first.project} {version} runs on this machine's NVIDIA GPU\n"
+        f"Requires-Dist: {refusal}\n"
+    ).encode()
+    data = guard_wheel(f"{dist}-{version}.dist-info", metadata, label, properties, providers, tag)
+    variant = json.dumps({"properties": properties, "providers": providers}, sort_keys=True)
+    listed = first._replace(
+        folder="", identity=(0, 0, 0, 0), filename=filename, label=label, sha256=hashlib.sha256(data).hexdigest(),
+        size=len(data), metadata_sha256=hashlib.sha256(metadata).hexdigest(), requires_python=None,
+        provenance_sha256="", variant=variant,
+    )
+    return listed, data, metadata
+
+
+def guard_wheel(dist_info: str, metadata: bytes, label: str, properties: Mapping[str, object],
+                providers: Mapping[str, object], tag: str) -> bytes:
+    """A wheel of nothing but its metadata: the refusal is its one requirement. Same inputs, same bytes."""
+    document = {
+        "$schema": "https://variants-schema.wheelnext.dev/peps/850/v0.2.0.json",
+        "default-priorities": {"namespace": list(providers)},
+        "providers": providers,
+        "variants": {label: properties},
+    }
+    python, abi, platform = tag.split("-")
+    files = {
+        f"{dist_info}/METADATA": metadata,
+        f"{dist_info}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: wheelwright\nRoot-Is-Purelib: false\n"
+                               f"Tag: {python}-{abi}-{platform}\n").encode(),
+        f"{dist_info}/variant.json": (json.dumps(document, indent=2, sort_keys=True) + "\n").encode(),
+    }
+    record = "".join(f"{name},sha256={_b64(data)},{len(data)}\n" for name, data in files.items())
+    files[f"{dist_info}/RECORD"] = (record + f"{dist_info}/RECORD,,\n").encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files.items():
+            archive.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
+    return buffer.getvalue()
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def has_null(twin: VariantWheel) -> bool:
+    """Whether ``twin`` is offered again as a null: every fat twin of a CUDA build (a ROCm build's never: without
+    a GPU a CUDA build installs and imports, and its null would share the name)."""
+    return _CUDA.match(twin.label) is not None
+
+
+class ChannelSize(NamedTuple):
+    """What each kind of machine downloads of one build from the channel (bytes): the fat wheel (no GPU visible,
+    pip, an arch no slim wheel has) and each slim wheel by its SASS arch (``9.0``)."""
+
+    project: str
+    version: str
+    label: str  # pt214cu130
+    tag: str  # cp311-cp311-manylinux_2_28_x86_64
+    fat: int
+    slims: tuple[tuple[str, int], ...]
+
+    def slim_for(self, arch: str) -> int | None:
+        return dict(self.slims).get(arch)
+
+
+def channel_sizes(twins: Iterable[VariantWheel]) -> tuple[ChannelSize, ...]:
+    """The sizes of every CUDA build that has slim wheels on the channel, newest torch first."""
+    fats: dict[tuple[str, str, str, str], int] = {}
+    slims: dict[tuple[str, str, str, str], list[tuple[str, int]]] = defaultdict(list)
+    for twin in twins:
+        _, version, tag, label = _parts(twin.filename)
+        key = (twin.project, version, base_label(label), tag)
+        match = _SLIM.match(label)
+        if match:
+            sm = match["sm"]
+            slims[key].append((f"{sm[:-1]}.{sm[-1]}", twin.size))
+        elif _CUDA.match(label):
+            fats[key] = twin.size
+    found = [ChannelSize(*key, fat=fats[key], slims=tuple(sorted(slims[key], key=lambda s: _arch_order(s[0]))))
+             for key in sorted(fats) if slims.get(key)]
+    return tuple(sorted(found, key=lambda s: (s.project, s.label), reverse=False))
+
+
+def _arch_order(arch: str) -> tuple[int, int]:
+    major, minor = arch.split(".")
+    return int(major), int(minor.rstrip("af"))
