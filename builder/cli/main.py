@@ -110,11 +110,12 @@ def _estimate(plan: Plan, args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from builder.cli.console import out, print_table
-    from builder.plan.estimate import by_platform, ledger_model, seed_model
+    from builder.plan.estimate import by_platform, ledger_model, reuse_facts, seed_model, summary
     from builder.plan.estimate import estimate as estimate_plan
 
-    model = ledger_model(args.ledger, seed_model())
-    ours, upstream = estimate_plan(plan.jobs, model, runners=args.runners, cores=args.cores)
+    model, reuse = ledger_model(args.ledger, seed_model()), reuse_facts()
+    ours, upstream = estimate_plan(plan.jobs, model, runners=args.runners, cores=args.cores, reuse=reuse)
+    without_reuse, _ = estimate_plan(plan.jobs, model, runners=args.runners, cores=args.cores)
     out.print(f"profile {plan.profile}: {len(plan.jobs)} jobs in {len(ours.items)} (package version, torch, toolkit) "
               f"groups, on {args.runners} runners of {args.cores} cores")
     table = Table()
@@ -124,13 +125,13 @@ def _estimate(plan: Plan, args: argparse.Namespace) -> int:
         hours = (f"{result.cpu_hours:.1f}", f"{result.wall_hours:.2f} h", f"{result.longest_item_hours:.2f} h")
         table.add_row(result.method, *hours)
     print_table(table)
-    out.print(f"wheelwright / upstream CPU-hours: {ours.cpu_hours / upstream.cpu_hours:.3f} (goal <= 0.25)")
-    platforms = by_platform(plan.jobs, model, runners=args.runners, cores=args.cores)
+    for line in summary(ours, upstream, without_reuse, model):
+        out.print(line)
+    platforms = by_platform(plan.jobs, model, runners=args.runners, cores=args.cores, reuse=reuse)
     for platform, result in platforms.items():
         jobs = sum(1 for job in plan.jobs if job.platform == platform)
         out.print(f"{platform}: {jobs} jobs in {len(result.items)} groups, {result.cpu_hours:.1f} CPU-hours, "
                   f"{result.wall_hours:.2f} h on {args.runners} {platform} runners of {args.cores} cores")
-    out.print(f"costs: {model.source}; {ours.extrapolated} of {ours.costs} (unit, arch) costs extrapolated")
     _day0_note(plan, args.ledger)
     return 0
 
@@ -138,10 +139,12 @@ def _estimate(plan: Plan, args: argparse.Namespace) -> int:
 def _day0_note(plan: Plan, ledger: Path) -> None:
     """Labels a day-0 wheel serves are counted as not compiled: their jobs are in the estimate (issue 30)."""
     from builder.cli.console import out
-    from builder.core.ledger import read_entries
+    from builder.core.ledger import holds_builds, read_entries
     from builder.steps.day0 import labels
 
-    served = sorted(set(labels(read_entries(ledger))) & {job.label for job in plan.jobs}) if ledger.exists() else []
+    if not (ledger.exists() and holds_builds(ledger)):  # no build rows (a ledger of compile costs alone): no day-0
+        return
+    served = sorted(set(labels(read_entries(ledger))) & {job.label for job in plan.jobs})
     if served:
         out.print(f"day-0: {', '.join(served)} served by carried wheels, counted as not compiled (their jobs are "
                   "in the estimate above)")

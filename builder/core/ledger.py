@@ -45,6 +45,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     compile_times TEXT,              -- JSON: [{unit, arch, seconds}] from nvcc --time (object-cache hits add none)
     wheel_identity TEXT,             -- inode:size:mtime_ns:ctime_ns of the wheel in dist/ when its hash was taken
     torch_wheel  TEXT,               -- JSON: the torch wheel built against: filename, url, sha256, index, origin
+    reuse        TEXT,               -- JSON: objects and device steps reused, and from which job (compilation.py)
+    stage_times  TEXT,               -- JSON: [{unit, arch, stage, cpu, wall}] of the device steps compiled
     abi          TEXT,               -- JSON: the symbols each extension imports from torch, C++ ABI, CUDA major, window
     updated_at   REAL NOT NULL
 );
@@ -92,6 +94,8 @@ MIGRATIONS = {
     "compile_times": "ALTER TABLE jobs ADD COLUMN compile_times TEXT",
     "wheel_identity": "ALTER TABLE jobs ADD COLUMN wheel_identity TEXT",
     "torch_wheel": "ALTER TABLE jobs ADD COLUMN torch_wheel TEXT",
+    "reuse": "ALTER TABLE jobs ADD COLUMN reuse TEXT",
+    "stage_times": "ALTER TABLE jobs ADD COLUMN stage_times TEXT",
     "abi": "ALTER TABLE jobs ADD COLUMN abi TEXT",
 }
 SCHEMA_VERSION = 2  # PRAGMA user_version; a ledger with a higher one was written by a newer wheelwright
@@ -136,6 +140,8 @@ class LedgerEntry:
     compile_times: str | None = None
     wheel_identity: str | None = None
     torch_wheel: str | None = None
+    reuse: str | None = None
+    stage_times: str | None = None
     abi: str | None = None  # JSON, builder/steps/abi.py: {torch, cxx11_abi, cuda_major, extensions, window}
     updated_at: float = 0.0
 
@@ -324,25 +330,41 @@ def read_entries(path: Path) -> list[LedgerEntry]:
     return [_entry(row, path) for row in rows]
 
 
-def read_compile_times(path: Path) -> dict[str, list[CompileTime]]:
-    """{package: the compile times its jobs recorded} from a ledger opened read-only (as read_entries opens one);
-    a ledger from before compile times were recorded has none. Only the columns read are checked."""
+def read_costs(path: Path) -> list[RecordedCosts]:
+    """Each job's recorded compile costs (``compile_times``, ``stage_times``) with its package and accelerator, from
+    a ledger opened read-only (as read_entries opens one); a ledger from before they were recorded has none. Only
+    the columns read are checked: a wrong-typed one is a LedgerError naming the job."""
     with _read_only(path) as db:
         present = _columns(db)
         if not {"job_id", "package"} <= present:
             raise LedgerError(f"{path}: not a wheelwright ledger (no jobs table with job_id and package)", tip=_TIP)
-        if "compile_times" not in present:
-            return {}
-        rows = db.execute("SELECT job_id, package, compile_times FROM jobs WHERE compile_times IS NOT NULL").fetchall()
-    found: dict[str, list[CompileTime]] = {}
+        recorded = [c for c in ("compile_times", "stage_times") if c in present]
+        if not recorded:
+            return []
+        wanted = ["job_id", "package", *(c if c in present else f"NULL AS {c}" for c in _COST_COLUMNS)]
+        rows = db.execute(f"SELECT {', '.join(wanted)} FROM jobs WHERE "
+                          + " OR ".join(f"{c} IS NOT NULL" for c in recorded)).fetchall()
+    found = []
     for row in rows:
-        for column in ("job_id", "package", "compile_times"):
-            if not isinstance(row[column], str):
+        for column in ("job_id", "package", *_COST_COLUMNS):
+            if not isinstance(row[column], str) and (column in ("job_id", "package") or row[column] is not None):
                 raise LedgerError(f"{path}: job {str(row['job_id'])[:200]!r} has {column} {_shown(row[column])}, "
                                   "not text", tip=_TIP)
         where = f"{path}: job {row['job_id']!r}"
-        found.setdefault(row["package"], []).extend(compile_times(row["compile_times"], where))
+        found.append(RecordedCosts(package=row["package"], accelerator=row["accelerator"] or "",
+                                   compile_times=compile_times(row["compile_times"], where),
+                                   stage_times=stage_times(row["stage_times"], where)))
     return found
+
+
+_COST_COLUMNS = ("accelerator", "compile_times", "stage_times")
+
+
+def holds_builds(path: Path) -> bool:
+    """Whether a ledger's jobs table has the columns every build writes (a ledger of compile costs alone, as
+    ``plan --estimate --ledger`` takes, has not), read-only."""
+    with _read_only(path) as db:
+        return _REQUIRED <= _columns(db)
 
 
 @contextmanager
@@ -438,3 +460,43 @@ def compile_times(text: str | None, where: str) -> list[CompileTime]:
                               "{unit: text, arch: text, seconds: a number >= 0}", tip=_TIP)
         found.append(CompileTime(unit=timing["unit"], arch=timing["arch"], seconds=float(timing["seconds"])))
     return found
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One compiled step of a build as compilation.py measured it (wait4's CPU-seconds): a device stage (preprocess,
+    cicc, ptxas) of one (unit, arch), or a unit's front end or host part (arch "")."""
+
+    unit: str
+    arch: str
+    stage: str
+    cpu: float
+
+
+def stage_times(text: str | None, where: str) -> list[StageTime]:
+    """A row's ``stage_times`` JSON, each entry checked: a list of {unit, arch, stage, cpu, ...}, cpu a finite
+    number >= 0. ``where`` names the row in the LedgerError a malformed one raises."""
+    try:
+        rows = json.loads(text or "[]")
+    except (TypeError, ValueError, RecursionError):
+        raise LedgerError(f"{where}: stage_times is not JSON", tip=_TIP) from None
+    if not isinstance(rows, list):
+        raise LedgerError(f"{where}: stage_times is {_shown(rows)}, not a list", tip=_TIP)
+    found = []
+    for number, row in enumerate(rows):
+        if not (isinstance(row, dict) and all(isinstance(row.get(k), str) for k in ("unit", "arch", "stage"))
+                and _seconds(row.get("cpu"))):
+            raise LedgerError(f"{where}: stage_times entry {number} is {_shown(row)}, not "
+                              "{unit: text, arch: text, stage: text, cpu: a number >= 0}", tip=_TIP)
+        found.append(StageTime(unit=row["unit"], arch=row["arch"], stage=row["stage"], cpu=float(row["cpu"])))
+    return found
+
+
+@dataclass(frozen=True)
+class RecordedCosts:
+    """One job's recorded compile costs (read_costs): the package and accelerator (toolkit) they price."""
+
+    package: str
+    accelerator: str
+    compile_times: list[CompileTime]
+    stage_times: list[StageTime]

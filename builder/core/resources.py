@@ -46,12 +46,14 @@ TOOLKITS = Resource("builder.data", "toolkits.toml")  # where each CUDA version'
 ARCH_FACTS = Resource("builder.data", "archs.toml")  # SASS a toolkit range miscompiles, per package
 IMAGE_BASES = Resource("builder.data", "images.toml")  # builder-image bases: glibc, compiler, Pythons, digests
 COMPILE_COSTS = Resource("builder.data", "compile-costs.toml")  # seed per-(unit, arch) costs for plan --estimate
+DEVICE_REUSE = Resource("builder.data", "device-reuse.toml")  # torch versions whose device steps are the same
 PLATFORM_FACTS = Resource("builder.data", "platforms.toml")  # CPU platforms: ELF machine, suffix, page size, cross
 
 # -- code run as a file (not imported) ---------------------------------------------------------------------------
 RECIPE_PRELUDE = Resource("builder.steps.recipes", "prelude.py")  # prepended to an upstream setup.py
 OBJCACHE_SCRIPT = Resource("builder.steps.programs", "objcache.py")  # PYTORCH_NVCC wrapper, run by path
 NVCC_PLAN_SCRIPT = Resource("builder.steps.programs", "nvcc_plan.py")  # the wrapper's core pool, imported beside it
+STAGECACHE_SCRIPT = Resource("builder.steps.programs", "stagecache.py")  # the pool's device-step cache, beside it
 CROSS_CC_SCRIPT = Resource("builder.steps.programs", "cross_cc.py")  # the cross compiler's wrapper, run by path
 
 # -- templates (index_site/templates), loaded by jinja2's PackageLoader -----------------------------------------
@@ -69,7 +71,7 @@ TEMPLATES = tuple(
 # torch.toml and archs.toml are not here: the facts a job is planned from (ABI, manylinux, archs, toolkit version)
 # are fields of the job.
 BUILD_DATA = (RECIPE_FACTS, REPAIR_EXCLUDES, BUILD_REQUIREMENTS, TOOLKITS, RECIPE_PRELUDE, OBJCACHE_SCRIPT,
-              NVCC_PLAN_SCRIPT, PLATFORM_FACTS, CROSS_CC_SCRIPT)
+              NVCC_PLAN_SCRIPT, STAGECACHE_SCRIPT, PLATFORM_FACTS, CROSS_CC_SCRIPT)
 
 # Files that are not Python modules, by package: setup.py's package_data. (.py files ship as modules anyway.)
 NOT_MODULES = (
@@ -81,6 +83,7 @@ NOT_MODULES = (
     ARCH_FACTS,
     IMAGE_BASES,
     COMPILE_COSTS,
+    DEVICE_REUSE,
     PLATFORM_FACTS,
     *TEMPLATES,
 )

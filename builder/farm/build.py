@@ -49,7 +49,7 @@ from builder.steps.environment import (
 from builder.steps.fetch import fetch_sdist, unpack_sdist
 from builder.steps.nvcc_time import seed_costs, unit_costs
 from builder.steps.platform import cross_target
-from builder.steps.recipes import apply_recipe
+from builder.steps.recipes import RecipeResult, apply_recipe
 from builder.steps.recipes.facts import package_facts
 from builder.steps.repair import load_excludes, repair_wheel
 from builder.steps.toolchain import Toolchain, ToolkitReadiness
@@ -221,6 +221,16 @@ def _base_entry(job: Job, digest: str, layout: Layout, **fields: Any) -> LedgerE
     )
 
 
+def _patched(job: Job, sdist: Path, into: Path) -> tuple[Path, RecipeResult]:
+    """The sdist unpacked into ``into``, upstream's missing files overlaid, the recipe applied; each change logged."""
+    source = unpack_sdist(sdist, into)
+    added = overlay_upstream(job, source)
+    recipe = apply_recipe(source, job)
+    for change in (*added, *recipe.changes):
+        log_note(f"recipe: {change}")
+    return source, recipe
+
+
 class Builder:
     def __init__(
         self, layout: Layout, facts: TorchFacts, options: BuildOptions, progress: Progress | None = None
@@ -336,20 +346,18 @@ class Builder:
         with timer("env"):
             runtime, toolkit, env, crossed = self._environment(job)
         with timer("patch"):
-            source = unpack_sdist(sdist, work / "unpacked")
-            added = overlay_upstream(job, source)
-            recipe = apply_recipe(source, job)
-            for change in (*added, *recipe.changes):
-                log_note(f"recipe: {change}")
+            source, recipe = _patched(job, sdist, work / "unpacked")
         with timer("compile"), compilation.compile_job(
             job, env, source, runtime.site_packages, recipe_env=recipe.env, into=work / "built",
             timeline_to=self.layout.timeline_for(job), started=timer.started["compile"], share=share,
-            objcache=self.options.objcache, costs=_pool_costs(job, recipe.part_shares, measured), crossed=crossed,
+            objcache=self.options.objcache, costs=_pool_costs(job, recipe.part_shares, measured), toolkit=toolkit,
+            crossed=crossed,
         ) as built:
             compiled = {  # how it was compiled, for the ledger (the wheel carries its own record: provenance below)
                 "toolchain": json.dumps(toolkit.as_dict(), sort_keys=True),
                 "compile_times": json.dumps(built.times),
                 "torch_wheel": json.dumps(runtime.origin(), sort_keys=True),
+                **built.record,  # what it reused, each stage's cost
             }
             relinked = self._relink(job, built.source, built.wheel, work / "slim")  # the objects are only here
         with timer("repair"), self._repair_lock:

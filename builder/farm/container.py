@@ -31,6 +31,7 @@ from builder.farm.images import ImageSpec, ensure_image, image_for, images_for
 from builder.plan.expand import host_python
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
+from builder.steps import sharedcache
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,18 @@ NETWORK_ENV = (
     "https_proxy",
     "no_proxy",
 )
+# The farm's shared device-step cache (builder/steps/sharedcache.py): its settings and what decides whether this run
+# may write it (only main's) go in by value, the bucket's credentials by name only (never on the engine's command line)
+SHARED_CACHE_ENV = (
+    sharedcache.REMOTE_ENV,
+    sharedcache.ENDPOINT_ENV,
+    sharedcache.MAX_GB_ENV,
+    sharedcache.WRITE_ENV,
+    "GITHUB_ACTIONS",
+    "GITHUB_REF",
+    "GITHUB_EVENT_NAME",
+)
+CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION")
 CACHE = Path("/var/cache/wheelwright")
 PIP_CACHE = Path("/root/.cache/pip")
 
@@ -123,6 +136,15 @@ def host_network(environ: Mapping[str, str] = os.environ) -> tuple[list[Mount], 
         return [], env
     env.update(PIP_CERT=str(HOST_CA), SSL_CERT_FILE=str(HOST_CA), REQUESTS_CA_BUNDLE=str(HOST_CA))
     return [Mount(source=bundle.resolve(), target=HOST_CA, read_only=True)], env
+
+
+def shared_cache_env(environ: Mapping[str, str] = os.environ) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The shared cache's settings (by value) and the bucket's credentials (by name) that are set here, for the
+    container's build; nothing where no shared cache is named."""
+    if not environ.get(sharedcache.REMOTE_ENV):
+        return {}, ()
+    return ({key: environ[key] for key in SHARED_CACHE_ENV if environ.get(key)},
+            tuple(key for key in CREDENTIAL_ENV if environ.get(key)))
 
 
 def toolkit_home(root: Path) -> Path:
@@ -212,13 +234,15 @@ class ContainerBackend:
         network_mounts, network_env = host_network()
         mounts += network_mounts
         env.update(network_env)
+        cache_env, credentials = shared_cache_env()
+        env.update(cache_env)
         toolkit = self._host_toolkit(group[0]) if spec.mounts_toolkit else None
         if toolkit:
             home = toolkit_home(toolkit)
             mounts.append(Mount(source=home, target=spec.cuda_home, read_only=True))
             env["WHEELWRIGHT_CUDA_HOME"] = str(spec.cuda_home / toolkit.relative_to(home))
         script = inner_script(group, spec, self.invocation, self.layout, self.options)
-        return RunSpec(image=tag, command=("bash", "-c", script), mounts=tuple(mounts), env=env)
+        return RunSpec(image=tag, command=("bash", "-c", script), mounts=tuple(mounts), env=env, inherit=credentials)
 
     def _host_toolkit(self, job: Job) -> Path | None:
         from builder.steps.environment import find_toolkit

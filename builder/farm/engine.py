@@ -45,6 +45,8 @@ class RunSpec:
     command: tuple[str, ...]
     mounts: tuple[Mount, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    # names the container takes from the engine's own environment: secrets, never on its command line
+    inherit: tuple[str, ...] = ()
     workdir: Path | None = None
     name: str | None = None
 
@@ -135,6 +137,8 @@ def run_arguments(spec: RunSpec) -> list[str]:
         args += ["--mount", mount.flag()]
     for key, value in sorted(spec.env.items()):
         args += ["--env", f"{key}={value}"]
+    for key in sorted(spec.inherit):
+        args += ["--env", key]
     if spec.workdir:
         args += ["--workdir", str(spec.workdir)]
     return [*args, spec.image, *spec.command]

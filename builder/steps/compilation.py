@@ -13,10 +13,11 @@ import shlex
 import shutil
 import sys
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import build
 
@@ -25,11 +26,13 @@ from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, kill_marked, run
 from builder.core.settings import cache_root, setting, setting_number, setting_path
 from builder.plan.job import Job
-from builder.steps import cross, timeline
+from builder.steps import cross, sass, sharedcache, timeline
+from builder.steps.bucket import BucketError
 from builder.steps.environment import BuildEnv
-from builder.steps.nvcc_time import read_times
-from builder.steps.programs import nvcc_plan
+from builder.steps.nvcc_time import read_times, stage_times
+from builder.steps.programs import nvcc_plan, stagecache
 from builder.steps.programs import objcache as nvcc_cache
+from builder.steps.toolchain import Toolchain
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +121,11 @@ class Workspace:
         return self.root / "nvcc-costs.json"
 
     @property
+    def events(self) -> Path:
+        """This build's object-cache events (objcache.py, stagecache.py): what it reused, and from which build."""
+        return self.root / "objcache-events.jsonl"
+
+    @property
     def timeline(self) -> Path:
         """The build's timeline (builder/steps/timeline.py): the pool's steps and the compile stage's marks."""
         return self.core_pool / nvcc_plan.TIMELINE
@@ -128,9 +136,12 @@ class Workspace:
 
     @classmethod
     def for_job(cls, job: Job) -> Workspace:
-        """Per (package, version, label), and per platform beside x86_64: an aarch64 build's objects, core pool and
-        timeline never share a folder with the x86_64 build of the same label."""
-        name = f"{job.package}-{job.local_version}"
+        """One per (package, version, accelerator), not per torch: the device steps of builds against different
+        torch versions then run with the same paths, so the stage cache can reuse what is provably the same
+        (stagecache.py). Builds of one workspace take turns (its lock); the second then reuses the first's work.
+        Per platform beside x86_64: an aarch64 build's objects, core pool and timeline never share a folder with
+        the x86_64 build of the same version and accelerator."""
+        name = f"{job.package}-{job.version}+{job.accelerator.name}"
         return cls(root=fixed_root() / (name if job.platform == "x86_64" else f"{name}-{job.platform}"))
 
 
@@ -150,7 +161,9 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
         if space.torch_site.is_symlink() or space.torch_site.exists():
             space.torch_site.unlink()
         space.torch_site.symlink_to(torch_site, target_is_directory=True)
+        fixed_header_times(torch_site / "torch" / "include")
         space.nvcc_times.unlink(missing_ok=True)
+        space.events.unlink(missing_ok=True)
         shutil.rmtree(space.core_pool, ignore_errors=True)
         space.core_pool.mkdir()  # the timeline's folder, pool or not
         yield space
@@ -164,6 +177,7 @@ class Compiled:
     wheel: Path
     times: list[dict[str, object]]
     source: Path
+    record: dict[str, str]  # the ledger's reuse and stage_times (compile_record)
 
 
 @contextmanager
@@ -180,22 +194,49 @@ def compile_job(
     share: int = 1,
     objcache: str = "off",
     costs: Mapping[str, Mapping[str, float]] | None = None,
+    toolkit: Toolchain,
     crossed: cross.CrossBuild | None = None,
 ) -> Iterator[Compiled]:
     """The compile phase: the patched ``source`` at the fixed paths, the build's environment (the object cache in
     mode ``objcache``: use, verify or off; the core pool ordered by ``costs``; a cross build's wrappers), the PEP 517
     backend writing the wheel into ``into``; the timeline (phase begun at ``started``) kept at ``timeline_to``, a
-    failed compile's too. The workspace stays held until the block ends."""
+    failed compile's too; the farm's shared device-step cache of ``toolkit`` around it (shared_objects). The
+    workspace stays held until the block ends."""
     with workspace(job, source, torch_site) as space:
         parallelism = Parallelism.fit(len(job.archs), share=share)
         cache = None if objcache == "off" else (objcache_root(), objcache)
         cross_environ = crossed.environ(space.torch_site, *cross.build_paths(env.python)) if crossed else None
         environ = build_environ(job, env, recipe_env, space, parallelism, cache, costs, cross=cross_environ)
         try:
-            wheel = compile_wheel(job, env, space, environ, into)
+            with shared_objects(job, toolkit, space, cache):  # the farm's device steps
+                wheel = compile_wheel(job, env, space, environ, into)
         finally:  # a failed compile's timeline says where it stood
             keep_timeline(space, timeline_to, started=started, parallelism=parallelism)
-        yield Compiled(wheel=wheel, times=read_times(space.nvcc_times), source=space.source)
+        record = compile_record(space, cache, toolkit)
+        yield Compiled(wheel=wheel, times=read_times(space.nvcc_times), source=space.source, record=record)
+
+
+SOURCE_EPOCH = 315532800  # 1980-01-01, the build's SOURCE_DATE_EPOCH unless the environment sets one
+
+
+def fixed_header_times(include: Path) -> int:
+    """Give torch's headers one mtime, the source epoch; returns how many it changed. With -lineinfo (upstream's
+    flags) ptxas writes the size and mtime of every header the device code came from into the cubin's line table,
+    and pip leaves each header its install time: every install of one torch gave other cubin bytes, on every machine,
+    and no cubin could be reused across torch versions or runners (stagecache.py keys ptxas on those stats)."""
+    epoch = int(os.environ.get("SOURCE_DATE_EPOCH", SOURCE_EPOCH))
+    changed = 0
+    for folder, _, files in os.walk(include):
+        for name in files:
+            path = os.path.join(folder, name)
+            try:
+                if int(os.stat(path).st_mtime) != epoch:
+                    os.utime(path, (epoch, epoch))
+                    changed += 1
+            except OSError as error:  # a read-only system torch: its times stay, its cubins are its own
+                log.warning("%s: cannot set its mtime (%s); its cubins will not be shared", path, error.strerror)
+                return changed
+    return changed
 
 
 def build_environ(
@@ -227,7 +268,7 @@ def build_environ(
         NVCC_APPEND_FLAGS=f"--threads {parallelism.nvcc_threads} --time {space.nvcc_times}",  # the pool drops it
         PIP_NO_BUILD_ISOLATION="1",
         PYTHONUNBUFFERED="1",  # the backend writes to our pipe: lines reach the log and the progress as they happen
-        SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", "315532800"),
+        SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", str(SOURCE_EPOCH)),
     )
     environ[WORKSPACE_ENV] = str(space.root)  # how the next build finds what a killed one left running
     environ.update(compiler_environ(toolkit.cc, toolkit.cxx, environ["PATH"]))
@@ -249,6 +290,10 @@ def build_environ(
     environ[nvcc_plan.TIMELINE_ENV] = str(space.timeline)
     # setuptools adds the build venv's include directory: per Python, like the interpreter's own
     environ[nvcc_cache.PER_PYTHON_ENV] = str(env.python.parent.parent / "include")
+    environ[nvcc_cache.SCOPE_ENV] = f"torch {job.torch} {job.accelerator.name}"  # host objects: per torch, always
+    # who stored a reused device step, the ledger says: the job, and its torch (one label spans a torch's patches)
+    environ[stagecache.JOB_ENV] = f"{job.identifier} (torch {job.torch})"
+    environ[stagecache.EVENTS_ENV] = str(space.events)
     return environ
 
 
@@ -347,3 +392,90 @@ def translation_unit(line: str) -> str | None:
 
 def objcache_root() -> Path:
     return setting_path("WHEELWRIGHT_OBJCACHE_DIR") or cache_root() / "objects"
+
+
+def device_archs(job: Job) -> tuple[str, ...]:
+    """The archs the job's device steps are recorded under (nvcc_plan.arch_label): ``10.0+PTX`` and ``compute_80``
+    compile the chains of 10.0 and 8.0."""
+    labels = {nvcc_plan.arch_label(arch.sass if arch.has_sass else str(arch)) for arch in job.archs}
+    return tuple(sorted(labels))
+
+
+@contextmanager
+def shared_objects(job: Job, toolkit: Toolchain, space: Workspace, objcache: tuple[Path, str] | None) -> Iterator[None]:
+    """The farm's shared device-step cache around one compile (sharedcache.py): the job's entries pulled before,
+    those it used or made pushed after it succeeded (on main only). A bucket's failure is logged, never fatal."""
+    local = stagecache.StageCache(objcache[0], objcache[1], os.environ) if objcache and objcache[1] != "off" else None
+    shared = sharedcache.from_environ(os.environ, local) if local is not None else None
+    if shared is None or local is None:
+        yield
+        return
+    cuda = toolkit.cuda
+    scope = sharedcache.Scope(toolkit=sharedcache.toolkit_id(cuda, toolkit.root, local.programs),
+                              package=job.package, version=job.version, archs=device_archs(job))
+    _shared_step("pull", lambda: shared.pull(scope))
+    yield
+    _shared_step("push", lambda: shared.push(scope, sharedcache.events_of(space.events)))
+
+
+def _shared_step(name: str, action: Callable[[], sharedcache.Report]) -> None:
+    try:
+        report = action()
+    except (BucketError, OSError) as error:  # a cache never fails a build
+        context.log_note(f"shared object cache: {name} failed, going on without it: {type(error).__name__}: {error}")
+        return
+    context.log_note(report.describe())
+
+
+def reuse_record(space: Workspace, cache: Path | None = None, cuobjdump: Path | None = None) -> dict[str, object]:
+    """What the build's compile reused, for the ledger: whole objects (per Python, same torch) and device steps
+    (cicc, ptxas; any torch of the toolkit), by result, the jobs that compiled what it reused, and under
+    ``--objcache verify`` the per-kernel SASS comparison of every re-made cubin with the one it would have used
+    (``cache``: the object cache's folder, where both are kept)."""
+    events = sharedcache.events_of(space.events)
+    counts: dict[str, dict[str, int]] = {}
+    reused = []
+    for event in events:
+        kind = str(event.get("stage", "object"))
+        result = str(event.get("result"))
+        counts.setdefault(kind, {}).setdefault(result, 0)
+        counts[kind][result] += 1
+        if "stage" in event and result in ("hit", "verified", "mismatch"):
+            reused.append({k: event.get(k) for k in ("unit", "arch", "stage", "from", "result")})
+    record: dict[str, object] = {"counts": counts, "reused": reused}
+    if cache is not None and cuobjdump is not None and any(e.get("result") in ("verified", "mismatch")
+                                                           for e in events if "stage" in e):
+        record["kernels"] = verify_kernels(events, stagecache.StageCache(cache, "verify", {}), cuobjdump)
+    return record
+
+
+def verify_kernels(events: Sequence[Mapping[str, Any]], cache: stagecache.StageCache, cuobjdump: Path,
+                   ) -> dict[str, int]:
+    """Per-kernel SASS of each cubin ``--objcache verify`` compiled afresh against the cached one it would have
+    used: kernels compared, equal, differing (cuobjdump -sass with sass.py's normalisation)."""
+    compared = equal = 0
+    for event in events:
+        if event.get("stage") != "ptxas" or event.get("result") not in ("verified", "mismatch"):
+            continue
+        cached, fresh = cache.blob(event["outputs"]["-o"]), cache.blob(event["fresh"]["-o"])
+        if not (cached.is_file() and fresh.is_file()):
+            continue
+        mine, theirs = sass.kernel_sass(cuobjdump, fresh), sass.kernel_sass(cuobjdump, cached)
+        for kernel in set(mine) | set(theirs):
+            compared += 1
+            equal += mine.get(kernel) == theirs.get(kernel)
+    return {"compared": compared, "equal": equal, "differing": compared - equal}
+
+
+def compile_record(space: Workspace, objcache: tuple[Path, str] | None, toolkit: Toolchain) -> dict[str, str]:
+    """The ledger's ``reuse`` and ``stage_times`` of the compile just done in ``space`` (JSON text)."""
+    verifying = objcache is not None and objcache[1] == "verify"
+    cuobjdump = sass.find_cuobjdump(toolkit.root) if verifying else None
+    reuse = reuse_record(space, objcache[0] if objcache else None, cuobjdump)
+    counts = reuse["counts"]
+    if isinstance(counts, dict) and counts:
+        context.log_note("object cache: " + "; ".join(
+            f"{kind} " + ", ".join(f"{n} {result}" for result, n in sorted(by.items())) for kind, by in counts.items()))
+    if kernels := reuse.get("kernels"):
+        context.log_note(f"object cache verify: per-kernel SASS of re-made cubins: {kernels}")
+    return {"reuse": json.dumps(reuse, sort_keys=True), "stage_times": json.dumps(stage_times(space.timeline))}

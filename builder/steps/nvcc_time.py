@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import fnmatch
+import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -71,3 +72,46 @@ def seed_costs(package: str, part_shares: Mapping[str, tuple[str, float]]) -> di
         if seed is not None:
             costs[part] = {EVERY_ARCH: round(seed.default * share, 3)}
     return costs
+
+
+# a step of the core pool's timeline (nvcc_plan.py) -> the compile stage it is: the front end (host preprocessing,
+# cudafe++), then per arch the device preprocessing, cicc and ptxas, then the host part (fatbinary, the host compile)
+_CHAIN_STAGES = {"gcc (preprocessing)": "preprocess", "cicc": "cicc", "ptxas": "ptxas"}
+FRONT, HOST_STAGE = "front", "host"
+STAGES = (FRONT, "preprocess", "cicc", "ptxas", HOST_STAGE)
+
+
+def stage_of(part: str, step: str) -> str | None:
+    """The stage a timeline row of ``part`` (front, chain, back) running ``step`` belongs to."""
+    if part == "front":
+        return FRONT
+    if part == "back":
+        return HOST_STAGE
+    if part == "chain":
+        return _CHAIN_STAGES.get(step, "preprocess" if "(preprocessing)" in step else None)
+    return None
+
+
+def stage_times(timeline: Path) -> list[dict[str, object]]:
+    """[{"unit", "arch", "stage", "cpu", "wall"}] summed per (unit, arch, stage) over the steps the build compiled
+    (a step the stage cache reused is left out: these are what compiling costs); arch "" for the once-per-unit
+    front end and host part. CPU-seconds from each step's wait4, wall from its start and end."""
+    if not timeline.is_file():
+        return []
+    totals: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for line in timeline.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(row, dict) or "step" not in row or row.get("result") == "hit":
+            continue
+        stage = stage_of(str(row.get("phase")), str(row["step"]))
+        if stage is None:
+            continue
+        arch = "" if stage in (FRONT, HOST_STAGE) else str(row.get("arch", ""))
+        total = totals[(str(row.get("unit")), arch, stage)]
+        total[0] += float(row.get("cpu", 0.0))
+        total[1] += float(row.get("end", 0.0)) - float(row.get("start", 0.0))
+    return [{"unit": unit, "arch": arch, "stage": stage, "cpu": round(cpu, 3), "wall": round(wall, 3)}
+            for (unit, arch, stage), (cpu, wall) in sorted(totals.items())]

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from collections import defaultdict
+from importlib import metadata
 from pathlib import Path
 
 _ARCH = re.compile(r"^\s*code for (sm_\w+)\s*$")
@@ -50,3 +52,19 @@ def kernel_sass(cuobjdump: Path, path: Path) -> dict[tuple[str, str], str]:
         elif body is not None:
             body.append(normalise(line))
     return {key: "\n--\n".join(sorted("\n".join(b) for b in bodies)) for key, bodies in sorted(kernels.items())}
+
+
+def find_cuobjdump(toolkit: Path | None = None) -> Path | None:
+    """A cuobjdump with nvdisasm beside it, for per-kernel comparisons: the nvidia-cuda-cuobjdump wheel's (the test
+    extra installs it with nvidia-cuda-nvdisasm), else the toolkit's own, else PATH's; None when there is none."""
+    try:
+        files = metadata.distribution("nvidia-cuda-cuobjdump").files or ()
+        dist = metadata.distribution("nvidia-cuda-cuobjdump")
+        found = [Path(str(dist.locate_file(f))) for f in files if f.name == "cuobjdump"]
+    except metadata.PackageNotFoundError:
+        found = []
+    if toolkit is not None:
+        found.append(toolkit / "bin" / "cuobjdump")
+    if which := shutil.which("cuobjdump"):
+        found.append(Path(which))
+    return next((path for path in found if path.is_file() and (path.parent / "nvdisasm").is_file()), None)

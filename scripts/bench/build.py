@@ -17,8 +17,13 @@
     and prints what the cache itself cost): its wall, its ratio to ours (target <= 0.1) and where its seconds go.
     After each of today, ours and learned: where the compile phase's wall went, read from the job's timeline
     (builder/steps/timeline.py; logs/JOB.timeline.jsonl in its output), and the phases after it from the ledger.
+(e) --cross-torch A,B: the same package version for torch A, then for torch B, one object cache (cold before A):
+    B reuses the device steps the stage cache proves the same (builder/steps/programs/stagecache.py); each build's
+    wall and CPU-seconds side by side, what B reused and from which job (the ledger's reuse column), then B again with
+    --objcache verify into another output: every reused step compiled afresh and compared, the cubins per kernel.
 
 Usage: .venv/bin/python -m scripts.bench_build [--full] [--python 3.11 --second-python 3.12] [--workdir DIR]
+       .venv/bin/python -m scripts.bench_build --cross-torch 2.12.1,2.13.0 [--package causal-conv1d] [--archs 9.0]
        .venv/bin/python -m scripts.bench_build --full-arch causal-conv1d [--runs upstream,today,ours,second]
                                                [--limit S] [--python 3.11 --second-python 3.12]
 """
@@ -369,6 +374,19 @@ def where_the_wall_went(name: str, workdir: Path, python: str) -> list[str]:
     return lines
 
 
+def stage_cpu(name: str, workdir: Path, python: str, measured: Measured) -> str:
+    """Where the build's CPU-seconds went, from the ledger's stage_times (each nvcc step's wait4): per stage, summed
+    over units and archs, and what the rest of the build (Python, the pool, ninja, the link, repair, verify) took."""
+    rows = json.loads(ledger_entry(workdir / name / "out", python).stage_times or "[]")
+    sums: dict[str, float] = {}
+    for row in rows:
+        sums[row["stage"]] = sums.get(row["stage"], 0.0) + float(row["cpu"])
+    spent = ", ".join(f"{stage} {sums[stage]:.0f}" for stage in ("front", "preprocess", "cicc", "ptxas", "host")
+                      if stage in sums)
+    rest = measured.cpu - sum(sums.values())
+    return f"(d) {name}: CPU-s by stage: {spent or 'none recorded'}; the rest of the build {rest:.0f}"
+
+
 def cache_overhead(objcache: Path) -> str:
     """What ours' object cache itself cost (keys, lookups, stores), summed over its TUs, from its events."""
     events = compile_events(objcache)
@@ -414,6 +432,7 @@ def full_arch(args: argparse.Namespace, workdir: Path) -> None:
         print(f"{results[name].line()}  compiled: {compiled[name]}", flush=True)
         if name != "upstream":
             print(critical_path(name, workdir, results[name]), flush=True)
+            print(stage_cpu(name, workdir, args.python, results[name]), flush=True)
             print("\n".join(where_the_wall_went(name, workdir, args.python)), flush=True)
         if name == "ours" and "second" in runs:
             print(cache_overhead(workdir / "ours" / "objcache"), flush=True)
@@ -424,6 +443,59 @@ def full_arch(args: argparse.Namespace, workdir: Path) -> None:
         if mine in results and other in results:
             print(f"(d) {mine}/{other}: wall {results[mine].wall / results[other].wall:.2f}, "
                   f"CPU {results[mine].cpu / results[other].cpu:.2f}", flush=True)
+
+
+def cross_torch_build(name: str, package: str, torch: str, archs: list[str], workdir: Path, output: Path,
+                      objcache: Path, mode: str, limit: float) -> Measured:
+    """`wheelwright build` of the package for one torch (the host Python), into ``output``, with the object cache
+    at ``objcache`` in ``mode``; measured as (d) measures (wall, CPU of the whole process tree)."""
+    folder = workdir / name
+    folder.mkdir(parents=True, exist_ok=True)
+    matrix = bench_matrix(folder, ["host"], archs, package, torch)
+    env = {**os.environ, "WHEELWRIGHT_OBJCACHE_DIR": str(objcache)}
+    command = [sys.executable, "-m", "builder.cli.main", "build", "--matrix", str(matrix), "--profile", "bench",
+               "--select", "*", "--output", str(output), "--objcache", mode]
+    return measure(name, command, env, limit, workdir / f"{name}.log")
+
+
+def torch_entry(output: Path, torch: str) -> LedgerEntry:
+    with Ledger(output / "ledger.sqlite") as ledger:
+        (entry,) = [e for e in ledger.entries() if e.torch == torch]
+    return entry
+
+
+def reuse_lines(name: str, entry: LedgerEntry) -> list[str]:
+    """The ledger's reuse column of one build, spelled out: each stage's results, the jobs it reused from."""
+    reuse = json.loads(entry.reuse or "{}")
+    counts = "; ".join(f"{kind}: " + ", ".join(f"{n} {r}" for r, n in sorted(by.items()))
+                       for kind, by in sorted(reuse.get("counts", {}).items()))
+    sources = sorted({str(r.get("from")) for r in reuse.get("reused", ())})
+    lines = [f"(e) {name}: {entry.status}; object cache {counts or 'no events'}"]
+    if sources:
+        lines.append(f"(e) {name}: device steps reused from {', '.join(sources)}")
+    if "kernels" in reuse:
+        lines.append(f"(e) {name}: per-kernel SASS of every re-made cubin against the reused one: {reuse['kernels']}")
+    return lines
+
+
+def cross_torch(args: argparse.Namespace, workdir: Path) -> None:
+    first, second = args.cross_torch.split(",")
+    archs = args.archs.split(",") if args.archs else ["9.0"]
+    objcache, output = workdir / "objcache", workdir / "out"
+    for stale in (objcache, output, workdir / "out-verify"):
+        shutil.rmtree(stale, ignore_errors=True)  # one run: a cold cache before the first build
+    print(f"bench_build (e): {args.package}, torch {first} then {second}, archs {','.join(archs)}, "
+          f"{len(os.sched_getaffinity(0))} cores, load {os.getloadavg()[0]:.1f}, workdir {workdir}", flush=True)
+    runs = [("first", first, output, "use"), ("second", second, output, "use"),
+            ("verify", second, workdir / "out-verify", "verify")]
+    results = {}
+    for name, torch, into, mode in runs:
+        results[name] = cross_torch_build(name, args.package, torch, archs, workdir, into, objcache, mode, args.limit)
+        print(f"{results[name].line().replace('(d)', '(e)')}  torch {torch}, objcache {mode}, "
+              f"load {os.getloadavg()[0]:.1f}", flush=True)
+        print("\n".join(reuse_lines(name, torch_entry(into, torch))), flush=True)
+    print(f"(e) second/first: wall {results['second'].wall / results['first'].wall:.2f}, "
+          f"CPU {results['second'].cpu / results['first'].cpu:.2f}", flush=True)
 
 
 def compile_events(objcache: Path) -> list[dict[str, Any]]:
@@ -449,6 +521,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--torch", default="2.14.1", help="(d): the torch to build against (the GPU box: 2.11.0)")
     parser.add_argument("--limit", type=float, default=3600.0, help="(d): seconds each build may take")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--cross-torch", metavar="A,B", help="only (e): torch A, then torch B reusing A's device steps")
+    parser.add_argument("--package", default=PACKAGE, choices=("causal-conv1d", "mamba-ssm"), help="(e): the package")
     return parser
 
 
@@ -497,6 +571,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-build-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    if args.cross_torch:
+        cross_torch(args, workdir)
+        return 0
     if args.full_arch:
         full_arch(args, workdir)
         return 0

@@ -253,7 +253,10 @@ def test_pinned_sdists_are_cached_with_their_hashes() -> None:
         assert path.name == job.sdist.filename and sha256_of(path) == job.sdist.sha256
 
 
-def test_a_full_arch_causal_conv1d_job_hands_the_pool_its_split_parts_shares(tmp_path: Path) -> None:
+def test_a_full_arch_causal_conv1d_job_hands_the_pool_its_split_parts_shares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WHEELWRIGHT_SPLIT_CORES", "64")  # enough cores that all six parts pay
     job = job_for("causal-conv1d-1.7.0", archs=("7.5", "8.0", "9.0", "10.0", "12.0"))
     root = fresh_tree(job, tmp_path)
     result = apply_recipe(root, job)

@@ -68,7 +68,7 @@ class FakeStages:
     def workspace(job, source, torch_site):
         source.mkdir(parents=True, exist_ok=True)
         yield SimpleNamespace(source=source, nvcc_times=source / "no-nvcc-time.csv",
-                              timeline=source / "timeline.jsonl", ninja_logs=list)
+                              timeline=source / "timeline.jsonl", ninja_logs=list, events=source / "events.jsonl")
 
     def compile_wheel(self, job, env, space, environ, outdir) -> Path:
         if job.package in self.fail:

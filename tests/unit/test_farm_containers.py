@@ -334,14 +334,15 @@ def test_measured_unit_costs_in_the_ledger_replace_the_seed(tmp_path: Path) -> N
     ledger = tmp_path / "ledger.sqlite"
     times = '[{"unit": "a.cu", "arch": "9.0", "seconds": 100}, {"unit": "a.cu", "arch": "host", "seconds": 5}]'
     with sqlite3.connect(ledger) as db:
-        db.execute("CREATE TABLE jobs (job_id, package, compile_times)")
-        db.execute("INSERT INTO jobs VALUES ('j1', 'causal-conv1d', ?)", (times,))
-        db.execute("INSERT INTO jobs VALUES ('j2', 'causal-conv1d', ?)", (times.replace("100", "120"),))
+        db.execute("CREATE TABLE jobs (job_id, package, accelerator, compile_times)")
+        db.execute("INSERT INTO jobs VALUES ('j1', 'causal-conv1d', 'cu130', ?)", (times,))
+        db.execute("INSERT INTO jobs VALUES ('j2', 'causal-conv1d', 'cu130', ?)", (times.replace("100", "120"),))
     model = ledger_model(ledger, seed_model())
     job = dataclasses.replace(plan().jobs[0], archs=("9.0", "10.0"))
+    assert job.accelerator.name == "cu130"
     costs, extrapolated, total = model.cuda_costs(job)
     assert costs == [(1, [5.0, 110.0, 110.0])] and (extrapolated, total) == (1, 2)
-    assert "compile_times of causal-conv1d" in model.source
+    assert "causal-conv1d cu130" in model.source
     assert model.units["mamba-ssm"] == seed_model().units["mamba-ssm"]
 
 
@@ -374,6 +375,22 @@ def test_the_container_reaches_registries_as_the_host_does(tmp_path: Path) -> No
         "SSL_CERT_FILE": str(HOST_CA),
         "REQUESTS_CA_BUNDLE": str(HOST_CA),
     }
+
+
+def test_the_container_shares_the_farms_cache_with_its_credentials_off_the_command_line() -> None:
+    from builder.farm.container import shared_cache_env
+
+    host = {"WHEELWRIGHT_OBJCACHE_REMOTE": "s3://farm/objects", "GITHUB_ACTIONS": "true",
+            "GITHUB_REF": "refs/heads/main", "GITHUB_EVENT_NAME": "push", "AWS_ACCESS_KEY_ID": "AKIA",
+            "AWS_SECRET_ACCESS_KEY": "secret", "HOME": "/root"}
+    env, inherit = shared_cache_env(host)
+    assert env == {key: host[key] for key in ("WHEELWRIGHT_OBJCACHE_REMOTE", "GITHUB_ACTIONS", "GITHUB_REF",
+                                              "GITHUB_EVENT_NAME")}
+    assert inherit == ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    arguments = run_arguments(RunSpec(image="img", command=("true",), env=env, inherit=inherit))
+    assert "secret" not in " ".join(arguments) and arguments.count("--env") == 6
+    assert arguments[arguments.index("AWS_ACCESS_KEY_ID") - 1] == "--env"
+    assert shared_cache_env({key: value for key, value in host.items() if "OBJCACHE" not in key}) == ({}, ())
 
 
 def test_a_job_whose_image_cannot_be_built_here_is_unbuildable_with_the_reason(backend_setup) -> None:

@@ -31,11 +31,11 @@ def test_dryrun_splits_into_one_chain_per_virtual_arch() -> None:
     plan = nvcc_plan.plan(variables, commands, depfile="k.o.d", output="k.o")
     assert sorted(plan.chains) == ["compute_80", "compute_90"]
     for arch, chain in plan.chains.items():
-        programs = [nvcc_plan._program(c) for c in chain]
+        programs = [nvcc_plan.program_of(c) for c in chain]
         assert programs[1:] == ["cicc", "ptxas"], chain  # its own preprocessing first
         assert f"-D__CUDA_ARCH__={arch[-2:]}0" in chain[0]
-    assert [nvcc_plan._program(c) for c in plan.front] == ["gcc", "cudafe++"]
-    assert [nvcc_plan._program(c) for c in plan.back] == ["fatbinary", "rm", "gcc"]
+    assert [nvcc_plan.program_of(c) for c in plan.front] == ["gcc", "cudafe++"]
+    assert [nvcc_plan.program_of(c) for c in plan.back] == ["fatbinary", "rm", "gcc"]
     assert " -c " in plan.back[-1] and '-o "k.o"' in plan.back[-1]
     # every preprocessing writes a depfile part, the host's and each arch's: nvcc's depfile is their union
     assert len(plan.depfiles) == 3 and all("-MD -MF k.o.d.part" in c for c in [plan.front[0], *(
@@ -209,7 +209,7 @@ def test_a_failed_step_stops_the_pool_and_nothing_starts_after_it(
 ) -> None:
     ran: list[str] = []
 
-    def call(command: str, env: dict[str, str], pool: nvcc_plan.CorePool) -> int:
+    def call(command: str, env: dict[str, str], pool: nvcc_plan.CorePool, cpu: list[float] | None = None) -> int:
         ran.append(command)
         return 1 if command == "cicc --fails" else 0
 

@@ -37,7 +37,7 @@ def test_lines_appended_from_many_threads_stay_whole(tmp_path: Path) -> None:
 
 
 def test_execute_puts_every_step_and_wait_on_the_timeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nvcc_plan, "_call", lambda command, env, pool: 0)
+    monkeypatch.setattr(nvcc_plan, "_call", lambda command, env, pool, cpu=None: 0)
     steps = nvcc_plan.plan(*nvcc_plan.parse_dryrun(DRYRUN), depfile="k.o.d", output="k.o")
     path = tmp_path / "timeline.jsonl"
     pool = nvcc_plan.CorePool(tmp_path / "pool", 2)

@@ -90,9 +90,11 @@ def test_setup_py_lists_the_parts_in_place_of_the_tu(tmp_path: Path) -> None:
     assert split_tu(tmp_path, "csrc/k.cu", 2) == []  # setup.py no longer lists it: the patch reports no change
 
 
-def test_the_bwd_patch_splits_only_for_a_job_of_many_archs(tmp_path: Path) -> None:
-    from builder.steps.recipes.patches import BWD_SPLIT_MIN_ARCHS, split_causal_conv1d_bwd
+def test_the_bwd_patch_splits_only_for_a_job_of_many_archs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.steps.recipes.patches import BWD_SPLIT_MIN_ARCHS, SPLIT_CORES_ENV, split_causal_conv1d_bwd
     from tests.jobs import local_job
+
+    monkeypatch.setenv(SPLIT_CORES_ENV, "64")  # enough cores that a 5-arch job needs all six parts
 
     (tmp_path / "csrc").mkdir()
     (tmp_path / "csrc" / "causal_conv1d_bwd.cu").write_text(BODY + TAIL)
@@ -129,3 +131,37 @@ def test_the_parts_carry_the_whole_tus_times(tmp_path: Path) -> None:
     split_tu(tmp_path, "csrc/k.cu", 2)
     for part in ("k_part1.cu", "k_part2.cu"):
         assert (tmp_path / "csrc" / part).stat().st_mtime_ns == 315532800_000000000
+
+
+@pytest.mark.parametrize(
+    ("cores", "archs", "parts"),
+    [
+        (2, 9, 1),  # the dev machine: the chains pack on 2 cores whole
+        (4, 4, 1),
+        (4, 9, 2),  # a farm runner, full arch: whole, 3 of the 9 backward chains would run after the others
+        (8, 9, 3),
+        (16, 9, 3),  # the H200: 2 parts would leave 2 of 18 heavy chains for a second round on 16 cores
+        (16, 4, 6),  # few archs on many cores: every part is needed
+        (32, 9, 3),
+        (64, 9, 6),  # no more than six: the TU's heaviest instantiations cannot share a part anyway
+    ],
+)
+def test_the_bwd_split_goes_only_as_far_as_the_cores_need(cores: int, archs: int, parts: int) -> None:
+    from builder.steps.recipes.patches import bwd_parts
+
+    costs = [bwd_cost(match[0]) for match in instantiations(BODY + BWD_TAIL)]
+    assert bwd_parts(costs, archs, cores) == parts
+
+
+def test_on_few_cores_the_bwd_patch_keeps_the_tu_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.steps.recipes.patches import SPLIT_CORES_ENV, split_causal_conv1d_bwd
+    from tests.jobs import local_job
+
+    monkeypatch.setenv(SPLIT_CORES_ENV, "2")
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "causal_conv1d_bwd.cu").write_text(BODY + BWD_TAIL)
+    (tmp_path / "setup.py").write_text('sources=["csrc/causal_conv1d_bwd.cu"]\n')
+    changes = split_causal_conv1d_bwd(tmp_path, local_job(archs=("7.5", "8.0", "9.0", "10.0", "12.0")))
+    (change,) = changes
+    assert change.endswith("kept whole: on 2 cores its 5 archs' chains fit in the build's cores-bound")
+    assert not (tmp_path / "csrc" / "causal_conv1d_bwd_part1.cu").exists()

@@ -1,6 +1,7 @@
 """Schedule (translation unit, arch) pairs, not translation units: one nvcc compile taken apart into the steps
 ``nvcc --dryrun`` lists, each arch's device chain (preprocess, cicc, ptxas) run as its own unit of work on a core
-pool shared by every nvcc process of a build, longest first by the measured costs the build hands down.
+pool shared by every nvcc process of a build, longest first by the measured costs the build hands down; cicc and
+ptxas go through the stage cache the wrapper hands over (stagecache.py), under fixed temporary names.
 
 nvcc's own ``--threads N`` compiles a TU's archs in rounds of N inside one process, blind to the other TUs, so
 MAX_JOBS x N oversubscribes some cores while one TU's last archs run alone. Here each step asks the pool for one
@@ -15,19 +16,26 @@ from __future__ import annotations
 
 import fcntl
 import fnmatch
+import functools
+import hashlib
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+try:
+    from builder.steps.programs import stagecache
+except ImportError:  # run as a script beside objcache.py, where wheelwright is not importable: the sibling module
+    import stagecache  # type: ignore[no-redef,import-not-found]
 
 POOL_ENV = "WHEELWRIGHT_NVCC_POOL"  # the pool's directory: one lock file per core
 SLOTS_ENV = "WHEELWRIGHT_NVCC_SLOTS"  # how many cores the pool hands out
@@ -43,6 +51,12 @@ _VARIABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _CICC_ARCH = re.compile(r"-arch[= ](compute_\d+[af]?)")
 _OUTPUT = re.compile(r'-o "?([^"\s]+)"?')
 _FILTER_DEPENDENCIES = "-- Filter Dependencies --"
+# nvcc names its temporary files after its process id; the steps here run under one fixed name instead, in a fixed
+# folder per TU (scratch_for), so a step's command line, and the files it writes, are the same in every build of the
+# TU: what lets stagecache.py key a step on its command. The same length as nvcc's: no offset in an output moves.
+_TEMP_NAME = re.compile(r"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
+FIXED_TEMP_NAME = "tmpxft_00000000_00000000"
+SCRATCH = "nvcc-tmp"  # beside the pool's folder: one scratch folder per TU
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,7 +105,8 @@ def split_flags(args: list[str], environ: Mapping[str, str]) -> tuple[list[str],
 
 
 def parse_dryrun(text: str) -> tuple[dict[str, str], list[str]]:
-    """(variables, commands) from ``nvcc --dryrun``'s ``#$ `` lines on stderr."""
+    """(variables, commands) from ``nvcc --dryrun``'s ``#$ `` lines on stderr, nvcc's per-process temporary-file
+    name replaced by a fixed one in every command."""
     variables: dict[str, str] = {}
     commands: list[str] = []
     for line in text.splitlines():
@@ -102,11 +117,12 @@ def parse_dryrun(text: str) -> tuple[dict[str, str], list[str]]:
         if match:
             variables[match[1]] = " ".join(shlex.split(match[2]))
         elif body:
-            commands.append(body)
+            commands.append(_TEMP_NAME.sub(FIXED_TEMP_NAME, body))
     return variables, commands
 
 
-def _program(command: str) -> str:
+def program_of(command: str) -> str:
+    """The program a dryrun step runs: ``cicc``, ``ptxas``, ``gcc`` (its path and nvcc's ``$CICC_PATH/`` left out)."""
     first = shlex.split(command)[0] if command else ""
     return Path(first.replace("$CICC_PATH/", "")).name
 
@@ -119,8 +135,8 @@ def _output_of(command: str) -> str | None:
 def plan(variables: dict[str, str], commands: list[str], *, depfile: str | None, output: str) -> Plan:
     """Sort the dryrun's commands into front, per-arch chains and back; the depfile nvcc would filter out of its
     host preprocessing comes from that same preprocessing's ``-MD`` instead."""
-    ciccs = {i: m[1] for i, c in enumerate(commands) if _program(c) == "cicc" and (m := _CICC_ARCH.search(c))}
-    if not ciccs or any(_program(c) == "cicc" for i, c in enumerate(commands) if i not in ciccs):
+    ciccs = {i: m[1] for i, c in enumerate(commands) if program_of(c) == "cicc" and (m := _CICC_ARCH.search(c))}
+    if not ciccs or any(program_of(c) == "cicc" for i, c in enumerate(commands) if i not in ciccs):
         raise NotPlannable("no cicc step with an -arch")
     first_cicc = min(ciccs)
     chains: dict[str, list[str]] = {arch: [] for arch in ciccs.values()}
@@ -129,7 +145,7 @@ def plan(variables: dict[str, str], commands: list[str], *, depfile: str | None,
     front: list[str] = []
     back: list[str] = []
     for index, command in enumerate(commands):
-        program = _program(command)
+        program = program_of(command)
         out = _output_of(command)
         if index in ciccs:
             chains[ciccs[index]].append(command)
@@ -381,48 +397,82 @@ def arch_label(virtual: str) -> str:
 
 class _Timings:
     """Rows for the ``--time`` file in nvcc's own CSV layout (nvcc_time.py reads them), appended once at the end;
-    each step also goes onto the build's timeline as it ends."""
+    each step also goes onto the build's timeline as it ends, with its CPU-seconds and, for a device step run
+    through the stage cache, whether it was reused. A ``--time`` row says what compiling a (TU, arch) cost: an
+    arch whose chain reused a step writes none."""
 
     def __init__(self, source: str, timeline: Timeline | None = None) -> None:
         self.source = source
         self.timeline = timeline or Timeline(None, Path(source).name)
-        self.rows: list[str] = []
+        self.rows: list[tuple[str, str]] = []  # (the chain's arch or "", the row)
+        self.reused: set[str] = set()
         self._lock = threading.Lock()
 
-    def add(self, phase: str, arch: str, seconds: float) -> None:
+    def add(self, phase: str, arch: str, seconds: float, chain: str = "") -> None:
         with self._lock:
-            self.rows.append(f"{self.source} , {phase} , , , {arch} , nvcc , {seconds * 1000:.4f} , ms\n")
+            self.rows.append((chain, f"{self.source} , {phase} , , , {arch} , nvcc , {seconds * 1000:.4f} , ms\n"))
+
+    def reuse(self, chain: str) -> None:
+        with self._lock:
+            self.reused.add(chain)
 
     def write(self, path: str | None) -> None:
-        if not path or not self.rows:
+        rows = [row for chain, row in self.rows if not chain or chain not in self.reused]
+        if not path or not rows:
             return
         header = "" if Path(path).is_file() else "source file name , phase name , phase input files , " \
             "phase output file , arch , tool, metric , unit\n"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, (header + "".join(self.rows)).encode())
+            os.write(fd, (header + "".join(rows)).encode())
         finally:
             os.close(fd)
 
 
+@dataclass(frozen=True, kw_only=True)
+class DeviceSteps:
+    """The stage cache as one TU's device steps (cicc, ptxas) use it: the dryrun's variables (where the toolkit's
+    programs are) and the TU's scratch folder (which of a step's arguments are files it reads)."""
+
+    cache: stagecache.StageCache
+    variables: Mapping[str, str]
+    scratch: Path
+    unit: str
+
+    def run(self, stage: str, command: str, arch: str, call: Callable[[], int]) -> tuple[int, str]:
+        step = stagecache.step_of(stage, command, self.variables, self.scratch, self.cache.programs)
+        return self.cache.run(step, call, unit=self.unit, arch=arch_label(arch))
+
+
 def _run_commands(
-    commands: list[str], env: dict[str, str], timings: _Timings, arch: str, pool: CorePool, part: str = "chain"
+    commands: list[str], env: dict[str, str], timings: _Timings, arch: str, pool: CorePool, part: str = "chain",
+    devices: DeviceSteps | None = None,
 ) -> int:
     """Run a part's commands in turn (``part``: front, chain or back, for the timeline); the first failure stops
-    the pool."""
+    the pool. ``devices``: the stage cache, through which cicc and ptxas run."""
     for command in commands:
         if pool.stopped:
             sys.stderr.write(f"nvcc step not started: an earlier step of this build failed: {command}\n")
             return 1
-        if _program(command) == "rm":  # nvcc cleans up files some steps only write in some modes: never fatal
+        if program_of(command) == "rm":  # nvcc cleans up files some steps only write in some modes: never fatal
             command = command.replace("rm ", "rm -f ", 1)
+        program = program_of(command)
+        stage = stagecache.stage_of(program) if devices is not None else None
+        cpu: list[float] = []
         start = time.monotonic()
-        returncode = _call(command, env, pool)
+        if devices is not None and stage is not None:
+            call = functools.partial(_call, command, env, pool, cpu)
+            returncode, result = devices.run(stage, command, arch, call)
+        else:
+            returncode, result = _call(command, env, pool, cpu), ""
         end = time.monotonic()
-        program = _program(command)
         phase = program + (" (preprocessing)" if " -E " in command else "")
-        timings.add(phase, _ptxas_arch(command, arch) if program == "ptxas" else arch, end - start)
-        timings.timeline.add(part, arch, start, end, step=phase)
+        if result == "hit":
+            timings.reuse(arch)
+        else:
+            timings.add(phase, _ptxas_arch(command, arch) if program == "ptxas" else arch, end - start, arch)
+        extra = {"result": result} if result else {}
+        timings.timeline.add(part, arch, start, end, step=phase, cpu=round(sum(cpu), 3), **extra)
         if returncode != 0:
             sys.stderr.write(f"nvcc step failed ({returncode}): {command}\n")
             pool.stop()
@@ -430,20 +480,32 @@ def _run_commands(
     return 0
 
 
-def _call(command: str, env: dict[str, str], pool: CorePool) -> int:
-    """Run one step; a pool stopped meanwhile (another TU failed) ends it: its object would be thrown away."""
+def _call(command: str, env: dict[str, str], pool: CorePool, cpu: list[float] | None = None) -> int:
+    """Run one step; a pool stopped meanwhile (another TU failed) ends it: its object would be thrown away. The
+    step's CPU-seconds (user and system, from wait4) are appended to ``cpu``."""
     # exec: the shell becomes the step (dryrun commands are simple commands), so killing it ends the compiler; it
     # stays in the build's process group, so killing the build ends it too
-    with subprocess.Popen(["/bin/sh", "-c", f"exec {command}"], env=env) as process:
-        while True:
-            try:
-                return process.wait(timeout=_STOP_POLL_SECONDS)
-            except subprocess.TimeoutExpired:
-                if pool.stopped:
-                    process.kill()
-                    process.wait()
-                    sys.stderr.write(f"nvcc step stopped: another step of this build failed: {command}\n")
-                    return 1
+    process = subprocess.Popen(["/bin/sh", "-c", f"exec {command}"], env=env)
+    finished = threading.Event()
+
+    def watch() -> None:
+        while not finished.wait(_STOP_POLL_SECONDS):
+            if pool.stopped:
+                process.kill()
+                sys.stderr.write(f"nvcc step stopped: another step of this build failed: {command}\n")
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        _, status, usage = os.wait4(process.pid, 0)
+    finally:
+        finished.set()
+    watcher.join()
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if cpu is not None:
+        cpu.append(usage.ru_utime + usage.ru_stime)
+    return 1 if pool.stopped and process.returncode != 0 else process.returncode
 
 
 def _ptxas_arch(command: str, virtual: str) -> str:
@@ -451,7 +513,7 @@ def _ptxas_arch(command: str, virtual: str) -> str:
     return match[1] if match else virtual
 
 
-def execute(plan_: Plan, pool: CorePool, costs: Costs, timings: _Timings) -> int:
+def execute(plan_: Plan, pool: CorePool, costs: Costs, timings: _Timings, devices: DeviceSteps | None = None) -> int:
     """Front end, then every chain on its own core, then the back end; each step waits for a core."""
     env = {**os.environ, **plan_.variables}
     env.pop("NVCC_APPEND_FLAGS", None)
@@ -466,26 +528,27 @@ def execute(plan_: Plan, pool: CorePool, costs: Costs, timings: _Timings) -> int
 
     def chain(arch: str) -> None:
         commands = plan_.chains[arch]
-        cicc = next(i for i, c in enumerate(commands) if _program(c) == "cicc")
+        cicc = next(i for i, c in enumerate(commands) if program_of(c) == "cicc")
         priority = costs.arch(arch) + costs.host / 2
         writer = plan_.module_id_writer
+        run = functools.partial(_run_commands, env=env, timings=timings, arch=arch, pool=pool, devices=devices)
         try:
             if writer not in (None, arch):
                 with _core(pool, priority, timeline, "chain", arch):  # the preprocessing needs no module id
-                    results[arch] = _run_commands(commands[:cicc], env, timings, arch, pool)
+                    results[arch] = run(commands[:cicc])
                 module_id_written.wait()
                 results[arch] = results[arch] or results.get(writer, 0)
                 if results[arch] == 0:
                     with _core(pool, priority, timeline, "chain", arch):
-                        results[arch] = _run_commands(commands[cicc:], env, timings, arch, pool)
+                        results[arch] = run(commands[cicc:])
                 return
             first = cicc + 1 if arch == writer else len(commands)
             with _core(pool, priority, timeline, "chain", arch):
-                results[arch] = _run_commands(commands[:first], env, timings, arch, pool)
+                results[arch] = run(commands[:first])
                 if arch == writer:
                     module_id_written.set()
                 if results[arch] == 0:
-                    results[arch] = _run_commands(commands[first:], env, timings, arch, pool)
+                    results[arch] = run(commands[first:])
         finally:
             if arch == writer:
                 module_id_written.set()  # also when it failed: the waiters read its result
@@ -502,34 +565,70 @@ def execute(plan_: Plan, pool: CorePool, costs: Costs, timings: _Timings) -> int
         return _run_commands(plan_.back, env, timings, "", pool, "back")
 
 
+def scratch_for(pool: Path, source: Path) -> Path:
+    """The TU's folder for nvcc's temporary files: fixed for a given workspace and source, whatever the torch or
+    the Python (the workspace's path names neither), so every build runs the TU's steps with the same arguments."""
+    tag = hashlib.sha256(str(source).encode()).hexdigest()[:12]
+    return pool / SCRATCH / f"{tag}-{source.name}"
+
+
+def dryrun_plan(nvcc: str, flags: list[str], environ: Mapping[str, str], scratch: Path) -> Plan | None:
+    """nvcc's steps for ``flags`` (split_flags' output), its temporary files in ``scratch``; None when nvcc's plan is
+    not one this module takes apart."""
+    output = flags[flags.index("-o") + 1]
+    depfile = flags[flags.index("-MF") + 1] if "-MF" in flags else None
+    env = {k: v for k, v in environ.items() if k not in ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS")}
+    env["TMPDIR"] = str(scratch)  # nvcc's temporary files, named in the dryrun, live here
+    dry = subprocess.run(
+        [nvcc, "--dryrun", *flags], env=env, capture_output=True, text=True, encoding="utf-8", errors="replace",
+        check=False,
+    )
+    if dry.returncode != 0:
+        return None
+    try:
+        return plan(*parse_dryrun(dry.stderr), depfile=depfile, output=output)
+    except NotPlannable:
+        return None
+
+
 def compile_split(
-    nvcc: str, args: list[str], source: Path, environ: Mapping[str, str], *, started: float | None = None
+    nvcc: str, args: list[str], source: Path, environ: Mapping[str, str], *, started: float | None = None,
+    cache: stagecache.StageCache | None = None,
 ) -> int | None:
     """Compile one TU through the pool; None when nvcc's plan is not one this module takes apart (the caller
     then runs nvcc whole). ``started``: when the nvcc call began (the wrapper's start), for the timeline's "plan"
-    row, which ends once nvcc's dryrun is taken apart."""
+    row, which ends once nvcc's dryrun is taken apart. ``cache``: where cicc and ptxas outputs are reused."""
     flags, time_file = split_flags(args, environ)
     output = flags[flags.index("-o") + 1]
     depfile = flags[flags.index("-MF") + 1] if "-MF" in flags else None
     pool = CorePool(Path(environ[POOL_ENV]), int(environ.get(SLOTS_ENV, "1")))
-    with tempfile.TemporaryDirectory(prefix="nvcc-plan-") as scratch:
-        env = {k: v for k, v in environ.items() if k not in ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS")}
-        env["TMPDIR"] = scratch  # nvcc's temporary files, named in the dryrun, live here
-        dry = subprocess.run(
-            [nvcc, "--dryrun", *flags], env=env, capture_output=True, text=True, encoding="utf-8", errors="replace",
-            check=False,
-        )
-        if dry.returncode != 0:
-            return None
-        try:
-            steps = plan(*parse_dryrun(dry.stderr), depfile=depfile, output=output)
-        except NotPlannable:
+    scratch = scratch_for(pool.root, source)
+    with _scratch_held(scratch):
+        steps = dryrun_plan(nvcc, flags, environ, scratch)
+        if steps is None:
             return None
         timeline = Timeline(environ.get(TIMELINE_ENV), source.name)
         timeline.add("plan", "", time.monotonic() if started is None else started, time.monotonic())
         timings = _Timings(str(source), timeline)
-        returncode = execute(steps, pool, Costs.load(environ, source.name, source), timings)
+        devices = None if cache is None else DeviceSteps(cache=cache, variables=steps.variables, scratch=scratch,
+                                                         unit=source.name)
+        returncode = execute(steps, pool, Costs.load(environ, source.name, source), timings, devices)
         timings.write(time_file)
         if returncode == 0 and depfile is not None and steps.depfiles:
             merge_depfiles(steps.depfiles, depfile, output)
         return returncode
+
+
+@contextmanager
+def _scratch_held(scratch: Path) -> Iterator[None]:
+    """The TU's scratch folder, emptied, for this compile alone: two compiles of one TU at once (the same source
+    through one pool) take turns, since their steps would write the same fixed names."""
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    with open(scratch.parent / f"{scratch.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(scratch, ignore_errors=True)  # what a killed compile of this TU left
+        scratch.mkdir()
+        try:
+            yield
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)

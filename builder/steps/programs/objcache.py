@@ -27,12 +27,17 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from builder.steps.programs import nvcc_plan
-except ImportError:  # run as a script (PYTORCH_NVCC) where wheelwright is not importable: the sibling module
+    from builder.steps.programs import nvcc_plan, stagecache
+except ImportError:  # run as a script (PYTORCH_NVCC) where wheelwright is not importable: the sibling modules
     import nvcc_plan  # type: ignore[no-redef,import-not-found]
+    import stagecache  # type: ignore[no-redef,import-not-found]
 
 MODES = ("use", "verify", "off")
 PER_PYTHON_ENV = "WHEELWRIGHT_OBJCACHE_PER_PYTHON"  # os.pathsep-separated include directories, set by compilation.py
+# What a whole object is compiled for besides its command and bytes (compilation.py: the job's torch and toolkit).
+# Host objects never cross torch versions, even where every header they read is byte-identical; device code does, by
+# the stage cache (stagecache.py), keyed on exactly what each device step reads.
+SCOPE_ENV = "WHEELWRIGHT_OBJCACHE_SCOPE"
 # The job's CPU platform (x86_64, aarch64), set by compilation.py: part of every key, so an object compiled for one
 # platform is never served to another's build, whatever its command line says
 PLATFORM_ENV = "WHEELWRIGHT_OBJCACHE_PLATFORM"
@@ -62,9 +67,10 @@ def command_key(args: list[str], per_python: frozenset[str] = frozenset()) -> tu
     return _digest(json.dumps(normalised).encode()), output, depfile
 
 
-def cache_key(command: str, platform: str, source: str | None, nvcc: str | None) -> str:
-    """One object's key: its normalised command line, its platform, the source's and nvcc's bytes."""
-    return _digest(f"{command}:{platform}:{source}:{nvcc}".encode())
+def cache_key(command: str, platform: str, source: str | None, nvcc: str | None, *, scope: str = "") -> str:
+    """One object's key: its normalised command line, its platform, the source's and nvcc's bytes, and its scope
+    (SCOPE_ENV: the job's torch and toolkit)."""
+    return _digest(f"{command}:{platform}:{source}:{nvcc}:{scope}".encode())
 
 
 def source_of(args: list[str]) -> Path:
@@ -136,15 +142,18 @@ def normalise_object(path: Path) -> None:
         os.replace(temporary, path)
 
 
-def compile_deterministic(nvcc: str, args: list[str], *, started: float | None = None) -> int:
+def compile_deterministic(
+    nvcc: str, args: list[str], *, started: float | None = None, stages: stagecache.StageCache | None = None
+) -> int:
     """Run nvcc for one translation unit so that the same inputs give the same object bytes: through the build's
-    core pool, one unit of work per arch, where the build set one up (nvcc_plan.py), else nvcc whole. The whole
-    call, from ``started`` (the wrapper's start), is a "tu" row on the build's timeline."""
+    core pool, one unit of work per arch, where the build set one up (nvcc_plan.py; its cicc and ptxas steps through
+    ``stages``), else nvcc whole. The whole call, from ``started`` (the wrapper's start), is a "tu" row on the
+    build's timeline."""
     started = time.monotonic() if started is None else started
     args = deterministic_args(args, seedable=accepts_random_seed(_usage(nvcc)))
     returncode = None
     if os.environ.get(nvcc_plan.POOL_ENV):
-        returncode = nvcc_plan.compile_split(nvcc, args, source_of(args), os.environ, started=started)
+        returncode = nvcc_plan.compile_split(nvcc, args, source_of(args), os.environ, started=started, cache=stages)
     if returncode is None:
         returncode = subprocess.call([nvcc, *args])
     if returncode == 0:
@@ -217,8 +226,11 @@ class ObjectCache:
 
 
 def _record(cache: ObjectCache, event: dict[str, Any]) -> None:
-    # One JSON line per compile, appended atomically (O_APPEND, one write): the build reads hits and misses here.
+    # One JSON line per compile, appended atomically (O_APPEND, one write): the cache's log of every build, and the
+    # build's own (compilation.py reads hits and misses there)
     nvcc_plan.append_line(str(cache.root / "events.jsonl"), event)
+    if own := os.environ.get(stagecache.EVENTS_ENV):
+        nvcc_plan.append_line(own, event)
 
 
 def main(argv: list[str]) -> int:
@@ -235,9 +247,11 @@ def main(argv: list[str]) -> int:
         return compile_deterministic(nvcc, args, started=keyed)
     cache = ObjectCache(Path(root))
     cache.root.mkdir(parents=True, exist_ok=True)
+    stages = stagecache.StageCache(cache.root, mode, os.environ)
     per_python = frozenset(filter(None, os.environ.get(PER_PYTHON_ENV, "").split(os.pathsep)))
     key, output, depfile = command_key(args, per_python)
-    key = cache_key(key, os.environ.get(PLATFORM_ENV, "x86_64"), _file_digest(str(source_of(args))), _file_digest(nvcc))
+    key = cache_key(key, os.environ.get(PLATFORM_ENV, "x86_64"), _file_digest(str(source_of(args))), _file_digest(nvcc),
+                    scope=os.environ.get(SCOPE_ENV, ""))
     source = str(source_of(args))
     entry = cache.lookup(key)
     start = time.monotonic()
@@ -247,7 +261,7 @@ def main(argv: list[str]) -> int:
         _record(cache, {"source": source, "result": "hit", "seconds": done - start, "cache_seconds": done - keyed})
         _timeline(source_of(args)).add("tu", "", keyed, done, result="hit")
         return 0
-    returncode = compile_deterministic(nvcc, args, started=keyed)
+    returncode = compile_deterministic(nvcc, args, started=keyed, stages=stages)
     if returncode != 0:
         return returncode
     compiled = time.monotonic()

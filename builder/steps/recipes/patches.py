@@ -3,12 +3,15 @@ the changes it made (for the job log)."""
 
 from __future__ import annotations
 
+import heapq
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from builder.core.settings import setting
 from builder.plan.job import PATCH_NAMES
-from builder.steps.recipes.tu_split import split_tu
+from builder.steps.recipes.tu_split import instantiations, partition, split_tu
 
 PatchFunction = Callable[[Path, object], list[str]]
 
@@ -84,11 +87,55 @@ def bwd_cost(line: str) -> float:
     return BWD_COSTS.get(key, max(BWD_COSTS.values())) if key else max(BWD_COSTS.values())
 
 
+# What else the build costs, in BWD_COSTS' units: each part's body per arch (see BWD_COSTS) and its host work once
+# (about 40 s of CPU, above), and the forward and update TUs per arch (the seed's 24.4 and 8.4 s beside the
+# backward's 261.1 s, scaled to the backward's 1102 here).
+BWD_BODY = 7.4
+BWD_HOST = 40.0
+OTHER_PER_ARCH = (102.7, 35.3)
+SPLIT_CORES_ENV = "WHEELWRIGHT_SPLIT_CORES"  # the cores the split is sized for (default: this machine's)
+SPLIT_SLACK = 1.1  # a plan whose wall on the pool is within this of its cores-bound needs no more parts
+
+
+def bwd_parts(costs: Sequence[float], archs: int, cores: int) -> int:
+    """The fewest parts (1 to BWD_PARTS) with which the build's (TU, arch) chains, served longest first on
+    ``cores`` (the core pool's order), end within SPLIT_SLACK of the cores-bound: each part repeats the TU's host work
+    and its body per arch, CPU a build pays for nothing once the chains pack. On 2 cores the TU stays whole; a
+    full-arch job makes 2 parts on a 4-core runner, 3 on the 16-core H200, 6 on 64 cores."""
+    for parts in range(1, BWD_PARTS + 1):
+        heavy = [sum(costs[i] for i in group) + BWD_BODY for group in partition(costs, parts)]
+        chains = [*heavy * archs, *[cost for cost in OTHER_PER_ARCH for _ in range(archs)],
+                  *[BWD_HOST] * (parts + len(OTHER_PER_ARCH))]
+        if _longest_first_makespan(chains, cores) <= SPLIT_SLACK * sum(chains) / cores:
+            return parts
+    return BWD_PARTS
+
+
+def _longest_first_makespan(chains: Sequence[float], cores: int) -> float:
+    loads = [0.0] * max(1, cores)
+    for chain in sorted(chains, reverse=True):
+        heapq.heapreplace(loads, loads[0] + chain)
+    return max(loads)
+
+
+def split_cores() -> int:
+    text = setting(SPLIT_CORES_ENV) or ""
+    return int(text) if text.isdigit() and int(text) > 0 else len(os.sched_getaffinity(0))
+
+
 @patch("split-causal-conv1d-bwd")
 def split_causal_conv1d_bwd(root: Path, job: object) -> list[str]:
-    """csrc/causal_conv1d_bwd.cu as BWD_PARTS TUs of about equal cost (BWD_COSTS), generated from its explicit
-    instantiations (tu_split.py), for a job of BWD_SPLIT_MIN_ARCHS archs or more."""
+    """csrc/causal_conv1d_bwd.cu as up to BWD_PARTS TUs of about equal cost (BWD_COSTS), generated from its explicit
+    instantiations (tu_split.py), for a job of BWD_SPLIT_MIN_ARCHS archs or more, in as many parts as this
+    machine's cores need (bwd_parts)."""
     archs = len(getattr(job, "archs", ()))
     if archs < BWD_SPLIT_MIN_ARCHS:
         return [f"csrc/causal_conv1d_bwd.cu kept whole: {archs} arch(s), fewer than {BWD_SPLIT_MIN_ARCHS}"]
-    return split_tu(root, "csrc/causal_conv1d_bwd.cu", BWD_PARTS, bwd_cost)
+    source = root / "csrc" / "causal_conv1d_bwd.cu"
+    costs = [bwd_cost(m[0]) for m in instantiations(source.read_text())] if source.is_file() else []
+    cores = split_cores()
+    parts = bwd_parts(costs, archs, cores) if costs else BWD_PARTS
+    if parts == 1:
+        reason = f"on {cores} cores its {archs} archs' chains fit in the build's cores-bound"  # bwd_parts
+        return [f"csrc/causal_conv1d_bwd.cu kept whole: {reason}"]
+    return split_tu(root, "csrc/causal_conv1d_bwd.cu", parts, bwd_cost)
