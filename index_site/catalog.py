@@ -13,12 +13,13 @@ import hashlib
 import logging
 import os
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from builder.core import resources
+from builder.core.archive import Archive
 from builder.core.errors import FileSystemError
 from builder.core.hashing import FileIdentity, open_regular, sha256_stream
 from builder.core.ledger import Ledger, LedgerEntry
@@ -38,9 +39,9 @@ from index_site.wheels import (
     check_core_metadata,
     check_provenance,
     check_variant,
+    open_dist_info,
     parse_gpu_archs,
     parse_wheel_name,
-    read_dist_info,
 )
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class Judged:
     archs: Mapping[str, GpuArchs]  # of accepted wheels, where the ledger recorded them
     stats: ScanStats
     fresh_metadata: Mapping[str, bytes]  # METADATA read this run, by wheel filename
+    fresh_twins: Mapping[tuple[str, str], bytes] = field(default_factory=dict)  # (twin, member): derived this run
 
     @property
     def accepted(self) -> list[str]:
@@ -110,28 +112,43 @@ def scan(dist: Path, ledger_path: Path, state: IndexState | None = None) -> Cata
     return catalog_of(judge(dist, ledger_path, state))
 
 
-def judge(dist: Path, ledger_path: Path, state: IndexState) -> Judged:
+# What a wheel's twin is, worked out from the wheel while the catalog reads it (twins.py's deriver): the text its
+# row keeps in ``derived``, and the twin's files read this run, by (twin, member); None where it has none.
+Deriver = Callable[[BinaryIO, Archive, WheelName], "tuple[str, Mapping[tuple[str, str], bytes]] | None"]
+
+
+def judge(dist: Path, ledger_path: Path, state: IndexState, derive: Deriver | None = None) -> Judged:
     """Judge every file of ``dist``: by its state row while it keeps the row's identity, else by its name and
-    bytes; the state is brought up to date."""
+    bytes (and ``derive`` works out the twin of a wheel with provenance from the same read); the state is brought
+    up to date."""
     listed, unjudged = _listing(dist)
     known = _known_rows(state)
     with Ledger(ledger_path) as ledger:
         failures = tuple(ledger.failures())
         recorded_archs = ledger.wheel_archs()
-        rows, stats, fresh = _judge(dist, listed, known, ledger)
+        rows, stats, fresh = _judge(dist, listed, known, ledger, derive)
     changed = [row for name, row in rows.items() if known.get(name) is not row]
     state.write(wheels=changed, wheels_gone=known.keys() - rows.keys())
     unjudged += [Rejection(filename=name, reason=reason) for name, reason in fresh.items() if isinstance(reason, str)]
     accepted = {filename for filename, row in rows.items() if not row.verdict}
     log.info("judged %d files (%s); refused %d", len(rows), stats, len(rows) - len(accepted) + len(unjudged))
+    read = [data for data in fresh.values() if not isinstance(data, str)]
     return Judged(
         rows=rows,
         unjudged=tuple(unjudged),
         failures=failures,
         archs=_archs(accepted, recorded_archs),
         stats=stats,
-        fresh_metadata={name: data for name, data in fresh.items() if isinstance(data, bytes)},
+        fresh_metadata={name: data.metadata for name, data in fresh.items() if not isinstance(data, str)},
+        fresh_twins={key: content for data in read for key, content in data.twin.items()},
     )
+
+
+class _Read(NamedTuple):
+    """What judging a wheel read of it: its METADATA, and its twin's files as derived."""
+
+    metadata: bytes
+    twin: Mapping[tuple[str, str], bytes]
 
 
 def catalog_of(judged: Judged) -> Catalog:
@@ -220,13 +237,17 @@ def _not_regular(entry: os.DirEntry[str]) -> str:
 
 
 def _judge(
-    dist: Path, listed: Mapping[str, FileIdentity], known: Mapping[str, WheelRow], ledger: Ledger
-) -> tuple[dict[str, WheelRow], ScanStats, dict[str, bytes | str]]:
+    dist: Path,
+    listed: Mapping[str, FileIdentity],
+    known: Mapping[str, WheelRow],
+    ledger: Ledger,
+    derive: Deriver | None,
+) -> tuple[dict[str, WheelRow], ScanStats, dict[str, _Read | str]]:
     """The row of every listed file: its known row while the file keeps the row's identity, else judged again.
-    Also what this run read: {filename: METADATA bytes} for wheels read, {filename: reason} for files that could
-    not be judged (gone or unreadable while being read: no row, so they are judged again next time)."""
+    Also what this run read: {filename: _Read} for wheels read, {filename: reason} for files that could not be
+    judged (gone or unreadable while being read: no row, so they are judged again next time)."""
     rows: dict[str, WheelRow] = {}
-    fresh: dict[str, bytes | str] = {}
+    fresh: dict[str, _Read | str] = {}
     misses = []
     for filename, identity in listed.items():
         row = known.get(filename)
@@ -238,7 +259,9 @@ def _judge(
     counts = {"hashed": 0, "from_ledger": 0, "cached": sum(1 for row in rows.values() if not row.verdict)}
     for filename in misses:
         try:
-            row, source, data = _judge_one(dist / filename, listed[filename], known.get(filename), built.get(filename))
+            row, source, data = _judge_one(
+                dist / filename, listed[filename], known.get(filename), built.get(filename), derive
+            )
         except OSError as error:
             reason = f"{filename}: {error.strerror or error}"
             log.info("not indexed: %s", reason)
@@ -253,11 +276,15 @@ def _judge(
 
 
 def _judge_one(
-    path: Path, listed: FileIdentity, old: WheelRow | None, built: tuple[str, FileIdentity] | None
-) -> tuple[WheelRow, str, bytes | None]:
+    path: Path,
+    listed: FileIdentity,
+    old: WheelRow | None,
+    built: tuple[str, FileIdentity] | None,
+    derive: Deriver | None,
+) -> tuple[WheelRow, str, _Read | None]:
     """The file's row (accepted, or refused with why), how its digest was had ("hashed", "from_ledger", or "" for
-    none) and its METADATA when read. A refusal by name reads nothing; METADATA and the digest are read from one
-    open descriptor, so both describe the same inode."""
+    none) and what was read of it. A refusal by name reads nothing; METADATA, the twin and the digest are read
+    from one open descriptor, so all describe the same inode."""
     filename = path.name
     try:
         name = parse_wheel_name(filename)
@@ -268,39 +295,40 @@ def _judge_one(
     with os.fdopen(open_regular(path), "rb") as file:
         identity = FileIdentity.of(os.fstat(file.fileno()))
         try:
-            data, metadata, has_provenance = _read_checked(file, name)
+            archive, data, metadata, has_provenance = _read_checked(file, name)
         except RejectedWheel as error:
             log.info("not indexed: %s", error)
             return _refused(filename, identity, CONTENT, str(error)), "", None
+        derived = derive(file, archive, name) if derive is not None and has_provenance else None
         if built is not None and built[1] == identity and _SHA256.match(built[0]):
             sha256, source = built[0], "from_ledger"
         else:
             file.seek(0)
             sha256, source = sha256_stream(file), "hashed"
-            if FileIdentity.of(os.fstat(file.fileno())) != identity:
-                raise OSError("changed while it was being read; index again when it is written")
+        if FileIdentity.of(os.fstat(file.fileno())) != identity:
+            raise OSError("changed while it was being read; index again when it is written")
     same_bytes = old is not None and old.sha256 == sha256 and not old.verdict
     upload_time = old.upload_time if old is not None and same_bytes else identity.mtime_ns / 1e9
     row = WheelRow(
         filename, *identity, CONTENT, "", sha256, metadata.sha256, metadata.size, metadata.requires_python,
-        metadata.summary, upload_time, None if has_provenance else NO_PROVENANCE,
+        metadata.summary, upload_time, None if has_provenance else NO_PROVENANCE, derived[0] if derived else "",
     )
-    return row, source, data
+    return row, source, _Read(data, derived[1] if derived else {})
 
 
-def _read_checked(file: BinaryIO, name: WheelName) -> tuple[bytes, CoreMetadata, bool]:
-    """METADATA, checked against the name, and the provenance record where the wheel has one (bounded reads);
-    whether it has one."""
+def _read_checked(file: BinaryIO, name: WheelName) -> tuple[Archive, bytes, CoreMetadata, bool]:
+    """The wheel's archive, its METADATA, checked against the name, and the provenance record where the wheel has
+    one (bounded reads); whether it has one."""
     wanted = {METADATA: MAX_METADATA_BYTES, PROVENANCE: MAX_PROVENANCE_BYTES}
-    found = read_dist_info(file, name.filename, wanted, required=(METADATA,))
+    archive, found = open_dist_info(file, name.filename, wanted, required=(METADATA,))
     metadata = check_core_metadata(found[METADATA], name)
     if PROVENANCE in found:
         check_provenance(found[PROVENANCE], name)
-    return found[METADATA], metadata, PROVENANCE in found
+    return archive, found[METADATA], metadata, PROVENANCE in found
 
 
 def _refused(filename: str, identity: tuple[int, int, int, int], stage: str, reason: str) -> WheelRow:
-    return WheelRow(filename, *identity, stage, reason, "", "", 0, None, None, 0.0, None)
+    return WheelRow(filename, *identity, stage, reason, "", "", 0, None, None, 0.0, None, "")
 
 
 def _archs(wheels: Collection[str], recorded: Mapping[str, tuple[str, str, str | None]]) -> dict[str, GpuArchs]:

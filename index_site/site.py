@@ -31,7 +31,7 @@ from builder.core.wheelhouse import Layout
 from index_site import fallback, layout, variants
 from index_site.catalog import Catalog, Judged, Rejection, ScanStats, catalog_of, judge
 from index_site.state import IndexState, state_path
-from index_site.twins import TwinMaker, TwinReport, settle_twins
+from index_site.twins import TwinMaker, TwinReport, deriver, settle_twins
 
 if TYPE_CHECKING:
     from index_site.render import PageGroup
@@ -134,7 +134,7 @@ def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | N
     _check_site(site, base_url)
     wheelhouse = Layout(root=output)
     with IndexState(state_path(wheelhouse.ledger)) as state:
-        judged = judge(wheelhouse.dist, wheelhouse.ledger, state)
+        judged = judge(wheelhouse.dist, wheelhouse.ledger, state, deriver(twins))
         settled = settle_twins(judged, wheelhouse.dist, wheelhouse.variant, state, twins)
         inputs = _inputs(state, judged, base_url)
         files = _as_left(state, site, inputs)

@@ -24,7 +24,7 @@ from builder.core.ledger import lock_timeout, sqlite_errors
 log = logging.getLogger(__name__)
 
 STATE_FILE = "index.sqlite"  # in the output folder, beside ledger.sqlite
-SCHEMA_VERSION = 1  # PRAGMA user_version; any other version is dropped and rebuilt (a cold run)
+SCHEMA_VERSION = 3  # PRAGMA user_version; any other version is dropped and rebuilt (a cold run)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS wheels (     -- the files of dist/
     filename        TEXT PRIMARY KEY,
@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS wheels (     -- the files of dist/
     requires_python TEXT,
     summary         TEXT,
     upload_time     REAL NOT NULL,      -- when these bytes were first indexed; stable, so pages do not churn
-    twin            TEXT                -- why no variant twin can be made of it (NULL: not asked, or it has one)
+    twin            TEXT,               -- why no variant twin can be made of it (NULL: not asked, or it has one)
+    derived         TEXT NOT NULL       -- JSON: the twin the twin step makes of it (twins.py's TwinFacts), or ''
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS twins (      -- the files of variant/
     filename        TEXT PRIMARY KEY,
@@ -59,6 +60,7 @@ CREATE TABLE IF NOT EXISTS twins (      -- the files of variant/
     provenance_size INTEGER NOT NULL,
     variant         TEXT NOT NULL       -- JSON: {"properties": ..., "providers": ...} of its variant.json
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS twins_by_wheel ON twins (wheel);  -- a linked wheel's new ctime reaches its twin's row
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
 _TABLES = ("wheels", "twins", "meta")
@@ -81,6 +83,7 @@ class WheelRow(NamedTuple):
     summary: str | None
     upload_time: float
     twin: str | None
+    derived: str
 
     @property
     def identity(self) -> tuple[int, int, int, int]:
@@ -269,7 +272,7 @@ def _well_typed(row: type[NamedTuple], types: str) -> str:
     return " AND ".join(f"typeof({column}) IN {kinds[kind]}" for column, kind in zip(row._fields, types, strict=True))
 
 
-_WELL_TYPED_WHEEL = _well_typed(WheelRow, "tiiiittttinnrn")
+_WELL_TYPED_WHEEL = _well_typed(WheelRow, "tiiiittttinnrnt")
 _WELL_TYPED_TWIN = _well_typed(TwinRow, "tiiiitttttintit")
 
 

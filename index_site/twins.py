@@ -19,11 +19,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
+from builder.core.archive import Archive
 from builder.core.errors import WheelwrightError
 from builder.core.hashing import FileIdentity, open_regular, sha256_stream
-from index_site.catalog import Judged, Rejection
+from index_site.catalog import Deriver, Judged, Rejection
 from index_site.state import IndexState, TwinRow, WheelRow
 from index_site.variants import VariantWheel
 from index_site.wheels import (
@@ -33,6 +34,7 @@ from index_site.wheels import (
     PROVENANCE,
     VARIANT_JSON,
     RejectedWheel,
+    WheelName,
     check_metadata,
     read_dist_info,
 )
@@ -62,6 +64,25 @@ class TwinMaker(Protocol):
         """Where ``twin`` is not the twin of ``wheel`` by content; empty when it is."""
         ...
 
+    def derive(self, file: BinaryIO, archive: Archive) -> Derived | None:
+        """The twin ``make`` writes for the wheel open as ``file`` (``archive``, opened by the index for its
+        bounded reads), worked out without writing it; None where it cannot say."""
+        ...
+
+
+class Derived(Protocol):
+    """The twin the twin step makes of a wheel: a file with these bytes' digest is that twin (builder/steps/
+    variant.py's DerivedTwin)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def sha256(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def members(self) -> Mapping[str, bytes]: ...  # METADATA, variant.json, wheelwright.json of its .dist-info
+
 
 @dataclass(frozen=True, kw_only=True)
 class TwinReport:
@@ -90,7 +111,7 @@ def settle_twins(judged: Judged, dist: Path, folder: Path, state: IndexState, ma
     """The twins to publish; missing ones are made, changed ones checked again, and the state brought up to date."""
     listed, refused = _listing(folder)
     known = state.twins()
-    settler = _Settler(judged.rows, dist, folder, known, listed, maker)
+    settler = _Settler(judged.rows, dist, folder, known, listed, maker, judged.fresh_twins)
     expected = {twin_name(wheel, _label(wheel)): wheel for wheel in judged.accepted}
     for name, wheel in expected.items():
         settler.settle(name, wheel)
@@ -178,9 +199,13 @@ class _Settler:
         known: Mapping[str, TwinRow],
         listed: dict[str, FileIdentity],
         maker: TwinMaker | None,
+        derived: Mapping[tuple[str, str], bytes],
     ) -> None:
         self.wheels, self.dist, self.folder, self.known, self.listed = wheels, dist, folder, known, listed
         self.maker = maker
+        self.derived: dict[str, dict[str, bytes]] = defaultdict(dict)  # twin: {member: bytes} the catalog derived
+        for (twin, member), data in derived.items():
+            self.derived[twin][member] = data
         self.rows: dict[str, TwinRow] = {}
         self.notes: list[WheelRow] = []  # wheel rows with a new reason why no twin can be made
         self.made: list[str] = []
@@ -249,8 +274,9 @@ class _Settler:
         making it has just done)."""
         path = self.folder / name
         try:
-            identity, facts = read_twin(path)
-            if made:
+            found = read_derived(path, self.wheels[wheel], self.derived.get(name, {})) if self.maker else None
+            identity, facts = found or read_twin(path)
+            if made or found:
                 problems = []
             else:
                 problems = self.maker.problems(self.dist / wheel, path) if self.maker else [NO_CHECKER]
@@ -305,6 +331,60 @@ def read_twin(path: Path) -> tuple[FileIdentity, dict[str, Any]]:
         "provenance_sha256": _sha256(provenance) if provenance else "",
         "provenance_size": len(provenance),
         "variant": variant,
+    }
+
+
+def deriver(maker: TwinMaker | None) -> Deriver | None:
+    """What the catalog asks of the twin step while it reads a wheel with provenance: the facts of the twin the
+    step makes of it (as a twin row would state them, kept in the wheel's row) and that twin's files."""
+    if maker is None:
+        return None
+
+    def derive(file: BinaryIO, archive: Archive, name: WheelName) -> tuple[str, dict[tuple[str, str], bytes]] | None:
+        derived = maker.derive(file, archive)
+        if derived is None or derived.name != twin_name(name.filename, name.label):
+            return None
+        found = derived.members
+        metadata, provenance = found.get(METADATA, b""), found.get(PROVENANCE, b"")
+        try:
+            variant = variant_facts(found.get(VARIANT_JSON, b""), name.label, derived.name)
+        except RejectedWheel:
+            return None
+        facts = [derived.sha256, derived.size, _sha256(metadata), len(metadata), _sha256(provenance) if provenance
+                 else "", len(provenance), json.dumps(variant, sort_keys=True)]
+        read = {(derived.name, member): data for member, data in ((METADATA, metadata), (PROVENANCE, provenance))}
+        return json.dumps(facts), {key: data for key, data in read.items() if data}
+
+    return derive
+
+
+def read_derived(path: Path, wheel: WheelRow, fresh: Mapping[str, bytes]) -> tuple[FileIdentity, dict[str, Any]] | None:
+    """What the index shows of the twin at ``path`` if its bytes are those of the twin the step derived from its
+    wheel (``wheel``'s row; one read, to hash the file): the derived twin's facts, with ``fresh``, its files as the
+    catalog derived them this run, by member (none where the wheel was not read again). Its METADATA is the
+    wheel's with the version made public at the Version line, so it names the same project and Requires-Python.
+    None if they are not its bytes, or nothing was derived."""
+    try:
+        sha256, size, metadata_sha256, metadata_size, provenance_sha256, provenance_size, variant = json.loads(
+            wheel.derived
+        )
+    except (ValueError, TypeError):
+        return None
+    with os.fdopen(open_regular(path), "rb") as file:
+        identity = FileIdentity.of(os.fstat(file.fileno()))
+        if identity.size != size or sha256_stream(file) != sha256:
+            return None
+        if FileIdentity.of(os.fstat(file.fileno())) != identity:
+            raise OSError(f"{path.name}: changed while it was being read")
+    return identity, {
+        "read": dict(fresh),
+        "sha256": sha256,
+        "metadata_sha256": metadata_sha256,
+        "metadata_size": metadata_size,
+        "requires_python": wheel.requires_python,
+        "provenance_sha256": provenance_sha256,
+        "provenance_size": provenance_size,
+        "variant": json.loads(variant),
     }
 
 

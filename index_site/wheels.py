@@ -238,11 +238,22 @@ def read_dist_info(
     have; those it lacks are left out (RejectedWheel if one of ``required`` is missing). The archive is opened
     through builder.core.archive: its names and sizes are checked before anything inflates, and nothing inflates
     past its caps."""
-    try:
-        if isinstance(source, Path):
+    if isinstance(source, Path):
+        try:
             with os.fdopen(open_regular(source), "rb") as file:
-                return _dist_info(file, filename, wanted, required)
-        return _dist_info(source, filename, wanted, required)
+                return open_dist_info(file, filename, wanted, required=required)[1]
+        except OSError as error:
+            raise RejectedWheel(f"{filename}: cannot read the wheel: {error.strerror or error}") from None
+    return open_dist_info(source, filename, wanted, required=required)[1]
+
+
+def open_dist_info(
+    file: BinaryIO, filename: str, wanted: Mapping[str, int], *, required: Collection[str] = ()
+) -> tuple[Archive, dict[str, bytes]]:
+    """read_dist_info of an open wheel, with the archive it opened (for more bounded reads of it)."""
+    try:
+        archive = Archive(file, os.fstat(file.fileno()).st_size, filename, WHEEL)
+        return archive, _dist_info(archive, filename, wanted, required)
     except ArchiveError as error:
         raise RejectedWheel(f"{filename}: cannot read the wheel: {str(error).removeprefix(filename + ': ')}") from None
     except OSError as error:
@@ -250,9 +261,8 @@ def read_dist_info(
 
 
 def _dist_info(
-    file: BinaryIO, filename: str, wanted: Mapping[str, int], required: Collection[str]
+    archive: Archive, filename: str, wanted: Mapping[str, int], required: Collection[str]
 ) -> dict[str, bytes]:
-    archive = Archive(file, os.fstat(file.fileno()).st_size, filename, WHEEL)
     members = archive.files
     folders = {info.filename.split("/", 1)[0] for info in members if "/" in info.filename}
     dist_info = sorted(folder for folder in folders if folder.endswith(".dist-info"))

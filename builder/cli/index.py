@@ -8,7 +8,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import urlsplit
 
 from builder.cli.arguments import site_url, whole_number
@@ -17,6 +17,8 @@ from builder.core.settings import setting
 from builder.core.wheelhouse import Layout
 
 if TYPE_CHECKING:
+    from builder.core.archive import Archive
+    from builder.steps.variant import DerivedTwin
     from index_site.publish import PublishReport
     from index_site.site import IndexReport
 
@@ -104,6 +106,11 @@ class _Twins:
         from builder.steps.twins import VariantTwins
 
         return VariantTwins().problems(wheel, twin)
+
+    def derive(self, file: BinaryIO, archive: Archive) -> DerivedTwin | None:
+        from builder.steps.twins import VariantTwins
+
+        return VariantTwins().derive(file, archive)
 
 
 def _twin_lines(report: IndexReport) -> tuple[list[str], list[str]]:

@@ -8,6 +8,7 @@ Made only from a wheel that passed the verify gate, and checked again here befor
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -15,18 +16,21 @@ import os
 import re
 import struct
 import zipfile
-from collections.abc import Iterable, Mapping
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO, NamedTuple
 
 from packaging.utils import parse_wheel_filename
 
-from builder.core.archive import Archive, open_archive
+from builder.core.archive import WHEEL, Archive, open_archive
 from builder.core.errors import WheelError
+from builder.core.files import atomic_file
+from builder.core.hashing import open_regular
 from builder.plan.job import parse_label
 from builder.steps import provenance
-from builder.steps.wheelzip import Member, dist_info_dir, read_members, write_wheel
+from builder.steps.wheelzip import Member, dist_info_dir, read_members, record_digest, write_wheel
 
 log = logging.getLogger(__name__)
 
@@ -135,24 +139,29 @@ def make_twin(wheel: Path, out_dir: Path, *, label: str | None = None) -> Twin:
     dist_info = dist_info_dir(members, wheel.name)
     if f"{dist_info}/{provenance.FILENAME}" not in members:
         raise WheelError(NO_PROVENANCE)
-    record = provenance.read(members, wheel.name).record
-    built_for, archs = record.get("label"), record.get("archs", {})
-    if not isinstance(built_for, str) or not _LABEL.fullmatch(built_for) or not isinstance(archs, dict) \
-            or not _archs_ok(archs):
-        raise WheelError(f"{wheel.name}: {provenance.FILENAME} records no label and archs a twin can be named for")
-    try:
-        properties = properties_for(built_for, archs)
-    except ValueError as error:
-        raise WheelError(f"{wheel.name}: {provenance.FILENAME}: {error}") from None
+    built_for, properties = _variant_of(provenance.read(members, wheel.name).record, wheel.name)
     label = label or built_for
-    members_of_twin = twin_members(members, wheel.name, label, properties)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = write_wheel(out_dir / variant_filename(wheel.name, label), members_of_twin)
-    _check(members, wheel.name, path)
-    log.info("%s: variant twin %s", wheel.name, path.name)
+    target = out_dir / variant_filename(wheel.name, label)
+    twin = twin_members(members, wheel.name, label, properties)
+    if not _write_derived(wheel, target, _record(twin, target.name)):  # the bytes derive_twin works out
+        write_wheel(target, twin)
+    _check(members, wheel.name, target)
+    log.info("%s: variant twin %s", wheel.name, target.name)
     return Twin(
-        path=path, label=label, properties={ns: {f: tuple(v) for f, v in fs.items()} for ns, fs in properties.items()}
+        path=target, label=label, properties={ns: {f: tuple(v) for f, v in fs.items()} for ns, fs in properties.items()}
     )
+
+
+def _variant_of(record: Mapping[str, object], where: str) -> tuple[str, dict[str, dict[str, list[str]]]]:
+    """The label a twin is named for and the properties its variant.json states, from the wheel's provenance."""
+    label, archs = record.get("label"), record.get("archs", {})
+    if not isinstance(label, str) or not _LABEL.fullmatch(label) or not isinstance(archs, dict) or not _archs_ok(archs):
+        raise WheelError(f"{where}: {provenance.FILENAME} records no label and archs a twin can be named for")
+    try:
+        return label, properties_for(label, archs)
+    except ValueError as error:
+        raise WheelError(f"{where}: {provenance.FILENAME}: {error}") from None
 
 
 def twin_members(
@@ -160,27 +169,45 @@ def twin_members(
 ) -> dict[str, Member]:
     """The original's files with ``name-1.7.0+label.dist-info`` renamed to ``name-1.7.0.dist-info`` (and the
     same for ``.data``), METADATA's version made public, and variant.json added."""
-    old = dist_info_dir(members, where)
-    local = old.removesuffix(".dist-info").rsplit("-", 1)[1]
-    public = local.split("+", 1)[0]
-    prefix = old.removesuffix(".dist-info").rsplit("-", 1)[0]
-    renames = {old: f"{prefix}-{public}.dist-info", f"{prefix}-{local}.data": f"{prefix}-{public}.data"}
-    twin: dict[str, Member] = {}
-    for name, member in members.items():
-        top, _, rest = name.partition("/")
-        twin[f"{renames.get(top, top)}/{rest}" if rest else name] = member
-    dist_info = renames[old]
-    metadata = twin[f"{dist_info}/METADATA"].data.decode()
-    twin[f"{dist_info}/METADATA"] = Member(data=_public_version(metadata, local, public).encode())
-    twin[f"{dist_info}/{VARIANT_JSON}"] = Member(data=encode(variant_document({label: properties})))
+    names = _TwinNames.of(dist_info_dir(members, where))
+    twin = {names.rename(name): member for name, member in members.items()}
+    metadata = twin[f"{names.dist_info}/METADATA"].data.decode()
+    twin[f"{names.dist_info}/METADATA"] = Member(data=names.public_metadata(metadata).encode())
+    twin[f"{names.dist_info}/{VARIANT_JSON}"] = Member(data=encode(variant_document({label: properties})))
     return twin
 
 
+class _TwinNames(NamedTuple):
+    """How a wheel's names become its twin's: the .dist-info and .data folders lose the label."""
+
+    renames: Mapping[str, str]  # top-level folder of the wheel: the twin's
+    dist_info: str  # the twin's .dist-info folder
+    local: str  # the wheel's version, 1.7.0+pt214cu130
+    public: str  # the twin's, 1.7.0
+
+    @classmethod
+    def of(cls, dist_info: str) -> _TwinNames:
+        prefix, local = dist_info.removesuffix(".dist-info").rsplit("-", 1)
+        public = local.split("+", 1)[0]
+        renames = {dist_info: f"{prefix}-{public}.dist-info", f"{prefix}-{local}.data": f"{prefix}-{public}.data"}
+        return cls(renames, renames[dist_info], local, public)
+
+    def rename(self, name: str) -> str:
+        top, _, rest = name.partition("/")
+        return f"{self.renames.get(top, top)}/{rest}" if rest else name
+
+    def public_metadata(self, metadata: str) -> str:
+        return _public_version(metadata, self.local, self.public)
+
+
 def _public_version(metadata: str, local: str, public: str) -> str:
+    """METADATA with its Version line's local version made public (a line of its own: not the tail of another
+    header that happens to end so)."""
     line = f"Version: {local}\n"
-    if line not in metadata:
+    at = 0 if metadata.startswith(line) else metadata.find(f"\n{line}") + 1
+    if at == 0 and not metadata.startswith(line):
         raise WheelError(f"METADATA has no 'Version: {local}' line to make public")
-    return metadata.replace(line, f"Version: {public}\n", 1)
+    return f"{metadata[:at]}Version: {public}\n{metadata[at + len(line):]}"
 
 
 # --- checking a twin -------------------------------------------------------------------------------------------------
@@ -280,6 +307,241 @@ def _properties_ok(properties: object) -> bool:
         and all(isinstance(values, list) and all(isinstance(v, str) for v in values) for values in features.values())
         for features in properties.values()
     )
+
+
+# --- the twin's bytes, a function of its wheel's ---------------------------------------------------------------------
+# The twin make_twin writes is its wheel's stored members rearranged: the payload's and the unchanged metadata's
+# deflated bytes copied as they are, METADATA, variant.json and RECORD deflated anew, every entry stamped with the
+# wheel's time, laid out as write_wheel lays out a wheel (so a twin write_wheel made of a wheel it wrote has the
+# same bytes). derive_twin works out those bytes' sha256 without writing them or inflating the payload: a twin
+# file with that digest is the twin of that wheel, which is how the index checks one in a single read.
+
+
+class DerivedTwin(NamedTuple):
+    """The twin make_twin writes for a wheel: its filename, its bytes' sha256 and size, and the files of its
+    .dist-info the index serves or reads (METADATA, variant.json, wheelwright.json)."""
+
+    name: str
+    sha256: str
+    size: int
+    members: Mapping[str, bytes]
+
+
+class _Entry(NamedTuple):
+    name: str  # in the twin
+    executable: bool
+    stored: zipfile.ZipInfo | None  # the wheel's deflated member whose stored bytes are copied
+    data: bytes  # else these bytes, deflated here
+
+
+class _Derivation(NamedTuple):
+    name: str
+    stamp: tuple[int, int, int, int, int, int]
+    entries: tuple[_Entry, ...]  # in the twin's order, RECORD last
+    members: Mapping[str, bytes]  # the .dist-info files the index reads
+
+    @property
+    def record(self) -> bytes:
+        return self.entries[-1].data
+
+
+def derive_twin(wheel: Path) -> DerivedTwin | None:
+    """The twin make_twin writes for ``wheel``, worked out as it writes it but into a digest (nothing of the
+    payload inflates); None where the wheel cannot have one (no provenance, unreadable)."""
+    try:
+        with os.fdopen(open_regular(wheel), "rb") as file:
+            return derive_open(file, Archive(file, os.fstat(file.fileno()).st_size, wheel.name, WHEEL))
+    except (WheelError, OSError):
+        return None
+
+
+def derive_open(file: BinaryIO, archive: Archive) -> DerivedTwin | None:
+    """derive_twin of the wheel open as ``file``, ``archive`` (named by its filename) opened on it."""
+    digest = _Digest()
+    try:
+        derivation = _derivation(archive, archive.where)
+        _emit(derivation, file, digest)
+    except (WheelError, OSError, zipfile.BadZipFile, struct.error, UnicodeDecodeError, KeyError):
+        return None
+    return DerivedTwin(derivation.name, digest.hexdigest(), digest.size, derivation.members)
+
+
+def _write_derived(wheel: Path, target: Path, record: bytes) -> bool:
+    """Write the derived twin of ``wheel`` at ``target`` if its RECORD is ``record`` (what write_wheel would write:
+    the wheel's own RECORD, whose lines the derivation copies, may not describe its files); else False."""
+    try:
+        with os.fdopen(open_regular(wheel), "rb") as file:
+            derivation = _derivation(Archive(file, os.fstat(file.fileno()).st_size, wheel.name, WHEEL), wheel.name)
+            if derivation.name != target.name or derivation.record != record:
+                return False
+            with atomic_file(target) as out:
+                _emit(derivation, file, out)
+    except (WheelError, OSError, zipfile.BadZipFile, struct.error, UnicodeDecodeError, KeyError):
+        target.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def _derivation(archive: Archive, where: str) -> _Derivation:
+    """What the twin of the wheel in ``archive`` holds, entry by entry."""
+    infos = {info.filename: info for info in archive.files}
+    if any(info.flag_bits & 0x1 for info in infos.values()):
+        raise WheelError(f"{where}: an encrypted member")
+    old = _dist_info(list(infos), where)
+    names = _TwinNames.of(old)
+    read = {name: archive.read(info) for name, info in infos.items() if name.startswith(old + "/")}
+    if f"{old}/{provenance.FILENAME}" not in read:
+        raise WheelError(NO_PROVENANCE)
+    record = provenance.read({name: Member(data=data) for name, data in read.items()}, where).record
+    label, properties = _variant_of(record, where)
+    dist = names.dist_info
+    metadata = names.public_metadata(read[f"{old}/METADATA"].decode()).encode()
+    variant_json = _variant_json(label, json.dumps(properties, sort_keys=True))
+    fresh = {f"{dist}/METADATA": metadata, f"{dist}/{VARIANT_JSON}": variant_json}
+    entries: dict[str, _Entry] = {}
+    for name, info in infos.items():
+        twin = names.rename(name)
+        executable = bool((info.external_attr >> 16) & 0o111)
+        if info.compress_type == zipfile.ZIP_DEFLATED:
+            entries[twin] = _Entry(twin, executable, info, b"")
+        else:
+            entries[twin] = _Entry(twin, executable, None, read[name] if name in read else archive.read(info))
+    entries.update((name, _Entry(name, False, None, data)) for name, data in fresh.items())
+    entries.pop(f"{dist}/RECORD", None)
+    lines = _record_lines(entries, old, dist, read, archive)
+    entries[f"{dist}/RECORD"] = _Entry(f"{dist}/RECORD", False, None, _record_text(lines, f"{dist}/RECORD"))
+    ordered = sorted(entries.values(), key=lambda entry: _order(entry.name, dist))
+    stamp = min(info.date_time for info in infos.values())  # write_wheel stamps every entry alike
+    members = {"METADATA": metadata, VARIANT_JSON: variant_json,
+               provenance.FILENAME: read[f"{old}/{provenance.FILENAME}"]}
+    return _Derivation(variant_filename(where, label), stamp, tuple(ordered), members)
+
+
+@functools.lru_cache(maxsize=256)  # pure: a site's twins share a few dozen (label, properties); indent=2 is slow
+def _variant_json(label: str, properties: str) -> bytes:
+    return encode(variant_document({label: json.loads(properties)}))
+
+
+def _record_lines(
+    entries: Mapping[str, _Entry], old: str, dist_info: str, read: Mapping[str, bytes], archive: Archive
+) -> dict[str, str]:
+    """RECORD's line of each entry: a copied payload file's from the wheel's RECORD (``old``: its .dist-info; the
+    digest is of the same bytes), inflating the file only where that has no line of the file's size for it; the
+    rest from their bytes."""
+    listed = _record_entries(read.get(f"{old}/RECORD", b""))
+    lines = {}
+    for name, entry in entries.items():
+        stored = entry.stored
+        if stored is None or name.startswith(dist_info + "/"):
+            data = entry.data if stored is None else read[stored.filename]
+        else:
+            line = listed.get(stored.filename)
+            if line is not None and line[1] == stored.file_size:
+                lines[name] = f"{name},{line[0]},{line[1]}"
+                continue
+            data = archive.read(stored)
+        lines[name] = f"{name},{record_digest(data)},{len(data)}"
+    return lines
+
+
+def _record_entries(record: bytes) -> dict[str, tuple[str, int]]:
+    """{file: (digest, size)} of the lines of a RECORD as write_wheel writes them; others are left out."""
+    found = {}
+    for line in record.decode("utf-8", "replace").splitlines():
+        parts = line.rsplit(",", 2)
+        if len(parts) == 3 and parts[0] and parts[1].startswith("sha256=") and parts[2].isdigit():
+            found[parts[0]] = (parts[1], int(parts[2]))
+    return found
+
+
+def _record_text(lines: Mapping[str, str], record_name: str) -> bytes:
+    """RECORD as write_wheel writes it: a line per file by name, then RECORD's own."""
+    return ("\n".join([*(lines[name] for name in sorted(lines)), f"{record_name},,"]) + "\n").encode()
+
+
+def _record(members: Mapping[str, Member], where: str) -> bytes:
+    """The RECORD write_wheel writes for ``members``."""
+    record_name = f"{dist_info_dir(members, where)}/RECORD"
+    lines = {n: f"{n},{record_digest(m.data)},{len(m.data)}" for n, m in members.items() if n != record_name}
+    return _record_text(lines, record_name)
+
+
+def _order(name: str, dist_info: str) -> tuple[int, str]:
+    """write_wheel's order: the payload, then .dist-info, RECORD last."""
+    if name == f"{dist_info}/RECORD":
+        return (2, name)
+    return (1 if name.startswith(dist_info + "/") else 0, name)
+
+
+def _emit(derivation: _Derivation, wheel: BinaryIO, out: IO[bytes] | _Digest) -> None:
+    """Write the twin's bytes to ``out``: each entry's local header and deflated bytes (copied from ``wheel``, the
+    open wheel, or deflated here as zipfile's writestr does), then the central directory zipfile writes."""
+    with zipfile.ZipFile(out, "w") as archive:
+        for entry in derivation.entries:
+            info = zipfile.ZipInfo(entry.name, date_time=derivation.stamp)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = (0o100755 if entry.executable else 0o100644) << 16
+            if entry.stored is None:
+                compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -zlib.MAX_WBITS)
+                deflated = compressor.compress(entry.data) + compressor.flush()
+                info.CRC, info.file_size, info.compress_size = zlib.crc32(entry.data), len(entry.data), len(deflated)
+                _append(archive, info, iter((deflated,)))
+            else:
+                stored = entry.stored
+                info.CRC, info.file_size, info.compress_size = stored.CRC, stored.file_size, stored.compress_size
+                _append(archive, info, _stored_bytes(wheel, stored))
+
+
+def _append(archive: zipfile.ZipFile, info: zipfile.ZipInfo, chunks: Iterator[bytes]) -> None:
+    """An entry of ``info``'s header and ``chunks``, appended where writestr would append it and registered as it
+    registers one (zipfile has no API for an entry already deflated; wheelzip's _write_deflated does the same)."""
+    fp = archive.fp
+    if fp is None:
+        raise ValueError("attempt to write to a closed ZIP archive")
+    info.header_offset = archive.start_dir
+    fp.write(info.FileHeader())
+    for chunk in chunks:
+        fp.write(chunk)
+    archive.start_dir = fp.tell()
+    archive.filelist.append(info)
+    archive.NameToInfo[info.filename] = info
+
+
+def _stored_bytes(wheel: BinaryIO, info: zipfile.ZipInfo) -> Iterator[bytes]:
+    """The member's stored (deflated) bytes, past its local header, in chunks."""
+    _skip_header(wheel, info)
+    left = info.compress_size
+    while left > 0:
+        chunk = wheel.read(min(left, 1 << 20))
+        if not chunk:
+            raise WheelError(f"{info.filename}: its stored bytes end early")
+        left -= len(chunk)
+        yield chunk
+
+
+class _Digest:
+    """A write-only stream that keeps the sha256 and size of what is written to it."""
+
+    def __init__(self) -> None:
+        self._sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self._sha256.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def hexdigest(self) -> str:
+        return self._sha256.hexdigest()
 
 
 def quick_problems(wheel: Path, twin: Path) -> list[str] | None:

@@ -5,13 +5,16 @@ a wheel that cannot have a twin is asked once per identity; without a twin step 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 from builder.steps.twins import VariantTwins
+from index_site import twins as index_twins
+from index_site.layout import SITE_MARKER
 from index_site.site import build_site
-from index_site.twins import NO_CHECKER
+from index_site.twins import NO_CHECKER, read_derived
 from scripts.bench.wheels import WheelSpec, job_wheel, make_wheel, with_provenance
 from tests.jobs import local_job
 
@@ -58,19 +61,28 @@ def test_an_unchanged_run_asks_the_twin_step_nothing(output: Path) -> None:
     assert len(report.twins.twins) == 1 and list(report.twins.without.values()) == [(plain,)]
 
 
-def test_a_twin_or_wheel_whose_identity_moved_is_checked_again(output: Path) -> None:
+def test_a_twin_or_wheel_whose_identity_moved_is_checked_again(output: Path, monkeypatch) -> None:
+    """Checked again: its bytes hashed against the twin derived from its wheel (one read), which they match, so
+    the twin step's slower comparison is not asked for."""
+    hashed: list[str] = []
+
+    def counted(path: Path, *args):
+        hashed.append(path.name)
+        return read_derived(path, *args)
+
+    monkeypatch.setattr(index_twins, "read_derived", counted)
     index(output, Counting())
     twin = next((output / "variant").iterdir())
-    status = twin.stat()
-    os.utime(twin, ns=(status.st_atime_ns, status.st_mtime_ns))  # the same times, set again: the ctime moves
-    counting = Counting()
-    index(output, counting)
-    assert counting.checked == [twin.name] and counting.made == []
-    wheel = next((output / "dist").glob("*pt214cu130*"))
-    os.utime(wheel, ns=(wheel.stat().st_atime_ns, wheel.stat().st_mtime_ns))
-    counting = Counting()
-    index(output, counting)
-    assert counting.checked == [twin.name]
+    for touched in (twin, next((output / "dist").glob("*pt214cu130*"))):
+        status = touched.stat()
+        os.utime(touched, ns=(status.st_atime_ns, status.st_mtime_ns))  # the same times, set again: ctime moves
+        hashed.clear()
+        counting = Counting()
+        index(output, counting)
+        assert hashed == [twin.name] and (counting.checked, counting.made) == ([], [])
+    hashed.clear()
+    index(output, Counting())
+    assert hashed == []
 
 
 def test_without_a_twin_step_no_twin_is_made_and_none_unchecked_is_published(output: Path) -> None:
@@ -83,3 +95,36 @@ def test_without_a_twin_step_no_twin_is_made_and_none_unchecked_is_published(out
         assert report.twins.twins == () and [NO_CHECKER in r.reason for r in report.twins.refused] == [True]
         assert not (output / "site/variant").exists()
     assert len(index(output, Counting()).twins.twins) == 1
+
+
+@pytest.mark.parametrize("change", ["wheel-added", "twin-touched", "twin-removed", "wheel-removed"])
+def test_with_twins_a_re_index_leaves_the_bytes_a_cold_index_of_a_copy_writes(
+    output: Path, tmp_path_factory: pytest.TempPathFactory, change: str
+) -> None:
+    """The twins' pages, .metadata and .provenance.json files come from what the catalog derived of their wheels
+    on a re-index, and from the twins themselves on a cold one: every file pip reads is the same bytes."""
+    index(output, VariantTwins())
+    if change == "wheel-added":
+        job = local_job()
+        wheel = job_wheel(output / "dist", job, {"causal_conv1d/__init__.py": b"x = 2\n"}, python_tag="cp312")
+        with_provenance(wheel, job)
+    elif change == "twin-touched":
+        twin = next((output / "variant").iterdir())
+        os.utime(twin, ns=(twin.stat().st_atime_ns, twin.stat().st_mtime_ns))
+    elif change == "twin-removed":
+        next((output / "variant").iterdir()).unlink()
+    else:
+        next((output / "dist").glob("*pt214cu130*")).unlink()
+    index(output, VariantTwins())
+    cold = tmp_path_factory.mktemp("cold")
+    for folder in ("dist", "variant"):
+        if (output / folder).exists():
+            shutil.copytree(output / folder, cold / folder)
+    index(cold, VariantTwins())
+    assert _tree(output / "site") == _tree(cold / "site")
+
+
+def _tree(site: Path) -> dict[str, bytes]:
+    """Every file of a site but its manifest (which records inodes), by site path."""
+    files = (path for path in site.rglob("*") if path.is_file() and path.name != SITE_MARKER)
+    return {path.relative_to(site).as_posix(): path.read_bytes() for path in files}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -109,3 +111,59 @@ def _published(read: tuple, path: Path) -> channel.VariantWheel:
         identity.size, facts["metadata_sha256"], facts["requires_python"], facts["provenance_sha256"],
         json.dumps(facts["variant"], sort_keys=True),
     )
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pytest.param({}, id="plain"),
+        pytest.param({"causal_conv1d/run.sh": Member(data=b"#!/bin/sh\n", executable=True)}, id="executable"),
+        pytest.param({"causal_conv1d/empty.py": Member(data=b"")}, id="empty-member"),
+        pytest.param({"causal_conv1d/big.bin": Member(data=random.Random(0).randbytes(3 << 20))}, id="large-member"),
+    ],
+)
+def test_the_derived_twin_is_the_twin_make_twin_writes(tmp_path: Path, extra: dict) -> None:
+    """derive_twin works out the twin's digest, size and .dist-info files without writing it; make_twin writes
+    exactly those bytes, so the index can check a twin by one hash."""
+    (tmp_path / "dist").mkdir()
+    wheel = job_wheel(tmp_path / "dist", JOB, {"causal_conv1d/__init__.py": b"x = 1\n"})
+    write_wheel(wheel, {**read_members(wheel), **extra})
+    with_provenance(wheel, JOB)
+    derived = variant.derive_twin(wheel)
+    twin = variant.make_twin(wheel, tmp_path / "variant").path
+    assert derived is not None
+    assert (derived.name, derived.sha256, derived.size) == (twin.name, _sha256(twin), twin.stat().st_size)
+    members = read_members(twin)
+    assert derived.members["METADATA"] == members["causal_conv1d-1.7.0.dist-info/METADATA"].data
+    assert derived.members["variant.json"] == members["causal_conv1d-1.7.0.dist-info/variant.json"].data
+
+
+def test_a_wheel_whose_record_lies_still_gets_a_checked_twin(tmp_path: Path) -> None:
+    """Where the wheel's RECORD does not describe its files, the derivation's copy of its lines would be wrong:
+    make_twin writes the twin from the files instead, and its digest is not the derived one (the index then asks
+    the twin step to compare, the slow way)."""
+    wheel = verified(tmp_path / "dist")
+    members = read_members(wheel)
+    record = next(name for name in members if name.endswith("/RECORD"))
+    lying = members[record].data.replace(b"causal_conv1d/__init__.py,sha256=", b"causal_conv1d/__init__.py,sha256=A")
+    write_wheel(wheel, {**members, record: Member(data=lying)})  # write_wheel writes RECORD anew...
+    with zipfile.ZipFile(wheel) as archive:
+        entries = {info.filename: archive.read(info) for info in archive.infolist()}
+    entries[record] = lying  # ... so put the lying one back by hand
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries.items():
+            archive.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), data)
+    twin = variant.make_twin(wheel, tmp_path / "variant").path
+    variant.check_twin(wheel, twin)
+    derived = variant.derive_twin(wheel)
+    assert derived is None or derived.sha256 != _sha256(twin) or b",sha256=A" not in twin.read_bytes()
+
+
+def test_no_twin_is_derived_of_a_wheel_without_provenance(tmp_path: Path) -> None:
+    assert variant.derive_twin(job_wheel(tmp_path, JOB, {"causal_conv1d/__init__.py": b""})) is None
