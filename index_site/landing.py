@@ -15,7 +15,7 @@ from typing import NamedTuple
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from builder.core.ledger import LedgerEntry
+from builder.core.ledger import LedgerEntry, Status
 from builder.plan.facts import DEFAULT_PLATFORM, PLATFORMS, Accelerator, TorchFacts, load_facts, version_key
 from builder.plan.job import parse_label
 from index_site.catalog import Catalog
@@ -23,7 +23,8 @@ from index_site.wheels import GpuArchs, WheelFile
 
 log = logging.getLogger(__name__)
 
-BUILT, FAILED, NOT_SHIPPED, NOT_PLANNED = "built", "failed", "n/a", "not planned"
+BUILT, FAILED = Status.BUILT, Status.FAILED  # a row that did not end in a wheel shows as failed, whatever its status
+NOT_SHIPPED, NOT_PLANNED = "n/a", "not planned"  # what a cell without a ledger row shows
 SUMMARY_SHOWN = 200  # characters of a release's Summary the landing and coverage pages show
 _PYTHON = re.compile(r"^3\.\d{1,2}t?$")  # 3.13t: the free-threaded 3.13
 _PROJECT = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")

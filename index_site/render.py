@@ -25,6 +25,7 @@ import markupsafe
 from packaging.version import Version
 
 from builder.core import resources
+from builder.core.hashing import sha256_of
 from index_site import layout, variants
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text
@@ -144,7 +145,7 @@ def _doctor_group(base_url: str) -> PageGroup:
 
     root = Path(standalone.__file__).parents[2]
     sources = [root / f"{name.replace('.', '/')}.py" for name in standalone.MODULES] + [Path(standalone.__file__)]
-    digest = _digest(["doctor", base_url, *(hashlib.sha256(path.read_bytes()).hexdigest() for path in sources)])
+    digest = _digest(["doctor", base_url, *(sha256_of(path) for path in sources)])
     return PageGroup(
         key="doctor", digest=digest, render=lambda: {layout.DOCTOR: standalone.standalone_source(base_url).encode()}
     )

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from builder.core.errors import ConfigError, FileSystemError
 from builder.core.files import write_atomic
-from builder.core.hashing import FileIdentity, holds_identity, regular_identity
+from builder.core.hashing import FileIdentity, holds_identity, identity_if_regular, regular_identity
+from builder.core.wheelhouse import Layout
 from index_site import fallback, layout, variants
 from index_site.catalog import Catalog, Judged, Rejection, ScanStats, catalog_of, judge
 from index_site.state import IndexState, state_path
@@ -131,9 +132,10 @@ def _cycle_collection_paused() -> Iterator[None]:
 
 def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | None) -> IndexReport:
     _check_site(site, base_url)
-    with IndexState(state_path(output / "ledger.sqlite")) as state:
-        judged = judge(output / "dist", output / "ledger.sqlite", state, deriver(twins))
-        settled = settle_twins(judged, output / "dist", output / variants.ROOT, state, twins)
+    wheelhouse = Layout(root=output)
+    with IndexState(state_path(wheelhouse.ledger)) as state:
+        judged = judge(wheelhouse.dist, wheelhouse.ledger, state, deriver(twins))
+        settled = settle_twins(judged, wheelhouse.dist, wheelhouse.variant, state, twins)
         inputs = _inputs(state, judged, base_url)
         files = _as_left(state, site, inputs)
         if files is not None:  # nothing moved since the last complete run: nothing to do
@@ -293,7 +295,7 @@ def _index(
     plan = plan_site(
         catalog,
         pages,
-        output / "dist",
+        Layout(root=output).dist,
         site,
         manifest,
         reused=reused,
@@ -665,7 +667,7 @@ class _Recorded(NamedTuple):
 def _recorded_manifest(site: Path) -> _Recorded:
     """The manifest as the run starts; the identity is taken before reading, so a change during the read shows."""
     marker = os.path.abspath(site / layout.SITE_MARKER)
-    before = _identity(marker)
+    before = identity_if_regular(marker)
     document, changes = _read_marker_state(site)
     size = before.size - (changes or 0) if before is not None else 0
     return _Recorded(_records(document), _groups(document), document.get("base_url"), before, size, changes)
@@ -772,21 +774,9 @@ def _file_entry(path: str, record: FileRecord) -> str:
     return json.dumps(path) + ":" + json.dumps([record[0], *record[1]], separators=(",", ":"))
 
 
-def _identity(path: str | Path) -> FileIdentity | None:
-    """The identity of the regular file at ``path``; None when it is missing or not a regular file (regular_identity
-    without the exception: this runs twice per wheel on every index)."""
-    try:
-        status = os.lstat(path)
-    except OSError:
-        return None
-    if not stat.S_ISREG(status.st_mode):
-        return None
-    return FileIdentity(status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
-
-
 def _recorded(path: str, record: FileRecord | None) -> FileRecord | None:
     """``record`` if the file at ``path`` still has the identity it was recorded with."""
-    if record is None or _identity(path) != record.identity:
+    if record is None or identity_if_regular(path) != record.identity:
         return None
     return record
 
@@ -808,7 +798,7 @@ def _placed_wheel(
 ) -> FileRecord | None:
     """The record of ``target`` if it already holds the bytes hashed as ``sha256``: the hard link to the very
     file of dist/ the catalog just verified, or a copy whose identity the manifest recorded with that digest."""
-    placed = _identity(target)
+    placed = identity_if_regular(target)
     if placed is None:
         return None
     if hashed is not None and placed == hashed:
@@ -828,7 +818,7 @@ def _place_wheel(source: Path | str, target: Path, expected: FileIdentity | None
     Either way the file of dist/ must still be the one the catalog hashed, before and after."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    if expected is not None and _identity(source) != expected:
+    if expected is not None and identity_if_regular(source) != expected:
         raise _changed(source)
     try:
         linked = _link_or_copy(source, temporary)
@@ -847,7 +837,7 @@ def _still_hashed(source: Path | str, placed: FileIdentity, expected: FileIdenti
     from a source whose whole identity still holds."""
     if linked:
         return (placed.inode, placed.size, placed.mtime_ns) == (expected.inode, expected.size, expected.mtime_ns)
-    return _identity(source) == expected and placed.size == expected.size
+    return identity_if_regular(source) == expected and placed.size == expected.size
 
 
 def _changed(source: Path | str) -> FileSystemError:
@@ -874,7 +864,7 @@ def _write_atomic(target: Path, content: bytes) -> FileIdentity:
 
 def _current_bytes(path: Path) -> bytes | None:
     """The bytes of the regular file at ``path``, or None (missing, or a symlink or special file to replace)."""
-    if _identity(path) is None:
+    if identity_if_regular(path) is None:
         return None
     try:
         return path.read_bytes()

@@ -54,7 +54,7 @@ _FEATURE = re.compile(r"^[a-z0-9_.]+$")
 
 
 class TwinMaker(Protocol):
-    """The build step's side of the twins (builder/steps/variant.py's VariantTwins)."""
+    """The build step's side of the twins (builder/steps/twins.py's VariantTwins)."""
 
     def make(self, wheel: Path, folder: Path) -> Path:
         """Write the twin of ``wheel`` into ``folder``; WheelwrightError says why it cannot be made."""

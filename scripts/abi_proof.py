@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from builder.core.demangle import demangle
+from builder.core.settings import cache_root
 from builder.core.symbols import TorchAbi, family_reason, load_index, minor_of
 from builder.steps.abi import all_imports, record_of_wheel
-from builder.steps.environment import cache_root
 
 UNDEFINED = re.compile(r"undefined symbol: (\S+)")
 PROBE = """\

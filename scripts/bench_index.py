@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from builder.core.wheelhouse import LEDGER, VARIANT, Layout
 from builder.plan.facts import load_facts
 from builder.plan.job import format_label
 from builder.steps import provenance, variant
@@ -98,19 +99,19 @@ def write_wheel_and_twin(out: Path, spec: Spec, *, with_provenance: bool) -> Pat
                   "torch": {"requirement": None}, "archs": archs,
                   "files": provenance.payload_digests(members, dist_info)}
         members[f"{dist_info}/{provenance.FILENAME}"] = Member(data=provenance.encode(record))
-    wheel = write_wheel(out / "dist" / spec.filename, members)
+    wheel = write_wheel(Layout(root=out).dist / spec.filename, members)
     if with_provenance:
         properties = variant.properties_for(spec.label, archs)
         twin = variant.twin_members(members, wheel.name, spec.label, properties)
-        write_wheel(out / "variant" / variant.variant_filename(wheel.name, spec.label), twin)
+        write_wheel(Layout(root=out).variant / variant.variant_filename(wheel.name, spec.label), twin)
     return wheel
 
 
 def write_wheelhouse(out: Path, count: int, *, with_provenance: bool) -> None:
     """``count`` wheels. One of them makes the label the runs add to lead its torch, as the registry's variant does
     on a real site: synthetic variants tie, and a wheel that broke a tie would move every setup page's choices."""
-    (out / "dist").mkdir(parents=True, exist_ok=True)
-    (out / "variant").mkdir(parents=True, exist_ok=True)
+    Layout(root=out).dist.mkdir(parents=True, exist_ok=True)
+    Layout(root=out).variant.mkdir(parents=True, exist_ok=True)
     leader = Spec("causal-conv1d", "0.0.1", "pt214cu130", PYTHON_TAG)
     for spec in (*synthetic_specs(count - 1), leader):
         write_wheel_and_twin(out, spec, with_provenance=with_provenance)
@@ -153,9 +154,9 @@ class Checkout:
 def forget(out: Path) -> None:
     """Back to a cold index: no site and no index state (this code's, and the hash cache older code kept in the
     ledger and variant/)."""
-    shutil.rmtree(out / "site", ignore_errors=True)
-    for name in ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm", "ledger.sqlite", "ledger.sqlite-wal",
-                 "ledger.sqlite-shm", "variant/.variant-index.json"):
+    shutil.rmtree(Layout(root=out).site, ignore_errors=True)
+    for name in ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm", LEDGER, f"{LEDGER}-wal", f"{LEDGER}-shm",
+                 f"{VARIANT}/.variant-index.json"):
         (out / name).unlink(missing_ok=True)
 
 
@@ -166,15 +167,15 @@ def change(outs: list[Path], kind: str, round_: int, *, with_provenance: bool, a
         payload = os.urandom(int(added_mb * 1e6))
         spec = Spec("causal-conv1d", f"9.9.{round_}", "pt214cu130", PYTHON_TAG, payload)
     else:
-        names = sorted(path.name for path in (outs[0] / "dist").glob("causal_conv1d-1.0.0+*"))
+        names = sorted(path.name for path in Layout(root=outs[0]).dist.glob("causal_conv1d-1.0.0+*"))
         name = names[round_] if kind == "replaced" else names[-1 - round_]  # the first release's
         dist, version, python = name.removesuffix(".whl").split("-")[:3]
         public, label = version.split("+")
         spec = Spec(dist.replace("_", "-"), public, label, python, f"x = {round_ + 2}\n".encode())
     for out in outs:
         if kind == "removed":
-            (out / "dist" / spec.filename).unlink()
-            (out / "variant" / variant.variant_filename(spec.filename, spec.label)).unlink(missing_ok=True)
+            (Layout(root=out).dist / spec.filename).unlink()
+            (Layout(root=out).variant / variant.variant_filename(spec.filename, spec.label)).unlink(missing_ok=True)
         else:
             write_wheel_and_twin(out, spec, with_provenance=with_provenance)
 
@@ -192,7 +193,7 @@ def bench(
 ) -> dict[str, Any]:
     """Every kind of run on ``count`` wheels for each checkout, interleaved so each sees the same load."""
     base = workdir / f"base-{count}-{'prov' if with_provenance else 'plain'}"
-    if not (base / "dist").is_dir():  # a --workdir of an earlier run keeps its wheels
+    if not Layout(root=base).dist.is_dir():  # a --workdir of an earlier run keeps its wheels
         write_wheelhouse(base, count, with_provenance=with_provenance)
     outs = [base] if len(checkouts) == 1 else []  # one checkout works in the generated folder itself
     for checkout in checkouts if len(checkouts) > 1 else ():
@@ -220,7 +221,7 @@ def bench(
         "colds": colds,
         "medians": {checkout.name: checkout.medians() for checkout in checkouts},
         "runs": {c.name: {k: [round(r["cpu"], 3) for r in runs] for k, runs in c.runs.items()} for c in checkouts},
-        "largest_pages": {c.name: largest_pages(out / "site") for c, out in pairs},
+        "largest_pages": {c.name: largest_pages(Layout(root=out).site) for c, out in pairs},
         "load_average": [round(x, 2) for x in (*load_before, *os.getloadavg())],
     }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """sccache beside wheelwright's own object and stage cache, in one run on the same nvcc calls: the package's CUDA
 translation units as `wheelwright build` compiles them for torch A, then for torch B, each through (1) our wrapper
-(builder/steps/objcache.py with the core pool and the stage cache) and (2) `sccache nvcc` (its own nvcc
+(builder/steps/programs/objcache.py with the core pool and the stage cache) and (2) `sccache nvcc` (its own nvcc
 decomposition and local disk cache), each with a cache that starts cold before torch A. Per tool and torch: the
 CPU-seconds of the whole compile (wait4 of the process tree: sccache's server included), the wall, the hits and
 misses per stage, and whether every object's per-kernel SASS equals the other tool's.
@@ -25,10 +25,10 @@ from pathlib import Path
 
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
-from builder.steps import compile as compile_stage
-from builder.steps import objcache, sass, sharedcache, stagecache
+from builder.steps import compilation, sass, sharedcache
 from builder.steps.environment import build_env, find_toolkit, runtime_env
 from builder.steps.fetch import fetch_sdist, unpack_sdist
+from builder.steps.programs import objcache, stagecache
 from builder.steps.recipes import apply_recipe
 from builder.steps.upstream import overlay_upstream
 from scripts.bench.build import bench_matrix
@@ -103,7 +103,7 @@ def with_sccache(sccache: str, torch: str, calls: Sequence[tuple[str, list[str]]
     run = Run(tool="sccache", torch=torch)
     env = {k: v for k, v in environ.items() if not k.startswith("WHEELWRIGHT_NVCC")}  # nvcc whole, no pool
     # sccache refuses to cache a call with --time (the build's per-(TU, arch) times): nvcc's own --threads alone
-    env["NVCC_APPEND_FLAGS"] = f"--threads {compile_stage.Parallelism.fit(len(archs), split=False).nvcc_threads}"
+    env["NVCC_APPEND_FLAGS"] = f"--threads {compilation.Parallelism.fit(len(archs), split=False).nvcc_threads}"
     env.update(SCCACHE_DIR=str(cache), SCCACHE_SERVER_PORT=str(4226 + os.getpid() % 1000), SCCACHE_IDLE_TIMEOUT="0",
                SCCACHE_CACHE_SIZE="50G")
     subprocess.run([sccache, "--start-server"], env=env, check=True, capture_output=True)
@@ -159,9 +159,9 @@ def setup(args: argparse.Namespace, torch: str) -> Iterator[tuple[list[tuple[str
     source = unpack_sdist(fetch_sdist(job), workdir / "src")
     overlay_upstream(job, source)
     recipe = apply_recipe(source, job)
-    with compile_stage.workspace(job, source, runtime.site_packages) as space:
-        parallelism = compile_stage.Parallelism.fit(len(job.archs))
-        environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, None, {})
+    with compilation.workspace(job, source, runtime.site_packages) as space:
+        parallelism = compilation.Parallelism.fit(len(job.archs))
+        environ = compilation.build_environ(job, env, recipe.env, space, parallelism, None, {})
         calls = record_commands(job, env, space, environ, workdir)
         yield [(nvcc, a) for nvcc, a in calls if not args.units or objcache.source_of(a).name in args.units], environ
 

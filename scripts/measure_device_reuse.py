@@ -6,8 +6,8 @@ SASS compared, and the CPU-seconds of each compile stage (front end, device prep
 Each torch's build is set up exactly as `wheelwright build` sets it up (torch, build env, recipe, the fixed
 workspace, its environment), then its nvcc command lines are read from the build's own ninja file (a stand-in
 `ninja` prints them with `ninja -t commands` and stops the build), and each TU is compiled step by step as the
-core pool does (builder/steps/nvcc_plan.py), one step at a time, CPU-seconds from wait4. cicc and ptxas run
-through the stage cache (builder/steps/stagecache.py): a step whose program, command and input bytes an earlier
+core pool does (builder/steps/programs/nvcc_plan.py), one step at a time, CPU-seconds from wait4. cicc and ptxas run
+through the stage cache (builder/steps/programs/stagecache.py): a step whose program, command and input bytes an earlier
 torch already compiled is not compiled again, since that is the cache's rule; the table says so.
 
 Usage: .venv/bin/python -m scripts.measure_device_reuse --package causal-conv1d \\
@@ -34,10 +34,10 @@ from builder.core.errors import WheelwrightError
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.plan.job import Job
-from builder.steps import compile as compile_stage
-from builder.steps import nvcc_plan, objcache, sass, stagecache
+from builder.steps import compilation, sass
 from builder.steps.environment import BuildEnv, build_env, find_toolkit, runtime_env
 from builder.steps.fetch import fetch_sdist, unpack_sdist
+from builder.steps.programs import nvcc_plan, objcache, stagecache
 from builder.steps.recipes import apply_recipe
 from builder.steps.upstream import overlay_upstream
 from scripts.bench.build import bench_matrix
@@ -108,7 +108,7 @@ def nvcc_commands(recorded: str) -> list[tuple[str, list[str]]]:
     return found
 
 
-def record_commands(job: Job, env: BuildEnv, space: compile_stage.Workspace, environ: dict[str, str],
+def record_commands(job: Job, env: BuildEnv, space: compilation.Workspace, environ: dict[str, str],
                     workdir: Path) -> list[tuple[str, list[str]]]:
     """The build's nvcc calls, read from the ninja file torch writes, nothing compiled."""
     real = shutil.which("ninja", path=environ["PATH"])
@@ -119,7 +119,7 @@ def record_commands(job: Job, env: BuildEnv, space: compile_stage.Workspace, env
     stand_in = fake_ninja(workdir / "fake-ninja", real)
     environ = {**environ, "PATH": f"{stand_in}{os.pathsep}{environ['PATH']}", RECORD_ENV: str(record)}
     try:
-        compile_stage.compile_wheel(job, env, space, environ, workdir / "unused-dist")
+        compilation.compile_wheel(job, env, space, environ, workdir / "unused-dist")
     except WheelwrightError:
         pass  # the stand-in stops it, by design
     if not record.is_file():
@@ -178,7 +178,7 @@ def measure_chain(torch: str, devices: nvcc_plan.DeviceSteps, arch: str, command
     return chain
 
 
-def measure_unit(torch: str, nvcc: str, args: list[str], environ: Mapping[str, str], space: compile_stage.Workspace,
+def measure_unit(torch: str, nvcc: str, args: list[str], environ: Mapping[str, str], space: compilation.Workspace,
                  cache: stagecache.StageCache, keep: Path, cuobjdump: Path | None, host: bool, device: bool = True,
                  ) -> tuple[Unit, list[Chain]]:
     args = objcache.deterministic_args(args)
@@ -215,9 +215,9 @@ def measure_torch(args: argparse.Namespace, torch: str, cache_root: Path, cuobjd
     recipe = apply_recipe(source, job)
     units: list[Unit] = []
     chains: list[Chain] = []
-    with compile_stage.workspace(job, source, runtime.site_packages) as space:
-        parallelism = compile_stage.Parallelism(max_jobs=1, nvcc_threads=1, pool_slots=1)
-        environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, None, {})
+    with compilation.workspace(job, source, runtime.site_packages) as space:
+        parallelism = compilation.Parallelism(max_jobs=1, nvcc_threads=1, pool_slots=1)
+        environ = compilation.build_environ(job, env, recipe.env, space, parallelism, None, {})
         cache = stagecache.StageCache(cache_root, "use", environ)
         for nvcc, nvcc_args in record_commands(job, env, space, environ, workdir):
             if args.units and objcache.source_of(nvcc_args).name not in args.units:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from builder.core.wheelhouse import Layout
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.plan.job import Job
@@ -55,7 +56,7 @@ class Built:
 
 def built(output: Path, jobs: dict[str, Job]) -> list[Built]:
     """The ledger's built wheels of the seed plan, in plan order (causal-conv1d before mamba-ssm)."""
-    with sqlite3.connect(output / "ledger.sqlite") as db:
+    with sqlite3.connect(Layout(root=output).ledger) as db:
         rows = dict(db.execute("SELECT job_id, wheel FROM jobs WHERE status = 'built'").fetchall())
     return [Built(job, rows[identifier]) for identifier, job in jobs.items() if identifier in rows]
 

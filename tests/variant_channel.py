@@ -17,8 +17,8 @@ from builder.plan.facts import Accelerator
 from builder.plan.job import Job
 from builder.steps import provenance, slim
 from builder.steps.variant import make_twin
+from scripts.bench.wheels import job_wheel, wheel_of_files, with_provenance
 from tests.jobs import local_job
-from tests.wheels import job_wheel, make_wheel, with_provenance
 
 BUILDS = (  # (torch, accelerator, archs): three variants of 1.7.0
     ("2.14.1", "cu130", ("9.0", "12.0+PTX")),
@@ -40,7 +40,7 @@ def write_channel(output: Path) -> Path:
     torch_wheels = output / "torch"
     torch_wheels.mkdir(exist_ok=True)
     for version in TORCHES:
-        make_wheel(torch_wheels, name="torch", version=version, python_tag="py3", platform="any", pure=True,
+        wheel_of_files(torch_wheels, name="torch", version=version, python_tag="py3", platform="any", pure=True,
                    requires=(), files={"torch/__init__.py": f'__version__ = "{version}"\n'.encode()})
     return torch_wheels
 

@@ -61,10 +61,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     from builder.cli.console import console
     from builder.cli.progress import LineReporter, LiveTable, interactive
     from builder.core.ledger import Status
+    from builder.core.wheelhouse import Layout
     from builder.farm.build import (  # the build stage's imports are heavy; plan needs none
         Builder,
         BuildOptions,
-        Layout,
         Progress,
     )
     from builder.farm.container import ContainerBackend, Invocation
@@ -164,7 +164,7 @@ def _summary(outcomes: list[Outcome], output: Path) -> None:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     from builder.cli.console import console
-    from builder.farm.build import Layout
+    from builder.core.wheelhouse import Layout
     from builder.farm.merge import merge_outputs
 
     merged = merge_outputs(args.sources, Layout(root=args.output))
@@ -178,8 +178,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from builder.cli.console import console, print_table
     from builder.core.ledger import Ledger, Status
+    from builder.core.wheelhouse import Layout
 
-    path = args.output / "ledger.sqlite"
+    path = Layout(root=args.output).ledger
     if not path.is_file():
         console.print(f"no ledger at {path} yet; run `wheelwright build` first")
         return 1

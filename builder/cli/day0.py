@@ -30,7 +30,7 @@ def cmd_day0(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from builder.cli.console import out
-    from builder.farm.build import Layout
+    from builder.core.wheelhouse import Layout
     from builder.farm.day0 import PUBLISHED, REFUSED, run_day0
     from builder.plan.expand import load_plan
     from builder.plan.facts import load_facts

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from builder.plan.arch import Arch
     from builder.plan.facts import Accelerator, TorchFacts
     from builder.steps.torch_registry import Provenance
 
@@ -87,11 +88,11 @@ def cmd_toolkits(args: argparse.Namespace) -> int:
     from builder.steps.toolchain import preflight
 
     plan = load_plan(args.matrix, args.profile).select(args.select)
-    archs: dict[Accelerator, set[str]] = {}
+    archs: dict[Accelerator, set[Arch]] = {}
     for job in plan.jobs:
         archs.setdefault(job.accelerator, set()).update(job.archs)
     for accelerator in sorted(archs):  # each source is asked for every arch its accelerator's jobs name
-        for line in preflight(accelerator, archs=sorted(archs[accelerator])):
+        for line in preflight(accelerator, archs=sorted(archs[accelerator], key=lambda a: (a.sort_key, str(a)))):
             out.print(f"{accelerator}: {escape(line)}")
     return 0
 

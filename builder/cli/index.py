@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 
 from builder.cli.arguments import site_url, whole_number
 from builder.core.errors import ConfigError
+from builder.core.settings import setting
+from builder.core.wheelhouse import Layout
 
 if TYPE_CHECKING:
     from builder.core.archive import Archive
@@ -20,7 +22,6 @@ if TYPE_CHECKING:
     from index_site.publish import PublishReport
     from index_site.site import IndexReport
 
-DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
 
 def add_commands(
@@ -32,7 +33,7 @@ def add_commands(
     index.add_argument(
         "--base-url",
         type=site_url,  # also checks the environment's value: argparse converts a default given as text
-        default=os.environ.get("WHEELWRIGHT_BASE_URL", DEFAULT_BASE_URL),
+        default=setting("WHEELWRIGHT_BASE_URL"),
         help="public URL of the site, for the landing page's install commands "
         "(env WHEELWRIGHT_BASE_URL; default: %(default)s)",
     )
@@ -48,11 +49,11 @@ def add_commands(
     publish_parser = commands.add_parser("publish", help="upload the site to an S3 bucket, changed objects only")
     _add_site_arguments(publish_parser)
     publish_parser.add_argument(
-        "--bucket", default=os.environ.get("WHEELWRIGHT_BUCKET"), help="bucket name (env WHEELWRIGHT_BUCKET)"
+        "--bucket", default=setting("WHEELWRIGHT_BUCKET"), help="bucket name (env WHEELWRIGHT_BUCKET)"
     )
     publish_parser.add_argument(
         "--prefix",
-        default=os.environ.get("WHEELWRIGHT_PREFIX", ""),
+        default=setting("WHEELWRIGHT_PREFIX"),
         help="key prefix inside the bucket (env WHEELWRIGHT_PREFIX)",
     )
     publish_parser.add_argument("--endpoint-url", help="S3 API endpoint (default: AWS, or AWS_ENDPOINT_URL)")
@@ -77,7 +78,7 @@ def _add_site_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _site(args: argparse.Namespace) -> Path:
-    site: Path = args.site if args.site is not None else args.output / "site"
+    site: Path = args.site if args.site is not None else Layout(root=args.output).site
     return site
 
 
@@ -93,21 +94,21 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 class _Twins:
-    """builder.steps.variant's VariantTwins, imported on the first twin to make or check (a re-index that has none
+    """builder.steps.twins's VariantTwins, imported on the first twin to make or check (a re-index that has none
     does without the build steps' imports): it makes and checks twins, the index decides which it publishes."""
 
     def make(self, wheel: Path, folder: Path) -> Path:
-        from builder.steps.variant import VariantTwins
+        from builder.steps.twins import VariantTwins
 
         return VariantTwins().make(wheel, folder)
 
     def problems(self, wheel: Path, twin: Path) -> list[str]:
-        from builder.steps.variant import VariantTwins
+        from builder.steps.twins import VariantTwins
 
         return VariantTwins().problems(wheel, twin)
 
     def derive(self, file: BinaryIO, archive: Archive) -> DerivedTwin | None:
-        from builder.steps.variant import VariantTwins
+        from builder.steps.twins import VariantTwins
 
         return VariantTwins().derive(file, archive)
 
@@ -223,7 +224,7 @@ def _index_lines(report: IndexReport, base_url: str) -> tuple[list[str], list[st
     for label in report.variants:
         links = shlex.quote(f"{base_url.rstrip('/')}/{layout.findlinks_path(label)}")
         lines.append(f"  {label}  pip install PACKAGE -f {links}")
-    if (report.site / "variant" / "simple" / "index.html").is_file():
+    if (report.site / layout.VARIANTS / "simple" / "index.html").is_file():
         lines.append(f"  variant channel  {variant_command(base_url.rstrip('/'))}")
     return lines, [f"not indexed: {rejection.reason}" for rejection in report.rejected]
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from builder import __version__
 from builder.cli.arguments import Parser, UsageError, whole_number
 from builder.core.errors import FileSystemError, WheelwrightError
+from builder.core.wheelhouse import Layout
 
 if TYPE_CHECKING:
     from builder.plan.expand import Plan
@@ -174,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="estimate: runners (1-10,000; default: %(default)s)")
     plan.add_argument("--cores", type=whole_number(1, 1024), default=4, metavar="C",
                       help="estimate: cores per runner (1-1,024; default: %(default)s)")
-    plan.add_argument("--ledger", type=Path, default=Path("wheelhouse/ledger.sqlite"),
+    plan.add_argument("--ledger", type=Path, default=Layout(root=Path("wheelhouse")).ledger,
                       help="estimate/shards: measured compile costs (default: %(default)s)")
     plan.add_argument("--compact", action="store_true", help="one-line JSON (for $GITHUB_OUTPUT)")
     plan.add_argument("--explain", action="store_true", help="also list dropped combinations and why")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from builder.plan.job import Job
-from builder.steps.compile import translation_unit
+from builder.steps.compilation import translation_unit
 
 if TYPE_CHECKING:
     from typing import Self

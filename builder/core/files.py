@@ -47,6 +47,11 @@ def read_toml(source: Path | Resource, *, what: str, error: type[ConfigError] = 
         text = source.read_text() if isinstance(source, Resource) else source.read_text(encoding="utf-8")
     except OSError as failure:
         raise error(f"{where}: cannot read {what}: {failure.strerror}") from None
+    return parse_toml(text, where, error=error)
+
+
+def parse_toml(text: str, where: str, *, error: type[ConfigError] = ConfigError) -> dict[str, Any]:
+    """TOML text (of the file ``where`` names) as a dict; ``error`` names the file when it does not parse."""
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as failure:

@@ -51,16 +51,19 @@ def regular_identity(path: Path | str) -> FileIdentity:
     return FileIdentity.of(status)
 
 
-def holds_identity(path: str, identity: tuple[int, int, int, int]) -> bool:
-    """Whether the regular file at ``path`` (a symlink is not followed) still has ``identity`` (a FileIdentity):
-    a missing file, or one of another kind, has not. One lstat; the index asks it of every file on every run."""
+def identity_if_regular(path: Path | str) -> FileIdentity | None:
+    """The identity of the regular file at ``path`` (a symlink is not followed); None for a missing file or one of
+    another kind. One lstat: the index asks it of every file on every run."""
     try:
         status = os.lstat(path)
     except OSError:
-        return False
-    return stat.S_ISREG(status.st_mode) and identity == (
-        status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
-    )
+        return None
+    return FileIdentity.of(status) if stat.S_ISREG(status.st_mode) else None
+
+
+def holds_identity(path: str, identity: tuple[int, int, int, int]) -> bool:
+    """Whether the regular file at ``path`` still has ``identity`` (a FileIdentity)."""
+    return identity_if_regular(path) == identity
 
 
 def open_regular(path: Path | str) -> int:
@@ -74,11 +77,8 @@ def open_regular(path: Path | str) -> int:
 
 def sha256_of(path: Path) -> str:
     """The hex sha256 of a file's bytes, read in chunks."""
-    digest = hashlib.sha256()
     with path.open("rb") as file:
-        while chunk := file.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return sha256_stream(file)
 
 
 def sha256_stream(file: BinaryIO) -> str:

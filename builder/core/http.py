@@ -8,7 +8,6 @@ import dataclasses
 import functools
 import http.client
 import math
-import os
 import socket
 import threading
 import urllib.error
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from builder.core.errors import ConfigError
+from builder.core.settings import setting_number
 
 DEADLINE_SCALE = "WHEELWRIGHT_DEADLINE_SCALE"  # multiplies every deadline (a slow link: 3); caps stay as they are
 _READ_CHUNK = 1 << 16
@@ -42,17 +41,8 @@ class Limits:
 
 
 def deadline_scale() -> float:
-    """``$WHEELWRIGHT_DEADLINE_SCALE`` as a number in (0, 100]; 1 when unset."""
-    raw = os.environ.get(DEADLINE_SCALE, "").strip()
-    if not raw:
-        return 1.0
-    try:
-        factor = float(raw)
-    except ValueError:
-        factor = math.nan
-    if not 0 < factor <= 100:
-        raise ConfigError(f"{DEADLINE_SCALE}={raw!r}: not a number above 0 and at most 100")
-    return factor
+    """``WHEELWRIGHT_DEADLINE_SCALE`` as a number in (0, 100]; 1 when unset."""
+    return setting_number(DEADLINE_SCALE, above=0, at_most=100)
 
 
 class PeerTimeout(OSError):

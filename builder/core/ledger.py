@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
 
 from builder.core.errors import LedgerError
 from builder.core.hashing import FileIdentity
+from builder.core.settings import setting_number
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     compile_times TEXT,              -- JSON: [{unit, arch, seconds}] from nvcc --time (object-cache hits add none)
     wheel_identity TEXT,             -- inode:size:mtime_ns:ctime_ns of the wheel in dist/ when its hash was taken
     torch_wheel  TEXT,               -- JSON: the torch wheel built against: filename, url, sha256, index, origin
-    reuse        TEXT,               -- JSON: objects and device steps reused, and from which job (compile.py)
+    reuse        TEXT,               -- JSON: objects and device steps reused, and from which job (compilation.py)
     stage_times  TEXT,               -- JSON: [{unit, arch, stage, cpu, wall}] of the device steps compiled
     abi          TEXT,               -- JSON: the symbols each extension imports from torch, C++ ABI, CUDA major, window
     updated_at   REAL NOT NULL
@@ -99,8 +99,6 @@ MIGRATIONS = {
     "abi": "ALTER TABLE jobs ADD COLUMN abi TEXT",
 }
 SCHEMA_VERSION = 2  # PRAGMA user_version; a ledger with a higher one was written by a newer wheelwright
-# How long to wait for another process's write transaction before saying so (env WHEELWRIGHT_LEDGER_TIMEOUT).
-DEFAULT_LOCK_TIMEOUT = 30.0
 
 class Status(str, Enum):
     """A job's row: in flight, or how it ended. A str, so rows, JSON and comparisons with text keep working."""
@@ -162,10 +160,8 @@ _REQUIRED = {
 
 
 def lock_timeout() -> float:
-    try:
-        return max(0.0, float(os.environ.get("WHEELWRIGHT_LEDGER_TIMEOUT", DEFAULT_LOCK_TIMEOUT)))
-    except ValueError:
-        return DEFAULT_LOCK_TIMEOUT
+    """How long to wait for another process's write transaction before saying so (WHEELWRIGHT_LEDGER_TIMEOUT)."""
+    return setting_number("WHEELWRIGHT_LEDGER_TIMEOUT", at_least=0)
 
 
 @contextmanager
@@ -468,7 +464,7 @@ def compile_times(text: str | None, where: str) -> list[CompileTime]:
 
 @dataclass(frozen=True)
 class StageTime:
-    """One compiled step of a build as compile.py measured it (wait4's CPU-seconds): a device stage (preprocess,
+    """One compiled step of a build as compilation.py measured it (wait4's CPU-seconds): a device stage (preprocess,
     cicc, ptxas) of one (unit, arch), or a unit's front end or host part (arch "")."""
 
     unit: str

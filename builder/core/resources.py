@@ -51,10 +51,10 @@ PLATFORM_FACTS = Resource("builder.data", "platforms.toml")  # CPU platforms: EL
 
 # -- code run as a file (not imported) ---------------------------------------------------------------------------
 RECIPE_PRELUDE = Resource("builder.steps.recipes", "prelude.py")  # prepended to an upstream setup.py
-OBJCACHE_SCRIPT = Resource("builder.steps", "objcache.py")  # PYTORCH_NVCC wrapper, run by path
-NVCC_PLAN_SCRIPT = Resource("builder.steps", "nvcc_plan.py")  # the wrapper's core pool, imported beside it
-STAGECACHE_SCRIPT = Resource("builder.steps", "stagecache.py")  # the pool's device-step cache, imported beside it
-CROSS_CC_SCRIPT = Resource("builder.steps", "cross_cc.py")  # the cross compiler's wrapper, run by path
+OBJCACHE_SCRIPT = Resource("builder.steps.programs", "objcache.py")  # PYTORCH_NVCC wrapper, run by path
+NVCC_PLAN_SCRIPT = Resource("builder.steps.programs", "nvcc_plan.py")  # the wrapper's core pool, imported beside it
+STAGECACHE_SCRIPT = Resource("builder.steps.programs", "stagecache.py")  # the pool's device-step cache, beside it
+CROSS_CC_SCRIPT = Resource("builder.steps.programs", "cross_cc.py")  # the cross compiler's wrapper, run by path
 
 # -- templates (index_site/templates), loaded by jinja2's PackageLoader -----------------------------------------
 TEMPLATE_PACKAGE = "index_site"

@@ -11,13 +11,13 @@ import functools
 import gzip
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.core.demangle import demangle
 from builder.core.elfread import ElfFile
+from builder.core.settings import cache_root, setting_path
 
 log = logging.getLogger(__name__)
 
@@ -182,10 +182,7 @@ class TorchAbi:
 def cache_dir() -> Path:
     """``$WHEELWRIGHT_SYMBOLS``, else ``$WHEELWRIGHT_CACHE/torch-symbols/v1``, else
     ``~/.cache/wheelwright/torch-symbols/v1``."""
-    if os.environ.get(SYMBOLS_ENV):
-        return Path(os.environ[SYMBOLS_ENV])
-    root = os.environ.get("WHEELWRIGHT_CACHE") or str(Path.home() / ".cache" / "wheelwright")
-    return Path(root) / INDEX_DIR
+    return setting_path(SYMBOLS_ENV) or cache_root() / INDEX_DIR
 
 
 def entry_path(directory: Path, entry: TorchAbi) -> Path:

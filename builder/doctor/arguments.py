@@ -4,8 +4,9 @@ without importing them. Shared by ``wheelwright doctor`` and the standalone ``do
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+
+from builder.core.settings import setting
 
 # The index the answer points at; the published doctor.py carries its site's URL here.
 DEFAULT_INDEX_URL = ""
@@ -15,7 +16,7 @@ INDEX_ENV = "WHEELWRIGHT_INDEX_URL"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--index-url",
-        default=os.environ.get(INDEX_ENV) or DEFAULT_INDEX_URL or None,
+        default=setting(INDEX_ENV) or DEFAULT_INDEX_URL or None,
         help=f"the wheelwright site to find the fix in (default: ${INDEX_ENV})",
     )
     parser.add_argument(

@@ -22,6 +22,7 @@ from builder.core.errors import WheelwrightError
 # Dependency order: each module imports only from those before it.
 MODULES = (
     "builder.core.errors",
+    "builder.core.settings",
     "builder.core.http",
     "builder.core.elfread",
     "builder.core.fatbin",

@@ -28,10 +28,11 @@ from builder.core.errors import NotBuildableHere, WheelwrightError
 from builder.core.hashing import FileIdentity, sha256_of
 from builder.core.ledger import NOT_BUILT, Ledger, LedgerEntry, Status
 from builder.core.resources import BUILD_DATA
+from builder.core.settings import setting
+from builder.core.wheelhouse import Layout
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
-from builder.steps import compile as compile_stage
-from builder.steps import cross, provenance, slim
+from builder.steps import compilation, cross, provenance, slim
 from builder.steps import day0 as day0_stage
 from builder.steps import variant as variant_stage
 from builder.steps.abi import needed_abi
@@ -46,7 +47,7 @@ from builder.steps.environment import (
     runtime_env,
 )
 from builder.steps.fetch import fetch_sdist, unpack_sdist
-from builder.steps.nvcc_time import read_times, seed_costs, unit_costs
+from builder.steps.nvcc_time import seed_costs, unit_costs
 from builder.steps.platform import cross_target
 from builder.steps.recipes import RecipeResult, apply_recipe
 from builder.steps.recipes.facts import package_facts
@@ -70,49 +71,10 @@ PHASES = ("fetch", "env", "patch", "compile", "repair", "verify", "install")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Layout:
-    """The output folder: dist/ (verified wheels only), variant/ (their PEP 825 variant twins, verified again),
-    quarantine/, logs/, ledger.sqlite, tmp/ (work in flight)."""
-
-    root: Path
-
-    @property
-    def dist(self) -> Path:
-        return self.root / "dist"
-
-    @property
-    def variant(self) -> Path:
-        return self.root / "variant"
-
-    @property
-    def quarantine(self) -> Path:
-        return self.root / "quarantine"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def tmp(self) -> Path:
-        return self.root / "tmp"
-
-    @property
-    def ledger(self) -> Path:
-        return self.root / "ledger.sqlite"
-
-    def log_for(self, job: Job) -> Path:
-        return self.logs / f"{job.identifier}.log"
-
-    def timeline_for(self, job: Job) -> Path:
-        """The job's compile timeline (builder/steps/timeline.py), kept beside its log."""
-        return self.logs / f"{job.identifier}.timeline.jsonl"
-
-
-@dataclass(frozen=True, kw_only=True)
 class BuildOptions:
     retry_failed: bool = False
     parallel: int = 1  # jobs at once (groups of one package version + label run their Pythons in turn)
-    objcache: str = "use"  # use | verify | off (see builder/steps/objcache.py)
+    objcache: str = "use"  # use | verify | off (see builder/steps/programs/objcache.py)
     torch_index: str | None = None  # the template in force; None: WHEELWRIGHT_TORCH_INDEX, else PyTorch's index
 
 
@@ -157,13 +119,14 @@ def input_hash(job: Job) -> str:
     """What a wheel is built from: sdist (and the upstream commit overlaid on it), recipe and recipe code, torch,
     toolkit, flags, and every data file the build reads (resources.BUILD_DATA). Same hash, same wheel."""
     inputs = {
-        "job": {k: v for k, v in asdict(job).items() if k != "sdist"},
+        # the archs as the plan spells them, so a hash taken before they were parsed still holds
+        "job": {k: v for k, v in asdict(job).items() if k != "sdist"} | {"archs": [str(a) for a in job.archs]},
         "sdist": job.sdist.sha256,
         "upstream": asdict(job.sdist.upstream) if job.sdist.upstream else None,
         "recipe_code": _recipe_code_digest(),
         "data": {resource.source: hashlib.sha256(resource.read_bytes()).hexdigest() for resource in BUILD_DATA},
     }
-    image = os.environ.get("WHEELWRIGHT_BUILDER_IMAGE")  # set inside a builder image: its glibc and compiler count
+    image = setting("WHEELWRIGHT_BUILDER_IMAGE")  # set inside a builder image: its glibc and compiler count
     if image:
         inputs["image"] = image
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
@@ -384,29 +347,21 @@ class Builder:
             runtime, toolkit, env, crossed = self._environment(job)
         with timer("patch"):
             source, recipe = _patched(job, sdist, work / "unpacked")
-        with timer("compile"), compile_stage.workspace(job, source, runtime.site_packages) as space:
-            parallelism = compile_stage.Parallelism.fit(len(job.archs), share=share)
-            objcache = None if self.options.objcache == "off" else (compile_stage.objcache_root(),
-                                                                      self.options.objcache)
-            costs = _pool_costs(job, recipe.part_shares, measured)
-            cross_environ = crossed.environ(space.torch_site, *cross.build_paths(env.python)) if crossed else None
-            environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, objcache, costs,
-                                                  cross=cross_environ)
-            try:
-                with compile_stage.shared_objects(job, toolkit, space, objcache):  # the farm's device steps
-                    built = compile_stage.compile_wheel(job, env, space, environ, work / "built")
-            finally:  # a failed compile's timeline says where it stood
-                compile_stage.keep_timeline(space, self.layout.timeline_for(job), started=timer.started["compile"],
-                                            parallelism=parallelism)
+        with timer("compile"), compilation.compile_job(
+            job, env, source, runtime.site_packages, recipe_env=recipe.env, into=work / "built",
+            timeline_to=self.layout.timeline_for(job), started=timer.started["compile"], share=share,
+            objcache=self.options.objcache, costs=_pool_costs(job, recipe.part_shares, measured), toolkit=toolkit,
+            crossed=crossed,
+        ) as built:
             compiled = {  # how it was compiled, for the ledger (the wheel carries its own record: provenance below)
                 "toolchain": json.dumps(toolkit.as_dict(), sort_keys=True),
-                "compile_times": json.dumps(read_times(space.nvcc_times)),
+                "compile_times": json.dumps(built.times),
                 "torch_wheel": json.dumps(runtime.origin(), sort_keys=True),
-                **compile_stage.compile_record(space, objcache, toolkit),  # what it reused, each stage's cost
+                **built.record,  # what it reused, each stage's cost
             }
-            relinked = self._relink(job, space.source, built, work / "slim")  # the objects are only here
+            relinked = self._relink(job, built.source, built.wheel, work / "slim")  # the objects are only here
         with timer("repair"), self._repair_lock:
-            repaired = repair_wheel(built, job, work / "repaired")
+            repaired = repair_wheel(built.wheel, job, work / "repaired")
             # After repair (which rewrites the ELF files), so the record's digests are of what ships.
             abi = needed_abi(repaired.wheel, job, runtime.site_packages)
             compiled["abi"] = json.dumps(abi, sort_keys=True)
@@ -425,7 +380,7 @@ class Builder:
             twin = variant_stage.make_twin(wheel, work / "variant")  # after the gate, checked again
             entry = self._install(job, digest, wheel, timer, ledger, summary, compiled)
             os.replace(twin.path, self.layout.variant / twin.path.name)
-        return self._slim(job, entry, built, relinked, work, ledger, None if crossed else runtime, importer)
+        return self._slim(job, entry, built.wheel, relinked, work, ledger, None if crossed else runtime, importer)
 
     def _relink(self, job: Job, source: Path, built: Path, out: Path) -> tuple[list[slim.Relinked], float]:
         """The job's GPU libraries linked again per SASS arch (builder/steps/slim.py), and the seconds it took;

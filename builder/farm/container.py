@@ -22,8 +22,10 @@ from importlib import metadata
 from pathlib import Path
 
 from builder.core.errors import NotBuildableHere, WheelwrightError
-from builder.core.ledger import Ledger, LedgerEntry
-from builder.farm.build import BuildOptions, Layout, Outcome, Progress, _base_entry, input_hash
+from builder.core.ledger import Ledger, LedgerEntry, Status
+from builder.core.settings import cache_root
+from builder.core.wheelhouse import Layout
+from builder.farm.build import BuildOptions, Outcome, Progress, _base_entry, input_hash
 from builder.farm.engine import Engine, Mount, RunSpec
 from builder.farm.images import ImageSpec, ensure_image, image_for, images_for
 from builder.plan.expand import host_python
@@ -191,7 +193,7 @@ class ContainerBackend:
             self.progress.on_phase(job, "container")
         reason = spec.not_buildable()
         if reason:
-            self._fail(group, f"image {spec.name} cannot be built here: {reason}", log_path, status="unbuildable")
+            self._fail(group, f"image {spec.name} cannot be built here: {reason}", log_path, status=Status.UNBUILDABLE)
             return
         try:
             built = ensure_image(self.engine, spec, log_path=log_path)
@@ -207,8 +209,6 @@ class ContainerBackend:
                 self._fail(group, f"container: {error}", log_path)
 
     def _run_spec(self, group: Sequence[Job], spec: ImageSpec, tag: str) -> RunSpec:
-        from builder.steps.environment import cache_root
-
         host_cache = cache_root()
         own = host_cache / "containers" / f"{spec.name}-{spec.base.name}"
         shared = [host_cache / name for name in ("sdists", "runtime", "torch-wheels")]
@@ -266,7 +266,7 @@ class ContainerBackend:
             if runtime.system:
                 log.info("%s: the host's interpreter has its own torch; the container installs one", job.identifier)
 
-    def _fail(self, group: Sequence[Job], reason: str, log_path: Path, *, status: str = "failed") -> None:
+    def _fail(self, group: Sequence[Job], reason: str, log_path: Path, *, status: Status = Status.FAILED) -> None:
         with log_path.open("a") as handle:
             handle.write(f"{status}: {reason}\n")
         with Ledger(self.layout.ledger) as ledger:
@@ -279,7 +279,7 @@ class ContainerBackend:
             job,
             input_hash(job),
             self.layout,
-            status="failed",
+            status=Status.FAILED,
             phase="container",
             reason="the container recorded no result for this job",
         )

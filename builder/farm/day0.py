@@ -19,7 +19,8 @@ from builder.core.errors import WheelError, WheelwrightError
 from builder.core.hashing import FileIdentity, sha256_of
 from builder.core.ledger import Ledger, LedgerEntry, Status
 from builder.core.symbols import TorchAbi, load_index
-from builder.farm.build import Layout, _exclusive
+from builder.core.wheelhouse import Layout
+from builder.farm.build import _exclusive
 from builder.plan.job import Job
 from builder.steps import day0
 from builder.steps.abi import record_of_built

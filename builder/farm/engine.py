@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from builder.core.errors import ToolchainError
 from builder.core.runner import ENGINE_INFO, ENGINE_QUERY, Completed, DeadlinePassed, run
+from builder.core.settings import setting
 
 ENGINES = ("docker", "podman")
 START_DOCKER = (
@@ -150,7 +151,7 @@ def find_engine(
     responds: Callable[[str], bool] | None = None,
 ) -> CliEngine:
     """The engine to use: ``preferred`` (or $WHEELWRIGHT_ENGINE), else docker, else podman; it must answer."""
-    wanted = preferred or os.environ.get("WHEELWRIGHT_ENGINE")
+    wanted = preferred or setting("WHEELWRIGHT_ENGINE")
     names = (wanted,) if wanted else ENGINES
     found = [(name, path) for name in names if (path := which(name))]
     if not found:

@@ -15,12 +15,16 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
-import tomllib
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
+from builder.core.data import load_data, validate
 from builder.core.errors import ConfigError, ToolchainError, WheelwrightError
+from builder.core.files import parse_toml
 from builder.core.resources import IMAGE_BASES
 from builder.core.runner import run
+from builder.core.settings import cache_root, setting_path
 from builder.farm.engine import Engine
 from builder.plan.facts import Accelerator, python_key
 from builder.plan.job import Job
@@ -35,16 +39,27 @@ TOOLKIT_CONTEXT = "toolkit"  # the context's folder the Dockerfile copies to CAR
 CARRIED_AT = Path("/opt/wheelwright/toolkit")
 
 
-@dataclass(frozen=True, kw_only=True)
-class Base:
+def _debian_sources(carries: tuple[str, ...]) -> tuple[str, ...]:
+    """A carried toolkit is one the host's provider unpacks into a folder of its own: a Debian source."""
+    debian = [source.name for source in toolchain.load_sources() if source.kind == "debian"]
+    for name in carries:
+        if name not in debian:
+            raise ValueError(f"{name!r} is not a Debian source of builder/data/toolkits.toml (those are: "
+                             f"{', '.join(debian)})")
+    return carries
+
+
+class Base(BaseModel):
     """Where an image starts: a locally bootstrapped Debian, or a registry image pinned by digest."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     description: str
-    kind: str  # debootstrap | registry
+    kind: Literal["debootstrap", "registry"]
     glibc: str
-    toolkit: str  # mounted (the host's, at run time) | image (the base ships it)
-    carries: tuple[str, ...] = ()  # toolkits.toml Debian sources its images copy in rather than mount
+    toolkit: Literal["mounted", "image"]  # mounted: the host's, at run time; image: the base ships it
+    carries: Annotated[tuple[str, ...], AfterValidator(_debian_sources)] = ()  # copied in rather than mounted
     families: tuple[str, ...]
     pythons: tuple[str, ...]
     runner_python: str
@@ -54,7 +69,16 @@ class Base:
     suite: str = ""
     image: str = ""
     repository: str = ""
-    digests: Mapping[str, str] | None = None
+    digests: dict[str, str] | None = None
+
+    @field_validator("carries")
+    @classmethod
+    def _carries_only_where_mounted(cls, carries: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        toolkit = info.data.get("toolkit")  # declared above, so checked already
+        if carries and toolkit != "mounted":
+            raise ValueError(f"the base ships its own toolkit (toolkit = {toolkit!r}); only a base whose toolkit is "
+                             "mounted can carry one instead")
+        return carries
 
     def reference(self, family: str, version: str) -> str:
         """The FROM reference; a registry base without a pinned digest says so instead of floating on a tag."""
@@ -68,39 +92,28 @@ class Base:
         return self.kind == "debootstrap" or f"{family}{version}" in (self.digests or {})
 
 
+class ImagesFile(BaseModel):
+    """builder/data/images.toml: [bases.NAME] tables, each named by its key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bases: dict[str, Base]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, raw: object) -> object:
+        bases = raw.get("bases") if isinstance(raw, Mapping) else None
+        if not isinstance(raw, Mapping) or not isinstance(bases, Mapping):
+            return raw
+        named = {k: {**v, "name": k} if isinstance(v, Mapping) else v for k, v in bases.items()}
+        return {**raw, "bases": named}
+
+
 def load_bases(text: str | None = None) -> dict[str, Base]:
-    raw = tomllib.loads(IMAGE_BASES.read_text() if text is None else text)
-    bases = {}
-    for name, table in raw.get("bases", {}).items():
-        for key in ("families", "pythons", "carries"):
-            if key in table:
-                table[key] = tuple(table[key])
-        try:
-            bases[name] = Base(name=name, **table)
-        except (KeyError, TypeError) as error:
-            raise ConfigError(f"builder/data/images.toml: bases.{name}: {error}") from None
-        if bases[name].kind not in ("debootstrap", "registry"):
-            raise ConfigError(
-                f"builder/data/images.toml: bases.{name}.kind: {bases[name].kind!r} is not debootstrap or registry"
-            )
-        _check_carries(bases[name])
-    return bases
-
-
-def _check_carries(base: Base) -> None:
-    """A carried toolkit is one the host's provider unpacks into a folder of its own: a Debian source."""
-    debian = [source.name for source in toolchain.load_sources() if source.kind == "debian"]
-    for name in base.carries:
-        if name not in debian:
-            raise ConfigError(
-                f"builder/data/images.toml: bases.{base.name}.carries: {name!r} is not a Debian source of "
-                f"builder/data/toolkits.toml (those are: {', '.join(debian)})"
-            )
-    if base.carries and base.toolkit != "mounted":
-        raise ConfigError(
-            f"builder/data/images.toml: bases.{base.name}.carries: the base ships its own toolkit (toolkit = "
-            f"{base.toolkit!r}); only a base whose toolkit is mounted can carry one instead"
-        )
+    """The bases of builder/data/images.toml (or of ``text``, read as that file), checked."""
+    if text is None:
+        return dict(load_data(IMAGE_BASES, ImagesFile, what="the image bases").bases)
+    return dict(validate(parse_toml(text, IMAGE_BASES.source), ImagesFile, IMAGE_BASES.source).bases)
 
 
 def carried_toolkit(base: Base, accelerator: Accelerator) -> ToolkitSource | None:
@@ -112,7 +125,7 @@ def carried_toolkit(base: Base, accelerator: Accelerator) -> ToolkitSource | Non
 
 def docker_dir() -> Path:
     """The Dockerfiles and their context (the repository's docker/ folder)."""
-    folder = Path(os.environ.get("WHEELWRIGHT_DOCKER_DIR", Path(__file__).resolve().parents[2] / "docker"))
+    folder = setting_path("WHEELWRIGHT_DOCKER_DIR") or Path(__file__).resolve().parents[2] / "docker"
     if not (folder / "cuda.Dockerfile").is_file():
         raise ToolchainError(
             f"no Dockerfiles at {folder}", tip="run from a wheelwright checkout or set WHEELWRIGHT_DOCKER_DIR"
@@ -289,17 +302,11 @@ def link_tree(source: Path, target: Path) -> None:
 # -- the local base --------------------------------------------------------------------------------------------------
 
 
-def cache_dir() -> Path:
-    from builder.steps.environment import cache_root
-
-    return cache_root()
-
-
 def ensure_base(engine: Engine, base: Base, *, log_path: Path | None = None) -> str:
     """The base image in the engine: already there, else imported from the cached root tarball, else bootstrapped."""
     if base.kind != "debootstrap" or engine.image_id(base.image):
         return "present"
-    tarball = cache_dir() / "bases" / f"{base.suite}.tar"
+    tarball = cache_root() / "bases" / f"{base.suite}.tar"
     how = "cached"
     if not tarball.is_file():
         bootstrap_rootfs(base.suite, tarball, log_path=log_path)
@@ -341,7 +348,7 @@ class Built:
 
 
 def saved_image(tag: str) -> Path:
-    return cache_dir() / "images" / (tag.replace("/", "_").replace(":", "_") + ".tar")
+    return cache_root() / "images" / (tag.replace("/", "_").replace(":", "_") + ".tar")
 
 
 def ensure_image(engine: Engine, spec: ImageSpec, *, log_path: Path | None = None, save: bool = True) -> Built:
@@ -359,8 +366,8 @@ def ensure_image(engine: Engine, spec: ImageSpec, *, log_path: Path | None = Non
         engine.load(saved, log_path=log_path)
         return Built(spec=spec, tag=tag, how="loaded", seconds=round(time.monotonic() - start, 1))
     ensure_base(engine, spec.base, log_path=log_path)
-    (cache_dir() / "images").mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".context-{spec.name}-", dir=cache_dir() / "images") as work:
+    (cache_root() / "images").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".context-{spec.name}-", dir=cache_root() / "images") as work:
         context = render(spec, Path(work), folder)
         engine.build(context, context / "Dockerfile", tag, spec.build_args, log_path=log_path)
     if save:

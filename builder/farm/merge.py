@@ -16,12 +16,12 @@ from pathlib import Path
 
 from builder.core.errors import WheelwrightError
 from builder.core.hashing import sha256_of
-from builder.core.ledger import Ledger, LedgerEntry, read_entries
-from builder.farm.build import Layout
+from builder.core.ledger import Ledger, LedgerEntry, Status, read_entries
+from builder.core.wheelhouse import Layout
 from builder.farm.shardcheck import check_row
 
 # A built wheel outranks a failure of the same job (a retried job), which outranks nothing.
-_RANK = {"built": 3, "quarantined": 2, "failed": 1, "unbuildable": 1, "running": 0}
+_RANK = {Status.BUILT: 3, Status.QUARANTINED: 2, Status.FAILED: 1, Status.UNBUILDABLE: 1, Status.RUNNING: 0}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,7 +40,7 @@ class Take:
 
     @property
     def wheel(self) -> str | None:
-        return self.entry.wheel if self.entry.status == "built" else None
+        return self.entry.wheel if self.entry.status is Status.BUILT else None
 
 
 def merge_outputs(sources: Sequence[Path], layout: Layout) -> Merged:
@@ -51,7 +51,7 @@ def merge_outputs(sources: Sequence[Path], layout: Layout) -> Merged:
 
 
 def _read_shard(source: Path) -> list[LedgerEntry]:
-    ledger = source / "ledger.sqlite"
+    ledger = Layout(root=source).ledger
     if not ledger.is_file():
         raise WheelwrightError(f"{source} has no ledger.sqlite; is it a wheelhouse (a build's --output)?")
     entries = read_entries(ledger)

@@ -13,6 +13,7 @@ from packaging.version import InvalidVersion, Version
 from builder.core.errors import ShardError
 from builder.core.hashing import sha256_of
 from builder.core.ledger import LedgerEntry, Status
+from builder.core.wheelhouse import Layout
 from builder.plan.facts import base_python
 from builder.plan.job import parse_label
 
@@ -106,14 +107,15 @@ def _wheel_problems(entry: LedgerEntry, wheel: str) -> list[str]:
 
 def _check_files(entry: LedgerEntry, shard: Path) -> None:
     """The built wheel is a regular file of the shard with the row's bytes; the log, if any, is the shard's too."""
-    log = shard / "logs" / f"{entry.job_id}.log"
+    layout = Layout(root=shard)
+    log = layout.logs / f"{entry.job_id}.log"
     if (log.is_symlink() or log.exists()) and not _inside(log, shard):
         raise _refuse(entry, shard, "log", f"{log} is a link or lies outside the shard")
     if entry.status != Status.BUILT or entry.wheel is None:
         return
-    wheel = shard / "dist" / entry.wheel
+    wheel = layout.dist / entry.wheel
     if not wheel.is_file() or not _inside(wheel, shard):
-        raise _refuse(entry, shard, "wheel", f"{entry.wheel!r} is not a file in {shard / 'dist'}")
+        raise _refuse(entry, shard, "wheel", f"{entry.wheel!r} is not a file in {layout.dist}")
     if sha256_of(wheel) != entry.wheel_sha256:
         raise _refuse(entry, shard, "wheel_sha256", f"{entry.wheel_sha256} is not the sha256 of {wheel}")
 

@@ -7,55 +7,73 @@ Spellings: ``9.0`` SASS for sm_90; ``9.0+PTX`` SASS and PTX (as torch's TORCH_CU
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 
+from builder.core.data import load_data, validate
 from builder.core.errors import FactsError
 from builder.core.resources import ARCH_FACTS
 from builder.plan.arch import Arch
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 SOURCE = ARCH_FACTS.source
-_FIELDS = ("package", "versions", "toolkit", "sass", "kept", "reason", "citation")
 
 
-def split(archs: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def split(archs: Iterable[Arch]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(SASS, PTX) of an arch list, each as ``9.0`` names in the list's order; ROCm targets count as SASS."""
-    parsed = [Arch.parse(text) for text in archs]
-    return (
-        tuple(arch.sass for arch in parsed if arch.has_sass),
-        tuple(arch.sass for arch in parsed if arch.ptx),
-    )
+    archs = tuple(archs)
+    return tuple(a.sass for a in archs if a.has_sass), tuple(a.sass for a in archs if a.ptx)
 
 
-def torch_arch_list(archs: Iterable[str]) -> str:
+def torch_arch_list(archs: Iterable[Arch]) -> str:
     """TORCH_CUDA_ARCH_LIST for ``archs``; torch has no PTX-only spelling, so ``compute_90`` becomes ``9.0+PTX``
     (recipes that rewrite -gencode, as both packages' do, embed exactly the PTX asked for)."""
-    spelled = []
-    for text in archs:
-        arch = Arch.parse(text)
-        spelled.append(f"{arch.sass}+PTX" if arch.ptx_only else text)
-    return ";".join(spelled)
+    return ";".join(f"{arch.sass}+PTX" if arch.ptx_only else str(arch) for arch in archs)
 
 
-@dataclass(frozen=True, kw_only=True)
-class KnownBad:
+def _specifier(value: object) -> SpecifierSet:
+    try:
+        if isinstance(value, str):
+            return SpecifierSet(value)
+    except InvalidSpecifier:
+        pass
+    raise ValueError(f"{value!r} is not a version specifier")
+
+
+def _sass_name(value: object) -> str:
+    """A SASS-only CUDA arch like ``10.0`` (the facts name machine code, never PTX)."""
+    try:
+        arch = Arch.parse(value) if isinstance(value, str) else None
+    except ValueError:
+        arch = None
+    if arch is None or arch.kind != "cuda" or arch.ptx:
+        raise ValueError(f"{value!r} is not a CUDA arch like '10.0'")
+    return arch.sass
+
+
+def _link(value: str) -> str:
+    if not value.startswith("https://"):
+        raise ValueError("must be a link to the upstream report")
+    return value
+
+
+class KnownBad(BaseModel):
+    """One [[known_bad]] entry: SASS a toolkit range miscompiles for some versions of a package."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
     package: str
-    versions: SpecifierSet
-    toolkit: SpecifierSet
-    sass: str
-    kept: str
+    versions: Annotated[SpecifierSet, BeforeValidator(_specifier)]
+    toolkit: Annotated[SpecifierSet, BeforeValidator(_specifier)]
+    sass: Annotated[str, BeforeValidator(_sass_name)]
+    kept: Annotated[str, BeforeValidator(_sass_name)]
     reason: str
-    citation: str
+    citation: Annotated[str, AfterValidator(_link)]
 
     def applies(self, package: str, version: str, toolkit: str) -> bool:
         return (
@@ -63,6 +81,14 @@ class KnownBad:
             and self.versions.contains(version, prereleases=True)
             and self.toolkit.contains(toolkit, prereleases=True)
         )
+
+
+class ArchFacts(BaseModel):
+    """builder/data/archs.toml."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    known_bad: tuple[KnownBad, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,65 +111,27 @@ class ArchChoice:
     """A profile's own arch list for one job's package (matrix.yaml ``package_archs``), for `plan --explain`."""
 
     identifier: str
-    archs: tuple[str, ...]
+    archs: tuple[Arch, ...]
     reason: str
 
     def describe(self) -> str:
-        return f"{' '.join(self.archs)} (the profile's package_archs): {self.reason}"
-
-
-def _specifier(raw: Mapping[str, Any], key: str, where: str) -> SpecifierSet:
-    try:
-        return SpecifierSet(raw[key])
-    except (InvalidSpecifier, TypeError):
-        raise FactsError(f"{where}: {key} = {raw[key]!r} is not a version specifier") from None
-
-
-def _sass_name(raw: Mapping[str, Any], key: str, where: str) -> str:
-    """A SASS-only CUDA arch like ``10.0`` (the facts name machine code, never PTX)."""
-    try:
-        arch = Arch.parse(raw[key]) if isinstance(raw[key], str) else None
-    except ValueError:
-        arch = None
-    if arch is None or arch.kind != "cuda" or arch.ptx:
-        raise FactsError(f"{where}: {key} = {raw[key]!r} is not a CUDA arch like '10.0'")
-    return arch.sass
+        return f"{' '.join(map(str, self.archs))} (the profile's package_archs): {self.reason}"
 
 
 def parse_known_bad(raw: Mapping[str, Any], source: str = SOURCE) -> tuple[KnownBad, ...]:
-    entries = []
-    for index, table in enumerate(raw.get("known_bad", [])):
-        where = f"{source}: known_bad #{index + 1}"
-        if set(table) != set(_FIELDS):
-            raise FactsError(f"{where}: needs exactly the keys {list(_FIELDS)}, got {sorted(table)}")
-        sass, kept = _sass_name(table, "sass", where), _sass_name(table, "kept", where)
-        if not table["citation"].startswith("https://"):
-            raise FactsError(f"{where}: citation must be a link to the upstream report")
-        entries.append(
-            KnownBad(
-                package=table["package"],
-                versions=_specifier(table, "versions", where),
-                toolkit=_specifier(table, "toolkit", where),
-                sass=sass,
-                kept=kept,
-                reason=table["reason"],
-                citation=table["citation"],
-            )
-        )
-    return tuple(entries)
+    return validate(raw, ArchFacts, source, error=FactsError).known_bad
 
 
 @functools.cache
 def known_bad() -> tuple[KnownBad, ...]:
-    return parse_known_bad(tomllib.loads(ARCH_FACTS.read_text()))
+    return load_data(ARCH_FACTS, ArchFacts, what="the arch facts", error=FactsError).known_bad
 
 
-def _drop_sass(arch: str, sass: str) -> str | None:
+def _drop_sass(arch: Arch, sass: str) -> Arch | None:
     """``arch`` without the SASS of ``sass``: ``10.3`` goes, ``10.3+PTX`` keeps its PTX as ``compute_103``."""
-    parsed = Arch.parse(arch)
-    if parsed.kind != "cuda" or not parsed.has_sass or parsed.sass != sass:
+    if arch.kind != "cuda" or not arch.has_sass or arch.sass != sass:
         return arch
-    return f"compute_{parsed.number}" if parsed.ptx else None
+    return dataclasses.replace(arch, ptx_only=True) if arch.ptx else None
 
 
 def apply_known_bad(
@@ -151,9 +139,9 @@ def apply_known_bad(
     package: str,
     version: str,
     toolkit: str,
-    archs: Sequence[str],
+    archs: Sequence[Arch],
     facts: Sequence[KnownBad] | None = None,
-) -> tuple[tuple[str, ...], tuple[ArchNote, ...]]:
+) -> tuple[tuple[Arch, ...], tuple[ArchNote, ...]]:
     """The job's arch list with known-bad SASS dropped (and the covering SASS kept), and a note per change."""
     result = list(archs)
     notes = []
@@ -162,7 +150,7 @@ def apply_known_bad(
             continue
         result = [kept for arch in result if (kept := _drop_sass(arch, bad.sass)) is not None]
         if bad.kept not in split(result)[0]:
-            result.append(bad.kept)
+            result.append(Arch.parse(bad.kept))
         notes.append(
             ArchNote(identifier=identifier, dropped=bad.sass, kept=bad.kept, reason=bad.reason, citation=bad.citation)
         )

@@ -20,9 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tomllib
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
+from builder.core.data import load_data, validate
 from builder.core.errors import ConfigError
+from builder.core.files import parse_toml
 from builder.core.ledger import StageTime, read_costs
 from builder.core.resources import COMPILE_COSTS, DEVICE_REUSE
 from builder.plan.facts import DEFAULT_PLATFORM
@@ -78,26 +80,38 @@ class CostModel:
         units, measured = self.units_for(job)
         rows = []
         for unit in units:
-            found = [unit.by_arch.get(arch.split("+")[0]) if measured else None for arch in job.archs]
+            found = [unit.by_arch.get(arch.sass if arch.has_sass else str(arch)) if measured else None
+                     for arch in job.archs]
             rows.append((unit, [unit.default if f is None else f for f in found], sum(f is None for f in found)))
         return rows
 
 
+class SeedUnit(BaseModel):
+    """One ``[[unit]]`` of compile-costs.toml: a translation unit (or ``count`` alike), CPU-seconds for one arch."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    package: str
+    unit: str
+    count: PositiveInt = 1
+    seconds: PositiveFloat
+
+
+class SeedFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    unit: tuple[SeedUnit, ...] = Field(min_length=1)
+    per_python: dict[str, PositiveFloat]
+
+
 def seed_model() -> CostModel:
-    raw = tomllib.loads(COMPILE_COSTS.read_text())
+    seed = load_data(COMPILE_COSTS, SeedFile, what="the seed compile costs")
     units: dict[str, list[UnitCost]] = defaultdict(list)
-    for entry in raw["unit"]:
-        units[entry["package"]].append(
-            UnitCost(
-                package=entry["package"],
-                unit=entry["unit"],
-                count=entry.get("count", 1),
-                default=float(entry["seconds"]),
-            )
+    for entry in seed.unit:
+        units[entry.package].append(
+            UnitCost(package=entry.package, unit=entry.unit, count=entry.count, default=entry.seconds)
         )
     return CostModel(
         units={k: tuple(v) for k, v in units.items()},
-        per_python=raw["per_python"],
+        per_python=seed.per_python,
         source=f"seed figures in {SEED} (every arch extrapolated from one per-arch figure)",
     )
 
@@ -274,18 +288,44 @@ class ReuseFacts:
 REUSED_STAGES = ("cicc", "ptxas")
 
 
+class ReuseShares(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    cicc: float = 0.0
+    ptxas: float = 0.0
+
+
+class ReuseUnit(BaseModel):
+    """One ``[[unit]]`` of device-reuse.toml: per stage, the classes of torch minors whose device steps are the same,
+    and the share of the unit's per-arch cost that stage is."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    package: str
+    version: str
+    accelerator: str
+    unit: str
+    cicc: tuple[tuple[str, ...], ...] = ()
+    ptxas: tuple[tuple[str, ...], ...] = ()
+    share: ReuseShares = ReuseShares()
+
+
+class ReuseFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    unit: tuple[ReuseUnit, ...] = ()
+
+
 def reuse_facts(text: str | None = None) -> ReuseFacts:
     """builder/data/device-reuse.toml, checked: a torch minor in one class per stage, shares within [0, 1]."""
-    raw = tomllib.loads(DEVICE_REUSE.read_text() if text is None else text)
+    raw = parse_toml(DEVICE_REUSE.read_text() if text is None else text, DEVICE_REUSE.source)
+    file = validate(raw, ReuseFile, DEVICE_REUSE.source)
     classes: dict[tuple[str, str, str, str, str], tuple[frozenset[str], ...]] = {}
     shares: dict[tuple[str, str, str, str, str], float] = {}
-    for entry in raw.get("unit", ()):
-        where = (entry["package"], entry["version"], entry["accelerator"], entry["unit"])
+    for entry in file.unit:
+        where = (entry.package, entry.version, entry.accelerator, entry.unit)
         for stage in REUSED_STAGES:
-            members = tuple(frozenset(group) for group in entry.get(stage, ()))
+            members = tuple(frozenset(group) for group in getattr(entry, stage))
             if sum(len(m) for m in members) != len(frozenset().union(*members)):
                 raise ConfigError(f"{DEVICE_REUSE.source}: {' '.join(where)}: a torch version in two {stage} classes")
-            share = float(entry.get("share", {}).get(stage, 0.0))
+            share = float(getattr(entry.share, stage))
             if not 0.0 <= share <= 1.0:
                 raise ConfigError(f"{DEVICE_REUSE.source}: {' '.join(where)}: {stage} share {share} not in [0, 1]")
             classes[(*where, stage)], shares[(*where, stage)] = members, share
@@ -298,7 +338,7 @@ def _reused(job: Job, unit: UnitCost, row: list[float], reuse: ReuseFacts, seen:
     accelerator and platform already compiled for a torch whose steps are the same (``seen``: the classes paid
     for). Never across platforms: the table was measured on x86_64, and an aarch64 build's device input holds its
     own host compiler's macros."""
-    archs = [arch.split("+")[0] for arch in job.archs]
+    archs = [arch.sass if arch.has_sass else str(arch) for arch in job.archs]
     reduced = list(row)
     for stage in REUSED_STAGES:
         members = reuse.class_of(job, unit.unit, stage)

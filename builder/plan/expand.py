@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import itertools
-import os
 import re
 import sys
 import sysconfig
@@ -17,6 +16,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from builder.core.errors import PlanError, did_you_mean
+from builder.core.settings import setting
+from builder.plan.arch import Arch
 from builder.plan.archs import ArchChoice, ArchNote, apply_known_bad
 from builder.plan.facts import (
     DEFAULT_PLATFORM,
@@ -88,7 +89,7 @@ def host_python() -> str:
     """The ``host`` Python; a builder container is told the host's (WHEELWRIGHT_HOST_PYTHON) so its plan matches.
     A free-threaded interpreter is "3.13t", the Python its wheels are for."""
     suffix = FREE_THREADED if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
-    return os.environ.get("WHEELWRIGHT_HOST_PYTHON") or f"{sys.version_info.major}.{sys.version_info.minor}{suffix}"
+    return setting("WHEELWRIGHT_HOST_PYTHON") or f"{sys.version_info.major}.{sys.version_info.minor}{suffix}"
 
 
 def _recipe(package: PackageSpec, version: str) -> Recipe:
@@ -312,7 +313,7 @@ def _planned_job(combination: _Combination, axes: _Axes, facts: TorchFacts) -> J
         accelerator=accelerator,
         python=python,
         cxx11_abi=release.cxx11_abi_for(accelerator),
-        archs=_archs(package.name, accelerator, axes) or facts.default_archs(accelerator),
+        archs=tuple(map(Arch.parse, _archs(package.name, accelerator, axes) or facts.default_archs(accelerator))),
         manylinux=release.manylinux_for(accelerator),
         platform=platform,
     )

@@ -1,17 +1,20 @@
-"""Torch release facts (builder/data/torch.toml) as frozen dataclasses, with their invariants checked on load."""
+"""Torch release facts (builder/data/torch.toml): the file's pydantic models with their invariants checked on load,
+read into the frozen dataclasses the plan uses."""
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from builder.core.errors import FactsError, did_you_mean
-from builder.core.files import read_toml
+from pydantic import AfterValidator, BaseModel, ConfigDict, StrictBool, StrictStr, model_validator
+
+from builder.core.data import load_data, validate
+from builder.core.errors import FactsError
 from builder.core.resources import TORCH_FACTS
 from builder.plan.arch import Arch
 
@@ -176,44 +179,6 @@ class TorchFacts:
         return tuple(p for r in self.releases for p in r.patches)
 
 
-_RELEASE_FIELDS: Mapping[str, type] = MappingProxyType(
-    {
-        "torch": str,
-        "patches": list,
-        "python": list,
-        "cuda": list,
-        "pypi_cuda": str,
-        "rocm": list,
-        "cxx11_abi": bool,
-        "manylinux": str,
-        "sources": list,
-        "abi_override": dict,
-        "manylinux_override": dict,
-        "aarch64": list,
-        "pypi_aarch64": str,
-    }
-)
-_OPTIONAL_FIELDS = ("abi_override", "manylinux_override", "aarch64", "pypi_aarch64")
-_ITEM_TYPES: Mapping[str, type] = MappingProxyType(
-    {
-        "patches": str,
-        "python": str,
-        "cuda": str,
-        "rocm": str,
-        "sources": str,
-        "abi_override": bool,
-        "manylinux_override": str,
-        "aarch64": str,
-    }
-)
-_TOML_NAMES: Mapping[type, str] = MappingProxyType(
-    {
-        str: "string",
-        list: "list",
-        bool: "boolean (true/false)",
-        dict: "table",
-    }
-)
 # Labels drop the dots (cu130, rocm624) and parse_label splits them back, so CUDA minors and ROCm components must
 # be single digits: a CUDA 12.10 would need a new label format, and so does ROCm 7.14 (torch 2.14 ships it, but
 # rocm714 reads back as 7.1.4), which is why torch.toml names it in 2.14's comment and not in its rocm list.
@@ -228,50 +193,6 @@ _SPELLING: Mapping[str, tuple[str, str]] = MappingProxyType(
     }
 )
 # The default lists are plain compute capabilities; suffixes (9.0a, +PTX) are a profile's explicit choice.
-
-
-def _check_keys(raw: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
-    allowed = list(allowed)
-    for key in raw:
-        if key not in allowed:
-            raise FactsError(f"{where}: unknown key {key!r}{did_you_mean(key, allowed)}")
-
-
-def _check_types(raw: Mapping[str, Any], where: str) -> None:
-    """Every field has its TOML type, list items and table values included: a typo'd type fails here, not later."""
-    _check_keys(raw, _RELEASE_FIELDS, where)
-    missing = [k for k in _RELEASE_FIELDS if k not in raw and k not in _OPTIONAL_FIELDS]
-    if missing:
-        raise FactsError(f"{where}: missing {', '.join(missing)}")
-    for key, value in raw.items():
-        expected, item_type = _RELEASE_FIELDS[key], _ITEM_TYPES.get(key)
-        if not isinstance(value, expected):
-            raise FactsError(f"{where}: {key} must be a {_TOML_NAMES[expected]}, got {value!r}")
-        if item_type is None:
-            continue
-        items: list[object] = list(value.values()) if isinstance(value, dict) else list(value)  # type: ignore[call-overload]
-        for item in items:
-            if not isinstance(item, item_type):
-                raise FactsError(f"{where}: {key} holds {item!r}, which is not a {_TOML_NAMES[item_type]}")
-
-
-def _release_from(raw: Mapping[str, Any], where: str) -> TorchRelease:
-    _check_types(raw, where)
-    return TorchRelease(
-        minor=raw["torch"],
-        patches=tuple(raw["patches"]),
-        python=tuple(raw["python"]),
-        cuda=tuple(raw["cuda"]),
-        pypi_cuda=raw["pypi_cuda"],
-        rocm=tuple(raw["rocm"]),
-        cxx11_abi=raw["cxx11_abi"],
-        manylinux=raw["manylinux"],
-        sources=tuple(raw["sources"]),
-        abi_override=MappingProxyType(dict(raw.get("abi_override", {}))),
-        manylinux_override=MappingProxyType(dict(raw.get("manylinux_override", {}))),
-        aarch64=tuple(raw.get("aarch64", ())),
-        pypi_aarch64=raw.get("pypi_aarch64"),
-    )
 
 
 def _check_spelling(release: TorchRelease, where: str) -> None:
@@ -344,16 +265,19 @@ def _check_release(release: TorchRelease, where: str) -> None:
             raise FactsError(f"{where}: {accel} claims the cxx11 ABI under manylinux2014")
 
 
-def _arch_list(value: object, kind: str, where: str) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise FactsError(f"{where}: expected a list of architectures, got {value!r}")
+def _arch_list(kind: str) -> Callable[[tuple[str, ...]], tuple[str, ...]]:
+    """A default arch list of ``kind``: plain CUDA compute capabilities in order, or ROCm targets."""
     example = "'9.0'" if kind == "cuda" else "'gfx942'"
-    for arch in value:
-        if not isinstance(arch, str) or not _default_arch(arch, kind):
-            raise FactsError(f"{where}: {arch!r} is not an architecture like {example}")
-    if kind == "cuda":
-        _check_sorted(value, where)
-    return tuple(value)
+
+    def checked(archs: tuple[str, ...]) -> tuple[str, ...]:
+        for arch in archs:
+            if not _default_arch(arch, kind):
+                raise ValueError(f"{arch!r} is not an architecture like {example}")
+        if kind == "cuda" and list(archs) != sorted(set(archs), key=version_key):
+            raise ValueError(f"must be sorted ascending and free of duplicates, got {list(archs)}")
+        return archs
+
+    return checked
 
 
 def _default_arch(text: str, kind: str) -> bool:
@@ -364,51 +288,93 @@ def _default_arch(text: str, kind: str) -> bool:
     return arch.kind == kind and (kind == "rocm" or arch.plain)
 
 
-def _table(raw: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
-    value = raw.get(key, {})
-    if not isinstance(value, dict):
-        raise FactsError(f"{where}: {key} must be a table, got {value!r}")
-    return value
+class ReleaseTable(BaseModel):
+    """One [[release]] of torch.toml as written; checked as a whole, then read as a TorchRelease."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    torch: StrictStr
+    patches: tuple[StrictStr, ...]
+    python: tuple[StrictStr, ...]
+    cuda: tuple[StrictStr, ...]
+    pypi_cuda: StrictStr
+    rocm: tuple[StrictStr, ...]
+    cxx11_abi: StrictBool
+    manylinux: StrictStr
+    sources: tuple[StrictStr, ...]
+    abi_override: dict[StrictStr, StrictBool] = {}
+    manylinux_override: dict[StrictStr, StrictStr] = {}
+    aarch64: tuple[StrictStr, ...] = ()
+    pypi_aarch64: StrictStr | None = None
+
+    def release(self) -> TorchRelease:
+        fields = self.model_dump(exclude={"torch", "abi_override", "manylinux_override"})
+        return TorchRelease(minor=self.torch, abi_override=MappingProxyType(dict(self.abi_override)),
+                            manylinux_override=MappingProxyType(dict(self.manylinux_override)), **fields)
+
+    @model_validator(mode="after")
+    def _checked(self) -> ReleaseTable:
+        try:
+            _check_release(self.release(), f"torch {self.torch}")
+        except FactsError as error:
+            raise ValueError(str(error)) from None
+        return self
 
 
-def _with_archs(releases: Sequence[TorchRelease], raw: Mapping[str, Any], source: str) -> TorchFacts:
-    """The facts, once [archs] gives a default list for every toolkit some release was built with."""
-    where = f"{source}: [archs]"
-    _check_keys(raw, ("cuda", "rocm"), where)
-    cuda_table, rocm_table = _table(raw, "cuda", where), _table(raw, "rocm", where)
-    _check_keys(rocm_table, ("default",), f"{source}: [archs.rocm]")
-    cuda_archs = {v: _arch_list(a, "cuda", f"{source}: [archs.cuda] {v}") for v, a in cuda_table.items()}
-    rocm_archs = _arch_list(rocm_table.get("default", []), "rocm", f"{source}: [archs.rocm] default")
-    for release in releases:
-        for cuda in release.cuda:
-            if cuda not in cuda_archs:
-                raise FactsError(f"{source}: torch {release.minor} has CUDA {cuda} but [archs.cuda] has no list for it")
-    if any(r.rocm for r in releases) and not rocm_archs:
-        raise FactsError(f"{source}: some torch releases have ROCm variants but [archs.rocm] default is empty")
-    return TorchFacts(releases=tuple(releases), cuda_archs=MappingProxyType(cuda_archs), rocm_archs=rocm_archs)
+class RocmArchs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    default: Annotated[tuple[StrictStr, ...], AfterValidator(_arch_list("rocm"))] = ()
+
+
+class ArchsTable(BaseModel):
+    """[archs]: the default list of each CUDA toolkit some release was built with, and ROCm's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cuda: dict[StrictStr, Annotated[tuple[StrictStr, ...], AfterValidator(_arch_list("cuda"))]] = {}
+    rocm: RocmArchs = RocmArchs()
+
+
+class FactsFile(BaseModel):
+    """builder/data/torch.toml: the [[release]] tables in order, and [archs] for every toolkit they name."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    release: tuple[ReleaseTable, ...] = ()
+    archs: ArchsTable = ArchsTable()
+
+    @model_validator(mode="after")
+    def _complete(self) -> FactsFile:
+        if not self.release:
+            raise ValueError("expected one or more [[release]] tables")
+        minors = [r.torch for r in self.release]
+        if minors != sorted(set(minors), key=version_key):
+            raise ValueError(f"the [[release]] tables' torch minors must be sorted ascending and free of duplicates, "
+                             f"got {minors}")
+        for release in self.release:
+            for cuda in release.cuda:
+                if cuda not in self.archs.cuda:
+                    raise ValueError(f"torch {release.torch} has CUDA {cuda} but [archs.cuda] has no list for it")
+        if any(r.rocm for r in self.release) and not self.archs.rocm.default:
+            raise ValueError("some torch releases have ROCm variants but [archs.rocm] default is empty")
+        return self
+
+    def facts(self) -> TorchFacts:
+        return TorchFacts(releases=tuple(r.release() for r in self.release),
+                          cuda_archs=MappingProxyType(dict(self.archs.cuda)), rocm_archs=self.archs.rocm.default)
 
 
 def parse_facts(raw: Mapping[str, Any], source: str) -> TorchFacts:
-    _check_keys(raw, ("release", "archs"), source)
-    tables = raw.get("release", [])
-    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables) or not tables:
-        raise FactsError(f"{source}: expected one or more [[release]] tables")
-    releases = []
-    for index, table in enumerate(tables):
-        where = f"{source}: release #{index + 1}"
-        release = _release_from(table, where)
-        _check_release(release, f"{where} (torch {release.minor})")
-        releases.append(release)
-    _check_sorted([r.minor for r in releases], f"{source}: the [[release]] tables' torch minors")
-    return _with_archs(releases, _table(raw, "archs", source), source)
+    return validate(raw, FactsFile, source, error=FactsError).facts()
 
 
 def load_facts(path: Path | None = None) -> TorchFacts:
     if path is None:
         return _default_facts()
-    return parse_facts(read_toml(path, what="the torch facts", error=FactsError), str(path))
+    return load_data(path, FactsFile, what="the torch facts", error=FactsError).facts()
 
 
 @functools.cache
 def _default_facts() -> TorchFacts:
-    return parse_facts(read_toml(TORCH_FACTS, what="the torch facts", error=FactsError), TORCH_FACTS.source)
+    return load_data(TORCH_FACTS, FactsFile, what="the torch facts", error=FactsError).facts()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator, base_python, torch_minor
 
 # No leading zeros anywhere, so that every label parses back to exactly one (torch minor, accelerator).
@@ -89,13 +90,15 @@ class Job:
     accelerator: Accelerator
     python: str
     cxx11_abi: bool
-    archs: tuple[str, ...]
+    archs: tuple[Arch, ...]  # parsed once: a plan (or a test) may name them as matrix.yaml spells them
     manylinux: str
     platform: str = "x86_64"
     label: str = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label", format_label(self.torch, self.accelerator))
+        archs: tuple[Arch | str, ...] = self.archs
+        object.__setattr__(self, "archs", tuple(a if isinstance(a, Arch) else Arch.parse(a) for a in archs))
 
     @property
     def python_tag(self) -> str:
@@ -149,7 +152,7 @@ class Job:
             "python": self.python,
             "python_tag": self.python_tag,
             "cxx11_abi": self.cxx11_abi,
-            "archs": ";".join(self.archs),
+            "archs": ";".join(map(str, self.archs)),
             "manylinux": self.manylinux,
             "platform": self.platform,
         }

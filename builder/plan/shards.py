@@ -39,7 +39,7 @@ def rows(jobs: Sequence[Job], model: CostModel) -> list[dict[str, object]]:
                 "image": image_name(group[0]),
                 "jobs": " ".join(job.identifier for job in group),
                 "pythons": " ".join(job.python for job in group),
-                "archs": ";".join(group[0].archs),
+                "archs": ";".join(map(str, group[0].archs)),
                 "timeout_minutes": timeout_minutes(items[name]),
                 "job_timeout_minutes": timeout_minutes(items[name]) + JOB_MARGIN_MINUTES,
             }

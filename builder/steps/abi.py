@@ -10,13 +10,15 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+from builder.core.elfread import is_elf
 from builder.core.errors import WheelError
 from builder.core.ledger import Ledger, LedgerEntry, Status
 from builder.core.symbols import TORCH_LIBRARIES, TorchAbi, load_index, read_linkage_of, torch_imports, window
+from builder.core.wheelhouse import Layout
 from builder.core.wheelname import WheelFilename
 from builder.plan.job import Job
 from builder.steps import provenance
-from builder.steps.elf import is_elf, unpacked
+from builder.steps.elf import unpacked
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +127,10 @@ def rewindow(output: Path, *, directory: Path | None = None) -> list[tuple[str, 
     entries, problems = load_index(directory)
     for problem in problems:
         log.warning("symbol index: %s", problem)
-    done = []
-    with Ledger(output / "ledger.sqlite") as ledger:
+    done, layout = [], Layout(root=output)
+    with Ledger(layout.ledger) as ledger:
         for entry in ledger.entries():
-            wheel = output / "dist" / (entry.wheel or "")
+            wheel = layout.dist / (entry.wheel or "")
             if entry.status != Status.BUILT or not entry.wheel or not wheel.is_file():
                 continue
             try:

@@ -26,6 +26,7 @@ from builder.core.context import log_note
 from builder.core.errors import NotBuildableHere, ToolchainError
 from builder.core.resources import CROSS_CC_SCRIPT
 from builder.core.runner import run
+from builder.core.settings import cache_root
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps.platform import Cross, Platform
@@ -44,8 +45,6 @@ MAP_ENV = "WHEELWRIGHT_CROSS_MAP"  # read by cross_cc.py: the build's x86_64 pat
 
 
 def cross_root() -> Path:
-    from builder.steps.environment import cache_root
-
     return cache_root() / "cross"
 
 

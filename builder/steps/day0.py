@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 
 from builder.core.demangle import demangle
 from builder.core.errors import WheelError
-from builder.core.ledger import LedgerEntry
+from builder.core.ledger import LedgerEntry, Status
 from builder.core.symbols import TorchAbi, version_key
 from builder.core.wheelname import WheelFilename
 from builder.plan.job import Job
@@ -225,8 +225,8 @@ def day0_record(abi: Mapping[str, object], source: LedgerEntry, job: Job) -> dic
 def labels(entries: list[LedgerEntry]) -> list[str]:
     """The labels served by a day-0 wheel and by no build of their own (what ``plan --estimate`` names)."""
     built = {(e.package, e.version, e.label, e.python) for e in entries if not is_day0(e) and e.wheel
-             and e.status == "built"}
-    return sorted({e.label for e in entries if is_day0(e) and e.status == "built"
+             and e.status == Status.BUILT}
+    return sorted({e.label for e in entries if is_day0(e) and e.status == Status.BUILT
                    and (e.package, e.version, e.label, e.python) not in built})
 
 

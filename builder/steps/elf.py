@@ -20,14 +20,13 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from builder.core.archive import open_archive
-from builder.core.elfread import ElfFile
+from builder.core.elfread import ElfFile, is_elf
 from builder.core.errors import WheelError
 from builder.core.fatbin import FatbinContents, elf_fatbin
 from builder.steps.cxxabi import AbiEvidence, classify
 
 log = logging.getLogger(__name__)
 
-ELF_MAGIC = b"\x7fELF"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,11 +87,6 @@ def _stdlib_facts(path: Path, name: str) -> tuple[FatbinContents, str, tuple[int
     with path.open("rb") as stream:
         elf = ElfFile(stream, where=name)
         return elf_fatbin(elf, where=name), elf.machine, elf.load_alignments()
-
-
-def is_elf(path: Path) -> bool:
-    with path.open("rb") as stream:
-        return stream.read(4) == ELF_MAGIC
 
 
 def tree_elf_facts(root: Path, *, gpu: bool = True) -> tuple[ElfFacts, ...]:

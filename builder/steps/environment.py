@@ -24,6 +24,8 @@ from builder.core.context import log_note
 from builder.core.errors import NotBuildableHere, ToolchainError, WheelError
 from builder.core.resources import BUILD_REQUIREMENTS
 from builder.core.runner import PIP_TOOLS, PIP_TORCH, run
+from builder.core.settings import cache_root
+from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator, TorchFacts
 from builder.plan.job import Job
 from builder.steps.toolchain import Toolchain as Toolkit
@@ -84,10 +86,6 @@ class BuildEnv:
     @property
     def site_packages(self) -> Path:
         return next(self.python.parent.parent.glob("lib/python3*/site-packages"))
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("WHEELWRIGHT_CACHE", Path.home() / ".cache" / "wheelwright"))
 
 
 # -- interpreters -----------------------------------------------------------------------------------------------
@@ -281,7 +279,7 @@ def build_requirements() -> list[str]:
 
 
 def build_env(job: Job, runtime: RuntimeEnv, toolkit: Toolkit) -> BuildEnv:
-    """A venv per Python with the build tools; torch is put on its path per job (see compile.py)."""
+    """A venv per Python with the build tools; torch is put on its path per job (see compilation.py)."""
     requirements = build_requirements()
     venv = cache_root() / "envs" / f"build-{job.python_tag}"
     _ensure_venv(venv, runtime.python, requirements, step="install build tools")
@@ -290,7 +288,7 @@ def build_env(job: Job, runtime: RuntimeEnv, toolkit: Toolkit) -> BuildEnv:
 
 # -- toolkits ---------------------------------------------------------------------------------------------------
 
-def find_toolkit(accelerator: Accelerator, archs: Sequence[str] = ()) -> Toolkit:
+def find_toolkit(accelerator: Accelerator, archs: Sequence[Arch] = ()) -> Toolkit:
     """The toolkit and host compiler for a job of ``accelerator`` and ``archs``, from the toolchain provider
     (builder/data/toolkits.toml), checked."""
     try:
@@ -299,16 +297,6 @@ def find_toolkit(accelerator: Accelerator, archs: Sequence[str] = ()) -> Toolkit
         raise NotBuildableHere(str(error), tip=error.tip) from None
     check_toolkit(toolkit)
     return toolkit
-
-
-def toolkit_version(root: Path) -> str | None:
-    version_json = root / "version.json"
-    if version_json.is_file():
-        full = json.loads(version_json.read_text()).get("cuda_nvcc", {}).get("version", "")
-        return ".".join(full.split(".")[:2]) or None
-    output = run([root / "bin" / "nvcc", "--version"], step="nvcc --version", capture=True, check=False).output
-    match = re.search(r"release (\d+\.\d+)", output)
-    return match[1] if match else None
 
 
 def check_toolkit(toolkit: Toolkit) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tarfile
 import tempfile
@@ -27,6 +26,7 @@ from builder.core.errors import FetchError
 from builder.core.files import atomic_file
 from builder.core.hashing import sha256_of
 from builder.core.http import BoundedResponse, Limits, PeerTooLarge, open_bounded
+from builder.core.settings import cache_root, setting
 from builder.plan.job import Job, Sdist
 
 log = logging.getLogger(__name__)
@@ -47,12 +47,11 @@ def cache_dir_for_sdists(cache_dir: Path | None = None) -> Path:
     """``cache_dir`` if given, else ``$WHEELWRIGHT_CACHE/sdists``, else ``~/.cache/wheelwright/sdists``."""
     if cache_dir is not None:
         return Path(cache_dir)
-    root = os.environ.get("WHEELWRIGHT_CACHE") or Path.home() / ".cache" / "wheelwright"
-    return Path(root) / "sdists"
+    return cache_root() / "sdists"
 
 
 def index_url() -> str:
-    return os.environ.get("WHEELWRIGHT_INDEX_URL") or DEFAULT_INDEX_URL
+    return setting("WHEELWRIGHT_INDEX_URL") or DEFAULT_INDEX_URL
 
 
 def open_url(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from builder.core.ledger import compile_times
 from builder.plan.estimate import seed_model
-from builder.steps.nvcc_plan import EVERY_ARCH
+from builder.steps.programs.nvcc_plan import EVERY_ARCH
 
 _ARCH = re.compile(r"(?:compute|sm)_(?P<number>\d+)(?P<variant>[af]?)")
 HOST = "host"  # phases that run once per translation unit, whatever the archs (preprocessing, cudafe, g++)

@@ -22,6 +22,7 @@ from builder import __version__
 from builder.core.errors import WheelError, WheelwrightError
 from builder.core.fatbin import arch_key
 from builder.core.runner import run
+from builder.core.settings import setting
 from builder.plan.archs import split
 from builder.plan.job import Job
 from builder.steps.elf import ElfFacts
@@ -66,7 +67,7 @@ def _first_line(command: list[str], log_path: Path | None) -> str:
 
 def wheelwright_commit() -> str:
     """The commit of the checkout wheelwright runs from (``WHEELWRIGHT_COMMIT`` wins, e.g. in CI images)."""
-    return os.environ.get("WHEELWRIGHT_COMMIT") or _checkout_commit()
+    return setting("WHEELWRIGHT_COMMIT") or _checkout_commit()
 
 
 @functools.cache
@@ -89,7 +90,7 @@ def _host() -> dict[str, str]:
     libc, libc_version = platform.libc_ver()
     return {
         "name": platform.node(),
-        "image": os.environ.get("WHEELWRIGHT_BUILDER_IMAGE", "none (host build)"),  # set by the container backend
+        "image": setting("WHEELWRIGHT_BUILDER_IMAGE") or "none (host build)",  # set by the container backend
         "system": f"{platform.system()} {platform.machine()}",
         "libc": f"{libc} {libc_version}".strip(),
     }

@@ -11,7 +11,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from builder.steps.sharedcache import BucketError, StoredObject
+from builder.steps.bucket import BucketError, StoredObject
 
 Stored = list[StoredObject]  # `list` is a method name below
 

@@ -1,5 +1,6 @@
 """Per-kernel SASS of an object or shared library (cuobjdump -sass), for proving two builds compiled the same
-device code: {(arch, kernel): text}, with the per-TU module id in internal-linkage symbol names normalised."""
+device code: {(arch, kernel): text}, with the per-TU module id in internal-linkage symbol names normalised. No stage
+calls it: the tests and proofs that compare two builds do, so it stays importable here."""
 
 from __future__ import annotations
 

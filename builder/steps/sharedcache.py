@@ -19,10 +19,11 @@ import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from builder.core.errors import ConfigError
-from builder.steps import stagecache
+from builder.steps.bucket import Bucket  # the store it speaks to
+from builder.steps.programs import stagecache
 
 log = logging.getLogger(__name__)
 
@@ -37,33 +38,6 @@ _WRITING_EVENTS = {"push", "schedule", "workflow_dispatch"}
 
 class SharedCacheError(ConfigError):
     """The shared cache's settings are wrong (a bucket's failures are only logged: a cache never fails a build)."""
-
-
-class BucketError(Exception):
-    """A bucket call failed (the network, the credentials, the server): the build goes on without the cache."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class StoredObject:
-    key: str
-    size: int
-    modified: float  # seconds since the epoch; a touch moves it (least recently used goes first)
-
-
-class Bucket(Protocol):
-    """The few object-store calls the shared cache makes (S3Bucket; a fake in unit tests)."""
-
-    def list(self, prefix: str) -> list[StoredObject]: ...
-
-    def get(self, key: str) -> bytes | None: ...
-
-    def put_new(self, key: str, data: bytes) -> bool:
-        """Write ``key`` only if absent; False when it already was."""
-        ...
-
-    def touch(self, key: str) -> None: ...
-
-    def delete(self, key: str) -> None: ...
 
 
 def may_write(environ: Mapping[str, str]) -> bool:
@@ -252,7 +226,7 @@ def from_environ(environ: Mapping[str, str], local: stagecache.StageCache) -> Sh
 
 
 def events_of(path: Path) -> list[dict[str, Any]]:
-    """A build's own object-cache events (compile.py's Workspace.events), skipping a torn last line."""
+    """A build's own object-cache events (compilation.py's Workspace.events), skipping a torn last line."""
     if not path.is_file():
         return []
     found = []

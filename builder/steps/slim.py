@@ -28,6 +28,7 @@ from builder.core.fatbin import FatbinEntry, elf_fatbin, select_entries
 from builder.core.hashing import sha256_of
 from builder.core.ledger import SlimRow, Status
 from builder.core.runner import run
+from builder.plan.arch import Arch
 from builder.plan.archs import split
 from builder.plan.job import Job
 from builder.steps import provenance
@@ -48,10 +49,10 @@ def slim_label(label: str, arch: str) -> str:
     return f"{label}sm{arch.replace('.', '')}"
 
 
-def slim_archs(job: Job, arch: str) -> tuple[str, ...]:
+def slim_archs(job: Job, arch: str) -> tuple[Arch, ...]:
     """The arch list of the slim wheel of ``arch``: its SASS, and the PTX of the job it keeps (``compute_120``)."""
     _, ptx = split(job.archs)
-    return (arch, *(f"compute_{p.replace('.', '')}" for p in slim_ptx(arch, ptx)))
+    return (Arch.parse(arch), *(Arch.parse(f"compute_{p.replace('.', '')}") for p in slim_ptx(arch, ptx)))
 
 
 def slim_ptx(arch: str, ptx: Iterable[str]) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.steps import nvcc_plan
+from builder.steps.programs import nvcc_plan
 
 Points = list[tuple[str, float | None]]  # moments, each named by the part of the wall that ends there
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 import fcntl
 import functools
 import glob
+import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -17,25 +19,24 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import BaseModel, BeforeValidator, ConfigDict, InstanceOf, model_validator
 
-from builder.core.errors import ConfigError, ToolchainError
+from builder.core.data import load_data, validate
+from builder.core.errors import ToolchainError
+from builder.core.resources import TOOLKITS
 from builder.core.runner import APT_DOWNLOAD, APT_UPDATE, PIP_TOOLS, run
+from builder.core.settings import cache_root, expand_settings
 from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 log = logging.getLogger(__name__)
 
-SOURCE = "builder/data/toolkits.toml"
+SOURCE = TOOLKITS.source
 KINDS = ("host", "debian", "wheels")
 PLATFORMS = ("cuda", "rocm")
 _FIELDS = {
@@ -131,60 +132,70 @@ class Toolchain:
         }
 
 
-def _source_from(raw: Mapping[str, Any], where: str) -> ToolkitSource:
+def _source_from(raw: object) -> ToolkitSource:
+    """One [[source]] table, checked: its kind and platform decide exactly which keys it has."""
+    if not isinstance(raw, Mapping):
+        raise ValueError("a [[source]] is a table")  # noqa: TRY004 (pydantic reports a ValueError)
     kind = raw.get("kind")
     if kind not in KINDS:
-        raise ConfigError(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     platforms = [p for p in PLATFORMS if p in raw]
     if len(platforms) != 1:
-        raise ConfigError(f"{where}: name the toolkit's release with one of cuda = or rocm =, got {platforms}")
+        raise ValueError(f"name the toolkit's release with one of cuda = or rocm =, got {platforms}")
     platform = platforms[0]
     allowed = _COMMON | _FIELDS[kind] | _PLATFORM_FIELDS[platform] | {platform}
     if set(raw) != allowed:
-        raise ConfigError(
-            f"{where}: a {platform} {kind} source needs exactly the keys {sorted(allowed)}, got {sorted(raw)}"
-        )
+        raise ValueError(f"a {platform} {kind} source needs exactly the keys {sorted(allowed)}, got {sorted(raw)}")
     try:
         serves = SpecifierSet(raw["serves"])
     except InvalidSpecifier:
-        raise ConfigError(f"{where}: serves = {raw['serves']!r} is not a version specifier like '>=11.6,<12'") from None
+        raise ValueError(f"serves = {raw['serves']!r} is not a version specifier like '>=11.6,<12'") from None
     fields: dict[str, Any] = {key: tuple(raw[key]) for key in _LISTS if key in raw}
     fields.update({key: raw[key] for key in _STRINGS if key in raw})
     if "archs" in raw:
-        fields["archs"] = _archs(raw["archs"], where)
-    source = ToolkitSource(
-        name=raw["name"], kind=kind, platform=platform, release=raw[platform], serves=serves, **fields
-    )
+        fields["archs"] = _archs(raw["archs"])
+    source = ToolkitSource(name=raw["name"], kind=kind, platform=platform, release=raw[platform], serves=serves,
+                           **fields)
     if kind == "debian" and f"nvidia-cuda-toolkit={source.version}" not in source.packages:
-        raise ConfigError(f"{where}: packages must pin nvidia-cuda-toolkit={source.version} (its version =)")
+        raise ValueError(f"packages must pin nvidia-cuda-toolkit={source.version} (its version =)")
     return source
 
 
-def _archs(raw: list[str], where: str) -> frozenset[str]:
+def _archs(raw: list[str]) -> frozenset[str]:
     try:
         archs = [Arch.parse(text) for text in raw]
     except ValueError as error:
-        raise ConfigError(f"{where}: archs: {error}") from None
+        raise ValueError(f"archs: {error}") from None
     spelled = [a for a in archs if a.kind != "cuda" or a.ptx]
     if spelled:
-        raise ConfigError(f"{where}: archs lists what nvcc emits as '9.0', '9.0a' or '10.0f', got {spelled[0]}")
+        raise ValueError(f"archs lists what nvcc emits as '9.0', '9.0a' or '10.0f', got {spelled[0]}")
     return frozenset(a.sass for a in archs)
 
 
+class ToolkitsFile(BaseModel):
+    """builder/data/toolkits.toml: one or more [[source]] tables, each name once."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: tuple[Annotated[InstanceOf[ToolkitSource], BeforeValidator(_source_from)], ...]
+
+    @model_validator(mode="after")
+    def _unique_and_some(self) -> ToolkitsFile:
+        names = [s.name for s in self.source]
+        if not names:
+            raise ValueError("expected one or more [[source]] tables")
+        if len(set(names)) != len(names):
+            raise ValueError(f"source names must be unique, got {names}")
+        return self
+
+
 def parse_sources(raw: Mapping[str, Any], source: str = SOURCE) -> tuple[ToolkitSource, ...]:
-    tables = raw.get("source")
-    if not isinstance(tables, list) or not tables:
-        raise ConfigError(f"{source}: expected one or more [[source]] tables")
-    sources = tuple(_source_from(table, f"{source}: source #{index + 1}") for index, table in enumerate(tables))
-    names = [s.name for s in sources]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"{source}: source names must be unique, got {names}")
-    return sources
+    return validate(raw, ToolkitsFile, source).source
 
 
 @functools.cache
 def load_sources() -> tuple[ToolkitSource, ...]:
-    return parse_sources(tomllib.loads(resources.files("builder.data").joinpath("toolkits.toml").read_text()))
+    return load_data(TOOLKITS, ToolkitsFile, what="the toolkit sources").source
 
 
 def serving(accelerator: Accelerator, sources: tuple[ToolkitSource, ...] | None = None) -> list[ToolkitSource]:
@@ -198,18 +209,18 @@ def serving(accelerator: Accelerator, sources: tuple[ToolkitSource, ...] | None 
 
 
 def candidates(
-    accelerator: Accelerator, archs: Sequence[str] = (), sources: tuple[ToolkitSource, ...] | None = None
+    accelerator: Accelerator, archs: Sequence[Arch] = (), sources: tuple[ToolkitSource, ...] | None = None
 ) -> list[ToolkitSource]:
     """The serving sources that can also emit every one of the job's ``archs``."""
     return [s for s in serving(accelerator, sources) if arch_problem(s, accelerator, archs) is None]
 
 
-def arch_problem(source: ToolkitSource, accelerator: Accelerator, archs: Sequence[str]) -> str | None:
+def arch_problem(source: ToolkitSource, accelerator: Accelerator, archs: Sequence[Arch]) -> str | None:
     """Why ``source``'s toolkit cannot emit the job's ``archs`` ("CUDA 12.4 emits up to sm_90, the job needs
     sm_100"), or None when it can. ROCm's targets are not checked."""
     if source.platform != "cuda":
         return None
-    wanted = {arch.sass: arch for arch in map(Arch.parse, archs)}  # 9.0 and 9.0+PTX need the same target
+    wanted = {arch.sass: arch for arch in archs}  # 9.0 and 9.0+PTX need the same target
     missing = sorted((a for sass, a in wanted.items() if sass not in source.archs), key=lambda a: a.sort_key)
     if not missing:
         return None
@@ -230,8 +241,6 @@ def _sm(arch: Arch) -> str:
 
 
 def toolkits_root() -> Path:
-    from builder.steps.environment import cache_root
-
     return cache_root() / "toolkits"
 
 
@@ -263,7 +272,7 @@ def host_roots(source: ToolkitSource) -> list[Path]:
     matched (newest-looking name first)."""
     found: dict[Path, Path] = {}  # resolved -> as named: /usr/local/cuda is often a link to a cuda-X.Y beside it
     for template in source.roots:
-        expanded = os.path.expandvars(template)
+        expanded = expand_settings(template)
         if "$" in expanded or not expanded:
             continue
         matches = sorted(glob.glob(expanded), reverse=True) if glob.has_magic(expanded) else [expanded]
@@ -278,9 +287,18 @@ def host_version(source: ToolkitSource, root: Path) -> str | None:
     if source.platform == "rocm":
         info = root / ".info" / "version"
         return info.read_text().strip().split("-")[0] if info.is_file() else None
-    from builder.steps.environment import toolkit_version
-
     return toolkit_version(root) if (root / "bin" / "nvcc").is_file() else None
+
+
+def toolkit_version(root: Path) -> str | None:
+    """The CUDA release (X.Y) of the toolkit at ``root``: its version.json, else what its nvcc --version says."""
+    version_json = root / "version.json"
+    if version_json.is_file():
+        full = json.loads(version_json.read_text()).get("cuda_nvcc", {}).get("version", "")
+        return ".".join(full.split(".")[:2]) or None
+    output = run([root / "bin" / "nvcc", "--version"], step="nvcc --version", capture=True, check=False).output
+    match = re.search(r"release (\d+\.\d+)", output)
+    return match[1] if match else None
 
 
 def _same_release(found: str, wanted: str) -> bool:
@@ -449,7 +467,7 @@ def provide_debian(source: ToolkitSource) -> Path:
 
 def wheel_requirements(source: ToolkitSource, release: str) -> list[str]:
     """The source's wheels for ``release`` (``{cuda}``, ``{rocm}``), with ``--index-url`` first if it names one."""
-    index = os.path.expandvars(source.index)
+    index = expand_settings(source.index)
     return ([f"--index-url={index}"] if index else []) + [w.format(**{source.platform: release}) for w in source.wheels]
 
 
@@ -460,7 +478,7 @@ def _wheels_home(release: str) -> Path:
 def _wheels_problem(source: ToolkitSource, release: str) -> str | None:
     """None when the wheels are installed or pip can install them; ROCm's only with its index configured."""
     if source.platform == "rocm":
-        if "$" in os.path.expandvars(source.index) or not os.path.expandvars(source.index):
+        if "$" in expand_settings(source.index) or not expand_settings(source.index):
             return (
                 f"{source.name}: ROCm {release}'s rocm[devel] wheels come from AMD's index, which {source.index} "
                 "names and this machine has not configured (none reachable from here)"
@@ -546,7 +564,7 @@ class ToolkitReadiness:
 
 
 def readiness(
-    accelerator: Accelerator, archs: Sequence[str], sources: tuple[ToolkitSource, ...] | None = None
+    accelerator: Accelerator, archs: Sequence[Arch], sources: tuple[ToolkitSource, ...] | None = None
 ) -> ToolkitReadiness:
     """Which source would provide the job's toolkit, and why none can if so. Side-effect free: it reads paths and
     PATH, and asks a host toolkit its version (host_version), but starts no download, unpack or install."""
@@ -597,7 +615,7 @@ def _none_here(accelerator: Accelerator, problems: list[str]) -> str:
 
 
 def preflight(
-    accelerator: Accelerator, sources: tuple[ToolkitSource, ...] | None = None, archs: Sequence[str] = ()
+    accelerator: Accelerator, sources: tuple[ToolkitSource, ...] | None = None, archs: Sequence[Arch] = ()
 ) -> list[str]:
     """One line per serving source: ready here, or what is missing and how it would be had."""
     lines = []
@@ -654,7 +672,7 @@ def _compiler_state(source: ToolkitSource) -> str:
 
 
 def provide(
-    accelerator: Accelerator, archs: Sequence[str] = (), *, sources: tuple[ToolkitSource, ...] | None = None
+    accelerator: Accelerator, archs: Sequence[Arch] = (), *, sources: tuple[ToolkitSource, ...] | None = None
 ) -> Toolchain:
     """The toolchain for a job of ``accelerator`` and ``archs``: the first serving source that can emit the archs
     and can be had here."""

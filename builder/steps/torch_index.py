@@ -17,6 +17,7 @@ from packaging.version import Version
 
 from builder.core.context import log_note
 from builder.core.errors import ConfigError, FetchError, NotBuildableHere, ToolchainError
+from builder.core.settings import setting
 from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.plan.matrix import DEFAULT_TORCH_INDEX, check_torch_index
@@ -62,7 +63,7 @@ class TorchWheel:
 
 def torch_index_template(configured: str = DEFAULT_TORCH_INDEX) -> str:
     """The template in force: ``WHEELWRIGHT_TORCH_INDEX`` (a mirror, an artifact proxy) over matrix.yaml's."""
-    override = os.environ.get(TORCH_INDEX_ENV)
+    override = setting(TORCH_INDEX_ENV)
     if not override:
         return configured
     try:

@@ -22,6 +22,7 @@ from packaging.version import Version
 from builder.core.demangle import demangle
 from builder.core.errors import WheelError
 from builder.core.files import write_atomic
+from builder.core.settings import cache_root
 from builder.core.symbols import (
     NAMES_FILE,
     TORCH_LIBRARIES,
@@ -33,7 +34,6 @@ from builder.core.symbols import (
     linkage_of_tables,
     load_index,
 )
-from builder.steps.environment import cache_root
 from builder.steps.fetch import index_files, index_url, with_slash
 from builder.steps.torch_index import torch_index_template
 from builder.steps.torch_registry import cuda_of

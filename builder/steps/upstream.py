@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from builder.core.errors import FetchError, NotBuildableHere
+from builder.core.hashing import sha256_of
 from builder.plan.job import Job, UpstreamFiles
 from builder.steps.fetch import _download_unchecked, cache_dir_for_sdists
 
@@ -49,7 +50,7 @@ def tree_digest(root: Path, paths: Iterable[str]) -> str:
                 lines.append(f"{relative}\0link\0{path.readlink()}\n")
                 continue
             mode = "x" if path.stat().st_mode & 0o111 else "-"
-            lines.append(f"{relative}\0{mode}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n")
+            lines.append(f"{relative}\0{mode}\0{sha256_of(path)}\n")
     return hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
 
 

@@ -50,7 +50,6 @@ ROCM_PROVIDER: dict[str, object] = {
 NAMESPACE_ORDER = ("abi_dependency", "nvidia", "rocm")  # torch's ABI first: a wrong torch never loads
 _LABEL = re.compile(r"[0-9a-z._]+")
 _VALUE = re.compile(r"[a-z0-9_.]+")
-_SLIM_LABEL = re.compile(r"cu[0-9]+sm[0-9]+[af]?$")  # a slim wheel's label (builder/steps/slim.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -543,36 +542,6 @@ class _Digest:
 
     def hexdigest(self) -> str:
         return self._sha256.hexdigest()
-
-
-class VariantTwins:
-    """The index's twin maker (index_site.twins.TwinMaker): it makes the twin of a wheel the index accepted and
-    says where a twin is not its wheel's. The index decides which twins are published."""
-
-    def make(self, wheel: Path, folder: Path) -> Path:
-        """The twin of ``wheel``, written into ``folder`` and checked; WheelError says why none can be made."""
-        return make_twin(wheel, folder).path
-
-    def derive(self, file: BinaryIO, archive: Archive) -> DerivedTwin | None:
-        """The twin ``make`` writes for the wheel open as ``file`` (``archive``: opened for bounded reads, named
-        by the wheel's filename): its name, its bytes' sha256 and size, and the files of its .dist-info the index
-        reads; None where the wheel can have none."""
-        return derive_open(file, archive)
-
-    def problems(self, wheel: Path, twin: Path) -> list[str]:
-        """Where ``twin`` differs from the twin of ``wheel`` (payload, metadata, variant.json, provenance): from
-        the archives' raw streams where they show it (quick_problems), else from every member inflated."""
-        if _SLIM_LABEL.search(twin.name.removesuffix(".whl").rsplit("-", 1)[-1]):
-            from builder.steps.slim import cut_problems
-
-            return cut_problems(wheel, twin)
-        try:
-            quick = quick_problems(wheel, twin)
-            if quick is not None:
-                return quick
-            return twin_problems(read_members(wheel), wheel.name, read_members(twin), twin.name)
-        except WheelError as error:
-            return [str(error)]
 
 
 def quick_problems(wheel: Path, twin: Path) -> list[str] | None:

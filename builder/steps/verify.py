@@ -296,7 +296,7 @@ def _listed(archs: Iterable[str]) -> str:
 
 def check_gpu_archs(facts: WheelFacts, job: Job) -> Check:
     if job.accelerator.kind != "cuda":
-        unchecked = ", ".join(job.archs)
+        unchecked = ", ".join(map(str, job.archs))
         return skipped("gpu-archs", f"{job.accelerator} code objects are not read yet; {unchecked} unchecked")
     sass, ptx = expected_archs(job)
     want = f"SASS {_listed(sass)}; PTX {_listed(ptx)}"

@@ -19,6 +19,7 @@ from typing import BinaryIO
 
 from builder.core.archive import open_archive
 from builder.core.errors import WheelError
+from builder.core.files import atomic_file
 
 _EPOCH_FLOOR = 315532800  # 1980-01-01, the earliest time a zip entry can hold
 _DEFAULT_EPOCH = _EPOCH_FLOOR  # without SOURCE_DATE_EPOCH: the bytes must not depend on when the build ran
@@ -118,8 +119,8 @@ def write_wheel(path: Path, members: Mapping[str, Member]) -> Path:
     lines = [f"{name},{record_digest(m.data)},{len(m.data)}" for name, m in sorted(files.items())]
     files[record_name] = Member(data=("\n".join([*lines, f"{record_name},,"]) + "\n").encode())
     stamp = time.gmtime(source_date_epoch())[:6]
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with zipfile.ZipFile(temporary, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=_LEVEL) as archive:
+    with atomic_file(path) as out, zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED,
+                                                  compresslevel=_LEVEL) as archive:
         for name in sorted(files, key=lambda n: _order(n, dist_info)):
             info = zipfile.ZipInfo(name, date_time=stamp)
             info.compress_type = zipfile.ZIP_DEFLATED
@@ -129,7 +130,6 @@ def write_wheel(path: Path, members: Mapping[str, Member]) -> Path:
                 _write_deflated(archive, info, member.data, _deflate(member.data))
             elif not _copy_deflated(archive, info, member):
                 archive.writestr(info, member.data)
-    os.replace(temporary, path)
     return path
 
 

@@ -18,8 +18,8 @@
     After each of today, ours and learned: where the compile phase's wall went, read from the job's timeline
     (builder/steps/timeline.py; logs/JOB.timeline.jsonl in its output), and the phases after it from the ledger.
 (e) --cross-torch A,B: the same package version for torch A, then for torch B, one object cache (cold before A):
-    B reuses the device steps the stage cache proves the same (builder/steps/stagecache.py); each build's wall and
-    CPU-seconds side by side, what B reused and from which job (the ledger's reuse column), then B again with
+    B reuses the device steps the stage cache proves the same (builder/steps/programs/stagecache.py); each build's
+    wall and CPU-seconds side by side, what B reused and from which job (the ledger's reuse column), then B again with
     --objcache verify into another output: every reused step compiled afresh and compared, the cubins per kernel.
 
 Usage: .venv/bin/python -m scripts.bench_build [--full] [--python 3.11 --second-python 3.12] [--workdir DIR]
@@ -51,15 +51,17 @@ import yaml
 from builder.core.errors import NotBuildableHere
 from builder.core.fatbin import FatbinContents
 from builder.core.ledger import Ledger, LedgerEntry
+from builder.core.wheelhouse import Layout
+from builder.plan.arch import Arch
 from builder.plan.archs import apply_known_bad
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
-from builder.steps import compile as compile_stage
-from builder.steps import timeline
+from builder.steps import compilation, timeline
 from builder.steps.elf import wheel_elf_facts
 from builder.steps.environment import build_env, find_pythons, find_toolkit, runtime_env
 from builder.steps.fetch import fetch_sdist, unpack_sdist
 from builder.steps.recipes import apply_recipe
+from builder.steps.recipes.recipe import arch_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,9 +112,9 @@ def plain_pip_wheel(matrix: Path, select: str, workdir: Path) -> float:
     env = build_env(job, runtime, toolkit)
     source = unpack_sdist(fetch_sdist(job), workdir / "plain-src")
     recipe = apply_recipe(source, job)
-    with compile_stage.workspace(job, source, runtime.site_packages) as space:
-        parallelism = compile_stage.Parallelism.fit(len(job.archs))
-        environ = compile_stage.build_environ(job, env, recipe.env, space, parallelism, None)
+    with compilation.workspace(job, source, runtime.site_packages) as space:
+        parallelism = compilation.Parallelism.fit(len(job.archs))
+        environ = compilation.build_environ(job, env, recipe.env, space, parallelism, None)
         start = time.monotonic()
         subprocess.run(
             [
@@ -182,9 +184,9 @@ def upstream_build(package: str, python: str, torch: str, workdir: Path, limit: 
     shutil.rmtree(workdir / "upstream-dist", ignore_errors=True)  # the one wheel this run builds, nothing older
     source = unpack_sdist(fetch_sdist(job), workdir / "upstream-src")
     cores = len(os.sched_getaffinity(0))
-    parallelism = compile_stage.Parallelism(max_jobs=cores, nvcc_threads=4)
-    with compile_stage.workspace(job, source, runtime.site_packages) as space:
-        environ = compile_stage.build_environ(job, env, {}, space, parallelism, None)
+    parallelism = compilation.Parallelism(max_jobs=cores, nvcc_threads=4)
+    with compilation.workspace(job, source, runtime.site_packages) as space:
+        environ = compilation.build_environ(job, env, arch_env(job), space, parallelism, None)
         for key in [k for k in environ if k.startswith(("PYTORCH_NVCC", "NVCC_", "WHEELWRIGHT_NVCC"))]:
             del environ[key]
         environ.update(CUDA_HOME=str(toolkit.root), CUDA_PATH=str(toolkit.root), MAX_JOBS=str(cores),
@@ -211,7 +213,7 @@ def ours_build(
     (workdir / name).mkdir(parents=True, exist_ok=True)
     if costs_from is not None:
         (workdir / name / "out").mkdir()
-        shutil.copyfile(costs_from, workdir / name / "out" / "ledger.sqlite")
+        shutil.copyfile(costs_from, Layout(root=workdir / name / "out").ledger)
     today = name == "today"  # the build before #16: nvcc whole, and the TUs as upstream wrote them
     matrix = bench_matrix(workdir / name, [python], archs, package, torch,
                           without_patches=SPLIT_PATCHES if today else frozenset())
@@ -224,7 +226,7 @@ def ours_build(
 
 def ledger_entry(output: Path, python: str) -> LedgerEntry:
     """The ledger row of the build of ``python`` in the output folder ``output``."""
-    with Ledger(output / "ledger.sqlite") as ledger:
+    with Ledger(Layout(root=output).ledger) as ledger:
         (entry,) = [e for e in ledger.entries() if e.python == python]
     return entry
 
@@ -253,7 +255,8 @@ def compiled_archs(name: str, workdir: Path, python: str) -> tuple[frozenset[str
 def kept_known_bad(package: str, torch: str, archs: list[str], workdir: Path) -> list[str]:
     """What builder/data/archs.toml would drop from ``archs`` for this job (scripts/bench/every_arch.py keeps it)."""
     (job,) = load_plan(bench_matrix(workdir, ["3.11"], archs, package, torch), "bench").jobs
-    _, notes = apply_known_bad(job.identifier, job.package, job.version, job.accelerator.version, archs)
+    _, notes = apply_known_bad(job.identifier, job.package, job.version, job.accelerator.version,
+                               tuple(map(Arch.parse, archs)))
     return [f"sm_{note.dropped.replace('.', '')} ({note.citation})" for note in notes]
 
 
@@ -330,7 +333,7 @@ def second_build(args: argparse.Namespace, archs: list[str], workdir: Path, ours
     entry = ledger_entry(workdir / "ours" / "out", args.second_python)
     (job,) = load_plan(workdir / "second" / "matrix-bench.yaml", "bench").jobs
     tag = "cpython-" + args.second_python.replace(".", "")
-    logs = sorted((compile_stage.Workspace.for_job(job).source / "build").glob(f"temp.*-{tag}*/.ninja_log"))
+    logs = sorted((compilation.Workspace.for_job(job).source / "build").glob(f"temp.*-{tag}*/.ninja_log"))
     events = compile_events(workdir / "ours" / "objcache")[before:]
     for line in second_report(entry, events, ninja_steps(logs[0]) if logs else None):
         print(line, flush=True)
@@ -340,7 +343,7 @@ def second_build(args: argparse.Namespace, archs: list[str], workdir: Path, ours
 def critical_path(name: str, workdir: Path, measured: Measured) -> str:
     """The longest (TU, arch) device compile the build's ledger recorded (nvcc --time rows), against the build's
     cores-bound: a TU split pays only where that pair is longer."""
-    ledger = workdir / name / "out" / "ledger.sqlite"
+    ledger = Layout(root=workdir / name / "out").ledger
     with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True) as connection:
         rows = connection.execute("SELECT compile_times FROM jobs WHERE compile_times IS NOT NULL").fetchall()
     pairs = [t for (text,) in rows for t in json.loads(text or "[]") if t["arch"] != "host"]
@@ -359,7 +362,7 @@ def where_the_wall_went(name: str, workdir: Path, python: str) -> list[str]:
     head before the first chain and the tail after the last, the critical TU; then the ledger's other phases."""
     output = workdir / name / "out"
     entry = ledger_entry(output, python)
-    path = output / "logs" / f"{entry.job_id}.timeline.jsonl"
+    path = Layout(root=output).logs / f"{entry.job_id}.timeline.jsonl"
     if path.is_file():
         lines = timeline.summarise(*timeline.read(path)).lines(name)
     else:
@@ -422,7 +425,7 @@ def full_arch(args: argparse.Namespace, workdir: Path) -> None:
             results[name] = upstream_build(args.full_arch, args.python, args.torch, workdir, args.limit)
         else:
             objcache = "use" if name == "ours" and "second" in runs else "off"
-            costs_from = workdir / "ours" / "out" / "ledger.sqlite" if name == "learned" else None
+            costs_from = Layout(root=workdir / "ours" / "out").ledger if name == "learned" else None
             results[name] = ours_build(name, args.full_arch, args.python, args.torch, archs, workdir, args.limit,
                                        objcache=objcache, costs_from=costs_from)
         compiled[name] = spelled_archs(*compiled_archs(name, workdir, args.python))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from builder.core.wheelhouse import Layout
 from index_site import pages as pages_module
 from index_site import render as render_module
 from index_site.catalog import Catalog, ScanStats
@@ -51,7 +52,7 @@ def timed_index(output: Path) -> dict[str, object]:
     clock = _Clock()
     with mock.patch.object(render_module, "render_pages", clock):
         start = time.process_time()
-        report = build_site(output, output / "site", base_url=BASE_URL)
+        report = build_site(output, Layout(root=output).site, base_url=BASE_URL)
         seconds = time.process_time() - start
     return {"seconds": round(seconds, 3), "pages_seconds": round(clock.seconds, 3), "written": len(report.written)}
 
@@ -62,7 +63,7 @@ def bench_release(workdir: Path) -> dict[str, object]:
     cold = timed_index(output)
     landing_bytes = (output / "site" / "index.html").stat().st_size
     unchanged = timed_index(output)
-    make_wheel(output / "dist", WheelSpec(version="1.7.1", label="pt214cu130", python="cp312"))
+    make_wheel(Layout(root=output).dist, WheelSpec(version="1.7.1", label="pt214cu130", python="cp312"))
     incremental = timed_index(output)
     site = output / "site"
     setup_pages = sorted((site / "select").glob("*.html"))

@@ -11,6 +11,8 @@ from typing import Any
 
 from builder.core.hashing import sha256_of
 from builder.core.ledger import Ledger, LedgerEntry, Status
+from builder.core.wheelhouse import Layout
+from builder.plan.archs import split
 from builder.plan.expand import load_plan
 from builder.plan.job import Job
 from scripts.bench.wheels import WheelSpec, make_wheel
@@ -22,7 +24,7 @@ BASE_URL = "https://wheels.example.org"
 @dataclass(frozen=True, kw_only=True)
 class Injected:
     job_id: str
-    status: str
+    status: Status
     phase: str
     reason: str
 
@@ -30,19 +32,19 @@ class Injected:
 FAILURES = (
     Injected(
         job_id="causal-conv1d-1.7.0+pt214cu130-cp313-x86_64",
-        status="failed",
+        status=Status.FAILED,
         phase="compile",
         reason="nvcc fatal   : Unsupported gpu architecture 'compute_121'",
     ),
     Injected(
         job_id="mamba-ssm-2.3.2.post1+pt26rocm624-cp312-x86_64",
-        status="quarantined",
+        status=Status.QUARANTINED,
         phase="verify",
         reason="gpu-archs: no kernel image for gfx942",
     ),
     Injected(
         job_id="causal-conv1d-1.7.0+pt212rocm72-cp311-x86_64",
-        status="unbuildable",
+        status=Status.UNBUILDABLE,
         phase="env",
         reason="no ROCm 7.2 toolkit on this builder",
     ),
@@ -63,7 +65,7 @@ def write_release_wheelhouse(output: Path) -> tuple[Job, ...]:
     """Wheels in ``output``/dist and the ledger beside them; returns the jobs that were built."""
     failures = {f.job_id: f for f in FAILURES}
     built = []
-    with Ledger(output / "ledger.sqlite") as ledger:
+    with Ledger(Layout(root=output).ledger) as ledger:
         for job in release_jobs():
             if job.identifier in NOT_PLANNED:
                 continue
@@ -71,11 +73,11 @@ def write_release_wheelhouse(output: Path) -> tuple[Job, ...]:
                 injected = failures[job.identifier]
                 ledger.put(_entry(job, injected.status, phase=injected.phase, reason=injected.reason))
                 continue
-            wheel = make_wheel(output / "dist", spec_for(job))
+            wheel = make_wheel(Layout(root=output).dist, spec_for(job))
             ledger.put(
                 _entry(
                     job,
-                    "built",
+                    Status.BUILT,
                     phase="verify",
                     wheel=wheel.name,
                     wheel_sha256=sha256_of(wheel),
@@ -100,13 +102,11 @@ def spec_for(job: Job) -> WheelSpec:
 
 def _report(job: Job) -> dict[str, object]:
     """What the verify gate records: CUDA kernel images and PTX per the job's archs (ROCm objects are not read)."""
-    cuda = job.accelerator.kind == "cuda"
-    sass = [arch.removesuffix("+PTX") for arch in job.archs] if cuda else []
-    ptx = [arch.removesuffix("+PTX") for arch in job.archs if arch.endswith("+PTX")] if cuda else []
-    return {"wheel": "", "job": job.identifier, "ok": True, "checks": [], "sass": sass, "ptx": ptx}
+    sass, ptx = split(job.archs) if job.accelerator.kind == "cuda" else ((), ())
+    return {"wheel": "", "job": job.identifier, "ok": True, "checks": [], "sass": list(sass), "ptx": list(ptx)}
 
 
-def _entry(job: Job, status: str, **fields: Any) -> LedgerEntry:
+def _entry(job: Job, status: Status, **fields: Any) -> LedgerEntry:
     return LedgerEntry(
         job_id=job.identifier,
         package=job.package,
@@ -116,6 +116,6 @@ def _entry(job: Job, status: str, **fields: Any) -> LedgerEntry:
         accelerator=job.accelerator.name,
         python=job.python,
         input_hash="0" * 64,
-        status=Status(status),
+        status=status,
         **fields,
     )

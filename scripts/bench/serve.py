@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from builder.core.wheelhouse import Layout
 from index_site.site import build_site
 from scripts.bench.wheels import WheelSpec, make_wheel
 
@@ -51,7 +52,7 @@ def make_site(workdir: Path) -> tuple[Path, list[str]]:
     output = workdir / "wheelhouse"
     for label in LABELS:
         for python in PYTHONS:
-            make_wheel(output / "dist", WheelSpec(label=label, python=python, payload_bytes=64_000))
+            make_wheel(Layout(root=output).dist, WheelSpec(label=label, python=python, payload_bytes=64_000))
     site = output / "site"
     build_site(output, site, base_url="http://127.0.0.1")
     paths = ["/", "/simple/", "/simple/causal-conv1d/", "/json/causal-conv1d/"]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from builder.core.errors import ConfigError
+from builder.core.wheelhouse import Layout
 from scripts.gpu import arch_stages, builds, plan, stages, summary, tables
 from scripts.gpu.arguments import Usage, parse
 from scripts.gpu.box import Box, Console, Options, StageFailed, detect_cuda_home, free_port
@@ -114,7 +115,7 @@ def after(stage: plan.Stage, result: StageResult, box: Box) -> None:
     """What a stage's end means for the rest of this command (an arch stage's pending build holds up only itself)."""
     if stage.name == "build" and result.status == RUNNING:
         raise Stop("pending: the build is still running; --resume collects it", PENDING)
-    if stage.name == "build" and not any((box.wheelhouse / "dist").glob("*.whl")):
+    if stage.name == "build" and not any(Layout(root=box.wheelhouse).dist.glob("*.whl")):
         raise Stop("skipped: no wheels were built")
     if stage.name == "preflight" and result.data.get("cuda_available") is False:
         raise Stop(result.detail)  # no CUDA device: every stage says so
@@ -131,10 +132,10 @@ def publish(box: Box) -> None:
 def collect(box: Box) -> None:
     """Beside the summary: the ledger's table, the build logs, and the rest in one archive (8 files come back)."""
     out = box.options.outdir
-    if (box.wheelhouse / "ledger.sqlite").is_file():
+    if Layout(root=box.wheelhouse).ledger.is_file():
         box.run(box.ww("status", "--output", box.wheelhouse), env=box.environ(COLUMNS="200"),
                 stdout=out / "build-status.txt")
-    for log in (box.wheelhouse / "logs").glob("*.log"):
+    for log in Layout(root=box.wheelhouse).logs.glob("*.log"):
         shutil.copyfile(log, out / f"build-{log.name.replace('+', '_')}")
     work = box.work  # reports and logs only: never a wheel, a site or a ledger
     details = [path for path in (work / "pip-report.json", work / "doctor-cli.json", work / "reports",

@@ -11,10 +11,12 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from builder.core.wheelhouse import Layout
 from scripts.gpu import builds, detach
 from scripts.gpu.box import Box, StageFailed, free_port
+from scripts.gpu.slim_stage import slim_stage
 from scripts.gpu.stages import TESTS, run_doctors, start_arch_build, suite_options, variants, wait_detached
-from scripts.gpu.summary import FAILED, PENDING, RUNNING, StageResult, of_checks
+from scripts.gpu.summary import PENDING, RUNNING, StageResult, of_checks
 
 
 def arch_build(box: Box) -> StageResult:
@@ -39,16 +41,6 @@ def arch_build(box: Box) -> StageResult:
     return of_checks(checks, data=data)
 
 
-def not_ready(box: Box, name: str) -> StageResult | None:
-    """None when the variant's wheel is there; pending while its build runs; failed when it has none."""
-    if detach.status(box.arch(name) / "build-run").state == detach.RUNNING:
-        return StageResult(status=PENDING, detail=f"pending: the {name} build is still running; --resume runs it")
-    if not any((box.arch(name) / "dist").glob("*.whl")):
-        return StageResult(status=FAILED,
-                           detail=f"no {name} wheel in {box.arch(name) / 'dist'} (the arch_build stage builds it)")
-    return None
-
-
 @contextmanager
 def installed_variant(box: Box, name: str) -> Iterator[tuple[Path, str]]:
     """The variant's own site, served on its own port while in the block; its own clean venv, with its wheel
@@ -56,7 +48,7 @@ def installed_variant(box: Box, name: str) -> Iterator[tuple[Path, str]]:
     folder, port = box.arch(name), free_port()
     url = f"http://127.0.0.1:{port}"
     box.must(box.ww("index", "--output", folder, "--base-url", url))
-    with box.serving(folder / "site", port, folder / "serve.log"):
+    with box.serving(Layout(root=folder).site, port, folder / "serve.log"):
         python = box.make_venv(box.work / f"venv-{name}")
         box.pip_install(python, "--find-links", f"{url}/whl/{box.data.label}.html", box.data.arch.package,
                         report=folder / "pip-report.json")
@@ -68,7 +60,7 @@ def arch_stage(name: str) -> Callable[[Box], StageResult]:
     fill the JIT cache) or the one kernel call that must fail: the two together are the proof."""
 
     def stage(box: Box) -> StageResult:
-        waiting = not_ready(box, name)
+        waiting = builds.not_ready(box, name)
         if waiting is not None:
             return waiting
         folder, suite = box.arch(name), box.data.variant(name).suite
@@ -77,7 +69,7 @@ def arch_stage(name: str) -> Callable[[Box], StageResult]:
             tests = TESTS["arch"] + TESTS["arch_suite" if suite else "arch_kernel_call"]
             result, _ = box.pytest(
                 python, f"arch_{name}", tests, "--variant", name, "--pip-report", folder / "pip-report.json",
-                "--index-url", url, "--dist-dir", folder / "dist", "--doctor-report", folder / "doctor.json",
+                "--index-url", url, "--dist-dir", Layout(root=folder).dist, "--doctor-report", folder / "doctor.json",
                 "--doctor-cli-report", folder / "doctor-cli.json",
                 *(suite_options(box, folder / "upstream-pytest.log") if suite else ()))
         return replace(result, data={**result.data, "index_url": url, "variant": name})
@@ -104,10 +96,10 @@ def ptx_speed(box: Box) -> StageResult:
     """The JIT's cost, then the PTX wheels against the SASS reference once JIT-ed, in interleaved rounds; the ISA
     control (PTX for the GPU's own arch) may be missing: the target is then judged alone."""
     speed = box.data.ptx_speed
-    waiting = not_ready(box, speed.target)
+    waiting = builds.not_ready(box, speed.target)
     if waiting is not None:
         return waiting
-    control = not_ready(box, speed.isa_control)
+    control = builds.not_ready(box, speed.isa_control)
     if control is not None and control.status == PENDING:  # its build still runs: the verdict waits for it
         return control
     if control is not None:
@@ -124,8 +116,6 @@ def ptx_speed(box: Box) -> StageResult:
 
 def stages(box: Box) -> dict[str, Callable[[Box], StageResult]]:
     """arch_build, each variant's stage ([arch.variants] names it; the ISA control's is ptx_speed), ptx_speed."""
-    from scripts.gpu.slim_stage import slim_stage  # it builds on this module's helpers
-
     found = {v.stage: (slim_stage if v.stage == "arch_slim" else arch_stage)(name)
              for name, v in box.data.arch.variants.items() if v.stage != "ptx_speed"}
     return {"arch_build": arch_build, **found, "ptx_speed": ptx_speed}

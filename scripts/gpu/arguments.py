@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from builder.core.wheelhouse import Layout
 from scripts.gpu.box import Options
 from scripts.gpu.data import AcceptanceData
 
@@ -63,7 +64,7 @@ def _count(option: str, least: int, most: int, wants: str) -> Callable[[str], in
 
 def _wheelhouse(text: str) -> Path:
     path = Path(text).absolute()
-    if not ((path / "ledger.sqlite").is_file() and (path / "dist").is_dir()):
+    if not (Layout(root=path).ledger.is_file() and Layout(root=path).dist.is_dir()):
         raise Usage(f"--skip-build {text}: no dist/ and ledger.sqlite there (a wheelwright build output)")
     return path
 

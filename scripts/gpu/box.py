@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from builder.core.settings import setting_given
 from scripts.gpu.data import AcceptanceData
 from scripts.gpu.summary import FAILED, StageResult, of_checks
 
@@ -216,7 +217,7 @@ def environ(work: Path, carry: Path, *, cuda_home: str = "", **extra: str) -> di
         "PIP_FIND_LINKS": f"{carry / 'build-wheels'} {carry / 'wheels'}",
         # the machine's MemAvailable starts far below its 128 GiB and grows with use; sized by it, the build would
         # run half the compiles it can
-        "WHEELWRIGHT_COMPILE_MEMORY_GB": os.environ.get("WHEELWRIGHT_COMPILE_MEMORY_GB", "1"),
+        "WHEELWRIGHT_COMPILE_MEMORY_GB": setting_given("WHEELWRIGHT_COMPILE_MEMORY_GB") or "1",
         # the PTX-only wheel's JIT output must fit the driver's JIT cache, or each process compiles it again
         "CUDA_CACHE_MAXSIZE": os.environ.get("CUDA_CACHE_MAXSIZE", "4294967296"),
         **({"CUDA_HOME": cuda_home} if cuda_home else {}),

@@ -12,16 +12,18 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from builder.core.ledger import Ledger, LedgerEntry, Status
+from builder.core.wheelhouse import Layout
 from builder.steps.slim import capability
 from scripts.gpu import detach
+from scripts.gpu.box import Box
 from scripts.gpu.data import AcceptanceData
-from scripts.gpu.summary import FAILED, REUSED, RUNNING, StageResult, check, of_checks
+from scripts.gpu.summary import FAILED, PENDING, REUSED, RUNNING, StageResult, check, of_checks
 
 HOST = "host"  # builder/steps/nvcc_time.py's name for the phases that run once per unit, whatever the archs
 
 
 def entries(wheelhouse: Path, label: str, package: str | None = None) -> list[LedgerEntry]:
-    path = wheelhouse / "ledger.sqlite"
+    path = Layout(root=wheelhouse).ledger
     if not path.is_file():
         return []
     with Ledger(path) as ledger:
@@ -29,7 +31,7 @@ def entries(wheelhouse: Path, label: str, package: str | None = None) -> list[Le
 
 
 def _built(entry: LedgerEntry, wheelhouse: Path) -> bool:
-    return entry.status == Status.BUILT and (wheelhouse / "dist" / str(entry.wheel)).is_file()
+    return entry.status == Status.BUILT and (Layout(root=wheelhouse).dist / str(entry.wheel)).is_file()
 
 
 def held_packages(wheelhouse: Path, data: AcceptanceData) -> tuple[str, ...]:
@@ -51,7 +53,7 @@ def build_report(wheelhouse: Path, data: AcceptanceData, *, exit_code: int, reus
         checks.append(check(entry.job_id, built, detail, **facts))
     if not checks:
         checks = [check("wheelwright build", False,
-                        f"no {data.label} jobs in {wheelhouse / 'ledger.sqlite'} (exit {exit_code})")]
+                        f"no {data.label} jobs in {Layout(root=wheelhouse).ledger} (exit {exit_code})")]
     elif exit_code != 0 and all(c["status"] != FAILED for c in checks):
         checks.append(check("wheelwright build", False, f"exited {exit_code}"))
     wheels = [c["data"]["wheel"] for c in checks if "wheel" in c.get("data", {})]
@@ -86,7 +88,7 @@ def arch_build_check(folder: Path, name: str, data: AcceptanceData, *, cores: in
     found = entries(folder, data.label, data.arch.package)
     exit_code = progress.exit_code if progress.exit_code is not None else -1
     if len(found) != 1:
-        return check(label, False, f"{len(found)} {data.arch.package} jobs in {folder / 'ledger.sqlite'} "
+        return check(label, False, f"{len(found)} {data.arch.package} jobs in {Layout(root=folder).ledger} "
                                    f"(exit {exit_code})")
     entry = found[0]
     if not _built(entry, folder) or exit_code != 0:
@@ -108,7 +110,7 @@ def slim_figures(folder: Path, entry: LedgerEntry, gpu_arch: str, *, judged: boo
     ``gpu_arch`` downloads (its slim wheel) against the fat wheel's, at most 1/3; and the seconds the slim wheels
     took (relink and cut: the ledger's ``slim``) against the fat wheel's build (its other phases), at most 10%.
     ``judged`` (the arch_slim stage's build): a missed target is one of ``problems``, as is a refused slim wheel."""
-    with Ledger(folder / "ledger.sqlite") as ledger:
+    with Ledger(Layout(root=folder).ledger) as ledger:
         rows = ledger.slims(entry.job_id)
     if not rows:
         return {}
@@ -194,7 +196,7 @@ def sass_reference(path: Path, data: AcceptanceData) -> Path:
     from builder.steps.elf import wheel_elf_facts
 
     prefix = canonicalize_name(data.arch.package).replace("-", "_") + "-"
-    wheels = [path] if path.is_file() else sorted((path / "dist").glob(f"{prefix}*+{data.label}-*.whl"))
+    wheels = [path] if path.is_file() else sorted(Layout(root=path).dist.glob(f"{prefix}*+{data.label}-*.whl"))
     if len(wheels) != 1:
         raise ValueError(f"{path}: {len(wheels)} {data.arch.package} wheels of {data.label} (want one)")
     facts = wheel_elf_facts(wheels[0])
@@ -202,3 +204,13 @@ def sass_reference(path: Path, data: AcceptanceData) -> Path:
         held = "; ".join(f"{f.name}: {f.gpu.describe()}" for f in facts if not f.gpu.empty) or "no GPU code"
         raise ValueError(f"{wheels[0]}: no SASS for {data.gpu_arch} ({held})")
     return wheels[0].resolve()
+
+
+def not_ready(box: Box, name: str) -> StageResult | None:
+    """None when the variant's wheel is there; pending while its build runs; failed when it has none."""
+    if detach.status(box.arch(name) / "build-run").state == detach.RUNNING:
+        return StageResult(status=PENDING, detail=f"pending: the {name} build is still running; --resume runs it")
+    dist = Layout(root=box.arch(name)).dist
+    if not any(dist.glob("*.whl")):
+        return StageResult(status=FAILED, detail=f"no {name} wheel in {dist} (the arch_build stage builds it)")
+    return None

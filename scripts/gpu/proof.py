@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from builder.core.wheelhouse import Layout
 from scripts.gpu import detach
 from scripts.gpu.bootstrap import CARRY, WORK
 from scripts.gpu.box import environ
@@ -97,7 +98,7 @@ def suite(options: dict[str, str], out: Path, work: Path, started: float) -> int
     picked, so its own exit status says "incomplete")."""
     wheelhouse = work / f"bench-full-{options['package']}" / "ours" / "out"
     left = int(DEADLINE - (time.monotonic() - started))
-    if not (wheelhouse / "ledger.sqlite").is_file():
+    if not Layout(root=wheelhouse).ledger.is_file():
         print(f"ERROR no ours output in {wheelhouse}: run --runs ours first", file=sys.stderr)
         return 1
     if left < 120:

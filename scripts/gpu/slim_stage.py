@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from scripts.gpu.arch_stages import not_ready
+from builder.core.wheelhouse import Layout
 from scripts.gpu.box import ROOT, Box, free_port
+from scripts.gpu.builds import not_ready
 from scripts.gpu.stages import TESTS, suite_options
 from scripts.gpu.summary import FAILED, StageResult
 
@@ -58,7 +59,7 @@ def slim_stage(name: str) -> Callable[[Box], StageResult]:
             python = box.make_venv(box.work / f"venv-{name}")
             uv_install(box, uv, python, channel)
         tests = ("test_slim.py", *TESTS["arch_suite"])
-        result, _ = box.pytest(python, f"arch_{name}", tests, "--variant", name, "--dist-dir", folder / "dist",
+        result, _ = box.pytest(python, f"arch_{name}", tests, "--variant", name, "--dist-dir", Layout(root=folder).dist,
                                *suite_options(box, folder / "upstream-pytest.log"))
         return replace(result, data={**result.data, "index_url": channel, "variant": name})
 

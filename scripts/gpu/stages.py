@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from builder.core.wheelhouse import Layout
 from scripts.gpu import bootstrap, builds, detach
 from scripts.gpu.box import Box, StageFailed
 from scripts.gpu.summary import FAILED, PASSED, RUNNING, StageResult
@@ -140,14 +141,14 @@ def start_arch_build(box: Box, name: str) -> None:
 
 def index(box: Box) -> StageResult:
     box.must(box.ww("index", "--output", box.wheelhouse, "--base-url", box.url))
-    page = box.wheelhouse / "site" / "whl" / f"{box.data.label}.html"
+    page = Layout(root=box.wheelhouse).site / "whl" / f"{box.data.label}.html"
     if not page.is_file():
         raise StageFailed(f"no find-links page whl/{box.data.label}.html in {box.wheelhouse / 'site'}")
     return StageResult(status=PASSED, detail=str(page))
 
 
 def serve(box: Box) -> StageResult:
-    box.serve(box.wheelhouse / "site", int(box.url.rsplit(":", 1)[1]), box.work / "serve.log")
+    box.serve(Layout(root=box.wheelhouse).site, int(box.url.rsplit(":", 1)[1]), box.work / "serve.log")
     return StageResult(status=PASSED, detail=f"{box.url}/whl/{box.data.label}.html answers")
 
 
@@ -162,8 +163,8 @@ def _installed(box: Box, python: Path, url: str, dist: Path, report: Path, tests
 def install(box: Box) -> StageResult:
     """A venv that sees the machine's torch; pip installs our wheels from the served page, nothing else."""
     python = box.make_venv(box.venv)
-    return _installed(box, python, box.url, box.wheelhouse / "dist", box.work / "pip-report.json", TESTS["install"],
-                      *box.packages)
+    dist = Layout(root=box.wheelhouse).dist
+    return _installed(box, python, box.url, dist, box.work / "pip-report.json", TESTS["install"], *box.packages)
 
 
 def run_doctors(box: Box, python: Path, url: str, out: Path, cli_out: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.steps.variant import VariantTwins
+from builder.steps.twins import VariantTwins
 from index_site.serve import serving
 from index_site.site import build_site
 from tests import variant_channel

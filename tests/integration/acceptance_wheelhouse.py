@@ -15,12 +15,12 @@ import pytest
 
 from builder.core.hashing import FileIdentity
 from builder.core.ledger import Ledger, LedgerEntry
+from scripts.bench.wheels import wheel_of_files
 from scripts.gpu import acceptance, arch_stages, stages
 from scripts.gpu.arguments import parse
 from scripts.gpu.box import Box
 from scripts.gpu.data import load_acceptance
 from scripts.gpu.summary import PASSED, StageResult
-from tests.wheels import make_wheel
 
 DATA = load_acceptance()
 TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
@@ -31,7 +31,7 @@ def built_causal_conv1d(folder: Path, extension: bytes, *, phase: str, compile_s
     """The wheel in ``folder/dist`` and its row in ``folder/ledger.sqlite``; ``phase`` is the ledger's last phase."""
     module = f"causal_conv1d_cuda.cpython-{TAG[2:]}-x86_64-linux-gnu.so"
     (folder / "dist").mkdir(parents=True)
-    wheel = make_wheel(folder / "dist", name="causal_conv1d", version=f"1.7.0+{DATA.label}", python_tag=TAG,
+    wheel = wheel_of_files(folder / "dist", name="causal_conv1d", version=f"1.7.0+{DATA.label}", python_tag=TAG,
                        files={"causal_conv1d/__init__.py": b"", module: extension}, requires=("torch==2.11.*",))
     with Ledger(folder / "ledger.sqlite") as ledger:
         ledger.put(LedgerEntry(

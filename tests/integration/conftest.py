@@ -26,9 +26,9 @@ from builder.core.ledger import Ledger, LedgerEntry
 from builder.core.runner import run
 from index_site.serve import Served, serving
 from index_site.site import build_site
+from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.build_helpers import ledger_row, wait_for_nvcc, wheelwright
 from tests.index_checks import installer_environment
-from tests.wheelfactory import WheelSpec, make_wheel
 
 DATA = Path(__file__).parent / "data"
 TOY_KERNEL = DATA / "scale_kernel.cu"

@@ -15,7 +15,7 @@ from builder.core.runner import run
 from builder.plan.facts import load_facts
 from builder.steps.environment import runtime_env
 from builder.steps.verify import verify_wheel
-from tests.extension_wheel import extension_wheel
+from scripts.bench.wheels import job_wheel
 from tests.jobs import local_job
 
 pytestmark = [
@@ -62,7 +62,7 @@ def test_the_gate_refuses_the_other_abi(flag: int, accepted: bool, torch_include
         ],
         step=f"compile probe with _GLIBCXX_USE_CXX11_ABI={flag}",
     )
-    report = verify_wheel(extension_wheel(so, job, tmp_path), job, runtime=None)
+    report = verify_wheel(job_wheel(tmp_path, job, {so.name: so}, platform="manylinux_2_28_x86_64"), job, runtime=None)
     abi = next(check for check in report.checks if check.name == "cxx-abi")
     assert abi.ok is accepted, abi.detail
     if accepted:

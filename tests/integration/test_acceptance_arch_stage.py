@@ -17,6 +17,7 @@ from builder.plan.expand import load_plan
 from builder.steps import provenance, slim
 from builder.steps.recipes.recipe import cuda_gencode_flags
 from builder.steps.variant import make_twin
+from scripts.bench.wheels import job_wheel, with_provenance
 from scripts.gpu import slim_stage
 from tests.integration.acceptance_wheelhouse import (
     DATA,
@@ -27,7 +28,6 @@ from tests.integration.acceptance_wheelhouse import (
     standing_in,
 )
 from tests.integration.conftest import CompileCu
-from tests.wheels import job_wheel, with_provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,12 +17,13 @@ import pytest
 
 from builder.core.elfread import ElfFile
 from builder.core.runner import run
-from builder.steps import cross, objcache
+from builder.steps import cross
 from builder.steps.platform import load_platforms
+from builder.steps.programs import objcache
 from builder.steps.repair import repair_wheel
 from builder.steps.verify import verify_wheel
+from scripts.bench.wheels import job_wheel, with_provenance
 from tests.jobs import local_job
-from tests.wheels import job_wheel, with_provenance
 
 from .conftest import TOY_KERNEL, CompileCu
 

@@ -23,13 +23,12 @@ from builder.plan.facts import Accelerator
 from builder.steps.variant import make_twin
 from builder.steps.wheelzip import Member, read_members, write_wheel
 from index_site.state import STATE_FILE, IndexState
+from scripts.bench.wheels import WheelSpec, job_wheel, make_wheel, with_provenance
 from tests.index_checks import crawl
 from tests.integration.conftest import S3Endpoint
 from tests.integration.test_hostile import Run, assert_one_error, wheelwright
 from tests.jobs import local_job
 from tests.sitecheck import check_site
-from tests.wheelfactory import WheelSpec, make_wheel
-from tests.wheels import job_wheel, with_provenance
 
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[2]

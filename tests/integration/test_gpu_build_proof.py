@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from builder.core.ledger import Ledger, LedgerEntry
+from scripts.bench.wheels import wheel_of_files
 from scripts.gpu import detach
 from scripts.gpu.data import load_acceptance
-from tests.wheels import make_wheel
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_build_proof.sh"
 
@@ -49,7 +49,7 @@ def test_suite_runs_the_acceptance_stages_on_ours_output(tmp_path: Path) -> None
     label, work = load_acceptance().label, tmp_path / "work"
     ours = work / "bench-full-causal-conv1d" / "ours" / "out"
     (ours / "dist").mkdir(parents=True)
-    wheel = make_wheel(ours / "dist", name="causal_conv1d", version=f"1.7.0+{label}", python_tag="cp312",
+    wheel = wheel_of_files(ours / "dist", name="causal_conv1d", version=f"1.7.0+{label}", python_tag="cp312",
                        files={"causal_conv1d/__init__.py": b""}, requires=("torch==2.11.*",))
     with Ledger(ours / "ledger.sqlite") as ledger:
         ledger.put(LedgerEntry(job_id=f"causal-conv1d-1.7.0+{label}-cp312-x86_64", package="causal-conv1d",

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from builder.core.ledger import Ledger
+from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.shellwords import shell_words
 from tests.sitecheck import check_site
-from tests.wheelfactory import WheelSpec, make_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = (ROOT / "tests/data/matrix-minimal.yaml").read_text()

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import FetchError
+from scripts.bench.wheels import WheelSpec, make_wheel
 from tests import peers
 from tests.integration.test_hostile import assert_one_error, wheelwright
-from tests.wheelfactory import WheelSpec, make_wheel
 
 pytestmark = pytest.mark.timeout(45)  # every case ends within ~10 s here; a hang is what fails it
 ROOT = Path(__file__).resolve().parents[2]
@@ -375,7 +375,7 @@ def doctor_of_a_python(tmp: Path) -> str:
 
 
 def nvcc_usage(tmp: Path) -> str:
-    from builder.steps.objcache import _usage
+    from builder.steps.programs.objcache import _usage
 
     return _usage(str(fake_tool(tmp, "nvcc")))
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import boto3
 import pytest
 
+from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.index_checks import crawl
 from tests.integration.conftest import S3Endpoint
 from tests.integration.test_hostile import Run, assert_one_error, wheelwright
-from tests.wheelfactory import WheelSpec, make_wheel
 
 pytestmark = pytest.mark.timeout(180)
 PREFIX = "idx"

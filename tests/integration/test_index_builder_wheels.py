@@ -18,8 +18,8 @@ from builder.core.runner import run
 from index_site.serve import serving
 from index_site.site import build_site
 from index_site.wheels import RejectedWheel, WheelName, parse_wheel_name
+from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.index_checks import crawl
-from tests.wheelfactory import WheelSpec, make_wheel
 
 # slow: the session's real build (conftest.real_build) compiles for minutes; in the slow session it is the same build
 # the e2e, provenance and doctor tests use, where in the integration session it would be a second one.

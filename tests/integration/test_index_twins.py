@@ -20,11 +20,10 @@ import pytest
 from builder.plan.facts import Accelerator
 from builder.steps.variant import make_twin
 from builder.steps.wheelzip import Member, read_members, write_wheel
+from scripts.bench.wheels import WheelSpec, job_wheel, make_wheel, with_provenance
 from tests.integration.test_hostile import Run, wheelwright
 from tests.jobs import local_job
 from tests.sitecheck import check_site
-from tests.wheelfactory import WheelSpec, make_wheel
-from tests.wheels import job_wheel, with_provenance
 
 pytestmark = pytest.mark.timeout(180)
 CU126 = {"accelerator": Accelerator.parse("cu126")}

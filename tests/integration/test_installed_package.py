@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from builder.core import resources
-from tests.wheelfactory import make_wheel
+from scripts.bench.wheels import make_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 UV = Path(sys.executable).with_name("uv")

@@ -14,8 +14,8 @@ from builder.core.context import current, job_context
 from builder.core.runner import run
 from builder.farm import build as build_stage
 from builder.steps import environment
+from scripts.bench.wheels import wheel_of_files
 from tests.unit.test_build import FakeStages, local_jobs, run_build
-from tests.wheels import make_wheel
 
 
 def test_the_torch_install_is_in_the_job_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -26,7 +26,7 @@ def test_the_torch_install_is_in_the_job_log(monkeypatch: pytest.MonkeyPatch, tm
     files = {"torch/__init__.py": b"from torch import _C, version\n__version__ = version.__version__\n",
              "torch/_C.py": b"_GLIBCXX_USE_CXX11_ABI = True\n",
              "torch/version.py": b"__version__ = '2.14.1+cu130'\ncuda = '13.0'\nhip = None\n"}
-    wheel = make_wheel(index / "whl" / "cu130" / "torch", name="torch", version="2.14.1+cu130", files=files,
+    wheel = wheel_of_files(index / "whl" / "cu130" / "torch", name="torch", version="2.14.1+cu130", files=files,
                        python_tag="py3", platform="any", requires=(), pure=True)
     (wheel.parent / "index.html").write_text(f'<a href="{wheel.name.replace("+", "%2B")}">{wheel.name}</a>\n')
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(index))

@@ -1,5 +1,5 @@
 """The import graph the layers allow (pyproject.toml [tool.importlinter]) is enforced: `lint-imports` passes on the
-code as it is, and fails, naming the import, on a copy with one forbidden import planted."""
+code as it is, and fails, naming the import, on a copy with one forbidden import (or one cycle) planted."""
 
 from __future__ import annotations
 
@@ -56,6 +56,11 @@ def test_the_code_keeps_its_layers(tmp_path: Path) -> None:
             "index_site is not allowed to import builder.steps",
         ),
         ("index_site/site.py", "import builder.farm.build", "index_site is not allowed to import builder.farm"),
+        ("builder/farm/merge.py", "import index_site.site", "builder.farm is not allowed to import index_site"),
+        ("builder/doctor/fix.py", "import index_site.layout", "builder.doctor is not allowed to import index_site"),
+        # a cycle inside one folder: toolchain imported environment before the settings module took cache_root
+        ("builder/steps/toolchain.py", "import builder.steps.environment", "No cycles are allowed in builder.steps"),
+        ("builder/core/files.py", "from builder.core import data", "No cycles are allowed in builder.core"),
     ],
 )
 def test_a_planted_forbidden_import_breaks_the_check(tmp_path: Path, module: str, planted: str, message: str) -> None:

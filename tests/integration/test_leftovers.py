@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.runner import kill_marked
-from builder.steps.compile import WORKSPACE_ENV
+from builder.steps.compilation import WORKSPACE_ENV
 
 
 def started(workspace: Path, command: str) -> subprocess.Popen[bytes]:

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.steps import nvcc_plan, timeline
+from builder.steps import timeline
 from builder.steps.nvcc_time import read_times
-from builder.steps.objcache import headers_of
+from builder.steps.programs import nvcc_plan
+from builder.steps.programs.objcache import headers_of
 from builder.steps.sass import kernel_sass
 
 CUDA_HOME = Path("/usr/local/cuda-13.0")

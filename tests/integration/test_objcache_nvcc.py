@@ -24,7 +24,8 @@ def compile_with_cache(cache: Path, mode: str, src: Path, build: Path, python_ta
         "-MD", "-MF", str(out / "k.o.d"), f"-I{src}", f"-I/opt/python/{python_tag}/include/python3.{python_tag[1:]}",
         "-c", str(src / "k.cu"), "-o", str(out / "k.o"), "-gencode", "arch=compute_90,code=sm_90",
     ]
-    command = [sys.executable, "-m", "builder.steps.objcache", str(cache), mode, str(CUDA_HOME / "bin" / "nvcc"), *args]
+    nvcc = str(CUDA_HOME / "bin" / "nvcc")
+    command = [sys.executable, "-m", "builder.steps.programs.objcache", str(cache), mode, nvcc, *args]
     return subprocess.run(command, capture_output=True, text=True, check=False)
 
 

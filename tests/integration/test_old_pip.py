@@ -19,7 +19,7 @@ import pytest
 from builder.core.runner import run
 from index_site.serve import serving
 from index_site.site import build_site
-from tests.wheels import make_wheel
+from scripts.bench.wheels import wheel_of_files
 
 OLD_PIP = "pip==23.0.1"
 WHEEL = "causal_conv1d-1.1.1+pt20cu117-py3-none-any.whl"
@@ -39,7 +39,7 @@ def old_pip(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     output = tmp_path_factory.mktemp("wheelhouse")
     (output / "dist").mkdir()
-    make_wheel(
+    wheel_of_files(
         output / "dist",
         name="causal_conv1d",
         version="1.1.1+pt20cu117",

@@ -19,8 +19,8 @@ import pytest
 from builder.core.runner import run
 from index_site.serve import serving
 from index_site.site import build_site
+from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.index_checks import installer_environment
-from tests.wheelfactory import WheelSpec, make_wheel
 
 PLATFORMS = {"x86_64": "manylinux_2_28_x86_64", "aarch64": "manylinux_2_28_aarch64"}
 PROJECTS = (("causal-conv1d", "1.7.0"), ("mamba-ssm", "2.3.2.post1"))

@@ -17,8 +17,8 @@ from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
 from builder.steps.elf import unpacked, wheel_elf_facts
 from builder.steps.repair import parse_excludes, repair_wheel
+from scripts.bench.wheels import job_wheel
 from tests.jobs import local_job
-from tests.wheels import job_wheel
 
 EXTENSION = "causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.steps.objcache import comparable_bytes
+from builder.steps.programs.objcache import comparable_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = r"""
@@ -35,14 +35,14 @@ extern "C" void launch_toy(float* out, const float* in, int n) {
   anon_kernel<<<(n + 255) / 256, 256>>>(out, in, n);
 }
 """
-# One build, as its own process: the nvcc call goes through the wrapper compile.py installs as PYTORCH_NVCC (mode
+# One build, as its own process: the nvcc call goes through the wrapper compilation.py installs as PYTORCH_NVCC (mode
 # "off": no cache), the link through g++, the wheel through the provenance step (which rewrites the archive).
 BUILD = r"""
 import subprocess, sys
 from pathlib import Path
-from builder.steps import objcache
+from builder.steps.programs import objcache
 from tests.jobs import local_job
-from tests.wheels import job_wheel, with_provenance
+from scripts.bench.wheels import job_wheel, with_provenance
 nvcc, src, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 out.mkdir(parents=True)
 obj = src.parent / "toy.o"
@@ -76,7 +76,7 @@ def _build(nvcc: Path, source: Path, out: Path) -> Path:
 
 @pytest.mark.nvcc
 def test_the_same_toy_job_built_twice_gives_the_same_wheel(tmp_path: Path, cuda_home: Path) -> None:
-    source = tmp_path / "src" / "toy.cu"  # fixed path for both builds, as compile.py's fixed build root gives
+    source = tmp_path / "src" / "toy.cu"  # fixed path for both builds, as compilation.py's fixed build root gives
     source.parent.mkdir()
     source.write_text(TOY)
     nvcc = cuda_home / "bin" / "nvcc"

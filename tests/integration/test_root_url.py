@@ -19,8 +19,8 @@ import pytest
 
 from builder.core.runner import run
 from index_site.serve import serving
+from scripts.bench.wheels import wheel_of_files
 from tests.integration.conftest import ServedIndex, installed_wheel
-from tests.wheels import make_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("upstream")
     files = root / "whl"  # serve answers only a site's own top-level names
     files.mkdir()
-    wheel = make_wheel(
+    wheel = wheel_of_files(
         files,
         name="causal_conv1d",
         version="1.8.0",
@@ -68,7 +68,7 @@ def pip(python: Path, env: dict[str, str], *args: str) -> subprocess.CompletedPr
 
 
 def with_torch(python: Path, env: dict[str, str], tmp_path: Path, version: str) -> None:
-    stub = make_wheel(
+    stub = wheel_of_files(
         tmp_path,
         name="torch",
         version=version,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.steps import compile as compile_stage
-from builder.steps import nvcc_plan, sharedcache, stagecache
+from builder.steps import compilation, sharedcache
+from builder.steps.programs import nvcc_plan, stagecache
 from builder.steps.s3bucket import S3Bucket
 from builder.steps.sass import kernel_sass
 from tests.integration.conftest import S3Endpoint
@@ -102,7 +102,7 @@ def test_a_second_group_of_the_toolkit_gets_the_firsts_device_steps(
 
     proof = compile_group(tmp_path / "ws", "c", 13, second_cache, mode="verify")
     assert results(proof) == {"cicc": "verified", "ptxas": "verified"}
-    kernels = compile_stage.verify_kernels(sharedcache.events_of(proof / "events.jsonl"),
+    kernels = compilation.verify_kernels(sharedcache.events_of(proof / "events.jsonl"),
                                            stagecache.StageCache(second_cache, "verify", {}), cuobjdump)
     assert kernels == {"compared": 2, "equal": 2, "differing": 0}
 

@@ -17,8 +17,8 @@ from builder.core.runner import run
 from builder.steps import slim
 from builder.steps.repair import repair_wheel
 from builder.steps.verify import verify_wheel
+from scripts.bench.wheels import job_wheel, with_provenance
 from tests.jobs import local_job
-from tests.wheels import job_wheel, with_provenance
 
 pytestmark = pytest.mark.nvcc
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.steps import nvcc_plan, sharedcache, stagecache
+from builder.steps import sharedcache
+from builder.steps.programs import nvcc_plan, stagecache
 
 CUDA_HOME = Path("/usr/local/cuda-13.0")
 NVCC = CUDA_HOME / "bin" / "nvcc"

@@ -17,9 +17,10 @@ from builder.core.context import job_context
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.plan.job import Job
-from builder.steps import compile as compile_stage
-from builder.steps import nvcc_plan, timeline
+from builder.steps import compilation, timeline
 from builder.steps.environment import NotBuildableHere, build_env, find_toolkit, runtime_env
+from builder.steps.programs import nvcc_plan
+from builder.steps.recipes.recipe import arch_env
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITER = """
@@ -80,7 +81,7 @@ def two_arch_job() -> Job:
 def test_a_small_real_build_leaves_a_timeline_the_reader_accounts_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cuda_home: Path
 ) -> None:
-    monkeypatch.setattr(compile_stage, "FIXED_ROOT", tmp_path / "fixed")  # not the real builds' workspaces
+    monkeypatch.setenv("WHEELWRIGHT_FIXED_ROOT", str(tmp_path / "fixed"))  # not the real builds' workspaces
     job = two_arch_job()
     try:
         toolkit = find_toolkit(job.accelerator, job.archs)
@@ -91,14 +92,14 @@ def test_a_small_real_build_leaves_a_timeline_the_reader_accounts_for(
     source = tiny_project(tmp_path / "tiny")
     log, kept = tmp_path / "job.log", tmp_path / "logs" / "tiny.timeline.jsonl"
     log.write_text("")
-    parallelism = compile_stage.Parallelism(max_jobs=4, nvcc_threads=1, pool_slots=2)
+    parallelism = compilation.Parallelism(max_jobs=4, nvcc_threads=1, pool_slots=2)
     started = time.monotonic()
-    with job_context(job, log), compile_stage.workspace(job, source, runtime.site_packages) as space:
-        environ = compile_stage.build_environ(job, env, {}, space, parallelism, None)
+    with job_context(job, log), compilation.workspace(job, source, runtime.site_packages) as space:
+        environ = compilation.build_environ(job, env, arch_env(job), space, parallelism, None)
         try:
-            compile_stage.compile_wheel(job, env, space, environ, tmp_path / "built")
+            compilation.compile_wheel(job, env, space, environ, tmp_path / "built")
         finally:
-            compile_stage.keep_timeline(space, kept, started=started, parallelism=parallelism)
+            compilation.keep_timeline(space, kept, started=started, parallelism=parallelism)
     steps, unreadable = timeline.read(kept)
     wall = timeline.summarise(steps, unreadable)
     print("\n".join(wall.lines("tiny")))

@@ -18,10 +18,11 @@ from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
 from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator
-from builder.steps import nvcc_plan, objcache, timeline
-from builder.steps.environment import check_toolkit, toolkit_version
+from builder.steps import timeline
+from builder.steps.environment import check_toolkit
 from builder.steps.nvcc_time import read_times
-from builder.steps.toolchain import candidates, load_sources, provide
+from builder.steps.programs import nvcc_plan, objcache
+from builder.steps.toolchain import candidates, load_sources, provide, toolkit_version
 
 from .conftest import TOY_KERNEL
 from .test_fatbin_nvcc import cuobjdump_archs
@@ -37,11 +38,12 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def cuda118():
-    return provide(Accelerator.parse("cu117"), ("8.0", "compute_90"))
+    return provide(Accelerator.parse("cu117"), (Arch.parse("8.0"), Arch.parse("compute_90")))
 
 
 def test_torch_cu117_resolves_to_debians_11_8_with_gcc_11(cuda118) -> None:
-    assert [s.name for s in candidates(Accelerator.parse("cu117"), ("8.0", "9.0"))] == ["host-11.8", "debian-11.8"]
+    archs = (Arch.parse("8.0"), Arch.parse("9.0"))
+    assert [s.name for s in candidates(Accelerator.parse("cu117"), archs)] == ["host-11.8", "debian-11.8"]
     assert cuda118.source == "debian-11.8" and cuda118.cuda == "11.8"
     assert cuda118.cxx.name == "g++-11"
     assert toolkit_version(cuda118.root) == "11.8"
@@ -85,7 +87,7 @@ def test_nvcc_11_8_compiles_sm80_sass_and_sm90_ptx(cuda118, tmp_path: Path) -> N
 
 
 def test_the_nvcc_wrapper_drives_nvcc_11_8(cuda118, tmp_path: Path) -> None:
-    """Every build runs nvcc through builder/steps/objcache.py (torch's PYTORCH_NVCC); its determinism flag,
+    """Every build runs nvcc through builder/steps/programs/objcache.py (torch's PYTORCH_NVCC); its determinism flag,
     -frandom-seed, is one nvcc 11.8 does not know: the wrapper must leave it out there, and still cache."""
     cache = tmp_path / "cache"
     for name in ("first", "second"):

@@ -17,8 +17,8 @@ from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
 from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator
-from builder.steps.environment import check_toolkit, toolkit_version
-from builder.steps.toolchain import Toolchain, candidates, load_sources, provide
+from builder.steps.environment import check_toolkit
+from builder.steps.toolchain import Toolchain, candidates, load_sources, provide, toolkit_version
 
 from .conftest import TOY_KERNEL
 from .test_fatbin_nvcc import cuobjdump_archs
@@ -31,7 +31,7 @@ pytestmark = [
     ),
 ]
 
-ARCHS = ("8.0", "compute_90")  # sm_80 SASS, and PTX for sm_90 and later to JIT from
+ARCHS = (Arch.parse("8.0"), Arch.parse("compute_90"))  # sm_80 SASS, and PTX for sm_90 and later to JIT from
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
 from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator
-from builder.steps.environment import check_toolkit, toolkit_version
-from builder.steps.toolchain import load_sources, provide
+from builder.steps.environment import check_toolkit
+from builder.steps.toolchain import load_sources, provide, toolkit_version
 
 from .conftest import TOY_KERNEL
 

@@ -20,9 +20,10 @@ import pytest
 
 from builder.core.context import job_context
 from builder.core.hashing import sha256_of
+from builder.core.settings import cache_root
 from builder.plan.facts import Accelerator, load_facts
 from builder.steps import provenance
-from builder.steps.environment import cache_root, runtime_env
+from builder.steps.environment import runtime_env
 from builder.steps.fetch import index_url
 from builder.steps.torch_index import TORCH_INDEX, TorchMismatch, download_torch, find_torch_wheel
 from tests.jobs import local_job

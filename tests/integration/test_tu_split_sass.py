@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from builder.plan.facts import load_facts
-from builder.steps import nvcc_plan
 from builder.steps.environment import runtime_env
 from builder.steps.fetch import fetch_sdist, unpack_sdist
+from builder.steps.programs import nvcc_plan
 from builder.steps.recipes.patches import BWD_PARTS, SPLIT_CORES_ENV, split_causal_conv1d_bwd
 from builder.steps.sass import kernel_sass
 from tests.jobs import local_job

@@ -24,7 +24,7 @@ import pytest
 from variantlib.variant_dist_info import VariantDistInfo
 from variantlib.variants_json import VariantsJson
 
-from builder.steps.variant import VariantTwins
+from builder.steps.twins import VariantTwins
 from index_site.serve import serving
 from index_site.site import build_site
 from index_site.variants import installed_torch_command

@@ -16,7 +16,7 @@ import pytest
 from builder.doctor.channel import channel_verdicts, fetch_text
 from builder.doctor.fix import fetch_json
 from builder.doctor.probe import Environment, Gpu, Torch
-from builder.steps.variant import VariantTwins
+from builder.steps.twins import VariantTwins
 from index_site.serve import serving
 from index_site.site import build_site
 from tests import variant_channel

@@ -15,8 +15,8 @@ from builder.steps.elf import wheel_elf_facts
 from builder.steps.environment import RuntimeEnv, runtime_env
 from builder.steps.repair import repair_wheel
 from builder.steps.verify import check_import, quarantine, verify_wheel
+from scripts.bench.wheels import job_wheel, wheel_of_files, with_provenance
 from tests.jobs import local_job
-from tests.wheels import job_wheel, make_wheel, with_provenance
 
 from .conftest import CompileCu
 
@@ -75,7 +75,7 @@ def pure_wheel(tmp_path: Path, job: Job, native_module: str) -> Path:
         "causal_conv1d/__init__.py": b"import torch\nZEROS = torch.zeros(2)\n",
         "causal_conv1d_cuda.py": native_module.encode(),
     }
-    return make_wheel(tmp_path, name=job.dist_name, version=job.local_version, files=files,
+    return wheel_of_files(tmp_path, name=job.dist_name, version=job.local_version, files=files,
                       python_tag="py3", platform="any", pure=True)
 
 

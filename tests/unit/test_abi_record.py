@@ -18,9 +18,9 @@ from builder.steps.abi import all_imports, wheel_abi
 from index_site.catalog import Catalog, ScanStats
 from index_site.render import render_site
 from index_site.wheels import GpuArchs
+from scripts.bench.wheels import indexed_wheel
 from tests.jobs import local_job
 from tests.synth import elf_with_symbols
-from tests.wheelfactory import indexed_wheel
 
 NEW = "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_jb"
 COW = "_ZN3c104impl3cow23materialize_cow_storageERNS_11StorageImplE"

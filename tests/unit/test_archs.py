@@ -8,6 +8,7 @@ import pytest
 
 from builder.cli.main import main
 from builder.core.errors import FactsError
+from builder.plan.arch import Arch
 from builder.plan.archs import apply_known_bad, known_bad, parse_known_bad, split, torch_arch_list
 from builder.plan.expand import load_plan
 from builder.steps.recipes.recipe import cuda_gencode_flags
@@ -39,15 +40,23 @@ profiles:
 """
 
 
+def parsed(*texts: str) -> tuple[Arch, ...]:
+    return tuple(map(Arch.parse, texts))
+
+
+def spelled(archs: tuple[Arch, ...]) -> tuple[str, ...]:
+    return tuple(map(str, archs))
+
+
 def test_split_spellings() -> None:
-    assert split(["8.0", "9.0+PTX", "compute_100", "10.0f"]) == (("8.0", "9.0", "10.0f"), ("9.0", "10.0"))
-    assert split(["gfx942"]) == (("gfx942",), ())
-    assert torch_arch_list(["8.0", "9.0+PTX", "compute_100"]) == "8.0;9.0+PTX;10.0+PTX"
+    assert split(parsed("8.0", "9.0+PTX", "compute_100", "10.0f")) == (("8.0", "9.0", "10.0f"), ("9.0", "10.0"))
+    assert split(parsed("gfx942")) == (("gfx942",), ())
+    assert torch_arch_list(parsed("8.0", "9.0+PTX", "compute_100")) == "8.0;9.0+PTX;10.0+PTX"
 
 
 def test_ptx_only_reaches_nvcc_as_a_virtual_arch_only() -> None:
-    assert cuda_gencode_flags(("compute_90",), "w") == ("-gencode", "arch=compute_90,code=compute_90")
-    assert cuda_gencode_flags(("9.0+PTX",), "w") == (
+    assert cuda_gencode_flags(parsed("compute_90"), "w") == ("-gencode", "arch=compute_90,code=compute_90")
+    assert cuda_gencode_flags(parsed("9.0+PTX"), "w") == (
         "-gencode",
         "arch=compute_90,code=sm_90",
         "-gencode",
@@ -56,20 +65,21 @@ def test_ptx_only_reaches_nvcc_as_a_virtual_arch_only() -> None:
 
 
 def test_sm103_is_dropped_for_causal_conv1d_under_nvcc_13_only() -> None:
-    archs, (note,) = apply_known_bad("id", "causal-conv1d", "1.7.0", "13.0", ("9.0", "10.3"))
-    assert archs == ("9.0", "10.0")  # the family SASS that runs on sm_103 is added when missing
+    archs, (note,) = apply_known_bad("id", "causal-conv1d", "1.7.0", "13.0", parsed("9.0", "10.3"))
+    assert spelled(archs) == ("9.0", "10.0")  # the family SASS that runs on sm_103 is added when missing
     assert "issues/105" in note.citation and "sm_100 covers it" in note.describe()
-    assert apply_known_bad("id", "causal-conv1d", "1.7.0", "12.9", ("10.3",)) == (("10.3",), ())
-    assert apply_known_bad("id", "mamba-ssm", "2.3.2.post1", "13.0", ("10.3",)) == (("10.3",), ())
+    assert apply_known_bad("id", "causal-conv1d", "1.7.0", "12.9", parsed("10.3")) == (parsed("10.3"), ())
+    assert apply_known_bad("id", "mamba-ssm", "2.3.2.post1", "13.0", parsed("10.3")) == (parsed("10.3"), ())
     # with +PTX the PTX of 10.3 stays: only its SASS is wrong
-    assert apply_known_bad("id", "causal-conv1d", "1.7.0", "13.0", ("10.0", "10.3+PTX"))[0] == ("10.0", "compute_103")
+    kept = apply_known_bad("id", "causal-conv1d", "1.7.0", "13.0", parsed("10.0", "10.3+PTX"))[0]
+    assert spelled(kept) == ("10.0", "compute_103") and kept[1] == Arch.parse("compute_103")
 
 
 def test_the_plan_drops_it_and_explain_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "matrix.yaml"
     path.write_text(MATRIX)
     plan = load_plan(path)
-    archs = {job.package: job.archs for job in plan.jobs}
+    archs = {job.package: spelled(job.archs) for job in plan.jobs}
     assert archs == {"causal-conv1d": ("9.0", "10.0"), "mamba-ssm": ("9.0", "10.0", "10.3")}
     assert main(["plan", "--matrix", str(path), "--explain"]) == 0
     out = capsys.readouterr().out
@@ -102,12 +112,16 @@ def test_the_arch_facts_are_checked_on_load() -> None:
         "reason": "r",
         "citation": "https://example.org/1",
     }
-    with pytest.raises(FactsError, match="citation must be a link"):
+    with pytest.raises(FactsError, match=r"archs.toml: \[known_bad.0\] citation: must be a link"):
         parse_known_bad({"known_bad": [{**good, "citation": "issue 105"}]})
-    with pytest.raises(FactsError, match="kept = '10' is not a CUDA arch"):
-        parse_known_bad({"known_bad": [{**good, "kept": "10"}]})
-    with pytest.raises(FactsError, match="toolkit = 'thirteen' is not a version specifier"):
+    with pytest.raises(FactsError, match=r"\[known_bad.1\] kept: '10' is not a CUDA arch"):
+        parse_known_bad({"known_bad": [good, {**good, "kept": "10"}]})
+    with pytest.raises(FactsError, match=r"\[known_bad.0\] toolkit: 'thirteen' is not a version specifier"):
         parse_known_bad({"known_bad": [{**good, "toolkit": "thirteen"}]})
+    with pytest.raises(FactsError, match=r"\[known_bad.0\] missing key 'reason'"):
+        parse_known_bad({"known_bad": [{k: v for k, v in good.items() if k != "reason"}]})
+    with pytest.raises(FactsError, match=r"\[known_bad.0\] unknown key 'sas'"):
+        parse_known_bad({"known_bad": [{**good, "sas": "9.0"}]})
 
 
 PACKAGE_ARCHS = """\
@@ -128,7 +142,7 @@ def test_a_package_may_have_its_own_arch_list_with_a_reason(tmp_path: Path, caps
     path = tmp_path / "matrix.yaml"
     path.write_text(MATRIX + PACKAGE_ARCHS)
     plan = load_plan(path, "narrow")
-    archs = {job.package: job.archs for job in plan.jobs}
+    archs = {job.package: spelled(job.archs) for job in plan.jobs}
     # the other package keeps the profile's list (and the arch facts still apply to it)
     assert archs == {"causal-conv1d": ("9.0", "10.0"), "mamba-ssm": ("9.0+PTX",)}
     assert main(["plan", "--matrix", str(path), "--profile", "narrow", "--explain"]) == 0

@@ -13,8 +13,9 @@ import pytest
 from builder.core import resources
 from builder.core.errors import WheelwrightError
 from builder.core.ledger import Ledger, LedgerEntry, SlimRow, Status
+from builder.core.wheelhouse import Layout
 from builder.farm import build as build_stage
-from builder.farm.build import Builder, BuildOptions, Layout, input_hash
+from builder.farm.build import Builder, BuildOptions, input_hash
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.steps import slim, timeline
@@ -46,9 +47,9 @@ class FakeStages:
         monkeypatch.setattr(build_stage, "unpack_sdist", lambda sdist, dest: dest)
         recipe = SimpleNamespace(changes=("patched",), env={}, part_shares={})
         monkeypatch.setattr(build_stage, "apply_recipe", lambda source, job: recipe)
-        monkeypatch.setattr(build_stage.compile_stage, "workspace", self.workspace)
-        monkeypatch.setattr(build_stage.compile_stage, "build_environ", lambda *args, **kwargs: {})
-        monkeypatch.setattr(build_stage.compile_stage, "compile_wheel", self.compile_wheel)
+        monkeypatch.setattr(build_stage.compilation, "workspace", self.workspace)
+        monkeypatch.setattr(build_stage.compilation, "build_environ", lambda *args, **kwargs: {})
+        monkeypatch.setattr(build_stage.compilation, "compile_wheel", self.compile_wheel)
         monkeypatch.setattr(build_stage, "repair_wheel", lambda wheel, job, out: SimpleNamespace(wheel=wheel))
         monkeypatch.setattr(build_stage, "verify_wheel", self.verify)
         monkeypatch.setattr(build_stage.provenance, "build_record", lambda job, **kwargs: {"job": job.identifier})
@@ -283,7 +284,7 @@ def test_a_rebuilt_job_orders_its_compile_by_the_costs_its_last_build_measured(
     stages: FakeStages, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     handed: dict[str, dict] = {}
-    monkeypatch.setattr(build_stage.compile_stage, "build_environ",
+    monkeypatch.setattr(build_stage.compilation, "build_environ",
                         lambda job, *args, **kwargs: handed.__setitem__(job.package, args[-1]) or {})
     [first, _] = run_build(tmp_path)
     measured = '[{"unit": "causal_conv1d_fwd.cu", "arch": "9.0", "seconds": 16.0}]'

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.steps.compile import cuda_home_with_wrapper, honours_pytorch_nvcc
+from builder.steps.compilation import cuda_home_with_wrapper, honours_pytorch_nvcc
 
 
 def torch_site(tmp_path: Path, text: str) -> Path:
@@ -49,7 +49,7 @@ def test_the_wrapper_home_links_everything_but_nvcc(tmp_path: Path) -> None:
     ],
 )
 def test_the_host_compiler_goes_by_the_name_path_finds(tmp_path, names, on_path, expected) -> None:
-    from builder.steps.compile import compiler_environ
+    from builder.steps.compilation import compiler_environ
 
     home, other = tmp_path / "bin", tmp_path / "other"
     home.mkdir(), other.mkdir()

@@ -1,6 +1,6 @@
-"""The cross compiler's wrapper (builder/steps/cross_cc.py): the build's x86_64 torch and Python headers are moved
-to the target's, the build interpreter's library folder dropped, the cross compiler's own glibc kept off its paths,
-and a link gets the sysroot's libraries and 64 KiB segment alignment."""
+"""The cross compiler's wrapper (builder/steps/programs/cross_cc.py): the build's x86_64 torch and Python headers are
+moved to the target's, the build interpreter's library folder dropped, the cross compiler's own glibc kept off its
+paths, and a link gets the sysroot's libraries and 64 KiB segment alignment."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from builder.steps.cross_cc import MAP_ENV, command, is_link, rewrite
+from builder.steps.programs.cross_cc import MAP_ENV, command, is_link, rewrite
 
 MAPPING = [["/tmp/ws/torch-site", "/cache/sites/arm/site-packages"], ["/py/include/python3.11", "/cache/py/inc"]]
 CONFIG = {

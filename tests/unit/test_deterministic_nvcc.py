@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.steps.objcache import accepts_random_seed, deterministic_args, normalise_object
+from builder.steps.programs.objcache import accepts_random_seed, deterministic_args, normalise_object
 
 
 def test_seed_is_the_translation_unit_and_a_given_seed_is_kept() -> None:

@@ -18,7 +18,7 @@ from builder.doctor.verdicts import diagnose
 from index_site import layout
 from index_site.catalog import Catalog, ScanStats
 from index_site.render import render_site
-from tests.wheelfactory import indexed_wheel
+from scripts.bench.wheels import indexed_wheel
 
 DATA = Path(__file__).parent / "data" / "doctor"
 INDEX = "https://wheels.example.org"

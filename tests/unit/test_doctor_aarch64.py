@@ -14,7 +14,7 @@ from builder.doctor.probe import Environment
 from builder.doctor.verdicts import diagnose
 from index_site.catalog import Catalog, ScanStats
 from index_site.render import render_site
-from tests.wheelfactory import indexed_wheel
+from scripts.bench.wheels import indexed_wheel
 
 INDEX = "https://wheels.example.org"
 RECORDED = Path(__file__).parent / "data" / "doctor" / "cpu-ok.json"

@@ -96,14 +96,14 @@ BROKEN: list[tuple[str, Breakage, str]] = [
     (
         "python-unsorted",
         _set("2.5", "python", ["3.9", "3.11", "3.10", "3.12"]),
-        r"release #7 \(torch 2.5\): python must be sorted ascending and free of duplicates",
+        r"\[release.6\] torch 2.5: python must be sorted ascending and free of duplicates",
     ),
     (
         "python-duplicate",
         _set("2.5", "python", ["3.9", "3.9", "3.10"]),
-        r"torch 2.5\): python must be sorted ascending and free of duplicates",
+        r"torch 2.5: python must be sorted ascending and free of duplicates",
     ),
-    ("cuda-unsorted", _set("2.4", "cuda", ["12.1", "11.8", "12.4"]), r"torch 2.4\): cuda must be sorted"),
+    ("cuda-unsorted", _set("2.4", "cuda", ["12.1", "11.8", "12.4"]), r"torch 2.4: cuda must be sorted"),
     (
         "release-duplicate",
         lambda raw: raw["release"].append(copy.deepcopy(raw["release"][-1])),
@@ -114,17 +114,18 @@ BROKEN: list[tuple[str, Breakage, str]] = [
         lambda raw: raw["release"].insert(0, raw["release"].pop(3)),
         r"the \[\[release\]\] tables' torch minors must be sorted",
     ),
-    ("abi-missing", _del("2.7", "cxx11_abi"), r"release #9: missing cxx11_abi"),
-    ("abi-not-boolean", _set("2.7", "cxx11_abi", "yes"), r"cxx11_abi must be a boolean \(true/false\), got 'yes'"),
+    ("abi-missing", _del("2.7", "cxx11_abi"), r"\[release.8\] missing key 'cxx11_abi'"),
+    ("abi-not-boolean", _set("2.7", "cxx11_abi", "yes"),
+     r"\[release.8\] cxx11_abi: must be a boolean \(true or false\), got 'yes'"),
     (
         "abi-override-not-boolean",
         _set("2.6", "abi_override", {"cu126": "true"}),
-        r"abi_override holds 'true', which is not a boolean",
+        r"\[release.7.abi_override\] cu126: must be a boolean \(true or false\), got 'true'",
     ),
     (
         "abi-override-unbuilt-variant",
         _set("2.6", "abi_override", {"cu126": True, "cu128": True}),
-        r"torch 2.6\): abi_override names variants torch 2.6 never built: \['cu128'\]",
+        r"torch 2.6: abi_override names variants torch 2.6 never built: \['cu128'\]",
     ),
     (
         "manylinux-override-unbuilt-variant",
@@ -134,7 +135,7 @@ BROKEN: list[tuple[str, Breakage, str]] = [
     (
         "cxx11-under-manylinux2014",
         _set("2.5", "cxx11_abi", True),
-        r"torch 2.5\): cu118 claims the cxx11 ABI under manylinux2014",
+        r"torch 2.5: cu118 claims the cxx11 ABI under manylinux2014",
     ),
     (
         "cxx11-override-under-manylinux2014",
@@ -155,7 +156,7 @@ BROKEN: list[tuple[str, Breakage, str]] = [
     (
         "arch-list-unsorted",
         lambda raw: raw["archs"]["cuda"].__setitem__("12.9", ["9.0", "8.0"]),
-        r"\[archs.cuda\] 12.9 must be sorted",
+        r"\[archs.cuda\] 12.9: must be sorted",
     ),
     (
         "arch-not-an-arch",
@@ -163,10 +164,11 @@ BROKEN: list[tuple[str, Breakage, str]] = [
         r"\[archs.cuda\] 12.9: 'sm_90' is not an architecture",
     ),
     ("rocm-archs-missing", lambda raw: raw["archs"].pop("rocm"), r"ROCm variants but \[archs.rocm\] default is empty"),
-    ("unknown-key", _set("2.8", "pyhton", ["3.9"]), r"release #10: unknown key 'pyhton' \(did you mean 'python'\?\)"),
-    ("unknown-archs-key", lambda raw: raw["archs"].__setitem__("cuda_", {}), r"\[archs\]: unknown key 'cuda_'"),
-    ("python-not-a-list", _set("2.8", "python", "3.9"), r"python must be a list, got '3.9'"),
-    ("python-item-not-a-string", _set("2.8", "python", [3.9]), r"python holds 3.9, which is not a string"),
+    ("unknown-key", _set("2.8", "pyhton", ["3.9"]), r"\[release.9\] unknown key 'pyhton' \(did you mean 'python'\?\)"),
+    ("unknown-archs-key", lambda raw: raw["archs"].__setitem__("cuda_", {}),
+     r"\[archs\] unknown key 'cuda_' \(did you mean 'cuda'\?\)"),
+    ("python-not-a-list", _set("2.8", "python", "3.9"), r"\[release.9\] python: must be a list, got '3.9'"),
+    ("python-item-not-a-string", _set("2.8", "python", [3.9]), r"\[release.9\] python\[0\]: must be a string, got 3.9"),
     (
         "cuda-two-digit-minor",
         _set("2.8", "cuda", ["12.6", "12.8", "12.10"]),
@@ -181,24 +183,25 @@ BROKEN: list[tuple[str, Breakage, str]] = [
     ("no-patches", _set("2.8", "patches", []), r"patches must be non-empty"),
     ("minor-misspelt", _set("2.8", "torch", "2.8.0"), r"torch '2.8.0' is not a minor release like '2.14'"),
     ("no-releases", lambda raw: raw.__setitem__("release", []), r"expected one or more \[\[release\]\] tables"),
-    ("sources-missing", _del("2.14", "sources"), r"release #16: missing sources"),
-    ("sources-empty", _set("2.14", "sources", []), r"torch 2.14\): sources must name where its facts were read"),
-    ("sources-blank", _set("2.14", "sources", ["  "]), r"torch 2.14\): sources must name where its facts were read"),
-    ("sources-not-strings", _set("2.14", "sources", [194367]), r"sources holds 194367, which is not a string"),
+    ("sources-missing", _del("2.14", "sources"), r"\[release.15\] missing key 'sources'"),
+    ("sources-empty", _set("2.14", "sources", []), r"torch 2.14: sources must name where its facts were read"),
+    ("sources-blank", _set("2.14", "sources", ["  "]), r"torch 2.14: sources must name where its facts were read"),
+    ("sources-not-strings", _set("2.14", "sources", [194367]),
+     r"\[release.15\] sources\[0\]: must be a string, got 194367"),
     (
         "free-threaded-without-its-base",
         _set("2.8", "python", ["3.9", "3.10", "3.11", "3.12", "3.13t"]),
-        r"torch 2.8\): python lists free-threaded 3.13t without its base Python",
+        r"torch 2.8: python lists free-threaded 3.13t without its base Python",
     ),
     (
         "free-threaded-before-its-base",
         _set("2.8", "python", ["3.9", "3.10", "3.11", "3.12", "3.13t", "3.13"]),
-        r"torch 2.8\): python must be sorted ascending",
+        r"torch 2.8: python must be sorted ascending",
     ),
     (
         "free-threaded-before-pep-703",
         _set("2.8", "python", ["3.9", "3.10", "3.11", "3.12", "3.12t", "3.13"]),
-        r"torch 2.8\): python lists 3.12t; CPython is free-threaded from 3.13",
+        r"torch 2.8: python lists 3.12t; CPython is free-threaded from 3.13",
     ),
     ("free-threaded-misspelt", _set("2.8", "python", ["3.13", "3.13T"]), r"python '3.13T' is not a CPython version"),
 ]

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import ConfigError
+from builder.core.wheelhouse import Layout
 from builder.farm import images
-from builder.farm.build import BuildOptions, Layout
+from builder.farm.build import BuildOptions
 from builder.farm.container import ContainerBackend, Invocation
 from builder.farm.engine import RunSpec
 from builder.plan.expand import load_plan
@@ -114,7 +115,7 @@ runner_python = "3.11"
     ],
 )
 def test_carries_names_a_debian_source_on_a_base_that_mounts(lines: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=r"images\.toml: bases\.b\.carries: ") as raised:
+    with pytest.raises(ConfigError, match=r"images\.toml: \[bases\.b\] carries: ") as raised:
         images.load_bases(BASE + lines + "\n")
     assert message in str(raised.value)
 

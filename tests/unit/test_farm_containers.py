@@ -15,8 +15,9 @@ from builder.core.errors import PlanError, ToolchainError, WheelwrightError
 from builder.core.hashing import sha256_of
 from builder.core.ledger import Ledger, LedgerEntry
 from builder.core.runner import StepFailed
+from builder.core.wheelhouse import Layout
 from builder.farm import images
-from builder.farm.build import BuildOptions, Layout
+from builder.farm.build import BuildOptions
 from builder.farm.container import ContainerBackend, Invocation, group_jobs, inner_script, toolkit_home
 from builder.farm.engine import CliEngine, Mount, RunSpec, find_engine, run_arguments
 from builder.farm.merge import merge_outputs
@@ -113,7 +114,7 @@ def test_the_release_plan_needs_one_image_per_toolkit_and_rocm_comes_from_manyli
 def test_a_pinned_registry_base_is_referenced_by_digest() -> None:
     bases = images.load_bases()
     digest = "sha256:" + "ab" * 32
-    pinned = dataclasses.replace(bases["manylinux_2_28"], digests={"cuda13.0": digest})
+    pinned = bases["manylinux_2_28"].model_copy(update={"digests": {"cuda13.0": digest}})
     (spec,) = images.images_for(plan().jobs, "manylinux_2_28", {**bases, "manylinux_2_28": pinned})
     assert spec.build_args["BASE"] == f"pytorch/manylinux2_28-builder:cuda13.0@{digest}"
     assert spec.not_buildable() is None

@@ -43,7 +43,7 @@ def test_an_issues_classes_come_from_each_branchs_file_and_no_other_issues(tmp_p
     [
         ('files = ["t.py"]\n', "missing key 'class'"),
         ('files = ["t.py"]\n[[class]]\nname = "x"\ntests = []\n', r"\[class.0\] tests: .*at least 1"),
-        ('files = ["t.py"]\n[[class]]\nname = "x"\ntests = ["a"]\nissue = 25\n', r"\[class\] 0: unknown key 'issue'"),
+        ('files = ["t.py"]\n[[class]]\nname = "x"\ntests = ["a"]\nissue = 25\n', r"\[class.0\] unknown key 'issue'"),
         ("files = [", "issue25.toml"),
     ],
     ids=["no-classes", "no-patterns", "unknown-key", "not-toml"],

@@ -18,8 +18,8 @@ from builder.doctor.probe import Environment
 from builder.doctor.standalone import standalone_source
 from builder.doctor.verdicts import diagnose
 from index_site.site import build_site
+from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.shellwords import shell_words
-from tests.wheelfactory import WheelSpec, make_wheel
 
 DATA = Path(__file__).parent / "data" / "doctor"
 INDEX = "https://wheels.example.org"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from builder.cli.main import main
-from tests.wheelfactory import WheelSpec, make_wheel
+from scripts.bench.wheels import WheelSpec, make_wheel
 
 
 @pytest.fixture

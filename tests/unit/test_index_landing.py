@@ -18,7 +18,7 @@ from index_site.pages import render_pages
 from index_site.render import _render_page
 from index_site.setups import build_setups, default_setup
 from index_site.wheels import GpuArchs
-from tests.wheelfactory import indexed_wheel
+from scripts.bench.wheels import indexed_wheel
 
 
 def _failure(label: str, python: str, *, status: str = "failed", reason: str | None = "nvcc exploded") -> LedgerEntry:
@@ -233,7 +233,7 @@ def test_a_megabyte_summary_and_a_long_history_stay_out_of_the_pages_for_people(
     from index_site.landing import SUMMARY_SHOWN
     from index_site.pages import OLDER_SHOWN
     from index_site.site import build_site
-    from tests.wheelfactory import WheelSpec, make_wheel
+    from scripts.bench.wheels import WheelSpec, make_wheel
 
     for minor in range(OLDER_SHOWN + 6):
         make_wheel(tmp_path / "dist", WheelSpec(version=f"1.{minor}.0", summary="x" * 1_000_000))

@@ -24,7 +24,7 @@ from index_site.publish import (
     publish,
 )
 from index_site.site import build_site
-from tests.wheelfactory import WheelSpec, make_wheel
+from scripts.bench.wheels import WheelSpec, make_wheel
 
 
 class MemoryStore:

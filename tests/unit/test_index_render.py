@@ -16,7 +16,7 @@ from builder.doctor.standalone import standalone_source
 from index_site import layout
 from index_site.catalog import Catalog, ScanStats
 from index_site.render import render_site
-from tests.wheelfactory import indexed_wheel
+from scripts.bench.wheels import indexed_wheel
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "index_site"
 BASE = "https://wheels.example.org/"

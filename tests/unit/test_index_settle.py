@@ -24,7 +24,7 @@ from index_site.render import render_site
 from index_site.site import build_site, load_groups, load_manifest
 from index_site.state import STATE_FILE
 from index_site.wheels import GpuArchs
-from tests.wheelfactory import WheelSpec, make_wheel
+from scripts.bench.wheels import WheelSpec, make_wheel
 
 BASE = "https://wheels.example.org"
 SPECS = [

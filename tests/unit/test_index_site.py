@@ -19,7 +19,7 @@ from index_site import site as site_module
 from index_site.layout import SITE_MARKER
 from index_site.site import build_site, load_manifest
 from index_site.state import STATE_FILE
-from tests.wheelfactory import WheelSpec, make_wheel
+from scripts.bench.wheels import WheelSpec, make_wheel
 
 BASE = "https://wheels.example.org"
 SPECS = [
@@ -85,8 +85,8 @@ def test_a_site_on_another_filesystem_checks_its_wheels_by_their_identity(
     build_site(output, output / "site", base_url=BASE)
     monkeypatch.setattr(site_module, "_as_left", lambda *_: None)  # each run plans the whole site
     seen: list[str] = []
-    real = site_module._identity
-    monkeypatch.setattr(site_module, "_identity", lambda path: seen.append(os.fspath(path)) or real(path))
+    real = site_module.identity_if_regular
+    monkeypatch.setattr(site_module, "identity_if_regular", lambda path: seen.append(os.fspath(path)) or real(path))
     assert build_site(output, output / "site", base_url=BASE).written == ()
     assert [path for path in seen if path.endswith(".whl")] == []  # one filesystem: the entries' inodes suffice
     monkeypatch.setattr(site_module, "_device", lambda folder: -1)  # dist/ on "another" filesystem

@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from builder.steps.variant import VariantTwins
+from builder.steps.twins import VariantTwins
 from index_site import twins as index_twins
 from index_site.layout import SITE_MARKER
 from index_site.site import build_site
 from index_site.twins import NO_CHECKER, read_derived
+from scripts.bench.wheels import WheelSpec, job_wheel, make_wheel, with_provenance
 from tests.jobs import local_job
-from tests.wheelfactory import WheelSpec, make_wheel
-from tests.wheels import job_wheel, with_provenance
 
 BASE = "https://wheels.example.org"
 

@@ -17,7 +17,7 @@ from index_site import site as site_module
 from index_site.layout import SITE_MARKER
 from index_site.site import build_site
 from index_site.state import STATE_FILE
-from tests.wheelfactory import WheelSpec, make_wheel
+from scripts.bench.wheels import WheelSpec, make_wheel
 
 BASE = "https://wheels.example.org"
 

@@ -9,7 +9,7 @@ import pytest
 from index_site import layout
 from index_site.landing import python_key
 from index_site.wheels import RejectedWheel, check_core_metadata, parse_wheel_name, read_core_metadata
-from tests.wheelfactory import WheelSpec, make_wheel, metadata_text
+from scripts.bench.wheels import WheelSpec, make_wheel, metadata_text
 
 
 def test_parses_a_labelled_wheel_name() -> None:

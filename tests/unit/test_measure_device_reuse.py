@@ -21,7 +21,7 @@ UNITS = [Unit(torch=c.torch, unit="k.cu", cpu={"front": 3.0, "host": 16.0}) for 
 
 
 def test_the_nvcc_calls_are_read_out_of_ninjas_commands() -> None:
-    wrapper = "/v/bin/python /r/builder/steps/objcache.py /cache off /cuda/bin/nvcc"
+    wrapper = "/v/bin/python /r/builder/steps/programs/objcache.py /cache off /cuda/bin/nvcc"
     recorded = "\n".join([
         "g++ -MMD -c /s/x.cpp -o /b/x.o",
         f"{wrapper} -MD -MF /b/k.o.d -c /s/k.cu -o /b/k.o --compiler-options ''\"'\"'-fPIC'\"'\"''",

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.steps import nvcc_plan
-from builder.steps.compile import Parallelism
+from builder.steps.compilation import Parallelism
 from builder.steps.nvcc_time import seed_costs, unit_costs
-from builder.steps.objcache import headers_of
+from builder.steps.programs import nvcc_plan
+from builder.steps.programs.objcache import headers_of
 
 DRYRUN = (Path(__file__).parent / "data" / "nvcc_plan" / "dryrun-2arch.txt").read_text()
 
@@ -197,7 +197,7 @@ def test_unit_costs_average_the_ledgers_compile_times() -> None:
 
 def test_parallelism_with_the_pool_sizes_the_pool_to_cores_and_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(16)))
-    monkeypatch.setattr("builder.steps.compile.available_memory", lambda: 40 * 2**30)
+    monkeypatch.setattr("builder.steps.compilation.available_memory", lambda: 40 * 2**30)
     pooled = Parallelism.fit(9, split=True)
     assert (pooled.pool_slots, pooled.nvcc_threads, pooled.max_jobs) == (11, 1, 44)
     whole = Parallelism.fit(9, split=False)

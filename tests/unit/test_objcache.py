@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.steps.objcache import ObjectCache, command_key, headers_of, source_of
+from builder.steps.programs.objcache import ObjectCache, command_key, headers_of, source_of
 
 NVCC_ARGS = [
     "-MD", "-MF", "/b/temp.linux-x86_64-cpython-311/x.o.d",

@@ -12,6 +12,7 @@ import pytest
 
 from builder.cli.main import main
 from builder.core.errors import PlanError
+from builder.plan.arch import Arch
 from builder.plan.archs import apply_known_bad
 from builder.plan.expand import Plan, expand, load_plan
 from builder.plan.facts import Accelerator, TorchFacts, load_facts
@@ -88,8 +89,8 @@ def test_release_json_rows_agree_with_the_facts(release_json: dict[str, Any], fa
         assert row["cxx11_abi"] == release.cxx11_abi_for(accelerator), row["id"]
         assert row["manylinux"] == release.manylinux_for(accelerator), row["id"]
         expected, _ = apply_known_bad(row["id"], row["package"], row["version"], accelerator.version,
-                                      facts.default_archs(accelerator))
-        assert row["archs"] == ";".join(expected), row["id"]
+                                      tuple(map(Arch.parse, facts.default_archs(accelerator))))
+        assert row["archs"] == ";".join(map(str, expected)), row["id"]
         assert row["id"] == f"{row['package']}-{row['version']}+{row['label']}-{row['python_tag']}-{row['platform']}"
 
 
@@ -324,8 +325,9 @@ def test_profiles_fall_back_to_the_top_level_axes(tmp_path: Path, facts: TorchFa
     job = plan.jobs[0]
     assert job.torch == facts.release("2.14").latest  # a minor means its newest patch
     # the cu130 defaults, but sm_103 under nvcc 13 is known bad for causal-conv1d (builder/data/archs.toml)
-    assert job.archs == tuple(a for a in facts.default_archs(Accelerator.parse("cu130")) if a != "10.3")
-    assert plan.jobs[1].archs == facts.default_archs(Accelerator.parse("cu130"))
+    defaults = facts.default_archs(Accelerator.parse("cu130"))
+    assert tuple(map(str, job.archs)) == tuple(a for a in defaults if a != "10.3")
+    assert tuple(map(str, plan.jobs[1].archs)) == facts.default_archs(Accelerator.parse("cu130"))
     assert job.sdist.filename == "causal_conv1d-1.7.0.tar.gz"
     assert job.sdist.url is None
 
@@ -334,7 +336,7 @@ def test_a_profile_can_build_every_version_of_some_packages_for_its_own_archs(tm
     path = tmp_path / "matrix.yaml"
     path.write_text(AXES_DEFAULTS)
     plan = load_plan(path, "every-version")
-    assert [(job.version, job.archs, job.sdist.url) for job in plan.jobs] == [
+    assert [(job.version, tuple(map(str, job.archs)), job.sdist.url) for job in plan.jobs] == [
         ("1.6.1", ("9.0a", "12.0+PTX"), "https://example.org/sdists/causal_conv1d-1.6.1.tar.gz"),
         ("1.7.0", ("9.0a", "12.0+PTX"), None),
     ]

@@ -13,8 +13,8 @@ from builder.core.elfread import ElfFile
 from builder.core.errors import ConfigError, WheelError
 from builder.core.fatbin import FatbinContents
 from builder.steps.elf import ElfFacts
-from builder.steps.objcache import cache_key
 from builder.steps.platform import Cross, load_platforms, parse_platforms
+from builder.steps.programs.objcache import cache_key
 from builder.steps.verify import WheelFacts, check_elf_machine, check_extension_suffix, check_load_alignment
 from tests.jobs import local_job
 from tests.synth import elf_with_segments
@@ -129,9 +129,12 @@ def test_the_platform_facts_describe_each_platform_the_plan_knows() -> None:
     ("change", "message"),
     [
         (lambda raw: raw["platform"].pop("aarch64"), r"must describe exactly x86_64, aarch64"),
-        (lambda raw: raw["platform"]["aarch64"].__setitem__("page_size", 60000), r"60000 is not a power of two"),
-        (lambda raw: raw["platform"]["aarch64"]["cross"].pop("qemu"), r"\.cross: missing \['qemu'\]"),
-        (lambda raw: raw["platform"]["aarch64"]["cross"].__setitem__("glibc", "2"), r"glibc '2' is not a version"),
+        (lambda raw: raw["platform"]["aarch64"].__setitem__("page_size", 60000),
+         r"\[platform\.aarch64\] page_size: 60000 is not a power of two"),
+        (lambda raw: raw["platform"]["aarch64"]["cross"].pop("qemu"),
+         r"\[platform\.aarch64\.cross\] missing key 'qemu'"),
+        (lambda raw: raw["platform"]["aarch64"]["cross"].__setitem__("glibc", "2"),
+         r"\[platform\.aarch64\.cross\] glibc: '2' is not a version"),
     ],
 )
 def test_bad_platform_facts_are_refused(change, message: str) -> None:

@@ -13,6 +13,7 @@ import pytest
 from builder.core.errors import ConfigError, FactsError, PlanError
 from builder.core.files import read_toml
 from builder.core.resources import TORCH_FACTS
+from builder.plan.arch import Arch
 from builder.plan.estimate import by_platform, estimate, group_name, seed_model
 from builder.plan.expand import load_plan
 from builder.plan.facts import Accelerator, load_facts, parse_facts
@@ -98,7 +99,8 @@ def test_the_aarch64_profile_is_the_issues_acceptance() -> None:
         "mamba-ssm-2.3.2.post1+pt214cu130-cp311-x86_64",
         "mamba-ssm-2.3.2.post1+pt214cu130-cp311-aarch64",
     ]
-    assert all(job.torch == "2.14.1" and job.archs == ("9.0",) and job.manylinux == "manylinux_2_28" for job in jobs)
+    nine = (Arch.parse("9.0"),)
+    assert all(job.torch == "2.14.1" and job.archs == nine and job.manylinux == "manylinux_2_28" for job in jobs)
 
 
 def _raw() -> dict[str, Any]:
@@ -135,7 +137,7 @@ def test_pypi_aarch64_must_be_an_aarch64_variant() -> None:
         (["12.6", "13.2"], r"pypi_aarch64 13.0 is not one of its aarch64 variants"),
         (["13.0", "12.6"], r"aarch64 must be sorted ascending"),
         (["13"], r"aarch64 '13' is not a CUDA version"),
-        ("13.0", r"aarch64 must be a list"),
+        ("13.0", r"aarch64: must be a list, got '13.0'"),
     ],
 )
 def test_bad_aarch64_facts_are_refused(value: object, message: str) -> None:

@@ -11,8 +11,9 @@ import pytest
 
 from builder.cli.progress import LineReporter, LiveTable, interactive
 from builder.core.context import current
+from builder.core.wheelhouse import Layout
 from builder.farm import build as build_stage
-from builder.farm.build import Builder, BuildOptions, Layout, Progress
+from builder.farm.build import Builder, BuildOptions, Progress
 from builder.plan.facts import load_facts
 from tests.unit.test_build import FakeStages, local_jobs
 
@@ -93,7 +94,7 @@ def test_a_slow_compile_through_the_build_gets_a_line_every_heartbeat(
         time.sleep(3)
         return fast_compile(job, env, space, environ, outdir)
 
-    monkeypatch.setattr(build_stage.compile_stage, "compile_wheel", slow_compile)
+    monkeypatch.setattr(build_stage.compilation, "compile_wheel", slow_compile)
     progress = Progress(on_phase=reporter.phase, on_line=reporter.line, on_done=reporter.done)
     started = time.monotonic()
     with reporter:

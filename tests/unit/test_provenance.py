@@ -14,9 +14,9 @@ from builder.steps import provenance
 from builder.steps.elf import ElfFacts
 from builder.steps.verify import verify_wheel
 from builder.steps.wheelzip import Member, read_members, write_wheel
+from scripts.bench.wheels import job_wheel
 from tests.jobs import local_job
 from tests.synth import PTX, SASS, elf_with_sections, fatbin_container, fatbin_entry
-from tests.wheels import job_wheel
 
 JOB = local_job()
 EXTENSION = "causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so"

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from builder.core.errors import ConfigError, RecipeError
+from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator
 from builder.plan.job import Job, PatchRef, Recipe, Sdist
 from builder.steps.recipes import prelude, pyproject, recipe, setup_py
@@ -34,19 +35,25 @@ def make_job(**overrides: object) -> Job:
 
 
 def test_gencode_flags_for_plain_family_and_ptx_archs() -> None:
-    assert recipe.cuda_gencode_flags(("9.0", "10.0f", "12.0+PTX"), W) == (
+    assert recipe.cuda_gencode_flags(tuple(map(Arch.parse, ("9.0", "10.0f", "12.0+PTX"))), W) == (
         "-gencode", "arch=compute_90,code=sm_90",
         "-gencode", "arch=compute_100f,code=sm_100f",
         "-gencode", "arch=compute_120,code=sm_120",
         "-gencode", "arch=compute_120,code=compute_120",
     )
-    assert recipe.cuda_gencode_flags(("9.0a",), W) == ("-gencode", "arch=compute_90a,code=sm_90a")
+    assert recipe.cuda_gencode_flags((Arch.parse("9.0a"),), W) == ("-gencode", "arch=compute_90a,code=sm_90a")
 
 
-@pytest.mark.parametrize("arch", ["90", "sm_90", "9.0+ptx", "gfx942"])
-def test_malformed_cuda_arch_is_refused(arch: str) -> None:
-    with pytest.raises(RecipeError, match=f"pkg 1.0: '{arch.replace('+', '.')}' is not a CUDA arch"):
-        recipe.cuda_gencode_flags((arch,), W)
+@pytest.mark.parametrize("arch", ["gfx942", "12.10"])
+def test_an_arch_nvcc_cannot_name_is_refused(arch: str) -> None:
+    with pytest.raises(RecipeError, match=f"pkg 1.0: '{arch}' is not a CUDA arch"):
+        recipe.cuda_gencode_flags((Arch.parse(arch),), W)
+
+
+@pytest.mark.parametrize("arch", ["90", "sm_90", "9.0+ptx"])
+def test_a_malformed_arch_never_reaches_a_job(arch: str) -> None:
+    with pytest.raises(ValueError, match="is not a GPU architecture"):
+        make_job(archs=(arch,))
 
 
 def test_rocm_archs_become_offload_flags_and_env() -> None:

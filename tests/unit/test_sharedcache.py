@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.steps import sharedcache, stagecache
-from builder.steps.sharedcache import StoredObject
+from builder.steps import sharedcache
+from builder.steps.bucket import StoredObject
+from builder.steps.programs import stagecache
 
 
 class MemoryBucket:

@@ -1,5 +1,6 @@
-"""The stage cache's own logic (builder/steps/stagecache.py): what a device step is keyed on, what a hit restores,
-what verify mode says; fake programs and files, no compiler (tests/integration/test_stagecache_nvcc.py runs nvcc)."""
+"""The stage cache's own logic (builder/steps/programs/stagecache.py): what a device step is keyed on, what a hit
+restores, what verify mode says; fake programs and files, no compiler (tests/integration/test_stagecache_nvcc.py
+runs nvcc)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.steps import compile as compile_stage
-from builder.steps import nvcc_time, stagecache
+from builder.steps import compilation, nvcc_time
+from builder.steps.programs import stagecache
 
 
 @pytest.fixture
@@ -203,13 +204,13 @@ def test_stage_times_sum_each_compiled_stage_and_leave_reused_steps_out(tmp_path
 
 
 def test_the_ledger_record_counts_reuse_by_stage_and_names_where_it_came_from(tmp_path: Path) -> None:
-    space = compile_stage.Workspace(root=tmp_path)
+    space = compilation.Workspace(root=tmp_path)
     space.events.write_text("".join(json.dumps(e) + "\n" for e in [
         {"source": "/w/k.cu", "result": "miss"},
         {"stage": "cicc", "result": "hit", "unit": "k.cu", "arch": "9.0", "from": "job-212", "key": "a"},
         {"stage": "ptxas", "result": "miss", "unit": "k.cu", "arch": "9.0", "from": "job-213", "key": "b"},
     ]))
-    record = compile_stage.reuse_record(space)
+    record = compilation.reuse_record(space)
     assert record["counts"] == {"object": {"miss": 1}, "cicc": {"hit": 1}, "ptxas": {"miss": 1}}
     assert record["reused"] == [{"unit": "k.cu", "arch": "9.0", "stage": "cicc", "from": "job-212", "result": "hit"}]
 
@@ -240,9 +241,9 @@ def test_torch_headers_get_the_source_epoch_as_their_mtime(tmp_path: Path, monke
     include.mkdir(parents=True)
     (include / "Half.h").write_text("x")
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
-    assert compile_stage.fixed_header_times(tmp_path / "torch" / "include") == 1
-    assert int((include / "Half.h").stat().st_mtime) == compile_stage.SOURCE_EPOCH
-    assert compile_stage.fixed_header_times(tmp_path / "torch" / "include") == 0
+    assert compilation.fixed_header_times(tmp_path / "torch" / "include") == 1
+    assert int((include / "Half.h").stat().st_mtime) == compilation.SOURCE_EPOCH
+    assert compilation.fixed_header_times(tmp_path / "torch" / "include") == 0
 
 
 def test_a_cicc_that_writes_the_module_id_restores_it_on_a_hit(scratch: Path, toolkit: dict[str, str]) -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.steps import nvcc_plan, timeline
+from builder.steps import timeline
+from builder.steps.programs import nvcc_plan
 
 DRYRUN = (Path(__file__).parent / "data" / "nvcc_plan" / "dryrun-2arch.txt").read_text()
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import ConfigError
+from builder.plan.arch import Arch
 from builder.plan.facts import Accelerator
 from builder.steps import toolchain
 from builder.steps.environment import NotBuildableHere, find_toolkit
@@ -49,7 +50,7 @@ def on_path(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
 
 
 def names(accelerator: str, archs: tuple[str, ...] = ()) -> list[str]:
-    return [s.name for s in candidates(Accelerator.parse(accelerator), archs)]
+    return [s.name for s in candidates(Accelerator.parse(accelerator), tuple(map(Arch.parse, archs)))]
 
 
 def source(name: str) -> ToolkitSource:
@@ -84,11 +85,11 @@ def test_a_job_past_a_toolkits_archs_skips_it_and_hears_why() -> None:
     assert names("cu130", ("7.0",)) == []  # CUDA 13 dropped Volta
     assert names("cu118", ("9.0a",)) == []  # arch-specific code came with CUDA 12
     with pytest.raises(ToolkitUnavailable) as raised:
-        toolchain.provide(Accelerator.parse("cu128"), ("9.0", "10.0", "12.0+PTX"))
+        toolchain.provide(Accelerator.parse("cu128"), (Arch.parse("9.0"), Arch.parse("10.0"), Arch.parse("12.0+PTX")))
     assert str(raised.value) == (
         "no toolkit for cu128 here: CUDA 12.4 emits up to sm_90, the job needs sm_100 and sm_120"
     )
-    problem = readiness(Accelerator.parse("cu130"), ("5.0",)).problem
+    problem = readiness(Accelerator.parse("cu130"), (Arch.parse("5.0"),)).problem
     assert problem == "no toolkit for cu130 here: CUDA 13.0 emits from sm_75 on, the job needs sm_50"
 
 
@@ -106,11 +107,11 @@ def test_host_toolkits_are_found_by_their_version_not_their_folder(
         if s.kind == "host"
     )
     monkeypatch.delenv("WHEELWRIGHT_CUDA_HOME", raising=False)
-    cu117 = toolchain.provide(Accelerator.parse("cu117"), ("8.0",), sources=sources)
+    cu117 = toolchain.provide(Accelerator.parse("cu117"), (Arch.parse("8.0"),), sources=sources)
     assert (cu117.source, cu117.cuda, cu117.cxx.name) == ("host-11.8", "11.8", "g++-11")
     assert cu117.root == tmp_path / "cuda-11.7"
     assert toolchain.provide(Accelerator.parse("cu128"), sources=sources).root == tmp_path / "cuda-12.8"
-    assert readiness(Accelerator.parse("cu130"), ("9.0",), sources) == ToolkitReadiness(
+    assert readiness(Accelerator.parse("cu130"), (Arch.parse("9.0"),), sources) == ToolkitReadiness(
         source="host-13", cuda="13.0", problem=None
     )
     (line,) = preflight(Accelerator.parse("cu132"), sources)
@@ -190,11 +191,11 @@ def test_readiness_starts_nothing_and_writes_nothing(
     cache = tmp_path / "cache"
     monkeypatch.setenv("WHEELWRIGHT_CACHE", str(cache))
     on_path("gcc", "g++", "gcc-11", "g++-11", "apt-get", "dpkg-deb")
-    assert readiness(Accelerator.parse("cu128"), ("8.0", "9.0")) == ToolkitReadiness(
+    assert readiness(Accelerator.parse("cu128"), (Arch.parse("8.0"), Arch.parse("9.0"))) == ToolkitReadiness(
         source="debian-12.4", cuda="12.4", problem=None  # to be unpacked at build time
     )
-    assert readiness(Accelerator.parse("cu117"), ("8.0",)).source == "debian-11.8"
-    assert readiness(Accelerator.parse("cu132"), ("10.0",)).source == "wheels-13"
+    assert readiness(Accelerator.parse("cu117"), (Arch.parse("8.0"),)).source == "debian-11.8"
+    assert readiness(Accelerator.parse("cu132"), (Arch.parse("10.0"),)).source == "wheels-13"
     assert list(tmp_path.iterdir()) == []
 
 
@@ -203,11 +204,11 @@ def test_readiness_names_the_missing_tools_and_compiler(
 ) -> None:
     monkeypatch.setenv("WHEELWRIGHT_CACHE", str(tmp_path))
     on_path("gcc", "g++")
-    found = readiness(Accelerator.parse("cu124"), ("8.0",))
+    found = readiness(Accelerator.parse("cu124"), (Arch.parse("8.0"),))
     assert found.source is None and found.problem is not None
     assert "CUDA 12.4 (debian-12.4) is unpacked from Debian packages, but apt-get and dpkg-deb are not" in found.problem
     on_path("apt-get", "dpkg-deb")
-    assert readiness(Accelerator.parse("cu117"), ("8.0",)).problem == (
+    assert readiness(Accelerator.parse("cu117"), (Arch.parse("8.0"),)).problem == (
         "no toolkit for cu117 here: host-11.8: no nvcc 11.8 in $WHEELWRIGHT_CUDA_HOME, /usr/local/cuda-*, "
         "/usr/local/cuda; CUDA 11.8 (debian-11.8) needs the host compiler gcc-11 and g++-11, which is not on PATH"
     )
@@ -215,7 +216,8 @@ def test_readiness_names_the_missing_tools_and_compiler(
     unpacked.mkdir(parents=True)
     (unpacked / ".complete").write_text(toolchain._marker(source("debian-12.4")))
     on_path("gcc", "g++")
-    assert readiness(Accelerator.parse("cu126"), ("8.0",)).source == "debian-12.4"  # unpacked: no apt-get needed
+    # unpacked: no apt-get needed
+    assert readiness(Accelerator.parse("cu126"), (Arch.parse("8.0"),)).source == "debian-12.4"
 
 
 def test_preflight_names_what_is_missing_and_how_it_would_be_had(
@@ -230,7 +232,7 @@ def test_preflight_names_what_is_missing_and_how_it_would_be_had(
     _, wheels = preflight(Accelerator.parse("cu132"))
     assert "pip install 'nvidia-cuda-nvcc==13.2.*'" in wheels  # quoted: the shell globs *, zsh refuses it
     assert preflight(Accelerator.parse("cu100")) == ["no source in builder/data/toolkits.toml serves cu100"]
-    _, blackwell = preflight(Accelerator.parse("cu128"), archs=("10.0",))
+    _, blackwell = preflight(Accelerator.parse("cu128"), archs=(Arch.parse("10.0"),))
     assert blackwell == "CUDA 12.4 via debian-12.4: CUDA 12.4 emits up to sm_90, the job needs sm_100"
 
 
@@ -239,7 +241,7 @@ def test_a_missing_host_compiler_makes_the_job_unbuildable_not_failed(
 ) -> None:
     on_path()
     with pytest.raises(NotBuildableHere, match="needs the host compiler gcc-11 and g\\+\\+-11"):
-        find_toolkit(Accelerator.parse("cu117"), ("8.0",))
+        find_toolkit(Accelerator.parse("cu117"), (Arch.parse("8.0"),))
     with pytest.raises(ToolkitUnavailable, match="no source in builder/data/toolkits.toml serves CUDA 10.0"):
         toolchain.provide(Accelerator.parse("cu100"))
 

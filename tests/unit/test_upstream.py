@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from builder.core.ledger import Status
-from builder.farm.build import Builder, BuildOptions, Layout
+from builder.core.wheelhouse import Layout
+from builder.farm.build import Builder, BuildOptions
 from builder.plan.facts import load_facts
 from builder.plan.job import Job, UpstreamFiles
 from builder.steps import upstream as upstream_module

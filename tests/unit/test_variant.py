@@ -17,8 +17,8 @@ from builder.steps import variant
 from builder.steps.wheelzip import Member, read_members, write_wheel
 from index_site import variants as channel
 from index_site.twins import read_twin
+from scripts.bench.wheels import job_wheel, with_provenance
 from tests.jobs import local_job, rocm_job
-from tests.wheels import job_wheel, with_provenance
 
 JOB = local_job()
 

@@ -28,9 +28,9 @@ from builder.steps.verify import (
     skipped,
     verify_wheel,
 )
+from scripts.bench.wheels import job_wheel, with_provenance
 from tests.jobs import local_job, rocm_job
 from tests.synth import PTX, SASS, elf_with_sections, fatbin_container, fatbin_entry
-from tests.wheels import job_wheel, with_provenance
 
 JOB = local_job()
 POLICIES = manylinux_policies()

@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from builder.core.settings import setting
 from builder.plan.job import PATCH_NAMES
 from builder.steps.recipes.tu_split import instantiations, partition, split_tu
 
@@ -118,7 +119,7 @@ def _longest_first_makespan(chains: Sequence[float], cores: int) -> float:
 
 
 def split_cores() -> int:
-    text = os.environ.get(SPLIT_CORES_ENV, "")
+    text = setting(SPLIT_CORES_ENV) or ""
     return int(text) if text.isdigit() and int(text) > 0 else len(os.sched_getaffinity(0))
 
 

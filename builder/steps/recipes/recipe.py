@@ -35,14 +35,13 @@ class RecipeResult:
     part_shares: Mapping[str, tuple[str, float]] = field(default_factory=lambda: MappingProxyType({}))
 
 
-def cuda_gencode_flags(archs: tuple[str, ...], where: str) -> tuple[str, ...]:
+def cuda_gencode_flags(archs: tuple[Arch, ...], where: str) -> tuple[str, ...]:
     """``9.0`` -> ``-gencode arch=compute_90,code=sm_90``; ``12.0+PTX`` also embeds PTX (``code=compute_120``);
     ``compute_90`` embeds the PTX alone."""
     flags: list[str] = []
-    for text in archs:
-        arch = _parsed(text)
-        if arch is None or arch.kind != "cuda" or arch.minor > 9:  # sm_XY: a one-digit minor
-            raise RecipeError(f"{where}: {text!r} is not a CUDA arch like '9.0', '9.0a', '12.0+PTX' or 'compute_90'")
+    for arch in archs:
+        if arch.kind != "cuda" or arch.minor > 9:  # sm_XY: a one-digit minor
+            raise RecipeError(f"{where}: '{arch}' is not a CUDA arch like '9.0', '9.0a', '12.0+PTX' or 'compute_90'")
         if arch.has_sass:
             flags += ["-gencode", f"arch=compute_{arch.number},code=sm_{arch.number}"]
         if arch.ptx:
@@ -50,15 +49,8 @@ def cuda_gencode_flags(archs: tuple[str, ...], where: str) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def _parsed(text: str) -> Arch | None:
-    try:
-        return Arch.parse(text)
-    except ValueError:
-        return None
-
-
-def rocm_offload_flags(archs: tuple[str, ...], where: str) -> tuple[str, ...]:
-    bad = [text for text in archs if (arch := _parsed(text)) is None or arch.kind != "rocm"]
+def rocm_offload_flags(archs: tuple[Arch, ...], where: str) -> tuple[str, ...]:
+    bad = [str(arch) for arch in archs if arch.kind != "rocm"]
     if bad:
         raise RecipeError(f"{where}: {bad} are not ROCm archs like 'gfx942'")
     return tuple(f"--offload-arch={arch}" for arch in archs)
@@ -79,13 +71,16 @@ def build_env(job: Job, facts: PackageFacts) -> dict[str, str]:
     env[facts.local_version_env] = job.label
     if job.recipe.abi_env:
         env[job.recipe.abi_env] = "TRUE" if job.cxx11_abi else "FALSE"
-    archs = ";".join(job.archs)
+    return env | arch_env(job, facts)
+
+
+def arch_env(job: Job, facts: PackageFacts | None = None) -> dict[str, str]:
+    """The arch-list variables, set here alone: TORCH_CUDA_ARCH_LIST for CUDA; PYTORCH_ROCM_ARCH for ROCm, and the
+    package's own variable where ``facts`` name one."""
     if job.accelerator.kind == "cuda":
-        env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(job.archs)
-    else:
-        env["PYTORCH_ROCM_ARCH"] = archs
-        env[facts.rocm_arch_env] = archs
-    return env
+        return {"TORCH_CUDA_ARCH_LIST": torch_arch_list(job.archs)}
+    archs = ";".join(map(str, job.archs))
+    return {"PYTORCH_ROCM_ARCH": archs, **({facts.rocm_arch_env: archs} if facts else {})}
 
 
 def expected_env_reads(job: Job, facts: PackageFacts) -> dict[str, str | None]:
@@ -195,7 +190,7 @@ def plan_edits(root: Path, job: Job, facts: PackageFacts, where: str) -> dict[Pa
     pyproject_text = _read(pyproject_path, where) if pyproject_path.exists() else None
     checked = check_sources(setup_text, pyproject_text, job, facts, where)
     flags = checked.arch_flags
-    arch_note = " ".join(flags) if flags is not None else f"archs left to torch ({';'.join(job.archs)})"
+    arch_note = " ".join(flags) if flags is not None else f"archs left to torch ({';'.join(map(str, job.archs))})"
     patched_setup = setup_py.inject_prelude(setup_text, checked.shape, prelude_values(job, checked), where)
     summary = f"version {job.local_version}, {job.torch_requirement}, {arch_note}"
     edits = {root / "setup.py": (patched_setup, f"setup.py: setup() routed through {setup_py.WRAPPER}(): {summary}")}

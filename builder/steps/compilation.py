@@ -1,5 +1,6 @@
 """Compile: build the patched sdist into a wheel with `build` (no isolation) from fixed paths, with the
-job's toolkit, torch, ABI, arch list and a parallelism fitted to free cores and memory."""
+job's toolkit, torch, ABI, arch list and a parallelism fitted to free cores and memory. compile_job() is the phase's
+one entry point (the orchestrator's); the pieces stay public for the benchmarks and tests that time one of them."""
 
 from __future__ import annotations
 
@@ -23,12 +24,14 @@ import build
 from builder.core import context
 from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, kill_marked, run
-from builder.plan.archs import torch_arch_list
+from builder.core.settings import cache_root, setting, setting_number, setting_path
 from builder.plan.job import Job
-from builder.steps import nvcc_plan, sass, sharedcache, stagecache, timeline
-from builder.steps import objcache as nvcc_cache
+from builder.steps import cross, sass, sharedcache, timeline
+from builder.steps.bucket import BucketError
 from builder.steps.environment import BuildEnv
-from builder.steps.nvcc_time import stage_times
+from builder.steps.nvcc_time import read_times, stage_times
+from builder.steps.programs import nvcc_plan, stagecache
+from builder.steps.programs import objcache as nvcc_cache
 from builder.steps.toolchain import Toolchain
 
 log = logging.getLogger(__name__)
@@ -38,15 +41,22 @@ log = logging.getLogger(__name__)
 # files under the workspace's fixed paths; the next build of the workspace finds them by this and ends them first.
 WORKSPACE_ENV = "WHEELWRIGHT_WORKSPACE"
 
-# Upper bound of one nvcc translation unit's resident memory, measured: causal-conv1d sm_90 peaked at 3.4 GB,
-# mamba-ssm at 1.6 GB. Overridable because more archs per TU (nvcc --threads) raise it.
-COMPILE_MEMORY_BYTES = int(float(os.environ.get("WHEELWRIGHT_COMPILE_MEMORY_GB", "3.5")) * 2**30)
-FIXED_ROOT = Path(os.environ.get("WHEELWRIGHT_FIXED_ROOT", "/tmp/wheelwright-build"))
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\] .*\s-c\s+(\S+\.(?:cu|cpp|cc|c|hip))\b")
 
 
-# WHEELWRIGHT_NVCC_SPLIT=0 compiles each TU with nvcc whole (its own --threads), as before the core pool
-SPLIT = os.environ.get("WHEELWRIGHT_NVCC_SPLIT", "1") != "0"
+def compile_memory_bytes() -> int:
+    """Upper bound of one nvcc translation unit's resident memory, measured: causal-conv1d sm_90 peaked at 3.4 GB,
+    mamba-ssm at 1.6 GB. A setting because more archs per TU (nvcc --threads) raise it."""
+    return int(setting_number("WHEELWRIGHT_COMPILE_MEMORY_GB", above=0) * 2**30)
+
+
+def fixed_root() -> Path:
+    return setting_path("WHEELWRIGHT_FIXED_ROOT") or Path("/tmp/wheelwright-build")
+
+
+def split_by_default() -> bool:
+    """WHEELWRIGHT_NVCC_SPLIT=0 compiles each TU with nvcc whole (its own --threads), as before the core pool."""
+    return setting("WHEELWRIGHT_NVCC_SPLIT") != "0"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +66,7 @@ class Parallelism:
     pool_slots: int = 0  # cores of the build's nvcc core pool (nvcc_plan.py); 0: no pool, nvcc whole
 
     @classmethod
-    def fit(cls, archs: int, *, share: int = 1, split: bool = SPLIT) -> Parallelism:
+    def fit(cls, archs: int, *, share: int = 1, split: bool | None = None) -> Parallelism:
         """Split this machine's free cores and memory between ``share`` concurrent builds.
 
         With the pool, every (TU, arch) device step holds one core, so the pool's size is the core and memory
@@ -66,8 +76,8 @@ class Parallelism:
             1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) // share
         )
         memory = available_memory() // share
-        bounded = max(1, min(cores, memory // COMPILE_MEMORY_BYTES))
-        if split:
+        bounded = max(1, min(cores, memory // compile_memory_bytes()))
+        if split if split is not None else split_by_default():
             return cls(max_jobs=min(64, 4 * bounded), nvcc_threads=1, pool_slots=bounded)
         return cls(max_jobs=bounded, nvcc_threads=max(1, min(archs, cores)))
 
@@ -132,7 +142,7 @@ class Workspace:
         Per platform beside x86_64: an aarch64 build's objects, core pool and timeline never share a folder with
         the x86_64 build of the same version and accelerator."""
         name = f"{job.package}-{job.version}+{job.accelerator.name}"
-        return cls(root=FIXED_ROOT / (name if job.platform == "x86_64" else f"{name}-{job.platform}"))
+        return cls(root=fixed_root() / (name if job.platform == "x86_64" else f"{name}-{job.platform}"))
 
 
 @contextmanager
@@ -157,6 +167,53 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
         shutil.rmtree(space.core_pool, ignore_errors=True)
         space.core_pool.mkdir()  # the timeline's folder, pool or not
         yield space
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compiled:
+    """What the compile phase hands on: the wheel the backend wrote, nvcc's seconds per unit and arch, and the
+    compiled tree (its objects: a step that links them again reads them there while the phase's block runs)."""
+
+    wheel: Path
+    times: list[dict[str, object]]
+    source: Path
+    record: dict[str, str]  # the ledger's reuse and stage_times (compile_record)
+
+
+@contextmanager
+def compile_job(
+    job: Job,
+    env: BuildEnv,
+    source: Path,
+    torch_site: Path,
+    *,
+    recipe_env: Mapping[str, str],
+    into: Path,
+    timeline_to: Path,
+    started: float,
+    share: int = 1,
+    objcache: str = "off",
+    costs: Mapping[str, Mapping[str, float]] | None = None,
+    toolkit: Toolchain,
+    crossed: cross.CrossBuild | None = None,
+) -> Iterator[Compiled]:
+    """The compile phase: the patched ``source`` at the fixed paths, the build's environment (the object cache in
+    mode ``objcache``: use, verify or off; the core pool ordered by ``costs``; a cross build's wrappers), the PEP 517
+    backend writing the wheel into ``into``; the timeline (phase begun at ``started``) kept at ``timeline_to``, a
+    failed compile's too; the farm's shared device-step cache of ``toolkit`` around it (shared_objects). The
+    workspace stays held until the block ends."""
+    with workspace(job, source, torch_site) as space:
+        parallelism = Parallelism.fit(len(job.archs), share=share)
+        cache = None if objcache == "off" else (objcache_root(), objcache)
+        cross_environ = crossed.environ(space.torch_site, *cross.build_paths(env.python)) if crossed else None
+        environ = build_environ(job, env, recipe_env, space, parallelism, cache, costs, cross=cross_environ)
+        try:
+            with shared_objects(job, toolkit, space, cache):  # the farm's device steps
+                wheel = compile_wheel(job, env, space, environ, into)
+        finally:  # a failed compile's timeline says where it stood
+            keep_timeline(space, timeline_to, started=started, parallelism=parallelism)
+        record = compile_record(space, cache, toolkit)
+        yield Compiled(wheel=wheel, times=read_times(space.nvcc_times), source=space.source, record=record)
 
 
 SOURCE_EPOCH = 315532800  # 1980-01-01, the build's SOURCE_DATE_EPOCH unless the environment sets one
@@ -209,7 +266,6 @@ def build_environ(
         MAX_JOBS=str(parallelism.max_jobs),
         # last --threads wins over setup.py's hardcoded 4; --time appends a CSV row per phase, arch and unit
         NVCC_APPEND_FLAGS=f"--threads {parallelism.nvcc_threads} --time {space.nvcc_times}",  # the pool drops it
-        TORCH_CUDA_ARCH_LIST=torch_arch_list(job.archs) if job.accelerator.kind == "cuda" else ";".join(job.archs),
         PIP_NO_BUILD_ISOLATION="1",
         PYTHONUNBUFFERED="1",  # the backend writes to our pipe: lines reach the log and the progress as they happen
         SOURCE_DATE_EPOCH=environ.get("SOURCE_DATE_EPOCH", str(SOURCE_EPOCH)),
@@ -335,15 +391,13 @@ def translation_unit(line: str) -> str | None:
 
 
 def objcache_root() -> Path:
-    from builder.steps.environment import cache_root
-
-    return Path(os.environ.get("WHEELWRIGHT_OBJCACHE_DIR", cache_root() / "objects"))
+    return setting_path("WHEELWRIGHT_OBJCACHE_DIR") or cache_root() / "objects"
 
 
 def device_archs(job: Job) -> tuple[str, ...]:
     """The archs the job's device steps are recorded under (nvcc_plan.arch_label): ``10.0+PTX`` and ``compute_80``
     compile the chains of 10.0 and 8.0."""
-    labels = {nvcc_plan.arch_label(arch.split("+")[0]) for arch in job.archs}
+    labels = {nvcc_plan.arch_label(arch.sass if arch.has_sass else str(arch)) for arch in job.archs}
     return tuple(sorted(labels))
 
 
@@ -367,7 +421,7 @@ def shared_objects(job: Job, toolkit: Toolchain, space: Workspace, objcache: tup
 def _shared_step(name: str, action: Callable[[], sharedcache.Report]) -> None:
     try:
         report = action()
-    except (sharedcache.BucketError, OSError) as error:  # a cache never fails a build
+    except (BucketError, OSError) as error:  # a cache never fails a build
         context.log_note(f"shared object cache: {name} failed, going on without it: {type(error).__name__}: {error}")
         return
     context.log_note(report.describe())

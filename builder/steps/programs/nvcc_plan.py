@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 try:
-    from builder.steps import stagecache
+    from builder.steps.programs import stagecache
 except ImportError:  # run as a script beside objcache.py, where wheelwright is not importable: the sibling module
     import stagecache  # type: ignore[no-redef,import-not-found]
 

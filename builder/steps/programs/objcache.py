@@ -5,10 +5,10 @@ depend on the Python version. Torch's ninja rule runs ``$nvcc -MD -MF $out.d $cu
 this wrapper keys each call on the command line (the per-Python include directory normalised away, the output
 paths removed), the source's bytes and, like ccache's direct mode, the bytes of every header the first compile
 read (from its depfile). A hit copies the object and depfile; a header whose bytes changed is a miss. Builds run
-from fixed paths (see compile.py), so a hit is byte-identical to a fresh compile; ``verify`` mode proves it by
+from fixed paths (see compilation.py), so a hit is byte-identical to a fresh compile; ``verify`` mode proves it by
 compiling anyway and comparing.
 
-Usage (what compile.py puts into PYTORCH_NVCC): python -m builder.steps.objcache CACHE_DIR MODE REAL_NVCC ARGS...
+Usage (what compilation.py puts into PYTORCH_NVCC, by path): python objcache.py CACHE_DIR MODE REAL_NVCC ARGS...
 """
 
 from __future__ import annotations
@@ -27,18 +27,18 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from builder.steps import nvcc_plan, stagecache
+    from builder.steps.programs import nvcc_plan, stagecache
 except ImportError:  # run as a script (PYTORCH_NVCC) where wheelwright is not importable: the sibling modules
     import nvcc_plan  # type: ignore[no-redef,import-not-found]
     import stagecache  # type: ignore[no-redef,import-not-found]
 
 MODES = ("use", "verify", "off")
-PER_PYTHON_ENV = "WHEELWRIGHT_OBJCACHE_PER_PYTHON"  # os.pathsep-separated include directories, set by compile.py
-# What a whole object is compiled for besides its command and bytes (compile.py: the job's torch and toolkit). Host
-# objects never cross torch versions, even where every header they read is byte-identical; device code does, by the
-# stage cache (stagecache.py), keyed on exactly what each device step reads.
+PER_PYTHON_ENV = "WHEELWRIGHT_OBJCACHE_PER_PYTHON"  # os.pathsep-separated include directories, set by compilation.py
+# What a whole object is compiled for besides its command and bytes (compilation.py: the job's torch and toolkit).
+# Host objects never cross torch versions, even where every header they read is byte-identical; device code does, by
+# the stage cache (stagecache.py), keyed on exactly what each device step reads.
 SCOPE_ENV = "WHEELWRIGHT_OBJCACHE_SCOPE"
-# The job's CPU platform (x86_64, aarch64), set by compile.py: part of every key, so an object compiled for one
+# The job's CPU platform (x86_64, aarch64), set by compilation.py: part of every key, so an object compiled for one
 # platform is never served to another's build, whatever its command line says
 PLATFORM_ENV = "WHEELWRIGHT_OBJCACHE_PLATFORM"
 _NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
@@ -227,7 +227,7 @@ class ObjectCache:
 
 def _record(cache: ObjectCache, event: dict[str, Any]) -> None:
     # One JSON line per compile, appended atomically (O_APPEND, one write): the cache's log of every build, and the
-    # build's own (compile.py reads hits and misses there)
+    # build's own (compilation.py reads hits and misses there)
     nvcc_plan.append_line(str(cache.root / "events.jsonl"), event)
     if own := os.environ.get(stagecache.EVENTS_ENV):
         nvcc_plan.append_line(own, event)
@@ -236,7 +236,7 @@ def _record(cache: ObjectCache, event: dict[str, Any]) -> None:
 def main(argv: list[str]) -> int:
     root, mode, nvcc, *args = argv
     if mode not in MODES:
-        sys.stderr.write(f"builder.steps.objcache: mode must be one of {MODES}, not {mode!r}\n")
+        sys.stderr.write(f"builder.steps.programs.objcache: mode must be one of {MODES}, not {mode!r}\n")
         return 2
     if "-c" not in args or "-o" not in args:
         return subprocess.call([nvcc, *args])

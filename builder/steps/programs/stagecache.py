@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 MODES = ("use", "verify", "off")
-JOB_ENV = "WHEELWRIGHT_JOB"  # the job compiling (compile.py sets it): who stored a step's outputs
+JOB_ENV = "WHEELWRIGHT_JOB"  # the job compiling (compilation.py sets it): who stored a step's outputs
 EVENTS_ENV = "WHEELWRIGHT_STAGE_EVENTS"  # this build's own events file, beside the cache's shared one
 # The options naming a file the step writes; every other argument naming an existing file of the scratch folder
 # is an input the step reads.
@@ -247,7 +247,7 @@ class StageCache:
             return 0, "miss"
         fresh = {option: digest_file(path) for option, path in step.outputs.items()}
         same = fresh == entry["outputs"]
-        for option, digest in fresh.items():  # kept, so a per-kernel comparison can read both (compile.py)
+        for option, digest in fresh.items():  # kept, so a per-kernel comparison can read both (compilation.py)
             if not self.blob(digest).is_file():
                 _atomic_copy(Path(step.outputs[option]), self.blob(digest))
         self._event(step, "verified" if same else "mismatch", start, entry, facts, fresh=fresh)
