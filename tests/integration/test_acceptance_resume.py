@@ -21,7 +21,7 @@ import pytest
 
 from builder.plan.facts import load_facts
 from builder.steps.environment import RuntimeEnv, runtime_env
-from scripts.gpu import arch_stages, bootstrap, detach, stages
+from scripts.gpu import bootstrap, builds, detach, stages
 from scripts.gpu.box import Box
 from scripts.gpu.summary import PASSED, StageResult
 from tests.integration.acceptance_wheelhouse import DATA, Stage, drive, stand_in, standing_in
@@ -48,7 +48,7 @@ def saying_it_ran(name: str, variant: str | None = None) -> Stage:
     """A stage that only says it ran; an arch stage first waits for its own build (not_ready, for real)."""
 
     def stage(box: Box) -> StageResult:
-        waiting = arch_stages.not_ready(box, variant) if variant else None
+        waiting = builds.not_ready(box, variant) if variant else None
         if waiting is not None:
             return waiting
         with (box.work / "ran.txt").open("a") as log:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.plan.arch import Arch
 from builder.plan.expand import load_plan
 from builder.steps.recipes.recipe import cuda_gencode_flags
 from builder.steps.verify import verify_wheel
@@ -62,7 +63,7 @@ def gate(job, so: Path, tmp_path: Path):
 
 def test_no_sm103_sass_and_the_gate_confirms_the_fatbin(compile_cu: CompileCu, tmp_path: Path) -> None:
     job = planned(tmp_path, "b300")
-    assert job.archs == ("9.0", "10.0")
+    assert tuple(map(str, job.archs)) == ("9.0", "10.0")
     report, archs = gate(job, compiled(job, compile_cu, "b300"), tmp_path)
     assert archs.ok, archs.detail
     assert report.sass == ("9.0", "10.0") and report.ptx == ()
@@ -75,6 +76,6 @@ def test_ptx_jobs_carry_their_ptx(compile_cu: CompileCu, tmp_path: Path) -> None
     assert archs.ok, archs.detail
     assert report.sass == ("9.0",) and report.ptx == ("9.0", "10.0")
     # the same object judged for a job that wanted PTX 12.0 as well: refused, naming what is missing
-    wants_more = dataclasses.replace(job, archs=(*job.archs, "compute_120"))
+    wants_more = dataclasses.replace(job, archs=(*job.archs, Arch.parse("compute_120")))
     _, refused = gate(wants_more, so, tmp_path)
     assert not refused.ok and "missing PTX 12.0" in refused.detail
