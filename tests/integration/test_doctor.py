@@ -45,7 +45,7 @@ class DoctorSetup:
 
 
 def relabel(wheel: Path, dist: Path, old: str, new: str, torch_pin: str) -> Path:
-    """A copy of ``wheel`` whose label (filename, METADATA, dist-info directory, RECORD) says ``new``."""
+    """A copy of ``wheel`` whose label (filename, METADATA, provenance, dist-info directory, RECORD) says ``new``."""
     target = dist / wheel.name.replace(old, new)
     with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
         records = []
@@ -58,6 +58,8 @@ def relabel(wheel: Path, dist: Path, old: str, new: str, torch_pin: str) -> Path
                     f"Requires-Dist: {torch_pin}" if line.startswith("Requires-Dist: torch") else line
                     for line in text.split("\n")
                 ).encode()
+            if name.endswith(".dist-info/wheelwright.json"):  # the record names the label and torch (2.14 here)
+                data = data.decode().replace(old, new).replace("2.14.", "2.13.").encode()
             if name.endswith(".dist-info/RECORD"):
                 continue
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
