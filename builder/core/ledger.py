@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from typing import Self
@@ -446,20 +446,27 @@ class CompileTime:
 def compile_times(text: str | None, where: str) -> list[CompileTime]:
     """A row's ``compile_times`` JSON, each entry checked: a list of {unit, arch, seconds}, seconds a finite
     number >= 0. ``where`` names the row in the LedgerError a malformed one raises."""
+    entries = _timing_entries(text, where, "compile_times", ("unit", "arch"), "seconds")
+    return [CompileTime(unit=e["unit"], arch=e["arch"], seconds=float(e["seconds"])) for e in entries]
+
+
+def _timing_entries(
+    text: str | None, where: str, column: str, texts: tuple[str, ...], number: str
+) -> list[dict[str, Any]]:
+    """The entries of a timing column's JSON list, each a dict whose ``texts`` keys hold text and whose ``number``
+    key a finite number >= 0; a LedgerError naming ``where``, the column and the entry otherwise."""
     try:
-        timings = json.loads(text or "[]")
+        entries = json.loads(text or "[]")
     except (TypeError, ValueError, RecursionError):
-        raise LedgerError(f"{where}: compile_times is not JSON", tip=_TIP) from None
-    if not isinstance(timings, list):
-        raise LedgerError(f"{where}: compile_times is {_shown(timings)}, not a list", tip=_TIP)
-    found = []
-    for number, timing in enumerate(timings):
-        if not (isinstance(timing, dict) and isinstance(timing.get("unit"), str)
-                and isinstance(timing.get("arch"), str) and _seconds(timing.get("seconds"))):
-            raise LedgerError(f"{where}: compile_times entry {number} is {_shown(timing)}, not "
-                              "{unit: text, arch: text, seconds: a number >= 0}", tip=_TIP)
-        found.append(CompileTime(unit=timing["unit"], arch=timing["arch"], seconds=float(timing["seconds"])))
-    return found
+        raise LedgerError(f"{where}: {column} is not JSON", tip=_TIP) from None
+    if not isinstance(entries, list):
+        raise LedgerError(f"{where}: {column} is {_shown(entries)}, not a list", tip=_TIP)
+    for index, entry in enumerate(entries):
+        if not (isinstance(entry, dict) and all(isinstance(entry.get(k), str) for k in texts)
+                and _seconds(entry.get(number))):
+            shape = ", ".join([*(f"{k}: text" for k in texts), f"{number}: a number >= 0"])
+            raise LedgerError(f"{where}: {column} entry {index} is {_shown(entry)}, not {{{shape}}}", tip=_TIP)
+    return entries
 
 
 @dataclass(frozen=True)
@@ -476,20 +483,8 @@ class StageTime:
 def stage_times(text: str | None, where: str) -> list[StageTime]:
     """A row's ``stage_times`` JSON, each entry checked: a list of {unit, arch, stage, cpu, ...}, cpu a finite
     number >= 0. ``where`` names the row in the LedgerError a malformed one raises."""
-    try:
-        rows = json.loads(text or "[]")
-    except (TypeError, ValueError, RecursionError):
-        raise LedgerError(f"{where}: stage_times is not JSON", tip=_TIP) from None
-    if not isinstance(rows, list):
-        raise LedgerError(f"{where}: stage_times is {_shown(rows)}, not a list", tip=_TIP)
-    found = []
-    for number, row in enumerate(rows):
-        if not (isinstance(row, dict) and all(isinstance(row.get(k), str) for k in ("unit", "arch", "stage"))
-                and _seconds(row.get("cpu"))):
-            raise LedgerError(f"{where}: stage_times entry {number} is {_shown(row)}, not "
-                              "{unit: text, arch: text, stage: text, cpu: a number >= 0}", tip=_TIP)
-        found.append(StageTime(unit=row["unit"], arch=row["arch"], stage=row["stage"], cpu=float(row["cpu"])))
-    return found
+    entries = _timing_entries(text, where, "stage_times", ("unit", "arch", "stage"), "cpu")
+    return [StageTime(unit=e["unit"], arch=e["arch"], stage=e["stage"], cpu=float(e["cpu"])) for e in entries]
 
 
 @dataclass(frozen=True)
