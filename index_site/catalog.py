@@ -16,14 +16,16 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from builder.core import resources
 from builder.core.archive import Archive
 from builder.core.errors import FileSystemError
 from builder.core.hashing import FileIdentity, open_regular, sha256_stream
 from builder.core.ledger import Ledger, LedgerEntry
-from builder.plan.facts import Accelerator
+
+if TYPE_CHECKING:
+    from builder.plan.accelerator import Accelerator
 from index_site.state import IndexState, WheelRow, state_path
 from index_site.wheels import (
     MAX_METADATA_BYTES,

@@ -14,7 +14,7 @@ import logging
 import re
 import shlex
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import markupsafe
@@ -136,14 +136,29 @@ def by_project(twins: Iterable[VariantWheel]) -> dict[str, list[VariantWheel]]:
 
 
 def render_channel(twins: list[VariantWheel]) -> dict[str, bytes]:
-    """Every page of the variant channel and its variants.json documents, by site path (none without twins: no
-    channel is announced that holds nothing)."""
+    """Every page of the variant channel, its variants.json documents and its guards, by site path (none without
+    twins: no channel is announced that holds nothing)."""
+    from index_site import fallback
+
     pages: dict[str, bytes] = {}
+    guards: dict[str, list[VariantWheel]] = defaultdict(list)
+    for project, twins_of_project in by_project(twins).items():
+        for group in fallback.guard_groups(twins_of_project).values():
+            for guard in group:
+                listed, data, metadata = guard.made()
+                pages.update(guard_pages(guard.filename, data, metadata))
+                guards[project].append(listed)
     for torch_tag, members in by_channel(twins).items():
         pages.update(channel_root_pages(torch_tag, sorted(by_project(members))))
         for project, twins_of_project in by_project(members).items():
-            pages.update(project_pages(channel_root(torch_tag), project, twins_of_project))
+            shown = [guard for guard in guards[project] if torch_tag in (None, guard.torch_tag)]
+            pages.update(project_pages(channel_root(torch_tag), project, twins_of_project, shown))
     return pages
+
+
+def guard_pages(filename: str, data: bytes, metadata: bytes) -> dict[str, bytes]:
+    """A guard's files (fallback.Guard): the site writes them as pages, being made of nothing but their inputs."""
+    return {file_path(filename): data, file_path(filename) + ".metadata": metadata}
 
 
 def fingerprint(twin: VariantWheel) -> str:
@@ -165,18 +180,18 @@ def channel_root_pages(torch_tag: str | None, projects: list[str]) -> dict[str, 
     }
 
 
-def project_pages(root: str, project: str, twins: list[VariantWheel]) -> dict[str, bytes]:
+def project_pages(
+    root: str, project: str, twins: list[VariantWheel], guards: Sequence[VariantWheel] = ()
+) -> dict[str, bytes]:
     """A project's two pages on one channel: per version its variants.json, its variants (slim wheels in place of
-    their fat twin), the nulls and the guards (fallback.py), whose bytes are pages of their own."""
+    their fat twin), the nulls and ``guards`` (fallback.py, as listed: their files are pages of their own groups)."""
     from index_site import fallback
 
-    listed = fallback.listing(twins)
+    listed = fallback.listing(twins, guards)
     pages: dict[str, bytes] = {}
-    for guard, data, metadata in listed.guards:
-        pages[file_path(guard.filename)], pages[file_path(guard.filename) + ".metadata"] = data, metadata
     anchors, files_json = [], []
     by_version: dict[str, list[VariantWheel]] = defaultdict(list)
-    for twin in [*listed.variants, *(guard for guard, _, _ in listed.guards)]:
+    for twin in [*listed.variants, *listed.guards]:
         by_version[twin.version].append(twin)
     nulls: dict[str, list[VariantWheel]] = defaultdict(list)
     for null in listed.nulls:

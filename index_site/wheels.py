@@ -12,13 +12,15 @@ import zipfile
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 from builder.core.archive import RATIO_FLOOR, WHEEL, Archive, ArchiveError
 from builder.core.hashing import open_regular
 from builder.core.wheelname import InvalidWheelFilename, WheelFilename
-from builder.plan.facts import Accelerator, TorchFacts, load_facts
-from builder.plan.job import parse_label
+
+if TYPE_CHECKING:
+    from builder.plan.accelerator import Accelerator
+    from builder.plan.facts import TorchFacts
 
 # Stricter than the wheel spec on purpose: every character of a filename ends up in hrefs, S3 keys and HTML.
 _SAFE_FILENAME = re.compile(
@@ -176,6 +178,14 @@ def _check_tags(tags: str) -> None:
     WheelFilename.parse(f"x-0-{tags}.whl")
 
 
+def parse_label(label: str) -> tuple[str, Accelerator]:
+    """builder.plan.job's, imported when a name is parsed: an index run that finds nothing changed parses none and
+    so does without the plan's models (a tenth of a second to import)."""
+    from builder.plan.job import parse_label as parse
+
+    return parse(label)
+
+
 @functools.lru_cache(maxsize=4096)
 def _release_of(dist: str, raw_version: str) -> tuple[str, str, str, str, str, Accelerator]:
     """Project, version, public version, label, torch minor and accelerator of a name-version pair (thousands of
@@ -211,6 +221,8 @@ def check_variant(name: WheelName, facts: TorchFacts | None = None) -> None:
 
 @functools.lru_cache(maxsize=1024)
 def _known_variant_problem(torch: str, accelerator: Accelerator) -> str | None:
+    from builder.plan.facts import load_facts
+
     return _variant_problem(torch, accelerator, load_facts())
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from builder.plan.accelerator import Accelerator
 from builder.plan.expand import load_plan
-from builder.plan.facts import Accelerator
 from builder.plan.job import Job
 
 MATRIX = Path(__file__).parent.parent / "matrix.yaml"

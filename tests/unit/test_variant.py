@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import WheelError
-from builder.plan.facts import Accelerator
+from builder.plan.accelerator import Accelerator
 from builder.steps import variant
 from builder.steps.wheelzip import Member, read_members, write_wheel
 from index_site import variants as channel
