@@ -99,6 +99,8 @@ def listing(twins: Sequence[VariantWheel], guards: Sequence[VariantWheel] = ()) 
 def listed_variants(twins: Sequence[VariantWheel]) -> list[VariantWheel]:
     """The twins listed as variants: the slim wheels, and each fat twin none of whose slim wheels is published."""
     slimmed = {(t.version, _parts(t.filename)[2], base_label(t.label)) for t in twins if is_slim(t.label)}
+    if not slimmed:
+        return list(twins)
     return [t for t in twins if is_slim(t.label) or (t.version, _parts(t.filename)[2], t.label) not in slimmed]
 
 
@@ -106,14 +108,10 @@ class Guard(NamedTuple):
     """A guard before its bytes are made: everything they are made from."""
 
     first: VariantWheel  # the first build of its group: the project, version and wheel tag it takes
+    filename: str
     label: str  # pt214cu130.drv, pt214.noarch
     variant: str  # {"properties": ..., "providers": ...} as JSON text with sorted keys, as VariantWheel holds it
     refusal: str  # its one requirement
-
-    @property
-    def filename(self) -> str:
-        dist, version, tag, _ = _parts(self.first.filename)
-        return f"{dist}-{version}-{tag}-{self.label}.whl"
 
     @property
     def inputs(self) -> str:
@@ -153,39 +151,64 @@ def guard_groups(twins: Sequence[VariantWheel]) -> dict[str, list[Guard]]:
     for twin in listed_variants(twins):
         if _CUDA.match(base_label(twin.label)):
             groups[(twin.version, twin.torch_tag, _parts(twin.filename)[2])].append(twin)
-    texts: dict[tuple[str, ...], str] = {}  # a few dozen distinct variant.json texts among thousands of guards
-    return {"/".join(key): guards_of(members, texts) for key, members in groups.items()}
+    seen = _Seen()  # thousands of groups share a few dozen labels, arch sets and variant.json texts
+    return {"/".join(key): guards_of(members, seen) for key, members in groups.items()}
 
 
-def guards_of(members: Sequence[VariantWheel], texts: dict[tuple[str, ...], str] | None = None) -> list[Guard]:
+class _Seen:
+    """What one listing has worked out already, by its inputs: labels parsed, archs left uncovered, guards'
+    variant.json texts. Kept for one call, never for the process."""
+
+    def __init__(self) -> None:
+        self.labels: dict[str, tuple[str, str]] = {}
+        self.uncovered: dict[frozenset[str], list[str]] = {}
+        self.texts: dict[tuple[str, ...], str] = {}
+
+    def label(self, label: str) -> tuple[str, str]:
+        """(torch minor, CUDA version) of a CUDA build's label, slim or fat."""
+        found = self.labels.get(label)
+        if found is None:
+            torch_minor, accelerator = parse_label(base_label(label))
+            found = self.labels[label] = (torch_minor, accelerator.version)
+        return found
+
+    def uncovered_archs(self, members: Sequence[VariantWheel]) -> list[str]:
+        variants = frozenset(t.variant for t in members)
+        found = self.uncovered.get(variants)
+        if found is None:
+            found = self.uncovered[variants] = uncovered_archs(members)
+        return found
+
+    def text(self, torch_minor: str, key: str, values: tuple[str, ...]) -> str:
+        """A guard's variant.json as VariantWheel holds it."""
+        found = self.texts.get((torch_minor, key, *values))
+        if found is None:
+            properties = {"abi_dependency": {"torch": [torch_minor]}, "nvidia": {key: list(values)}}
+            providers = {"abi_dependency": {"static-properties": {"torch": [torch_minor]}}, "nvidia": NVIDIA_PROVIDER}
+            document = {"properties": properties, "providers": providers}
+            found = self.texts[(torch_minor, key, *values)] = json.dumps(document, sort_keys=True)
+        return found
+
+
+def guards_of(members: Sequence[VariantWheel], seen: _Seen | None = None) -> list[Guard]:
     """The guards of one (version, torch minor, wheel tag): one per CUDA version (the driver's too old for it), and
     one for the GPUs no listed variant has SASS or PTX for. A guard is supported only where no build runs: uv
     ranks every listed build above it (it names no CUDA lower bound, or only archs no build covers)."""
-    texts = {} if texts is None else texts
+    seen = seen or _Seen()
     first = members[0]
-    torch_minor = parse_label(base_label(first.label))[0]
+    dist, version, tag, _ = _parts(first.filename)
+    torch_minor = seen.label(first.label)[0]
     made = []
-    for cuda in sorted({parse_label(base_label(t.label))[1].version for t in members}):
+    for cuda in sorted({seen.label(t.label)[1] for t in members}):
         label = f"{first.torch_tag}cu{cuda.replace('.', '')}.drv"
-        text = _variant_text(texts, torch_minor, "cuda_version_upper_bound", (cuda,))
-        made.append(Guard(first, label, text, DRIVER_REFUSAL.format(cuda=cuda)))
-    uncovered = uncovered_archs(members)
+        text = seen.text(torch_minor, "cuda_version_upper_bound", (cuda,))
+        made.append(Guard(first, f"{dist}-{version}-{tag}-{label}.whl", label, text, DRIVER_REFUSAL.format(cuda=cuda)))
+    uncovered = seen.uncovered_archs(members)
     if uncovered:
-        text = _variant_text(texts, torch_minor, "sm_arch", tuple(uncovered))
-        made.append(Guard(first, f"{first.torch_tag}.noarch", text, ARCH_REFUSAL))
+        label = f"{first.torch_tag}.noarch"
+        text = seen.text(torch_minor, "sm_arch", tuple(uncovered))
+        made.append(Guard(first, f"{dist}-{version}-{tag}-{label}.whl", label, text, ARCH_REFUSAL))
     return made
-
-
-def _variant_text(texts: dict[tuple[str, ...], str], torch_minor: str, key: str, values: tuple[str, ...]) -> str:
-    """A guard's variant.json as VariantWheel holds it (the texts of this run, by their inputs, in ``texts``)."""
-    found = texts.get((torch_minor, key, *values))
-    if found is None:
-        properties = {"abi_dependency": {"torch": [torch_minor]}, "nvidia": {key: list(values)}}
-        providers = {"abi_dependency": {"static-properties": {"torch": [torch_minor]}}, "nvidia": NVIDIA_PROVIDER}
-        found = texts[(torch_minor, key, *values)] = json.dumps(
-            {"properties": properties, "providers": providers}, sort_keys=True
-        )
-    return found
 
 
 def uncovered_archs(members: Iterable[VariantWheel]) -> list[str]:

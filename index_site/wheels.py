@@ -208,9 +208,12 @@ def _release_of(dist: str, raw_version: str) -> tuple[str, str, str, str, str, A
     return project, str(version), version.public, version.local, torch, accelerator
 
 
-def check_variant(name: WheelName, facts: TorchFacts | None = None) -> None:
+def check_variant(name: WheelName, facts: TorchFacts | None = None, released: Collection[str] = ()) -> None:
     """A label is a variant only if torch shipped it (builder/data/torch.toml): ``pt214cu118`` parses, but torch
-    2.14 was never built for CUDA 11.8, so no one could install that wheel beside a torch it matches."""
+    2.14 was never built for CUDA 11.8, so no one could install that wheel beside a torch it matches. ``released``:
+    the variants the facts list (released_variants), which spare reading them for a known one."""
+    if variant_key(name.torch, name.accelerator) in released:
+        return
     if facts is None:
         problem = _known_variant_problem(name.torch, name.accelerator)
     else:
@@ -224,6 +227,16 @@ def _known_variant_problem(torch: str, accelerator: Accelerator) -> str | None:
     from builder.plan.facts import load_facts
 
     return _variant_problem(torch, accelerator, load_facts())
+
+
+def released_variants(facts: TorchFacts) -> list[str]:
+    """Every variant torch shipped, as check_variant looks them up: ``2.14 cu130``."""
+    return sorted(variant_key(release.minor, accelerator) for release in facts.releases for accelerator in
+                  release.accelerators)
+
+
+def variant_key(torch: str, accelerator: Accelerator) -> str:
+    return f"{torch} {accelerator.name}"
 
 
 def _variant_problem(torch: str, accelerator: Accelerator, facts: TorchFacts) -> str | None:
