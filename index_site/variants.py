@@ -190,6 +190,7 @@ def project_pages(
     listed = fallback.listing(twins, guards)
     pages: dict[str, bytes] = {}
     anchors, files_json = [], []
+    dumped: dict[str, str] = {}
     by_version: dict[str, list[VariantWheel]] = defaultdict(list)
     for twin in [*listed.variants, *listed.guards]:
         by_version[twin.version].append(twin)
@@ -200,7 +201,7 @@ def project_pages(
     for version in sorted(by_version, key=_version_key):
         members = sorted(by_version[version], key=lambda t: t.filename)
         name = f"{members[0].filename.split('-', 1)[0]}-{version}-variants.json"
-        document = _variants_json(members)
+        document = variants_json(members, dumped)
         for tree in ("simple", "json"):
             pages[f"{root}/{tree}/{project}/{name}"] = document
         sha = hashlib.sha256(document).hexdigest()
@@ -241,8 +242,23 @@ def variants_document(twins: Iterable[VariantWheel]) -> dict[str, object]:
     }
 
 
-def _variants_json(twins: list[VariantWheel]) -> bytes:
-    return (json.dumps(variants_document(twins), indent=2, sort_keys=True) + "\n").encode()
+def variants_json(twins: list[VariantWheel], dumped: dict[str, str] | None = None) -> bytes:
+    """``json.dumps(variants_document(twins), indent=2, sort_keys=True)`` and a newline, with each variant's
+    properties dumped once per call of the caller (``dumped``, by the twin's variant text): ``indent`` takes the
+    pure-Python encoder, and a project's versions list the same few dozen properties thousands of times."""
+    dumped = {} if dumped is None else dumped
+    by_label = {t.label: t for t in sorted(twins, key=lambda t: t.label)}  # as variants_document picks them
+    entries = []
+    for label, twin in by_label.items():
+        text = dumped.get(twin.variant)
+        if text is None:
+            text = json.dumps(twin.properties, indent=2, sort_keys=True).replace("\n", "\n    ")
+            dumped[twin.variant] = text
+        entries.append(f"    {json.dumps(label)}: {text}")
+    body = "{\n" + ",\n".join(entries) + "\n  }" if entries else "{}"
+    # the other keys ($schema, default-priorities, providers) sort before "variants"
+    head = json.dumps({k: v for k, v in variants_document(twins).items() if k != "variants"}, indent=2, sort_keys=True)
+    return f'{head[:-2]},\n  "variants": {body}\n}}\n'.encode()
 
 
 def _anchor(href: str, twin: VariantWheel) -> str:
