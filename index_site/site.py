@@ -242,13 +242,32 @@ def _settled(site: Path, state: IndexState, recorded: _Recorded) -> Settled:
 
 def _leave(state: IndexState, site: Path, inputs: str, files: int) -> None:
     """Record how this complete run left ``site`` (its ``files``), for the next run's _as_left."""
-    record = {"inputs": inputs, "folders": _folders(site), "files": files}
+    record = {"inputs": inputs, "folders": _folders(site, _left_folders(state, site)), "files": files}
     state.write(meta={f"site:{os.path.abspath(site)}": json.dumps(record, sort_keys=True)})
 
 
-def _folders(site: Path) -> dict[str, list[int] | None]:
+def _left_folders(state: IndexState, site: Path) -> dict[str, tuple[list[int], list[str]]]:
+    """The folders the last complete run recorded: {path: (identity, names of its folders)}."""
+    try:
+        record = json.loads(state.meta().get(f"site:{os.path.abspath(site)}") or "null")
+    except ValueError:
+        return {}
+    folders = record.get("folders") if isinstance(record, dict) else None
+    if not isinstance(folders, dict):
+        return {}
+    children: dict[str, list[str]] = {path: [] for path in folders}
+    for path in folders:
+        parent, _, name = path.rpartition("/")
+        if parent in children:
+            children[parent].append(name)
+    return {path: (identity, children[path]) for path, identity in folders.items() if isinstance(identity, list)}
+
+
+def _folders(site: Path, left: Mapping[str, tuple[list[int], list[str]]]) -> dict[str, list[int] | None]:
     """The identity (inode, mtime, ctime) of the manifest, of each managed name at the top (None: absent) and of
-    every folder under them: one lstat each, a few hundred for a farm's site."""
+    every folder under them: one lstat each, a few hundred for a farm's site. A folder that still has the identity
+    ``left`` records has the folders it records (an entry added, taken out or renamed moves its mtime and ctime),
+    so only the others are listed (a variant's folder holds thousands of files)."""
     found: dict[str, list[int] | None] = {}
     for name in (layout.SITE_MARKER, *MANAGED):
         try:
@@ -258,20 +277,31 @@ def _folders(site: Path) -> dict[str, list[int] | None]:
             continue
         found[name] = [status.st_ino, status.st_mtime_ns, status.st_ctime_ns]
         if stat.S_ISDIR(status.st_mode):
-            _subfolders(os.path.join(site, name), name, found)
+            _subfolders(os.path.join(site, name), name, found, left)
     return found
 
 
-def _subfolders(folder: str, prefix: str, found: dict[str, list[int] | None]) -> None:
-    try:
-        entries = [entry for entry in os.scandir(folder) if entry.is_dir(follow_symlinks=False)]
-    except OSError:
-        return
-    for entry in entries:
-        status = entry.stat(follow_symlinks=False)
-        path = f"{prefix}/{entry.name}"
+def _subfolders(
+    folder: str, prefix: str, found: dict[str, list[int] | None], left: Mapping[str, tuple[list[int], list[str]]]
+) -> None:
+    recorded = left.get(prefix)
+    if recorded is not None and recorded[0] == found[prefix]:
+        names = recorded[1]
+    else:
+        try:
+            names = [entry.name for entry in os.scandir(folder) if entry.is_dir(follow_symlinks=False)]
+        except OSError:
+            return
+    for name in names:
+        path = f"{prefix}/{name}"
+        try:
+            status = os.lstat(f"{folder}/{name}")
+        except OSError:
+            continue
+        if not stat.S_ISDIR(status.st_mode):
+            continue
         found[path] = [status.st_ino, status.st_mtime_ns, status.st_ctime_ns]
-        _subfolders(entry.path, path, found)
+        _subfolders(f"{folder}/{name}", path, found, left)
 
 
 def _index(
