@@ -362,14 +362,16 @@ def test_shards_never_split_a_group_and_hold_every_job() -> None:
     assert images_in_order == sorted(images_in_order, key=lambda p: (p[0] != "x86_64", p[1].startswith("rocm"), p[1]))
 
 
-def test_the_container_reaches_registries_as_the_host_does(tmp_path: Path) -> None:
+def test_the_container_reaches_registries_as_the_host_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from builder.farm.container import HOST_CA, host_network
 
     bundle = tmp_path / "ca.crt"
     bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setenv("WHEELWRIGHT_TORCH_INDEX", "https://mirror.example/whl/{accelerator}/")  # a setting, by value
     mounts, env = host_network({"PIP_CERT": str(bundle), "HTTPS_PROXY": "http://proxy:3128", "HOME": "/root"})
     assert mounts == [Mount(source=bundle, target=HOST_CA, read_only=True)]
     assert env == {
+        "WHEELWRIGHT_TORCH_INDEX": "https://mirror.example/whl/{accelerator}/",
         "HTTPS_PROXY": "http://proxy:3128",
         "PIP_CERT": str(HOST_CA),
         "SSL_CERT_FILE": str(HOST_CA),
@@ -377,9 +379,13 @@ def test_the_container_reaches_registries_as_the_host_does(tmp_path: Path) -> No
     }
 
 
-def test_the_container_shares_the_farms_cache_with_its_credentials_off_the_command_line() -> None:
-    from builder.farm.container import shared_cache_env
+def test_the_container_shares_the_farms_cache_with_its_credentials_off_the_command_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.farm.container import SHARED_CACHE_SETTINGS, shared_cache_env
 
+    for name in SHARED_CACHE_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WHEELWRIGHT_OBJCACHE_REMOTE", "s3://farm/objects")
     host = {"WHEELWRIGHT_OBJCACHE_REMOTE": "s3://farm/objects", "GITHUB_ACTIONS": "true",
             "GITHUB_REF": "refs/heads/main", "GITHUB_EVENT_NAME": "push", "AWS_ACCESS_KEY_ID": "AKIA",
             "AWS_SECRET_ACCESS_KEY": "secret", "HOME": "/root"}
@@ -390,7 +396,8 @@ def test_the_container_shares_the_farms_cache_with_its_credentials_off_the_comma
     arguments = run_arguments(RunSpec(image="img", command=("true",), env=env, inherit=inherit))
     assert "secret" not in " ".join(arguments) and arguments.count("--env") == 6
     assert arguments[arguments.index("AWS_ACCESS_KEY_ID") - 1] == "--env"
-    assert shared_cache_env({key: value for key, value in host.items() if "OBJCACHE" not in key}) == ({}, ())
+    monkeypatch.delenv("WHEELWRIGHT_OBJCACHE_REMOTE")
+    assert shared_cache_env(host) == ({}, ())
 
 
 def test_a_job_whose_image_cannot_be_built_here_is_unbuildable_with_the_reason(backend_setup) -> None:
