@@ -24,6 +24,7 @@ from builder.farm.merge import merge_outputs
 from builder.plan.estimate import Item, estimate, ledger_model, makespan, seed_model, timeout_minutes
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
+from builder.plan.job import Job
 from builder.plan.shards import shard
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -223,6 +224,13 @@ def test_a_container_that_fails_records_its_jobs_as_failed(backend_setup) -> Non
     assert all(o.entry.phase == "container" and "exit 125" in o.entry.reason for o in outcomes)
 
 
+def _row(job: Job, status: str, **fields: object) -> LedgerEntry:
+    """The ledger row a build of ``job`` leaves."""
+    return LedgerEntry(job_id=job.identifier, package=job.package, version=job.version, label=job.label,
+                       torch=job.torch, accelerator=job.accelerator.name, python=job.python, input_hash="h",
+                       status=status, **fields)
+
+
 def test_the_inner_builds_ledger_rows_are_the_outcomes(backend_setup) -> None:
     layout, invocation = backend_setup
     jobs = plan().jobs
@@ -231,20 +239,7 @@ def test_the_inner_builds_ledger_rows_are_the_outcomes(backend_setup) -> None:
         with Ledger(layout.ledger) as ledger:
             for job in jobs:
                 if job.identifier in spec.command[-1]:
-                    ledger.put(
-                        LedgerEntry(
-                            job_id=job.identifier,
-                            package=job.package,
-                            version=job.version,
-                            label=job.label,
-                            torch=job.torch,
-                            accelerator=job.accelerator.name,
-                            python=job.python,
-                            input_hash="h",
-                            status="built",
-                            wheel="w.whl",
-                        )
-                    )
+                    ledger.put(_row(job, "built", wheel="w.whl"))
         raise StepFailed("run image", ["docker", "run"], 6, None)  # "some job failed" is the ledger's to say
 
     outcomes = ContainerBackend(
@@ -283,22 +278,7 @@ def _wheelhouse(root: Path, job, content: bytes, *, status: str = "built") -> Pa
     )
     wheel.write_bytes(content)
     with Ledger(layout.ledger) as ledger:
-        ledger.put(
-            LedgerEntry(
-                job_id=job.identifier,
-                package=job.package,
-                version=job.version,
-                label=job.label,
-                torch=job.torch,
-                accelerator=job.accelerator.name,
-                python=job.python,
-                input_hash="h",
-                status=status,
-                wheel=wheel.name,
-                wheel_sha256=sha256_of(wheel),
-                wheel_size=len(content),
-            )
-        )
+        ledger.put(_row(job, status, wheel=wheel.name, wheel_sha256=sha256_of(wheel), wheel_size=len(content)))
     return root
 
 
