@@ -30,6 +30,7 @@ from index_site.site import build_site
 from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.build_helpers import ledger_row, wait_for_nvcc, wheelwright
 from tests.index_checks import installer_environment
+from tests.jobs import ledger_entry
 
 if TYPE_CHECKING:
     from builder.steps.environment import RuntimeEnv
@@ -148,19 +149,8 @@ def write_wheelhouse(output: Path) -> None:
 
 
 def _ledger_entry(python_tag: str, status: str, *, label: str = "pt214cu130", **fields: object) -> LedgerEntry:
-    python = f"{python_tag[2]}.{python_tag[3:]}"
-    return LedgerEntry(
-        job_id=f"causal-conv1d-1.7.0+{label}-{python_tag}-x86_64",
-        package="causal-conv1d",
-        version="1.7.0",
-        label=label,
-        torch="2." + label[3:5] + ".0",
-        accelerator=label[5:],
-        python=python,
-        input_hash="0" * 64,
-        status=status,
-        **fields,
-    )
+    return ledger_entry(python=f"{python_tag[2]}.{python_tag[3:]}", label=label, torch="2." + label[3:5] + ".0",
+                        accelerator=label[5:], status=status, **fields)
 
 
 @pytest.fixture(scope="session")
