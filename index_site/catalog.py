@@ -10,20 +10,23 @@ wheel is refused, never followed or read."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from builder.core import resources
 from builder.core.archive import Archive
 from builder.core.errors import FileSystemError
 from builder.core.hashing import FileIdentity, open_regular, sha256_stream
 from builder.core.ledger import Ledger, LedgerEntry
-from builder.plan.facts import Accelerator
+
+if TYPE_CHECKING:
+    from builder.plan.accelerator import Accelerator
 from index_site.state import IndexState, WheelRow, state_path
 from index_site.wheels import (
     MAX_METADATA_BYTES,
@@ -42,6 +45,7 @@ from index_site.wheels import (
     open_dist_info,
     parse_gpu_archs,
     parse_wheel_name,
+    released_variants,
 )
 
 log = logging.getLogger(__name__)
@@ -126,7 +130,7 @@ def judge(dist: Path, ledger_path: Path, state: IndexState, derive: Deriver | No
     with Ledger(ledger_path) as ledger:
         failures = tuple(ledger.failures())
         recorded_archs = ledger.wheel_archs()
-        rows, stats, fresh = _judge(dist, listed, known, ledger, derive)
+        rows, stats, fresh = _judge(dist, listed, known, ledger, derive, _Released(state))
     changed = [row for name, row in rows.items() if known.get(name) is not row]
     state.write(wheels=changed, wheels_gone=known.keys() - rows.keys())
     unjudged += [Rejection(filename=name, reason=reason) for name, reason in fresh.items() if isinstance(reason, str)]
@@ -177,7 +181,7 @@ def _known_rows(state: IndexState) -> dict[str, WheelRow]:
     """The state's rows, each still judged by today's checks: a new CHECKS_VERSION forgets them all; new torch
     facts judge each name again (a name refused now keeps its row's identity, so it costs one stat next time)."""
     meta = state.meta()
-    facts = hashlib.sha256(resources.TORCH_FACTS.read_bytes()).hexdigest()
+    facts = _facts_digest()
     if meta.get("checks") != CHECKS_VERSION:
         state.forget_all({"checks": CHECKS_VERSION, "facts": facts})
         return {}
@@ -236,12 +240,46 @@ def _not_regular(entry: os.DirEntry[str]) -> str:
     return "a folder" if entry.is_dir(follow_symlinks=False) else "a special file (FIFO, socket or device)"
 
 
+class _Released:
+    """The variants torch shipped (wheels.released_variants), kept in the state with the digest of the torch facts
+    they were read from: judging a new wheel's name then reads no facts file (its pydantic models and checks cost a
+    tenth of a second); a variant the list lacks is looked up in the facts, to say why it is refused."""
+
+    def __init__(self, state: IndexState) -> None:
+        self.state = state
+        self.found: frozenset[str] | None = None
+
+    def variants(self) -> frozenset[str]:
+        if self.found is None:
+            self.found = self._read()
+        return self.found
+
+    def _read(self) -> frozenset[str]:
+        facts = _facts_digest()
+        try:
+            recorded = json.loads(self.state.meta().get("released", "null"))
+        except ValueError:
+            recorded = None
+        if isinstance(recorded, dict) and recorded.get("facts") == facts and isinstance(recorded.get("variants"), list):
+            return frozenset(str(variant) for variant in recorded["variants"])
+        from builder.plan.facts import load_facts
+
+        variants = released_variants(load_facts())
+        self.state.write(meta={"released": json.dumps({"facts": facts, "variants": variants})})
+        return frozenset(variants)
+
+
+def _facts_digest() -> str:
+    return hashlib.sha256(resources.TORCH_FACTS.read_bytes()).hexdigest()
+
+
 def _judge(
     dist: Path,
     listed: Mapping[str, FileIdentity],
     known: Mapping[str, WheelRow],
     ledger: Ledger,
     derive: Deriver | None,
+    released: _Released,
 ) -> tuple[dict[str, WheelRow], ScanStats, dict[str, _Read | str]]:
     """The row of every listed file: its known row while the file keeps the row's identity, else judged again.
     Also what this run read: {filename: _Read} for wheels read, {filename: reason} for files that could not be
@@ -260,7 +298,7 @@ def _judge(
     for filename in misses:
         try:
             row, source, data = _judge_one(
-                dist / filename, listed[filename], known.get(filename), built.get(filename), derive
+                dist / filename, listed[filename], known.get(filename), built.get(filename), derive, released
             )
         except OSError as error:
             reason = f"{filename}: {error.strerror or error}"
@@ -281,6 +319,7 @@ def _judge_one(
     old: WheelRow | None,
     built: tuple[str, FileIdentity] | None,
     derive: Deriver | None,
+    released: _Released,
 ) -> tuple[WheelRow, str, _Read | None]:
     """The file's row (accepted, or refused with why), how its digest was had ("hashed", "from_ledger", or "" for
     none) and what was read of it. A refusal by name reads nothing; METADATA, the twin and the digest are read
@@ -288,7 +327,7 @@ def _judge_one(
     filename = path.name
     try:
         name = parse_wheel_name(filename)
-        check_variant(name)
+        check_variant(name, released=released.variants())
     except RejectedWheel as error:
         log.info("not indexed: %s", error)
         return _refused(filename, listed, NAME, str(error)), "", None

@@ -14,9 +14,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from builder.plan.job import parse_label
-
 if TYPE_CHECKING:
+    from builder.plan.accelerator import Accelerator
     from index_site.variants import VariantWheel
 
 _SLIM = re.compile(r"^(?P<base>pt[1-9][0-9]+cu[0-9]+)sm(?P<sm>[0-9]+[af]?)$")
@@ -49,6 +48,13 @@ def _parts(filename: str) -> tuple[str, str, str, str]:
     return dist, version, "-".join(tag.split("-")[-3:]), label
 
 
+def parse_label(label: str) -> tuple[str, Accelerator]:
+    """builder.plan.job's, imported when a run gets here (see index_site.wheels.parse_label)."""
+    from index_site.wheels import parse_label as parse
+
+    return parse(label)
+
+
 def _build_tagged(twin: VariantWheel) -> bool:
     return twin.filename.count("-") > 5
 
@@ -56,10 +62,14 @@ def _build_tagged(twin: VariantWheel) -> bool:
 def build_tag(label: str) -> str:
     """``pt214cu130`` -> ``2141300_pt214cu130``: installers take the highest build tag first, so the null of the
     newest torch, then the newest CUDA, is the one taken where several share a name and version."""
-    torch_minor, accelerator = parse_label(label)
-    torch_major, minor = (int(part) for part in torch_minor.split("."))
-    cuda_major, cuda_minor = (int(part) for part in accelerator.version.split("."))
-    return f"{torch_major}{minor:02d}{cuda_major:02d}{cuda_minor:02d}_{label}"
+    match = _CUDA_PARTS.match(label)
+    if match is None:
+        raise ValueError(f"{label!r} is not a CUDA build's label")
+    torch_major, torch_minor, cuda_major, cuda_minor = (int(part) for part in match.groups())
+    return f"{torch_major}{torch_minor:02d}{cuda_major:02d}{cuda_minor:02d}_{label}"
+
+
+_CUDA_PARTS = re.compile(r"^pt([1-9])([0-9]+)cu([1-9][0-9]*)([0-9])$")  # pt214cu130: torch 2.14, CUDA 13.0
 
 
 def null_name(twin: VariantWheel) -> str:
@@ -74,40 +84,130 @@ class Listing(NamedTuple):
 
     variants: list[VariantWheel]  # the twins and slim wheels listed as variants
     nulls: list[VariantWheel]  # fat twins offered again under their null name (filename replaced)
-    guards: list[tuple[VariantWheel, bytes, bytes]]  # (guard as listed, its wheel's bytes, its METADATA)
+    guards: list[VariantWheel]  # the guards of its builds, as listed (see Guard)
 
 
-def listing(twins: Sequence[VariantWheel]) -> Listing:
+def listing(twins: Sequence[VariantWheel], guards: Sequence[VariantWheel] = ()) -> Listing:
     """The channel's files of one project: a fat twin whose slim wheels are published gives way to them as a variant
-    and stays as the null; guards for each (version, torch minor, wheel tag) of CUDA builds."""
-    slimmed = {(t.version, _parts(t.filename)[2], base_label(t.label)) for t in twins if is_slim(t.label)}
-    variants = [t for t in twins if is_slim(t.label) or (t.version, _parts(t.filename)[2], t.label) not in slimmed]
-    # one null a name: of a day-0 wheel's label and the real build beside it, the real build's (the build-tagged)
+    and stays as the null; ``guards`` (of guard_groups, as listed) are listed with them."""
     fats = sorted((t for t in twins if has_null(t)), key=_build_tagged)
+    # one null a name: of a day-0 wheel's label and the real build beside it, the real build's (the build-tagged)
     nulls = list({null_name(t): t._replace(filename=null_name(t)) for t in fats}.values())
+    return Listing(variants=listed_variants(twins), nulls=nulls, guards=list(guards))
+
+
+def listed_variants(twins: Sequence[VariantWheel]) -> list[VariantWheel]:
+    """The twins listed as variants: the slim wheels, and each fat twin none of whose slim wheels is published."""
+    slimmed = {(t.version, _parts(t.filename)[2], base_label(t.label)) for t in twins if is_slim(t.label)}
+    if not slimmed:
+        return list(twins)
+    return [t for t in twins if is_slim(t.label) or (t.version, _parts(t.filename)[2], t.label) not in slimmed]
+
+
+class Guard(NamedTuple):
+    """A guard before its bytes are made: everything they are made from."""
+
+    first: VariantWheel  # the first build of its group: the project, version and wheel tag it takes
+    filename: str
+    label: str  # pt214cu130.drv, pt214.noarch
+    variant: str  # {"properties": ..., "providers": ...} as JSON text with sorted keys, as VariantWheel holds it
+    refusal: str  # its one requirement
+
+    @property
+    def inputs(self) -> str:
+        """What its bytes are made from, as one text (a page group's digest)."""
+        return f"{self.first.project}\0{self.filename}\0{self.variant}\0{self.refusal}"
+
+    def metadata(self) -> bytes:
+        project, version = self.first.project, _parts(self.first.filename)[1]
+        return (
+            f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n"
+            f"Summary: refuses to install: no build of {project} {version} runs on this machine's NVIDIA GPU\n"
+            f"Requires-Dist: {self.refusal}\n"
+        ).encode()
+
+    def listed(self, sha256: str, size: int, metadata_sha256: str) -> VariantWheel:
+        """The guard as a channel lists it, from the digests of its wheel and its METADATA."""
+        return self.first._replace(
+            folder="", identity=(0, 0, 0, 0), filename=self.filename, label=self.label, sha256=sha256, size=size,
+            metadata_sha256=metadata_sha256, requires_python=None, provenance_sha256="", variant=self.variant,
+        )
+
+    def made(self) -> tuple[VariantWheel, bytes, bytes]:
+        """(the guard as listed, its wheel's bytes, its METADATA): same inputs, same bytes."""
+        document = json.loads(self.variant)
+        dist, version, tag, _ = _parts(self.first.filename)
+        dist_info = f"{dist}-{version}.dist-info"
+        metadata = self.metadata()
+        data = guard_wheel(dist_info, metadata, self.label, document["properties"], document["providers"], tag)
+        listed = self.listed(hashlib.sha256(data).hexdigest(), len(data), hashlib.sha256(metadata).hexdigest())
+        return listed, data, metadata
+
+
+def guard_groups(twins: Sequence[VariantWheel]) -> dict[str, list[Guard]]:
+    """The guards of one project's builds on every channel, by group (``1.7.0/pt214/cp311-cp311-...``): one group
+    per (version, torch minor, wheel tag) of CUDA builds, made from the builds listed as variants."""
     groups: dict[tuple[str, str, str], list[VariantWheel]] = defaultdict(list)
-    for twin in variants:
+    for twin in listed_variants(twins):
         if _CUDA.match(base_label(twin.label)):
             groups[(twin.version, twin.torch_tag, _parts(twin.filename)[2])].append(twin)
-    guards = [guard for members in groups.values() for guard in guards_of(members)]
-    return Listing(variants=variants, nulls=nulls, guards=guards)
+    seen = _Seen()  # thousands of groups share a few dozen labels, arch sets and variant.json texts
+    return {"/".join(key): guards_of(members, seen) for key, members in groups.items()}
 
 
-def guards_of(members: Sequence[VariantWheel]) -> list[tuple[VariantWheel, bytes, bytes]]:
+class _Seen:
+    """What one listing has worked out already, by its inputs: labels parsed, archs left uncovered, guards'
+    variant.json texts. Kept for one call, never for the process."""
+
+    def __init__(self) -> None:
+        self.labels: dict[str, tuple[str, str]] = {}
+        self.uncovered: dict[frozenset[str], list[str]] = {}
+        self.texts: dict[tuple[str, ...], str] = {}
+
+    def label(self, label: str) -> tuple[str, str]:
+        """(torch minor, CUDA version) of a CUDA build's label, slim or fat."""
+        found = self.labels.get(label)
+        if found is None:
+            torch_minor, accelerator = parse_label(base_label(label))
+            found = self.labels[label] = (torch_minor, accelerator.version)
+        return found
+
+    def uncovered_archs(self, members: Sequence[VariantWheel]) -> list[str]:
+        variants = frozenset(t.variant for t in members)
+        found = self.uncovered.get(variants)
+        if found is None:
+            found = self.uncovered[variants] = uncovered_archs(members)
+        return found
+
+    def text(self, torch_minor: str, key: str, values: tuple[str, ...]) -> str:
+        """A guard's variant.json as VariantWheel holds it."""
+        found = self.texts.get((torch_minor, key, *values))
+        if found is None:
+            properties = {"abi_dependency": {"torch": [torch_minor]}, "nvidia": {key: list(values)}}
+            providers = {"abi_dependency": {"static-properties": {"torch": [torch_minor]}}, "nvidia": NVIDIA_PROVIDER}
+            document = {"properties": properties, "providers": providers}
+            found = self.texts[(torch_minor, key, *values)] = json.dumps(document, sort_keys=True)
+        return found
+
+
+def guards_of(members: Sequence[VariantWheel], seen: _Seen | None = None) -> list[Guard]:
     """The guards of one (version, torch minor, wheel tag): one per CUDA version (the driver's too old for it), and
     one for the GPUs no listed variant has SASS or PTX for. A guard is supported only where no build runs: uv
     ranks every listed build above it (it names no CUDA lower bound, or only archs no build covers)."""
+    seen = seen or _Seen()
     first = members[0]
-    torch_minor = parse_label(base_label(first.label))[0]
+    dist, version, tag, _ = _parts(first.filename)
+    torch_minor = seen.label(first.label)[0]
     made = []
-    for cuda in sorted({parse_label(base_label(t.label))[1].version for t in members}):
+    for cuda in sorted({seen.label(t.label)[1] for t in members}):
         label = f"{first.torch_tag}cu{cuda.replace('.', '')}.drv"
-        properties = {"abi_dependency": {"torch": [torch_minor]}, "nvidia": {"cuda_version_upper_bound": [cuda]}}
-        made.append(_guard(first, label, properties, DRIVER_REFUSAL.format(cuda=cuda)))
-    uncovered = uncovered_archs(members)
+        text = seen.text(torch_minor, "cuda_version_upper_bound", (cuda,))
+        made.append(Guard(first, f"{dist}-{version}-{tag}-{label}.whl", label, text, DRIVER_REFUSAL.format(cuda=cuda)))
+    uncovered = seen.uncovered_archs(members)
     if uncovered:
-        properties = {"abi_dependency": {"torch": [torch_minor]}, "nvidia": {"sm_arch": uncovered}}
-        made.append(_guard(first, f"{first.torch_tag}.noarch", properties, ARCH_REFUSAL))
+        label = f"{first.torch_tag}.noarch"
+        text = seen.text(torch_minor, "sm_arch", tuple(uncovered))
+        made.append(Guard(first, f"{dist}-{version}-{tag}-{label}.whl", label, text, ARCH_REFUSAL))
     return made
 
 
@@ -115,33 +215,13 @@ def uncovered_archs(members: Iterable[VariantWheel]) -> list[str]:
     """``{M}{m}_real`` for each compute capability M.m that no member runs on, as uv's NVIDIA provider judges it: a
     GPU M.m runs ``{M}{w}_real`` for w <= m and ``{M}0_virtual``."""
     values = {v for t in members for v in t.properties.get("nvidia", {}).get("sm_arch", [])}
-    return [
-        f"{major}{minor}_real"
-        for major in reversed(_MAJORS)
-        for minor in reversed(_MINORS)
-        if f"{major}0_virtual" not in values and not any(f"{major}{w}_real" in values for w in range(minor + 1))
-    ]
-
-
-def _guard(first: VariantWheel, label: str, properties: Mapping[str, object], refusal: str
-           ) -> tuple[VariantWheel, bytes, bytes]:
-    dist, version, tag, _ = _parts(first.filename)
-    filename = f"{dist}-{version}-{tag}-{label}.whl"
-    providers = {"abi_dependency": {"static-properties": {"torch": properties["abi_dependency"]["torch"]}},  # type: ignore[index]
-                 "nvidia": NVIDIA_PROVIDER}
-    metadata = (
-        f"Metadata-Version: 2.1\nName: {first.project}\nVersion: {version}\n"
-        f"Summary: refuses to install: no build of {first.project} {version} runs on this machine's NVIDIA GPU\n"
-        f"Requires-Dist: {refusal}\n"
-    ).encode()
-    data = guard_wheel(f"{dist}-{version}.dist-info", metadata, label, properties, providers, tag)
-    variant = json.dumps({"properties": properties, "providers": providers}, sort_keys=True)
-    listed = first._replace(
-        folder="", identity=(0, 0, 0, 0), filename=filename, label=label, sha256=hashlib.sha256(data).hexdigest(),
-        size=len(data), metadata_sha256=hashlib.sha256(metadata).hexdigest(), requires_python=None,
-        provenance_sha256="", variant=variant,
-    )
-    return listed, data, metadata
+    uncovered = []
+    for major in reversed(_MAJORS):
+        if f"{major}0_virtual" in values:
+            continue
+        lowest = next((minor for minor in _MINORS if f"{major}{minor}_real" in values), len(_MINORS))
+        uncovered += [f"{major}{minor}_real" for minor in reversed(_MINORS) if minor < lowest]
+    return uncovered
 
 
 def guard_wheel(dist_info: str, metadata: bytes, label: str, properties: Mapping[str, object],

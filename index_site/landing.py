@@ -16,7 +16,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.ledger import LedgerEntry, Status
-from builder.plan.facts import DEFAULT_PLATFORM, PLATFORMS, Accelerator, TorchFacts, load_facts, version_key
+from builder.plan.accelerator import Accelerator, version_key
+from builder.plan.facts import DEFAULT_PLATFORM, PLATFORMS, TorchFacts, load_facts
 from builder.plan.job import parse_label
 from index_site.catalog import Catalog
 from index_site.wheels import GpuArchs, WheelFile

@@ -25,8 +25,8 @@ import markupsafe
 from packaging.version import Version
 
 from builder.core import resources
-from builder.core.hashing import sha256_of
-from index_site import layout, variants
+from builder.core.hashing import FileIdentity, sha256_of
+from index_site import fallback, layout, variants
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text
 from index_site.manifest import release_manifest
@@ -151,21 +151,67 @@ def _doctor_group(base_url: str) -> PageGroup:
     )
 
 
-def channel_groups(twins: Sequence[variants.VariantWheel]) -> list[PageGroup]:
-    """The variant channel's pages (variants.py): for every torch's channel and each torch minor's, its project
-    list, and one group per project (its two pages and its variants.json documents)."""
+def channel_groups(
+    twins: Sequence[variants.VariantWheel], records: Mapping[str, tuple[str, FileIdentity]] | None = None
+) -> list[PageGroup]:
+    """The variant channel's pages (variants.py): the guards of each project's builds in groups of their own (one per
+    version, torch minor and wheel tag), then for every torch's channel and each torch minor's, its project list,
+    and one group per project (its two pages and its variants.json documents). ``records`` (sha256 and identity by
+    site path) are what the manifest says of the files of the guard groups that are not rendered again: the sites
+    lists them by those digests, found in place by render_changed before any project group renders."""
     groups = []
+    made = _Guards(records or {})
+    by_project = variants.by_project(twins)
+    guards = {project: fallback.guard_groups(of_project) for project, of_project in by_project.items()}
+    shown_guards: dict[tuple[str, str | None], list[fallback.Guard]] = defaultdict(list)  # by channel
+    for project, found in guards.items():
+        for key, group in found.items():
+            shown_guards[(project, None)] += group
+            shown_guards[(project, key.split("/")[1])] += group  # version/torch minor/wheel tag
+            group_key = f"{variants.ROOT}:guards:{project}/{key}"
+            digest = _digest([group_key, *(guard.inputs for guard in group)])
+            groups.append(PageGroup(key=group_key, digest=digest, render=functools.partial(made.render, group)))
     for torch_tag, members in variants.by_channel(twins).items():
         root = variants.channel_root(torch_tag)
         projects = variants.by_project(members)
-        render = functools.partial(variants.channel_root_pages, torch_tag, list(projects))
-        groups.append(PageGroup(key=f"{root}:projects", digest=_digest([root, *projects]), render=render))
+        roots = functools.partial(variants.channel_root_pages, torch_tag, list(projects))
+        groups.append(PageGroup(key=f"{root}:projects", digest=_digest([root, *projects]), render=roots))
         for project, twins_of_project in projects.items():
             key = f"{root}:{project}"
             digest = _digest([key, *(variants.fingerprint(twin) for twin in twins_of_project)])
-            render = functools.partial(variants.project_pages, root, project, twins_of_project)
+            render = made.project(root, project, twins_of_project, shown_guards[(project, torch_tag)])
             groups.append(PageGroup(key=key, digest=digest, render=render))
     return groups
+
+
+class _Guards:
+    """The guards of one run: made (their bytes) only where their group renders, else listed by what the manifest
+    recorded of their files (``records``), which render_changed has found in place."""
+
+    def __init__(self, records: Mapping[str, tuple[str, FileIdentity]]) -> None:
+        self.records = records
+        self.made: dict[str, variants.VariantWheel] = {}
+
+    def render(self, guards: Sequence[fallback.Guard]) -> dict[str, bytes]:
+        pages = {}
+        for guard in guards:
+            listed, data, metadata = guard.made()
+            self.made[guard.filename] = listed
+            pages.update(variants.guard_pages(guard.filename, data, metadata))
+        return pages
+
+    def listed(self, guard: fallback.Guard) -> variants.VariantWheel:
+        made = self.made.get(guard.filename)
+        if made is not None:
+            return made
+        path = variants.file_path(guard.filename)
+        (sha256, identity), (metadata_sha256, _) = self.records[path], self.records[f"{path}.metadata"]
+        return guard.listed(sha256, identity.size, metadata_sha256)
+
+    def project(
+        self, root: str, project: str, twins: list[variants.VariantWheel], guards: Sequence[fallback.Guard]
+    ) -> Callable[[], dict[str, bytes]]:
+        return lambda: variants.project_pages(root, project, twins, [self.listed(guard) for guard in guards])
 
 
 def _release_group(
@@ -242,7 +288,7 @@ def _code_digest() -> str:
     digest = hashlib.sha256(API_VERSION.encode())
     package = Path(__file__).parent
     sources = [path for path in sorted((package / "templates").rglob("*")) if path.is_file()]
-    names = ("render", "landing", "pages", "setups", "manifest", "layout", "variants")
+    names = ("render", "landing", "pages", "setups", "manifest", "layout", "variants", "fallback")
     modules = [package / f"{name}.py" for name in names]
     for path in [*sources, *modules]:
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from builder.core.ledger import LedgerEntry
-from builder.plan.facts import version_key
+from builder.plan.accelerator import version_key
 from index_site import layout
 from index_site.landing import (
     BUILT,

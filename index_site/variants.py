@@ -14,7 +14,7 @@ import logging
 import re
 import shlex
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import markupsafe
@@ -136,14 +136,29 @@ def by_project(twins: Iterable[VariantWheel]) -> dict[str, list[VariantWheel]]:
 
 
 def render_channel(twins: list[VariantWheel]) -> dict[str, bytes]:
-    """Every page of the variant channel and its variants.json documents, by site path (none without twins: no
-    channel is announced that holds nothing)."""
+    """Every page of the variant channel, its variants.json documents and its guards, by site path (none without
+    twins: no channel is announced that holds nothing)."""
+    from index_site import fallback
+
     pages: dict[str, bytes] = {}
+    guards: dict[str, list[VariantWheel]] = defaultdict(list)
+    for project, twins_of_project in by_project(twins).items():
+        for group in fallback.guard_groups(twins_of_project).values():
+            for guard in group:
+                listed, data, metadata = guard.made()
+                pages.update(guard_pages(guard.filename, data, metadata))
+                guards[project].append(listed)
     for torch_tag, members in by_channel(twins).items():
         pages.update(channel_root_pages(torch_tag, sorted(by_project(members))))
         for project, twins_of_project in by_project(members).items():
-            pages.update(project_pages(channel_root(torch_tag), project, twins_of_project))
+            shown = [guard for guard in guards[project] if torch_tag in (None, guard.torch_tag)]
+            pages.update(project_pages(channel_root(torch_tag), project, twins_of_project, shown))
     return pages
+
+
+def guard_pages(filename: str, data: bytes, metadata: bytes) -> dict[str, bytes]:
+    """A guard's files (fallback.Guard): the site writes them as pages, being made of nothing but their inputs."""
+    return {file_path(filename): data, file_path(filename) + ".metadata": metadata}
 
 
 def fingerprint(twin: VariantWheel) -> str:
@@ -165,18 +180,19 @@ def channel_root_pages(torch_tag: str | None, projects: list[str]) -> dict[str, 
     }
 
 
-def project_pages(root: str, project: str, twins: list[VariantWheel]) -> dict[str, bytes]:
+def project_pages(
+    root: str, project: str, twins: list[VariantWheel], guards: Sequence[VariantWheel] = ()
+) -> dict[str, bytes]:
     """A project's two pages on one channel: per version its variants.json, its variants (slim wheels in place of
-    their fat twin), the nulls and the guards (fallback.py), whose bytes are pages of their own."""
+    their fat twin), the nulls and ``guards`` (fallback.py, as listed: their files are pages of their own groups)."""
     from index_site import fallback
 
-    listed = fallback.listing(twins)
+    listed = fallback.listing(twins, guards)
     pages: dict[str, bytes] = {}
-    for guard, data, metadata in listed.guards:
-        pages[file_path(guard.filename)], pages[file_path(guard.filename) + ".metadata"] = data, metadata
     anchors, files_json = [], []
+    dumped: dict[str, str] = {}
     by_version: dict[str, list[VariantWheel]] = defaultdict(list)
-    for twin in [*listed.variants, *(guard for guard, _, _ in listed.guards)]:
+    for twin in [*listed.variants, *listed.guards]:
         by_version[twin.version].append(twin)
     nulls: dict[str, list[VariantWheel]] = defaultdict(list)
     for null in listed.nulls:
@@ -185,7 +201,7 @@ def project_pages(root: str, project: str, twins: list[VariantWheel]) -> dict[st
     for version in sorted(by_version, key=_version_key):
         members = sorted(by_version[version], key=lambda t: t.filename)
         name = f"{members[0].filename.split('-', 1)[0]}-{version}-variants.json"
-        document = _variants_json(members)
+        document = variants_json(members, dumped)
         for tree in ("simple", "json"):
             pages[f"{root}/{tree}/{project}/{name}"] = document
         sha = hashlib.sha256(document).hexdigest()
@@ -226,8 +242,23 @@ def variants_document(twins: Iterable[VariantWheel]) -> dict[str, object]:
     }
 
 
-def _variants_json(twins: list[VariantWheel]) -> bytes:
-    return (json.dumps(variants_document(twins), indent=2, sort_keys=True) + "\n").encode()
+def variants_json(twins: list[VariantWheel], dumped: dict[str, str] | None = None) -> bytes:
+    """``json.dumps(variants_document(twins), indent=2, sort_keys=True)`` and a newline, with each variant's
+    properties dumped once per call of the caller (``dumped``, by the twin's variant text): ``indent`` takes the
+    pure-Python encoder, and a project's versions list the same few dozen properties thousands of times."""
+    dumped = {} if dumped is None else dumped
+    by_label = {t.label: t for t in sorted(twins, key=lambda t: t.label)}  # as variants_document picks them
+    entries = []
+    for label, twin in by_label.items():
+        text = dumped.get(twin.variant)
+        if text is None:
+            text = json.dumps(twin.properties, indent=2, sort_keys=True).replace("\n", "\n    ")
+            dumped[twin.variant] = text
+        entries.append(f"    {json.dumps(label)}: {text}")
+    body = "{\n" + ",\n".join(entries) + "\n  }" if entries else "{}"
+    # the other keys ($schema, default-priorities, providers) sort before "variants"
+    head = json.dumps({k: v for k, v in variants_document(twins).items() if k != "variants"}, indent=2, sort_keys=True)
+    return f'{head[:-2]},\n  "variants": {body}\n}}\n'.encode()
 
 
 def _anchor(href: str, twin: VariantWheel) -> str:

@@ -12,13 +12,15 @@ import zipfile
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 from builder.core.archive import RATIO_FLOOR, WHEEL, Archive, ArchiveError
 from builder.core.hashing import open_regular
 from builder.core.wheelname import InvalidWheelFilename, WheelFilename
-from builder.plan.facts import Accelerator, TorchFacts, load_facts
-from builder.plan.job import parse_label
+
+if TYPE_CHECKING:
+    from builder.plan.accelerator import Accelerator
+    from builder.plan.facts import TorchFacts
 
 # Stricter than the wheel spec on purpose: every character of a filename ends up in hrefs, S3 keys and HTML.
 _SAFE_FILENAME = re.compile(
@@ -176,6 +178,14 @@ def _check_tags(tags: str) -> None:
     WheelFilename.parse(f"x-0-{tags}.whl")
 
 
+def parse_label(label: str) -> tuple[str, Accelerator]:
+    """builder.plan.job's, imported when a name is parsed: an index run that finds nothing changed parses none and
+    so does without the plan's models (a tenth of a second to import)."""
+    from builder.plan.job import parse_label as parse
+
+    return parse(label)
+
+
 @functools.lru_cache(maxsize=4096)
 def _release_of(dist: str, raw_version: str) -> tuple[str, str, str, str, str, Accelerator]:
     """Project, version, public version, label, torch minor and accelerator of a name-version pair (thousands of
@@ -198,9 +208,12 @@ def _release_of(dist: str, raw_version: str) -> tuple[str, str, str, str, str, A
     return project, str(version), version.public, version.local, torch, accelerator
 
 
-def check_variant(name: WheelName, facts: TorchFacts | None = None) -> None:
+def check_variant(name: WheelName, facts: TorchFacts | None = None, released: Collection[str] = ()) -> None:
     """A label is a variant only if torch shipped it (builder/data/torch.toml): ``pt214cu118`` parses, but torch
-    2.14 was never built for CUDA 11.8, so no one could install that wheel beside a torch it matches."""
+    2.14 was never built for CUDA 11.8, so no one could install that wheel beside a torch it matches. ``released``:
+    the variants the facts list (released_variants), which spare reading them for a known one."""
+    if variant_key(name.torch, name.accelerator) in released:
+        return
     if facts is None:
         problem = _known_variant_problem(name.torch, name.accelerator)
     else:
@@ -211,7 +224,19 @@ def check_variant(name: WheelName, facts: TorchFacts | None = None) -> None:
 
 @functools.lru_cache(maxsize=1024)
 def _known_variant_problem(torch: str, accelerator: Accelerator) -> str | None:
+    from builder.plan.facts import load_facts
+
     return _variant_problem(torch, accelerator, load_facts())
+
+
+def released_variants(facts: TorchFacts) -> list[str]:
+    """Every variant torch shipped, as check_variant looks them up: ``2.14 cu130``."""
+    return sorted(variant_key(release.minor, accelerator) for release in facts.releases for accelerator in
+                  release.accelerators)
+
+
+def variant_key(torch: str, accelerator: Accelerator) -> str:
+    return f"{torch} {accelerator.name}"
 
 
 def _variant_problem(torch: str, accelerator: Accelerator, facts: TorchFacts) -> str | None:

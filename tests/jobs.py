@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.ledger import LedgerEntry
+from builder.plan.accelerator import Accelerator
 from builder.plan.expand import load_plan
-from builder.plan.facts import Accelerator
 from builder.plan.job import Job
 
 MATRIX = Path(__file__).parent.parent / "matrix.yaml"

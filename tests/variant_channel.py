@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from builder.plan.facts import Accelerator
+from builder.plan.accelerator import Accelerator
 from builder.plan.job import Job
 from builder.steps import provenance, slim
 from builder.steps.variant import make_twin

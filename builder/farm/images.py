@@ -26,7 +26,7 @@ from builder.core.resources import IMAGE_BASES
 from builder.core.runner import run
 from builder.core.settings import cache_root, setting_path
 from builder.farm.engine import Engine
-from builder.plan.facts import Accelerator, python_key
+from builder.plan.accelerator import Accelerator, python_key
 from builder.plan.job import Job
 from builder.steps import toolchain
 from builder.steps.toolchain import ToolkitSource

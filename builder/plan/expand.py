@@ -17,16 +17,10 @@ from packaging.version import Version
 
 from builder.core.errors import PlanError, did_you_mean
 from builder.core.settings import setting
+from builder.plan.accelerator import FREE_THREADED, Accelerator
 from builder.plan.arch import Arch
 from builder.plan.archs import ArchChoice, ArchNote, apply_known_bad
-from builder.plan.facts import (
-    DEFAULT_PLATFORM,
-    FREE_THREADED,
-    Accelerator,
-    TorchFacts,
-    TorchRelease,
-    load_facts,
-)
+from builder.plan.facts import DEFAULT_PLATFORM, TorchFacts, TorchRelease, load_facts
 from builder.plan.job import Job, PatchRef, Recipe, Sdist, UpstreamFiles
 from builder.plan.matrix import DEFAULT_TORCH_INDEX, HOST_PYTHON, Matrix, PackageSpec, SdistPin, load_matrix
 

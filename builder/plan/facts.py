@@ -9,13 +9,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, StrictBool, StrictStr, model_validator
 
 from builder.core.data import load_data, validate
 from builder.core.errors import FactsError
 from builder.core.resources import TORCH_FACTS
+from builder.plan.accelerator import Accelerator, base_python, is_free_threaded, python_key, torch_minor, version_key
 from builder.plan.arch import Arch
 
 MANYLINUX_POLICIES = ("manylinux2014", "manylinux_2_28", "manylinux_2_34")
@@ -23,77 +24,6 @@ MANYLINUX_POLICIES = ("manylinux2014", "manylinux_2_28", "manylinux_2_34")
 # default); aarch64 (GH200, GB200, DGX Spark) where torch.toml's ``aarch64`` lists the release's CUDA variant.
 PLATFORMS = ("x86_64", "aarch64")
 DEFAULT_PLATFORM = PLATFORMS[0]
-_ACCEL_RE = re.compile(r"cu(?P<cu>[1-9]\d{1,2})|rocm(?P<rocm>[1-9]\d*(?:\.\d+){1,2})")
-
-
-def torch_minor(torch: str) -> str:
-    """The minor release a torch version belongs to (the unit of ABI and labels): "2.14" for 2.14.1+cu130."""
-    return ".".join(torch.split("+")[0].split(".")[:2])
-
-
-def version_key(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split("."))
-
-
-FREE_THREADED = "t"  # PEP 703's ABI suffix: Python "3.13t", tags cp313-cp313t
-
-
-def is_free_threaded(python: str) -> bool:
-    return python.endswith(FREE_THREADED)
-
-
-def base_python(python: str) -> str:
-    """The CPython minor a Python of the plan runs: "3.13" for the free-threaded "3.13t"."""
-    return python.removesuffix(FREE_THREADED)
-
-
-def python_key(python: str) -> tuple[int, ...]:
-    """Sorts "3.13t" right after "3.13" and before "3.14"."""
-    return (*version_key(base_python(python)), int(is_free_threaded(python)))
-
-
-@dataclass(frozen=True, kw_only=True, order=True)
-class Accelerator:
-    """A torch build variant's accelerator: ``cu130`` (CUDA 13.0) or ``rocm6.1`` (ROCm 6.1)."""
-
-    kind: Literal["cuda", "rocm"]
-    version: str
-
-    @classmethod
-    def parse(cls, name: str) -> Accelerator:
-        match = _ACCEL_RE.fullmatch(name)
-        if match is None:
-            msg = f"{name!r} is not an accelerator; write CUDA as 'cu130' (13.0) and ROCm as 'rocm6.1'"
-            raise ValueError(msg)
-        if match["cu"]:
-            digits = match["cu"]
-            return cls(kind="cuda", version=f"{int(digits[:-1])}.{digits[-1]}")
-        return cls(kind="rocm", version=match["rocm"])
-
-    @classmethod
-    def cuda(cls, version: str) -> Accelerator:
-        return cls(kind="cuda", version=version)
-
-    @classmethod
-    def rocm(cls, version: str) -> Accelerator:
-        return cls(kind="rocm", version=version)
-
-    @property
-    def name(self) -> str:
-        """How torch's own indexes spell it: cu130, rocm6.1."""
-        if self.kind == "cuda":
-            return "cu" + self.version.replace(".", "")
-        return "rocm" + self.version
-
-    @property
-    def tag(self) -> str:
-        """How the variant label spells it: cu130, rocm61 (digits only, so the label stays one PEP 440 segment)."""
-        return self.name.replace(".", "")
-
-    def __str__(self) -> str:
-        return self.name
-
-
 @dataclass(frozen=True, kw_only=True)
 class TorchRelease:
     minor: str

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from builder.plan.accelerator import Accelerator, base_python, torch_minor
 from builder.plan.arch import Arch
-from builder.plan.facts import Accelerator, base_python, torch_minor
 
 # No leading zeros anywhere, so that every label parses back to exactly one (torch minor, accelerator).
 _LABEL_RE = re.compile(r"pt(?P<major>[1-9])(?P<minor>0|[1-9]\d*)(?P<accel>cu[1-9]\d{1,2}|rocm[1-9]\d{1,2})")

@@ -18,8 +18,9 @@ from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from builder.core.errors import ConfigError, did_you_mean
+from builder.plan.accelerator import Accelerator, torch_minor
 from builder.plan.arch import Arch as GpuArch
-from builder.plan.facts import PLATFORMS, Accelerator, torch_minor
+from builder.plan.facts import PLATFORMS
 from builder.plan.job import PATCH_NAMES
 
 HOST_PYTHON = "host"

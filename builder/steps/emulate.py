@@ -15,7 +15,7 @@ from tempfile import TemporaryDirectory
 from builder.core.context import log_note
 from builder.core.errors import NotBuildableHere
 from builder.core.runner import run
-from builder.plan.facts import is_free_threaded
+from builder.plan.accelerator import is_free_threaded
 from builder.plan.job import Job
 from builder.steps.cross import CrossBuild, unpack_wheel
 from builder.steps.environment import find_pythons

@@ -25,8 +25,9 @@ from builder.core.errors import NotBuildableHere, ToolchainError, WheelError
 from builder.core.resources import BUILD_REQUIREMENTS
 from builder.core.runner import PIP_TOOLS, PIP_TORCH, run
 from builder.core.settings import cache_root
+from builder.plan.accelerator import Accelerator
 from builder.plan.arch import Arch
-from builder.plan.facts import Accelerator, TorchFacts
+from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.steps.toolchain import Toolchain as Toolkit
 from builder.steps.toolchain import ToolkitUnavailable, provide

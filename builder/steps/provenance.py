@@ -16,17 +16,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from email.parser import Parser
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from builder import __version__
 from builder.core.errors import WheelError, WheelwrightError
 from builder.core.fatbin import arch_key
 from builder.core.runner import run
 from builder.core.settings import setting
-from builder.plan.archs import split
-from builder.plan.job import Job
-from builder.steps.elf import ElfFacts
 from builder.steps.wheelzip import Member, dist_info_dir, read_members, write_wheel
+
+if TYPE_CHECKING:  # the plan's arch models and pyelftools: not for the index, which only reads records
+    from builder.plan.job import Job
+    from builder.steps.elf import ElfFacts
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,8 @@ def _host() -> dict[str, str]:
 
 def job_archs(job: Job) -> dict[str, list[str]]:
     """The archs the job compiles, by the plan's spellings: SASS (ROCm: code objects) and PTX, each as ``9.0``."""
+    from builder.plan.archs import split
+
     sass, ptx = split(job.archs)
     return {"sass": sorted(set(sass), key=_arch_sort), "ptx": sorted(set(ptx), key=_arch_sort)}
 

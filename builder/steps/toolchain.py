@@ -31,8 +31,8 @@ from builder.core.errors import ToolchainError
 from builder.core.resources import TOOLKITS
 from builder.core.runner import APT_DOWNLOAD, APT_UPDATE, PIP_TOOLS, run
 from builder.core.settings import cache_root, expand_settings
+from builder.plan.accelerator import Accelerator
 from builder.plan.arch import Arch
-from builder.plan.facts import Accelerator
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ from typing import BinaryIO
 
 from builder.core.archive import Archive
 from builder.core.errors import WheelError
-from builder.steps.slim import cut_problems
 from builder.steps.variant import DerivedTwin, derive_open, make_twin, quick_problems, twin_problems
 from builder.steps.wheelzip import read_members
 
@@ -34,6 +33,8 @@ class VariantTwins:
         """Where ``twin`` differs from the twin of ``wheel`` (payload, metadata, variant.json, provenance): from
         the archives' raw streams where they show it (quick_problems), else from every member inflated."""
         if _SLIM_LABEL.search(twin.name.removesuffix(".whl").rsplit("-", 1)[-1]):
+            from builder.steps.slim import cut_problems  # the slim step's ELF and fatbin readers: slim twins only
+
             return cut_problems(wheel, twin)
         try:
             quick = quick_problems(wheel, twin)

@@ -26,8 +26,8 @@ from builder.core.errors import WheelError
 from builder.core.fatbin import arch_key
 from builder.core.runner import run
 from builder.core.wheelname import InvalidWheelFilename, WheelFilename
+from builder.plan.accelerator import torch_minor
 from builder.plan.archs import split
-from builder.plan.facts import torch_minor
 from builder.plan.job import Job
 from builder.steps import provenance
 from builder.steps.elf import ElfFacts, tree_elf_facts, unpacked

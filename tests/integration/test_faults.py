@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.ledger import Ledger
-from builder.plan.facts import Accelerator
+from builder.plan.accelerator import Accelerator
 from builder.steps.variant import make_twin
 from builder.steps.wheelzip import Member, read_members, write_wheel
 from index_site.state import STATE_FILE, IndexState

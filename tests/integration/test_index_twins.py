@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.plan.facts import Accelerator
+from builder.plan.accelerator import Accelerator
 from builder.steps.variant import make_twin
 from builder.steps.wheelzip import Member, read_members, write_wheel
 from scripts.bench.wheels import WheelSpec, job_wheel, make_wheel, with_provenance

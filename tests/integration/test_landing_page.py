@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from builder.plan.facts import load_facts, python_key
+from builder.plan.accelerator import python_key
+from builder.plan.facts import load_facts
 from builder.plan.job import Job
 from index_site.serve import serving
 from index_site.site import build_site

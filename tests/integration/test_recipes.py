@@ -19,8 +19,9 @@ import setuptools
 
 from builder.core.hashing import sha256_of
 from builder.core.runner import run
+from builder.plan.accelerator import Accelerator
 from builder.plan.expand import expand
-from builder.plan.facts import Accelerator, load_facts
+from builder.plan.facts import load_facts
 from builder.plan.job import Job
 from builder.plan.matrix import Profile, load_matrix
 from builder.steps.fetch import fetch_sdist, unpack_sdist

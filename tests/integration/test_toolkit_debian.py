@@ -16,8 +16,8 @@ import pytest
 
 from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
+from builder.plan.accelerator import Accelerator
 from builder.plan.arch import Arch
-from builder.plan.facts import Accelerator
 from builder.steps import timeline
 from builder.steps.environment import check_toolkit
 from builder.steps.nvcc_time import read_times

@@ -15,8 +15,8 @@ import pytest
 from builder.core.elfread import read_linkage
 from builder.core.fatbin import fatbin_archs
 from builder.core.runner import run
+from builder.plan.accelerator import Accelerator
 from builder.plan.arch import Arch
-from builder.plan.facts import Accelerator
 from builder.steps.environment import check_toolkit
 from builder.steps.toolchain import Toolchain, candidates, load_sources, provide, toolkit_version
 

@@ -20,7 +20,8 @@ import pytest
 from builder.core.context import job_context
 from builder.core.hashing import sha256_of
 from builder.core.settings import cache_root
-from builder.plan.facts import Accelerator, load_facts
+from builder.plan.accelerator import Accelerator
+from builder.plan.facts import load_facts
 from builder.steps import provenance
 from builder.steps.environment import runtime_env
 from builder.steps.fetch import index_url

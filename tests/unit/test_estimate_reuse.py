@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import ConfigError, LedgerError
+from builder.plan.accelerator import Accelerator
 from builder.plan.estimate import estimate, ledger_model, reuse_facts, seed_model, summary
 from builder.plan.expand import load_plan
-from builder.plan.facts import Accelerator
 from builder.plan.job import Job
 
 ROOT = Path(__file__).resolve().parents[2]

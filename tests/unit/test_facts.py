@@ -13,15 +13,8 @@ from typing import Any
 import pytest
 
 from builder.core.errors import FactsError
-from builder.plan.facts import (
-    Accelerator,
-    TorchFacts,
-    base_python,
-    is_free_threaded,
-    load_facts,
-    parse_facts,
-    python_key,
-)
+from builder.plan.accelerator import Accelerator, base_python, is_free_threaded, python_key
+from builder.plan.facts import TorchFacts, load_facts, parse_facts
 
 if sys.version_info >= (3, 11):
     import tomllib

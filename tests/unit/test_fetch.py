@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import FetchError
-from builder.plan.facts import Accelerator
+from builder.plan.accelerator import Accelerator
 from builder.plan.job import Job, Recipe, Sdist
 from builder.steps import fetch
 

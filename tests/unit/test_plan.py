@@ -12,10 +12,11 @@ import pytest
 
 from builder.cli.main import main
 from builder.core.errors import PlanError
+from builder.plan.accelerator import Accelerator
 from builder.plan.arch import Arch
 from builder.plan.archs import apply_known_bad
 from builder.plan.expand import Plan, expand, load_plan
-from builder.plan.facts import Accelerator, TorchFacts, load_facts
+from builder.plan.facts import TorchFacts, load_facts
 from builder.plan.matrix import Matrix, load_matrix
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,10 +13,11 @@ import pytest
 from builder.core.errors import ConfigError, FactsError, PlanError
 from builder.core.files import read_toml
 from builder.core.resources import TORCH_FACTS
+from builder.plan.accelerator import Accelerator
 from builder.plan.arch import Arch
 from builder.plan.estimate import by_platform, estimate, group_name, seed_model
 from builder.plan.expand import load_plan
-from builder.plan.facts import Accelerator, load_facts, parse_facts
+from builder.plan.facts import load_facts, parse_facts
 from builder.plan.shards import shard
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,9 @@ import pytest
 
 from builder.farm import build as build_stage
 from builder.farm.build import NEEDS_TORCH_INDEX, READY, count_reasons, preflight
+from builder.plan.accelerator import Accelerator
 from builder.plan.expand import load_plan
-from builder.plan.facts import Accelerator, load_facts
+from builder.plan.facts import load_facts
 from builder.steps import torch_index
 from builder.steps.toolchain import ToolkitReadiness
 

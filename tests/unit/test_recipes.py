@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from builder.core.errors import ConfigError, RecipeError
+from builder.plan.accelerator import Accelerator
 from builder.plan.arch import Arch
-from builder.plan.facts import Accelerator
 from builder.plan.job import Job, PatchRef, Recipe, Sdist
 from builder.steps.recipes import prelude, pyproject, recipe, setup_py
 from builder.steps.recipes.facts import package_facts, parse_package_facts

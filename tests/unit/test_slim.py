@@ -11,7 +11,7 @@ import pytest
 
 from builder.core.errors import WheelError
 from builder.core.fatbin import parse_fatbin, select_entries
-from builder.plan.facts import Accelerator
+from builder.plan.accelerator import Accelerator
 from builder.steps.slim import Link, cuttable, find_links, keeper, slim_archs, slim_label, slim_ptx
 from tests.jobs import local_job
 from tests.synth import PTX, SASS, fatbin_container, fatbin_entry

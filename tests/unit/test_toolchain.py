@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import ConfigError
+from builder.plan.accelerator import Accelerator
 from builder.plan.arch import Arch
-from builder.plan.facts import Accelerator
 from builder.steps import toolchain
 from builder.steps.environment import NotBuildableHere, find_toolkit
 from builder.steps.toolchain import (

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from builder.core.errors import ConfigError
-from builder.plan.facts import Accelerator, load_facts
+from builder.plan.accelerator import Accelerator
+from builder.plan.facts import load_facts
 from builder.plan.matrix import DEFAULT_TORCH_INDEX
 from builder.steps import torch_index
 from builder.steps.environment import check_torch_wheel

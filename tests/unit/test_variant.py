@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.errors import WheelError
-from builder.plan.facts import Accelerator
+from builder.plan.accelerator import Accelerator
 from builder.steps import variant
 from builder.steps.wheelzip import Member, read_members, write_wheel
 from index_site import variants as channel
@@ -167,3 +167,21 @@ def test_a_wheel_whose_record_lies_still_gets_a_checked_twin(tmp_path: Path) -> 
 
 def test_no_twin_is_derived_of_a_wheel_without_provenance(tmp_path: Path) -> None:
     assert variant.derive_twin(job_wheel(tmp_path, JOB, {"causal_conv1d/__init__.py": b""})) is None
+
+
+@pytest.mark.parametrize("labels", [(), ("pt214cu130",), ("pt214cu130", "pt214cu126", "pt213cu130", "pt214rocm61")])
+def test_a_variants_json_is_json_dumps_bytes_of_its_document(labels: tuple[str, ...]) -> None:
+    """variants.py writes the indented document itself, each variant's properties dumped once per call: the
+    bytes must stay those of json.dumps(indent=2, sort_keys=True)."""
+    twins = []
+    for label in labels:
+        nvidia = {"sm_arch": ["90_real", "120_virtual"], "cuda_version_lower_bound": [label[-3:]]}
+        properties = {"abi_dependency": {"torch": [f"{label[2]}.{label[3:5]}"]}, "nvidia": nvidia}
+        providers = {"nvidia": {"requires": ["nvidia-variant-provider"]}, "abi_dependency": {}}
+        variant = json.dumps({"properties": properties, "providers": providers}, sort_keys=True)
+        twins.append(channel.VariantWheel("v", (1, 2, 3, 4), f"a-1.0-cp311-cp311-linux_x86_64-{label}.whl", "a",
+                                          "1.0", label, "0" * 64, 1, "1" * 64, None, "", variant))
+    dumped: dict[str, str] = {}
+    expected = (json.dumps(channel.variants_document(twins), indent=2, sort_keys=True) + "\n").encode()
+    assert channel.variants_json(twins, dumped) == expected
+    assert channel.variants_json(twins, dumped) == expected  # again, from what the first call dumped
