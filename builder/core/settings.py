@@ -109,7 +109,7 @@ SETTINGS = (
     Setting("WHEELWRIGHT_PROOF_DISTS", None, "the dist/ folders of real aarch64 and x86_64 builds to index", "tests"),
 )
 # Variables of other tools that the product reads, each for what it means to wheelwright; set by their own tools or
-# by you, never by wheelwright. A module reads them where it needs them (no file key, no cascade).
+# by you. A module reads them where it needs them (no file key, no cascade).
 @dataclass(frozen=True)
 class OtherVariable:
     """Another tool's variables that wheelwright reads for one purpose, and what they do here."""
