@@ -23,16 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.plan.expand import load_plan
-from builder.plan.facts import load_facts
 from builder.steps import compilation, sass, sharedcache
-from builder.steps.environment import build_env, find_toolkit, runtime_env
-from builder.steps.fetch import fetch_sdist, unpack_sdist
 from builder.steps.programs import objcache, stagecache
-from builder.steps.recipes import apply_recipe
-from builder.steps.upstream import overlay_upstream
-from scripts.bench.build import bench_matrix
-from scripts.measure_device_reuse import record_commands
+from scripts.measure_device_reuse import record_commands, torch_build
 
 
 @dataclass(kw_only=True)
@@ -151,18 +144,8 @@ def same_kernels(cuobjdump: Path, first: Run, second: Run) -> str:
 def setup(args: argparse.Namespace, torch: str) -> Iterator[tuple[list[tuple[str, list[str]]], dict[str, str]]]:
     """The torch's build set up as `wheelwright build` sets it up, its workspace held: its nvcc calls and the
     environment a build gives them."""
-    workdir: Path = args.workdir
-    (job,) = load_plan(bench_matrix(workdir, [args.python], args.archs, args.package, torch), "bench").jobs
-    toolkit = find_toolkit(job.accelerator, job.archs)
-    runtime = runtime_env(job, load_facts())
-    env = build_env(job, runtime, toolkit)
-    source = unpack_sdist(fetch_sdist(job), workdir / "src")
-    overlay_upstream(job, source)
-    recipe = apply_recipe(source, job)
-    with compilation.workspace(job, source, runtime.site_packages) as space:
-        parallelism = compilation.Parallelism.fit(len(job.archs))
-        environ = compilation.build_environ(job, env, recipe.env, space, parallelism, None, {})
-        calls = record_commands(job, env, space, environ, workdir)
+    with torch_build(args, torch) as (job, env, space, environ):
+        calls = record_commands(job, env, space, environ, args.workdir)
         yield [(nvcc, a) for nvcc, a in calls if not args.units or objcache.source_of(a).name in args.units], environ
 
 

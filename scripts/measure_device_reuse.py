@@ -27,7 +27,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from builder.core.errors import WheelwrightError
@@ -202,9 +203,11 @@ def measure_unit(torch: str, nvcc: str, args: list[str], environ: Mapping[str, s
     return Unit(torch=torch, unit=source.name, cpu=cpu), chains
 
 
-def measure_torch(args: argparse.Namespace, torch: str, cache_root: Path, cuobjdump: Path | None,
-                  ) -> tuple[list[Unit], list[Chain]]:
-    """Set one torch's build up as `wheelwright build` does, then measure each of its CUDA TUs."""
+@contextmanager
+def torch_build(args: argparse.Namespace, torch: str, parallelism: compilation.Parallelism | None = None,
+                ) -> Iterator[tuple[Job, BuildEnv, compilation.Workspace, dict[str, str]]]:
+    """One torch's build set up as `wheelwright build` sets it up, its workspace held: the job, its build env, the
+    workspace and the environment a build gives nvcc (``parallelism``: else the one a build fits to the archs)."""
     workdir: Path = args.workdir
     (job,) = load_plan(bench_matrix(workdir, [args.python], args.archs, args.package, torch), "bench").jobs
     toolkit = find_toolkit(job.accelerator, job.archs)
@@ -213,11 +216,19 @@ def measure_torch(args: argparse.Namespace, torch: str, cache_root: Path, cuobjd
     source = unpack_sdist(fetch_sdist(job), workdir / "src")
     overlay_upstream(job, source)
     recipe = apply_recipe(source, job)
+    with compilation.workspace(job, source, runtime.site_packages) as space:
+        parallelism = parallelism or compilation.Parallelism.fit(len(job.archs))
+        yield job, env, space, compilation.build_environ(job, env, recipe.env, space, parallelism, None, {})
+
+
+def measure_torch(args: argparse.Namespace, torch: str, cache_root: Path, cuobjdump: Path | None,
+                  ) -> tuple[list[Unit], list[Chain]]:
+    """Set one torch's build up as `wheelwright build` does, then measure each of its CUDA TUs."""
+    workdir: Path = args.workdir
     units: list[Unit] = []
     chains: list[Chain] = []
-    with compilation.workspace(job, source, runtime.site_packages) as space:
-        parallelism = compilation.Parallelism(max_jobs=1, nvcc_threads=1, pool_slots=1)
-        environ = compilation.build_environ(job, env, recipe.env, space, parallelism, None, {})
+    one_at_a_time = compilation.Parallelism(max_jobs=1, nvcc_threads=1, pool_slots=1)
+    with torch_build(args, torch, one_at_a_time) as (job, env, space, environ):
         cache = stagecache.StageCache(cache_root, "use", environ)
         for nvcc, nvcc_args in record_commands(job, env, space, environ, workdir):
             if args.units and objcache.source_of(nvcc_args).name not in args.units:

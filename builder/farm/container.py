@@ -23,7 +23,7 @@ from pathlib import Path
 
 from builder.core.errors import NotBuildableHere, WheelwrightError
 from builder.core.ledger import Ledger, LedgerEntry, Status
-from builder.core.settings import cache_root
+from builder.core.settings import cache_root, given_settings, setting
 from builder.core.wheelhouse import Layout
 from builder.farm.build import BuildOptions, Outcome, Progress, _base_entry, input_hash
 from builder.farm.engine import Engine, Mount, RunSpec
@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 SOURCE = Path("/opt/wheelwright/src")
 HOST_CA = Path("/etc/wheelwright/host-ca.crt")
 # How the host reaches package registries; the container must reach them the same way (a proxy, a mirror).
+NETWORK_SETTINGS = ("WHEELWRIGHT_TORCH_INDEX",)  # a mirror of PyTorch's index (builder/steps/torch_index.py)
 NETWORK_ENV = (
-    "WHEELWRIGHT_TORCH_INDEX",  # a mirror of PyTorch's index (builder/steps/torch_index.py)
     "PIP_INDEX_URL",
     "PIP_TRUSTED_HOST",
     "PIP_DEFAULT_TIMEOUT",
@@ -52,15 +52,9 @@ NETWORK_ENV = (
 )
 # The farm's shared device-step cache (builder/steps/sharedcache.py): its settings and what decides whether this run
 # may write it (only main's) go in by value, the bucket's credentials by name only (never on the engine's command line)
-SHARED_CACHE_ENV = (
-    sharedcache.REMOTE_ENV,
-    sharedcache.ENDPOINT_ENV,
-    sharedcache.MAX_GB_ENV,
-    sharedcache.WRITE_ENV,
-    "GITHUB_ACTIONS",
-    "GITHUB_REF",
-    "GITHUB_EVENT_NAME",
-)
+SHARED_CACHE_SETTINGS = (sharedcache.REMOTE_ENV, sharedcache.ENDPOINT_ENV, sharedcache.MAX_GB_ENV,
+                         sharedcache.WRITE_ENV)
+SHARED_CACHE_ENV = ("GITHUB_ACTIONS", "GITHUB_REF", "GITHUB_EVENT_NAME")
 CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION")
 CACHE = Path("/var/cache/wheelwright")
 PIP_CACHE = Path("/root/.cache/pip")
@@ -131,7 +125,7 @@ def host_network(environ: Mapping[str, str] = os.environ) -> tuple[list[Mount], 
     registry and proxy settings, for the container's pip."""
     candidates = (environ.get("PIP_CERT"), environ.get("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt")
     bundle = next((Path(c) for c in candidates if c and Path(c).is_file()), None)
-    env = {key: environ[key] for key in NETWORK_ENV if environ.get(key)}
+    env = {key: environ[key] for key in NETWORK_ENV if environ.get(key)} | given_settings(*NETWORK_SETTINGS)
     if bundle is None:
         return [], env
     env.update(PIP_CERT=str(HOST_CA), SSL_CERT_FILE=str(HOST_CA), REQUESTS_CA_BUNDLE=str(HOST_CA))
@@ -141,10 +135,11 @@ def host_network(environ: Mapping[str, str] = os.environ) -> tuple[list[Mount], 
 def shared_cache_env(environ: Mapping[str, str] = os.environ) -> tuple[dict[str, str], tuple[str, ...]]:
     """The shared cache's settings (by value) and the bucket's credentials (by name) that are set here, for the
     container's build; nothing where no shared cache is named."""
-    if not environ.get(sharedcache.REMOTE_ENV):
+    if not setting(sharedcache.REMOTE_ENV):
         return {}, ()
-    return ({key: environ[key] for key in SHARED_CACHE_ENV if environ.get(key)},
-            tuple(key for key in CREDENTIAL_ENV if environ.get(key)))
+    github = {key: environ[key] for key in SHARED_CACHE_ENV if environ.get(key)}  # whether this run may write
+    values = given_settings(*SHARED_CACHE_SETTINGS) | github
+    return values, tuple(key for key in CREDENTIAL_ENV if environ.get(key))
 
 
 def toolkit_home(root: Path) -> Path:

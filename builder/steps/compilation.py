@@ -24,7 +24,7 @@ import build
 from builder.core import context
 from builder.core.errors import WheelwrightError
 from builder.core.runner import StepFailed, kill_marked, run
-from builder.core.settings import cache_root, setting, setting_number, setting_path
+from builder.core.settings import cache_root, given_settings, setting, setting_number, setting_path
 from builder.plan.job import Job
 from builder.steps import cross, sass, sharedcache, timeline
 from builder.steps.bucket import BucketError
@@ -405,8 +405,9 @@ def device_archs(job: Job) -> tuple[str, ...]:
 def shared_objects(job: Job, toolkit: Toolchain, space: Workspace, objcache: tuple[Path, str] | None) -> Iterator[None]:
     """The farm's shared device-step cache around one compile (sharedcache.py): the job's entries pulled before,
     those it used or made pushed after it succeeded (on main only). A bucket's failure is logged, never fatal."""
-    local = stagecache.StageCache(objcache[0], objcache[1], os.environ) if objcache and objcache[1] != "off" else None
-    shared = sharedcache.from_environ(os.environ, local) if local is not None else None
+    given = given_settings(stagecache.JOB_ENV, stagecache.EVENTS_ENV)  # the program's code, handed its settings
+    local = stagecache.StageCache(objcache[0], objcache[1], given) if objcache and objcache[1] != "off" else None
+    shared = sharedcache.from_settings(local) if local is not None else None
     if shared is None or local is None:
         yield
         return

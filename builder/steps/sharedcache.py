@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.errors import ConfigError
+from builder.core.settings import setting
 from builder.steps.bucket import Bucket  # the store it speaks to
 from builder.steps.programs import stagecache
 
@@ -31,7 +32,6 @@ REMOTE_ENV = "WHEELWRIGHT_OBJCACHE_REMOTE"  # s3://bucket/prefix
 ENDPOINT_ENV = "WHEELWRIGHT_OBJCACHE_S3_ENDPOINT"  # another S3 API endpoint (a loopback server in tests)
 MAX_GB_ENV = "WHEELWRIGHT_OBJCACHE_MAX_GB"  # the bucket prefix's size bound
 WRITE_ENV = "WHEELWRIGHT_OBJCACHE_WRITE"  # "1": a run outside GitHub Actions may write (a maintainer's machine)
-DEFAULT_MAX_GB = 20.0
 MAIN = "refs/heads/main"
 _WRITING_EVENTS = {"push", "schedule", "workflow_dispatch"}
 
@@ -40,12 +40,12 @@ class SharedCacheError(ConfigError):
     """The shared cache's settings are wrong (a bucket's failures are only logged: a cache never fails a build)."""
 
 
-def may_write(environ: Mapping[str, str]) -> bool:
-    """Only runs on main write: on GitHub Actions a push, schedule or manual run of refs/heads/main; elsewhere only
-    where WHEELWRIGHT_OBJCACHE_WRITE=1 says so."""
+def may_write(environ: Mapping[str, str] = os.environ) -> bool:
+    """Only runs on main write: on GitHub Actions (its variables in ``environ``) a push, schedule or manual run of
+    refs/heads/main; elsewhere only where WHEELWRIGHT_OBJCACHE_WRITE=1 says so."""
     if environ.get("GITHUB_ACTIONS") == "true":
         return environ.get("GITHUB_REF") == MAIN and environ.get("GITHUB_EVENT_NAME") in _WRITING_EVENTS
-    return environ.get(WRITE_ENV) == "1"
+    return setting(WRITE_ENV) == "1"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,8 +202,8 @@ def split_remote(url: str) -> tuple[str, str]:
     return bucket, prefix
 
 
-def max_bytes(environ: Mapping[str, str]) -> int:
-    text = environ.get(MAX_GB_ENV, str(DEFAULT_MAX_GB))
+def max_bytes() -> int:
+    text = setting(MAX_GB_ENV) or ""
     try:
         value = float(text)
     except ValueError:
@@ -213,16 +213,16 @@ def max_bytes(environ: Mapping[str, str]) -> int:
     return int(value * 2**30)
 
 
-def from_environ(environ: Mapping[str, str], local: stagecache.StageCache) -> SharedCache | None:
+def from_settings(local: stagecache.StageCache) -> SharedCache | None:
     """The shared cache WHEELWRIGHT_OBJCACHE_REMOTE names, or None when it names none."""
-    url = environ.get(REMOTE_ENV, "")
+    url = setting(REMOTE_ENV)
     if not url:
         return None
     from builder.steps.s3bucket import S3Bucket  # boto3, only where a bucket is configured
 
     name, prefix = split_remote(url)
-    bucket = S3Bucket(name, endpoint_url=environ.get(ENDPOINT_ENV) or None)
-    return SharedCache(bucket, prefix, local, writable=may_write(environ), max_bytes=max_bytes(environ))
+    bucket = S3Bucket(name, endpoint_url=setting(ENDPOINT_ENV))
+    return SharedCache(bucket, prefix, local, writable=may_write(), max_bytes=max_bytes())
 
 
 def events_of(path: Path) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ import argparse
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Self
@@ -77,15 +76,9 @@ class BoxFile(BaseModel):
     carry: CarryLimit
 
 
-@dataclass(frozen=True, kw_only=True)
-class Box:
-    profile: str
-    python: str
-    python_full: str
-    implementation: str
-    machine: str
-    platforms: tuple[str, ...]
-    packages: frozenset[str]  # canonical names
+class Box(BoxFacts):
+    """The box's facts and the carry's size limit, as one value."""
+
     limit_mib: int
 
     def marker_environment(self) -> dict[str, str]:

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scripts.gpu.data import InnerCases, ScanCases, Tolerance
+
+if TYPE_CHECKING:
+    from tests.gpu.report import Recorded
 
 Tensor = Any  # torch.Tensor: torch is the box's, not a dependency of this checkout
 
@@ -92,6 +95,13 @@ def verdict(comparisons: list[Comparison]) -> tuple[list[str], str]:
                 for c in comparisons if not c.ok]
     closest = max(comparisons, key=lambda c: c.worst if math.isfinite(c.worst) else math.inf)
     return failures, f"{len(comparisons)} tensors within tolerance; closest {closest.tensor} at {closest.worst:.3g}x"
+
+
+def recorded_verdict(comparisons: list[Comparison], record: Recorded) -> list[str]:
+    """The failures a test asserts empty; ``record`` keeps the pass's detail and every comparison."""
+    failures, record.detail = verdict(comparisons)
+    record.data["comparisons"] = [c.as_dict() for c in comparisons]
+    return failures
 
 
 # -- mamba-ssm's cases ------------------------------------------------------------------------------------------

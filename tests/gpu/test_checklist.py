@@ -17,7 +17,7 @@ import pytest
 
 from scripts.gpu.data import AcceptanceData, Dtype, PerfModel, load_acceptance
 from tests.gpu import checklist, memory
-from tests.gpu.numerics import verdict
+from tests.gpu.numerics import recorded_verdict
 from tests.gpu.options import Given
 from tests.gpu.report import Recorded
 
@@ -79,9 +79,7 @@ def test_mamba_512_16_4_2_forward_on_1_1024_512(record: Recorded) -> None:
 @pytest.mark.parametrize("model", BATCH_MODELS)
 def test_batch_consistency(model: str, dtype: Dtype, acceptance: AcceptanceData, record: Recorded) -> None:
     """Each sample's output inside batches of every size against its batch-of-1 output (size 1 again included)."""
-    comparisons = checklist.batch(model, dtype, acceptance.checklist)
-    failures, record.detail = verdict(comparisons)
-    record.data["comparisons"] = [c.as_dict() for c in comparisons]
+    failures = recorded_verdict(checklist.batch(model, dtype, acceptance.checklist), record)
     assert not failures, "; ".join(failures)
 
 
@@ -91,9 +89,7 @@ def test_batch_consistency(model: str, dtype: Dtype, acceptance: AcceptanceData,
 def test_generate_vs_full_forward(model: str, dtype: Dtype, acceptance: AcceptanceData, record: Recorded) -> None:
     """fp32: greedy tokens equal to the forward's, with and without CUDA graphs; fp16/bf16: the decode steps'
     logits, teacher-forced, within the data file's pair of the forward's."""
-    comparisons = checklist.decode(model, dtype, acceptance.checklist)
-    failures, record.detail = verdict(comparisons)
-    record.data["comparisons"] = [c.as_dict() for c in comparisons]
+    failures = recorded_verdict(checklist.decode(model, dtype, acceptance.checklist), record)
     assert not failures, "; ".join(failures)
 
 

@@ -7,7 +7,15 @@ from __future__ import annotations
 import pytest
 
 from scripts.gpu.data import AcceptanceData, load_acceptance
-from tests.gpu.numerics import InnerCase, ScanCase, inner_cases, run_inner_case, run_scan_case, scan_cases, verdict
+from tests.gpu.numerics import (
+    InnerCase,
+    ScanCase,
+    inner_cases,
+    recorded_verdict,
+    run_inner_case,
+    run_scan_case,
+    scan_cases,
+)
 from tests.gpu.report import Recorded
 
 pytestmark = pytest.mark.gpu
@@ -17,16 +25,14 @@ CASES = load_acceptance().mamba
 @pytest.mark.parametrize("case", scan_cases(CASES.selective_scan), ids=lambda case: case.name)
 def test_selective_scan_fn(case: ScanCase, acceptance: AcceptanceData, record: Recorded) -> None:
     mamba = acceptance.mamba
-    comparisons = run_scan_case(case, mamba.selective_scan, mamba.tolerance, mamba.gradient_relative_error)
-    failures, record.detail = verdict(comparisons)
-    record.data["comparisons"] = [c.as_dict() for c in comparisons]
+    failures = recorded_verdict(
+        run_scan_case(case, mamba.selective_scan, mamba.tolerance, mamba.gradient_relative_error), record)
     assert not failures, "; ".join(failures)
 
 
 @pytest.mark.parametrize("case", inner_cases(CASES.inner), ids=lambda case: case.name)
 def test_mamba_inner_fn(case: InnerCase, acceptance: AcceptanceData, record: Recorded) -> None:
     mamba = acceptance.mamba
-    comparisons = run_inner_case(case, mamba.inner, mamba.tolerance, mamba.gradient_relative_error)
-    failures, record.detail = verdict(comparisons)
-    record.data["comparisons"] = [c.as_dict() for c in comparisons]
+    failures = recorded_verdict(
+        run_inner_case(case, mamba.inner, mamba.tolerance, mamba.gradient_relative_error), record)
     assert not failures, "; ".join(failures)

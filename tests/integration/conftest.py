@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
@@ -29,6 +30,10 @@ from index_site.site import build_site
 from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.build_helpers import ledger_row, wait_for_nvcc, wheelwright
 from tests.index_checks import installer_environment
+from tests.jobs import ledger_entry
+
+if TYPE_CHECKING:
+    from builder.steps.environment import RuntimeEnv
 
 DATA = Path(__file__).parent / "data"
 TOY_KERNEL = DATA / "scale_kernel.cu"
@@ -144,19 +149,8 @@ def write_wheelhouse(output: Path) -> None:
 
 
 def _ledger_entry(python_tag: str, status: str, *, label: str = "pt214cu130", **fields: object) -> LedgerEntry:
-    python = f"{python_tag[2]}.{python_tag[3:]}"
-    return LedgerEntry(
-        job_id=f"causal-conv1d-1.7.0+{label}-{python_tag}-x86_64",
-        package="causal-conv1d",
-        version="1.7.0",
-        label=label,
-        torch="2." + label[3:5] + ".0",
-        accelerator=label[5:],
-        python=python,
-        input_hash="0" * 64,
-        status=status,
-        **fields,
-    )
+    return ledger_entry(python=f"{python_tag[2]}.{python_tag[3:]}", label=label, torch="2." + label[3:5] + ".0",
+                        accelerator=label[5:], status=status, **fields)
 
 
 @pytest.fixture(scope="session")
@@ -235,6 +229,32 @@ def s3_endpoint() -> Iterator[S3Endpoint]:
             yield S3Endpoint(url=f"http://{host}:{port}")
         finally:
             server.stop()
+
+
+# -- a real torch and the reference sources, shared -------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def torch_runtime() -> RuntimeEnv:
+    """torch 2.14.1 (a CUDA build) for cp311, installed once under ~/.cache/wheelwright/runtime/ (minutes and 5 GiB
+    the first time, hence the slow mark on its users) and reused by every later run: a real torch that finds no
+    device here."""
+    from builder.plan.facts import load_facts
+    from builder.steps.environment import runtime_env
+    from tests.jobs import local_job
+
+    return runtime_env(local_job(), load_facts())
+
+
+@pytest.fixture(scope="session")
+def reference_sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The gpu-box profile's sdists, through the fetch stage's hash-checked cache, unpacked."""
+    from builder.plan.expand import load_plan
+    from builder.steps.fetch import fetch_sdist, unpack_sdist
+
+    into = tmp_path_factory.mktemp("sdists")
+    return {job.package: unpack_sdist(fetch_sdist(job), into) for job in load_plan(E2E_ROOT / "matrix.yaml",
+                                                                                    "gpu-box").jobs}
 
 
 # -- the real build, shared ------------------------------------------------------------------------------------

@@ -19,13 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from builder.plan.facts import load_facts
-from builder.steps.environment import RuntimeEnv, runtime_env
+from builder.steps.environment import RuntimeEnv
 from scripts.gpu import bootstrap, builds, detach, stages
 from scripts.gpu.box import Box
 from scripts.gpu.summary import PASSED, StageResult
 from tests.integration.acceptance_wheelhouse import DATA, Stage, drive, stand_in, standing_in
-from tests.jobs import local_job
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_BUILD = ROOT / "tests" / "integration" / "acceptance_fake_build.py"
@@ -253,12 +251,6 @@ def test_the_seed_checklist_without_a_gpu_says_so() -> None:
     assert wrong.returncode == 2 and "unknown checklist part speed; the parts are seed, batch" in wrong.stderr
 
 
-@pytest.fixture(scope="module")
-def torch_runtime() -> RuntimeEnv:
-    """torch 2.14.1 (cp311) in the builder's cached runtime venv, as the other acceptance tests use it."""
-    return runtime_env(local_job(), load_facts())
-
-
 CPU_COMPARISONS = r"""
 import json, torch
 from scripts.gpu.data import Tolerance
@@ -288,17 +280,6 @@ def test_batch_comparisons_catch_a_model_that_mixes_samples(torch_runtime: Runti
     assert found["per_sample"] == [True, True, True, True]  # a per-sample model: every size agrees with batch 1
     assert found["mixing"] == [True, False, False, False] and found["mixing_worst"] > 1  # batch statistics leak in
     assert found["half"] == [True, True] and found["tokens"] == [True, False, "equal (4 of 6 differ)"]
-
-
-@pytest.fixture(scope="module")
-def reference_sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The gpu-box profile's sdists, through the fetch stage's hash-checked cache, unpacked."""
-    from builder.plan.expand import load_plan
-    from builder.steps.fetch import fetch_sdist, unpack_sdist
-
-    into = tmp_path_factory.mktemp("sdists")
-    return {job.package: unpack_sdist(fetch_sdist(job), into) for job in load_plan(ROOT / "matrix.yaml",
-                                                                                    "gpu-box").jobs}
 
 
 @pytest.mark.slow

@@ -9,16 +9,13 @@ test session, so the compile is real every time.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from builder.core.fatbin import fatbin_archs
 from builder.plan.expand import load_plan
-from builder.plan.facts import load_facts
-from builder.steps.environment import runtime_env
-from tests.build_helpers import ledger_row, wheelwright
+from tests.build_helpers import import_in_a_fresh_venv, ledger_row, wheelwright
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -58,18 +55,7 @@ def test_through_a_pipe_the_compile_prints_a_line_at_least_every_30_seconds(
 def test_the_wheel_installs_into_a_fresh_venv_with_torch_and_imports(real_build: Path, tmp_path: Path) -> None:
     wheel = next((real_build / "dist").iterdir())
     job = load_plan(ROOT / "matrix.yaml", "local", host="3.11").select(CAUSAL).jobs[0]
-    runtime = runtime_env(job, load_facts())
-    venv = tmp_path / "venv"
-    subprocess.run([runtime.python, "-m", "venv", venv], check=True)
-    site = next((venv / "lib").glob("python3.*/site-packages"))
-    (site / "torch-runtime.pth").write_text(f"{runtime.site_packages}\n")
-    python = venv / "bin" / "python"
-    subprocess.run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", wheel], check=True)
-
-    probe = "import torch, causal_conv1d_cuda, causal_conv1d; print(causal_conv1d_cuda.__file__)"
-    result = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=False, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    extension = Path(result.stdout.strip().splitlines()[-1])
+    extension, site = import_in_a_fresh_venv(wheel, job, tmp_path)
     assert extension.is_relative_to(site)
     contents = fatbin_archs(extension)
     assert contents.sass == frozenset({"9.0"}) and not contents.ptx

@@ -29,7 +29,7 @@ from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.steps.environment import runtime_env
 from builder.steps.verify import verify_wheel
-from tests.build_helpers import ledger_row
+from tests.build_helpers import import_in_a_fresh_venv, ledger_row
 
 ROOT = Path(__file__).resolve().parents[2]
 CAUSAL = "causal-conv1d-1.7.0+pt214cu130-cp311-x86_64"
@@ -157,17 +157,8 @@ def test_the_container_wheel_passes_the_host_verify_gate(container_build: Path) 
 def test_the_container_wheel_installs_into_a_fresh_host_venv_and_imports(container_build: Path, tmp_path: Path) -> None:
     wheel = container_build / "dist" / ledger_row(container_build, CAUSAL)["wheel"]
     job = load_plan(container_build.parent / "matrix.yaml", "container").select(CAUSAL).jobs[0]
-    runtime = runtime_env(job, load_facts())
-    venv = tmp_path / "venv"
-    subprocess.run([runtime.python, "-m", "venv", venv], check=True)
-    site = next((venv / "lib").glob("python3.*/site-packages"))
-    (site / "torch-runtime.pth").write_text(f"{runtime.site_packages}\n")
-    python = venv / "bin" / "python"
-    subprocess.run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", wheel], check=True)
-    probe = "import torch, causal_conv1d_cuda, causal_conv1d; print(causal_conv1d_cuda.__file__)"
-    result = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=False, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert Path(result.stdout.strip().splitlines()[-1]).is_relative_to(site)
+    extension, site = import_in_a_fresh_venv(wheel, job, tmp_path)
+    assert extension.is_relative_to(site)
 
 
 # -- an image that carries its toolkit -------------------------------------------------------------------------------

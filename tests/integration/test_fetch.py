@@ -6,7 +6,6 @@ import hashlib
 import io
 import json
 import tarfile
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,6 +18,7 @@ from builder.core.hashing import sha256_of
 from builder.plan.job import Sdist
 from builder.plan.matrix import load_matrix
 from builder.steps.fetch import PEP691_JSON, fetch_sdist, unpack_sdist
+from tests import peers
 
 
 def tarball() -> bytes:
@@ -66,16 +66,9 @@ class Index(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def index() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Index)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     Index.requests = []
-    try:
+    with peers.serving(ThreadingHTTPServer(("127.0.0.1", 0), Index)) as server:
         yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def test_fetch_through_pep691_on_loopback_then_unpack(

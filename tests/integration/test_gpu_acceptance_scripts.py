@@ -15,15 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from builder.plan.expand import load_plan
-from builder.plan.facts import load_facts
-from builder.steps.environment import RuntimeEnv, runtime_env
-from builder.steps.fetch import fetch_sdist, unpack_sdist
+from builder.steps.environment import RuntimeEnv
 from scripts.gpu.data import Expected, load_acceptance
 from tests.gpu import suite
 from tests.gpu.report import Recorded
 from tests.gpu.test_upstream import check_suite
-from tests.jobs import local_job
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
@@ -133,13 +129,6 @@ def test_the_install_tests_need_what_the_stage_gives(tmp_path: Path) -> None:
     assert done.returncode == 0 and {t["detail"] for t in tests} == {given}
 
 
-@pytest.fixture(scope="session")
-def torch_runtime() -> RuntimeEnv:
-    """torch 2.14.1 (a CUDA build) for cp311 in the builder's cached runtime venv, as the verify tests use it: a real
-    torch that finds no device here. Its first creation takes minutes, hence the slow mark on its users."""
-    return runtime_env(local_job(), load_facts())
-
-
 @pytest.mark.slow
 def test_with_a_real_torch_the_reason_is_that_torch_sees_no_device(tmp_path: Path, torch_runtime: RuntimeEnv) -> None:
     out = tmp_path / "out"
@@ -188,14 +177,6 @@ def test_the_suite_is_stopped_at_its_time_limit(tmp_path: Path) -> None:
 
 
 # -- mamba-ssm's cases on the CPU, against the real reference implementations -----------------------------------
-
-
-@pytest.fixture(scope="module")
-def reference_sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The gpu-box profile's sdists, through the fetch stage's hash-checked cache, unpacked."""
-    into = tmp_path_factory.mktemp("sdists")
-    return {job.package: unpack_sdist(fetch_sdist(job), into) for job in load_plan(ROOT / "matrix.yaml",
-                                                                                    "gpu-box").jobs}
 
 
 @pytest.mark.slow

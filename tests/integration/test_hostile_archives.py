@@ -8,6 +8,7 @@ RSS_CAP, measured from the child's own rusage (os.wait4)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import json
@@ -17,7 +18,6 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from builder.doctor.standalone import standalone_source
+from tests import peers
 from tests.zipcraft import (
     DIST_INFO,
     Blob,
@@ -394,18 +395,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def serve() -> Iterator[Callable[[dict[str, tuple[str, bytes]]], Pages]]:
-    servers: list[Pages] = []
-
-    def start(pages: dict[str, tuple[str, bytes]]) -> Pages:
-        server = Pages(pages)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    """``serve(pages)`` starts a server of those pages, serving until the test ends."""
+    with contextlib.ExitStack() as servers:
+        yield lambda pages: servers.enter_context(peers.serving(Pages(pages)))
 
 
 PEP691 = "application/vnd.pypi.simple.v1+json"

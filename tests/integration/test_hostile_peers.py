@@ -48,27 +48,34 @@ def peer_url(request: pytest.FixtureRequest) -> Iterator[str]:
         yield server.url
 
 
-def cases(*rows: tuple[str, object, str]) -> list[object]:
-    return [pytest.param(behaviour, pattern, id=case) for case, behaviour, pattern in rows]
-
-
 IDLE, TOTAL, CONNECT = r"no byte for [\d.]+ s \(idle deadline\)", r"not done within [\d.]+ s \(total deadline\)", (
     r"no connection within [\d.]+ s \(connect deadline\)"
 )
 PAGE_CAP = r"more than 64 MiB \(size cap\)"
 NOT_HTTP = r"not an HTTP answer \(BadStatusLine: 'SSH-2\.0-OpenSSH_9\.2p1\\r\\n'\)"
 
+
+def cases(cap: str, *names: str, announced: int = 0) -> list[object]:
+    """One case a misbehaving peer, by name, with what its reader's error must say: ``cap`` is the reader's size cap
+    (a flood passes it; a peer announcing ``announced`` bytes is refused for it before a byte is read)."""
+    size = next(f"{announced >> shift}-{unit}" for unit, shift in (("tib", 40), ("gib", 30), ("b", 0))
+                if announced % (1 << shift) == 0)
+    peer = {
+        "silent": (peers.silent, IDLE),
+        "trickle-body": (peers.trickle, TOTAL),
+        "trickle-head": (peers.trickle_head, TOTAL),
+        "flood": (peers.flood, cap),
+        f"announced-{size}": (peers.announced(announced), rf"{announced} bytes announced, {cap}"),
+        "not-http": (peers.not_http, NOT_HTTP),
+        "blackhole": ("blackhole", CONNECT),
+    }
+    return [pytest.param(*peer[name], id=name) for name in names]
+
+
 # -- index pages through the real CLI: `upstream` reads the registry's PEP 691 page of each package -------------------
 
-UPSTREAM = cases(
-    ("silent", peers.silent, IDLE),
-    ("trickle-body", peers.trickle, TOTAL),
-    ("trickle-head", peers.trickle_head, TOTAL),
-    ("flood", peers.flood, PAGE_CAP),
-    ("announced-1-tib", peers.announced(1 << 40), r"1099511627776 bytes announced, more than 64 MiB \(size cap\)"),
-    ("not-http", peers.not_http, NOT_HTTP),
-    ("blackhole", "blackhole", CONNECT),
-)
+EVERY_PEER = ("silent", "trickle-body", "trickle-head", "flood", "not-http", "blackhole")
+UPSTREAM = cases(PAGE_CAP, *EVERY_PEER, "announced-1-tib", announced=1 << 40)
 
 
 @pytest.mark.parametrize(("peer_url", "pattern"), UPSTREAM, indirect=["peer_url"])
@@ -78,12 +85,7 @@ def test_upstream_stops_at_a_deadline_naming_the_index(tmp_path: Path, peer_url:
     assert_one_error(run, 5, rf"^ERROR \S+: cannot read http://{PORT}/simple/\S+/: {pattern}")
 
 
-FACTS = cases(
-    ("silent", peers.silent, IDLE),
-    ("trickle-body", peers.trickle, TOTAL),
-    ("flood", peers.flood, PAGE_CAP),
-    ("not-http", peers.not_http, NOT_HTTP),
-)
+FACTS = cases(PAGE_CAP, "silent", "trickle-body", "flood", "not-http")
 
 
 @pytest.mark.parametrize(("peer_url", "pattern"), FACTS, indirect=["peer_url"])
@@ -95,16 +97,7 @@ def test_facts_check_stops_at_a_deadline_naming_the_registry(tmp_path: Path, pee
 
 # -- sdists, torch index pages and wheels, doctor's lookups (each the real function, against the real peer) ----------
 
-SDIST_CAP = r"more than 64 MiB \(size cap\)"
-SDISTS = cases(
-    ("silent", peers.silent, IDLE),
-    ("trickle-body", peers.trickle, TOTAL),
-    ("trickle-head", peers.trickle_head, TOTAL),
-    ("flood", peers.flood, SDIST_CAP),
-    ("announced-1-gib", peers.announced(1 << 30), r"1073741824 bytes announced, more than 64 MiB \(size cap\)"),
-    ("not-http", peers.not_http, NOT_HTTP),
-    ("blackhole", "blackhole", CONNECT),
-)
+SDISTS = cases(r"more than 64 MiB \(size cap\)", *EVERY_PEER, "announced-1-gib", announced=1 << 30)
 
 
 @pytest.mark.parametrize(("peer_url", "pattern"), SDISTS, indirect=["peer_url"])
@@ -119,12 +112,7 @@ def test_an_sdist_download_stops_at_a_deadline_or_cap(tmp_path: Path, peer_url: 
     assert not any((tmp_path / "cache").iterdir())  # nothing half-written left behind
 
 
-TORCH_PAGES = cases(
-    ("silent", peers.silent, IDLE),
-    ("trickle-body", peers.trickle, TOTAL),
-    ("flood", peers.flood, PAGE_CAP),
-    ("not-http", peers.not_http, NOT_HTTP),
-)
+TORCH_PAGES = cases(PAGE_CAP, "silent", "trickle-body", "flood", "not-http")
 
 
 @pytest.mark.parametrize(("peer_url", "pattern"), TORCH_PAGES, indirect=["peer_url"])
@@ -136,11 +124,7 @@ def test_a_torch_index_page_stops_at_a_deadline_or_cap(peer_url: str, pattern: s
         index_files(f"{peer_url}/whl/cu130/torch/", "job")
 
 
-TORCH_WHEELS = cases(
-    ("silent", peers.silent, IDLE),
-    ("announced-16-gib", peers.announced(16 << 30), r"17179869184 bytes announced, more than 8 GiB \(size cap\)"),
-    ("not-http", peers.not_http, NOT_HTTP),
-)
+TORCH_WHEELS = cases(r"more than 8 GiB \(size cap\)", "silent", "announced-16-gib", "not-http", announced=16 << 30)
 
 
 @pytest.mark.parametrize(("peer_url", "pattern"), TORCH_WHEELS, indirect=["peer_url"])
@@ -153,13 +137,7 @@ def test_a_torch_wheel_download_stops_at_a_deadline_or_cap(tmp_path: Path, peer_
     assert list(tmp_path.iterdir()) == []
 
 
-DOCTOR = cases(
-    ("silent", peers.silent, IDLE),
-    ("trickle-body", peers.trickle, TOTAL),
-    ("flood", peers.flood, r"more than 16 MiB \(size cap\)"),
-    ("not-http", peers.not_http, NOT_HTTP),
-    ("blackhole", "blackhole", CONNECT),
-)
+DOCTOR = cases(r"more than 16 MiB \(size cap\)", "silent", "trickle-body", "flood", "not-http", "blackhole")
 
 
 @pytest.mark.parametrize(("peer_url", "pattern"), DOCTOR, indirect=["peer_url"])
@@ -174,10 +152,7 @@ def test_doctors_index_lookup_stops_at_a_deadline_or_cap(peer_url: str, pattern:
 # -- the object store: publish against an S3 endpoint that does not answer ---------------------------------------------
 
 
-STORES = cases(
-    ("silent", peers.silent, "read"),
-    ("blackhole", "blackhole", "connect"),
-)
+STORES = [pytest.param(peers.silent, "read", id="silent"), pytest.param("blackhole", "connect", id="blackhole")]
 
 
 @pytest.mark.parametrize(("peer_url", "which"), STORES, indirect=["peer_url"])
@@ -222,39 +197,47 @@ def _marked(variable: str, value: str) -> list[int]:
     return found
 
 
-def test_pip_against_a_silent_index_stops_at_its_total_deadline(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from builder.core.runner import PIP_TOOLS, DeadlinePassed, run
-
-    monkeypatch.setenv("WHEELWRIGHT_DEADLINE_SCALE", "0.002")  # 1800 s -> 3.6 s, inside pip's own 15 s socket timeout
-    env = {**os.environ, "WHEELWRIGHT_PEER_TEST": str(tmp_path), "PIP_NO_CACHE_DIR": "1"}
-    with peers.peer(peers.silent) as index:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--index-url", f"{index.url}/simple/",
-                   "--dest", tmp_path, "toy"]
-        with pytest.raises(DeadlinePassed) as raised:
-            run(command, step="download toy", env=env, log_path=tmp_path / "pip.log", deadline=PIP_TOOLS)
-    assert re.search(r"waited on the package index for 3\.6 s \(total deadline\) and was stopped", str(raised.value))
-    assert _marked("WHEELWRIGHT_PEER_TEST", str(tmp_path)) == []
+def pip_download(tmp: Path, index: str) -> list[str | Path]:
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "--index-url", f"{index}/simple/", "--dest", tmp,
+            "toy"]
 
 
-def test_apt_get_against_a_silent_mirror_stops_at_its_total_deadline(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from builder.core.runner import APT_UPDATE, DeadlinePassed, run
+def apt_get_update(tmp: Path, mirror: str) -> list[str | Path]:
     from builder.steps.toolchain import _apt_options
 
     if os.geteuid() != 0 or not Path("/usr/bin/apt-get").exists():
         pytest.skip("apt-get update with a private state folder needs root and apt-get")
-    monkeypatch.setenv("WHEELWRIGHT_DEADLINE_SCALE", "0.005")  # 600 s -> 3 s, inside apt's own 30 s
-    apt = tmp_path / "apt"
+    apt = tmp / "apt"
     for folder in (apt / "lists" / "partial", apt / "cache" / "archives" / "partial"):
         folder.mkdir(parents=True)
-    with peers.peer(peers.silent) as mirror:
-        (apt / "sources.list").write_text(f"deb [trusted=yes] {mirror.url}/debian trixie main\n")
-        env = {**os.environ, "WHEELWRIGHT_PEER_TEST": str(tmp_path)}
-        with pytest.raises(DeadlinePassed, match=r"waited on Debian's mirror for 3 s \(total deadline\)"):
-            run(["apt-get", *_apt_options(apt), "update"], step="apt-get update", env=env, deadline=APT_UPDATE)
+    (apt / "sources.list").write_text(f"deb [trusted=yes] {mirror}/debian trixie main\n")
+    return ["apt-get", *_apt_options(apt), "update"]
+
+
+# (case, the command against a silent peer's URL, its deadline in builder.core.runner, a scale that puts that deadline
+# inside the tool's own socket timeout, what the error says)
+SILENT_PEERS = [
+    pytest.param(pip_download, "PIP_TOOLS", "0.002",  # 1800 s -> 3.6 s, inside pip's own 15 s
+                 r"waited on the package index for 3\.6 s \(total deadline\) and was stopped", id="pip-index"),
+    pytest.param(apt_get_update, "APT_UPDATE", "0.005",  # 600 s -> 3 s, inside apt's own 30 s
+                 r"waited on Debian's mirror for 3 s \(total deadline\)", id="apt-get-mirror"),
+]
+
+
+@pytest.mark.parametrize(("command", "deadline", "scale", "message"), SILENT_PEERS)
+def test_an_installer_against_a_silent_peer_stops_at_its_total_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: Callable[[Path, str], list[str | Path]], deadline: str,
+    scale: str, message: str
+) -> None:
+    from builder.core import runner
+
+    monkeypatch.setenv("WHEELWRIGHT_DEADLINE_SCALE", scale)
+    env = {**os.environ, "WHEELWRIGHT_PEER_TEST": str(tmp_path), "PIP_NO_CACHE_DIR": "1"}
+    with peers.peer(peers.silent) as server:
+        argv = command(tmp_path, server.url)
+        with pytest.raises(runner.DeadlinePassed, match=message):
+            runner.run(argv, step=command.__name__, env=env, log_path=tmp_path / "tool.log",
+                       deadline=getattr(runner, deadline))
     assert _marked("WHEELWRIGHT_PEER_TEST", str(tmp_path)) == []
 
 

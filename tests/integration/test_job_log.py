@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import http.server
-import threading
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from builder.core.runner import run
 from builder.farm import build as build_stage
 from builder.steps import environment
 from scripts.bench.wheels import wheel_of_files
+from tests import peers
 from tests.unit.test_build import FakeStages, local_jobs, run_build
 
 
@@ -31,16 +31,12 @@ def test_the_torch_install_is_in_the_job_log(monkeypatch: pytest.MonkeyPatch, tm
     (wheel.parent / "index.html").write_text(f'<a href="{wheel.name.replace("+", "%2B")}">{wheel.name}</a>\n')
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(index))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("WHEELWRIGHT_TORCH_INDEX", f"http://127.0.0.1:{server.server_address[1]}/whl/{{accelerator}}/")
     monkeypatch.setenv("WHEELWRIGHT_CACHE", str(tmp_path / "cache"))
     FakeStages(monkeypatch, tmp_path)
     monkeypatch.setattr(build_stage, "runtime_env", environment.runtime_env)  # the real env phase
-    try:
+    with peers.serving(server):
         outcomes = run_build(tmp_path)
-    finally:
-        server.shutdown()
-        server.server_close()
 
     assert [o.entry.status for o in outcomes] == ["built", "built"]
     first = local_jobs()[0]

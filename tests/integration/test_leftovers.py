@@ -36,16 +36,21 @@ def marked(workspace: Path) -> list[int]:
     return found
 
 
-def settled(workspace: Path) -> bool:
-    """The shell and both sleeps are up, each past its exec: a process's environment reads empty while it execs,
-    so counting before that can miss one (1 run in 200 under load did)."""
+def running(workspace: Path) -> list[str]:
+    """The sorted names of the processes carrying the workspace; [] while one of them is gone mid-read."""
     names = []
     for pid in marked(workspace):
         try:
             names.append((Path("/proc") / str(pid) / "comm").read_text().strip())
         except OSError:
-            return False
-    return sorted(names) == ["sh", "sleep", "sleep"]
+            return []
+    return sorted(names)
+
+
+def settled(workspace: Path) -> bool:
+    """The shell and both sleeps are up, each past its exec: a process's environment reads empty while it execs,
+    so counting before that can miss one (1 run in 200 under load did)."""
+    return running(workspace) == ["sh", "sleep", "sleep"]
 
 
 @pytest.mark.timeout(60)
@@ -96,10 +101,4 @@ def test_a_build_of_the_same_workspace_in_a_container_is_not_ended(tmp_path: Pat
 
 
 def _running_sleep(workspace: Path) -> bool:
-    names = []
-    for pid in marked(workspace):
-        try:
-            names.append((Path("/proc") / str(pid) / "comm").read_text().strip())
-        except OSError:
-            return False
-    return names == ["sleep"]
+    return running(workspace) == ["sleep"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.farm import container
 from builder.steps import compilation, sharedcache
 from builder.steps.programs import nvcc_plan, stagecache
 from builder.steps.s3bucket import S3Bucket
@@ -39,7 +40,13 @@ TORCHISH = "#ifndef __CUDA_ARCH__\ninline int torch_minor() {{ return {minor}; }
 
 
 def remote(endpoint: S3Endpoint, environ: dict[str, str], local: stagecache.StageCache) -> sharedcache.SharedCache:
-    shared = sharedcache.from_environ({sharedcache.ENDPOINT_ENV: endpoint.url, **environ}, local)
+    """The shared cache as a run whose environment holds ``environ`` (and nothing else of the cache's) sees it."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in (*container.SHARED_CACHE_SETTINGS, *container.SHARED_CACHE_ENV):
+            patch.delenv(name, raising=False)
+        for name, value in {sharedcache.ENDPOINT_ENV: endpoint.url, **environ}.items():
+            patch.setenv(name, value)
+        shared = sharedcache.from_settings(local)
     assert shared is not None
     return shared
 
@@ -126,12 +133,12 @@ def test_two_writers_of_one_key_at_once_leave_one_valid_object(
     start = threading.Barrier(2)
     reports: list[sharedcache.Report] = []
 
-    def push(cache: stagecache.StageCache, key: str) -> None:
-        shared = remote(s3_endpoint, environ, cache)
+    def push(shared: sharedcache.SharedCache, key: str) -> None:
         start.wait()
         reports.append(shared.push(SCOPE, [{"stage": "ptxas", "key": key, "arch": "9.0", "result": "miss"}]))
 
-    threads = [threading.Thread(target=push, args=writer) for writer in writers]
+    # each runner's cache is made before the threads start: the settings come from this process's environment
+    threads = [threading.Thread(target=push, args=(remote(s3_endpoint, environ, cache), key)) for cache, key in writers]
     for thread in threads:
         thread.start()
     for thread in threads:

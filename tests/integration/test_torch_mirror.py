@@ -11,7 +11,6 @@ import hashlib
 import http.server
 import shutil
 import subprocess
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from builder.steps import provenance
 from builder.steps.environment import runtime_env
 from builder.steps.fetch import index_url
 from builder.steps.torch_index import TORCH_INDEX, TorchMismatch, download_torch, find_torch_wheel
+from tests import peers
 from tests.jobs import local_job
 
 pytestmark = pytest.mark.slow  # each test installs a real torch with its CUDA dependencies (~2 GB, pip's cache)
@@ -128,14 +128,8 @@ def registry_torch() -> Path:
 
 @pytest.fixture
 def mirror() -> Iterator[Mirror]:
-    server = Mirror()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with peers.serving(Mirror()) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ import random
 import shutil
 import subprocess
 import sys
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +27,8 @@ from typing import ClassVar
 import pytest
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
+
+from tests import peers
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD = "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib"
@@ -141,14 +142,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def index(built: dict[str, Path]) -> Iterator[str]:
     _Index.wheels = {p.name: p.read_bytes() for k, p in built.items() if k[0].isdigit()}
     _Index.ranges, _Index.log = True, []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with peers.serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)) as server:
         yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _wheelwright(*args: str, index: str, cache: Path) -> subprocess.CompletedProcess[str]:

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from builder.core.runner import run
-from builder.plan.facts import load_facts
 from builder.plan.job import Job
 from builder.steps.elf import wheel_elf_facts
-from builder.steps.environment import RuntimeEnv, runtime_env
+from builder.steps.environment import RuntimeEnv
 from builder.steps.repair import repair_wheel
 from builder.steps.verify import check_import, quarantine, verify_wheel
 from scripts.bench.wheels import job_wheel, wheel_of_files, with_provenance
@@ -61,13 +60,6 @@ def test_wrong_arch_is_quarantined_naming_expected_and_found(tmp_path: Path, com
 
 
 # --- the import check in a clean venv, next to the real torch 2.14.1 ----------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def torch_runtime() -> RuntimeEnv:
-    """torch 2.14.1 for cp311, installed once under ~/.cache/wheelwright/runtime/ (a minute or more, 5 GiB) and
-    reused by every later run, where each import check takes a few seconds. Marked slow for that first run."""
-    return runtime_env(local_job(), load_facts())
 
 
 def pure_wheel(tmp_path: Path, job: Job, native_module: str) -> Path:

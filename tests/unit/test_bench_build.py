@@ -14,6 +14,7 @@ import yaml
 
 from builder.core.ledger import Ledger, LedgerEntry, Status
 from scripts.bench import build as bench_build
+from tests.jobs import ledger_entry
 from tests.unit.test_timeline import HAND_MADE
 
 ALL_9 = ["7.5", "8.0", "8.7", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1"]
@@ -52,9 +53,7 @@ def test_ninja_log_gives_each_outputs_latest_step_longest_first(tmp_path: Path) 
 
 
 def entry(timings: dict[str, float]) -> LedgerEntry:
-    return LedgerEntry(job_id="causal-conv1d-1.7.0+pt214cu130-cp312-x86_64", package="causal-conv1d", version="1.7.0",
-                       label="pt214cu130", torch="2.14.1", accelerator="cu130", python="3.12", input_hash="0" * 64,
-                       status=Status.BUILT, timings=timings)
+    return ledger_entry(python="3.12", status=Status.BUILT, timings=timings)
 
 
 def test_second_report_says_what_compiled_and_where_the_seconds_went() -> None:

@@ -24,6 +24,7 @@ from builder.farm.merge import merge_outputs
 from builder.plan.estimate import Item, estimate, ledger_model, makespan, seed_model, timeout_minutes
 from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
+from builder.plan.job import Job
 from builder.plan.shards import shard
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -223,6 +224,13 @@ def test_a_container_that_fails_records_its_jobs_as_failed(backend_setup) -> Non
     assert all(o.entry.phase == "container" and "exit 125" in o.entry.reason for o in outcomes)
 
 
+def _row(job: Job, status: str, **fields: object) -> LedgerEntry:
+    """The ledger row a build of ``job`` leaves."""
+    return LedgerEntry(job_id=job.identifier, package=job.package, version=job.version, label=job.label,
+                       torch=job.torch, accelerator=job.accelerator.name, python=job.python, input_hash="h",
+                       status=status, **fields)
+
+
 def test_the_inner_builds_ledger_rows_are_the_outcomes(backend_setup) -> None:
     layout, invocation = backend_setup
     jobs = plan().jobs
@@ -231,20 +239,7 @@ def test_the_inner_builds_ledger_rows_are_the_outcomes(backend_setup) -> None:
         with Ledger(layout.ledger) as ledger:
             for job in jobs:
                 if job.identifier in spec.command[-1]:
-                    ledger.put(
-                        LedgerEntry(
-                            job_id=job.identifier,
-                            package=job.package,
-                            version=job.version,
-                            label=job.label,
-                            torch=job.torch,
-                            accelerator=job.accelerator.name,
-                            python=job.python,
-                            input_hash="h",
-                            status="built",
-                            wheel="w.whl",
-                        )
-                    )
+                    ledger.put(_row(job, "built", wheel="w.whl"))
         raise StepFailed("run image", ["docker", "run"], 6, None)  # "some job failed" is the ledger's to say
 
     outcomes = ContainerBackend(
@@ -283,22 +278,7 @@ def _wheelhouse(root: Path, job, content: bytes, *, status: str = "built") -> Pa
     )
     wheel.write_bytes(content)
     with Ledger(layout.ledger) as ledger:
-        ledger.put(
-            LedgerEntry(
-                job_id=job.identifier,
-                package=job.package,
-                version=job.version,
-                label=job.label,
-                torch=job.torch,
-                accelerator=job.accelerator.name,
-                python=job.python,
-                input_hash="h",
-                status=status,
-                wheel=wheel.name,
-                wheel_sha256=sha256_of(wheel),
-                wheel_size=len(content),
-            )
-        )
+        ledger.put(_row(job, status, wheel=wheel.name, wheel_sha256=sha256_of(wheel), wheel_size=len(content)))
     return root
 
 
@@ -362,14 +342,16 @@ def test_shards_never_split_a_group_and_hold_every_job() -> None:
     assert images_in_order == sorted(images_in_order, key=lambda p: (p[0] != "x86_64", p[1].startswith("rocm"), p[1]))
 
 
-def test_the_container_reaches_registries_as_the_host_does(tmp_path: Path) -> None:
+def test_the_container_reaches_registries_as_the_host_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from builder.farm.container import HOST_CA, host_network
 
     bundle = tmp_path / "ca.crt"
     bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setenv("WHEELWRIGHT_TORCH_INDEX", "https://mirror.example/whl/{accelerator}/")  # a setting, by value
     mounts, env = host_network({"PIP_CERT": str(bundle), "HTTPS_PROXY": "http://proxy:3128", "HOME": "/root"})
     assert mounts == [Mount(source=bundle, target=HOST_CA, read_only=True)]
     assert env == {
+        "WHEELWRIGHT_TORCH_INDEX": "https://mirror.example/whl/{accelerator}/",
         "HTTPS_PROXY": "http://proxy:3128",
         "PIP_CERT": str(HOST_CA),
         "SSL_CERT_FILE": str(HOST_CA),
@@ -377,9 +359,13 @@ def test_the_container_reaches_registries_as_the_host_does(tmp_path: Path) -> No
     }
 
 
-def test_the_container_shares_the_farms_cache_with_its_credentials_off_the_command_line() -> None:
-    from builder.farm.container import shared_cache_env
+def test_the_container_shares_the_farms_cache_with_its_credentials_off_the_command_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.farm.container import SHARED_CACHE_SETTINGS, shared_cache_env
 
+    for name in SHARED_CACHE_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WHEELWRIGHT_OBJCACHE_REMOTE", "s3://farm/objects")
     host = {"WHEELWRIGHT_OBJCACHE_REMOTE": "s3://farm/objects", "GITHUB_ACTIONS": "true",
             "GITHUB_REF": "refs/heads/main", "GITHUB_EVENT_NAME": "push", "AWS_ACCESS_KEY_ID": "AKIA",
             "AWS_SECRET_ACCESS_KEY": "secret", "HOME": "/root"}
@@ -390,7 +376,8 @@ def test_the_container_shares_the_farms_cache_with_its_credentials_off_the_comma
     arguments = run_arguments(RunSpec(image="img", command=("true",), env=env, inherit=inherit))
     assert "secret" not in " ".join(arguments) and arguments.count("--env") == 6
     assert arguments[arguments.index("AWS_ACCESS_KEY_ID") - 1] == "--env"
-    assert shared_cache_env({key: value for key, value in host.items() if "OBJCACHE" not in key}) == ({}, ())
+    monkeypatch.delenv("WHEELWRIGHT_OBJCACHE_REMOTE")
+    assert shared_cache_env(host) == ({}, ())
 
 
 def test_a_job_whose_image_cannot_be_built_here_is_unbuildable_with_the_reason(backend_setup) -> None:

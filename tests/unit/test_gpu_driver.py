@@ -23,6 +23,7 @@ from scripts.gpu.box import Box, Console, Options
 from scripts.gpu.data import DTYPES, load_acceptance
 from scripts.gpu.stages import arch_build_command, variants
 from scripts.gpu.summary import FAILED, PASSED, PENDING, RUNNING, SKIPPED, StageResult, check
+from tests.jobs import ledger_entry
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = load_acceptance()
@@ -254,10 +255,9 @@ def test_a_resumed_command_keeps_earlier_results_and_lists_every_command(tmp_pat
 
 
 def _entry(package: str, label: str, status: str, wheel: str | None = None, **fields: object) -> LedgerEntry:
-    return LedgerEntry(job_id=f"{package}-1+{label}", package=package, version="1", label=label, torch="2.11.0",
-                       accelerator="cu130", python="3.12", input_hash="h", status=status,  # type: ignore[arg-type]
-                       phase="install" if wheel else "compile", timings={"compile": 300.0}, wheel=wheel,
-                       reason=None if wheel else "nvcc failed", **fields)  # type: ignore[arg-type]
+    return ledger_entry(job_id=f"{package}-1+{label}", package=package, version="1", label=label, torch="2.11.0",
+                        python="3.12", status=status, phase="install" if wheel else "compile",
+                        timings={"compile": 300.0}, wheel=wheel, reason=None if wheel else "nvcc failed", **fields)
 
 
 def _ledger(folder: Path, *entries: LedgerEntry) -> None:

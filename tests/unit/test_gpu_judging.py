@@ -259,6 +259,16 @@ def test_mamba_cases_cover_every_dtype_and_complex_only_where_upstream_tests_it(
     assert len({case.name for case in scans}) == len(scans) and len({case.name for case in inners}) == len(inners)
 
 
+def test_a_verdict_is_recorded_with_every_comparison() -> None:
+    near = numerics.Comparison(tensor="out", rule="elementwise", max_abs=1e-3, worst=0.5, bound="atol", ok=True)
+    far = numerics.Comparison(tensor="dA", rule="normwise", max_abs=2.0, worst=4.0, bound="rel 0.1", ok=False)
+    record = Recorded()
+    assert numerics.recorded_verdict([near], record) == [] and record.detail.startswith("1 tensors within tolerance")
+    failures = numerics.recorded_verdict([near, far], record)
+    assert failures == ["dA (normwise): max |diff| 2, 4x the bound (rel 0.1)"]
+    assert [c["tensor"] for c in record.data["comparisons"]] == ["out", "dA"]
+
+
 def test_the_checklist_has_the_issues_shapes_and_tolerances() -> None:
     data = DATA.checklist
     assert len(checklist.BATCH_MODELS) * len(data.dtypes) == 12 and len(checklist.DECODE_MODELS) == 2

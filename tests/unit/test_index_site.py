@@ -20,6 +20,7 @@ from index_site.layout import SITE_MARKER
 from index_site.site import build_site, load_manifest
 from index_site.state import STATE_FILE
 from scripts.bench.wheels import WheelSpec, make_wheel
+from tests.jobs import ledger_entry
 
 BASE = "https://wheels.example.org"
 SPECS = [
@@ -363,19 +364,8 @@ def test_failed_builds_from_the_ledger_reach_the_landing_page(output: Path) -> N
 
 
 def _entry(job_id: str, *, status: str, python: str = "3.11", **fields: object) -> LedgerEntry:
-    return LedgerEntry(
-        job_id=job_id,
-        package="causal-conv1d",
-        version="1.7.0",
-        label="pt214cu130",
-        torch="2.14.1",
-        accelerator="cu130",
-        python=python,
-        input_hash="0" * 64,
-        status=status,
-        phase="compile" if status == "failed" else "verify",
-        **fields,
-    )
+    return ledger_entry(job_id=job_id, python=python, status=status,
+                        phase="compile" if status == "failed" else "verify", **fields)
 
 
 def test_gpu_archs_come_from_the_verify_report_and_malformed_ones_are_left_out(output: Path) -> None:

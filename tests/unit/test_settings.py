@@ -16,9 +16,9 @@ from builder.core.settings import SETTINGS, cache_root, setting, setting_given, 
 
 ROOT = Path(__file__).resolve().parents[2]
 # Programs run by path in a job's environment, standard library only: they read what the compile stage set for them.
-PROGRAMS = {f"builder/steps/programs/{name}.py" for name in ("nvcc_plan", "objcache", "cross_cc")}
+PROGRAMS = {p.relative_to(ROOT).as_posix() for p in (ROOT / "builder/steps/programs").glob("*.py")}
 # WHEELWRIGHT_* words that are no variable: names in the code pasted into setup.py, and a prefix a benchmark clears.
-NOT_VARIABLES = {"WHEELWRIGHT_JOB", "WHEELWRIGHT_ARCH_OPTIONS", "WHEELWRIGHT_STRAY_ARCH", "WHEELWRIGHT_TORCH",
+NOT_VARIABLES = {"WHEELWRIGHT_ARCH_OPTIONS", "WHEELWRIGHT_STRAY_ARCH", "WHEELWRIGHT_TORCH",
                  "WHEELWRIGHT_NVCC"}
 SETTER_CALLS = {"setting", "setting_given", "setting_number", "setting_path", "cache_root", "expand_settings"}
 
@@ -44,36 +44,61 @@ def _constants(tree: ast.AST) -> dict[str, str]:
             for target in node.targets if isinstance(target, ast.Name)}
 
 
-def environment_reads(source: str | ast.Module, names: dict[str, str] | None = None) -> list[str]:
-    """The WHEELWRIGHT_* variables the source reads from os.environ (``get``, ``[...]``, ``in``, ``getenv``)."""
+def _name_of(node: ast.AST) -> str:
+    return node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
+
+
+def _name_tuples(tree: ast.AST, known: dict[str, str]) -> dict[str, list[str]]:
+    """``NAMES = ("A", module.B, ...)``: tuples of variable names, which a loop then reads one by one."""
+    return {target.id: [e.value if isinstance(e, ast.Constant) else known.get(_name_of(e), "") for e in node.value.elts]
+            for node in ast.walk(tree) if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.List))
+            for target in node.targets if isinstance(target, ast.Name)}
+
+
+def environment_reads(source: str | ast.Module, names: dict[str, str] | None = None, *,
+                      prefix: str = "WHEELWRIGHT_", handed_in: bool = True) -> list[str]:
+    """The variables starting with ``prefix`` that the source reads from the environment (``get``, ``[...]``,
+    ``in``, ``getenv``): from os.environ, or (``handed_in``) from a mapping handed in as ``environ``, and a
+    WHEELWRIGHT_* one from any mapping handed in (the environment by another name); by name, by a constant or by a
+    loop over a tuple of names."""
     tree = ast.parse(source) if isinstance(source, str) else source
     known = {**(names or {}), **_constants(tree)}
+    tuples = _name_tuples(tree, known)
+    loops: dict[str, set[str]] = {}  # a loop variable's name: every tuple a loop of that name runs over
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.comprehension, ast.For)) and isinstance(node.target, ast.Name):
+            loops.setdefault(node.target.id, set()).add(_name_of(node.iter))
+    parameters = {a.arg for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
 
-    def variable(node: ast.expr) -> str | None:
+    def variables(node: ast.expr) -> list[str]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            value = node.value
-        else:
-            value = known.get(node.id if isinstance(node, ast.Name) else getattr(node, "attr", ""), "")
-        return value if value.startswith("WHEELWRIGHT_") else None
+            return [node.value]
+        if isinstance(node, ast.Name) and node.id in loops:
+            return [name for loop in sorted(loops[node.id]) for name in tuples.get(loop, [])]
+        return [known.get(_name_of(node), "")]
 
     from_os = any(isinstance(node, ast.ImportFrom) and node.module == "os" and "environ" in [a.name for a in node.names]
                   for node in ast.walk(tree))
 
-    def is_environ(node: ast.expr) -> bool:  # os.environ, not a dict a module builds for a child and calls environ
-        attribute = isinstance(node, ast.Attribute) and node.attr == "environ"
-        return (attribute and getattr(node.value, "id", "") == "os") or (
-            from_os and isinstance(node, ast.Name) and node.id == "environ")
+    def is_environ(node: ast.expr, key: list[str]) -> bool:  # not a dict a module builds for a child
+        if isinstance(node, ast.Attribute) and node.attr == "environ" and getattr(node.value, "id", "") == "os":
+            return True
+        given = handed_in and isinstance(node, ast.Name) and node.id in parameters
+        return isinstance(node, ast.Name) and ((from_os and node.id == "environ") or (given and (
+            node.id == "environ" or any(k.startswith("WHEELWRIGHT_") for k in key))))
 
-    found = []
+    found: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Attribute):
-            if (node.func.attr == "get" and is_environ(node.func.value)) or node.func.attr == "getenv":
-                found.append(variable(node.args[0]))
-        elif isinstance(node, ast.Subscript) and is_environ(node.value) and isinstance(node.ctx, ast.Load):
-            found.append(variable(node.slice))
-        elif isinstance(node, ast.Compare) and any(is_environ(c) for c in node.comparators):
-            found.append(variable(node.left))
-    return [name for name in found if name]
+            key = variables(node.args[0])
+            if (node.func.attr == "get" and is_environ(node.func.value, key)) or node.func.attr == "getenv":
+                found += key
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            found += key if is_environ(node.value, key := variables(node.slice)) else []
+        elif isinstance(node, ast.Compare):
+            found += key if any(is_environ(c, key := variables(node.left)) for c in node.comparators) else []
+    return [name for name in found if name and name.startswith(prefix)]
 
 
 @pytest.mark.parametrize(("source", "found"), [
@@ -87,17 +112,47 @@ def environment_reads(source: str | ast.Module, names: dict[str, str] | None = N
     ('env = {"WHEELWRIGHT_CACHE": "/c"}', []),  # setting one for a child process is not reading it
     ('import os\nos.environ["WHEELWRIGHT_CACHE"] = "/c"', []),
     ('environ = {}\nenviron.get("WHEELWRIGHT_NVCC_POOL")', []),  # a child's environment the module built
+    # the environment handed in as a mapping is still the environment
+    ('def f(environ):\n    return environ.get("WHEELWRIGHT_OBJCACHE_REMOTE")', ["WHEELWRIGHT_OBJCACHE_REMOTE"]),
+    ('REMOTE = "WHEELWRIGHT_OBJCACHE_REMOTE"\ndef f(env):\n    return env[REMOTE]', ["WHEELWRIGHT_OBJCACHE_REMOTE"]),
+    ('import os\nNAMES = ("PIP_INDEX_URL", "WHEELWRIGHT_TORCH_INDEX")\n{k: os.environ[k] for k in NAMES}',
+     ["WHEELWRIGHT_TORCH_INDEX"]),
+    ('import os\nA = ("WHEELWRIGHT_CACHE",)\nB = ("PATH",)\n[os.environ[k] for k in A]\n[k for k in B]',
+     ["WHEELWRIGHT_CACHE"]),  # another loop of the same name
+    ('def f(row):\n    return row.get("name")', []),
 ])
 def test_a_read_of_the_environment_is_found(source: str, found: list[str]) -> None:
     assert environment_reads(source) == found
 
 
+def _product_trees() -> dict[str, ast.Module]:
+    return {path: ast.parse((ROOT / path).read_text()) for path in _python_files()
+            if path not in PROGRAMS | {"builder/core/settings.py"}}
+
+
+def _variable_names(trees: dict[str, ast.Module]) -> dict[str, str]:
+    return {k: v for tree in trees.values() for k, v in _constants(tree).items() if v.isupper() or "_" in v}
+
+
 def test_nothing_reads_a_wheelwright_variable_but_the_settings_module() -> None:
-    trees = {path: ast.parse((ROOT / path).read_text()) for path in _python_files()}
-    names = {k: v for tree in trees.values() for k, v in _constants(tree).items() if v.startswith("WHEELWRIGHT_")}
-    readers = {path: reads for path, tree in trees.items() if path not in PROGRAMS | {"builder/core/settings.py"}
-               if (reads := environment_reads(tree, names))}
+    """WHEELWRIGHT_* (the OBJCACHE_* ones too) only through builder.core.settings, in the product and the scripts
+    (whose mappings handed in are a build's environment they made, not theirs): the programs a compile runs are the
+    exception, standard library only (they read what compilation.py set)."""
+    trees = _product_trees()
+    names = _variable_names(trees)
+    readers = {path: reads for path, tree in trees.items()
+               if (reads := environment_reads(tree, names, handed_in=not path.startswith("scripts/")))}
     assert readers == {}
+
+
+def test_every_variable_the_product_reads_is_named_in_the_settings_module() -> None:
+    """The other tools' variables too (GITHUB_*, SOURCE_DATE_EPOCH, the proxies): settings.OTHER_TOOLS names each."""
+    trees = {path: tree for path, tree in _product_trees().items() if not path.startswith("scripts/")}
+    names = _variable_names(trees)
+    named = {s.name for s in SETTINGS} | {name for other in settings.OTHER_TOOLS for name in other.names}
+    unnamed = {path: sorted(set(reads) - named) for path, tree in trees.items()
+               if set(reads := environment_reads(tree, names, prefix="")) - named}
+    assert len(trees) > 100 and unnamed == {}
 
 
 def import_time_calls(source: str) -> list[str]:
@@ -148,6 +203,13 @@ def test_docs_settings_lists_each_setting(named: settings.Setting) -> None:
     page = (ROOT / "docs" / "settings.md").read_text()
     rows = [line for line in page.splitlines() if line.startswith(f"| `{named.name}` |")]
     assert len(rows) == 1 and named.about in rows[0]
+
+
+@pytest.mark.parametrize("other", settings.OTHER_TOOLS, ids=lambda o: o.names[0])
+def test_docs_settings_lists_each_other_tools_variable(other: settings.OtherVariable) -> None:
+    page = (ROOT / "docs" / "settings.md").read_text()
+    row = "| " + ", ".join(f"`{name}`" for name in other.names) + f" | {other.about} |"
+    assert row in page.splitlines()
 
 
 # -- the cascade ------------------------------------------------------------------------------------------------

@@ -84,7 +84,10 @@ def event(key: str, result: str = "miss") -> dict[str, str]:
         ({sharedcache.WRITE_ENV: "yes"}, False),
     ],
 )
-def test_only_runs_on_main_write(environ: dict[str, str], writes: bool) -> None:
+def test_only_runs_on_main_write(environ: dict[str, str], writes: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(sharedcache.WRITE_ENV, raising=False)
+    if sharedcache.WRITE_ENV in environ:
+        monkeypatch.setenv(sharedcache.WRITE_ENV, environ[sharedcache.WRITE_ENV])
     assert sharedcache.may_write(environ) is writes
 
 
@@ -181,14 +184,23 @@ def test_a_remote_that_is_not_an_s3_url_is_one_config_error(url: str) -> None:
         sharedcache.split_remote(url)
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "nan", "ten", "", "inf-"])
-def test_a_size_bound_that_is_not_a_positive_number_is_one_config_error(value: str) -> None:
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "ten", "inf-"])
+def test_a_size_bound_that_is_not_a_positive_number_is_one_config_error(value: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(sharedcache.MAX_GB_ENV, value)
     with pytest.raises(sharedcache.SharedCacheError, match=sharedcache.MAX_GB_ENV):
-        sharedcache.max_bytes({sharedcache.MAX_GB_ENV: value})
+        sharedcache.max_bytes()
 
 
-def test_no_remote_means_no_shared_cache(tmp_path: Path) -> None:
-    assert sharedcache.from_environ({}, stagecache.StageCache(tmp_path, "use", {})) is None
+@pytest.mark.parametrize(("value", "gib"), [("", 20), ("2.5", 2.5)])  # empty: unset, as every setting
+def test_the_size_bound_is_a_setting(value: str, gib: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(sharedcache.MAX_GB_ENV, value)
+    assert sharedcache.max_bytes() == int(gib * 2**30)
+
+
+def test_no_remote_means_no_shared_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(sharedcache.REMOTE_ENV, raising=False)
+    assert sharedcache.from_settings(stagecache.StageCache(tmp_path, "use", {})) is None
 
 
 def test_the_toolkit_id_follows_the_programs_bytes(tmp_path: Path) -> None:

@@ -33,6 +33,8 @@ except ImportError:  # run as a script (PYTORCH_NVCC) where wheelwright is not i
     import stagecache  # type: ignore[no-redef,import-not-found]
 
 MODES = ("use", "verify", "off")
+# Its variables are read from os.environ, not through builder.core.settings: this program runs by path in the job's
+# Python, standard library only (the import contract), and compilation.py sets each of them for it.
 PER_PYTHON_ENV = "WHEELWRIGHT_OBJCACHE_PER_PYTHON"  # os.pathsep-separated include directories, set by compilation.py
 # What a whole object is compiled for besides its command and bytes (compilation.py: the job's torch and toolkit).
 # Host objects never cross torch versions, even where every header they read is byte-identical; device code does, by
