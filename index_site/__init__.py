@@ -1,1 +1,6 @@
-"""The static package index: PEP 503/691/658 pages per variant, a landing page, local serving and S3 publish."""
+"""The static package index: PEP 503/691/658 pages per variant, a landing page, local serving and S3 publish.
+
+templates/ holds the pages' jinja2 templates (autoescaped, rendered by render.py alone, from the models of
+pages.py, landing.py and setups.py) and site.css/site.js, inlined into every page for people. Every file there is
+part of the render digest: changing one renders every page again. simple_project.html is the reference for the
+bytes render.py writes out in Python for speed (a unit test holds the two equal)."""
