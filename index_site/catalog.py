@@ -27,6 +27,7 @@ from builder.core.ledger import Ledger, LedgerEntry
 
 if TYPE_CHECKING:
     from builder.plan.accelerator import Accelerator
+    from builder.plan.releases import TorchFacts
 from index_site.state import IndexState, WheelRow, state_path
 from index_site.wheels import (
     MAX_METADATA_BYTES,
@@ -82,6 +83,7 @@ class Catalog:
     archs: Mapping[str, GpuArchs] = field(default_factory=dict)  # by wheel filename, where the ledger recorded them
     rows: Mapping[str, WheelRow] = field(default_factory=dict)  # the state's row of every file judged, by filename
     channel: tuple[Any, ...] = ()  # fallback.ChannelSize of each build with slim wheels on the variant channel
+    facts: TorchFacts | None = None  # the torch facts the pages for people show (None: read them from the file)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,7 +132,7 @@ def judge(dist: Path, ledger_path: Path, state: IndexState, derive: Deriver | No
     with Ledger(ledger_path) as ledger:
         failures = tuple(ledger.failures())
         recorded_archs = ledger.wheel_archs()
-        rows, stats, fresh = _judge(dist, listed, known, ledger, derive, _Released(state))
+        rows, stats, fresh = _judge(dist, listed, known, ledger, derive, RecordedFacts(state))
     changed = [row for name, row in rows.items() if known.get(name) is not row]
     state.write(wheels=changed, wheels_gone=known.keys() - rows.keys())
     unjudged += [Rejection(filename=name, reason=reason) for name, reason in fresh.items() if isinstance(reason, str)]
@@ -240,33 +242,42 @@ def _not_regular(entry: os.DirEntry[str]) -> str:
     return "a folder" if entry.is_dir(follow_symlinks=False) else "a special file (FIFO, socket or device)"
 
 
-class _Released:
-    """The variants torch shipped (wheels.released_variants), kept in the state with the digest of the torch facts
-    they were read from: judging a new wheel's name then reads no facts file (its pydantic models and checks cost a
-    tenth of a second); a variant the list lacks is looked up in the facts, to say why it is refused."""
+class RecordedFacts:
+    """The torch facts, kept in the state as JSON with the digest of the file they were read from: a run that
+    judges a new wheel's name or renders the pages for people reads no facts file then (its pydantic models cost a
+    tenth of a second to import). Facts the state does not hold for today's file are read from it, and kept."""
 
     def __init__(self, state: IndexState) -> None:
         self.state = state
-        self.found: frozenset[str] | None = None
+        self.found: TorchFacts | None = None
+        self.released: frozenset[str] = frozenset()
 
-    def variants(self) -> frozenset[str]:
+    def facts(self) -> TorchFacts:
         if self.found is None:
             self.found = self._read()
+            self.released = frozenset(released_variants(self.found))
         return self.found
 
-    def _read(self) -> frozenset[str]:
-        facts = _facts_digest()
+    def variants(self) -> frozenset[str]:
+        """The variants torch shipped (wheels.released_variants)."""
+        self.facts()
+        return self.released
+
+    def _read(self) -> TorchFacts:
+        from builder.plan.releases import TorchFacts
+
+        digest = _facts_digest()
         try:
-            recorded = json.loads(self.state.meta().get("released", "null"))
-        except ValueError:
-            recorded = None
-        if isinstance(recorded, dict) and recorded.get("facts") == facts and isinstance(recorded.get("variants"), list):
-            return frozenset(str(variant) for variant in recorded["variants"])
+            recorded = json.loads(self.state.meta().get("torch facts", "null"))
+            if isinstance(recorded, dict) and recorded.get("digest") == digest:
+                return TorchFacts.from_json(str(recorded["facts"]))
+        except (ValueError, KeyError, TypeError):
+            pass  # damaged: read the file again
         from builder.plan.facts import load_facts
 
-        variants = released_variants(load_facts())
-        self.state.write(meta={"released": json.dumps({"facts": facts, "variants": variants})})
-        return frozenset(variants)
+        facts = load_facts()
+        self.state.write(meta={"torch facts": json.dumps({"digest": digest, "facts": facts.to_json()})})
+        return facts
 
 
 def _facts_digest() -> str:
@@ -279,7 +290,7 @@ def _judge(
     known: Mapping[str, WheelRow],
     ledger: Ledger,
     derive: Deriver | None,
-    released: _Released,
+    released: RecordedFacts,
 ) -> tuple[dict[str, WheelRow], ScanStats, dict[str, _Read | str]]:
     """The row of every listed file: its known row while the file keeps the row's identity, else judged again.
     Also what this run read: {filename: _Read} for wheels read, {filename: reason} for files that could not be
@@ -319,7 +330,7 @@ def _judge_one(
     old: WheelRow | None,
     built: tuple[str, FileIdentity] | None,
     derive: Deriver | None,
-    released: _Released,
+    released: RecordedFacts,
 ) -> tuple[WheelRow, str, _Read | None]:
     """The file's row (accepted, or refused with why), how its digest was had ("hashed", "from_ledger", or "" for
     none) and what was read of it. A refusal by name reads nothing; METADATA, the twin and the digest are read

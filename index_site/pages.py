@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import markupsafe
 
 from builder.core.ledger import LedgerEntry
-from builder.plan.facts import PLATFORMS
+from builder.plan.releases import PLATFORMS
 from index_site import layout, variants
 from index_site.catalog import Catalog
 from index_site.landing import (
@@ -47,7 +47,7 @@ class People:
 
 
 def people(catalog: Catalog, *, base_url: str) -> People:
-    coverage = build_coverage(catalog)
+    coverage = build_coverage(catalog, catalog.facts)
     return People(coverage=coverage, setups=build_setups(coverage, base_url=base_url))
 
 

@@ -29,7 +29,7 @@ from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, holds_identity, identity_if_regular, regular_identity
 from builder.core.wheelhouse import Layout
 from index_site import fallback, layout, variants
-from index_site.catalog import Catalog, Judged, Rejection, ScanStats, catalog_of, judge
+from index_site.catalog import Catalog, Judged, RecordedFacts, Rejection, ScanStats, catalog_of, judge
 from index_site.state import IndexState, state_path
 from index_site.twins import TwinMaker, TwinReport, deriver, settle_twins
 
@@ -144,7 +144,8 @@ def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | N
         files = _as_left(state, site, inputs)
         if files is not None:  # nothing moved since the last complete run: nothing to do
             return _report(site, judged, settled, written=(), deleted=(), unchanged=files)
-        catalog = dataclasses.replace(catalog_of(judged), channel=fallback.channel_sizes(settled.twins))
+        channel = fallback.channel_sizes(settled.twins)
+        catalog = dataclasses.replace(catalog_of(judged), channel=channel, facts=RecordedFacts(state).facts())
         recorded = _recorded_manifest(site)
         still = _settled(site, state, recorded)
         report = _index(output, site, base_url, state, recorded, catalog, settled, still)

@@ -20,7 +20,7 @@ from builder.core.wheelname import InvalidWheelFilename, WheelFilename
 
 if TYPE_CHECKING:
     from builder.plan.accelerator import Accelerator
-    from builder.plan.facts import TorchFacts
+    from builder.plan.releases import TorchFacts
 
 # Stricter than the wheel spec on purpose: every character of a filename ends up in hrefs, S3 keys and HTML.
 _SAFE_FILENAME = re.compile(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from builder.plan.accelerator import Accelerator
     from builder.plan.arch import Arch
-    from builder.plan.facts import TorchFacts
+    from builder.plan.releases import TorchFacts
     from builder.steps.torch_registry import Provenance
 
 BEHIND_EXIT = 12  # distinct from every error code: a scheduled job can tell "facts are behind" from "check broke"

@@ -30,8 +30,8 @@ from builder.core.ledger import NOT_BUILT, Ledger, LedgerEntry, Status
 from builder.core.resources import BUILD_DATA
 from builder.core.settings import setting
 from builder.core.wheelhouse import Layout
-from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
+from builder.plan.releases import TorchFacts
 from builder.steps import compilation, cross, provenance, slim
 from builder.steps import day0 as day0_stage
 from builder.steps import variant as variant_stage

@@ -29,8 +29,8 @@ from builder.farm.build import BuildOptions, Outcome, Progress, _base_entry, inp
 from builder.farm.engine import Engine, Mount, RunSpec
 from builder.farm.images import ImageSpec, ensure_image, image_for, images_for
 from builder.plan.expand import host_python
-from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
+from builder.plan.releases import TorchFacts
 from builder.steps import sharedcache
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,8 @@ from builder.core.errors import ConfigError
 from builder.core.files import parse_toml
 from builder.core.ledger import StageTime, read_costs
 from builder.core.resources import COMPILE_COSTS, DEVICE_REUSE
-from builder.plan.facts import DEFAULT_PLATFORM
 from builder.plan.job import Job
+from builder.plan.releases import DEFAULT_PLATFORM
 
 UPSTREAM_NVCC_THREADS = 4
 HOST_PHASES = "host"  # the arch nvcc --time's once-per-unit phases are recorded under

@@ -20,9 +20,10 @@ from builder.core.settings import setting
 from builder.plan.accelerator import FREE_THREADED, Accelerator
 from builder.plan.arch import Arch
 from builder.plan.archs import ArchChoice, ArchNote, apply_known_bad
-from builder.plan.facts import DEFAULT_PLATFORM, TorchFacts, TorchRelease, load_facts
+from builder.plan.facts import load_facts
 from builder.plan.job import Job, PatchRef, Recipe, Sdist, UpstreamFiles
 from builder.plan.matrix import DEFAULT_TORCH_INDEX, HOST_PYTHON, Matrix, PackageSpec, SdistPin, load_matrix
+from builder.plan.releases import DEFAULT_PLATFORM, TorchFacts, TorchRelease
 
 _WILDCARDS = re.compile(r"[*?\[]")
 NOT_SELECTED = "not selected by include/exclude"

@@ -1,310 +1,37 @@
-"""Torch release facts (builder/data/torch.toml): the file's pydantic models with their invariants checked on load,
-read into the frozen dataclasses the plan uses."""
+"""Torch release facts (builder/data/torch.toml): read and checked whole by facts_file.py's pydantic models, which
+are imported only here, when the file is read, into releases.py's frozen dataclasses the plan uses."""
 
 from __future__ import annotations
 
 import functools
-import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from types import MappingProxyType
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, StrictBool, StrictStr, model_validator
-
-from builder.core.data import load_data, validate
 from builder.core.errors import FactsError
 from builder.core.resources import TORCH_FACTS
-from builder.plan.accelerator import Accelerator, base_python, is_free_threaded, python_key, torch_minor, version_key
-from builder.plan.arch import Arch
-
-MANYLINUX_POLICIES = ("manylinux2014", "manylinux_2_28", "manylinux_2_34")
-# The CPU architectures a job may build for, as wheel platform tags and job identifiers end: x86_64 first (the
-# default); aarch64 (GH200, GB200, DGX Spark) where torch.toml's ``aarch64`` lists the release's CUDA variant.
-PLATFORMS = ("x86_64", "aarch64")
-DEFAULT_PLATFORM = PLATFORMS[0]
-@dataclass(frozen=True, kw_only=True)
-class TorchRelease:
-    minor: str
-    patches: tuple[str, ...]
-    python: tuple[str, ...]
-    cuda: tuple[str, ...]
-    pypi_cuda: str
-    rocm: tuple[str, ...]
-    cxx11_abi: bool
-    manylinux: str
-    sources: tuple[str, ...]  # where its facts were read; a release without one is refused at load
-    abi_override: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
-    manylinux_override: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    aarch64: tuple[str, ...] = ()  # the CUDA variants torch shipped manylinux aarch64 wheels of (with GPU support)
-    pypi_aarch64: str | None = None  # the CUDA the registry's own aarch64 wheel is built with; None: a CPU build
-
-    @property
-    def latest(self) -> str:
-        return self.patches[-1]
-
-    @property
-    def accelerators(self) -> tuple[Accelerator, ...]:
-        return tuple(Accelerator.cuda(v) for v in self.cuda) + tuple(Accelerator.rocm(v) for v in self.rocm)
-
-    @property
-    def registry_variant(self) -> Accelerator:
-        """The variant the registry's plain wheel is: the one `wheelwright facts check` can verify."""
-        return Accelerator.cuda(self.pypi_cuda)
-
-    @property
-    def cited_variants(self) -> tuple[Accelerator, ...]:
-        """The variants only PyTorch's own index ships, which rest on the release's sources."""
-        return tuple(a for a in self.accelerators if a != self.registry_variant)
-
-    def has(self, accelerator: Accelerator) -> bool:
-        return accelerator in self.accelerators
-
-    def registry_variant_for(self, platform: str) -> Accelerator | None:
-        """The variant the registry's plain wheel for ``platform`` is (None: a CPU build there)."""
-        if platform == DEFAULT_PLATFORM:
-            return self.registry_variant
-        return Accelerator.cuda(self.pypi_aarch64) if platform == "aarch64" and self.pypi_aarch64 else None
-
-    def has_platform(self, accelerator: Accelerator, platform: str) -> bool:
-        """Whether torch shipped ``accelerator``'s variant for ``platform``; every variant exists for x86_64."""
-        if platform == DEFAULT_PLATFORM:
-            return self.has(accelerator)
-        return platform == "aarch64" and accelerator.kind == "cuda" and accelerator.version in self.aarch64
-
-    def cxx11_abi_for(self, accelerator: Accelerator) -> bool:
-        return self.abi_override.get(accelerator.name, self.cxx11_abi)
-
-    def manylinux_for(self, accelerator: Accelerator) -> str:
-        return self.manylinux_override.get(accelerator.name, self.manylinux)
-
-    def describe_accelerators(self, kind: str) -> str:
-        versions = self.cuda if kind == "cuda" else self.rocm
-        return ", ".join(versions) if versions else "none"
-
-
-@dataclass(frozen=True, kw_only=True)
-class TorchFacts:
-    releases: tuple[TorchRelease, ...]
-    cuda_archs: Mapping[str, tuple[str, ...]]
-    rocm_archs: tuple[str, ...]
-
-    def release(self, torch: str) -> TorchRelease:
-        """The release of ``torch``, given as a minor ("2.14") or a patch ("2.14.1")."""
-        minor = torch_minor(torch)
-        for release in self.releases:
-            if release.minor == minor and (torch == minor or torch in release.patches):
-                return release
-        known = ", ".join(r.minor for r in self.releases)
-        raise KeyError(f"torch {torch} is not in the facts table (known minors: {known})")
-
-    def default_archs(self, accelerator: Accelerator) -> tuple[str, ...]:
-        if accelerator.kind == "rocm":
-            return self.rocm_archs
-        return self.cuda_archs[accelerator.version]
-
-    @property
-    def torch_versions(self) -> tuple[str, ...]:
-        return tuple(p for r in self.releases for p in r.patches)
-
-
-# Labels drop the dots (cu130, rocm624) and parse_label splits them back, so CUDA minors and ROCm components must
-# be single digits: a CUDA 12.10 would need a new label format, and so does ROCm 7.14 (torch 2.14 ships it, but
-# rocm714 reads back as 7.1.4), which is why torch.toml names it in 2.14's comment and not in its rocm list.
-_SPELLING: Mapping[str, tuple[str, str]] = MappingProxyType(
-    {
-        "torch": (r"\d+\.\d+", "a minor release like '2.14'"),
-        "patches": (r"\d+\.\d+\.\d+", "a patch release like '2.14.1'"),
-        "python": (r"3\.\d+t?", "a CPython version like '3.11' (free-threaded: '3.13t')"),
-        "cuda": (r"[1-9]\d?\.\d", "a CUDA version with a one-digit minor like '13.0'"),
-        "rocm": (r"[1-9]\.\d(\.\d)?", "a ROCm version with one-digit parts like '6.2.4'"),
-        "aarch64": (r"[1-9]\d?\.\d", "a CUDA version with a one-digit minor like '13.0'"),
-    }
-)
-# The default lists are plain compute capabilities; suffixes (9.0a, +PTX) are a profile's explicit choice.
-
-
-def _check_spelling(release: TorchRelease, where: str) -> None:
-    spelled = {
-        "torch": (release.minor,),
-        "patches": release.patches,
-        "python": release.python,
-        "cuda": release.cuda,
-        "rocm": release.rocm,
-        "aarch64": release.aarch64,
-    }
-    for name, values in spelled.items():
-        pattern, example = _SPELLING[name]
-        for value in values:
-            if not re.fullmatch(pattern, value):
-                raise FactsError(f"{where}: {name} {value!r} is not {example}")
-        _check_sorted(values, f"{where}: {name}", key=python_key if name == "python" else version_key)
-
-
-def _check_sorted(values: Sequence[str], what: str, key: Callable[[str], tuple[int, ...]] = version_key) -> None:
-    if list(values) != sorted(set(values), key=key):
-        raise FactsError(f"{what} must be sorted ascending and free of duplicates, got {list(values)}")
-
-
-def _check_pythons(release: TorchRelease, where: str) -> None:
-    if not release.python:
-        raise FactsError(f"{where}: python lists no CPython version")
-    # torch builds a free-threaded wheel beside the ordinary one of the same minor, never alone
-    free_threaded = [p for p in release.python if is_free_threaded(p)]
-    orphans = [p for p in free_threaded if base_python(p) not in release.python]
-    if orphans:
-        raise FactsError(f"{where}: python lists free-threaded {', '.join(orphans)} without its base Python")
-    too_old = [p for p in free_threaded if version_key(base_python(p)) < (3, 13)]
-    if too_old:
-        raise FactsError(f"{where}: python lists {', '.join(too_old)}; CPython is free-threaded from 3.13 (PEP 703)")
-
-
-def _check_sources(release: TorchRelease, where: str) -> None:
-    """Only the registry's default variant can be checked by machine; everything else is as good as its source."""
-    if not release.sources or any(not s.strip() for s in release.sources):
-        raise FactsError(f"{where}: sources must name where its facts were read (RELEASE.md, an issue, a wheel)")
-
-
-def _check_release(release: TorchRelease, where: str) -> None:
-    _check_spelling(release, where)
-    if not release.patches or any(not p.startswith(release.minor + ".") for p in release.patches):
-        raise FactsError(f"{where}: patches must be non-empty and each start with {release.minor}.")
-    _check_pythons(release, where)
-    _check_sources(release, where)
-    if release.pypi_cuda not in release.cuda:
-        raise FactsError(f"{where}: pypi_cuda {release.pypi_cuda} is not one of its CUDA variants {list(release.cuda)}")
-    unbuilt = [v for v in release.aarch64 if v not in release.cuda]
-    if unbuilt:
-        built = list(release.cuda)
-        raise FactsError(f"{where}: aarch64 lists CUDA {', '.join(unbuilt)}, not one of its variants {built}")
-    if release.pypi_aarch64 is not None and release.pypi_aarch64 not in release.aarch64:
-        raise FactsError(f"{where}: pypi_aarch64 {release.pypi_aarch64} is not one of its aarch64 variants "
-                         f"{list(release.aarch64)}")
-    variants = {a.name for a in release.accelerators}
-    for name in ("abi_override", "manylinux_override"):
-        stray = set(getattr(release, name)) - variants
-        if stray:
-            raise FactsError(f"{where}: {name} names variants torch {release.minor} never built: {sorted(stray)}")
-    for policy in (release.manylinux, *release.manylinux_override.values()):
-        if policy not in MANYLINUX_POLICIES:
-            raise FactsError(f"{where}: unknown manylinux policy {policy!r}; known: {', '.join(MANYLINUX_POLICIES)}")
-    for accel in release.accelerators:
-        # glibc 2.17 (manylinux2014) toolchains build the old ABI only; a cxx11 variant needs 2_28.
-        if release.cxx11_abi_for(accel) and release.manylinux_for(accel) == "manylinux2014":
-            raise FactsError(f"{where}: {accel} claims the cxx11 ABI under manylinux2014")
-
-
-def _arch_list(kind: str) -> Callable[[tuple[str, ...]], tuple[str, ...]]:
-    """A default arch list of ``kind``: plain CUDA compute capabilities in order, or ROCm targets."""
-    example = "'9.0'" if kind == "cuda" else "'gfx942'"
-
-    def checked(archs: tuple[str, ...]) -> tuple[str, ...]:
-        for arch in archs:
-            if not _default_arch(arch, kind):
-                raise ValueError(f"{arch!r} is not an architecture like {example}")
-        if kind == "cuda" and list(archs) != sorted(set(archs), key=version_key):
-            raise ValueError(f"must be sorted ascending and free of duplicates, got {list(archs)}")
-        return archs
-
-    return checked
-
-
-def _default_arch(text: str, kind: str) -> bool:
-    try:
-        arch = Arch.parse(text)
-    except ValueError:
-        return False
-    return arch.kind == kind and (kind == "rocm" or arch.plain)
-
-
-class ReleaseTable(BaseModel):
-    """One [[release]] of torch.toml as written; checked as a whole, then read as a TorchRelease."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    torch: StrictStr
-    patches: tuple[StrictStr, ...]
-    python: tuple[StrictStr, ...]
-    cuda: tuple[StrictStr, ...]
-    pypi_cuda: StrictStr
-    rocm: tuple[StrictStr, ...]
-    cxx11_abi: StrictBool
-    manylinux: StrictStr
-    sources: tuple[StrictStr, ...]
-    abi_override: dict[StrictStr, StrictBool] = {}
-    manylinux_override: dict[StrictStr, StrictStr] = {}
-    aarch64: tuple[StrictStr, ...] = ()
-    pypi_aarch64: StrictStr | None = None
-
-    def release(self) -> TorchRelease:
-        fields = self.model_dump(exclude={"torch", "abi_override", "manylinux_override"})
-        return TorchRelease(minor=self.torch, abi_override=MappingProxyType(dict(self.abi_override)),
-                            manylinux_override=MappingProxyType(dict(self.manylinux_override)), **fields)
-
-    @model_validator(mode="after")
-    def _checked(self) -> ReleaseTable:
-        try:
-            _check_release(self.release(), f"torch {self.torch}")
-        except FactsError as error:
-            raise ValueError(str(error)) from None
-        return self
-
-
-class RocmArchs(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    default: Annotated[tuple[StrictStr, ...], AfterValidator(_arch_list("rocm"))] = ()
-
-
-class ArchsTable(BaseModel):
-    """[archs]: the default list of each CUDA toolkit some release was built with, and ROCm's."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    cuda: dict[StrictStr, Annotated[tuple[StrictStr, ...], AfterValidator(_arch_list("cuda"))]] = {}
-    rocm: RocmArchs = RocmArchs()
-
-
-class FactsFile(BaseModel):
-    """builder/data/torch.toml: the [[release]] tables in order, and [archs] for every toolkit they name."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    release: tuple[ReleaseTable, ...] = ()
-    archs: ArchsTable = ArchsTable()
-
-    @model_validator(mode="after")
-    def _complete(self) -> FactsFile:
-        if not self.release:
-            raise ValueError("expected one or more [[release]] tables")
-        minors = [r.torch for r in self.release]
-        if minors != sorted(set(minors), key=version_key):
-            raise ValueError(f"the [[release]] tables' torch minors must be sorted ascending and free of duplicates, "
-                             f"got {minors}")
-        for release in self.release:
-            for cuda in release.cuda:
-                if cuda not in self.archs.cuda:
-                    raise ValueError(f"torch {release.torch} has CUDA {cuda} but [archs.cuda] has no list for it")
-        if any(r.rocm for r in self.release) and not self.archs.rocm.default:
-            raise ValueError("some torch releases have ROCm variants but [archs.rocm] default is empty")
-        return self
-
-    def facts(self) -> TorchFacts:
-        return TorchFacts(releases=tuple(r.release() for r in self.release),
-                          cuda_archs=MappingProxyType(dict(self.archs.cuda)), rocm_archs=self.archs.rocm.default)
+from builder.plan.releases import TorchFacts
 
 
 def parse_facts(raw: Mapping[str, Any], source: str) -> TorchFacts:
+    from builder.core.data import validate
+    from builder.plan.facts_file import FactsFile
+
     return validate(raw, FactsFile, source, error=FactsError).facts()
 
 
 def load_facts(path: Path | None = None) -> TorchFacts:
     if path is None:
         return _default_facts()
+    from builder.core.data import load_data
+    from builder.plan.facts_file import FactsFile
+
     return load_data(path, FactsFile, what="the torch facts", error=FactsError).facts()
 
 
 @functools.cache
 def _default_facts() -> TorchFacts:
+    from builder.core.data import load_data
+    from builder.plan.facts_file import FactsFile
+
     return load_data(TORCH_FACTS, FactsFile, what="the torch facts", error=FactsError).facts()

@@ -20,8 +20,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, 
 from builder.core.errors import ConfigError, did_you_mean
 from builder.plan.accelerator import Accelerator, torch_minor
 from builder.plan.arch import Arch as GpuArch
-from builder.plan.facts import PLATFORMS
 from builder.plan.job import PATCH_NAMES
+from builder.plan.releases import PLATFORMS
 
 HOST_PYTHON = "host"
 # PyTorch's own index: one PEP 503 root per accelerator, which also hosts torch's dependencies

@@ -27,8 +27,8 @@ from builder.core.errors import NotBuildableHere, ToolchainError
 from builder.core.resources import CROSS_CC_SCRIPT
 from builder.core.runner import run
 from builder.core.settings import cache_root
-from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
+from builder.plan.releases import TorchFacts
 from builder.steps.platform import Cross, Platform
 from builder.steps.toolchain import Toolchain
 from builder.steps.torch_index import (

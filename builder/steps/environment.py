@@ -27,8 +27,8 @@ from builder.core.runner import PIP_TOOLS, PIP_TORCH, run
 from builder.core.settings import cache_root
 from builder.plan.accelerator import Accelerator
 from builder.plan.arch import Arch
-from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
+from builder.plan.releases import TorchFacts
 from builder.steps.toolchain import Toolchain as Toolkit
 from builder.steps.toolchain import ToolkitUnavailable, provide
 from builder.steps.torch_index import (

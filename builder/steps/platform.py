@@ -15,8 +15,8 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, mod
 
 from builder.core.data import load_data, validate
 from builder.core.resources import PLATFORM_FACTS
-from builder.plan.facts import PLATFORMS
 from builder.plan.job import Job
+from builder.plan.releases import PLATFORMS
 
 
 def _glibc(value: str) -> str:

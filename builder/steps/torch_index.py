@@ -18,9 +18,9 @@ from packaging.version import Version
 from builder.core.context import log_note
 from builder.core.errors import ConfigError, FetchError, NotBuildableHere, ToolchainError
 from builder.core.settings import setting
-from builder.plan.facts import TorchFacts
 from builder.plan.job import Job
 from builder.plan.matrix import DEFAULT_TORCH_INDEX, check_torch_index
+from builder.plan.releases import TorchFacts
 from builder.steps.fetch import IndexUnreachable, download_checked, index_files, index_url, with_slash
 
 log = logging.getLogger(__name__)

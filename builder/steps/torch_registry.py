@@ -30,7 +30,7 @@ from builder.core.archive import FOREIGN, open_stream
 from builder.core.errors import FetchError, WheelError
 from builder.core.http import BoundedResponse, open_bounded
 from builder.plan.accelerator import python_key
-from builder.plan.facts import TorchFacts, TorchRelease
+from builder.plan.releases import TorchFacts, TorchRelease
 from builder.steps.fetch import METADATA, _project_files, index_url, open_url
 
 # Requires-Dist pins that name the CUDA runtime the wheel was built with.

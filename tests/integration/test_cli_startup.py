@@ -49,3 +49,22 @@ def test_the_probe_sees_a_command_s_imports() -> None:
     printed, imported = run_probe("plan", "--profile", "local")
     assert printed.startswith("profile local: ")
     assert {"pydantic", "rich", "yaml"} <= imported
+
+
+def test_a_re_index_imports_only_what_its_work_needs(tmp_path: Path) -> None:
+    """`wheelwright index` in a new process, as users run it: with nothing changed it renders nothing (no jinja2)
+    and judges no name against the torch facts' models (no pydantic); with one wheel added it renders, but takes the
+    facts from the index state the first run kept (docs/performance.md)."""
+    from scripts.bench.wheels import WheelSpec, make_wheel
+
+    for python in ("cp311", "cp312"):
+        make_wheel(tmp_path / "dist", WheelSpec(python=python))
+    index = ("index", "--output", str(tmp_path), "--base-url", "https://wheels.example.org")
+    _, cold = run_probe(*index)
+    _, unchanged = run_probe(*index)
+    make_wheel(tmp_path / "dist", WheelSpec(python="cp313"))
+    printed, added = run_probe(*index)
+    work = {"pydantic", "jinja2", "rich", "yaml", "boto3"}  # markupsafe, 1 ms, escapes the variant channel's names
+    assert {"pydantic", "jinja2"} <= cold  # the probe sees both where they are needed
+    assert not unchanged & work, sorted(unchanged & work)
+    assert printed.startswith("Indexed 3 wheels") and added & work == {"jinja2"}

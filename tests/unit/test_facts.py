@@ -14,7 +14,8 @@ import pytest
 
 from builder.core.errors import FactsError
 from builder.plan.accelerator import Accelerator, base_python, is_free_threaded, python_key
-from builder.plan.facts import TorchFacts, load_facts, parse_facts
+from builder.plan.facts import load_facts, parse_facts
+from builder.plan.releases import TorchFacts
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -248,3 +249,11 @@ def test_the_newest_releases_ship_what_their_sources_say() -> None:
     assert facts.release("2.15").cuda == ("13.0", "13.2")  # 12.6 dropped
     assert facts.release("2.15").python[-3:] == ("3.14t", "3.15", "3.15t")
     assert "3.13t" not in facts.release("2.14").python  # the registry's 2.12.1 on have cp314t only
+
+
+def test_facts_read_back_from_their_json_equal_the_file_s() -> None:
+    """The index keeps the facts in its state as JSON (index_site.catalog.RecordedFacts): read back, they must be
+    the very facts, overrides and arch lists included."""
+    facts = load_facts()
+    assert TorchFacts.from_json(facts.to_json()) == facts
+    assert any(release.abi_override for release in facts.releases)  # the mappings take part

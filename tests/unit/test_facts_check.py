@@ -12,7 +12,8 @@ import pytest
 
 from builder.cli.facts import BEHIND_EXIT
 from builder.cli.main import main
-from builder.plan.facts import TorchFacts, load_facts
+from builder.plan.facts import load_facts
+from builder.plan.releases import TorchFacts
 from builder.steps import torch_registry
 from builder.steps.torch_registry import compare, cuda_of, provenance, registry_releases
 

@@ -205,3 +205,31 @@ def test_pages_list_wheels_in_version_order_with_equal_versions_by_filename(tmp_
     for given in (wheels[1::2], wheels, wheels[:3], wheels[::-1]):
         ordered = render_module._ordered(given)
         assert [w.filename for w in ordered] == [w.filename for w in expected if w in given]
+
+
+@pytest.mark.parametrize("kept", [
+    "",  # none kept yet
+    '{"digest": "0000", "facts": "{}"}',  # kept for another facts file
+    '{"digest": "DIGEST", "facts": "{\\"releases\\": 3}"}',  # damaged
+    "[not json",
+])
+def test_the_index_reads_the_torch_facts_from_its_state_only_while_kept_for_today_s_file(
+    output: Path, kept: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the state keeps of the torch facts serves while its digest is the facts file's; anything else (none,
+    another file's, damaged) is read from the file again and kept anew, and the site is the same."""
+    from builder.core import resources
+    from index_site.catalog import RecordedFacts
+    from index_site.state import IndexState
+
+    digest = hashlib.sha256(resources.TORCH_FACTS.read_bytes()).hexdigest()
+    with IndexState(output / STATE_FILE) as state:
+        state.write(meta={"torch facts": kept.replace("DIGEST", digest)})
+        assert RecordedFacts(state).facts().releases  # read from the file, and kept
+        monkeypatch.setattr("builder.plan.facts.load_facts", _no_facts_file)
+        assert RecordedFacts(state).facts() == RecordedFacts(state).facts()  # now from the state alone
+        assert "2.14 cu130" in RecordedFacts(state).variants()
+
+
+def _no_facts_file() -> None:
+    raise AssertionError("the facts file was read although the state keeps its facts")

@@ -16,8 +16,9 @@ from builder.plan.accelerator import Accelerator
 from builder.plan.arch import Arch
 from builder.plan.archs import apply_known_bad
 from builder.plan.expand import Plan, expand, load_plan
-from builder.plan.facts import TorchFacts, load_facts
+from builder.plan.facts import load_facts
 from builder.plan.matrix import Matrix, load_matrix
+from builder.plan.releases import TorchFacts
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = ROOT / "matrix.yaml"
