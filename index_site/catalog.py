@@ -98,6 +98,7 @@ class Judged:
     stats: ScanStats
     fresh_metadata: Mapping[str, bytes]  # METADATA read this run, by wheel filename
     fresh_twins: Mapping[tuple[str, str], bytes] = field(default_factory=dict)  # (twin, member): derived this run
+    ledger: str = ""  # ledger_digest of the ledger read
 
     @property
     def accepted(self) -> list[str]:
@@ -127,7 +128,7 @@ def judge(dist: Path, ledger_path: Path, state: IndexState, derive: Deriver | No
     """Judge every file of ``dist``: by its state row while it keeps the row's identity, else by its name and
     bytes (and ``derive`` works out the twin of a wheel with provenance from the same read); the state is brought
     up to date."""
-    listed, unjudged = _listing(dist)
+    listed, unjudged = listing(dist)
     known = _known_rows(state)
     with Ledger(ledger_path) as ledger:
         failures = tuple(ledger.failures())
@@ -142,6 +143,7 @@ def judge(dist: Path, ledger_path: Path, state: IndexState, derive: Deriver | No
     return Judged(
         rows=rows,
         unjudged=tuple(unjudged),
+        ledger=ledger_digest(failures, recorded_archs),
         failures=failures,
         archs=_archs(accepted, recorded_archs),
         stats=stats,
@@ -155,6 +157,18 @@ class _Read(NamedTuple):
 
     metadata: bytes
     twin: Mapping[tuple[str, str], bytes]
+
+
+def ledger_digest(failures: Collection[LedgerEntry], archs: Mapping[str, object]) -> str:
+    """What of the ledger the site shows (its failures and the GPU archs of its wheels), as one digest."""
+    parts = sorted(repr(entry) for entry in failures) + sorted(f"{name}\0{found!r}" for name, found in archs.items())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def read_ledger(path: Path) -> str:
+    """ledger_digest of the ledger at ``path``."""
+    with Ledger(path) as ledger:
+        return ledger_digest(tuple(ledger.failures()), ledger.wheel_archs())
 
 
 def catalog_of(judged: Judged) -> Catalog:
@@ -208,7 +222,7 @@ def _name_problem(filename: str) -> str:
     return ""
 
 
-def _listing(dist: Path) -> tuple[dict[str, FileIdentity], list[Rejection]]:
+def listing(dist: Path) -> tuple[dict[str, FileIdentity], list[Rejection]]:
     """Every name ending in .whl in ``dist`` with its identity (one lstat each), and those that are not regular
     files, refused."""
     listed: dict[str, FileIdentity] = {}

@@ -29,9 +29,19 @@ from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, holds_identity, identity_if_regular, regular_identity
 from builder.core.wheelhouse import Layout
 from index_site import fallback, layout, variants
-from index_site.catalog import Catalog, Judged, RecordedFacts, Rejection, ScanStats, catalog_of, judge
+from index_site.catalog import (
+    Catalog,
+    Judged,
+    RecordedFacts,
+    catalog_of,
+    judge,
+    listing,
+    read_ledger,
+)
+from index_site.report import IndexReport, from_summary, summary
 from index_site.state import IndexState, state_path
 from index_site.twins import TwinMaker, TwinReport, deriver, settle_twins
+from index_site.twins import listing as twin_listing
 
 if TYPE_CHECKING:
     from index_site.render import PageGroup
@@ -93,20 +103,6 @@ class SitePlan:
         return len(self.kept)
 
 
-@dataclass(frozen=True, kw_only=True)
-class IndexReport:
-    site: Path
-    wheels: int
-    variants: tuple[str, ...]
-    stats: ScanStats
-    rejected: tuple[Rejection, ...]
-    failures: int
-    written: tuple[str, ...]  # site paths written this run (wheels linked, metadata, pages)
-    deleted: tuple[str, ...]
-    unchanged: int
-    twins: TwinReport = field(default_factory=TwinReport)
-
-
 def build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | None = None) -> IndexReport:
     """Index ``output``/dist with ``output``/ledger.sqlite into ``site``; ``twins`` makes and checks the variant
     twins of ``output``/variant (without it none is published)."""
@@ -138,19 +134,82 @@ def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | N
     _check_site(site, base_url)
     wheelhouse = Layout(root=output)
     with IndexState(state_path(wheelhouse.ledger)) as state:
+        quiet = _quiet(state, wheelhouse, site, base_url, twins is not None)
+        if quiet is not None:  # nothing moved since the last complete run, not even a file of dist/: no row read
+            return quiet
         judged = judge(wheelhouse.dist, wheelhouse.ledger, state, deriver(twins))
         settled = settle_twins(judged, wheelhouse.dist, wheelhouse.variant, state, twins)
         inputs = _inputs(state, judged, base_url)
         files = _as_left(state, site, inputs)
         if files is not None:  # nothing moved since the last complete run: nothing to do
-            return _report(site, judged, settled, written=(), deleted=(), unchanged=files)
-        channel = fallback.channel_sizes(settled.twins)
-        catalog = dataclasses.replace(catalog_of(judged), channel=channel, facts=RecordedFacts(state).facts())
-        recorded = _recorded_manifest(site)
-        still = _settled(site, state, recorded)
-        report = _index(output, site, base_url, state, recorded, catalog, settled, still)
-        _leave(state, site, inputs, report.unchanged + len(report.written))
+            report = _report(site, judged, settled, written=(), deleted=(), unchanged=files)
+            linked: Mapping[str, FileIdentity] = {}
+        else:
+            channel = fallback.channel_sizes(settled.twins)
+            catalog = dataclasses.replace(catalog_of(judged), channel=channel, facts=RecordedFacts(state).facts())
+            recorded = _recorded_manifest(site)
+            still = _settled(site, state, recorded)
+            report, linked = _index(output, site, base_url, state, recorded, catalog, settled, still)
+        kept = _kept(state, judged, settled, linked, report, base_url, twins is not None)
+        _leave(state, site, inputs, report.unchanged + len(report.written), kept)
         return report
+
+
+def _quiet(state: IndexState, wheelhouse: Layout, site: Path, base_url: str, twins: bool) -> IndexReport | None:
+    """The report of a run that finds nothing moved since the last complete run into ``site``: dist/ and variant/
+    hold the files that run left, each with the identity it left (one stat each, and no row of the state read),
+    the ledger shows what it showed, the state's rows, the code and the base URL are the same, and the site is as
+    that run left it (_as_left). None otherwise: the run judges every file by its row, as ever."""
+    record = _site_record(state, site)
+    kept = record.get("quiet")
+    if not isinstance(kept, dict) or not isinstance(record.get("files"), int):
+        return None
+    dist, strays = listing(wheelhouse.dist)
+    variant, refused = twin_listing(wheelhouse.variant)
+    if strays or refused:
+        return None
+    key = _quiet_key(state, dist, variant, read_ledger(wheelhouse.ledger), base_url, twins)
+    if kept.get("key") != key or not _same_folders(site, record):
+        return None
+    try:
+        return from_summary(site, kept["report"], record["files"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _kept(
+    state: IndexState,
+    judged: Judged,
+    settled: TwinReport,
+    linked: Mapping[str, FileIdentity],
+    report: IndexReport,
+    base_url: str,
+    twins: bool,
+) -> dict[str, Any] | None:
+    """What this complete run leaves for the next one's _quiet: the key of dist/ and variant/ as this run judged
+    them (with the identities its hard links gave them), and the summary of its report. None where either folder
+    holds a file the run could not judge: the next run judges again."""
+    if judged.unjudged or settled.strays:
+        return None
+    dist = {name: linked.get(name, row.identity) for name, row in judged.rows.items()}
+    variant = {name: linked.get(name, identity) for name, identity in settled.listing.items()}
+    return {"key": _quiet_key(state, dist, variant, judged.ledger, base_url, twins), "report": summary(report)}
+
+
+def _quiet_key(
+    state: IndexState,
+    dist: Mapping[str, Sequence[int]],
+    variant: Mapping[str, Sequence[int]],
+    ledger: str,
+    base_url: str,
+    twins: bool,
+) -> str:
+    """One digest of the files of dist/ and variant/ with their identities, the ledger's digest, the state's
+    generation, the base URL, the code that writes the site and whether twins are made."""
+    head = [state.generation(), base_url, _code_digest(), ledger, str(twins)]
+    files = [f"{name}\0{':'.join(map(str, identity))}" for folder in (dist, variant) for name, identity in
+             sorted(folder.items())]
+    return hashlib.sha256("\n".join([*head, *files, str(len(dist))]).encode()).hexdigest()
 
 
 def _inputs(state: IndexState, catalog: Judged, base_url: str) -> str:
@@ -174,6 +233,15 @@ def _code_digest() -> str:
         if path.is_file():
             digest.update(path.as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
+
+
+def _site_record(state: IndexState, site: Path) -> dict[str, Any]:
+    """What the last complete run into ``site`` recorded of it (_leave), or {}."""
+    try:
+        record = json.loads(state.meta().get(f"site:{os.path.abspath(site)}") or "{}")
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _as_left(state: IndexState, site: Path, inputs: str) -> int | None:
@@ -241,9 +309,11 @@ def _settled(site: Path, state: IndexState, recorded: _Recorded) -> Settled:
     )
 
 
-def _leave(state: IndexState, site: Path, inputs: str, files: int) -> None:
-    """Record how this complete run left ``site`` (its ``files``), for the next run's _as_left."""
-    record = {"inputs": inputs, "folders": _folders(site, _left_folders(state, site)), "files": files}
+def _leave(state: IndexState, site: Path, inputs: str, files: int, quiet: Mapping[str, Any] | None) -> None:
+    """Record how this complete run left ``site`` (its ``files``), for the next run's _as_left and _quiet."""
+    record: dict[str, Any] = {"inputs": inputs, "folders": _folders(site, _left_folders(state, site)), "files": files}
+    if quiet is not None:
+        record["quiet"] = quiet
     state.write(meta={f"site:{os.path.abspath(site)}": json.dumps(record, sort_keys=True)})
 
 
@@ -314,7 +384,9 @@ def _index(
     catalog: Catalog,
     twins: TwinReport,
     settled: Settled | None = None,
-) -> IndexReport:
+) -> tuple[IndexReport, dict[str, FileIdentity]]:
+    """Render and place what changed; the report, and the new identities of the files the site's hard links
+    moved (their ctimes)."""
     from index_site.render import channel_groups  # jinja2 and the page models: only for a run that renders
 
     manifest, previous_groups = recorded.files, recorded.groups
@@ -344,7 +416,7 @@ def _index(
     written, linked = apply_plan(plan, site, base_url=base_url, identities=identities, recorded=recorded)
     if linked:
         state.refresh({name: (identities[name], identity) for name, identity in linked.items()})
-    return _report(site, catalog, twins, written=written, deleted=plan.stale, unchanged=plan.unchanged)
+    return _report(site, catalog, twins, written=written, deleted=plan.stale, unchanged=plan.unchanged), linked
 
 
 def _report(
@@ -368,6 +440,7 @@ def _report(
         deleted=deleted,
         unchanged=unchanged,
         twins=twins,
+        twins_published=len(twins.published),
     )
 
 

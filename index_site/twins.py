@@ -16,7 +16,7 @@ import logging
 import os
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -93,6 +93,8 @@ class TwinReport:
     refused: tuple[Rejection, ...] = ()  # files of variant/ not published, and why
     without: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # {why no twin: wheels of dist/}
     fresh: Mapping[tuple[str, str], bytes] = field(default_factory=dict)  # (twin, member): bytes read this run
+    listing: Mapping[str, Sequence[int]] = field(default_factory=dict)  # variant/'s twins, with identities as left
+    strays: bool = False  # variant/ holds something not named like a twin, or not a regular file
 
     @functools.cached_property
     def twins(self) -> tuple[VariantWheel, ...]:
@@ -109,7 +111,8 @@ def twin_name(filename: str, label: str) -> str:
 
 def settle_twins(judged: Judged, dist: Path, folder: Path, state: IndexState, maker: TwinMaker | None) -> TwinReport:
     """The twins to publish; missing ones are made, changed ones checked again, and the state brought up to date."""
-    listed, refused = _listing(folder)
+    listed, refused = listing(folder)
+    strays = list(refused)
     known = state.twins()
     settler = _Settler(judged.rows, dist, folder, known, listed, maker, judged.fresh_twins)
     expected = {twin_name(wheel, _label(wheel)): wheel for wheel in judged.accepted}
@@ -138,10 +141,12 @@ def settle_twins(judged: Judged, dist: Path, folder: Path, state: IndexState, ma
         refused=tuple(sorted(refused, key=lambda rejection: rejection.filename)),
         without={why: tuple(names) for why, names in sorted(settler.without.items())},
         fresh=settler.fresh,
+        listing={name: rows[name].identity if name in rows else found for name, found in settler.listed.items()},
+        strays=bool(strays),
     )
 
 
-def _listing(folder: Path) -> tuple[dict[str, FileIdentity], list[Rejection]]:
+def listing(folder: Path) -> tuple[dict[str, FileIdentity], list[Rejection]]:
     """The regular files of ``folder`` named like wheels, with their identities; anything else named so, refused."""
     listed: dict[str, FileIdentity] = {}
     refused: list[Rejection] = []
@@ -179,7 +184,7 @@ _SLIM = re.compile(r"sm[0-9]+[af]?$")
 
 def _orphan(name: str, judged: Judged) -> Rejection:
     match = TWIN_NAME.match(name)
-    assert match is not None  # _listing keeps only such names
+    assert match is not None  # listing keeps only such names
     label = _SLIM.sub("", match["label"])
     wheel = f"{match['dist']}-{match['version']}+{label}{match['build'] or ''}-{match['tag']}.whl"
     row = judged.rows.get(wheel)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from builder.core.archive import Archive
     from builder.steps.variant import DerivedTwin
     from index_site.publish import PublishReport
-    from index_site.site import IndexReport
+    from index_site.report import IndexReport
 
 
 
@@ -118,7 +118,7 @@ def _twin_lines(report: IndexReport) -> tuple[list[str], list[str]]:
     have none, however many they are."""
     twins = report.twins
     again = f" ({len(twins.remade)} made again)" if twins.remade else ""
-    lines = [f"  variant twins: {len(twins.published)} published, {len(twins.made)} made{again}"]
+    lines = [f"  variant twins: {report.twins_published} published, {len(twins.made)} made{again}"]
     warnings = [f"variant twin not its wheel's, made again: {remade.reason}" for remade in twins.remade]
     warnings += [f"variant twin not published: {refused.reason}" for refused in twins.refused]
     for why, wheels in twins.without.items():

@@ -5,6 +5,7 @@ Anything else plans the site again, which then equals a cold index of the same f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from builder.core.ledger import Ledger, LedgerEntry
 from index_site import site as site_module
 from index_site.layout import SITE_MARKER
 from index_site.site import build_site
-from index_site.state import STATE_FILE
+from index_site.state import STATE_FILE, IndexState
 from scripts.bench.wheels import WheelSpec, make_wheel
 
 BASE = "https://wheels.example.org"
@@ -112,3 +113,66 @@ def test_one_added_wheel_stats_no_file_of_a_folder_nothing_moved_in(
     make_wheel(output / "dist", WheelSpec(python="cp310"))
     build_site(output, output / "site", base_url=BASE)
     assert [path for path in checked if "pt213cu130" in path]  # then each file's record is held to it
+
+
+def _rewritten(output: Path) -> None:
+    """A wheel rewritten in place under its name: its folder's entries do not change, only the file's identity."""
+    wheel = next((output / "dist").glob("*pt213cu130*"))
+    wheel.write_bytes(wheel.read_bytes())
+
+
+def _stray(output: Path) -> None:
+    (output / "dist" / "not-a-wheel.whl").mkdir()
+
+
+# (case, what moves): each must make the next run judge every file by its row again
+QUIET_BREAKERS: list[tuple[str, Callable[[Path], object]]] = [
+    *((case, move) for case, move, _ in MOVES),
+    ("wheel-rewritten-in-place", _rewritten),
+    ("stray-folder-in-dist", _stray),
+    ("ledger-archs-recorded", lambda out: _archs(out)),
+]
+
+
+def _archs(output: Path) -> None:
+    wheel = next((output / "dist").glob("*pt213cu130*")).name
+    with Ledger(output / "ledger.sqlite") as ledger:
+        ledger.put(LedgerEntry(job_id="causal-conv1d-1.7.0-pt213cu130-py3.11", package="causal-conv1d",
+                               version="1.7.0", label="pt213cu130", torch="2.13", accelerator="cu130", python="3.11",
+                               input_hash="h", status="built", wheel=wheel, report='{"sass": ["9.0"], "ptx": []}'))
+
+
+def test_a_quiet_run_reads_no_row_and_reports_what_the_full_run_reports(
+    output: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With nothing moved, not even a file of dist/, the run takes the last complete run's summary: one stat per
+    file, no row of the state read, and the very report a run that judges every file by its row makes."""
+    monkeypatch.setattr(site_module, "_quiet", lambda *_: None)
+    full = build_site(output, output / "site", base_url=BASE)
+    monkeypatch.undo()
+    build_site(output, output / "site", base_url=BASE)  # keeps the summary the quiet run takes
+    monkeypatch.setattr(IndexState, "wheels", _no_rows)
+    monkeypatch.setattr(IndexState, "twins", _no_rows)
+    quiet = build_site(output, output / "site", base_url=BASE)
+    assert dataclasses.replace(quiet, twins=full.twins, twins_published=full.twins_published) == full
+    assert (quiet.twins.refused, quiet.twins.without, quiet.twins_published) == (
+        full.twins.refused, full.twins.without, full.twins_published)
+
+
+@pytest.mark.parametrize("move", [m[1] for m in QUIET_BREAKERS], ids=[m[0] for m in QUIET_BREAKERS])
+def test_anything_that_moved_ends_the_quiet_runs(output: Path, move: Callable[[Path], object],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    build_site(output, output / "site", base_url=BASE)  # the summary is kept
+    quiet: list[object] = []
+    real = site_module._quiet
+    monkeypatch.setattr(site_module, "_quiet", lambda *args: quiet.append(real(*args)) or quiet[-1])
+    build_site(output, output / "site", base_url=BASE)
+    move(output)
+    build_site(output, output / "site", base_url=BASE)
+    assert quiet[0] is not None and quiet[1] is None  # quiet before the move, judged by the rows after it
+    build_site(output, output / "cold", base_url=BASE)
+    assert _tree(output / "site") == _tree(output / "cold")
+
+
+def _no_rows(state: IndexState) -> None:
+    raise AssertionError("a row was read although nothing moved")
