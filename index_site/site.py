@@ -249,12 +249,8 @@ def _as_left(state: IndexState, site: Path, inputs: str) -> int | None:
     that run wrote, and no entry of any of its folders added, taken out or renamed since (a folder's mtime and
     ctime move with each; nobody can set a ctime back). A file the index wrote there is not written again by
     anyone else: serve and publish hold each one to its recorded identity anyway. Its file count, else None."""
-    left = state.meta().get(f"site:{os.path.abspath(site)}")
-    try:
-        record = json.loads(left) if left else None
-    except ValueError:
-        return None
-    if not isinstance(record, dict) or record.get("inputs") != inputs or not _same_folders(site, record):
+    record = _site_record(state, site)
+    if record.get("inputs") != inputs or not _same_folders(site, record):
         return None
     files = record.get("files")
     return files if isinstance(files, int) else None
@@ -281,12 +277,7 @@ def _same_identity(site: Path, path: str, identity: object) -> bool:
 def _settled(site: Path, state: IndexState, recorded: _Recorded) -> Settled:
     """The folders the last complete run recorded that still have its identities, with their recorded files;
     none where the manifest is no longer the file that run wrote."""
-    left = state.meta().get(f"site:{os.path.abspath(site)}")
-    try:
-        record = json.loads(left) if left else None
-    except ValueError:
-        return Settled()
-    folders = record.get("folders") if isinstance(record, dict) else None
+    folders = _site_record(state, site).get("folders")
     if not isinstance(folders, dict) or not _same_identity(site, layout.SITE_MARKER, folders.get(layout.SITE_MARKER)):
         return Settled()
     still = {
@@ -319,11 +310,7 @@ def _leave(state: IndexState, site: Path, inputs: str, files: int, quiet: Mappin
 
 def _left_folders(state: IndexState, site: Path) -> dict[str, tuple[list[int], list[str]]]:
     """The folders the last complete run recorded: {path: (identity, names of its folders)}."""
-    try:
-        record = json.loads(state.meta().get(f"site:{os.path.abspath(site)}") or "null")
-    except ValueError:
-        return {}
-    folders = record.get("folders") if isinstance(record, dict) else None
+    folders = _site_record(state, site).get("folders")
     if not isinstance(folders, dict):
         return {}
     children: dict[str, list[str]] = {path: [] for path in folders}
