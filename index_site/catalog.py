@@ -124,16 +124,22 @@ def scan(dist: Path, ledger_path: Path, state: IndexState | None = None) -> Cata
 Deriver = Callable[[BinaryIO, Archive, WheelName], "tuple[str, Mapping[tuple[str, str], bytes]] | None"]
 
 
-def judge(dist: Path, ledger_path: Path, state: IndexState, derive: Deriver | None = None) -> Judged:
-    """Judge every file of ``dist``: by its state row while it keeps the row's identity, else by its name and
-    bytes (and ``derive`` works out the twin of a wheel with provenance from the same read); the state is brought
-    up to date."""
-    listed, unjudged = listing(dist)
+Listing = tuple[dict[str, FileIdentity], list[Rejection]]  # a folder's files with identities, and what is refused
+
+
+def judge(
+    dist: Path, ledger_path: Path, state: IndexState, derive: Deriver | None = None, listed: Listing | None = None
+) -> Judged:
+    """Judge every file of ``dist`` (``listed``: as listing() found it, if this run has listed it already): by its
+    state row while it keeps the row's identity, else by its name and bytes (and ``derive`` works out the twin of a
+    wheel with provenance from the same read); the state is brought up to date."""
+    found, unjudged = listed or listing(dist)
+    listed_files, unjudged = dict(found), list(unjudged)
     known = _known_rows(state)
     with Ledger(ledger_path) as ledger:
         failures = tuple(ledger.failures())
         recorded_archs = ledger.wheel_archs()
-        rows, stats, fresh = _judge(dist, listed, known, ledger, derive, RecordedFacts(state))
+        rows, stats, fresh = _judge(dist, listed_files, known, ledger, derive, RecordedFacts(state))
     changed = [row for name, row in rows.items() if known.get(name) is not row]
     state.write(wheels=changed, wheels_gone=known.keys() - rows.keys())
     unjudged += [Rejection(filename=name, reason=reason) for name, reason in fresh.items() if isinstance(reason, str)]
@@ -222,7 +228,7 @@ def _name_problem(filename: str) -> str:
     return ""
 
 
-def listing(dist: Path) -> tuple[dict[str, FileIdentity], list[Rejection]]:
+def listing(dist: Path) -> Listing:
     """Every name ending in .whl in ``dist`` with its identity (one lstat each), and those that are not regular
     files, refused."""
     listed: dict[str, FileIdentity] = {}

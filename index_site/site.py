@@ -32,6 +32,7 @@ from index_site import fallback, layout, variants
 from index_site.catalog import (
     Catalog,
     Judged,
+    Listing,
     RecordedFacts,
     catalog_of,
     judge,
@@ -134,11 +135,11 @@ def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | N
     _check_site(site, base_url)
     wheelhouse = Layout(root=output)
     with IndexState(state_path(wheelhouse.ledger)) as state:
-        quiet = _quiet(state, wheelhouse, site, base_url, twins is not None)
+        quiet, found = _quiet(state, wheelhouse, site, base_url, twins is not None)
         if quiet is not None:  # nothing moved since the last complete run, not even a file of dist/: no row read
             return quiet
-        judged = judge(wheelhouse.dist, wheelhouse.ledger, state, deriver(twins))
-        settled = settle_twins(judged, wheelhouse.dist, wheelhouse.variant, state, twins)
+        judged = judge(wheelhouse.dist, wheelhouse.ledger, state, deriver(twins), found and found[0])
+        settled = settle_twins(judged, wheelhouse.dist, wheelhouse.variant, state, twins, found and found[1])
         inputs = _inputs(state, judged, base_url)
         files = _as_left(state, site, inputs)
         if files is not None:  # nothing moved since the last complete run: nothing to do
@@ -155,26 +156,29 @@ def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | N
         return report
 
 
-def _quiet(state: IndexState, wheelhouse: Layout, site: Path, base_url: str, twins: bool) -> IndexReport | None:
+def _quiet(
+    state: IndexState, wheelhouse: Layout, site: Path, base_url: str, twins: bool
+) -> tuple[IndexReport | None, tuple[Listing, Listing] | None]:
     """The report of a run that finds nothing moved since the last complete run into ``site``: dist/ and variant/
     hold the files that run left, each with the identity it left (one stat each, and no row of the state read),
     the ledger shows what it showed, the state's rows, the code and the base URL are the same, and the site is as
-    that run left it (_as_left). None otherwise: the run judges every file by its row, as ever."""
+    that run left it (_as_left). None otherwise: the run judges every file by its row, as ever; with the listings of
+    dist/ and variant/ where this has made them, for the run to use."""
     record = _site_record(state, site)
     kept = record.get("quiet")
     if not isinstance(kept, dict) or not isinstance(record.get("files"), int):
-        return None
-    dist, strays = listing(wheelhouse.dist)
-    variant, refused = twin_listing(wheelhouse.variant)
-    if strays or refused:
-        return None
+        return None, None
+    found = listing(wheelhouse.dist), twin_listing(wheelhouse.variant)
+    (dist, strays), (variant, refused) = found
+    if strays or refused or kept.get("count") != len(dist) + len(variant):
+        return None, found
     key = _quiet_key(state, dist, variant, read_ledger(wheelhouse.ledger), base_url, twins)
     if kept.get("key") != key or not _same_folders(site, record):
-        return None
+        return None, found
     try:
-        return from_summary(site, kept["report"], record["files"])
+        return from_summary(site, kept["report"], record["files"]), found
     except (KeyError, TypeError, ValueError):
-        return None
+        return None, found
 
 
 def _kept(
@@ -193,7 +197,8 @@ def _kept(
         return None
     dist = {name: linked.get(name, row.identity) for name, row in judged.rows.items()}
     variant = {name: linked.get(name, identity) for name, identity in settled.listing.items()}
-    return {"key": _quiet_key(state, dist, variant, judged.ledger, base_url, twins), "report": summary(report)}
+    key = _quiet_key(state, dist, variant, judged.ledger, base_url, twins)
+    return {"key": key, "count": len(dist) + len(variant), "report": summary(report)}
 
 
 def _quiet_key(

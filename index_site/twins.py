@@ -24,7 +24,7 @@ from typing import Any, BinaryIO, Protocol
 from builder.core.archive import Archive
 from builder.core.errors import WheelwrightError
 from builder.core.hashing import FileIdentity, open_regular, sha256_stream
-from index_site.catalog import Deriver, Judged, Rejection
+from index_site.catalog import Deriver, Judged, Listing, Rejection
 from index_site.state import IndexState, TwinRow, WheelRow
 from index_site.variants import VariantWheel
 from index_site.wheels import (
@@ -109,9 +109,18 @@ def twin_name(filename: str, label: str) -> str:
     return f"{dist}-{version.split('+', 1)[0]}-{tag}-{label}.whl"
 
 
-def settle_twins(judged: Judged, dist: Path, folder: Path, state: IndexState, maker: TwinMaker | None) -> TwinReport:
-    """The twins to publish; missing ones are made, changed ones checked again, and the state brought up to date."""
-    listed, refused = listing(folder)
+def settle_twins(
+    judged: Judged,
+    dist: Path,
+    folder: Path,
+    state: IndexState,
+    maker: TwinMaker | None,
+    found: Listing | None = None,
+) -> TwinReport:
+    """The twins to publish (``found``: the folder as listing() found it, if this run has listed it already);
+    missing ones are made, changed ones checked again, and the state brought up to date."""
+    listed, refused = found or listing(folder)
+    listed, refused = dict(listed), list(refused)
     strays = list(refused)
     known = state.twins()
     settler = _Settler(judged.rows, dist, folder, known, listed, maker, judged.fresh_twins)
@@ -146,7 +155,7 @@ def settle_twins(judged: Judged, dist: Path, folder: Path, state: IndexState, ma
     )
 
 
-def listing(folder: Path) -> tuple[dict[str, FileIdentity], list[Rejection]]:
+def listing(folder: Path) -> Listing:
     """The regular files of ``folder`` named like wheels, with their identities; anything else named so, refused."""
     listed: dict[str, FileIdentity] = {}
     refused: list[Rejection] = []

@@ -84,7 +84,7 @@ def test_a_site_on_another_filesystem_checks_its_wheels_by_their_identity(
 ) -> None:
     """Inode numbers mean nothing across filesystems: there each site wheel is held to its full identity."""
     build_site(output, output / "site", base_url=BASE)
-    monkeypatch.setattr(site_module, "_quiet", lambda *_: None)  # each run plans the whole site
+    monkeypatch.setattr(site_module, "_quiet", lambda *_: (None, None))  # each run plans the whole site
     monkeypatch.setattr(site_module, "_as_left", lambda *_: None)
     seen: list[str] = []
     real = site_module.identity_if_regular

@@ -147,7 +147,7 @@ def test_a_quiet_run_reads_no_row_and_reports_what_the_full_run_reports(
 ) -> None:
     """With nothing moved, not even a file of dist/, the run takes the last complete run's summary: one stat per
     file, no row of the state read, and the very report a run that judges every file by its row makes."""
-    monkeypatch.setattr(site_module, "_quiet", lambda *_: None)
+    monkeypatch.setattr(site_module, "_quiet", lambda *_: (None, None))
     full = build_site(output, output / "site", base_url=BASE)
     monkeypatch.undo()
     build_site(output, output / "site", base_url=BASE)  # keeps the summary the quiet run takes
@@ -169,7 +169,7 @@ def test_anything_that_moved_ends_the_quiet_runs(output: Path, move: Callable[[P
     build_site(output, output / "site", base_url=BASE)
     move(output)
     build_site(output, output / "site", base_url=BASE)
-    assert quiet[0] is not None and quiet[1] is None  # quiet before the move, judged by the rows after it
+    assert quiet[0][0] is not None and quiet[1][0] is None  # quiet before the move, judged by the rows after it
     build_site(output, output / "cold", base_url=BASE)
     assert _tree(output / "site") == _tree(output / "cold")
 
