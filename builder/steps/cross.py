@@ -318,8 +318,9 @@ def compilers(platform: Platform, root: Path) -> Compilers:
     if missing:
         raise NotBuildableHere(f"cross-building for {platform.name} needs {' and '.join(missing)}, not on PATH",
                                tip=f"apt-get install {cross.compiler_package} (scripts/install-system-deps.sh build)")
-    home = cross_root() / "compilers" / f"{platform.name}-{_digest(str(root), real)}"
-    with _made_once(home, f"{root} {real}\n") as staging:
+    # the wrappers exec this interpreter: a cache made by a venv since deleted (an old checkout's) is not this one's
+    home = cross_root() / "compilers" / f"{platform.name}-{_digest(str(root), real, sys.executable)}"
+    with _made_once(home, f"{root} {real} {sys.executable}\n") as staging:
         if staging is not None:
             _write_compilers(cross, platform, {k: str(v) for k, v in real.items()}, root, staging, home)
     bin_dir = home / "bin"

@@ -118,3 +118,20 @@ def test_the_preflight_names_each_missing_cross_tool(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(cross.shutil, "which", lambda tool: f"/usr/bin/{tool}")
     assert cross.cross_problem(platform) is None
     assert cross.cross_problem(load_platforms()["x86_64"]) is not None  # nothing cross-builds x86_64 here
+
+
+def test_the_compiler_wrappers_are_made_for_the_interpreter_they_exec(tmp_path: Path, monkeypatch) -> None:
+    """The wrappers exec the interpreter that made them: a cached pair made by another interpreter (a venv deleted
+    since, an old checkout's) is not used, so no wrapper names an interpreter that is gone."""
+    from builder.steps import cross
+
+    monkeypatch.setattr(cross, "cross_root", lambda: tmp_path)
+    monkeypatch.setattr(cross.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(cross, "include_folders", lambda *args: ["/include"])
+    platform = load_platforms()["aarch64"]
+    made = []
+    for python in ("/gone/venv/bin/python", "/here/venv/bin/python"):
+        monkeypatch.setattr(cross.sys, "executable", python)
+        made.append(cross.compilers(platform, tmp_path / "sysroot").cxx)
+    assert made[0].parent != made[1].parent
+    assert '"/here/venv/bin/python"' in made[1].read_text() and "/gone/" not in made[1].read_text()
