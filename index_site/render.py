@@ -157,7 +157,7 @@ def channel_groups(
     """The variant channel's pages (variants.py): the guards of each project's builds in groups of their own (one per
     version, torch minor and wheel tag), then for every torch's channel and each torch minor's, its project list,
     and one group per project (its two pages and its variants.json documents). ``records`` (sha256 and identity by
-    site path) are what the manifest says of the files of the guard groups that are not rendered again: the sites
+    site path) are what the manifest says of the files of the guard groups that are not rendered again: the site
     lists them by those digests, found in place by render_changed before any project group renders."""
     groups = []
     made = _Guards(records or {})
