@@ -14,8 +14,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from builder.plan.job import parse_label
+
 if TYPE_CHECKING:
-    from builder.plan.accelerator import Accelerator
     from index_site.variants import VariantWheel
 
 _SLIM = re.compile(r"^(?P<base>pt[1-9][0-9]+cu[0-9]+)sm(?P<sm>[0-9]+[af]?)$")
@@ -46,13 +47,6 @@ def _parts(filename: str) -> tuple[str, str, str, str]:
     dist, version, rest = filename.removesuffix(".whl").split("-", 2)
     tag, label = rest.rsplit("-", 1)
     return dist, version, "-".join(tag.split("-")[-3:]), label
-
-
-def parse_label(label: str) -> tuple[str, Accelerator]:
-    """builder.plan.job's, imported when a run gets here (see index_site.wheels.parse_label)."""
-    from index_site.wheels import parse_label as parse
-
-    return parse(label)
 
 
 def _build_tagged(twin: VariantWheel) -> bool:

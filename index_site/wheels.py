@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 from builder.core.archive import RATIO_FLOOR, WHEEL, Archive, ArchiveError
 from builder.core.hashing import open_regular
 from builder.core.wheelname import InvalidWheelFilename, WheelFilename
+from builder.plan.job import parse_label
 
 if TYPE_CHECKING:
     from builder.plan.accelerator import Accelerator
@@ -176,14 +177,6 @@ def _check_name_version(dist: str, version: str) -> None:
 @functools.lru_cache(maxsize=4096)
 def _check_tags(tags: str) -> None:
     WheelFilename.parse(f"x-0-{tags}.whl")
-
-
-def parse_label(label: str) -> tuple[str, Accelerator]:
-    """builder.plan.job's, imported when a name is parsed: an index run that finds nothing changed parses none and
-    so does without the plan's models (a tenth of a second to import)."""
-    from builder.plan.job import parse_label as parse
-
-    return parse(label)
 
 
 @functools.lru_cache(maxsize=4096)
