@@ -219,10 +219,8 @@ def _quiet_key(
 
 def _inputs(state: IndexState, catalog: Judged, base_url: str) -> str:
     """A digest of everything the site is made from: the catalogue's rows (the state's generation), the ledger's
-    failures and GPU archs, the base URL and the code that writes the site."""
-    failures = sorted(repr(entry) for entry in catalog.failures)
-    archs = sorted(f"{name}\0{archs!r}" for name, archs in catalog.archs.items())
-    parts = [state.generation(), base_url, _code_digest(), *failures, *archs]
+    failures and GPU archs (catalog.ledger_digest), the base URL and the code that writes the site."""
+    parts = [state.generation(), base_url, _code_digest(), catalog.ledger]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
