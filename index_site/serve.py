@@ -17,6 +17,7 @@ import logging
 import os
 import select
 import socket
+import socketserver
 import sys
 import threading
 import time
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TypeVar
 
 from builder.core.errors import WheelwrightError
 from builder.core.hashing import FileIdentity, NotARegularFile, regular_identity, sha256_stream
@@ -359,7 +361,17 @@ def serving(
 ) -> Iterator[SiteServer]:
     """Serve ``site`` on a background thread for the duration of the block."""
     server = make_server(site, host=host, port=port, on_request=on_request)
-    thread = threading.Thread(target=server.serve_forever, name=f"wheelwright-serve-{server.url}", daemon=True)
+    with running(server, name=f"wheelwright-serve-{server.url}"):
+        yield server
+
+
+Server = TypeVar("Server", bound=socketserver.BaseServer)
+
+
+@contextmanager
+def running(server: Server, *, name: str | None = None) -> Iterator[Server]:
+    """``server`` answering on a background thread for the block; shut down, closed and joined after it."""
+    thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
     thread.start()
     try:
         yield server

@@ -7,12 +7,13 @@ way."""
 from __future__ import annotations
 
 import socket
-import socketserver
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
 
+from index_site.serve import running
+
+serving = running  # a test's well-behaved stub runs as the site's own server does
 Behaviour = Callable[[socket.socket, threading.Event], None]
 DRIP_S = 0.1  # a trickling peer's pause between two bytes
 
@@ -161,20 +162,3 @@ def blackhole() -> Iterator[str]:
         for filler in fillers:
             filler.close()
         listener.close()
-
-
-Server = TypeVar("Server", bound=socketserver.BaseServer)
-
-
-@contextmanager
-def serving(server: Server) -> Iterator[Server]:
-    """A well-behaved stub (an HTTP server of a test) answering on a background thread for the block; shut down,
-    closed and joined after it."""
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
