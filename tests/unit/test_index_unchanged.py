@@ -176,3 +176,21 @@ def test_anything_that_moved_ends_the_quiet_runs(output: Path, move: Callable[[P
 
 def _no_rows(state: IndexState) -> None:
     raise AssertionError("a row was read although nothing moved")
+
+
+@pytest.mark.parametrize("damage", [
+    lambda kept: {**kept, "report": {"wheels": "many"}},  # a summary without its fields
+    lambda kept: {**kept, "report": None},
+    lambda kept: {**kept, "count": "x"},
+], ids=["fields-missing", "no-summary", "bad-count"])
+def test_a_damaged_summary_is_not_taken(output: Path, damage: Callable[[dict], dict]) -> None:
+    """What the state keeps for the quiet run is only a shortcut: damaged, the run judges every row and reports
+    what a full run reports."""
+    full = build_site(output, output / "site", base_url=BASE)
+    key = f"site:{(output / 'site').resolve()}"
+    with IndexState(output / STATE_FILE) as state:
+        record = json.loads(state.meta()[key])
+        state.write(meta={key: json.dumps({**record, "quiet": damage(record["quiet"])})})
+    again = build_site(output, output / "site", base_url=BASE)
+    assert (again.wheels, again.variants, again.rejected, again.written) == (full.wheels, full.variants,
+                                                                           full.rejected, ())
