@@ -207,3 +207,51 @@ def test_project_pages_written_out_in_python_are_the_templates_and_json_dumps_by
             **({"requires-python": wheel.metadata.requires_python} if wheel.metadata.requires_python else {}),
         }
         assert entry == json.dumps(reference, sort_keys=True, separators=(",", ":"))
+
+
+def _render_counting(monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, bytes], int]:
+    """Every page in a new jinja2 environment (as a new process makes one), and how many templates it compiled."""
+    import jinja2
+
+    from index_site import render
+
+    compiled = []
+    original = jinja2.Environment.compile
+
+    def counting(self: jinja2.Environment, *args: object, **kwargs: object) -> object:
+        compiled.append(1)
+        return original(self, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counting)
+    render._environment.cache_clear()
+    try:
+        return render_site(CATALOG, base_url=BASE), len(compiled)
+    finally:
+        render._environment.cache_clear()
+        monkeypatch.setattr(jinja2.Environment, "compile", original)
+
+
+@pytest.mark.parametrize("damage", ["kept", "truncated", "garbage", "emptied", "folder-is-a-file"])
+def test_compiled_templates_are_kept_and_a_damaged_cache_renders_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    """A new process renders from the templates the last one compiled (none compiled again); a cache file that is
+    damaged, or a cache folder that cannot be made, costs the compile and never changes a byte of a page."""
+    monkeypatch.setenv("WHEELWRIGHT_CACHE", str(tmp_path))
+    folder = tmp_path / "templates"
+    if damage == "folder-is-a-file":
+        folder.write_text("not a folder")
+    first, compiled_first = _render_counting(monkeypatch)
+    assert compiled_first > 0
+    cached = sorted(folder.iterdir()) if folder.is_dir() else []
+    assert len(cached) == (0 if damage == "folder-is-a-file" else compiled_first)
+    for path in cached:
+        content = path.read_bytes()
+        path.write_bytes({"kept": content, "truncated": content[: len(content) // 2], "garbage": b"\0" * 64,
+                          "emptied": b""}[damage])
+    again, compiled_again = _render_counting(monkeypatch)
+    assert again == first
+    assert compiled_again == (0 if damage == "kept" else compiled_first)
+    third, compiled_third = _render_counting(monkeypatch)  # what the damaged run compiled is kept again
+    assert third == first
+    assert compiled_third == (compiled_first if damage == "folder-is-a-file" else 0)
