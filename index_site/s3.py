@@ -19,7 +19,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, NoCredentialsError, ReadTimeoutError
 
 from builder.core.errors import PublishError
-from builder.core.http import deadline_scale
+from builder.core.settings import deadline_scale
 from index_site.publish import AlreadyExists, RemoteObject
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from typing import TypeVar
 
 from builder.core.errors import WheelwrightError
 from builder.core.hashing import FileIdentity, NotARegularFile, regular_identity, sha256_stream
-from builder.core.http import deadline_scale
+from builder.core.settings import deadline_scale
 from index_site import layout
 from index_site.site import FileRecord, load_manifest
 from index_site.tree import open_site_file

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from builder.core.settings import setting_number
+from builder.core.settings import deadline_scale
 
-DEADLINE_SCALE = "WHEELWRIGHT_DEADLINE_SCALE"  # multiplies every deadline (a slow link: 3); caps stay as they are
 _READ_CHUNK = 1 << 16
 
 
@@ -38,11 +37,6 @@ class Limits:
         return dataclasses.replace(
             self, connect=self.connect * factor, idle=self.idle * factor, total=self.total * factor
         )
-
-
-def deadline_scale() -> float:
-    """``WHEELWRIGHT_DEADLINE_SCALE`` as a number in (0, 100]; 1 when unset."""
-    return setting_number(DEADLINE_SCALE, above=0, at_most=100)
 
 
 class PeerTimeout(OSError):

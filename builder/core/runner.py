@@ -20,7 +20,7 @@ from pathlib import Path
 
 from builder.core import context
 from builder.core.errors import ToolchainError, WheelwrightError
-from builder.core.http import deadline_scale
+from builder.core.settings import deadline_scale
 
 log = logging.getLogger(__name__)
 

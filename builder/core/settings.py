@@ -168,6 +168,12 @@ def setting_number(name: str, *, above: float = -math.inf, at_least: float = -ma
     return number
 
 
+def deadline_scale() -> float:
+    """``WHEELWRIGHT_DEADLINE_SCALE`` as a number in (0, 100]; 1 when unset: it multiplies every deadline of a peer
+    or a command (a slow link: 3); caps stay as they are."""
+    return setting_number("WHEELWRIGHT_DEADLINE_SCALE", above=0, at_most=100)
+
+
 def given_settings(*names: str) -> dict[str, str]:
     """The settings among ``names`` that the environment or the file gives, by variable name: what a child process
     or a program run in a job's environment is handed (the default is its own to apply)."""

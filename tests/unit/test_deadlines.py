@@ -10,7 +10,8 @@ import pytest
 
 from builder.core import runner
 from builder.core.errors import ConfigError
-from builder.core.http import Limits, deadline_scale, size_text
+from builder.core.http import Limits, size_text
+from builder.core.settings import deadline_scale
 from builder.doctor.fix import DOCTOR_PAGE
 from builder.steps import fetch
 from index_site import s3, serve
