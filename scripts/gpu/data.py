@@ -246,6 +246,8 @@ class AcceptanceData(Frozen):
     gpu_arch: str
     stages: tuple[Identifier, ...]
     setup_stages: tuple[str, ...]
+    main_setup_stages: tuple[str, ...]  # setup stages of the main wheelhouse
+    own_wheelhouse_stages: tuple[str, ...]  # stages that need none of them
     stage_seconds: dict[str, int]
     stage_packages: dict[str, tuple[str, ...]]
     arch: Arch
@@ -273,10 +275,13 @@ def _registry_problems(data: AcceptanceData) -> list[str]:
     problems = []
     if len(set(data.stages)) != len(data.stages):
         problems.append("`stages` names a stage twice")
-    unknown = sorted({*data.setup_stages, *data.stage_seconds, *data.stage_packages} - set(data.stages))
+    unknown = sorted({*data.setup_stages, *data.own_wheelhouse_stages, *data.stage_seconds, *data.stage_packages}
+                     - set(data.stages))
     if unknown:
-        problems.append(f"setup_stages, [stage_seconds] or [stage_packages] name stages not in `stages`: "
-                        f"{', '.join(unknown)}")
+        problems.append(f"setup_stages, own_wheelhouse_stages, [stage_seconds] or [stage_packages] name stages not "
+                        f"in `stages`: {', '.join(unknown)}")
+    if not set(data.main_setup_stages) <= set(data.setup_stages):
+        problems.append("main_setup_stages names a stage not in setup_stages")
     strangers = sorted({p for packages in data.stage_packages.values() for p in packages} - set(data.packages))
     if strangers:
         problems.append(f"[stage_packages] names packages not in `packages`: {', '.join(strangers)}")

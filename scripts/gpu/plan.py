@@ -16,12 +16,15 @@ from scripts.gpu.summary import SETTLED
 class Stage:
     name: str
     setup: bool  # runs again in every command that runs a later stage (the server, the venv, the facts)
+    main_setup: bool  # a setup stage of the main wheelhouse: comes along only before a stage that uses it
+    own_wheelhouse: bool  # uses none of the main wheelhouse's setup stages (the build, the arch stages)
     seconds: int  # needed before the deadline for it to be started at all
     packages: tuple[str, ...]  # of the main wheelhouse, that it tests
 
 
 def registry(data: AcceptanceData) -> tuple[Stage, ...]:
-    return tuple(Stage(name=name, setup=name in data.setup_stages, seconds=data.stage_seconds.get(name, 0),
+    return tuple(Stage(name=name, setup=name in data.setup_stages, main_setup=name in data.main_setup_stages,
+                       own_wheelhouse=name in data.own_wheelhouse_stages, seconds=data.stage_seconds.get(name, 0),
                        packages=data.stage_packages.get(name, ())) for name in data.stages)
 
 
@@ -46,7 +49,7 @@ def plan(stages: Sequence[Stage], *, selected: Sequence[str] | None, results: Ma
          resume: bool) -> list[Stage]:
     """The stages to run, in order: those picked; else, resuming, every stage after setup without a settled result
     in ``results`` (stage -> the status an earlier command left); else all of them. The setup stages before the
-    last of them come along."""
+    last of them come along; those of the main wheelhouse only before the last that uses it."""
     if selected:
         wanted = set(selected)
     elif resume:
@@ -54,4 +57,7 @@ def plan(stages: Sequence[Stage], *, selected: Sequence[str] | None, results: Ma
     else:
         wanted = {stage.name for stage in stages}
     last = max((index for index, stage in enumerate(stages) if stage.name in wanted), default=-1)
-    return [stage for index, stage in enumerate(stages) if stage.name in wanted or (stage.setup and index <= last)]
+    main = max((index for index, stage in enumerate(stages) if stage.name in wanted and not stage.own_wheelhouse),
+               default=-1)
+    return [stage for index, stage in enumerate(stages)
+            if stage.name in wanted or (stage.setup and index <= (main if stage.main_setup else last))]

@@ -176,6 +176,28 @@ def test_a_fresh_run_plans_every_stage_and_picked_ones_bring_their_setup_stages(
                                                                                          "build"]
 
 
+@pytest.mark.parametrize(
+    ("picked", "planned"),
+    [
+        ("arch_build,arch_slim", ["preflight", "carry", "arch_build", "arch_slim"]),
+        ("build,arch_build,arch_slim", ["preflight", "carry", "build", "arch_build", "arch_slim"]),
+        ("arch_slim,doctor", ["preflight", "carry", "index", "serve", "install", "doctor", "arch_slim"]),
+        ("arch_sm80,ptx_speed", ["preflight", "carry", "index", "serve", "install", "arch_sm80", "ptx_speed"]),
+    ],
+)
+def test_the_main_wheelhouse_is_set_up_only_for_a_stage_that_uses_it(picked: str, planned: list[str]) -> None:
+    """The build and the arch stages build, serve and install their own: picked alone, they run without the main
+    wheelhouse's index, server and venv (which would fail, or wait on a main build nobody asked for)."""
+    selected = plan.parse_selection(picked, REGISTRY)
+    assert _names(plan.plan(REGISTRY, selected=selected, results={}, resume=False)) == planned
+
+
+def test_resume_after_the_main_stages_settled_sets_up_no_main_wheelhouse() -> None:
+    results = {name: PASSED for name in DATA.stages} | {"arch_build": RUNNING, "arch_slim": PENDING}
+    assert _names(plan.plan(REGISTRY, selected=None, results=results, resume=True)) == [
+        "preflight", "carry", "arch_build", "arch_slim"]
+
+
 def test_resume_runs_what_is_not_settled_with_the_setup_stages_again() -> None:
     results = {"preflight": PASSED, "carry": PASSED, "build": RUNNING, "index": SKIPPED, "doctor": PASSED,
                "upstream": PASSED, "mamba": FAILED, "bench": PENDING, "checklist": PENDING}
