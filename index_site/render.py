@@ -42,7 +42,8 @@ class _CompiledTemplates(jinja2.FileSystemBytecodeCache):
     """The templates compiled once, kept in the cache folder for the next process: jinja2 otherwise compiles each
     template again in every new process (0.11 CPU-s of a re-index that renders, docs/runs.md). jinja2 keys each by
     the template's name and the checksum of its source and writes it atomically; a cache folder that cannot be read
-    or written only costs the compile."""
+    or written only costs the compile. The folder is trusted as the rest of the cache is (the build envs run from
+    it): whoever can write there can change what a build runs anyway."""
 
     def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
         try:
