@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from typing import Self
 
 from builder.core.errors import FileSystemError
-from builder.core.ledger import lock_timeout, sqlite_errors
+from builder.core.ledger import lock_timeout, sqlite_errors, write_transaction
 
 log = logging.getLogger(__name__)
 
@@ -215,16 +215,8 @@ class IndexState:
         meta = self.meta()
         return f"{meta.get('id', '')}:{meta.get('generation', '')}"
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with sqlite_errors(self.path):
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return write_transaction(self._db, self.path)
 
 
 def _open(path: Path) -> sqlite3.Connection:

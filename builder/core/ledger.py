@@ -9,7 +9,7 @@ import math
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -184,6 +184,20 @@ def sqlite_errors(path: Path) -> Iterator[None]:
 _TIP = "move the file aside; `wheelwright build` records a new ledger (built wheels in dist/ are kept)"
 
 
+@contextmanager
+def write_transaction(db: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Connection]:
+    """One write transaction on ``db`` (the file ``path``), taken at once (BEGIN IMMEDIATE: a writer waits here, not
+    halfway), committed at the end of the block and rolled back on any exception; errors as sqlite_errors says."""
+    with sqlite_errors(path):
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+
 class Ledger:
     """A thin, transactional wrapper over ``<output>/ledger.sqlite``."""
 
@@ -227,16 +241,8 @@ class Ledger:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with sqlite_errors(self.path):
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return write_transaction(self._db, self.path)
 
     def _select(self, where: str = "", parameters: tuple[object, ...] = ()) -> list[LedgerEntry]:
         with sqlite_errors(self.path):
