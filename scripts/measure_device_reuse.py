@@ -335,9 +335,10 @@ def report(units: Sequence[Unit], chains: Sequence[Chain]) -> None:
     print(reuse_line(chains))
 
 
-def load(path: Path) -> tuple[list[Unit], list[Chain]]:
+def load(path: Path) -> tuple[list[Unit], list[Chain], str | None]:
+    """An earlier --json: its units, its chains and the package it measured (None in a file from before it said)."""
     data = json.loads(path.read_text())
-    return [Unit(**u) for u in data["units"]], [Chain(**c) for c in data["chains"]]
+    return [Unit(**u) for u in data["units"]], [Chain(**c) for c in data["chains"]], data.get("package")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -360,10 +361,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.units = set(filter(None, args.units.split(",")))
     args.host = args.host and args.device
     if args.report:
-        earlier_units, earlier_chains = load(args.report)
+        earlier_units, earlier_chains, measured = load(args.report)
         report(earlier_units, earlier_chains)
-        if args.facts:
-            print(facts(earlier_units, earlier_chains, args.package, *args.facts.split(",")))
+        if args.facts:  # the file's package, not --package's default: the entries name what was measured
+            print(facts(earlier_units, earlier_chains, measured or args.package, *args.facts.split(",")))
         return 0
     if args.workdir is None:
         parser.error("--workdir is required")
@@ -383,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(facts(units, chains, args.package, *args.facts.split(",")))
     print(f"measured in {time.monotonic() - started:.0f} s; load average {os.getloadavg()[0]:.1f} at the end")
     if args.json:
-        args.json.write_text(json.dumps({"units": [dataclasses.asdict(u) for u in units],
+        args.json.write_text(json.dumps({"package": args.package, "units": [dataclasses.asdict(u) for u in units],
                                          "chains": [dataclasses.asdict(c) for c in chains]}, indent=1))
     return 0
 

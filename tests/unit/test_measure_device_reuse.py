@@ -3,10 +3,15 @@ table's comparisons, and the device-reuse facts it writes for `plan --estimate`.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import shlex
+from pathlib import Path
+
+import pytest
 
 from builder.plan.estimate import reuse_facts
-from scripts.measure_device_reuse import Chain, Unit, classes, facts, nvcc_commands, reuse_classes, table
+from scripts.measure_device_reuse import Chain, Unit, classes, facts, main, nvcc_commands, reuse_classes, table
 
 
 def chain(torch: str, ii: str, cubin: str, unit: str = "k.cu") -> Chain:
@@ -54,3 +59,16 @@ def test_the_facts_load_as_the_estimate_reads_them() -> None:
     key = ("causal-conv1d", "1.7.0", "cu130", "k.cu", "cicc")
     assert loaded.classes[key] == (frozenset({"2.11"}), frozenset({"2.12", "2.13"}), frozenset({"2.14"}))
     assert loaded.shares[key] == round(60.0 / 100.0, 3)
+
+
+def test_facts_of_a_report_name_the_package_the_file_measured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--report mamba.json --facts V,A` wrote `package = "causal-conv1d"` (--package's default) into mamba-ssm's
+    entries; the file now says which package it measured."""
+    measured = tmp_path / "mamba.json"
+    measured.write_text(json.dumps({"package": "mamba-ssm", "units": [dataclasses.asdict(u) for u in UNITS],
+                                    "chains": [dataclasses.asdict(c) for c in CHAINS]}))
+    assert main(["--report", str(measured), "--facts", "2.3.2.post1,cu130"]) == 0
+    loaded = reuse_facts(capsys.readouterr().out.split("\n\n", 1)[1])
+    assert {key[:3] for key in loaded.classes} == {("mamba-ssm", "2.3.2.post1", "cu130")}
