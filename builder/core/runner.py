@@ -24,6 +24,21 @@ from builder.core.settings import deadline_scale
 
 log = logging.getLogger(__name__)
 
+# auditwheel changes the process's working directory while it reads or repairs a wheel (its temporary-directory
+# contexts), then deletes that directory. A process another thread started meanwhile would begin in it: pip then
+# failed at `os.getcwd()` while verifying slim wheels cut side by side (docs/gpu-acceptance.md, 2026-12-06). So a
+# library call that may change the directory holds this lock, and every start takes it: a child begins where the
+# process means to be. Reentrant: the starts the library makes itself (patchelf) are its own, in its directory.
+_WORKING_DIRECTORY = threading.RLock()
+
+
+@contextmanager
+def working_directory_borrowed() -> Iterator[None]:
+    """Hold while calling a library that changes the process's working directory (auditwheel): no other thread
+    starts a process until it is back."""
+    with _WORKING_DIRECTORY:
+        yield
+
 
 class StepFailed(WheelwrightError):
     """A command a job ran exited non-zero."""
@@ -146,6 +161,13 @@ def run(
 
 
 def _start(
+    argv: list[str], env: Mapping[str, str] | None, cwd: Path | None, deadline: Deadline | None
+) -> subprocess.Popen[str]:
+    with _WORKING_DIRECTORY:  # never while another thread's library call has the directory (see above)
+        return _popen(argv, env, cwd, deadline)
+
+
+def _popen(
     argv: list[str], env: Mapping[str, str] | None, cwd: Path | None, deadline: Deadline | None
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(

@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -237,7 +236,6 @@ class Builder:
     ) -> None:
         self.layout, self.facts, self.options = layout, facts, options
         self.progress = progress or Progress()
-        self._repair_lock = threading.Lock()  # auditwheel changes the process's working directory while it repairs
 
     def run(self, jobs: Sequence[Job]) -> list[Outcome]:
         provenance.wheelwright_commit()  # the commit of the code this process loaded, before the checkout can move
@@ -360,7 +358,7 @@ class Builder:
                 **built.record,  # what it reused, each stage's cost
             }
             relinked = self._relink(job, built.source, built.wheel, work / "slim")  # the objects are only here
-        with timer("repair"), self._repair_lock:
+        with timer("repair"):  # auditwheel's calls hold the runner's lock on the working directory
             repaired = repair_wheel(built.wheel, job, work / "repaired")
             # After repair (which rewrites the ELF files), so the record's digests are of what ships.
             abi = needed_abi(repaired.wheel, job, runtime.site_packages)
@@ -418,8 +416,7 @@ class Builder:
                                                    "slim": round(seconds, 3)})
 
     def _repair_for_slim(self, wheel: Path, job: Job, out: Path) -> Path:
-        with self._repair_lock:
-            return repair_wheel(wheel, job, out).wheel
+        return repair_wheel(wheel, job, out).wheel
 
     def _beside_day0(self, wheel: Path, ledger: Ledger) -> Path:
         """A real build of a label a day-0 wheel serves takes build tag 1: the day-0 file stays (a lock may hold its

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from builder.core.data import load_data, validate
 from builder.core.errors import WheelError
 from builder.core.resources import REPAIR_EXCLUDES
-from builder.core.runner import run, which
+from builder.core.runner import run, which, working_directory_borrowed
 from builder.plan.job import Job
 from builder.steps.elf import wheel_elf_facts
 
@@ -211,15 +211,16 @@ def analyze(wheel: Path, job: Job, excludes: Excludes) -> WheelAbIInfo:
     # auditwheel caches its ELF scan by path; a wheel rebuilt under the same name must be read afresh
     get_wheel_elfdata.cache_clear()
     try:
-        return analyze_wheel_abi(
-            None,
-            Architecture(job.platform),
-            wheel,
-            frozenset(excludes.patterns(job.accelerator.kind)),
-            disable_isa_ext_check=False,
-            allow_graft=True,
-            requested_policy_base_name="auto",
-        )
+        with working_directory_borrowed():  # auditwheel unpacks the wheel in a directory it changes into
+            return analyze_wheel_abi(
+                None,
+                Architecture(job.platform),
+                wheel,
+                frozenset(excludes.patterns(job.accelerator.kind)),
+                disable_isa_ext_check=False,
+                allow_graft=True,
+                requested_policy_base_name="auto",
+            )
     except NonPlatformWheelError as error:
         raise WheelError(f"{wheel.name}: no compiled {job.platform} extension in the wheel ({error.message})") from None
     except (AuditwheelError, RuntimeError) as error:
@@ -262,19 +263,20 @@ def repair_wheel(wheel: Path, job: Job, out_dir: Path, *, excludes: Excludes | N
 
 def apply_plan(plan: RepairPlan, abi: WheelAbIInfo, wheel: Path, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    repaired = auditwheel_repair(
-        abi,
-        wheel.resolve(),
-        abis=list(plan.tags),
-        lib_sdir=LIB_SDIR,
-        out_dir=out_dir,
-        update_tags=True,
-        patcher=RunnerPatchelf(plan.policy),
-        strip=False,
-        # stored, not deflated: provenance.embed rewrites every member right after (reproducibly, deflated once
-        # there), so deflating the ~300 MB extension of a full-arch wheel here (~10 s) would be thrown away
-        zip_compression_level=zlib.Z_NO_COMPRESSION,
-    )
+    with working_directory_borrowed():  # it repairs in a temporary directory it changes into
+        repaired = auditwheel_repair(
+            abi,
+            wheel.resolve(),
+            abis=list(plan.tags),
+            lib_sdir=LIB_SDIR,
+            out_dir=out_dir,
+            update_tags=True,
+            patcher=RunnerPatchelf(plan.policy),
+            strip=False,
+            # stored, not deflated: provenance.embed rewrites every member right after (reproducibly, deflated once
+            # there), so deflating the ~300 MB extension of a full-arch wheel here (~10 s) would be thrown away
+            zip_compression_level=zlib.Z_NO_COMPRESSION,
+        )
     if repaired is None:  # auditwheel returns None only for wheels without ELF files, which analyze() refuses
         raise WheelError(f"{wheel.name}: auditwheel wrote no repaired wheel")
     return Path(repaired)
