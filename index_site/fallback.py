@@ -86,7 +86,7 @@ def listing(twins: Sequence[VariantWheel], guards: Sequence[VariantWheel] = ()) 
     and stays as the null; ``guards`` (of guard_groups, as listed) are listed with them."""
     fats = sorted((t for t in twins if has_null(t)), key=_build_tagged)
     # one null a name: of a day-0 wheel's label and the real build beside it, the real build's (the build-tagged)
-    nulls = list({null_name(t): t._replace(filename=null_name(t)) for t in fats}.values())
+    nulls = list({name: t._replace(filename=name) for t in fats for name in (null_name(t),)}.values())
     return Listing(variants=listed_variants(twins), nulls=nulls, guards=list(guards))
 
 

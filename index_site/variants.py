@@ -15,6 +15,7 @@ import re
 import shlex
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from json.encoder import encode_basestring_ascii as _json_text  # json.dumps's encoding of a str
 from typing import Any, NamedTuple
 
 import markupsafe
@@ -188,9 +189,6 @@ def project_pages(
     from index_site import fallback
 
     listed = fallback.listing(twins, guards)
-    pages: dict[str, bytes] = {}
-    anchors, files_json = [], []
-    dumped: dict[str, str] = {}
     by_version: dict[str, list[VariantWheel]] = defaultdict(list)
     for twin in [*listed.variants, *listed.guards]:
         by_version[twin.version].append(twin)
@@ -198,24 +196,63 @@ def project_pages(
     for null in listed.nulls:
         nulls[null.version].append(null)
     depth = "../" * (root.count("/") + 3)  # from ROOT[/ptXY]/simple/<project>/ back to the site root
-    for version in sorted(by_version, key=_version_key):
+    pages: dict[str, bytes] = {}
+    lines = _Lines(depth)
+    dumped: dict[str, str] = {}
+    versions = sorted(by_version, key=_version_key)
+    for version in versions:
         members = sorted(by_version[version], key=lambda t: t.filename)
         name = f"{members[0].filename.split('-', 1)[0]}-{version}-variants.json"
         document = variants_json(members, dumped)
         for tree in ("simple", "json"):
             pages[f"{root}/{tree}/{project}/{name}"] = document
-        sha = hashlib.sha256(document).hexdigest()
-        anchors.append(f'    <a href="{name}#sha256={sha}">{name}</a><br>\n')
-        files_json.append({"filename": name, "url": name, "hashes": {"sha256": sha}, "yanked": False})
+        lines.document(name, hashlib.sha256(document).hexdigest())
         for twin in [*members, *sorted(nulls[version], key=lambda t: t.filename)]:
-            anchors.append(_anchor(depth + file_path(twin.filename), twin))
-            files_json.append(_json_file(depth + file_path(twin.filename), twin))
-    pages[f"{root}/simple/{project}/index.html"] = _html(f"Links for {project}", "".join(anchors))
-    versions = sorted(by_version, key=_version_key)
-    pages[f"{root}/json/{project}/index.json"] = _json(
-        {"meta": {"api-version": API_VERSION}, "name": project, "versions": versions, "files": files_json}
-    )
+            lines.file(twin)
+    pages[f"{root}/simple/{project}/index.html"] = _html(f"Links for {project}", "".join(lines.anchors))
+    rest = _json({"meta": {"api-version": API_VERSION}, "name": project, "versions": versions})
+    # "files" sorts before the other keys: the bytes json.dumps(sort_keys=True) gives the whole document
+    pages[f"{root}/json/{project}/index.json"] = f'{{"files":[{",".join(lines.entries)}],'.encode() + rest[1:]
     return pages
+
+
+class _Lines:
+    """A project page's lines as they are listed: each file's anchor (PEP 503) and its entry as JSON text (PEP 691),
+    formatted directly, with the bytes markupsafe.escape and json.dumps(sort_keys=True) give them: a project's
+    pages list thousands of files. Requires-Python is escaped and encoded once per distinct value."""
+
+    def __init__(self, depth: str) -> None:
+        self.depth = depth
+        self.anchors: list[str] = []
+        self.entries: list[str] = []
+        self.pythons: dict[str | None, tuple[str, str]] = {None: ("", ""), "": ("", "")}
+
+    def document(self, name: str, sha256: str) -> None:
+        self.anchors.append(f'    <a href="{name}#sha256={sha256}">{name}</a><br>\n')
+        text = _json_text(name)
+        self.entries.append(f'{{"filename":{text},"hashes":{{"sha256":{_json_text(sha256)}}},"url":{text},'
+                            '"yanked":false}')
+
+    def file(self, twin: VariantWheel) -> None:
+        python = self.pythons.get(twin.requires_python)
+        if python is None:
+            value = twin.requires_python or ""
+            python = self.pythons[value] = (f' data-requires-python="{markupsafe.escape(value)}"',
+                                            f'"requires-python":{_json_text(value)},')
+        href = self.depth + file_path(twin.filename)
+        if _HTML_SPECIAL.search(twin.filename) or _HTML_SPECIAL.search(twin.metadata_sha256):
+            self.anchors.append(_anchor(href, twin))
+        else:
+            self.anchors.append(f'    <a href="{href}#sha256={twin.sha256}"{python[0]} '
+                                f'data-core-metadata="sha256={twin.metadata_sha256}">{twin.filename}</a><br>\n')
+        self.entries.append(
+            f'{{"core-metadata":{{"sha256":{_json_text(twin.metadata_sha256)}}},"filename":{_json_text(twin.filename)},'
+            f'"hashes":{{"sha256":{_json_text(twin.sha256)}}},{python[1]}"size":{int(twin.size)},'
+            f'"url":{_json_text(href)},"yanked":false}}'
+        )
+
+
+_HTML_SPECIAL = re.compile("[&<>\"']")  # what markupsafe.escape replaces
 
 
 def variants_document(twins: Iterable[VariantWheel]) -> dict[str, object]:
@@ -256,8 +293,13 @@ def variants_json(twins: list[VariantWheel], dumped: dict[str, str] | None = Non
             dumped[twin.variant] = text
         entries.append(f"    {json.dumps(label)}: {text}")
     body = "{\n" + ",\n".join(entries) + "\n  }" if entries else "{}"
-    # the other keys ($schema, default-priorities, providers) sort before "variants"
-    head = json.dumps({k: v for k, v in variants_document(twins).items() if k != "variants"}, indent=2, sort_keys=True)
+    # the other keys ($schema, default-priorities, providers) sort before "variants"; made of the distinct variant
+    # texts alone (each providers' last occurrence decides), so dumped once per set of them ("{" starts no key)
+    key = "head\0" + "\0".join(reversed(dict.fromkeys(t.variant for t in reversed(twins))))
+    head = dumped.get(key)
+    if head is None:
+        document = {k: v for k, v in variants_document(twins).items() if k != "variants"}
+        head = dumped[key] = json.dumps(document, indent=2, sort_keys=True)
     return f'{head[:-2]},\n  "variants": {body}\n}}\n'.encode()
 
 
@@ -270,21 +312,6 @@ def _anchor(href: str, twin: VariantWheel) -> str:
         f'    <a href="{escape(href)}#sha256={twin.sha256}"{requires} data-core-metadata="{metadata}">'
         f"{escape(twin.filename)}</a><br>\n"
     )
-
-
-def _json_file(href: str, twin: VariantWheel) -> dict[str, object]:
-    metadata = {"sha256": twin.metadata_sha256}
-    entry: dict[str, object] = {
-        "filename": twin.filename,
-        "url": href,
-        "hashes": {"sha256": twin.sha256},
-        "core-metadata": metadata,
-        "size": twin.size,
-        "yanked": False,
-    }
-    if twin.requires_python:
-        entry["requires-python"] = twin.requires_python
-    return entry
 
 
 def _version_key(version: str) -> tuple[Any, ...]:
