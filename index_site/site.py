@@ -804,10 +804,11 @@ def _write_manifest(
         return
     page_groups = {key: [digest, list(paths)] for key, (digest, paths) in sorted((groups or {}).items())}
     head = json.dumps({"generator": "wheelwright", "base_url": base_url}, separators=(",", ":"))
-    files = ",".join(_file_entry(path, records[path]) for path in sorted(records))
+    # one encoder call for every record (87,000 at 10,000 wheels), in path order: the bytes json.dumps gives them
+    files = json.dumps({path: [records[path][0], *records[path][1]] for path in sorted(records)}, separators=(",", ":"))
     tail = json.dumps(page_groups, separators=(",", ":"))
     # the bytes json.dumps gives the whole document
-    content = f'{head[:-1]},"files":{{{files}}},"groups":{tail}}}\n'.encode()
+    content = f'{head[:-1]},"files":{files},"groups":{tail}}}\n'.encode()
     if not compare or _current_bytes(site / layout.SITE_MARKER) != content:
         write_atomic(site / layout.SITE_MARKER, content)
 
@@ -865,11 +866,6 @@ def _identity_of(status: os.stat_result) -> FileIdentity | None:
     if not stat.S_ISREG(status.st_mode):
         return None
     return FileIdentity(status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
-
-
-def _file_entry(path: str, record: FileRecord) -> str:
-    """A file's ``"path":[sha256,inode,size,mtime_ns,ctime_ns]``, the bytes json.dumps gives it."""
-    return json.dumps(path) + ":" + json.dumps([record[0], *record[1]], separators=(",", ":"))
 
 
 def _recorded(path: str, record: FileRecord | None) -> FileRecord | None:
