@@ -5,6 +5,7 @@ is visible but no build can run on it: a driver too old for the CUDA, an arch wi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -53,6 +54,7 @@ def _build_tagged(twin: VariantWheel) -> bool:
     return twin.filename.count("-") > 5
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function of a label: a site has a few dozen, its nulls thousands
 def build_tag(label: str) -> str:
     """``pt214cu130`` -> ``2141300_pt214cu130``: installers take the highest build tag first, so the null of the
     newest torch, then the newest CUDA, is the one taken where several share a name and version."""
