@@ -202,6 +202,7 @@ def channel_groups(
             group_key = f"{variants.ROOT}:guards:{project}/{key}"
             digest = _digest([group_key, *(guard.inputs for guard in group)])
             groups.append(PageGroup(key=group_key, digest=digest, render=functools.partial(made.render, group)))
+    prints = {twin.filename: variants.fingerprint(twin) for twin in twins}  # each twin is on two channels
     for torch_tag, members in variants.by_channel(twins).items():
         root = variants.channel_root(torch_tag)
         projects = variants.by_project(members)
@@ -209,7 +210,7 @@ def channel_groups(
         groups.append(PageGroup(key=f"{root}:projects", digest=_digest([root, *projects]), render=roots))
         for project, twins_of_project in projects.items():
             key = f"{root}:{project}"
-            digest = _digest([key, *(variants.fingerprint(twin) for twin in twins_of_project)])
+            digest = _digest([key, *(prints[twin.filename] for twin in twins_of_project)])
             render = made.project(root, project, twins_of_project, shown_guards[(project, torch_tag)])
             groups.append(PageGroup(key=key, digest=digest, render=render))
     return groups

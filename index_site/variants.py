@@ -64,9 +64,14 @@ class VariantWheel(NamedTuple):
     @property
     def torch_tag(self) -> str:
         """``pt214`` of ``pt214cu130``: the per-torch-minor channel the twin belongs to."""
-        match = _TORCH_TAG.match(self.label)
-        assert match is not None  # the filename pattern guarantees it
-        return match.group(0)
+        return _torch_tag(self.label)
+
+
+@functools.lru_cache(maxsize=1024)  # a pure function of a label: a site has a few dozen, its twins thousands
+def _torch_tag(label: str) -> str:
+    match = _TORCH_TAG.match(label)
+    assert match is not None  # the filename pattern guarantees it
+    return match.group(0)
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of a few dozen distinct texts: one per label and arch set
