@@ -81,7 +81,7 @@ class Settled:
     A file the index wrote is not rewritten in place by anyone else; serve and publish hold each to its identity."""
 
     folders: frozenset[str] = frozenset()  # site paths: "whl/pt214cu130"
-    files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # folder: the site paths of its files
+    files: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # folder: its files' site paths, inodes
     subfolders: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # folder: its folders' names
 
     def holds(self, path: str) -> bool:
@@ -288,19 +288,15 @@ def _settled(site: Path, state: IndexState, recorded: _Recorded) -> Settled:
         for path, identity in folders.items()
         if identity is not None and path != layout.SITE_MARKER and _same_identity(site, path, identity)
     }
-    files: dict[str, list[str]] = {}
-    for path in recorded.files:
-        files.setdefault(path.rpartition("/")[0], []).append(path)
+    files: dict[str, dict[str, int]] = {}
+    for path, record in recorded.files.items():  # each record's inode, by folder: one pass over 87,000
+        files.setdefault(path.rpartition("/")[0], {})[path] = record[1][0]
     subfolders: dict[str, list[str]] = {}
     for path in folders:
         parent, _, name = path.rpartition("/")
         if parent:
             subfolders.setdefault(parent, []).append(name)
-    return Settled(
-        frozenset(still),
-        {folder: tuple(paths) for folder, paths in files.items()},
-        {folder: tuple(names) for folder, names in subfolders.items()},
-    )
+    return Settled(frozenset(still), files, {folder: tuple(names) for folder, names in subfolders.items()})
 
 
 def _leave(state: IndexState, site: Path, inputs: str, files: int, quiet: Mapping[str, Any] | None) -> None:
@@ -496,7 +492,7 @@ def plan_site(
     to be in place without rendering them (see render_changed); ``extra_files`` are other immutable files to place
     like the wheels (the variant channel's twins), ``extracted`` files taken out of them."""
     still = settled or Settled()
-    entries = _managed_files(site, _device(dist), still, manifest)
+    entries = _managed_files(site, _device(dist), still)
     links, metadata, kept = _plan_files(catalog, dist, site, manifest, entries, still)
     kept.update(reused or {})
     root = os.fspath(site) + "/"
@@ -977,19 +973,18 @@ def _managed_files(
     site: Path,
     device: int | None = None,
     settled: Settled | None = None,
-    manifest: Mapping[str, FileRecord] | None = None,
 ) -> dict[str, int | None]:
     """Everything but folders under the managed names (files, leftover temporaries, symlinks, special files), each
     with the inode number its directory entry gives when it is a regular file in a folder on filesystem ``device``
     (an inode number means something only within one filesystem), else None. A settled folder is not listed: its
-    entries are the files the manifest records there."""
+    entries are the files the manifest records there, with their recorded inodes."""
     files: dict[str, int | None] = {}
     for top in MANAGED:
         root = site / top
         if root.is_symlink() or root.is_file() or (root.exists() and not root.is_dir()):
             files[top] = None
         elif root.is_dir():
-            _files_under(os.fspath(root), top + "/", device, files, settled or Settled(), manifest or {})
+            _files_under(os.fspath(root), top + "/", device, files, settled or Settled())
     return files
 
 
@@ -999,7 +994,6 @@ def _files_under(
     device: int | None,
     files: dict[str, int | None],
     settled: Settled,
-    manifest: Mapping[str, FileRecord],
 ) -> None:
     """Site paths of everything under ``folder`` but real folders (a symlink to one is listed, never entered):
     os.scandir's entry types and inode numbers, without a stat or a Path per file, since the site holds two files
@@ -1009,9 +1003,9 @@ def _files_under(
     except OSError:  # as os.walk did: a folder that cannot be listed is left as it is
         return
     relative = prefix.rstrip("/")
-    found: dict[str, int | None]
+    found: Mapping[str, int | None]
     if relative in settled.folders:
-        found = {path: manifest[path].identity.inode for path in settled.files.get(relative, ())}
+        found = settled.files.get(relative, {})
         folders = list(settled.subfolders.get(relative, ()))
     else:
         listing = _listing(folder, prefix)
@@ -1020,7 +1014,7 @@ def _files_under(
         found, folders = listing
     files.update(found if device is not None and status.st_dev == device else dict.fromkeys(found))
     for name in folders:
-        _files_under(f"{folder}/{name}", f"{prefix}{name}/", device, files, settled, manifest)
+        _files_under(f"{folder}/{name}", f"{prefix}{name}/", device, files, settled)
 
 
 def _listing(folder: str, prefix: str) -> tuple[dict[str, int | None], list[str]] | None:
