@@ -334,22 +334,18 @@ def _folders(site: Path, left: Mapping[str, tuple[list[int], list[str]]]) -> dic
             continue
         found[name] = [status.st_ino, status.st_mtime_ns, status.st_ctime_ns]
         if stat.S_ISDIR(status.st_mode):
-            _subfolders(os.path.join(site, name), name, found, left)
+            _subfolders(os.path.join(site, name), name, status.st_nlink, found, left)
     return found
 
 
 def _subfolders(
-    folder: str, prefix: str, found: dict[str, list[int] | None], left: Mapping[str, tuple[list[int], list[str]]]
+    folder: str,
+    prefix: str,
+    links: int,
+    found: dict[str, list[int] | None],
+    left: Mapping[str, tuple[list[int], list[str]]],
 ) -> None:
-    recorded = left.get(prefix)
-    if recorded is not None and recorded[0] == found[prefix]:
-        names = recorded[1]
-    else:
-        try:
-            names = [entry.name for entry in os.scandir(folder) if entry.is_dir(follow_symlinks=False)]
-        except OSError:
-            return
-    for name in names:
+    for name in _subfolder_names(folder, prefix, links, found, left):
         path = f"{prefix}/{name}"
         try:
             status = os.lstat(f"{folder}/{name}")
@@ -358,7 +354,37 @@ def _subfolders(
         if not stat.S_ISDIR(status.st_mode):
             continue
         found[path] = [status.st_ino, status.st_mtime_ns, status.st_ctime_ns]
-        _subfolders(f"{folder}/{name}", path, found, left)
+        _subfolders(f"{folder}/{name}", path, status.st_nlink, found, left)
+
+
+def _subfolder_names(
+    folder: str,
+    prefix: str,
+    links: int,
+    found: Mapping[str, list[int] | None],
+    left: Mapping[str, tuple[list[int], list[str]]],
+) -> list[str]:
+    """The names of ``folder``'s folders: those ``left`` records while the folder keeps its identity, or while its
+    link count says it holds as many folders as recorded and each recorded one is still a folder (ext4 and XFS
+    count a folder's subfolders in its links; a filesystem that gives folders one link has it listed). So a folder
+    this run only added files to is not listed again: variant/files holds some 65,000."""
+    recorded = left.get(prefix)
+    if recorded is not None and recorded[0] == found[prefix]:
+        return recorded[1]
+    if recorded is not None and links == 2 + len(recorded[1]) and all(_is_folder(f"{folder}/{name}") for name in
+                                                                       recorded[1]):
+        return recorded[1]
+    try:
+        return [entry.name for entry in os.scandir(folder) if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _is_folder(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _index(
