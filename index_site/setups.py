@@ -4,6 +4,7 @@ pip and for uv, or why there is no wheel."""
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections import Counter
 from collections.abc import Mapping
@@ -246,6 +247,7 @@ class _Navigator:
         )
 
 
+@functools.lru_cache(maxsize=4096)  # pure: a site's setups ask it 7,000 times of a few hundred distinct pairs
 def _nearest(pythons: tuple[str, ...], python: str) -> str:
     """``python`` if offered, else the offered one closest to it (the same kind, free-threaded or not, first; the
     newer on a tie)."""
