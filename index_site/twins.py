@@ -128,7 +128,8 @@ def settle_twins(
     for name, wheel in expected.items():
         settler.settle(name, wheel)
     # A slim wheel is published with its fat wheel only, never made here (it takes the compile's objects)
-    slims = {name: expected[fat] for name in sorted(listed) if (fat := _fat_twin(name)) in expected}
+    slims = {name: expected[fat] for name in sorted(listed) if _SLIM.search(name.removesuffix(".whl"))
+             and (fat := _fat_twin(name)) in expected}
     for name, wheel in slims.items():
         settler.settle(name, wheel)
     expected.update(slims)
