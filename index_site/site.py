@@ -733,8 +733,12 @@ def _read_marker_state(site: Path) -> tuple[dict[str, Any], int | None]:
         with os.fdopen(fd, "rb") as file:
             if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
                 raise ValueError("not a regular file")
-            head, _, changes = file.read(_MAX_MANIFEST_BYTES + 1).partition(b"\n")
-            document = json.loads(head)
+            data = file.read(_MAX_MANIFEST_BYTES + 1)
+            end = data.find(b"\n")
+            end = len(data) if end < 0 else end  # the document is the first line
+            # decoded as json.loads decodes bytes, from a view: no copy of the first line's 20 MB
+            document = json.loads(str(memoryview(data)[:end], json.detect_encoding(data[:4]), "surrogatepass"))
+            changes = data[end + 1 :]
     except FileNotFoundError:
         return {}, 0
     except (OSError, ValueError, RecursionError) as error:
