@@ -212,8 +212,7 @@ def _quiet_key(
     """One digest of the files of dist/ and variant/ with their identities, the ledger's digest, the state's
     generation, the base URL, the code that writes the site and whether twins are made."""
     head = [state.generation(), base_url, _code_digest(), ledger, str(twins)]
-    files = [f"{name}\0{':'.join(map(str, identity))}" for folder in (dist, variant) for name, identity in
-             sorted(folder.items())]
+    files = [f"{name}\0{i[0]}:{i[1]}:{i[2]}:{i[3]}" for folder in (dist, variant) for name, i in sorted(folder.items())]
     return hashlib.sha256("\n".join([*head, *files, str(len(dist))]).encode()).hexdigest()
 
 
