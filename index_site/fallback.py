@@ -274,9 +274,15 @@ class ChannelSize(NamedTuple):
 
 def channel_sizes(twins: Iterable[VariantWheel]) -> tuple[ChannelSize, ...]:
     """The sizes of every CUDA build that has slim wheels on the channel, newest torch first."""
+    twins = list(twins)
+    # only builds of a label some slim wheel slims are read: a site's labels are few, its twins thousands
+    slimmed = {label for label in {twin.label for twin in twins} if is_slim(label)}
+    read = slimmed | {base_label(label) for label in slimmed}
     fats: dict[tuple[str, str, str, str], int] = {}
     slims: dict[tuple[str, str, str, str], list[tuple[str, int]]] = defaultdict(list)
     for twin in twins:
+        if twin.label not in read:
+            continue
         _, version, tag, label = _parts(twin.filename)
         key = (twin.project, version, base_label(label), tag)
         match = _SLIM.match(label)
