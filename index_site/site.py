@@ -645,6 +645,7 @@ def apply_plan(
         records[path] = FileRecord(sha256=wheel.sha256, identity=placed)
         if expected is not None and placed.inode == expected.inode:
             linked[wheel.filename] = placed
+    _relinked(plan.links, records, linked)
     for extract in plan.metadata:
         content = _extract(extract, plan.metadata_bytes)
         records[extract.path] = FileRecord(sha256=extract.sha256, identity=_write_atomic(site / extract.path, content))
@@ -662,6 +663,17 @@ def apply_plan(
     written = (*(path for _, path, _ in plan.links), *(extract.path for extract in plan.metadata), *pages)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
     return written, linked
+
+
+def _relinked(links: Sequence[_Link], records: dict[str, FileRecord], linked: Mapping[str, FileIdentity]) -> None:
+    """A file placed twice (a twin and its null name) moved its ctime with its second link: the first's record is
+    given the identity the file has after the last (the state's row has it too), so that the next run finds every
+    record right rather than rewriting thousands after a cold index."""
+    for _, path, wheel in links:
+        final = linked.get(wheel.filename)
+        record = records[path]
+        if final is not None and record.identity.inode == final.inode and record.identity != final:
+            records[path] = FileRecord(sha256=wheel.sha256, identity=final)
 
 
 def _extract(extract: Extract, read: Mapping[tuple[str, str], bytes]) -> bytes:
