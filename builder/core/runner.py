@@ -164,24 +164,18 @@ def _start(
     argv: list[str], env: Mapping[str, str] | None, cwd: Path | None, deadline: Deadline | None
 ) -> subprocess.Popen[str]:
     with _WORKING_DIRECTORY:  # never while another thread's library call has the directory (see above)
-        return _popen(argv, env, cwd, deadline)
-
-
-def _popen(
-    argv: list[str], env: Mapping[str, str] | None, cwd: Path | None, deadline: Deadline | None
-) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=dict(env) if env is not None else None,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        start_new_session=deadline is not None,  # its own group, so the deadline kills what it started too
-    )
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            start_new_session=deadline is not None,  # its own group, so the deadline kills what it started too
+        )
 
 
 @contextmanager

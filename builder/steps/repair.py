@@ -208,10 +208,10 @@ def _target_warnings(best: Policy, target: Policy, facts: AbiFacts, job: Job) ->
 
 def analyze(wheel: Path, job: Job, excludes: Excludes) -> WheelAbIInfo:
     """auditwheel's analysis of ``wheel``, with the libraries torch provides left out."""
-    # auditwheel caches its ELF scan by path; a wheel rebuilt under the same name must be read afresh
-    get_wheel_elfdata.cache_clear()
     try:
         with working_directory_borrowed():  # auditwheel unpacks the wheel in a directory it changes into
+            # auditwheel caches its ELF scan by path; a wheel rebuilt under the same name must be read afresh
+            get_wheel_elfdata.cache_clear()
             return analyze_wheel_abi(
                 None,
                 Architecture(job.platform),
