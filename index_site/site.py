@@ -18,7 +18,7 @@ import logging
 import os
 import shutil
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -344,46 +344,46 @@ def _subfolders(
     found: dict[str, list[int] | None],
     left: Mapping[str, tuple[list[int], list[str]]],
 ) -> None:
-    for name in _subfolder_names(folder, prefix, links, found, left):
+    for name, status in _subfolder_stats(folder, prefix, links, found, left).items():
         path = f"{prefix}/{name}"
-        try:
-            status = os.lstat(f"{folder}/{name}")
-        except OSError:
-            continue
-        if not stat.S_ISDIR(status.st_mode):
-            continue
         found[path] = [status.st_ino, status.st_mtime_ns, status.st_ctime_ns]
         _subfolders(f"{folder}/{name}", path, status.st_nlink, found, left)
 
 
-def _subfolder_names(
+def _subfolder_stats(
     folder: str,
     prefix: str,
     links: int,
     found: Mapping[str, list[int] | None],
     left: Mapping[str, tuple[list[int], list[str]]],
-) -> list[str]:
-    """The names of ``folder``'s folders: those ``left`` records while the folder keeps its identity, or while its
-    link count says it holds as many folders as recorded and each recorded one is still a folder (ext4 and XFS
-    count a folder's subfolders in its links; a filesystem that gives folders one link has it listed). So a folder
-    this run only added files to is not listed again: variant/files holds some 65,000."""
+) -> dict[str, os.stat_result]:
+    """``folder``'s folders, each with its lstat: those ``left`` records while the folder keeps its identity, or
+    while its link count says it holds as many folders as recorded and each recorded one is still a folder (ext4 and
+    XFS count a folder's subfolders in its links; a filesystem that gives folders one link has it listed). So a
+    folder this run only added files to is not listed again: variant/files holds some 65,000."""
     recorded = left.get(prefix)
-    if recorded is not None and recorded[0] == found[prefix]:
-        return recorded[1]
-    if recorded is not None and links == 2 + len(recorded[1]) and all(_is_folder(f"{folder}/{name}") for name in
-                                                                       recorded[1]):
-        return recorded[1]
+    if recorded is not None:
+        stats = _folder_stats(folder, recorded[1])
+        if recorded[0] == found[prefix] or (links == 2 + len(recorded[1]) and len(stats) == len(recorded[1])):
+            return stats
     try:
-        return [entry.name for entry in os.scandir(folder) if entry.is_dir(follow_symlinks=False)]
+        names = [entry.name for entry in os.scandir(folder) if entry.is_dir(follow_symlinks=False)]
     except OSError:
-        return []
+        return {}
+    return _folder_stats(folder, names)
 
 
-def _is_folder(path: str) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
+def _folder_stats(folder: str, names: Iterable[str]) -> dict[str, os.stat_result]:
+    """The lstat of each of ``names`` in ``folder`` that is (still) a folder."""
+    stats = {}
+    for name in names:
+        try:
+            status = os.lstat(f"{folder}/{name}")
+        except OSError:
+            continue
+        if stat.S_ISDIR(status.st_mode):
+            stats[name] = status
+    return stats
 
 
 def _index(
