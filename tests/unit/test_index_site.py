@@ -413,3 +413,44 @@ def _stated_wrongly(site: Path) -> list[str]:
 
 def _site_files(site: Path) -> dict[str, os.stat_result]:
     return {p.relative_to(site).as_posix(): p.lstat() for p in site.rglob("*") if p.is_file() and p.name != SITE_MARKER}
+
+
+@pytest.mark.parametrize(
+    ("change", "listed"),
+    [
+        ("a file added", False),  # the folder's identity moved, its count of folders did not: the record stands
+        ("a folder added", True),
+        ("a folder renamed", True),  # same count, but a recorded one is gone
+        ("a folder replaced by a file", True),
+    ],
+)
+def test_a_folder_is_listed_again_only_when_its_folders_may_have_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str, listed: bool
+) -> None:
+    import os
+
+    from index_site import site as site_module
+
+    top = tmp_path / "variant"
+    for name in ("a", "b"):
+        (top / name).mkdir(parents=True)
+    before = os.lstat(top)
+    left = {"variant": ([before.st_ino, before.st_mtime_ns, before.st_ctime_ns], ["a", "b"])}
+    if change == "a file added":
+        (top / "new.whl").write_bytes(b"x")
+    elif change == "a folder added":
+        (top / "c").mkdir()
+    elif change == "a folder renamed":
+        (top / "b").rename(top / "c")
+    else:
+        (top / "b").rmdir()
+        (top / "b").write_bytes(b"x")
+    now = os.lstat(top)
+    found: dict[str, list[int] | None] = {"variant": [now.st_ino, now.st_mtime_ns, now.st_ctime_ns]}
+    listed = listed or now.st_nlink == 1  # a filesystem that counts no folders in a folder's links: always listed
+    scanned: list[object] = []
+    scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path: scanned.append(path) or scandir(path))
+    stats = site_module._subfolder_stats(str(top), "variant", now.st_nlink, found, left)
+    assert bool(scanned) == listed
+    assert sorted(stats) == sorted(p.name for p in top.iterdir() if p.is_dir())
