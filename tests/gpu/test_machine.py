@@ -35,6 +35,19 @@ def _mem_available_gib() -> float | None:
     return round(int(line.split()[1]) / 2**20, 1)
 
 
+def _cpu_facts() -> dict[str, Any]:
+    """The CPU's model and how many hardware threads share a core, as /proc/cpuinfo says (a VM may say less): on
+    shared cores a compile running beside fifteen others takes more CPU-seconds than alone (issue 31's comparison)."""
+    try:
+        rows = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines() if ":" in line)
+    except OSError:
+        return {}
+    fields = {key.strip(): value.strip() for key, value in rows.items()}
+    siblings, cores = fields.get("siblings", ""), fields.get("cpu cores", "")
+    per_core = int(siblings) // int(cores) if siblings.isdigit() and cores.isdigit() and int(cores) else None
+    return {"cpu_model": fields.get("model name"), "threads_per_core": per_core}
+
+
 @pytest.fixture(scope="module")
 def facts(request: pytest.FixtureRequest, stage_data: dict[str, Any]) -> dict[str, Any]:
     """torch's, the GPU's and the toolkit's facts (CUDA_HOME: the driver finds the toolkit), into the report."""
@@ -43,7 +56,7 @@ def facts(request: pytest.FixtureRequest, stage_data: dict[str, Any]) -> dict[st
         "python": sys.version.split()[0], "python_executable": sys.executable, "cuda_home": cuda_home or None,
         "nvcc_release": _nvcc_release(cuda_home), "cpus": len(os.sched_getaffinity(0)),
         "mem_available_gib": _mem_available_gib(), "ensurepip": importlib.util.find_spec("ensurepip") is not None,
-    }
+    } | _cpu_facts()
     Report.of(request.config).environment.update(found)
     stage_data.update(found, cuda_available=unavailable_reason() is None)
     return found
