@@ -30,6 +30,7 @@ from builder.core.settings import cache_root
 from index_site import fallback, layout, variants
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text
+from index_site.lines import Listed, ProjectLines
 from index_site.manifest import release_manifest
 from index_site.pages import other_pages, people, render_pages, setup_fingerprints
 from index_site.wheels import GpuArchs, WheelFile
@@ -320,7 +321,7 @@ def _code_digest() -> str:
     digest = hashlib.sha256(API_VERSION.encode())
     package = Path(__file__).parent
     sources = [path for path in sorted((package / "templates").rglob("*")) if path.is_file()]
-    names = ("render", "landing", "pages", "setups", "manifest", "layout", "variants", "fallback")
+    names = ("render", "lines", "landing", "pages", "setups", "manifest", "layout", "variants", "fallback")
     modules = [package / f"{name}.py" for name in names]
     for path in [*sources, *modules]:
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
@@ -360,9 +361,10 @@ def _project_pages(label: str | None, project: str, files: list[WheelFile]) -> d
     simple_page = f"{layout.simple_root(label)}/{project}/index.html"
     json_page = f"{layout.json_root(label)}/{project}/index.json"
     ordered = _ordered(files)  # once for both pages: a project's page lists thousands of wheels
+    lines = _lines(simple_page, ordered)  # the two pages are as deep: the same hrefs
     return {
-        simple_page: _simple_page(f"Links for {project}", _links(simple_page, ordered)),
-        json_page: _json_project(json_page, project, ordered),
+        simple_page: _simple_page(f"Links for {project}", "".join(lines.anchors)),
+        json_page: _json_project(json_page, project, ordered, lines.entries),
     }
 
 
@@ -370,7 +372,7 @@ def _findlinks_page(label: str, wheels: list[WheelFile]) -> bytes:
     page = layout.findlinks_path(label)
     first = wheels[0].name
     title = f"Wheels for torch {first.torch} + {accelerator_text(first.accelerator)} ({label})"
-    return _simple_page(title, _links(page, _ordered(wheels)))
+    return _simple_page(title, "".join(_lines(page, _ordered(wheels)).anchors))
 
 
 def _simple_page(title: str, links: str) -> bytes:
@@ -391,60 +393,28 @@ def _simple_root_page(page: str, projects: list[str], label: str | None) -> byte
     return _render("simple_root.html", page=page, title=title, projects=links, api_version=API_VERSION)
 
 
-def _links(page: str, ordered: Iterable[WheelFile]) -> str:
-    """One line per wheel (in page order), an anchor with the hash in the URL fragment, Requires-Python and the
-    PEP 658/714 metadata digest; already escaped. A filename the index accepted, and so its href, holds nothing
-    HTML escapes; Requires-Python may, and is escaped once per distinct value."""
-    escape = markupsafe.escape
-    pythons: dict[str | None, str] = {None: ""}
-    lines = []
-    for wheel in ordered:
-        python = wheel.metadata.requires_python
-        attribute = pythons.get(python)
-        if attribute is None:
-            attribute = pythons[python] = f' data-requires-python="{escape(python)}"'
-        filename = wheel.filename
-        href = layout.wheel_href(page, wheel.name.label, filename)
-        # PEP 714's name only: pip 22.3-23.1 read the legacy data-dist-info-metadata and compare its Name
-        # unnormalised (an old setup.py's `causal_conv1d` is then "inconsistent" with `causal-conv1d`); they
-        # download the wheel instead
-        lines.append(
-            f'    <a href="{escape(href)}#sha256={wheel.sha256}"{attribute} '
-            f'data-core-metadata="sha256={wheel.metadata.sha256}">{escape(filename)}</a><br>\n'
-        )
-    return "".join(lines)
-
-
-def _json_project(page: str, project: str, ordered: list[WheelFile]) -> bytes:
-    """The PEP 691 project page of ``ordered`` (in page order), the bytes _json_bytes gives the whole document:
-    each file's entry is JSON text, and "files" is the first key in sorted order."""
-    files = ",".join(_json_entries(page, ordered))
-    versions = list(dict.fromkeys(w.name.version for w in ordered))  # in page order: by version already
-    rest = _json_bytes({"meta": {"api-version": API_VERSION}, "name": project, "versions": versions})
-    return b'{"files":[' + files.encode() + b"]," + rest[1:]
-
-
-def _json_entries(page: str, ordered: list[WheelFile]) -> list[str]:
-    """Each wheel's entry as json.dumps(sort_keys=True) writes it, formatted directly: its filename, URL and
-    digests need no escaping in JSON; Requires-Python is encoded once per distinct value, each upload time once."""
-    pythons: dict[str | None, str] = {None: ""}
+def _lines(page: str, ordered: Iterable[WheelFile]) -> ProjectLines:
+    """Each wheel's anchor and JSON entry, in page order (lines.py). Each upload time is formatted once."""
+    lines = ProjectLines()
     times: dict[float, str] = {}
-    entries = []
     for wheel in ordered:
-        python = wheel.metadata.requires_python
-        requires = pythons.get(python)
-        if requires is None:
-            requires = pythons[python] = f'"requires-python":{json.dumps(python)},'
         uploaded = times.get(wheel.upload_time)
         if uploaded is None:
             uploaded = times[wheel.upload_time] = _iso_time(wheel.upload_time)
-        url = json.dumps(layout.wheel_href(page, wheel.name.label, wheel.filename))
-        entries.append(
-            f'{{"core-metadata":{{"sha256":"{wheel.metadata.sha256}"}},"filename":"{wheel.filename}",'
-            f'"hashes":{{"sha256":"{wheel.sha256}"}},{requires}"size":{wheel.size},"upload-time":"{uploaded}",'
-            f'"url":{url},"yanked":false}}'
+        metadata = wheel.metadata
+        href = layout.wheel_href(page, wheel.name.label, wheel.filename)
+        lines.add(
+            Listed(wheel.filename, href, wheel.sha256, metadata.sha256, metadata.requires_python, wheel.size, uploaded)
         )
-    return entries
+    return lines
+
+
+def _json_project(page: str, project: str, ordered: list[WheelFile], entries: list[str]) -> bytes:
+    """The PEP 691 project page of ``ordered`` (in page order) with their ``entries``, the bytes _json_bytes gives
+    the whole document: "files" is the first key in sorted order."""
+    versions = list(dict.fromkeys(w.name.version for w in ordered))  # in page order: by version already
+    rest = _json_bytes({"meta": {"api-version": API_VERSION}, "name": project, "versions": versions})
+    return b'{"files":[' + ",".join(entries).encode() + b"]," + rest[1:]
 
 
 def _ordered(wheels: Iterable[WheelFile]) -> list[WheelFile]:

@@ -15,12 +15,12 @@ import re
 import shlex
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from json.encoder import encode_basestring_ascii as _json_text  # json.dumps's encoding of a str
 from typing import Any, NamedTuple
 
 import markupsafe
 
 from index_site import layout
+from index_site.lines import Listed, ProjectLines
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ def project_pages(
         nulls[null.version].append(null)
     depth = "../" * (root.count("/") + 3)  # from ROOT[/ptXY]/simple/<project>/ back to the site root
     pages: dict[str, bytes] = {}
-    lines = _Lines(depth)
+    lines = ProjectLines()
     dumped: dict[str, str] = {}
     versions = sorted(by_version, key=_version_key)
     for version in versions:
@@ -211,9 +211,9 @@ def project_pages(
         document = variants_json(members, dumped)
         for tree in ("simple", "json"):
             pages[f"{root}/{tree}/{project}/{name}"] = document
-        lines.document(name, hashlib.sha256(document).hexdigest())
+        lines.add(Listed(name, name, hashlib.sha256(document).hexdigest()))
         for twin in [*members, *sorted(nulls[version], key=lambda t: t.filename)]:
-            lines.file(twin)
+            lines.add(_listed(depth, twin))
     pages[f"{root}/simple/{project}/index.html"] = _html(f"Links for {project}", "".join(lines.anchors))
     rest = _json({"meta": {"api-version": API_VERSION}, "name": project, "versions": versions})
     # "files" sorts before the other keys: the bytes json.dumps(sort_keys=True) gives the whole document
@@ -221,43 +221,10 @@ def project_pages(
     return pages
 
 
-class _Lines:
-    """A project page's lines as they are listed: each file's anchor (PEP 503) and its entry as JSON text (PEP 691),
-    formatted directly, with the bytes markupsafe.escape and json.dumps(sort_keys=True) give them: a project's
-    pages list thousands of files. Requires-Python is escaped and encoded once per distinct value."""
-
-    def __init__(self, depth: str) -> None:
-        self.depth = depth
-        self.anchors: list[str] = []
-        self.entries: list[str] = []
-        self.pythons: dict[str | None, tuple[str, str]] = {None: ("", ""), "": ("", "")}
-
-    def document(self, name: str, sha256: str) -> None:
-        self.anchors.append(f'    <a href="{name}#sha256={sha256}">{name}</a><br>\n')
-        text = _json_text(name)
-        self.entries.append(f'{{"filename":{text},"hashes":{{"sha256":{_json_text(sha256)}}},"url":{text},'
-                            '"yanked":false}')
-
-    def file(self, twin: VariantWheel) -> None:
-        python = self.pythons.get(twin.requires_python)
-        if python is None:
-            value = twin.requires_python or ""
-            python = self.pythons[value] = (f' data-requires-python="{markupsafe.escape(value)}"',
-                                            f'"requires-python":{_json_text(value)},')
-        href = self.depth + file_path(twin.filename)
-        if _HTML_SPECIAL.search(twin.filename) or _HTML_SPECIAL.search(twin.metadata_sha256):
-            self.anchors.append(_anchor(href, twin))
-        else:
-            self.anchors.append(f'    <a href="{href}#sha256={twin.sha256}"{python[0]} '
-                                f'data-core-metadata="sha256={twin.metadata_sha256}">{twin.filename}</a><br>\n')
-        self.entries.append(
-            f'{{"core-metadata":{{"sha256":{_json_text(twin.metadata_sha256)}}},"filename":{_json_text(twin.filename)},'
-            f'"hashes":{{"sha256":{_json_text(twin.sha256)}}},{python[1]}"size":{int(twin.size)},'
-            f'"url":{_json_text(href)},"yanked":false}}'
-        )
-
-
-_HTML_SPECIAL = re.compile("[&<>\"']")  # what markupsafe.escape replaces
+def _listed(depth: str, twin: VariantWheel) -> Listed:
+    """A twin as its project pages list it, ``depth`` up from the site root ("" Requires-Python: none shown)."""
+    href = depth + file_path(twin.filename)
+    return Listed(twin.filename, href, twin.sha256, twin.metadata_sha256, twin.requires_python or None, twin.size)
 
 
 def variants_document(twins: Iterable[VariantWheel]) -> dict[str, object]:
@@ -306,17 +273,6 @@ def variants_json(twins: list[VariantWheel], dumped: dict[str, str] | None = Non
         document = {k: v for k, v in variants_document(twins).items() if k != "variants"}
         head = dumped[key] = json.dumps(document, indent=2, sort_keys=True)
     return f'{head[:-2]},\n  "variants": {body}\n}}\n'.encode()
-
-
-def _anchor(href: str, twin: VariantWheel) -> str:
-    escape = markupsafe.escape
-    metadata = escape(f"sha256={twin.metadata_sha256}")
-    python = twin.requires_python
-    requires = f' data-requires-python="{escape(python)}"' if python else ""
-    return (
-        f'    <a href="{escape(href)}#sha256={twin.sha256}"{requires} data-core-metadata="{metadata}">'
-        f"{escape(twin.filename)}</a><br>\n"
-    )
 
 
 def _version_key(version: str) -> tuple[Any, ...]:

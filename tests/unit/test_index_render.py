@@ -185,17 +185,19 @@ def test_setup_pages_and_manifest_are_served_and_published_as_their_kind(pages: 
 
 
 def test_project_pages_written_out_in_python_are_the_templates_and_json_dumps_bytes() -> None:
-    """render.py formats the PEP 503 project page and the PEP 691 entries itself (a project's page lists thousands
-    of wheels); they must be the bytes templates/simple_project.html and json.dumps(sort_keys=True) give."""
+    """render.py formats the PEP 503 project page and the PEP 691 entries itself, through lines.py (a project's page
+    lists thousands of wheels); they must be the bytes templates/simple_project.html and json.dumps(sort_keys=True)
+    give."""
     from index_site import render
 
     wheels = render._ordered(CATALOG.wheels)
     page = "simple/causal-conv1d/index.html"
-    links = render._links(page, wheels)
+    lines = render._lines(page, wheels)
+    links = "".join(lines.anchors)
     expected = render._render("simple_project.html", page=page, title="Links for <x>", links=markupsafe.Markup(links),
                               api_version=render.API_VERSION)
     assert render._simple_page("Links for <x>", links) == expected
-    for wheel, entry in zip(wheels, render._json_entries(page, wheels), strict=True):
+    for wheel, entry in zip(wheels, lines.entries, strict=True):
         reference = {
             "filename": wheel.filename,
             "url": layout.wheel_href(page, wheel.name.label, wheel.filename),
@@ -255,3 +257,39 @@ def test_compiled_templates_are_kept_and_a_damaged_cache_renders_the_same(
     third, compiled_third = _render_counting(monkeypatch)  # what the damaged run compiled is kept again
     assert third == first
     assert compiled_third == (compiled_first if damage == "folder-is-a-file" else 0)
+
+
+@pytest.mark.parametrize(
+    "listed",
+    [
+        ("a-1.0-py3-none-any.whl", "../../whl/x/a-1.0-py3-none-any.whl", "ab" * 32, "cd" * 32, ">=3.9", 12, "t"),
+        ("a&b<1>.whl", "../x/a&b<1>.whl", "ab" * 32, "'\"", "<3,>=2", 0, None),
+        ("a-1.0-variants.json", "a-1.0-variants.json", "ef" * 32, None, None, None, None),
+        ("é-1.0.whl", "é-1.0.whl", "ab" * 32, "cd" * 32, "", 1, None),
+    ],
+)
+def test_one_formatter_gives_the_bytes_markupsafe_and_json_dumps_give(listed: tuple[object, ...]) -> None:
+    """lines.py formats both kinds of project page (render.py's and the variant channel's) by hand: the anchor is
+    what markupsafe.escape makes of each part, the entry what json.dumps(sort_keys=True) makes of the document."""
+    from index_site.lines import Listed, ProjectLines
+
+    record = Listed(*listed)  # type: ignore[arg-type]
+    lines = ProjectLines()
+    lines.add(record)
+    escape = markupsafe.escape
+    python = record.requires_python
+    requires = f' data-requires-python="{escape(python)}"' if python is not None else ""
+    core = f' data-core-metadata="{escape("sha256=" + record.metadata_sha256)}"' if record.metadata_sha256 else ""
+    href, name = escape(record.href), escape(record.filename)
+    assert lines.anchors == [f'    <a href="{href}#sha256={record.sha256}"{requires}{core}>{name}</a><br>\n']
+    reference = {
+        "filename": record.filename,
+        "url": record.href,
+        "hashes": {"sha256": record.sha256},
+        "yanked": False,
+        **({"core-metadata": {"sha256": record.metadata_sha256}} if record.metadata_sha256 is not None else {}),
+        **({"requires-python": python} if python is not None else {}),
+        **({"size": record.size} if record.size is not None else {}),
+        **({"upload-time": record.upload_time} if record.upload_time is not None else {}),
+    }
+    assert lines.entries == [json.dumps(reference, sort_keys=True, separators=(",", ":"))]
