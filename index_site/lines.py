@@ -5,11 +5,14 @@ pages list thousands of files. The per-variant and all-variants indexes (render.
 
 from __future__ import annotations
 
+import json
 import re
 from json.encoder import encode_basestring_ascii as _json_text  # json.dumps's encoding of a str
 from typing import NamedTuple
 
 import markupsafe
+
+API_VERSION = "1.1"  # PEP 700: size, upload-time and versions in the JSON form
 
 
 class Listed(NamedTuple):
@@ -70,3 +73,34 @@ def _entry(listed: Listed, requires: str) -> str:
 
 
 _HTML_SPECIAL = re.compile("[&<>\"']")  # what markupsafe.escape replaces
+
+
+def simple_page(title: str, links: str) -> bytes:
+    """templates/simple_project.html's bytes, written out here: compiling a template costs a new process more than
+    formatting this (tests/unit/test_index_render.py holds the two to the same bytes)."""
+    head, tail = simple_shell(title)
+    return head + links.encode() + tail
+
+
+def simple_shell(title: str) -> tuple[bytes, bytes]:
+    """A PEP 503 project page's bytes before its links and after them."""
+    escaped = markupsafe.escape(title)
+    head = (
+        f'<!DOCTYPE html>\n<html lang="en">\n  <head>\n    <meta charset="utf-8">\n'
+        f'    <meta name="pypi:repository-version" content="{API_VERSION}">\n    <title>{escaped}</title>\n'
+        f"  </head>\n  <body>\n    <h1>{escaped}</h1>\n"
+    )
+    return head.encode(), b"  </body>\n</html>\n"
+
+
+def json_page(project: str, entries: list[str], versions: list[str]) -> bytes:
+    """A PEP 691 project page of ``entries`` (in page order), the bytes json.dumps(sort_keys=True) gives the whole
+    document: "files" is the first key in sorted order."""
+    return b'{"files":[' + ",".join(entries).encode() + json_tail(project, versions)
+
+
+def json_tail(project: str, versions: list[str]) -> bytes:
+    """A PEP 691 project page's bytes after its entries."""
+    document = {"meta": {"api-version": API_VERSION}, "name": project, "versions": versions}
+    rest = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return b"]," + rest[1:].encode() + b"\n"

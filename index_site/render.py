@@ -27,15 +27,14 @@ from packaging.version import Version
 from builder.core import resources
 from builder.core.hashing import FileIdentity, sha256_of
 from builder.core.settings import cache_root
-from index_site import fallback, layout, variants
+from index_site import fallback, joined, layout, variants
 from index_site.catalog import Catalog
 from index_site.landing import accelerator_text
-from index_site.lines import Listed, ProjectLines
+from index_site.lines import API_VERSION, Listed, ProjectLines, simple_page
 from index_site.manifest import release_manifest
 from index_site.pages import other_pages, people, render_pages, setup_fingerprints
 from index_site.wheels import GpuArchs, WheelFile
 
-API_VERSION = "1.1"  # PEP 700: size, upload-time and versions in the JSON form
 _AFTER_PATH_SLASH = re.compile(r"(?<=[^:/]/)(?=[^/])")  # after a path's slashes, not inside "://"
 
 
@@ -118,6 +117,9 @@ class PageGroup:
     # Finer groups, keyed "<key>/...", that together make the same pages: when this digest moves, each of them is
     # rendered again only if its own digest moved (the pages for people: one setup page of hundreds changes).
     parts: Callable[[], list[PageGroup]] | None = None
+    # The same pages joined from parts (joined.py), some taken from the pages the last run wrote: the bytes of
+    # render(). Its entry goes into the manifest's page groups as "<key>/parts".
+    join: Callable[[joined.Reuse], joined.Joined] | None = None
 
 
 def render_site(catalog: Catalog, *, base_url: str) -> dict[str, bytes]:
@@ -152,6 +154,7 @@ def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
             key=f"project:{project}",
             digest=_wheels_digest(f"project:{project}", (), wheels, fingerprints),
             render=functools.partial(_project_pages, None, project, wheels),
+            join=_joining(functools.partial(_project_pair, None, project, wheels, fingerprints), f"project:{project}"),
         )
         for project, wheels in by_project.items()
     ]
@@ -168,6 +171,11 @@ def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
     groups.append(_people_group(catalog, digest, base_url))
     groups.append(_doctor_group(base_url))
     return groups
+
+
+def _joining(pair: Callable[[], joined.Pair], key: str) -> Callable[[joined.Reuse], joined.Joined]:
+    """A group's join: its pair made (its parts' digests worked out) only when the group's digest moved."""
+    return lambda reuse: joined.join(pair(), reuse, f"{key}/parts")
 
 
 def _doctor_group(base_url: str) -> PageGroup:
@@ -212,8 +220,9 @@ def channel_groups(
         for project, twins_of_project in projects.items():
             key = f"{root}:{project}"
             digest = _digest([key, *(prints[twin.filename] for twin in twins_of_project)])
-            render = made.project(root, project, twins_of_project, shown_guards[(project, torch_tag)])
-            groups.append(PageGroup(key=key, digest=digest, render=render))
+            pair = made.pair(root, project, twins_of_project, shown_guards[(project, torch_tag)])
+            render = functools.partial(_joined_pages, pair)
+            groups.append(PageGroup(key=key, digest=digest, render=render, join=_joining(pair, key)))
     return groups
 
 
@@ -241,10 +250,19 @@ class _Guards:
         (sha256, identity), (metadata_sha256, _) = self.records[path], self.records[f"{path}.metadata"]
         return guard.listed(sha256, identity.size, metadata_sha256)
 
-    def project(
+    def pair(
         self, root: str, project: str, twins: list[variants.VariantWheel], guards: Sequence[fallback.Guard]
-    ) -> Callable[[], dict[str, bytes]]:
-        return lambda: variants.project_pages(root, project, twins, [self.listed(guard) for guard in guards])
+    ) -> Callable[[], joined.Pair]:
+        """The project's pages on one channel, as parts: made only when its group's digest moved."""
+        shown = functools.partial(self.shown, guards)
+        return lambda: variants.project_pair(root, project, twins, shown(), digest=_digest)
+
+    def shown(self, guards: Sequence[fallback.Guard]) -> list[variants.VariantWheel]:
+        return [self.listed(guard) for guard in guards]
+
+
+def _joined_pages(pair: Callable[[], joined.Pair]) -> dict[str, bytes]:
+    return joined.join(pair(), joined.Nothing(), "").pages
 
 
 def _release_group(
@@ -321,7 +339,7 @@ def _code_digest() -> str:
     digest = hashlib.sha256(API_VERSION.encode())
     package = Path(__file__).parent
     sources = [path for path in sorted((package / "templates").rglob("*")) if path.is_file()]
-    names = ("render", "lines", "landing", "pages", "setups", "manifest", "layout", "variants", "fallback")
+    names = ("render", "lines", "joined", "landing", "pages", "setups", "manifest", "layout", "variants", "fallback")
     modules = [package / f"{name}.py" for name in names]
     for path in [*sources, *modules]:
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
@@ -358,33 +376,54 @@ def _roots(label: str | None, projects: list[str]) -> dict[str, bytes]:
 
 
 def _project_pages(label: str | None, project: str, files: list[WheelFile]) -> dict[str, bytes]:
+    return joined.join(_project_pair(label, project, files), joined.Nothing(), "").pages
+
+
+def _project_pair(
+    label: str | None, project: str, files: list[WheelFile], fingerprints: Mapping[str, str] | None = None
+) -> joined.Pair:
+    """A project's two pages in parts, one per version (by page order: versions that compare equal, 1.0 and 1.0.0,
+    interleave, so they make one part), each with the digest of its wheels' ``fingerprints`` where given."""
     simple_page = f"{layout.simple_root(label)}/{project}/index.html"
-    json_page = f"{layout.json_root(label)}/{project}/index.json"
-    ordered = _ordered(files)  # once for both pages: a project's page lists thousands of wheels
-    lines = _lines(simple_page, ordered)  # the two pages are as deep: the same hrefs
-    return {
-        simple_page: _simple_page(f"Links for {project}", "".join(lines.anchors)),
-        json_page: _json_project(json_page, project, ordered, lines.entries),
-    }
+    by_version: dict[str, list[WheelFile]] = defaultdict(list)
+    for wheel in files:
+        by_version[wheel.name.public_version].append(wheel)
+    parts = []
+    for versions in _equal_runs(sorted(by_version, key=_version)):
+        wheels = [wheel for version in versions for wheel in by_version[version]]
+        key = " ".join(sorted(versions))
+        shown = sorted(fingerprints[w.filename] for w in wheels) if fingerprints is not None else None
+        digest = _digest([simple_page, key, *shown]) if shown is not None else ""
+        parts.append(joined.Part(key, digest, functools.partial(_version_lines, simple_page, wheels)))
+    return joined.Pair(simple_page, f"{layout.json_root(label)}/{project}/index.json", project, parts)
+
+
+def _equal_runs(versions: list[str]) -> list[list[str]]:
+    """``versions`` (sorted) in runs of those that compare equal."""
+    runs: list[list[str]] = []
+    previous = None
+    for text in versions:
+        version = _version(text)
+        if runs and version == previous:
+            runs[-1].append(text)
+        else:
+            runs.append([text])
+        previous = version
+    return runs
+
+
+def _version_lines(page: str, wheels: list[WheelFile]) -> joined.Rendered:
+    ordered = _sorted(wheels)
+    lines = _lines(page, ordered)
+    shown = tuple(dict.fromkeys(w.name.version for w in ordered))  # in page order: by version already
+    return joined.Rendered("".join(lines.anchors), ",".join(lines.entries), shown, {})
 
 
 def _findlinks_page(label: str, wheels: list[WheelFile]) -> bytes:
     page = layout.findlinks_path(label)
     first = wheels[0].name
     title = f"Wheels for torch {first.torch} + {accelerator_text(first.accelerator)} ({label})"
-    return _simple_page(title, "".join(_lines(page, _ordered(wheels)).anchors))
-
-
-def _simple_page(title: str, links: str) -> bytes:
-    """templates/simple_project.html's bytes, written out here: a project's page lists thousands of wheels, and
-    compiling a template costs a new process more than formatting this (tests/unit/test_index_render.py holds
-    the two to the same bytes)."""
-    escaped = markupsafe.escape(title)
-    return (
-        f'<!DOCTYPE html>\n<html lang="en">\n  <head>\n    <meta charset="utf-8">\n'
-        f'    <meta name="pypi:repository-version" content="{API_VERSION}">\n    <title>{escaped}</title>\n'
-        f"  </head>\n  <body>\n    <h1>{escaped}</h1>\n{links}  </body>\n</html>\n"
-    ).encode()
+    return simple_page(title, "".join(_lines(page, _ordered(wheels)).anchors))
 
 
 def _simple_root_page(page: str, projects: list[str], label: str | None) -> bytes:
@@ -407,14 +446,6 @@ def _lines(page: str, ordered: Iterable[WheelFile]) -> ProjectLines:
             Listed(wheel.filename, href, wheel.sha256, metadata.sha256, metadata.requires_python, wheel.size, uploaded)
         )
     return lines
-
-
-def _json_project(page: str, project: str, ordered: list[WheelFile], entries: list[str]) -> bytes:
-    """The PEP 691 project page of ``ordered`` (in page order) with their ``entries``, the bytes _json_bytes gives
-    the whole document: "files" is the first key in sorted order."""
-    versions = list(dict.fromkeys(w.name.version for w in ordered))  # in page order: by version already
-    rest = _json_bytes({"meta": {"api-version": API_VERSION}, "name": project, "versions": versions})
-    return b'{"files":[' + ",".join(entries).encode() + b"]," + rest[1:]
 
 
 def _ordered(wheels: Iterable[WheelFile]) -> list[WheelFile]:

@@ -401,7 +401,7 @@ def _index(
     from index_site.render import channel_groups  # jinja2 and the page models: only for a run that renders
 
     manifest, previous_groups = recorded.files, recorded.groups
-    pages, reused, groups = render_changed(
+    pages, reused, groups, digests = render_changed(
         catalog,
         site,
         manifest,
@@ -422,6 +422,7 @@ def _index(
         extracted=[Extract(*entry) for entry in variants.extracted(twins.twins)],
         settled=settled,
         fresh=twins.fresh,
+        digests=digests,
     )
     identities = {**catalog.identities, **{twin.filename: FileIdentity(*twin.identity) for twin in twins.twins}}
     written, linked = apply_plan(plan, site, base_url=base_url, identities=identities, recorded=recorded)
@@ -464,27 +465,33 @@ def render_changed(
     base_url: str,
     extra: Sequence[PageGroup] = (),
     settled: Settled | None = None,
-) -> tuple[dict[str, bytes], dict[str, FileRecord], dict[str, tuple[str, tuple[str, ...]]]]:
+) -> tuple[dict[str, bytes], dict[str, FileRecord], dict[str, tuple[str, tuple[str, ...]]], dict[str, str]]:
     """Render only the page groups whose inputs moved since the last run, or whose pages are no longer exactly
-    as recorded; a group in parts settles each part the same way. Returns the rendered pages, the records of pages
-    reused as they are, and every group's entry."""
+    as recorded; a group in parts settles each part the same way, a joined group takes the parts that did not move
+    from its pages as they are. Returns the rendered pages, the records of pages reused as they are, every group's
+    entry, and the digests of rendered pages worked out while rendering."""
     pages: dict[str, bytes] = {}
+    digests: dict[str, str] = {}
     reused: dict[str, FileRecord] = {}
     groups: dict[str, tuple[str, tuple[str, ...]]] = {}
     still = settled or Settled()
+    reuse = _Reuse(site, manifest, previous, still, reused)
 
     def settle(group: PageGroup) -> tuple[str, ...]:
         digest, paths = previous.get(group.key, ("", ()))
-        records = [
-            manifest.get(path) if still.holds(path) else _recorded(os.path.join(site, path), manifest.get(path))
-            for path in paths
-        ]
+        records = [reuse.record(path) for path in paths]
         if digest == group.digest and paths and all(records):
             reused.update((path, record) for path, record in zip(paths, records, strict=True) if record is not None)
-            if group.parts is not None:  # its parts' entries stay for the run in which one of them moves
+            if group.parts is not None or group.join is not None:  # their entries stay for the run in which one moves
                 groups.update((key, entry) for key, entry in previous.items() if key.startswith(f"{group.key}/"))
         elif group.parts is not None:
             paths = tuple(sorted(path for part in group.parts() for path in settle(part)))
+        elif group.join is not None:
+            made = group.join(reuse)
+            pages.update(made.pages)
+            digests.update(made.digests)
+            groups[f"{group.key}/parts"] = made.entry
+            paths = tuple(sorted([*made.pages, *made.kept]))
         else:
             rendered = group.render()
             pages.update(rendered)
@@ -496,7 +503,45 @@ def render_changed(
 
     for group in [*page_groups(catalog, base_url=base_url), *extra]:
         settle(group)
-    return pages, reused, groups
+    return pages, reused, groups, digests
+
+
+class _Reuse:
+    """What a joined page group may take from the last run (joined.Reuse): the manifest's page group entries, the
+    bytes of its pages while their records hold, and the records of other pages still in place."""
+
+    def __init__(
+        self,
+        site: Path,
+        manifest: Mapping[str, FileRecord],
+        previous: Mapping[str, tuple[str, tuple[str, ...]]],
+        settled: Settled,
+        reused: dict[str, FileRecord],
+    ) -> None:
+        self.site, self.manifest, self.previous, self.settled, self.reused = site, manifest, previous, settled, reused
+
+    def record(self, path: str) -> FileRecord | None:
+        """The manifest's record of ``path`` while the file still has the identity it records."""
+        if self.settled.holds(path):
+            return self.manifest.get(path)
+        return _recorded(os.path.join(self.site, path), self.manifest.get(path))
+
+    def entry(self, key: str) -> tuple[str, tuple[str, ...]] | None:
+        return self.previous.get(key)
+
+    def page(self, path: str, sha256: str) -> bytes | None:
+        record = self.record(path)
+        if record is None or record.sha256 != sha256:
+            return None
+        content = _current_bytes(self.site / path)
+        return content if content is not None and len(content) == record.size else None
+
+    def keep(self, paths: Sequence[str]) -> bool:
+        records = [self.record(path) for path in paths]
+        if not all(records):
+            return False
+        self.reused.update((path, record) for path, record in zip(paths, records, strict=True) if record is not None)
+        return True
 
 
 def plan_site(
@@ -512,10 +557,12 @@ def plan_site(
     extracted: Sequence[Extract] = (),
     settled: Settled | None = None,
     fresh: Mapping[tuple[str, str], bytes] | None = None,
+    digests: Mapping[str, str] | None = None,
 ) -> SitePlan:
     """Compare what the site should hold with what it holds; nothing is written here. ``reused`` are pages known
     to be in place without rendering them (see render_changed); ``extra_files`` are other immutable files to place
-    like the wheels (the variant channel's twins), ``extracted`` files taken out of them."""
+    like the wheels (the variant channel's twins), ``extracted`` files taken out of them; ``digests`` are the sha256
+    of pages already worked out."""
     still = settled or Settled()
     entries = _managed_files(site, _device(dist), still)
     links, metadata, kept = _plan_files(catalog, dist, site, manifest, entries, still)
@@ -535,9 +582,9 @@ def plan_site(
             kept[extract.path] = record
         else:
             metadata.append(extract)
-    changed, digests = {}, {}
+    changed, known = {}, dict(digests or {})
     for path, content in pages.items():
-        record, digests[path] = _page_in_place(site, path, content, manifest.get(path))
+        record, known[path] = _page_in_place(site, path, content, manifest.get(path), known.get(path))
         if record is not None:
             kept[path] = record
         else:
@@ -549,7 +596,7 @@ def plan_site(
         metadata=tuple(metadata),
         metadata_bytes={**{(name, METADATA): data for name, data in catalog.fresh_metadata.items()}, **(fresh or {})},
         pages=changed,
-        digests={path: digests[path] for path in changed},
+        digests={path: known[path] for path in changed},
         stale=stale,
         kept=kept,
         groups=dict(groups or {}),
@@ -912,11 +959,14 @@ def _recorded(path: str, record: FileRecord | None) -> FileRecord | None:
     return record
 
 
-def _page_in_place(site: Path, path: str, content: bytes, record: FileRecord | None) -> tuple[FileRecord | None, str]:
+def _page_in_place(
+    site: Path, path: str, content: bytes, record: FileRecord | None, sha256: str | None = None
+) -> tuple[FileRecord | None, str]:
     """The record of the page at ``path`` if it already holds ``content`` (else None), and the digest of
-    ``content``. While the file's identity holds, the manifest's digest says whether it does (a page that changed
-    is not read back: the landing page's neighbours weigh megabytes); else the file is read."""
-    sha256 = hashlib.sha256(content).hexdigest()
+    ``content`` (``sha256`` where worked out already). While the file's identity holds, the manifest's digest says
+    whether it does (a page that changed is not read back: the landing page's neighbours weigh megabytes); else the
+    file is read."""
+    sha256 = sha256 or hashlib.sha256(content).hexdigest()
     if record is not None and _recorded(os.path.join(site, path), record):
         return (record if record.sha256 == sha256 else None), sha256
     if _current_bytes(site / path) == content:

@@ -14,20 +14,17 @@ import logging
 import re
 import shlex
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-import markupsafe
-
-from index_site import layout
-from index_site.lines import Listed, ProjectLines
+from index_site import joined, layout
+from index_site.lines import API_VERSION, Listed, ProjectLines, simple_page
 
 log = logging.getLogger(__name__)
 
 ROOT = layout.VARIANTS
 SCHEMA_URL = "https://variants-schema.wheelnext.dev/peps/850/v0.2.0.json"
 _TORCH_TAG = re.compile(r"^pt[1-9][0-9]+")
-API_VERSION = "1.1"
 
 
 class VariantWheel(NamedTuple):
@@ -179,7 +176,7 @@ def channel_root_pages(torch_tag: str | None, projects: list[str]) -> dict[str, 
     title = f"Variant index ({torch_tag})" if torch_tag else "Variant index (every torch and accelerator)"
     links = "".join(f'    <a href="{p}/">{p}</a><br>\n' for p in projects)
     return {
-        f"{root}/simple/index.html": _html(title, links),
+        f"{root}/simple/index.html": simple_page(title, links),
         f"{root}/json/index.json": _json(
             {"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in projects]}
         ),
@@ -189,36 +186,66 @@ def channel_root_pages(torch_tag: str | None, projects: list[str]) -> dict[str, 
 def project_pages(
     root: str, project: str, twins: list[VariantWheel], guards: Sequence[VariantWheel] = ()
 ) -> dict[str, bytes]:
-    """A project's two pages on one channel: per version its variants.json, its variants (slim wheels in place of
-    their fat twin), the nulls and ``guards`` (fallback.py, as listed: their files are pages of their own groups)."""
+    """A project's two pages on one channel, and its variants.json files (project_pair)."""
+    return joined.join(project_pair(root, project, twins, guards), joined.Nothing(), "").pages
+
+
+def project_pair(
+    root: str,
+    project: str,
+    twins: list[VariantWheel],
+    guards: Sequence[VariantWheel] = (),
+    digest: Callable[[list[str]], str] | None = None,
+) -> joined.Pair:
+    """A project's two pages on one channel in parts, one per version: its variants.json, its variants (slim wheels
+    in place of their fat twin), the nulls and ``guards`` (fallback.py, as listed: their files are pages of their own
+    groups); each part with the ``digest`` of what it lists, where given."""
+    by_version: dict[str, tuple[list[VariantWheel], list[VariantWheel]]] = {}
+    for twin in twins:
+        by_version.setdefault(twin.version, ([], []))[0].append(twin)
+    for guard in guards:
+        by_version.setdefault(guard.version, ([], []))[1].append(guard)
+    depth = "../" * (root.count("/") + 3)  # from ROOT[/ptXY]/simple/<project>/ back to the site root
+    dumped: dict[str, str] = {}  # each variant's properties dumped once for the pair (variants_json)
+    parts = []
+    for version in sorted(by_version, key=_version_key):
+        of_version, guards_of = by_version[version]
+        shown = [*of_version, *guards_of]
+        name = _document_name(min(twin.filename for twin in shown), version)
+        documents = (f"{root}/simple/{project}/{name}", f"{root}/json/{project}/{name}")
+        inputs = [root, project, version, *sorted(fingerprint(twin) for twin in shown)]
+        render = functools.partial(_version_part, root, project, depth, version, (of_version, guards_of), dumped)
+        parts.append(joined.Part(version, digest(inputs) if digest else "", render, documents))
+    return joined.Pair(f"{root}/simple/{project}/index.html", f"{root}/json/{project}/index.json", project, parts)
+
+
+def _version_part(
+    root: str,
+    project: str,
+    depth: str,
+    version: str,
+    shown: tuple[list[VariantWheel], list[VariantWheel]],
+    dumped: dict[str, str],
+) -> joined.Rendered:
+    """One version's lines on a project's channel pages (its twins and guards), its variants.json first, and that
+    file."""
     from index_site import fallback
 
-    listed = fallback.listing(twins, guards)
-    by_version: dict[str, list[VariantWheel]] = defaultdict(list)
-    for twin in [*listed.variants, *listed.guards]:
-        by_version[twin.version].append(twin)
-    nulls: dict[str, list[VariantWheel]] = defaultdict(list)
-    for null in listed.nulls:
-        nulls[null.version].append(null)
-    depth = "../" * (root.count("/") + 3)  # from ROOT[/ptXY]/simple/<project>/ back to the site root
-    pages: dict[str, bytes] = {}
+    listed = fallback.listing(*shown)
+    members = sorted([*listed.variants, *listed.guards], key=lambda t: t.filename)
+    name = _document_name(members[0].filename, version)
+    document = variants_json(members, dumped)
     lines = ProjectLines()
-    dumped: dict[str, str] = {}
-    versions = sorted(by_version, key=_version_key)
-    for version in versions:
-        members = sorted(by_version[version], key=lambda t: t.filename)
-        name = f"{members[0].filename.split('-', 1)[0]}-{version}-variants.json"
-        document = variants_json(members, dumped)
-        for tree in ("simple", "json"):
-            pages[f"{root}/{tree}/{project}/{name}"] = document
-        lines.add(Listed(name, name, hashlib.sha256(document).hexdigest()))
-        for twin in [*members, *sorted(nulls[version], key=lambda t: t.filename)]:
-            lines.add(_listed(depth, twin))
-    pages[f"{root}/simple/{project}/index.html"] = _html(f"Links for {project}", "".join(lines.anchors))
-    rest = _json({"meta": {"api-version": API_VERSION}, "name": project, "versions": versions})
-    # "files" sorts before the other keys: the bytes json.dumps(sort_keys=True) gives the whole document
-    pages[f"{root}/json/{project}/index.json"] = f'{{"files":[{",".join(lines.entries)}],'.encode() + rest[1:]
-    return pages
+    lines.add(Listed(name, name, hashlib.sha256(document).hexdigest()))
+    for twin in [*members, *sorted(listed.nulls, key=lambda t: t.filename)]:
+        lines.add(_listed(depth, twin))
+    pages = {f"{root}/{tree}/{project}/{name}": document for tree in ("simple", "json")}
+    return joined.Rendered("".join(lines.anchors), ",".join(lines.entries), (version,), pages)
+
+
+def _document_name(filename: str, version: str) -> str:
+    """A version's variants.json, named by its first file's distribution name."""
+    return f"{filename.split('-', 1)[0]}-{version}-variants.json"
 
 
 def _listed(depth: str, twin: VariantWheel) -> Listed:
@@ -282,15 +309,6 @@ def _version_key(version: str) -> tuple[Any, ...]:
         return (0, Version(version))
     except InvalidVersion:
         return (1, version)
-
-
-def _html(title: str, body: str) -> bytes:
-    escaped = markupsafe.escape(title)
-    return (
-        f'<!DOCTYPE html>\n<html lang="en">\n  <head>\n    <meta charset="utf-8">\n'
-        f'    <meta name="pypi:repository-version" content="{API_VERSION}">\n    <title>{escaped}</title>\n'
-        f"  </head>\n  <body>\n    <h1>{escaped}</h1>\n{body}  </body>\n</html>\n"
-    ).encode()
 
 
 def _json(document: Mapping[str, object]) -> bytes:

@@ -196,7 +196,7 @@ def test_project_pages_written_out_in_python_are_the_templates_and_json_dumps_by
     links = "".join(lines.anchors)
     expected = render._render("simple_project.html", page=page, title="Links for <x>", links=markupsafe.Markup(links),
                               api_version=render.API_VERSION)
-    assert render._simple_page("Links for <x>", links) == expected
+    assert render.simple_page("Links for <x>", links) == expected
     for wheel, entry in zip(wheels, lines.entries, strict=True):
         reference = {
             "filename": wheel.filename,

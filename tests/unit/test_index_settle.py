@@ -67,6 +67,8 @@ CHANGES: dict[str, Callable[[Path], object]] = {
     "new-release": lambda out: make_wheel(out / "dist", WheelSpec(version="1.8.0", label="pt214cu130")),
     "new-python": lambda out: make_wheel(out / "dist", WheelSpec(label="pt213cu130", python="cp312")),
     "new-variant": lambda out: make_wheel(out / "dist", WheelSpec(label="pt212cu126", python="cp311")),
+    # 1.7 and 1.7.0 compare equal: their wheels interleave on a project's pages, one part of them (joined.py)
+    "equal-version": lambda out: make_wheel(out / "dist", WheelSpec(version="1.7", python="cp313")),
     "wheel-removed": lambda out: next((out / "dist").glob("*1.6.0*")).unlink(),
     "wheel-rebuilt": lambda out: make_wheel(out / "dist", WheelSpec(label="pt214cu130", payload_bytes=4321)),
     "failure-recorded": _failure,

@@ -1,0 +1,147 @@
+"""A project's two index pages (PEP 503 and PEP 691) joined from parts, one per version. The pages list every
+version's files and one added wheel changes one version's lines, so a part whose digest holds is taken from the
+pages the last run wrote, at the offsets it recorded beside its page group in the manifest (see ``entry``): a run
+formats only the versions that changed. At 100,000 wheels a project's pages weigh tens of megabytes."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Protocol
+
+from index_site import lines
+
+_JSON_HEAD = b'{"files":['
+
+
+class Rendered(NamedTuple):
+    """One part's lines, as lines.ProjectLines formats them."""
+
+    anchors: str  # its PEP 503 lines
+    entries: str  # its PEP 691 entries, joined by ","
+    versions: tuple[str, ...]  # the versions the JSON page lists for it, in page order
+    pages: dict[str, bytes]  # other pages it makes: the variant channel's variants.json files
+
+
+class Part(NamedTuple):
+    """The lines of one version (or of versions that compare equal: 1.0 and 1.0.0 interleave)."""
+
+    key: str
+    digest: str  # of everything its lines and ``pages`` show, and the code that formats them
+    render: Callable[[], Rendered]
+    pages: tuple[str, ...] = ()  # the site paths of its other pages: taken as they are with its lines
+
+
+class Pair(NamedTuple):
+    """A project's PEP 503 page and its PEP 691 twin, listing the same files at the same depth."""
+
+    simple: str  # site path
+    json: str
+    project: str
+    parts: Sequence[Part]
+
+
+class Reuse(Protocol):
+    """What the last run left that a join may take (site.render_changed): its entries, its pages' bytes while the
+    manifest's records hold, and other pages in place."""
+
+    def entry(self, key: str) -> tuple[str, tuple[str, ...]] | None: ...
+
+    def page(self, path: str, sha256: str) -> bytes | None: ...
+
+    def keep(self, paths: Sequence[str]) -> bool: ...
+
+
+class Nothing:
+    """A Reuse of nothing: every part rendered (a cold index, render_site)."""
+
+    def entry(self, key: str) -> tuple[str, tuple[str, ...]] | None:
+        return None
+
+    def page(self, path: str, sha256: str) -> bytes | None:
+        return None
+
+    def keep(self, paths: Sequence[str]) -> bool:
+        return False
+
+
+class Joined(NamedTuple):
+    pages: dict[str, bytes]  # the pair, and the other pages of the parts rendered
+    kept: tuple[str, ...]  # the other pages of the parts taken as they were
+    entry: tuple[str, tuple[str, ...]]  # for the manifest's page groups: the pages' digests, each part's offsets
+    digests: dict[str, str]  # the sha256 of the pair's pages, worked out for the entry
+
+
+class _Kept(NamedTuple):
+    digest: str
+    simple: tuple[int, int]  # its bytes in the simple page
+    json: tuple[int, int]
+    versions: tuple[str, ...]
+
+
+def join(pair: Pair, reuse: Reuse, key: str) -> Joined:
+    """The pair's pages, each part taken from the last run's pages where ``reuse`` has them under ``key`` with the
+    part's digest (and its other pages in place), else rendered."""
+    before, old = _before(pair, reuse.entry(key), reuse)
+    head, tail = lines.simple_shell(f"Links for {pair.project}")
+    simple, json = bytearray(head), bytearray(_JSON_HEAD)
+    pages: dict[str, bytes] = {}
+    kept_pages: list[str] = []
+    versions: list[str] = []
+    spans = []
+    for part in pair.parts:
+        kept = before.get(part.key)
+        if old is not None and kept is not None and kept.digest == part.digest and reuse.keep(part.pages):
+            anchors, entries, shown = old[0][slice(*kept.simple)], old[1][slice(*kept.json)], kept.versions
+            kept_pages += part.pages
+        else:
+            rendered = part.render()
+            anchors, entries, shown = rendered.anchors.encode(), rendered.entries.encode(), rendered.versions
+            pages.update(rendered.pages)
+        if len(json) > len(_JSON_HEAD) and entries:
+            json += b","
+        spans.append((part, len(simple), len(simple) + len(anchors), len(json), len(json) + len(entries), shown))
+        simple += anchors
+        json += entries
+        versions += shown
+    simple += tail
+    json += lines.json_tail(pair.project, versions)
+    pages[pair.simple], pages[pair.json] = bytes(simple), bytes(json)
+    digests = {path: hashlib.sha256(pages[path]).hexdigest() for path in (pair.simple, pair.json)}
+    return Joined(pages, tuple(kept_pages), _entry(digests[pair.simple], digests[pair.json], spans), digests)
+
+
+def _entry(
+    simple: str, json: str, spans: list[tuple[Part, int, int, int, int, tuple[str, ...]]]
+) -> tuple[str, tuple[str, ...]]:
+    """The manifest's page group entry of a joined pair: (the sha256 of each page, one text per part: its key,
+    digest, offsets in each page and versions, tab-separated: versions and keys hold no whitespace)."""
+    parts = tuple(
+        "\t".join([part.key, part.digest, str(s0), str(s1), str(j0), str(j1), " ".join(shown)])
+        for part, s0, s1, j0, j1, shown in spans
+    )
+    return f"{simple} {json}", parts
+
+
+def _before(
+    pair: Pair, entry: tuple[str, tuple[str, ...]] | None, reuse: Reuse
+) -> tuple[dict[str, _Kept], tuple[bytes, bytes] | None]:
+    """The last run's parts by key, with its pages' bytes (None where either is not the page it recorded)."""
+    if entry is None:
+        return {}, None
+    digests = entry[0].split(" ")
+    if len(digests) != 2:
+        return {}, None
+    simple, json = reuse.page(pair.simple, digests[0]), reuse.page(pair.json, digests[1])
+    if simple is None or json is None:
+        return {}, None
+    before = {}
+    for text in entry[1]:
+        fields = text.split("\t")
+        try:
+            s0, s1, j0, j1 = (int(field) for field in fields[2:6])
+        except ValueError:
+            continue
+        if len(fields) == 7 and 0 <= s0 <= s1 <= len(simple) and 0 <= j0 <= j1 <= len(json):
+            before[fields[0]] = _Kept(fields[1], (s0, s1), (j0, j1), tuple(fields[6].split(" ")) if fields[6] else ())
+    return before, (simple, json)
