@@ -211,7 +211,7 @@ def channel_groups(
             group_key = f"{variants.ROOT}:guards:{project}/{key}"
             digest = _digest([group_key, *(guard.inputs for guard in group)])
             groups.append(PageGroup(key=group_key, digest=digest, render=functools.partial(made.render, group)))
-    prints = {twin.filename: variants.fingerprint(twin) for twin in twins}  # each twin is on two channels
+    prints = made.prints = {twin.filename: variants.fingerprint(twin) for twin in twins}  # on two channels each
     for torch_tag, members in variants.by_channel(twins).items():
         root = variants.channel_root(torch_tag)
         projects = variants.by_project(members)
@@ -233,6 +233,7 @@ class _Guards:
     def __init__(self, records: Mapping[str, tuple[str, FileIdentity]]) -> None:
         self.records = records
         self.made: dict[str, variants.VariantWheel] = {}
+        self.prints: Mapping[str, str] = {}  # each twin's variants.fingerprint, by filename
 
     def render(self, guards: Sequence[fallback.Guard]) -> dict[str, bytes]:
         pages = {}
@@ -255,7 +256,7 @@ class _Guards:
     ) -> Callable[[], joined.Pair]:
         """The project's pages on one channel, as parts: made only when its group's digest moved."""
         shown = functools.partial(self.shown, guards)
-        return lambda: variants.project_pair(root, project, twins, shown(), digest=_digest)
+        return lambda: variants.project_pair(root, project, twins, shown(), digest=_digest, prints=self.prints)
 
     def shown(self, guards: Sequence[fallback.Guard]) -> list[variants.VariantWheel]:
         return [self.listed(guard) for guard in guards]
@@ -390,9 +391,11 @@ def _project_pair(
         by_version[wheel.name.public_version].append(wheel)
     parts = []
     for versions in _equal_runs(sorted(by_version, key=_version)):
+        versions.sort()  # one key for the same versions, whichever came first
         wheels = [wheel for version in versions for wheel in by_version[version]]
-        key = " ".join(sorted(versions))
-        shown = sorted(fingerprints[w.filename] for w in wheels) if fingerprints is not None else None
+        key = " ".join(versions)
+        # in the catalog's order, as the group's digest takes them
+        shown = [fingerprints[w.filename] for w in wheels] if fingerprints is not None else None
         digest = _digest([simple_page, key, *shown]) if shown is not None else ""
         parts.append(joined.Part(key, digest, functools.partial(_version_lines, simple_page, wheels)))
     return joined.Pair(simple_page, f"{layout.json_root(label)}/{project}/index.json", project, parts)

@@ -196,10 +196,12 @@ def project_pair(
     twins: list[VariantWheel],
     guards: Sequence[VariantWheel] = (),
     digest: Callable[[list[str]], str] | None = None,
+    prints: Mapping[str, str] | None = None,
 ) -> joined.Pair:
     """A project's two pages on one channel in parts, one per version: its variants.json, its variants (slim wheels
     in place of their fat twin), the nulls and ``guards`` (fallback.py, as listed: their files are pages of their own
-    groups); each part with the ``digest`` of what it lists, where given."""
+    groups); each part with the ``digest`` of what it lists, where given (``prints``: fingerprints worked out)."""
+    prints = prints or {}
     by_version: dict[str, tuple[list[VariantWheel], list[VariantWheel]]] = {}
     for twin in twins:
         by_version.setdefault(twin.version, ([], []))[0].append(twin)
@@ -213,9 +215,10 @@ def project_pair(
         shown = [*of_version, *guards_of]
         name = _document_name(min(twin.filename for twin in shown), version)
         documents = (f"{root}/simple/{project}/{name}", f"{root}/json/{project}/{name}")
-        inputs = [root, project, version, *sorted(fingerprint(twin) for twin in shown)]
+        inputs = (prints.get(twin.filename) or fingerprint(twin) for twin in shown)
+        shows = digest([root, project, version, *inputs]) if digest else ""
         render = functools.partial(_version_part, root, project, depth, version, (of_version, guards_of), dumped)
-        parts.append(joined.Part(version, digest(inputs) if digest else "", render, documents))
+        parts.append(joined.Part(version, shows, render, documents))
     return joined.Pair(f"{root}/simple/{project}/index.html", f"{root}/json/{project}/index.json", project, parts)
 
 
