@@ -135,13 +135,33 @@ def _before(
     simple, json = reuse.page(pair.simple, digests[0]), reuse.page(pair.json, digests[1])
     if simple is None or json is None:
         return {}, None
-    before = {}
-    for text in entry[1]:
-        fields = text.split("\t")
-        try:
-            s0, s1, j0, j1 = (int(field) for field in fields[2:6])
-        except ValueError:
-            continue
-        if len(fields) == 7 and 0 <= s0 <= s1 <= len(simple) and 0 <= j0 <= j1 <= len(json):
-            before[fields[0]] = _Kept(fields[1], (s0, s1), (j0, j1), tuple(fields[6].split(" ")) if fields[6] else ())
-    return before, (simple, json)
+    recorded = [kept for kept in map(_parsed, entry[1]) if kept is not None]
+    if len(recorded) != len(entry[1]) or not _tiles(pair.project, [kept for _, kept in recorded], simple, json):
+        return {}, None
+    return dict(recorded), (simple, json)
+
+
+def _parsed(text: str) -> tuple[str, _Kept] | None:
+    """One part's text of the entry: key, digest, offsets in each page, versions (None: not that)."""
+    fields = text.split("\t")
+    if len(fields) != 7 or not all(field.isdigit() for field in fields[2:6]):
+        return None
+    s0, s1, j0, j1 = (int(field) for field in fields[2:6])
+    return fields[0], _Kept(fields[1], (s0, s1), (j0, j1), tuple(fields[6].split(" ")) if fields[6] else ())
+
+
+def _tiles(project: str, parts: list[_Kept], simple: bytes, json: bytes) -> bool:
+    """Whether the recorded parts cover each page exactly, in order, between the shell join writes: offsets moved
+    to other values inside the pages would otherwise cut another part's lines."""
+    head, tail = lines.simple_shell(f"Links for {project}")
+    at, json_at = len(head), len(_JSON_HEAD)
+    for part in parts:
+        if part.json[1] > part.json[0] and json_at > len(_JSON_HEAD):
+            json_at += 1  # the comma before a part's entries
+        if part.simple[0] != at or part.json[0] != json_at or part.simple[1] < at or part.json[1] < json_at:
+            return False
+        at, json_at = part.simple[1], part.json[1]
+    json_tail = lines.json_tail(project, [version for part in parts for version in part.versions])
+    return (
+        simple.startswith(head) and simple[at:] == tail and json.startswith(_JSON_HEAD) and json[json_at:] == json_tail
+    )

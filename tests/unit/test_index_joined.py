@@ -62,7 +62,17 @@ def test_only_the_parts_whose_digest_moved_are_rendered_and_the_pages_are_a_full
 
 @pytest.mark.parametrize(
     "damage",
-    ["page-changed", "no-entry", "offsets-past-the-end", "fields-missing", "digests-missing", "other-pages-gone"],
+    [
+        "page-changed",
+        "no-entry",
+        "offsets-past-the-end",
+        "offsets-swapped",
+        "offsets-shifted",
+        "versions-changed",
+        "fields-missing",
+        "digests-missing",
+        "other-pages-gone",
+    ],
 )
 def test_parts_are_rendered_again_when_what_the_last_run_left_does_not_hold(damage: str) -> None:
     rendered: list[str] = []
@@ -76,6 +86,15 @@ def test_parts_are_rendered_again_when_what_the_last_run_left_does_not_hold(dama
         store.entries.clear()
     elif damage == "offsets-past-the-end":
         store.entries["k"] = (digest_text, tuple(_field(part, 3, "999999") for part in parts))
+    elif damage == "offsets-swapped":  # each part's offsets given to the other: still inside the pages
+        first, second = parts
+        fields = first.split("\t"), second.split("\t")
+        swapped = ("\t".join(fields[0][:2] + fields[1][2:]), "\t".join(fields[1][:2] + fields[0][2:]))
+        store.entries["k"] = (digest_text, swapped)
+    elif damage == "offsets-shifted":  # the second part's lines one byte earlier in the simple page
+        store.entries["k"] = (digest_text, (parts[0], _field(parts[1], 2, str(int(parts[1].split("\t")[2]) - 1))))
+    elif damage == "versions-changed":
+        store.entries["k"] = (digest_text, (parts[0], _field(parts[1], 6, "9.9")))
     elif damage == "fields-missing":
         store.entries["k"] = (digest_text, tuple(part.rsplit("\t", 2)[0] for part in parts))
     elif damage == "digests-missing":
