@@ -82,8 +82,8 @@ class _Kept(NamedTuple):
 def join(pair: Pair, reuse: Reuse, key: str) -> Joined:
     """The pair's pages, each part taken from the last run's pages where ``reuse`` has them under ``key`` with the
     part's digest (and its other pages in place), else rendered."""
-    before, old = _before(pair, reuse.entry(key), reuse)
     head, tail = lines.simple_shell(f"Links for {pair.project}")
+    before, old = _before(pair, (head, tail), reuse.entry(key), reuse)
     simple, json = bytearray(head), bytearray(_JSON_HEAD)
     pages: dict[str, bytes] = {}
     kept_pages: list[str] = []
@@ -124,7 +124,7 @@ def _entry(
 
 
 def _before(
-    pair: Pair, entry: tuple[str, tuple[str, ...]] | None, reuse: Reuse
+    pair: Pair, shell: tuple[bytes, bytes], entry: tuple[str, tuple[str, ...]] | None, reuse: Reuse
 ) -> tuple[dict[str, _Kept], tuple[bytes, bytes] | None]:
     """The last run's parts by key, with its pages' bytes (None where either is not the page it recorded)."""
     if entry is None:
@@ -136,7 +136,7 @@ def _before(
     if simple is None or json is None:
         return {}, None
     recorded = [kept for kept in map(_parsed, entry[1]) if kept is not None]
-    if len(recorded) != len(entry[1]) or not _tiles(pair.project, [kept for _, kept in recorded], simple, json):
+    if len(recorded) != len(entry[1]) or not _tiles(pair.project, shell, [kept for _, kept in recorded], simple, json):
         return {}, None
     return dict(recorded), (simple, json)
 
@@ -150,10 +150,10 @@ def _parsed(text: str) -> tuple[str, _Kept] | None:
     return fields[0], _Kept(fields[1], (s0, s1), (j0, j1), tuple(fields[6].split(" ")) if fields[6] else ())
 
 
-def _tiles(project: str, parts: list[_Kept], simple: bytes, json: bytes) -> bool:
+def _tiles(project: str, shell: tuple[bytes, bytes], parts: list[_Kept], simple: bytes, json: bytes) -> bool:
     """Whether the recorded parts cover each page exactly, in order, between the shell join writes: offsets moved
     to other values inside the pages would otherwise cut another part's lines."""
-    head, tail = lines.simple_shell(f"Links for {project}")
+    head, tail = shell
     at, json_at = len(head), len(_JSON_HEAD)
     for part in parts:
         if part.json[1] > part.json[0] and json_at > len(_JSON_HEAD):

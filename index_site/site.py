@@ -362,6 +362,7 @@ def _subfolder_stats(
     XFS count a folder's subfolders in its links; a filesystem that gives folders one link has it listed). So a
     folder this run only added files to is not listed again: variant/files holds some 65,000."""
     recorded = left.get(prefix)
+    stats: dict[str, os.stat_result] = {}
     if recorded is not None:
         stats = _folder_stats(folder, recorded[1])
         if recorded[0] == found[prefix] or (links == 2 + len(recorded[1]) and len(stats) == len(recorded[1])):
@@ -370,7 +371,8 @@ def _subfolder_stats(
         names = [entry.name for entry in os.scandir(folder) if entry.is_dir(follow_symlinks=False)]
     except OSError:
         return {}
-    return _folder_stats(folder, names)
+    fresh = _folder_stats(folder, [name for name in names if name not in stats])  # the recorded ones are lstat'd
+    return {name: stats.get(name) or fresh[name] for name in names if name in stats or name in fresh}
 
 
 def _folder_stats(folder: str, names: Iterable[str]) -> dict[str, os.stat_result]:
@@ -479,9 +481,7 @@ def render_changed(
 
     def settle(group: PageGroup) -> tuple[str, ...]:
         digest, paths = previous.get(group.key, ("", ()))
-        records = [reuse.record(path) for path in paths]
-        if digest == group.digest and paths and all(records):
-            reused.update((path, record) for path, record in zip(paths, records, strict=True) if record is not None)
+        if digest == group.digest and paths and reuse.keep(paths):
             if group.parts is not None or group.join is not None:  # their entries stay for the run in which one moves
                 groups.update((key, entry) for key, entry in previous.items() if key.startswith(f"{group.key}/"))
         elif group.parts is not None:
@@ -537,6 +537,7 @@ class _Reuse:
         return content if content is not None and len(content) == record.size else None
 
     def keep(self, paths: Sequence[str]) -> bool:
+        """Whether every one of ``paths`` is still as recorded; if so their records count as reused."""
         records = [self.record(path) for path in paths]
         if not all(records):
             return False

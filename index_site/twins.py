@@ -128,8 +128,7 @@ def settle_twins(
     for name, wheel in expected.items():
         settler.settle(name, wheel)
     # A slim wheel is published with its fat wheel only, never made here (it takes the compile's objects)
-    slims = {name: expected[fat] for name in sorted(listed) if _SLIM.search(name.removesuffix(".whl"))
-             and (fat := _fat_twin(name)) in expected}
+    slims = {name: expected[fat] for name in sorted(listed) if (fat := _fat_twin(name)) in expected}
     for name, wheel in slims.items():
         settler.settle(name, wheel)
     expected.update(slims)
@@ -184,6 +183,8 @@ def _label(filename: str) -> str:
 
 def _fat_twin(name: str) -> str:
     """The fat twin's name of a slim wheel's (``...-pt214cu130sm90.whl`` -> ``...-pt214cu130.whl``); "" for others."""
+    if not _SLIM.search(name.removesuffix(".whl")):  # most names: no need to match the whole name
+        return ""
     match = TWIN_NAME.match(name)
     label = match["label"] if match else ""
     return name.replace(f"-{label}.whl", f"-{_SLIM.sub('', label)}.whl") if _SLIM.search(label) else ""
