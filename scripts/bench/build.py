@@ -191,6 +191,8 @@ def upstream_build(package: str, python: str, torch: str, workdir: Path, limit: 
             del environ[key]
         environ.update(CUDA_HOME=str(toolkit.root), CUDA_PATH=str(toolkit.root), MAX_JOBS=str(cores),
                        CAUSAL_CONV1D_FORCE_BUILD="TRUE", MAMBA_FORCE_BUILD="TRUE")
+        (workdir / UPSTREAM_TIMES).unlink(missing_ok=True)
+        environ["NVCC_APPEND_FLAGS"] = f"--time {workdir / UPSTREAM_TIMES}"  # each nvcc step's seconds, as a CSV
         command = [str(env.python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w",
                    str(workdir / "upstream-dist"), str(space.source)]
         return measure("upstream", command, environ, limit, workdir / "upstream.log")
@@ -374,6 +376,44 @@ def where_the_wall_went(name: str, workdir: Path, python: str) -> list[str]:
     return lines
 
 
+UPSTREAM_TIMES = "upstream-nvcc-time.csv"
+# nvcc --time's phase names -> the stages ours' ledger records (builder/steps/nvcc_plan.py)
+NVCC_PHASES = (("gcc (preprocessing", "preprocess"), ("cudafe++", "front"), ("cicc", "cicc"), ("ptxas", "ptxas"),
+               ("gcc (compiling)", "host"))
+
+
+def upstream_stages(csv_path: Path) -> dict[str, float]:
+    """Seconds per stage of upstream's nvcc steps, summed, from the CSV nvcc's --time appends one row per step
+    to (its elapsed time: each step is one single-threaded tool, so elapsed is about its CPU-seconds, plus what
+    waiting for a core adds under a loaded build). Steps that map to no stage (fatbinary, the driver) go to
+    "other"; a torn row (two nvcc processes appending at once) is skipped."""
+    sums: dict[str, float] = {}
+    try:
+        lines = csv_path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return sums
+    for line in lines:
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) != 8 or cells[7] != "ms":
+            continue
+        try:
+            seconds = float(cells[6]) / 1000
+        except ValueError:
+            continue
+        stage = next((name for prefix, name in NVCC_PHASES if cells[1].startswith(prefix)), "other")
+        sums[stage] = sums.get(stage, 0.0) + seconds
+    return sums
+
+
+def upstream_stage_line(workdir: Path, measured: Measured) -> str:
+    """Upstream's counterpart of stage_cpu: its nvcc steps' seconds by stage, and the rest of its CPU-seconds."""
+    sums = upstream_stages(workdir / UPSTREAM_TIMES)
+    stages = ("front", "preprocess", "cicc", "ptxas", "host", "other")
+    spent = ", ".join(f"{stage} {sums[stage]:.0f}" for stage in stages if stage in sums)
+    rest = measured.cpu - sum(sums.values())
+    return f"(d) upstream: nvcc steps' seconds by stage (nvcc --time): {spent or 'none recorded'}; the rest {rest:.0f}"
+
+
 def stage_cpu(name: str, workdir: Path, python: str, measured: Measured) -> str:
     """Where the build's CPU-seconds went, from the ledger's stage_times (each nvcc step's wait4): per stage, summed
     over units and archs, and what the rest of the build (Python, the pool, ninja, the link, repair, verify) took."""
@@ -430,7 +470,9 @@ def full_arch(args: argparse.Namespace, workdir: Path) -> None:
                                        objcache=objcache, costs_from=costs_from)
         compiled[name] = spelled_archs(*compiled_archs(name, workdir, args.python))
         print(f"{results[name].line()}  compiled: {compiled[name]}", flush=True)
-        if name != "upstream":
+        if name == "upstream":
+            print(upstream_stage_line(workdir, results[name]), flush=True)
+        else:
             print(critical_path(name, workdir, results[name]), flush=True)
             print(stage_cpu(name, workdir, args.python, results[name]), flush=True)
             print("\n".join(where_the_wall_went(name, workdir, args.python)), flush=True)

@@ -160,3 +160,31 @@ def test_each_pythons_build_env_is_made_before_the_timed_runs(tmp_path: Path, mo
     line = bench_build.made_envs("causal-conv1d", "2.14.1", ["3.11", "3.12"], tmp_path)
     assert made == [("3.11", "torch 2.14.1", "toolkit cu130"), ("3.12", "torch 2.14.1", "toolkit cu130")]
     assert line.startswith("(d) build envs made before the timed runs") and "3.11 " in line and "3.12 " in line
+
+
+# rows as nvcc 13.0's --time writes them (this machine's nvcc, one .cu file, two archs), one torn by a concurrent
+# append, and a header
+NVCC_TIME_CSV = """\
+source file name , phase name , phase input files , phase output file , arch , tool, metric , unit
+t.cu , gcc (preprocessing 4) , t.cu  , /tmp/x-5_t.cpp4.ii ,  , nvcc , 238.8720 , ms
+t.cu , gcc (preprocessing 1) , t.cu  , /tmp/x-8_t.compute_90.cpp1.ii , compute_90 , nvcc , 239.4990 , ms
+t.cu , cudafe++ , /tmp/x-5_t.cpp4.ii  , /tmp/x-6_t.compute_80.cudafe1.cpp , compute_80 , nvcc , 616.4860 , ms
+t.cu , cicc ,  /tmp/x-8_t.compute_90.cpp1.ii  , /tmp/x-7_t.compute_90.ptx , compute_90 , nvcc , 457.8220 , ms
+t.cu , cicc ,  /tmp/x-10_t.compute_80.cpp1.ii  , /tmp/x-6_t.compute_80.ptx , compute_80 , nvcc , 539.9920 , ms
+t.cu , ptxas , /tmp/x-7_t.compute_90.ptx  , /tmp/x-9_t.compute_90.cubin , sm_90 , nvcc , 131.8510 , ms
+t.cu , ptxas , /tmp/x-7_t.compute_90.ptx  , /tmp/x-9_t.compute_90.cub
+t.cu , fatbinary , /tmp/x-9_t.compute_90.cubin  , /tmp/x-3_t.fatbin ,  , nvcc , 4.8480 , ms
+t.cu , gcc (compiling) ,   , t.o , compute_80 , nvcc , 273.6580 , ms
+ , nvcc (driver) ,  , t.o ,  , nvcc , 0.4900 , ms
+"""
+
+
+def test_upstreams_nvcc_steps_are_summed_by_stage(tmp_path: Path) -> None:
+    (tmp_path / bench_build.UPSTREAM_TIMES).write_text(NVCC_TIME_CSV)
+    sums = bench_build.upstream_stages(tmp_path / bench_build.UPSTREAM_TIMES)
+    assert sums == pytest.approx({"preprocess": 0.478371, "front": 0.616486, "cicc": 0.997814, "ptxas": 0.131851,
+                                  "host": 0.273658, "other": 0.005338})
+    line = bench_build.upstream_stage_line(tmp_path, bench_build.Measured("upstream", 10.0, 12.0, 16))
+    assert line == ("(d) upstream: nvcc steps' seconds by stage (nvcc --time): front 1, preprocess 0, cicc 1, "
+                    "ptxas 0, host 0, other 0; the rest 9")
+    assert bench_build.upstream_stages(tmp_path / "absent.csv") == {}
