@@ -193,8 +193,9 @@ def upstream_build(package: str, python: str, torch: str, workdir: Path, limit: 
                        CAUSAL_CONV1D_FORCE_BUILD="TRUE", MAMBA_FORCE_BUILD="TRUE")
         (workdir / UPSTREAM_TIMES).unlink(missing_ok=True)
         environ["NVCC_APPEND_FLAGS"] = f"--time {workdir / UPSTREAM_TIMES}"  # each nvcc step's seconds, as a CSV
-        command = [str(env.python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w",
-                   str(workdir / "upstream-dist"), str(space.source)]
+        # the build venv has no pip of its own (environment.py): this pip runs as that interpreter (--python)
+        command = [sys.executable, "-m", "pip", "--python", str(env.python), "wheel", "--no-build-isolation",
+                   "--no-deps", "--disable-pip-version-check", "-w", str(workdir / "upstream-dist"), str(space.source)]
         return measure("upstream", command, environ, limit, workdir / "upstream.log")
 
 
