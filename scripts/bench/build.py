@@ -385,9 +385,10 @@ NVCC_PHASES = (("gcc (preprocessing", "preprocess"), ("cudafe++", "front"), ("ci
 
 def upstream_stages(csv_path: Path) -> dict[str, float]:
     """Seconds per stage of upstream's nvcc steps, summed, from the CSV nvcc's --time appends one row per step
-    to (its elapsed time: each step is one single-threaded tool, so elapsed is about its CPU-seconds, plus what
-    waiting for a core adds under a loaded build). Steps that map to no stage (fatbinary, the driver) go to
-    "other"; a torn row (two nvcc processes appending at once) is skipped."""
+    to: each step's elapsed time. Each step is one single-threaded tool, so that is about its CPU-seconds while no
+    more tools run than there are cores (the GPU machine: 3 nvcc at most, --threads 4 each, on 16 cores); on fewer
+    cores it includes the wait for one. Steps that map to no stage (fatbinary, the driver) go to "other"; a torn
+    row (two nvcc processes appending at once) is skipped."""
     sums: dict[str, float] = {}
     try:
         lines = csv_path.read_text(errors="replace").splitlines()
@@ -412,7 +413,8 @@ def upstream_stage_line(workdir: Path, measured: Measured) -> str:
     stages = ("front", "preprocess", "cicc", "ptxas", "host", "other")
     spent = ", ".join(f"{stage} {sums[stage]:.0f}" for stage in stages if stage in sums)
     rest = measured.cpu - sum(sums.values())
-    return f"(d) upstream: nvcc steps' seconds by stage (nvcc --time): {spent or 'none recorded'}; the rest {rest:.0f}"
+    head = "(d) upstream: nvcc steps' elapsed s by stage (nvcc --time)"
+    return f"{head}: {spent or 'none recorded'}; CPU-s - sum {rest:.0f}"
 
 
 def stage_cpu(name: str, workdir: Path, python: str, measured: Measured) -> str:

@@ -185,6 +185,6 @@ def test_upstreams_nvcc_steps_are_summed_by_stage(tmp_path: Path) -> None:
     assert sums == pytest.approx({"preprocess": 0.478371, "front": 0.616486, "cicc": 0.997814, "ptxas": 0.131851,
                                   "host": 0.273658, "other": 0.005338})
     line = bench_build.upstream_stage_line(tmp_path, bench_build.Measured("upstream", 10.0, 12.0, 16))
-    assert line == ("(d) upstream: nvcc steps' seconds by stage (nvcc --time): front 1, preprocess 0, cicc 1, "
-                    "ptxas 0, host 0, other 0; the rest 9")
+    assert line == ("(d) upstream: nvcc steps' elapsed s by stage (nvcc --time): front 1, preprocess 0, cicc 1, "
+                    "ptxas 0, host 0, other 0; CPU-s - sum 9")
     assert bench_build.upstream_stages(tmp_path / "absent.csv") == {}
