@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import jinja2
 import markupsafe
@@ -32,7 +33,7 @@ from index_site.catalog import Catalog
 from index_site.landing import accelerator_text
 from index_site.lines import API_VERSION, Listed, ProjectLines, simple_page
 from index_site.manifest import release_manifest
-from index_site.pages import other_pages, people, render_pages, setup_fingerprints
+from index_site.pages import columns_fingerprint, coverage_pages, people, render_pages, setup_fingerprints
 from index_site.wheels import GpuArchs, WheelFile
 
 _AFTER_PATH_SLASH = re.compile(r"(?<=[^:/]/)(?=[^/])")  # after a path's slashes, not inside "://"
@@ -165,10 +166,12 @@ def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
     projects = sorted(by_project)
     groups.append(PageGroup(key="projects", digest=_digest(projects), render=functools.partial(_roots, None, projects)))
     failures = sorted(repr(entry) for entry in catalog.failures)
-    archs = sorted(f"{name}\0{archs!r}" for name, archs in catalog.archs.items())
+    arch_texts = {name: f"{name}\0{archs!r}" for name, archs in catalog.archs.items()}
     channel = [repr(size) for size in catalog.channel]  # the landing page shows the channel's sizes
-    digest = _wheels_digest("pages", (base_url, *failures, *archs, *channel), catalog.wheels, fingerprints)
-    groups.append(_people_group(catalog, digest, base_url))
+    head = (base_url, *failures, *sorted(arch_texts.values()), *channel)
+    digest = _wheels_digest("pages", head, catalog.wheels, fingerprints)
+    shown = _Shown(fingerprints, arch_texts, failures, by_project)
+    groups.append(_people_group(catalog, digest, base_url, shown))
     groups.append(_doctor_group(base_url))
     return groups
 
@@ -299,9 +302,29 @@ def _release_group(
     )
 
 
-def _people_group(catalog: Catalog, digest: str, base_url: str) -> PageGroup:
-    """The pages for people: one group for the whole catalog, in parts of one setup page each plus the rest (the
-    landing page, the older versions' pages and wheels.json, which show every wheel or every release)."""
+class _Shown(NamedTuple):
+    """What the pages for people are made from, worked out for page_groups: each wheel's fingerprint and GPU archs
+    (as text), the failures and the wheels by project."""
+
+    fingerprints: Mapping[str, str]
+    archs: Mapping[str, str]
+    failures: Sequence[str]
+    by_project: Mapping[str, Sequence[WheelFile]]
+
+    def coverage_digest(self, base_url: str, path: str, columns: str, project: str) -> str:
+        """The digest of a project's older versions' page: its wheels and their archs, every failure (a project
+        of failures alone has a page too), and the matrices' rows and columns (pages.columns_fingerprint)."""
+        wheels = self.by_project.get(project, ())
+        archs = (self.archs[w.filename] for w in wheels if w.filename in self.archs)
+        shown = (self.fingerprints[w.filename] for w in wheels)
+        return _digest([base_url, path, columns, *self.failures, *shown, *archs])
+
+
+def _people_group(catalog: Catalog, digest: str, base_url: str, shown: _Shown) -> PageGroup:
+    """The pages for people: one group for the whole catalog, in parts of one setup page each, one older versions'
+    page each (a project's page does not change with another project's wheel: a +1 at 10,000 wheels rendered 15
+    matrices of the other project's page again) plus the rest (the landing page and wheels.json, which show every
+    project or every release)."""
     model = functools.cache(lambda: people(catalog, base_url=base_url))
 
     def pages(only: Collection[str] | None = None) -> dict[str, bytes]:
@@ -313,7 +336,16 @@ def _people_group(catalog: Catalog, digest: str, base_url: str) -> PageGroup:
             PageGroup(key=f"pages/{path}", digest=_digest([base_url, text]), render=functools.partial(pages, {path}))
             for path, text in setups.items()
         ]
-        rest = other_pages(model())
+        columns = columns_fingerprint(model())
+        groups += [
+            PageGroup(
+                key=f"pages/{path}",
+                digest=shown.coverage_digest(base_url, path, columns, project),
+                render=functools.partial(pages, {path}),
+            )
+            for project, path in coverage_pages(model()).items()
+        ]
+        rest = {layout.LANDING, layout.MANIFEST}
         return [*groups, PageGroup(key="pages/rest", digest=digest, render=functools.partial(pages, rest))]
 
     return PageGroup(key="pages", digest=digest, render=pages, parts=parts)
