@@ -104,11 +104,6 @@ def setup_fingerprints(model: People) -> dict[str, str]:
     return {path: repr(_fingerprint(setup, archs)) for path, setup in model.setups.items()}
 
 
-def other_pages(model: People) -> tuple[str, ...]:
-    """The pages for people that are not setup pages: the landing page, the older versions' pages, wheels.json."""
-    return (*coverage_pages(model).values(), layout.LANDING, layout.MANIFEST)
-
-
 def coverage_pages(model: People) -> dict[str, str]:
     """The older versions' page of each project that has older versions, by project."""
     coverage = model.coverage
