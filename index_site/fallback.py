@@ -143,22 +143,41 @@ class Guard(NamedTuple):
 def guard_groups(twins: Sequence[VariantWheel]) -> dict[str, list[Guard]]:
     """The guards of one project's builds on every channel, by group (``1.7.0/pt214/cp311-cp311-...``): one group
     per (version, torch minor, wheel tag) of CUDA builds, made from the builds listed as variants."""
-    groups: dict[tuple[str, str, str], list[VariantWheel]] = defaultdict(list)
+    seen = Seen()  # thousands of groups share a few dozen labels, arch sets and variant.json texts
+    return {key: guards_of(members, seen) for key, members in guarded(twins).items()}
+
+
+def guarded(twins: Sequence[VariantWheel]) -> dict[str, list[VariantWheel]]:
+    """The builds each guard group (guard_groups) is made from, by its key: what a guard shows is a function of
+    these builds' names, variants and labels, so a run that renders none of a group's guards need not work them out
+    (2,733 groups of 10,000 twins)."""
+    groups: dict[str, list[VariantWheel]] = defaultdict(list)
+    cuda: dict[str, str | None] = {}  # by label: its torch tag where a CUDA build's (slim or fat), else None
     for twin in listed_variants(twins):
-        if _CUDA.match(base_label(twin.label)):
-            groups[(twin.version, twin.torch_tag, _parts(twin.filename)[2])].append(twin)
-    seen = _Seen()  # thousands of groups share a few dozen labels, arch sets and variant.json texts
-    return {"/".join(key): guards_of(members, seen) for key, members in groups.items()}
+        label = twin.label
+        torch_tag = cuda.get(label, "")
+        if torch_tag == "":
+            torch_tag = cuda[label] = twin.torch_tag if _CUDA.match(base_label(label)) else None
+        if torch_tag is not None:
+            python, abi, platform = twin.filename.rsplit("-", 4)[1:4]  # _parts' tag: no build tag among them
+            groups[f"{twin.version}/{torch_tag}/{python}-{abi}-{platform}"].append(twin)
+    return groups
 
 
-class _Seen:
-    """What one listing has worked out already, by its inputs: labels parsed, archs left uncovered, guards'
-    variant.json texts. Kept for one call, never for the process."""
+def guard_facts(members: Iterable[VariantWheel], seen: Seen) -> Iterable[str]:
+    """What a guard group's guards are made from, one text a build: its name, variant and label's facts."""
+    return (f"{twin.filename}\0{twin.variant}\0{seen.label_text(twin.label)}" for twin in members)
+
+
+class Seen:
+    """What one listing or one run's channel groups have worked out already, by its inputs: labels parsed, archs
+    left uncovered, guards' variant.json texts. Kept for one call or one run, never for the process."""
 
     def __init__(self) -> None:
         self.labels: dict[str, tuple[str, str]] = {}
         self.uncovered: dict[frozenset[str], list[str]] = {}
         self.texts: dict[tuple[str, ...], str] = {}
+        self.label_texts: dict[str, str] = {}
 
     def label(self, label: str) -> tuple[str, str]:
         """(torch minor, CUDA version) of a CUDA build's label, slim or fat."""
@@ -166,6 +185,13 @@ class _Seen:
         if found is None:
             torch_minor, accelerator = parse_label(base_label(label))
             found = self.labels[label] = (torch_minor, accelerator.version)
+        return found
+
+    def label_text(self, label: str) -> str:
+        """``label``'s facts as one text (guard_facts)."""
+        found = self.label_texts.get(label)
+        if found is None:
+            found = self.label_texts[label] = "\0".join(self.label(label))
         return found
 
     def uncovered_archs(self, members: Sequence[VariantWheel]) -> list[str]:
@@ -186,11 +212,11 @@ class _Seen:
         return found
 
 
-def guards_of(members: Sequence[VariantWheel], seen: _Seen | None = None) -> list[Guard]:
+def guards_of(members: Sequence[VariantWheel], seen: Seen | None = None) -> list[Guard]:
     """The guards of one (version, torch minor, wheel tag): one per CUDA version (the driver's too old for it), and
     one for the GPUs no listed variant has SASS or PTX for. A guard is supported only where no build runs: uv
     ranks every listed build above it (it names no CUDA lower bound, or only archs no build covers)."""
-    seen = seen or _Seen()
+    seen = seen or Seen()
     first = members[0]
     dist, version, tag, _ = _parts(first.filename)
     torch_minor = seen.label(first.label)[0]

@@ -81,32 +81,41 @@ class _Kept(NamedTuple):
 
 def join(pair: Pair, reuse: Reuse, key: str) -> Joined:
     """The pair's pages, each part taken from the last run's pages where ``reuse`` has them under ``key`` with the
-    part's digest (and its other pages in place), else rendered."""
+    part's digest (and its other pages in place), else rendered. The pages are gathered as pieces (a kept part a
+    view into the old page, no copy) and joined once: appending to a bytearray and copying it out cost 6.4 ms a
+    5.9 MB page against 0.3 ms, and a +1 at 10,000 wheels joins 17 MB."""
     head, tail = lines.simple_shell(f"Links for {pair.project}")
     before, old = _before(pair, (head, tail), reuse.entry(key), reuse)
-    simple, json = bytearray(head), bytearray(_JSON_HEAD)
+    views = (memoryview(old[0]), memoryview(old[1])) if old is not None else None
+    simple: list[bytes | memoryview] = [head]
+    json: list[bytes | memoryview] = [_JSON_HEAD]
+    at, json_at = len(head), len(_JSON_HEAD)
     pages: dict[str, bytes] = {}
     kept_pages: list[str] = []
     versions: list[str] = []
     spans = []
     for part in pair.parts:
         kept = before.get(part.key)
-        if old is not None and kept is not None and kept.digest == part.digest and reuse.keep(part.pages):
-            anchors, entries, shown = old[0][slice(*kept.simple)], old[1][slice(*kept.json)], kept.versions
+        anchors: bytes | memoryview
+        entries: bytes | memoryview
+        if views is not None and kept is not None and kept.digest == part.digest and reuse.keep(part.pages):
+            anchors, entries, shown = views[0][slice(*kept.simple)], views[1][slice(*kept.json)], kept.versions
             kept_pages += part.pages
         else:
             rendered = part.render()
             anchors, entries, shown = rendered.anchors.encode(), rendered.entries.encode(), rendered.versions
             pages.update(rendered.pages)
-        if len(json) > len(_JSON_HEAD) and entries:
-            json += b","
-        spans.append((part, len(simple), len(simple) + len(anchors), len(json), len(json) + len(entries), shown))
-        simple += anchors
-        json += entries
+        if json_at > len(_JSON_HEAD) and len(entries):
+            json.append(b",")
+            json_at += 1
+        spans.append((part, at, at + len(anchors), json_at, json_at + len(entries), shown))
+        simple.append(anchors)
+        json.append(entries)
+        at, json_at = at + len(anchors), json_at + len(entries)
         versions += shown
-    simple += tail
-    json += lines.json_tail(pair.project, versions)
-    pages[pair.simple], pages[pair.json] = bytes(simple), bytes(json)
+    simple.append(tail)
+    json.append(lines.json_tail(pair.project, versions))
+    pages[pair.simple], pages[pair.json] = b"".join(simple), b"".join(json)
     digests = {path: hashlib.sha256(pages[path]).hexdigest() for path in (pair.simple, pair.json)}
     return Joined(pages, tuple(kept_pages), _entry(digests[pair.simple], digests[pair.json], spans), digests)
 

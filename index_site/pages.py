@@ -104,11 +104,17 @@ def setup_fingerprints(model: People) -> dict[str, str]:
     return {path: repr(_fingerprint(setup, archs)) for path, setup in model.setups.items()}
 
 
-def other_pages(model: People) -> tuple[str, ...]:
-    """The pages for people that are not setup pages: the landing page, the older versions' pages, wheels.json."""
+def coverage_pages(model: People) -> dict[str, str]:
+    """The older versions' page of each project that has older versions, by project."""
     coverage = model.coverage
-    older = [layout.coverage_path(p) for p in coverage.projects if coverage.older(p)]
-    return (*older, layout.LANDING, layout.MANIFEST)
+    return {p: layout.coverage_path(p) for p in coverage.projects if coverage.older(p)}
+
+
+def columns_fingerprint(model: People) -> str:
+    """What every matrix takes from the whole site rather than from its project: the variants (its rows, in order)
+    and the Pythons (its columns), as plain values, the same in every process."""
+    coverage = model.coverage
+    return repr((tuple(_variant_fingerprint(v) for v in coverage.variants.values()), coverage.pythons))
 
 
 def _page(render: Render, template: str, page: str, coverage: Coverage, **context: object) -> bytes:

@@ -403,6 +403,7 @@ def _index(
     from index_site.render import channel_groups  # jinja2 and the page models: only for a run that renders
 
     manifest, previous_groups = recorded.files, recorded.groups
+    extra_files, extracted = variants.placed(twins.twins)
     pages, reused, groups, digests = render_changed(
         catalog,
         site,
@@ -420,8 +421,8 @@ def _index(
         manifest,
         reused=reused,
         groups=groups,
-        extra_files=variants.files(twins.twins),
-        extracted=[Extract(*entry) for entry in variants.extracted(twins.twins)],
+        extra_files=extra_files,
+        extracted=[Extract(*entry) for entry in extracted],
         settled=settled,
         fresh=twins.fresh,
         digests=digests,
