@@ -93,30 +93,21 @@ def channel_root(torch_tag: str | None) -> str:
     return f"{ROOT}/{torch_tag}" if torch_tag else ROOT
 
 
-def files(twins: Iterable[VariantWheel]) -> list[tuple[str, str, VariantWheel]]:
-    """(source, site path, twin) for every twin and every null (a fat twin's bytes under its null name, see
-    fallback.py): placed like the per-variant wheels (hard links)."""
-    return placed(twins)[0]
-
-
-def extracted(twins: Iterable[VariantWheel]) -> list[tuple[str, str, str, str]]:
-    """(twin, site path, member of its .dist-info, sha256) of the files served beside each twin: its METADATA
-    (PEP 658) and its wheelwright.json."""
-    return placed(twins)[1]
-
-
 def placed(
     twins: Iterable[VariantWheel],
 ) -> tuple[list[tuple[str, str, VariantWheel]], list[tuple[str, str, str, str]]]:
-    """``files`` and ``extracted`` in one pass: each twin's paths and null name worked out once, whether a label has
-    a null once per label (two passes cost 0.038 CPU-s of a +1 at 10,000 twins, this one 0.013)."""
+    """What the site holds of the twins, in one pass: (source, site path, twin) for every twin and every null (a fat
+    twin's bytes under its null name, see fallback.py), placed like the per-variant wheels (hard links); and (twin,
+    site path, member of its .dist-info, sha256) of the files served beside each: its METADATA (PEP 658) and its
+    wheelwright.json. Whether a label has a null is worked out once per label (two passes cost 0.038 CPU-s of a +1
+    at 10,000 twins, this one 0.013)."""
     from index_site import fallback
 
     placed_files: list[tuple[str, str, VariantWheel]] = []
     found: list[tuple[str, str, str, str]] = []
     nulls: dict[str, bool] = {}  # by label: a site has a few dozen
     for twin in twins:
-        source, path = f"{twin.folder}/{twin.filename}", f"{ROOT}/files/{twin.filename}"
+        source, path = twin.source, file_path(twin.filename)
         placed_files.append((source, path, twin))
         found.append((source, path + ".metadata", "METADATA", twin.metadata_sha256))
         null = nulls.get(twin.label)
