@@ -79,6 +79,22 @@ class _Kept(NamedTuple):
     versions: tuple[str, ...]
 
 
+class _Layout:
+    """Where join puts each part's lines, one part after the other: in the simple page after the shell's head, in
+    the JSON page after its head, with a comma before each part's entries but the first that has any. _tiles holds
+    the recorded offsets to the same rule."""
+
+    def __init__(self, head: bytes) -> None:
+        self.at, self.json_at = len(head), len(_JSON_HEAD)  # where the next part goes in each page
+
+    def place(self, anchors: int, entries: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The offsets of a part of ``anchors`` and ``entries`` bytes, placed after the others."""
+        start = self.json_at + (1 if entries and self.json_at > len(_JSON_HEAD) else 0)
+        simple, json = (self.at, self.at + anchors), (start, start + entries)
+        self.at, self.json_at = simple[1], json[1]
+        return simple, json
+
+
 def join(pair: Pair, reuse: Reuse, key: str) -> Joined:
     """The pair's pages, each part taken from the last run's pages where ``reuse`` has them under ``key`` with the
     part's digest (and its other pages in place), else rendered. The pages are gathered as pieces (a kept part a
@@ -89,7 +105,7 @@ def join(pair: Pair, reuse: Reuse, key: str) -> Joined:
     views = (memoryview(old[0]), memoryview(old[1])) if old is not None else None
     simple: list[bytes | memoryview] = [head]
     json: list[bytes | memoryview] = [_JSON_HEAD]
-    at, json_at = len(head), len(_JSON_HEAD)
+    layout = _Layout(head)
     pages: dict[str, bytes] = {}
     kept_pages: list[str] = []
     versions: list[str] = []
@@ -105,13 +121,13 @@ def join(pair: Pair, reuse: Reuse, key: str) -> Joined:
             rendered = part.render()
             anchors, entries, shown = rendered.anchors.encode(), rendered.entries.encode(), rendered.versions
             pages.update(rendered.pages)
-        if json_at > len(_JSON_HEAD) and len(entries):
+        end = layout.json_at
+        (s0, s1), (j0, j1) = layout.place(len(anchors), len(entries))
+        if j0 > end:  # the comma before the part's entries
             json.append(b",")
-            json_at += 1
-        spans.append((part, at, at + len(anchors), json_at, json_at + len(entries), shown))
+        spans.append((part, s0, s1, j0, j1, shown))
         simple.append(anchors)
         json.append(entries)
-        at, json_at = at + len(anchors), json_at + len(entries)
         versions += shown
     simple.append(tail)
     json.append(lines.json_tail(pair.project, versions))
@@ -163,14 +179,15 @@ def _tiles(project: str, shell: tuple[bytes, bytes], parts: list[_Kept], simple:
     """Whether the recorded parts cover each page exactly, in order, between the shell join writes: offsets moved
     to other values inside the pages would otherwise cut another part's lines."""
     head, tail = shell
-    at, json_at = len(head), len(_JSON_HEAD)
+    layout = _Layout(head)
     for part in parts:
-        if part.json[1] > part.json[0] and json_at > len(_JSON_HEAD):
-            json_at += 1  # the comma before a part's entries
-        if part.simple[0] != at or part.json[0] != json_at or part.simple[1] < at or part.json[1] < json_at:
+        anchors, entries = part.simple[1] - part.simple[0], part.json[1] - part.json[0]
+        if anchors < 0 or entries < 0 or layout.place(anchors, entries) != (part.simple, part.json):
             return False
-        at, json_at = part.simple[1], part.json[1]
     json_tail = lines.json_tail(project, [version for part in parts for version in part.versions])
     return (
-        simple.startswith(head) and simple[at:] == tail and json.startswith(_JSON_HEAD) and json[json_at:] == json_tail
+        simple.startswith(head)
+        and simple[layout.at :] == tail
+        and json.startswith(_JSON_HEAD)
+        and json[layout.json_at :] == json_tail
     )
