@@ -410,11 +410,8 @@ def upstream_stages(csv_path: Path) -> dict[str, float]:
 def upstream_stage_line(workdir: Path, measured: Measured) -> str:
     """Upstream's counterpart of stage_cpu: its nvcc steps' seconds by stage, and the rest of its CPU-seconds."""
     sums = upstream_stages(workdir / UPSTREAM_TIMES)
-    stages = ("front", "preprocess", "cicc", "ptxas", "host", "other")
-    spent = ", ".join(f"{stage} {sums[stage]:.0f}" for stage in stages if stage in sums)
     rest = measured.cpu - sum(sums.values())
-    head = "(d) upstream: nvcc steps' elapsed s by stage (nvcc --time)"
-    return f"{head}: {spent or 'none recorded'}; CPU-s - sum {rest:.0f}"
+    return f"(d) upstream: nvcc steps' elapsed s by stage (nvcc --time): {_by_stage(sums)}; CPU-s - sum {rest:.0f}"
 
 
 def stage_cpu(name: str, workdir: Path, python: str, measured: Measured) -> str:
@@ -424,10 +421,14 @@ def stage_cpu(name: str, workdir: Path, python: str, measured: Measured) -> str:
     sums: dict[str, float] = {}
     for row in rows:
         sums[row["stage"]] = sums.get(row["stage"], 0.0) + float(row["cpu"])
-    spent = ", ".join(f"{stage} {sums[stage]:.0f}" for stage in ("front", "preprocess", "cicc", "ptxas", "host")
-                      if stage in sums)
     rest = measured.cpu - sum(sums.values())
-    return f"(d) {name}: CPU-s by stage: {spent or 'none recorded'}; the rest of the build {rest:.0f}"
+    return f"(d) {name}: CPU-s by stage: {_by_stage(sums)}; the rest of the build {rest:.0f}"
+
+
+def _by_stage(sums: dict[str, float]) -> str:
+    """Seconds by stage, in the order a TU goes through them (stage_cpu, upstream_stage_line)."""
+    stages = ("front", "preprocess", "cicc", "ptxas", "host", "other")
+    return ", ".join(f"{stage} {sums[stage]:.0f}" for stage in stages if stage in sums) or "none recorded"
 
 
 def cache_overhead(objcache: Path) -> str:
