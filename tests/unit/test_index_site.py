@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import pytest
@@ -127,6 +128,33 @@ def test_a_manifest_changed_behind_the_index_is_read_as_it_is(output: Path) -> N
     marker.write_text("{not json")
     with pytest.raises(ConfigError, match="unreadable"):
         build_site(output, site, base_url=BASE)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda raw: [raw[0], raw[2], raw[3]], id="an older record (sha256, size, mtime)"),
+        pytest.param(lambda raw: [raw[0], *raw[1:4], float(raw[4])], id="a number written as a float"),
+        pytest.param(lambda raw: [raw[0], *raw[1:4], 2**70], id="a number past 64 bits"),
+        pytest.param(lambda raw: None, id="null for a record"),
+        pytest.param(lambda raw: {"sha256": raw[0]}, id="an object for a record"),
+    ],
+)
+def test_a_manifest_the_typed_decoder_refuses_is_read_record_by_record(output: Path, damage: Any) -> None:
+    """A document not as the index writes it (msgspec's typed decode refuses it whole) is still read: each record
+    that holds is kept, the damaged one is verified again, and the next run writes it back."""
+    site = output / "site"
+    build_site(output, site, base_url=BASE)
+    marker = site / SITE_MARKER
+    complete = {path: record.sha256 for path, record in load_manifest(site).items()}
+    document = json.loads(marker.read_text())
+    damaged = min(document["files"])
+    document["files"][damaged] = damage(document["files"][damaged])
+    marker.write_text(json.dumps(document))
+    assert load_manifest(site).keys() - {damaged} == complete.keys() - {damaged}  # the others read as they are
+    build_site(output, site, base_url=BASE)
+    assert {path: record.sha256 for path, record in load_manifest(site).items()} == complete
+    assert load_manifest(site)[damaged].identity == FileIdentity.of((site / damaged).stat())
 
 
 def test_one_new_wheel_appends_a_line_of_changes_to_the_manifest(output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
