@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import msgspec
-
 from builder.core.errors import ConfigError, FileSystemError
 from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, holds_identity, identity_if_regular, regular_identity
@@ -813,28 +811,17 @@ def _read_marker_state(site: Path) -> tuple[dict[str, Any], int | None]:
     return document, applied if newline >= 0 else None  # a line appended to an unended document would join it
 
 
-class _Document(msgspec.Struct):
-    """The manifest's document as the index writes it: msgspec decodes it straight into tuples, checking every
-    type on the way, in a third of the stdlib's time and without its lists (87,000 records at 10,000 wheels)."""
-
-    generator: str
-    base_url: str | None = None
-    files: dict[str, tuple[str, int, int, int, int]] = {}
-    groups: dict[str, tuple[str, tuple[str, ...]]] = {}
-
-
-_DOCUMENT = msgspec.json.Decoder(_Document)
-
-
 def _decoded(first: memoryview) -> object:
-    """The manifest's first line, decoded: typed where it is as the index writes it, else (an older or damaged
-    one) as the stdlib decodes any JSON, for _records and _groups to drop what they cannot trust."""
-    try:
-        typed = _DOCUMENT.decode(first)
-    except msgspec.MsgspecError:
-        # decoded as json.loads decodes bytes, from a view: no copy of the first line's 20 MB
-        return json.loads(str(first, json.detect_encoding(bytes(first[:4])), "surrogatepass"))
-    return {field: getattr(typed, field) for field in typed.__struct_fields__}
+    """The manifest's first line, decoded: typed where it is as the index writes it (codec), else (an older or
+    damaged one) as the standard library decodes any JSON, for _records and _groups to drop what they cannot
+    trust."""
+    from index_site import codec  # msgspec: only for a run that reads the manifest
+
+    typed = codec.decode(first)
+    if typed is not None:
+        return typed
+    # decoded as json.loads decodes bytes, from a view: no copy of the first line's 20 MB
+    return json.loads(str(first, json.detect_encoding(bytes(first[:4])), "surrogatepass"))
 
 
 def _apply_changes(document: dict[str, Any], changes: bytes) -> int | None:
@@ -923,7 +910,9 @@ def _write_manifest(
         "files": {path: (records[path][0], *records[path][1]) for path in sorted(records)},
         "groups": dict(sorted((groups or {}).items())),
     }
-    content = msgspec.json.encode(document) + b"\n"  # compact JSON, as json.dumps(separators=(",", ":"))
+    from index_site import codec
+
+    content = codec.encode(document) + b"\n"
     if not compare or _current_bytes(site / layout.SITE_MARKER) != content:
         write_atomic(site / layout.SITE_MARKER, content)
 
@@ -974,7 +963,9 @@ def _change_line(since: _Recorded, recorded: _Recorded, room: int) -> bytes | No
     }
     groups.update((key, None) for key in since.groups.keys() - recorded.groups.keys())
     change = {"files": dict(sorted(files.items())), "groups": dict(sorted(groups.items()))}
-    return msgspec.json.encode(change) + b"\n"
+    from index_site import codec
+
+    return codec.encode(change) + b"\n"
 
 
 def _identity_of(status: os.stat_result) -> FileIdentity | None:
