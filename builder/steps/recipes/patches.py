@@ -88,20 +88,27 @@ def bwd_cost(line: str) -> float:
 
 
 # What else the build costs, in BWD_COSTS' units: each part's body per arch (see BWD_COSTS) and its host work once
-# (about 40 s of CPU, above), and the forward and update TUs per arch (the seed's 24.4 and 8.4 s beside the
-# backward's 261.1 s, scaled to the backward's 1102 here).
+# (about 40 s of CPU, above), and the forward and update TUs per arch: their device chains' CPU-seconds beside the
+# backward parts' in the full-arch build on the lent H100 machine (2026-12-06, docs/gpu-runs/
+# 2026-12-06-h100-cpu-proof-ours.timeline.jsonl: 17-21 and 4-6 s per arch against 395-471 for the three parts
+# together), scaled to the backward's 1102 here. (The seed's 24.4 and 8.4 s of 261.1 overstated them twice: the
+# model then let the forward and update chains fill 5 of 16 cores while 11 backward chains ran a second round, and
+# the build took 1.39 of its cores-bound.)
 BWD_BODY = 7.4
 BWD_HOST = 40.0
-OTHER_PER_ARCH = (102.7, 35.3)
+OTHER_PER_ARCH = (49.5, 13.0)
 SPLIT_CORES_ENV = "WHEELWRIGHT_SPLIT_CORES"  # the cores the split is sized for (default: this machine's)
-SPLIT_SLACK = 1.1  # a plan whose wall on the pool is within this of its cores-bound needs no more parts
+# A plan whose compile on the pool is within this of its cores-bound needs no more parts. The build's wall has
+# about 0.2 of its cores-bound more outside the chains (the fronts, the back ends and link, repair, verify, the slim
+# wheels; 2026-12-06 on 16 cores), so the whole build stays within 1.3.
+SPLIT_SLACK = 1.05
 
 
 def bwd_parts(costs: Sequence[float], archs: int, cores: int) -> int:
     """The fewest parts (1 to BWD_PARTS) with which the build's (TU, arch) chains, served longest first on
     ``cores`` (the core pool's order), end within SPLIT_SLACK of the cores-bound: each part repeats the TU's host work
     and its body per arch, CPU a build pays for nothing once the chains pack. On 2 cores the TU stays whole; a
-    full-arch job makes 2 parts on a 4-core runner, 3 on the 16-core H200, 6 on 64 cores."""
+    full-arch job makes 2 parts on a 4-core runner, 4 on 8 cores, 5 on the 16-core GPU machine, 6 from 32."""
     for parts in range(1, BWD_PARTS + 1):
         heavy = [sum(costs[i] for i in group) + BWD_BODY for group in partition(costs, parts)]
         chains = [*heavy * archs, *[cost for cost in OTHER_PER_ARCH for _ in range(archs)],
