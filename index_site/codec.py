@@ -27,7 +27,7 @@ def decode(first: memoryview) -> dict[str, Any] | None:
         typed = _DECODER.decode(first)
     except msgspec.MsgspecError:
         return None
-    return {name: getattr(typed, name) for name in typed.__struct_fields__}
+    return msgspec.structs.asdict(typed)
 
 
 def encode(document: object) -> bytes:
