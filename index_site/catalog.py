@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from builder.core import resources
 from builder.core.archive import Archive
-from builder.core.errors import FileSystemError
+from builder.core.errors import FileSystemError, shown_name
 from builder.core.hashing import FileIdentity, open_regular, sha256_stream
 from builder.core.ledger import Ledger, LedgerEntry
 
@@ -242,6 +242,12 @@ def listing(dist: Path) -> Listing:
     for entry in entries:
         name = entry.name
         if not name.endswith(".whl"):
+            continue
+        shown = shown_name(name)
+        if shown != name:  # no page, log line or SQLite row can hold it as it is
+            reason = f"{shown}: a name not in UTF-8, not a wheel's; skipped"
+            log.info("not indexed: %s", reason)
+            rejected.append(Rejection(filename=shown, reason=reason))
             continue
         try:
             status = entry.stat(follow_symlinks=False)

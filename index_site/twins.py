@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from builder.core.archive import Archive
-from builder.core.errors import WheelwrightError
+from builder.core.errors import WheelwrightError, shown_name
 from builder.core.hashing import FileIdentity, open_regular, sha256_stream
 from index_site.catalog import Deriver, Judged, Listing, Rejection
 from index_site.state import IndexState, TwinRow, WheelRow
@@ -165,6 +165,10 @@ def listing(folder: Path) -> Listing:
         return listed, refused
     for entry in entries:
         if not entry.name.endswith(".whl"):
+            continue
+        shown = shown_name(entry.name)
+        if shown != entry.name:
+            refused.append(Rejection(filename=shown, reason=f"{shown}: a name not in UTF-8; not published"))
             continue
         status = entry.stat(follow_symlinks=False)
         if (status.st_mode & 0o170000) != 0o100000:

@@ -46,12 +46,15 @@ def whole_number(low: int, high: int, *, rule: str | None = None) -> Callable[[s
 
 
 # A site's root: every page's links and commands are this plus a path, so no query, fragment or whitespace.
-_SITE_URL = re.compile(r"https?://[^/?#\s\x00-\x1f\x7f-\x9f]+(/[^?#\s\x00-\x1f\x7f-\x9f]*)?")
+# A byte of the environment that is not UTF-8 comes as a lone surrogate (\ud800-\udfff), which no page can hold.
+_SITE_URL = re.compile(
+    r"https?://[^/?#\s\x00-\x1f\x7f-\x9f\ud800-\udfff]+(/[^?#\s\x00-\x1f\x7f-\x9f\ud800-\udfff]*)?"
+)
 
 
 def site_url(text: str) -> str:
     """An argparse ``type=`` for a site's public URL, which the index writes into its pages, its commands and the
-    Python of doctor.py: an http(s) URL without whitespace, control characters, query or fragment."""
+    Python of doctor.py: an http(s) URL in UTF-8 without whitespace, control characters, query or fragment."""
     if not _SITE_URL.fullmatch(text):
         raise argparse.ArgumentTypeError(
             f"{text!r}: not an http(s) URL of a site (no whitespace, control characters, '?' or '#')"

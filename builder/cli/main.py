@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from builder import __version__
 from builder.cli.arguments import Parser, UsageError, whole_number
-from builder.core.errors import FileSystemError, WheelwrightError
+from builder.core.errors import FileSystemError, WheelwrightError, shown_name
 from builder.core.wheelhouse import Layout
 
 if TYPE_CHECKING:
@@ -202,9 +202,11 @@ def _stage_commands() -> tuple[AddCommands, ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)  # --version and --help exit here, before any import a command needs
+        _check_utf8(words, parser.prog)
+        args = parser.parse_args(words)  # --version and --help exit here, before any import a command needs
     except UsageError as error:
         return _report(error)
     import logging
@@ -229,6 +231,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         console.print("[bold red]ERROR[/bold red] interrupted")
         return 130
+
+
+def _check_utf8(words: Sequence[str], prog: str) -> None:
+    """Refuse a word of the command line that is not UTF-8 (sys.argv holds such a byte as a lone surrogate): every
+    path and URL given ends up in the ledger, the index state or a page, which hold text."""
+    for before, word in zip(["", *words], words, strict=False):
+        shown = shown_name(word)
+        if shown != word:
+            named = f"{before} " if before.startswith("-") else ""
+            tip = f"`{prog} --help` lists the options and what each accepts"
+            raise UsageError(f"{named}{shown}: not UTF-8 text", tip=tip)
 
 
 def _print_traceback() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import os
 from collections.abc import Iterable
 
 
@@ -115,3 +116,10 @@ def did_you_mean(word: object, choices: Iterable[object]) -> str:
     """`` (did you mean 'env'?)`` when one of ``choices`` is close to ``word``, else ``""``."""
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def shown_name(name: str) -> str:
+    """A file name or path as a message, a page or an SQLite row can hold it: os.scandir and sys.argv hand over a
+    byte that is not UTF-8 as a lone surrogate, which none of them takes; it is shown as ``\\xNN``. Any name in
+    UTF-8 comes back as it is."""
+    return name if name.isascii() else os.fsencode(name).decode("utf-8", "backslashreplace")

@@ -229,6 +229,12 @@ ERROR_CASES = [
     ("base-url-no-host", nothing, ["index", "--output", "out", "--base-url", "https:///whl"], 2, r"--base-url 'https:///whl': not an http\(s\) URL"),
     ("base-url-query", nothing, ["index", "--output", "out", "--base-url", "https://w.example/?a=1"], 2, r"--base-url .*: not an http\(s\) URL"),
     ("base-url-empty", nothing, ["index", "--output", "out", "--base-url", ""], 2, r"--base-url '': not an http\(s\) URL"),
+    # words of the command line that are not UTF-8 (a lone surrogate in sys.argv), which no row or page holds
+    ("output-not-utf8", nothing, ["index", "--output", os.fsdecode(b"out\xff")], 2, r"^ERROR --output out\\xff: not UTF-8 text$"),
+    ("site-not-utf8", nothing, ["index", "--output", "out", "--site", os.fsdecode(b"s\xff")], 2, r"^ERROR --site s\\xff: not UTF-8"),
+    ("base-url-not-utf8", nothing, ["index", "--output", "out", "--base-url", os.fsdecode(b"https://w.example/\xff")], 2, r"--base-url https://w\.example/\\xff: not UTF-8"),
+    ("matrix-path-not-utf8", nothing, ["plan", "--matrix", os.fsdecode(b"m\xff.yaml")], 2, r"^ERROR --matrix m\\xff\.yaml: not UTF-8"),
+    ("command-not-utf8", nothing, [os.fsdecode(b"ind\xffex")], 2, r"^ERROR ind\\xffex: not UTF-8 text$"),
 ]
 
 
@@ -238,9 +244,13 @@ def test_bad_input_is_one_error_line(tmp_path: Path, setup, arguments: list[str]
     assert_one_error(wheelwright(*arguments, cwd=tmp_path), code, pattern)
 
 
-def test_a_base_url_from_the_environment_is_checked_as_the_option_is(tmp_path: Path) -> None:
-    run = wheelwright("index", "--output", "out", cwd=tmp_path, env={"WHEELWRIGHT_BASE_URL": "https://w.example/a\nb"})
-    assert_one_error(run, 2, r"--base-url 'https://w\.example/a\\nb': not an http\(s\) URL")
+@pytest.mark.parametrize(
+    ("value", "shown"), [("https://w.example/a\nb", r"a\\nb"), (os.fsdecode(b"https://w.example/\xff"), r"\\udcff")],
+    ids=["newline", "not-utf8"],
+)
+def test_a_base_url_from_the_environment_is_checked_as_the_option_is(tmp_path: Path, value: str, shown: str) -> None:
+    run = wheelwright("index", "--output", "out", cwd=tmp_path, env={"WHEELWRIGHT_BASE_URL": value})
+    assert_one_error(run, 2, rf"--base-url 'https://w\.example/{shown}': not an http\(s\) URL")
 
 
 # (case, a base URL the check lets through, which each command the index prints must still hold as one word)
@@ -306,6 +316,13 @@ def folder(tmp: Path) -> str:
     return name
 
 
+def not_utf8(tmp: Path) -> str:
+    """A name with a byte no UTF-8 text holds (os.scandir hands it over as a lone surrogate): shown as \\xff."""
+    name = WheelSpec(version="1.7.11").wheel_filename.removesuffix(".whl")
+    (tmp / "out/dist" / os.fsdecode(name.encode() + b"\xff.whl")).write_bytes(b"PK\x03\x04")
+    return name + "\\xff.whl"
+
+
 def labelled(label: str) -> Callable[[Path], str]:
     return lambda tmp: make_wheel(tmp / "out/dist", WheelSpec(version="1.7.7", label=label)).name
 
@@ -341,6 +358,7 @@ SKIPPED_CASES = [
     ("not-a-zip", not_a_zip, r"cannot read the wheel"),
     ("two-dist-infos", two_metadata, r"expected one \.dist-info/METADATA, found 2"),
     ("metadata-names-another-project", metadata_lies, r"METADATA names project"),
+    ("name-not-utf8", not_utf8, r"a name not in UTF-8, not a wheel's; skipped"),
     # labels that are not variants torch shipped
     ("label-unknown-torch", labelled("pt99cu999"), r"not a known variant: torch 9\.9 is not in the facts table"),
     ("label-cuda-never-shipped", labelled("pt214cu118"), r"torch 2\.14 was not released for cu118"),

@@ -189,15 +189,35 @@ def test_an_orphan_twin_is_refused_and_named(tmp_path: Path) -> None:
     assert any("no wheel" in line for line in warnings_about(run, twin_of(elsewhere))), run.output
 
 
-def test_a_file_of_variant_that_is_no_twin_is_refused_and_named(tmp_path: Path) -> None:
+def _no_twin_name(variant: Path) -> str:
+    (variant / "notes-1.0-py3-none-any.whl").write_bytes(b"zip?")
+    return "notes-1.0-py3-none-any.whl: not a variant twin's name"
+
+
+def _link_out(variant: Path) -> str:
+    os.symlink("/etc/passwd", variant / "causal_conv1d-1.7.0-cp311-cp311-linux_x86_64-pt214cu126.whl")
+    return "pt214cu126.whl: not a regular file"
+
+
+def _name_not_utf8(variant: Path) -> str:
+    """A byte no UTF-8 text holds: os.scandir hands it over as a lone surrogate, which no page, log line or SQLite
+    row takes as it is."""
+    (variant / os.fsdecode(b"causal_conv1d-1.7.0-cp311-cp311-linux_x86_64-pt214cu126\xff.whl")).write_bytes(b"zip?")
+    return "pt214cu126\\xff.whl: a name not in UTF-8"
+
+
+@pytest.mark.parametrize(
+    "plant", [_no_twin_name, _link_out, _name_not_utf8], ids=["no-twin-name", "link-out", "not-utf8"]
+)
+def test_a_file_of_variant_that_is_no_twin_is_refused_and_named(tmp_path: Path, plant: Callable[[Path], str]) -> None:
     out = tmp_path / "out"
     verified(out)
-    (out / "variant").mkdir(parents=True)
-    (out / "variant/notes-1.0-py3-none-any.whl").write_bytes(b"zip?")
-    os.symlink("/etc/passwd", out / "variant/causal_conv1d-1.7.0-cp311-cp311-linux_x86_64-pt214cu126.whl")
-    run = index(out)
-    assert warnings_about(run, "notes-1.0-py3-none-any.whl") and warnings_about(run, "pt214cu126.whl")
-    assert len(published(out)) == 1
+    (out / "variant").mkdir(parents=True, exist_ok=True)
+    shown = plant(out / "variant")
+    for _ in range(2):  # and the next run, which finds the state the first left
+        run = index(out)
+        assert warnings_about(run, shown), run.output
+        assert len(published(out)) == 1
 
 
 def test_the_twin_of_a_wheel_the_index_refuses_is_not_published(tmp_path: Path) -> None:
