@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from builder.core.errors import ConfigError, PublishError
+from builder.core.errors import ConfigError, PublishError, one_line
 from builder.core.hashing import FileIdentity, sha256_stream
 from index_site import layout
 from index_site.site import FileRecord, load_manifest
@@ -235,14 +235,16 @@ def check_plan(plan: PublishPlan, *, allow_delist: bool) -> None:
     """Raise PublishError if applying ``plan`` would overwrite a published file or silently drop wheels."""
     if plan.conflicts:
         lines = [
-            f"{c.key}: published sha256 {c.remote_sha256 or 'unknown'}, local {c.local_sha256}" for c in plan.conflicts
+            one_line(f"{c.key}: published sha256 {c.remote_sha256 or 'unknown'}, local {c.local_sha256}")
+            for c in plan.conflicts
         ]
         raise PublishError(
             f"refusing to overwrite {len(plan.conflicts)} published file(s) with different bytes:\n" + "\n".join(lines),
             tip="installers cache wheels by filename; publish a new version (or build number) instead",
         )
     if plan.delisted and not allow_delist:
-        shown = "\n".join(plan.delisted[:10]) + ("\n..." if len(plan.delisted) > 10 else "")
+        # the bucket's keys, as it lists them: one line each, whatever they hold
+        shown = "\n".join(map(one_line, plan.delisted[:10])) + ("\n..." if len(plan.delisted) > 10 else "")
         raise PublishError(
             f"{len(plan.delisted)} published wheel(s) are not in the local site; "
             f"the new pages would stop listing them:\n{shown}",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import urlsplit
 
 from builder.cli.arguments import site_url, whole_number
-from builder.core.errors import ConfigError
+from builder.core.errors import ConfigError, one_line
 from builder.core.settings import setting
 from builder.core.wheelhouse import Layout
 
@@ -131,6 +131,7 @@ def _emit(lines: list[str], warnings: list[str]) -> None:
     """``lines`` on stdout and a WARN line per warning on stderr, shown as they are (a reason may hold brackets
     rich would read as markup). Through rich on a terminal; plain text elsewhere (a CI log, a pipe), where
     rendering thousands of lines one by one would cost more than the index."""
+    warnings = [one_line(text) for text in warnings]  # a file's name may hold a line end or an escape sequence
     if not (sys.stdout.isatty() or sys.stderr.isatty()):
         sys.stdout.write("".join(f"{line}\n" for line in lines))
         sys.stdout.flush()
@@ -244,10 +245,13 @@ def _print_plan(report: PublishReport, where: str) -> None:
             table.add_row(item.key, item.kind.content_type, str(item.size))
         print_table(table)
     out.print(f"{where}: {len(plan.uploads)} {verb}, {len(plan.unchanged)} unchanged")
-    for conflict in plan.conflicts:
-        console.print(f"[red]CONFLICT[/red] {conflict.key}: published bytes differ (sha256 {conflict.remote_sha256})")
+    from rich.markup import escape
+
+    for conflict in plan.conflicts:  # the bucket's keys and digests, as it lists them: one line each, no markup
+        said = escape(one_line(f"{conflict.key}: published bytes differ (sha256 {conflict.remote_sha256})"))
+        console.print(f"[red]CONFLICT[/red] {said}")
     for key in plan.delisted:
-        console.print(f"[yellow]WARN[/yellow] published wheel not in the local site: {key}")
+        console.print(f"[yellow]WARN[/yellow] published wheel not in the local site: {escape(one_line(key))}")
 
 
 def _warn_if_indexed_for_loopback(site: Path) -> None:
@@ -270,7 +274,8 @@ def _step_summary(report: IndexReport) -> None:
         return
     lines = [f"### Index: {report.wheels} wheels in {len(report.variants)} variants", ""]
     lines += [f"- `{label}`" for label in report.variants]
-    lines += [f"- not indexed: `{r.filename}`: {r.reason}" for r in report.rejected]
-    lines += [f"- variant twin not published: `{r.filename}`: {r.reason}" for r in report.twins.refused]
+    refused = [("not indexed", r) for r in report.rejected]
+    refused += [("variant twin not published", r) for r in report.twins.refused]
+    lines += [f"- {what}: `{one_line(r.filename)}`: {one_line(r.reason)}" for what, r in refused]  # names from disk
     with open(path, "a", encoding="utf-8") as summary:
         summary.write("\n".join(lines) + "\n")

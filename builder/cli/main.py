@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from builder import __version__
 from builder.cli.arguments import Parser, UsageError, whole_number
-from builder.core.errors import FileSystemError, WheelwrightError, shown_name
+from builder.core.errors import FileSystemError, WheelwrightError, one_line, shown_name
 from builder.core.wheelhouse import Layout
 
 if TYPE_CHECKING:
@@ -257,8 +257,8 @@ def _report(error: WheelwrightError) -> int:
     from builder.cli.console import console
 
     # Messages quote selectors and TOML tables ("[archs.cuda]"): escape them, or rich reads them as markup.
-    for line in str(error).splitlines():
-        console.print(f"[bold red]ERROR[/bold red] {escape(line)}", highlight=False, soft_wrap=True)
+    for line in str(error).splitlines():  # one_line: no escape sequence of a name in the message reaches the terminal
+        console.print(f"[bold red]ERROR[/bold red] {escape(one_line(line))}", highlight=False, soft_wrap=True)
     if error.tip:
         console.print(f"[yellow]TIP[/yellow] {escape(error.tip)}", highlight=False, soft_wrap=True)
     return error.exit_code

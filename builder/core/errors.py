@@ -123,3 +123,11 @@ def shown_name(name: str) -> str:
     byte that is not UTF-8 as a lone surrogate, which none of them takes; it is shown as ``\\xNN``. Any name in
     UTF-8 comes back as it is."""
     return name if name.isascii() else os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line of a log or a terminal: each character that is not printable (a line end that would
+    start a forged ERROR line, the ESC of a terminal's escape sequence, a lone surrogate) as its Python escape."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)

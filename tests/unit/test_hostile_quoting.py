@@ -7,16 +7,20 @@ from __future__ import annotations
 import ast
 import html
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 
-from builder.core.errors import WheelwrightError
+from builder.cli.index import _emit
+from builder.cli.main import _report
+from builder.core.errors import PublishError, WheelwrightError
 from builder.doctor.fix import Fix, find_fix
 from builder.doctor.probe import Environment
 from builder.doctor.standalone import standalone_source
 from builder.doctor.verdicts import diagnose
+from index_site.publish import RemoteObject, check_plan, plan_publish
 from index_site.site import build_site
 from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.shellwords import shell_words
@@ -128,3 +132,34 @@ CONTROL_URLS = [("newline", "https://w.example/a\nb"), ("nul", "https://w.exampl
 def test_doctor_py_is_not_made_for_a_url_with_a_control_character(url: str) -> None:
     with pytest.raises(WheelwrightError, match="control character"):
         standalone_source(url)
+
+
+# -- names from a folder or a bucket in what the CLI prints: one line each, and no escape sequence reaches the terminal
+
+# (case, a name as os.scandir or a bucket's listing gives it, as the line shows it)
+LINE_FORGERS = [
+    ("line-end", "a\nERROR forged.whl", "a\\nERROR forged.whl"),
+    ("carriage-return", "a\rERROR forged.whl", "a\\rERROR forged.whl"),
+    ("line-separator", "a\u2028ERROR forged.whl", "a\\u2028ERROR forged.whl"),
+    ("escape-sequence", "b\x1b[2J\x1b[31m.whl", "b\\x1b[2J\\x1b[31m.whl"),
+    ("not-utf8", os.fsdecode(b"c\xff.whl"), "c\\udcff.whl"),
+]
+FORGERS = pytest.mark.parametrize(("name", "shown"), [c[1:] for c in LINE_FORGERS], ids=[c[0] for c in LINE_FORGERS])
+
+
+@FORGERS
+def test_a_warning_naming_a_file_is_one_line(name: str, shown: str, capsys: pytest.CaptureFixture[str]) -> None:
+    _emit([], [f"not indexed: {name}: not a wheel file"])
+    assert capsys.readouterr().err == f"WARN not indexed: {shown}: not a wheel file\n"
+
+
+@FORGERS
+def test_an_error_naming_a_bucket_key_is_one_line_a_key(name: str, shown: str, capsys: pytest.CaptureFixture[str]) -> None:
+    key = f"whl/pt214cu130/{name}"
+    plan = plan_publish([], {key: RemoteObject(key=key, etag='"e"', size=8)}, "")  # the bucket's, not the site's
+    with pytest.raises(PublishError) as raised:
+        check_plan(plan, allow_delist=False)
+    assert str(raised.value).splitlines()[1:] == [f"whl/pt214cu130/{shown}"]
+    _report(raised.value)
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ERROR")]
+    assert errors[1:] == [f"ERROR whl/pt214cu130/{shown}"]
