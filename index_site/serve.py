@@ -30,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TypeVar
 
-from builder.core.errors import WheelwrightError
+from builder.core.errors import WheelwrightError, one_line
 from builder.core.hashing import FileIdentity, NotARegularFile, regular_identity, sha256_stream
 from builder.core.settings import deadline_scale
 from index_site import layout
@@ -345,7 +345,7 @@ class SiteRequestHandler(BaseHTTPRequestHandler):
             self.server.on_request(Served(method=self.command, path=self.path, status=int(status), length=length))
 
     def log_message(self, format: str, *args: object) -> None:
-        log.info("%s %s", self.address_string(), format % args)
+        log.info("%s %s", self.address_string(), one_line(format % args))  # the request line is the client's
 
 
 def make_server(

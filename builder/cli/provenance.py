@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from builder.core.errors import WheelError, WheelwrightError
+from builder.core.errors import WheelError, WheelwrightError, one_line
 
 
 def add_commands(
@@ -77,11 +77,11 @@ def cmd_provenance(args: argparse.Namespace) -> int:
         table.add_column("field", style="bold", no_wrap=True)
         table.add_column("value")
         for field, value in provenance.describe(record):
-            table.add_row(field, escape(value))
+            table.add_row(field, escape(one_line(value)))  # a wheel from anywhere: its text, one line each
         print_table(table)
     if problems:
         for problem in problems:
-            console.print(f"[bold red]MISMATCH[/bold red] {escape(problem)}", highlight=False, soft_wrap=True)
+            console.print(f"[bold red]MISMATCH[/bold red] {escape(one_line(problem))}", highlight=False, soft_wrap=True)
         raise WheelError(
             f"{args.wheel.name}: provenance disagrees with the wheel's contents ({len(problems)})",
             tip="the wheel was changed after it was built; rebuild it",

@@ -7,6 +7,7 @@ hash. Never a traceback, a hang or unbounded memory. A new class of mistake gets
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import resource
@@ -458,6 +459,20 @@ def test_serve_survives_malformed_requests(trapped_site: Path, request_bytes: by
         with socket.create_connection(server.server_address[:2], timeout=10) as client:
             client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             assert _read_all(client).startswith(b"HTTP/1.1 200")  # still serving
+
+
+def test_serve_logs_a_clients_request_line_without_its_escape_sequences(
+    trapped_site: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from index_site.serve import serving
+
+    caplog.set_level(logging.INFO, logger="index_site.serve")
+    with serving(trapped_site) as server, socket.create_connection(server.server_address[:2], timeout=10) as client:
+        client.sendall(b"GET /\x1b[2J\x1b[31mred HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        _read_all(client)
+    logged = [record.getMessage() for record in caplog.records if record.name == "index_site.serve"]
+    assert [message for message in logged if "/\\x1b[2J\\x1b[31mred" in message], logged
+    assert not [message for message in logged if "\x1b" in message], logged
 
 
 def _read_all(client: socket.socket) -> bytes:

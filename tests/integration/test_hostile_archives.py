@@ -195,6 +195,22 @@ def test_provenance_refuses_a_hostile_wheel_in_one_line(tmp_path: Path, setup, p
     assert not Path("/tmp/owned.py").exists()
 
 
+# (case, the record's job as a wheel from anywhere may hold it, how its line shows it)
+PRINTED_FIELDS = [
+    ("escape-sequence", "causal-conv1d\x1b[2J\x1b[31m", r"causal-conv1d\\x1b\[2J\\x1b\[31m"),
+    ("line-end", "causal-conv1d\nOK forged", r"causal-conv1d\\nOK forged"),
+    ("line-separator", "causal-conv1d\u2028OK forged", r"causal-conv1d\\u2028OK forged"),
+]
+
+
+@pytest.mark.parametrize(("job", "shown"), [c[1:] for c in PRINTED_FIELDS], ids=[c[0] for c in PRINTED_FIELDS])
+def test_the_records_text_prints_one_line_a_field_with_no_escape_sequence(tmp_path: Path, job: str, shown: str) -> None:
+    result = wheelwright("provenance", typed(job=job)(tmp_path / "in"), cwd=tmp_path)
+    lines = result.output.splitlines()
+    assert "\x1b" not in result.output and not any(line.startswith("OK forged") for line in lines), result.output
+    assert [line for line in lines if line.startswith("│ job") and re.search(shown, line)], result.output
+
+
 def test_a_variant_json_that_is_not_json_is_a_mismatch_not_a_traceback(tmp_path: Path) -> None:
     result = wheelwright("provenance", bad_variant_json(tmp_path), cwd=tmp_path)
     assert_one_error(result, 10, r"provenance disagrees with the wheel's contents")
