@@ -30,6 +30,7 @@ def cmd_day0(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from builder.cli.console import out
+    from builder.core.errors import one_line
     from builder.core.wheelhouse import Layout
     from builder.farm.day0 import PUBLISHED, REFUSED, run_day0
     from builder.plan.expand import load_plan
@@ -47,7 +48,8 @@ def cmd_day0(args: argparse.Namespace) -> int:
     outcomes = run_day0(plan.jobs, Layout(root=args.output.resolve()), verifier, index_dir=args.index_dir)
     for outcome in outcomes:
         mark = {PUBLISHED: "[green]day-0[/green]", REFUSED: "[yellow]none[/yellow]"}.get(outcome.state, outcome.state)
-        out.print(f"{mark} {escape(outcome.job.identifier)}: {escape(outcome.text)}", highlight=False, soft_wrap=True)
+        said = escape(one_line(outcome.text))  # may quote what a wheel's import printed
+        out.print(f"{mark} {escape(outcome.job.identifier)}: {said}", highlight=False, soft_wrap=True)
     published = sum(o.state == PUBLISHED for o in outcomes)
     refused = sum(o.state == REFUSED for o in outcomes)
     out.print(f"day-0: {published} published, {refused} without a wheel whose window holds their torch "

@@ -47,13 +47,15 @@ def cmd_facts_check(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from builder.cli.console import console, out
+    from builder.core.errors import one_line
     from builder.steps.torch_registry import survey
 
     findings, provenance = survey(load_facts())
     if not findings:
         out.print("torch facts are current: every torch release on the registry is in builder/data/torch.toml")
     for finding in findings:
-        console.print(f"[bold yellow]BEHIND[/bold yellow] {escape(finding.problem)}", highlight=False, soft_wrap=True)
+        said = escape(one_line(finding.problem))  # names and versions as the registry lists them
+        console.print(f"[bold yellow]BEHIND[/bold yellow] {said}", highlight=False, soft_wrap=True)
     stanzas = [finding.stanza for finding in findings if finding.stanza]
     if stanzas:
         out.print("# paste into builder/data/torch.toml (before [archs.cuda]), review the marked fields:\n")
