@@ -687,6 +687,8 @@ def apply_plan(
     the wheels in dist/ that were hard-linked (a link changes their ctime)."""
     records = dict(plan.kept)
     linked: dict[str, FileIdentity] = {}
+    targets = [*(path for _, path, _ in plan.links), *(extract.path for extract in plan.metadata), *plan.pages]
+    replaced = _real_folders(site, targets)  # nothing is written through a symlink out of the site
     for source, path, wheel in plan.links:
         # a file placed twice (a twin and its null name) is expected as the first link left it
         expected = linked.get(wheel.filename) or (identities or {}).get(wheel.filename)
@@ -705,6 +707,8 @@ def apply_plan(
         sha256 = plan.digests.get(path) or hashlib.sha256(content).hexdigest()
         records[path] = FileRecord(sha256=sha256, identity=identity)
     for path in plan.stale:
+        if path in replaced:  # a folder of the site now, holding what this run wrote
+            continue
         (site / path).unlink(missing_ok=True)
         _remove_empty_parents(site, site / path)
     if recorded is None or recorded[:3] != (records, plan.groups, base_url):  # its bytes differ too: not read
@@ -712,6 +716,31 @@ def apply_plan(
     written = (*(path for _, path, _ in plan.links), *(extract.path for extract in plan.metadata), *pages)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
     return written, linked
+
+
+def _real_folders(site: Path, paths: Iterable[str]) -> set[str]:
+    """Make each folder ``paths`` are written into a real folder of the site, from the top down: an entry standing
+    where one belongs (a symlink, which would carry the writes out of the site; a file; a FIFO) is removed first,
+    as the prune would remove it at the end of the run. A folder is never followed out of the site, nor removed.
+    Returns the site paths of the entries removed."""
+    made: set[str] = set()
+    replaced: set[str] = set()
+    for path in paths:
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            folder = "/".join(parts[:depth])
+            if folder in made:
+                continue
+            full = os.path.join(site, folder)
+            try:
+                if not stat.S_ISDIR(os.lstat(full).st_mode):
+                    os.unlink(full)
+                    replaced.add(folder)
+                    os.mkdir(full)
+            except FileNotFoundError:
+                os.mkdir(full)
+            made.add(folder)
+    return replaced
 
 
 def _relinked(links: Sequence[_Link], records: dict[str, FileRecord], linked: Mapping[str, FileIdentity]) -> None:

@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import resource
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -379,6 +380,38 @@ def test_a_file_that_is_not_a_listable_wheel_is_skipped_with_a_warning(tmp_path:
     assert check_site(site) == []
     assert [path.name for path in site.rglob("*.whl")] == [good.name]
     assert not any(refused in path.read_text() for path in site.rglob("*.html"))
+
+
+# -- a site's folder replaced behind the index: nothing written out of the site, and the site whole again ------------
+
+# (case, a folder of the site the index writes into, what stands there instead: a symlink out of the site or a file)
+TAMPERED_FOLDERS = [
+    ("top-folder-symlink", "simple", "symlink"),
+    ("json-folder-symlink", "json", "symlink"),
+    ("wheels-folder-symlink", "whl", "symlink"),
+    ("label-folder-symlink", "whl/pt214cu130", "symlink"),
+    ("project-folder-symlink", "simple/causal-conv1d", "symlink"),
+    ("label-folder-a-file", "whl/pt214cu130", "file"),
+]
+
+
+@pytest.mark.parametrize(("folder", "kind"), [c[1:] for c in TAMPERED_FOLDERS], ids=[c[0] for c in TAMPERED_FOLDERS])
+def test_a_folder_of_the_site_replaced_is_never_written_through(tmp_path: Path, folder: str, kind: str) -> None:
+    make_wheel(tmp_path / "out/dist", WheelSpec())
+    assert wheelwright("index", "--output", "out", cwd=tmp_path).code == 0
+    site, outside = tmp_path / "out/site", tmp_path / "outside"
+    outside.mkdir()
+    shutil.rmtree(site / folder)
+    if kind == "symlink":
+        (site / folder).symlink_to(outside)
+    else:
+        (site / folder).write_text("not a folder\n")
+    make_wheel(tmp_path / "out/dist", WheelSpec(version="1.7.1"))  # a run that writes into that folder
+    run = wheelwright("index", "--output", "out", cwd=tmp_path)
+    assert run.code == 0 and "Traceback" not in run.output, run.output
+    assert list(outside.iterdir()) == []
+    assert (site / folder).is_dir() and not (site / folder).is_symlink()
+    assert check_site(site) == []
 
 
 # -- requests to `serve`: nothing outside the site, nothing that is not a regular file of it ---------------------
