@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,7 +23,7 @@ from typing import Any
 import build
 
 from builder.core import context
-from builder.core.errors import WheelwrightError
+from builder.core.errors import FileSystemError, WheelwrightError
 from builder.core.runner import StepFailed, kill_marked, run
 from builder.core.settings import cache_root, given_settings, setting, setting_number, setting_path
 from builder.plan.job import Job
@@ -149,7 +150,8 @@ class Workspace:
 def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
     """Lay the patched source and a link to the job's torch at the fixed paths, holding a lock meanwhile."""
     space = Workspace.for_job(job)
-    space.root.mkdir(parents=True, exist_ok=True)
+    _own_folder(space.root.parent)
+    space.root.mkdir(exist_ok=True)
     # beside the root, named after all of it: with_suffix would cut "1.7.0+pt214cu130" to "1.7" and share the lock
     with open(space.root.parent / f"{space.root.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -167,6 +169,25 @@ def workspace(job: Job, source: Path, torch_site: Path) -> Iterator[Workspace]:
         shutil.rmtree(space.core_pool, ignore_errors=True)
         space.core_pool.mkdir()  # the timeline's folder, pool or not
         yield space
+
+
+def _own_folder(root: Path) -> None:
+    """The fixed root (/tmp/wheelwright-build unless WHEELWRIGHT_FIXED_ROOT says otherwise) made, or found, a real
+    folder of this user's, which no one else may then write into: in a /tmp shared with other users, one who made it
+    first could swap the sources a build compiles, or plant a symlink where a build writes. One of ours that others
+    may write into (an older build's, under umask 002) loses that write permission."""
+    try:
+        root.mkdir(mode=0o755, parents=True, exist_ok=True)
+    except FileExistsError:  # a file, or a symlink to one: refused below
+        pass
+    status = os.lstat(root)
+    if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.getuid():
+        raise FileSystemError(
+            f"{root}: the builds' fixed folder (WHEELWRIGHT_FIXED_ROOT) is not a folder of this user's",
+            tip="remove it, or set WHEELWRIGHT_FIXED_ROOT to a folder of your own",
+        )
+    if status.st_mode & 0o022:
+        os.chmod(root, stat.S_IMODE(status.st_mode) & ~0o022)
 
 
 @dataclass(frozen=True, kw_only=True)
