@@ -1047,8 +1047,8 @@ def _placed_wheel(
 
 def _place_wheel(source: Path | str, target: Path, expected: FileIdentity | None) -> FileIdentity:
     """Hard-link the wheel into the site (no copy of big files); copy where the site is on another filesystem.
-    Either way the file of dist/ must still be the one the catalog hashed, before and after."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    Either way the file of dist/ must still be the one the catalog hashed, before and after. Its folder is a real
+    folder of the site already (apply_plan's _real_folders)."""
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     if expected is not None and identity_if_regular(source) != expected:
         raise _changed(source)

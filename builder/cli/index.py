@@ -231,6 +231,7 @@ def _index_lines(report: IndexReport, base_url: str) -> tuple[list[str], list[st
 
 
 def _print_plan(report: PublishReport, where: str) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from builder.cli.console import console, out, print_table
@@ -245,8 +246,6 @@ def _print_plan(report: PublishReport, where: str) -> None:
             table.add_row(item.key, item.kind.content_type, str(item.size))
         print_table(table)
     out.print(f"{where}: {len(plan.uploads)} {verb}, {len(plan.unchanged)} unchanged")
-    from rich.markup import escape
-
     for conflict in plan.conflicts:  # the bucket's keys and digests, as it lists them: one line each, no markup
         said = escape(one_line(f"{conflict.key}: published bytes differ (sha256 {conflict.remote_sha256})"))
         console.print(f"[red]CONFLICT[/red] {said}")
