@@ -215,7 +215,8 @@ def open_bounded(
     with watch.running():
         try:
             response = _opener(watch).open(request, timeout=watch.limits.connect)
-        except urllib.error.HTTPError:
+        except urllib.error.HTTPError as error:
+            error.close()  # its code and headers stay; the socket under its body is not left to the collector
             raise
         except (OSError, http.client.HTTPException) as error:
             raise watch.explain(error) from None

@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import tarfile
+import urllib.error
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -15,9 +16,10 @@ import pytest
 
 from builder.core.errors import FetchError
 from builder.core.hashing import sha256_of
+from builder.core.http import open_bounded
 from builder.plan.job import Sdist
 from builder.plan.matrix import load_matrix
-from builder.steps.fetch import PEP691_JSON, fetch_sdist, unpack_sdist
+from builder.steps.fetch import INDEX_PAGE, PEP691_JSON, fetch_sdist, unpack_sdist
 from tests import peers
 
 
@@ -90,6 +92,15 @@ def test_unknown_project_on_loopback_names_the_package(index: str, tmp_path: Pat
         fetch_sdist(
             Sdist(filename="other_pkg-1.0.tar.gz", sha256="0" * 64), "other-pkg", cache_dir=tmp_path, index=index
         )
+
+
+def test_an_http_error_reaches_the_caller_with_its_response_closed(index: str) -> None:
+    """Left open, the socket under a 404's body warns whenever the collector finds it, which under ``-W error``
+    failed whichever test was running then (CI, test_real_registry_serves_a_pinned_sdist)."""
+    with pytest.raises(urllib.error.HTTPError) as caught, open_bounded(f"{index}gone/", INDEX_PAGE):
+        pass
+    assert caught.value.code == 404
+    assert caught.value.fp.closed
 
 
 def test_real_registry_serves_a_pinned_sdist(tmp_path: Path) -> None:
