@@ -252,13 +252,29 @@ def slim_built_wheel(built: Path, relinked: Relinked, out: Path) -> Path:
     return target
 
 
-def cut_record(fat: Path, job: Job, arch: str) -> dict[str, object]:
+@dataclass(frozen=True, kw_only=True)
+class Origin:
+    """The fat wheel the slim wheels are cut from, read and hashed once for all of them (a full-arch wheel is some
+    200 MB: hashed again per arch, nine archs cost eight needless reads)."""
+
+    name: str
+    record: Mapping[str, object]  # its provenance, the payload's digests left out
+    sha256: str
+
+    @classmethod
+    def of(cls, fat: Path) -> Origin:
+        record = {k: v for k, v in provenance.read_wheel(fat).record.items() if k != "files"}
+        return cls(name=fat.name, record=record, sha256=sha256_of(fat))
+
+
+def cut_record(fat: Path | Origin, job: Job, arch: str) -> dict[str, object]:
     """The slim wheel's provenance: the fat wheel's (its payload digests aside) with the slim arch list and the
     fat wheel it was cut from."""
-    record = {k: v for k, v in provenance.read_wheel(fat).record.items() if k != "files"}
+    origin = fat if isinstance(fat, Origin) else Origin.of(fat)
+    record = dict(origin.record)
     slim_job = dataclasses.replace(job, archs=slim_archs(job, arch))
     record["archs"] = provenance.job_archs(slim_job)
-    record[CUT] = {"from": fat.name, "sha256": sha256_of(fat), "variant": slim_label(job.label, arch)}
+    record[CUT] = {"from": origin.name, "sha256": origin.sha256, "variant": slim_label(job.label, arch)}
     return record
 
 
@@ -274,12 +290,14 @@ def cut_wheels(
     written into ``variant_dir`` as the variant ``{label}sm90``; the archs side by side (``repair`` serialises
     itself where it must). A slim wheel the gate refuses is left out, and its Cut says why; the fat wheel is never
     affected."""
-    return _side_by_side(lambda one: _cut_one(job, built, fat, one, work / f"cut-{one.arch}", variant_dir, repair,
+    origin = Origin.of(fat)
+    return _side_by_side(lambda one: _cut_one(job, built, origin, one, work / f"cut-{one.arch}", variant_dir, repair,
                                               verify), list(relinked))
 
 
 def _cut_one(
-    job: Job, built: Path, fat: Path, relinked: Relinked, work: Path, variant_dir: Path, repair: Repair, verify: Verify
+    job: Job, built: Path, fat: Origin, relinked: Relinked, work: Path, variant_dir: Path, repair: Repair,
+    verify: Verify,
 ) -> Cut:
     from builder.steps import variant  # the twin's maker names and checks the slim variant too
 

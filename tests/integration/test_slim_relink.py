@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.fatbin import fatbin_archs
+from builder.core.hashing import sha256_of
 from builder.core.runner import run
 from builder.steps import slim
 from builder.steps.repair import repair_wheel
@@ -63,23 +64,29 @@ def test_every_sass_arch_is_relinked_with_its_sass_and_the_ptx_it_can_run(build:
         assert one.libraries[LIBRARY].stat().st_size < (source / "build" / "lib" / LIBRARY).stat().st_size
 
 
-def test_the_slim_wheel_passes_the_gate_and_becomes_its_archs_variant(build: tuple[Path, Path, str],
-                                                                     tmp_path: Path) -> None:
+def test_the_slim_wheel_passes_the_gate_and_becomes_its_archs_variant(
+    build: tuple[Path, Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     source, built, log = build
     job = dataclasses.replace(local_job(), archs=ARCHS)
     fat = with_provenance(repair_wheel(built, job, tmp_path / "fat").wheel, job)
-    relinked = [r for r in slim.relink(job, source, built, log, tmp_path / "relink") if r.arch == "9.0"]
+    hashed: list[Path] = []
+    monkeypatch.setattr(slim, "sha256_of", lambda path: hashed.append(Path(path)) or sha256_of(path))
+    relinked = slim.relink(job, source, built, log, tmp_path / "relink")
     (tmp_path / "variant").mkdir()
-    (cut,) = slim.cut_wheels(job, built, fat, relinked, tmp_path / "work", tmp_path / "variant",
-                             repair=lambda w, j, o: repair_wheel(w, j, o).wheel,
-                             verify=lambda w, j: verify_wheel(w, j, runtime=None))
+    cuts = slim.cut_wheels(job, built, fat, relinked, tmp_path / "work", tmp_path / "variant",
+                           repair=lambda w, j, o: repair_wheel(w, j, o).wheel,
+                           verify=lambda w, j: verify_wheel(w, j, runtime=None))
+    assert [c.arch for c in cuts if c.variant] == ["8.0", "9.0", "12.0"]
+    assert hashed.count(fat) == 1  # read and hashed once for the three cuts, not once each
+    (cut,) = [c for c in cuts if c.arch == "9.0"]
     assert cut.reason == ""
     assert cut.variant is not None and cut.variant.name.endswith("-pt214cu130sm90.whl")
     with zipfile.ZipFile(cut.variant) as archive:
         record = json.loads(archive.read("causal_conv1d-1.7.0.dist-info/wheelwright.json"))
         variant = json.loads(archive.read("causal_conv1d-1.7.0.dist-info/variant.json"))
         (tmp_path / "x.so").write_bytes(archive.read(LIBRARY))
-    assert record["cut"] == {"from": fat.name, "sha256": slim.sha256_of(fat), "variant": "pt214cu130sm90"}
+    assert record["cut"] == {"from": fat.name, "sha256": sha256_of(fat), "variant": "pt214cu130sm90"}
     assert record["archs"] == {"sass": ["9.0"], "ptx": []}
     assert variant["variants"]["pt214cu130sm90"]["nvidia"]["sm_arch"] == ["90_real"]
     assert fatbin_archs(tmp_path / "x.so").describe() == "SASS 9.0"
