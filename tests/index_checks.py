@@ -57,6 +57,7 @@ def fetch(url: str) -> tuple[int, str, bytes]:
         with urllib.request.urlopen(url, timeout=30) as response:
             return response.status, response.headers.get("Content-Type", ""), response.read()
     except urllib.error.HTTPError as error:
+        error.close()  # the socket under its body, now rather than when the collector finds it
         return error.code, "", b""
 
 

@@ -133,7 +133,8 @@ def test_doctor_says_first_whether_a_build_of_the_channel_runs_here(
 def test_the_landing_page_shows_what_each_machine_downloads(channel: tuple[str, Path]) -> None:
     """The fat wheel's size (no GPU, pip) beside each slim wheel's, read from the served landing page."""
     index, _ = channel
-    page = urllib.request.urlopen(index.removesuffix("variant/pt214/simple/")).read().decode()
+    with urllib.request.urlopen(index.removesuffix("variant/pt214/simple/")) as response:
+        page = response.read().decode()
     sizes = re.search(r'<ul class="channel-sizes">\s*<li>(.*?)</li>', page, re.DOTALL)
     assert sizes is not None, "the landing page shows no sizes"
     assert re.fullmatch(r"causal-conv1d 1\.7\.0, pt214cu130 \(cp311\): every arch [\d.]+ kB; sm_90 [\d.]+ kB; "
