@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import os
+import resource
 import shutil
 import tempfile
 import time
@@ -94,11 +95,17 @@ class Outcome:
 
 
 class PhaseTimer:
-    """Times each phase, and tells the ledger and the display when one starts."""
+    """Times each phase, and tells the ledger and the display when one starts. A job that runs alone in this
+    process (``alone``: one job at a time) also has each phase's CPU-seconds counted, this process's and its
+    reaped children's: with jobs side by side the process's CPU is theirs together, and is not split."""
 
-    def __init__(self, job: Job, progress: Progress, record: Callable[[str, dict[str, float]], None]) -> None:
-        self.job, self.progress, self.record = job, progress, record
+    def __init__(
+        self, job: Job, progress: Progress, record: Callable[[str, dict[str, float]], None], *, alone: bool = False
+    ) -> None:
+        self.job, self.progress, self.record, self.alone = job, progress, record, alone
         self.timings: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self._inner: list[float] = []  # the CPU-seconds of the blocks counted inside each open one
         self.started: dict[str, float] = {}  # each phase's (last) start, time.monotonic()
         self.phase = "fetch"
 
@@ -109,9 +116,43 @@ class PhaseTimer:
         self.progress.on_phase(self.job, phase)
         start = self.started[phase] = time.monotonic()
         try:
-            yield
+            with self.counting(phase):
+                yield
         finally:
             self.timings[phase] = round(self.timings.get(phase, 0.0) + time.monotonic() - start, 3)
+
+    @contextmanager
+    def counting(self, name: str) -> Iterator[None]:
+        """Add the CPU-seconds of the block to ``name``'s, when the job runs alone; a block counted inside it
+        (the slim wheels' relink inside the compile phase) counts for its own name only."""
+        if not self.alone:
+            yield
+            return
+        self.cpu.setdefault(name, 0.0)  # the line lists them in the order they started
+        start = process_cpu()
+        self._inner.append(0.0)
+        try:
+            yield
+        finally:
+            spent, inner = process_cpu() - start, self._inner.pop()
+            self.cpu[name] = round(self.cpu.get(name, 0.0) + spent - inner, 3)
+            if self._inner:
+                self._inner[-1] += spent
+
+    def cpu_line(self) -> str | None:
+        """``CPU-s by phase: fetch 0.0, ...`` for the job's log (bench_build reads it), or None when not counted."""
+        if not self.alone:
+            return None
+        return CPU_LINE + ", ".join(f"{name} {seconds:.1f}" for name, seconds in self.cpu.items())
+
+
+CPU_LINE = "CPU-s by phase (this process and its children): "
+
+
+def process_cpu() -> float:
+    """User and system CPU-seconds of this process and of the children it has waited for."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def input_hash(job: Job) -> str:
@@ -280,7 +321,8 @@ class Builder:
             )
             self.layout.log_for(job).write_text("")
             timer = PhaseTimer(job, self.progress, lambda phase, timings: ledger.put(
-                _base_entry(job, digest, self.layout, status=Status.RUNNING, phase=phase, timings=timings)))
+                _base_entry(job, digest, self.layout, status=Status.RUNNING, phase=phase, timings=timings)),
+                alone=share == 1)
             on_line = functools.partial(self.progress.on_line, job)
             try:
                 with job_context(job, self.layout.log_for(job), on_line), \
@@ -357,7 +399,8 @@ class Builder:
                 "torch_wheel": json.dumps(runtime.origin(), sort_keys=True),
                 **built.record,  # what it reused, each stage's cost
             }
-            relinked = self._relink(job, built.source, built.wheel, work / "slim")  # the objects are only here
+            with timer.counting("slim"):
+                relinked = self._relink(job, built.source, built.wheel, work / "slim")  # the objects are only here
         with timer("repair"):  # auditwheel's calls hold the runner's lock on the working directory
             repaired = repair_wheel(built.wheel, job, work / "repaired")
             # After repair (which rewrites the ELF files), so the record's digests are of what ships.
@@ -378,7 +421,11 @@ class Builder:
             twin = variant_stage.make_twin(wheel, work / "variant")  # after the gate, checked again
             entry = self._install(job, digest, wheel, timer, ledger, summary, compiled)
             os.replace(twin.path, self.layout.variant / twin.path.name)
-        return self._slim(job, entry, built.wheel, relinked, work, ledger, None if crossed else runtime, importer)
+        with timer.counting("slim"):
+            entry = self._slim(job, entry, built.wheel, relinked, work, ledger, None if crossed else runtime, importer)
+        if (line := timer.cpu_line()) is not None:
+            log_note(line)
+        return entry
 
     def _relink(self, job: Job, source: Path, built: Path, out: Path) -> tuple[list[slim.Relinked], float]:
         """The job's GPU libraries linked again per SASS arch (builder/steps/slim.py), and the seconds it took;

@@ -42,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ from builder.core.errors import NotBuildableHere
 from builder.core.fatbin import FatbinContents
 from builder.core.ledger import Ledger, LedgerEntry
 from builder.core.wheelhouse import Layout
+from builder.farm.build import CPU_LINE
 from builder.plan.arch import Arch
 from builder.plan.archs import apply_known_bad
 from builder.plan.expand import load_plan
@@ -425,6 +426,31 @@ def stage_cpu(name: str, workdir: Path, python: str, measured: Measured) -> str:
     return f"(d) {name}: CPU-s by stage: {_by_stage(sums)}; the rest of the build {rest:.0f}"
 
 
+def phase_cpu(name: str, workdir: Path, python: str) -> dict[str, float]:
+    """The CPU-seconds of each phase of the build's job, from the line its log ends with (builder/farm/build.py's
+    PhaseTimer, a job alone in its process); {} when the log has none (code from before it, or jobs side by side)."""
+    output = workdir / name / "out"
+    log = output / "logs" / f"{ledger_entry(output, python).job_id}.log"
+    lines = [line for line in log.read_text(errors="replace").splitlines() if CPU_LINE in line]
+    if not lines:
+        return {}
+    phases = {}
+    for part in lines[-1].split(CPU_LINE, 1)[1].split(", "):
+        phase, _, seconds = part.partition(" ")
+        try:
+            phases[phase] = float(seconds)
+        except ValueError:
+            return {}
+    return phases
+
+
+def phase_line(name: str, phases: dict[str, float], measured: Measured) -> str:
+    """``(d) ours: CPU-s by phase: ...``: the phases, and what ran before or after them (the CLI's start, the plan,
+    the ledger), to the build's whole process tree."""
+    listed = ", ".join(f"{phase} {seconds:.0f}" for phase, seconds in phases.items())
+    return f"(d) {name}: CPU-s by phase: {listed}; outside the phases {measured.cpu - sum(phases.values()):.0f}"
+
+
 def _by_stage(sums: dict[str, float]) -> str:
     """Seconds by stage, in the order a TU goes through them (stage_cpu, upstream_stage_line)."""
     stages = ("front", "preprocess", "cicc", "ptxas", "host", "other")
@@ -459,6 +485,7 @@ def full_arch(args: argparse.Namespace, workdir: Path) -> None:
     print(made_envs(args.full_arch, args.torch, pythons, workdir), flush=True)
     results: dict[str, Measured] = {}
     compiled: dict[str, str] = {}
+    phases: dict[str, dict[str, float]] = {}
     for name in runs:
         if name == "second":
             measured = second_build(args, archs, workdir, results.get("ours"))
@@ -479,6 +506,9 @@ def full_arch(args: argparse.Namespace, workdir: Path) -> None:
         else:
             print(critical_path(name, workdir, results[name]), flush=True)
             print(stage_cpu(name, workdir, args.python, results[name]), flush=True)
+            phases[name] = phase_cpu(name, workdir, args.python)
+            if phases[name]:
+                print(phase_line(name, phases[name], results[name]), flush=True)
             print("\n".join(where_the_wall_went(name, workdir, args.python)), flush=True)
         if name == "ours" and "second" in runs:
             print(cache_overhead(workdir / "ours" / "objcache"), flush=True)
@@ -487,8 +517,19 @@ def full_arch(args: argparse.Namespace, workdir: Path) -> None:
               + "; ".join(f"{name}: {archs}" for name, archs in compiled.items()), flush=True)
     for mine, other in (("ours", "upstream"), ("ours", "today"), ("learned", "upstream"), ("learned", "ours")):
         if mine in results and other in results:
-            print(f"(d) {mine}/{other}: wall {results[mine].wall / results[other].wall:.2f}, "
-                  f"CPU {results[mine].cpu / results[other].cpu:.2f}", flush=True)
+            print(ratio_line(mine, other, results, phases), flush=True)
+
+
+def ratio_line(mine: str, other: str, results: Mapping[str, Measured], phases: Mapping[str, dict[str, float]]) -> str:
+    """Wall and CPU of ``mine`` to ``other``'s; beside upstream, also without ``mine``'s slim wheels: a product
+    upstream's build does not make (cut after the fat wheel is installed)."""
+    line = (f"(d) {mine}/{other}: wall {results[mine].wall / results[other].wall:.2f}, "
+            f"CPU {results[mine].cpu / results[other].cpu:.2f}")
+    cut = phases.get(mine, {}).get("slim")
+    if other == "upstream" and cut is not None:
+        line += (f"; CPU without the slim wheels' {cut:.0f} CPU-s (upstream makes none) "
+                 f"{(results[mine].cpu - cut) / results[other].cpu:.2f}")
+    return line
 
 
 def cross_torch_build(name: str, package: str, torch: str, archs: list[str], workdir: Path, output: Path,

@@ -188,3 +188,27 @@ def test_upstreams_nvcc_steps_are_summed_by_stage(tmp_path: Path) -> None:
     assert line == ("(d) upstream: nvcc steps' elapsed s by stage (nvcc --time): front 1, preprocess 0, cicc 1, "
                     "ptxas 0, host 0, other 0; CPU-s - sum 9")
     assert bench_build.upstream_stages(tmp_path / "absent.csv") == {}
+
+
+def test_the_cpu_by_phase_comes_from_the_jobs_log_and_the_ratio_leaves_the_slim_wheels_out(tmp_path: Path) -> None:
+    out = tmp_path / "ours" / "out"
+    (out / "logs").mkdir(parents=True)
+    with Ledger(out / "ledger.sqlite") as ledger:
+        ledger.put(entry({"compile": 61.0}))
+    log = out / "logs" / f"{entry({}).job_id}.log"
+    log.write_text(f"nvcc ...\n[12:00:01] {bench_build.CPU_LINE}fetch 0.0, env 1.5, compile 2400.2, slim 90.4, "
+                   "repair 8.0, verify 6.1, install 3.0\n")
+    phases = bench_build.phase_cpu("ours", tmp_path, "3.12")
+    assert phases == {"fetch": 0.0, "env": 1.5, "compile": 2400.2, "slim": 90.4, "repair": 8.0, "verify": 6.1,
+                      "install": 3.0}
+    ours = bench_build.Measured("ours", 198.0, 2564.0, 16)
+    upstream = bench_build.Measured("upstream", 606.0, 2276.0, 16)
+    assert bench_build.phase_line("ours", phases, ours) == (
+        "(d) ours: CPU-s by phase: fetch 0, env 2, compile 2400, slim 90, repair 8, verify 6, install 3; "
+        "outside the phases 55")
+    results = {"ours": ours, "upstream": upstream}
+    assert bench_build.ratio_line("ours", "upstream", results, {"ours": phases}) == (
+        "(d) ours/upstream: wall 0.33, CPU 1.13; CPU without the slim wheels' 90 CPU-s (upstream makes none) 1.09")
+    assert bench_build.ratio_line("ours", "upstream", results, {}) == "(d) ours/upstream: wall 0.33, CPU 1.13"
+    log.write_text("a log from before the line\n")
+    assert bench_build.phase_cpu("ours", tmp_path, "3.12") == {}

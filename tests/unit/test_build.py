@@ -296,3 +296,38 @@ def test_a_rebuilt_job_orders_its_compile_by_the_costs_its_last_build_measured(
     assert [o.skipped for o in outcomes] == [False, True]
     # the build's own "running" rows replace its ledger row: the costs are read before the first of them
     assert handed[first.job.package]["causal_conv1d_fwd.cu"] == {"9.0": 16.0}
+
+
+def _burn(seconds: float) -> None:
+    start = build_stage.process_cpu()
+    while build_stage.process_cpu() - start < seconds:
+        sum(range(1000))
+
+
+def test_a_job_alone_has_its_cpu_counted_per_phase_a_nested_block_for_itself_only() -> None:
+    timer = build_stage.PhaseTimer(local_jobs()[0], build_stage.Progress(), lambda *_: None, alone=True)
+    with timer("compile"):
+        _burn(0.02)
+        with timer.counting("slim"):
+            _burn(0.05)
+    with timer("repair"):
+        pass
+    assert timer.cpu["slim"] >= 0.05
+    assert 0.02 <= timer.cpu["compile"] < 0.05  # the relink's seconds are the slim wheels', not the compile's
+    line = timer.cpu_line()
+    assert line is not None and line.startswith(build_stage.CPU_LINE)
+    assert [part.split()[0] for part in line.removeprefix(build_stage.CPU_LINE).split(", ")] == [
+        "compile", "slim", "repair"]
+    beside = build_stage.PhaseTimer(local_jobs()[0], build_stage.Progress(), lambda *_: None, alone=False)
+    with beside("compile"), beside.counting("slim"):
+        _burn(0.01)
+    assert (beside.cpu, beside.cpu_line()) == ({}, None)  # jobs side by side: the process's CPU is not one job's
+
+
+def test_the_job_log_says_where_its_cpu_went(stages: FakeStages, tmp_path: Path) -> None:
+    outcomes = run_build(tmp_path)
+    log = (tmp_path / "out" / "logs" / f"{outcomes[0].job.identifier}.log").read_text()
+    (line,) = [line for line in log.splitlines() if build_stage.CPU_LINE in line]
+    phases = dict(part.split() for part in line.split(build_stage.CPU_LINE)[1].split(", "))
+    assert set(phases) == {"fetch", "env", "patch", "compile", "repair", "verify", "install", "slim"}
+    assert all(float(seconds) >= 0 for seconds in phases.values())
