@@ -18,6 +18,7 @@ from builder.core.wheelhouse import Layout
 
 if TYPE_CHECKING:
     from builder.core.archive import Archive
+    from builder.steps.twins import VariantTwins
     from builder.steps.variant import DerivedTwin
     from index_site.publish import PublishReport
     from index_site.report import IndexReport
@@ -95,22 +96,27 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 class _Twins:
     """builder.steps.twins's VariantTwins, imported on the first twin to make or check (a re-index that has none
-    does without the build steps' imports): it makes and checks twins, the index decides which it publishes."""
+    does without the build steps' imports): it makes and checks twins, the index decides which it publishes. One
+    maker for the run: it keeps the fat wheel its last slim check read."""
+
+    def __init__(self) -> None:
+        self._maker: VariantTwins | None = None
+
+    def _twins(self) -> VariantTwins:
+        if self._maker is None:
+            from builder.steps.twins import VariantTwins
+
+            self._maker = VariantTwins()
+        return self._maker
 
     def make(self, wheel: Path, folder: Path) -> Path:
-        from builder.steps.twins import VariantTwins
-
-        return VariantTwins().make(wheel, folder)
+        return self._twins().make(wheel, folder)
 
     def problems(self, wheel: Path, twin: Path) -> list[str]:
-        from builder.steps.twins import VariantTwins
-
-        return VariantTwins().problems(wheel, twin)
+        return self._twins().problems(wheel, twin)
 
     def derive(self, file: BinaryIO, archive: Archive) -> DerivedTwin | None:
-        from builder.steps.twins import VariantTwins
-
-        return VariantTwins().derive(file, archive)
+        return self._twins().derive(file, archive)
 
 
 def _twin_lines(report: IndexReport) -> tuple[list[str], list[str]]:

@@ -5,6 +5,7 @@ tests/integration/test_slim_relink.py."""
 from __future__ import annotations
 
 import dataclasses
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ import pytest
 from builder.core.errors import WheelError
 from builder.core.fatbin import parse_fatbin, select_entries
 from builder.plan.accelerator import Accelerator
+from builder.steps import slim
 from builder.steps.slim import Link, cuttable, find_links, keeper, slim_archs, slim_label, slim_ptx
+from builder.steps.twins import VariantTwins
 from tests.jobs import local_job
 from tests.synth import PTX, SASS, fatbin_container, fatbin_entry
 
@@ -95,3 +98,28 @@ def test_labels_and_arch_lists_of_slim_wheels() -> None:
 def test_link_reads_its_parts_from_the_command() -> None:
     link = Link(argv=tuple(LINK.split()))
     assert link.output.endswith("ext_cuda.cpython-311-x86_64-linux-gnu.so")
+
+
+def _zip(path: Path, members: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return path
+
+
+def test_one_maker_reads_a_fat_wheel_once_for_its_slim_checks_while_it_is_the_same_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fat = _zip(tmp_path / "p-1.0+pt214cu130-cp311-cp311-linux_x86_64.whl", {"p/__init__.py": b"x = 1\n"})
+    reads: list[Path] = []
+    real = slim.read_members
+    monkeypatch.setattr(slim, "read_members", lambda path, **kw: reads.append(Path(path)) or real(path, **kw))
+    maker = VariantTwins()
+    for arch in ("sm80", "sm90", "sm120"):
+        cut = _zip(tmp_path / f"p-1.0-cp311-cp311-linux_x86_64-pt214cu130{arch}.whl", {"p/__init__.py": b"x = 1\n"})
+        assert maker.problems(fat, cut)  # no provenance in it: refused, after the fat wheel was read
+    assert reads.count(fat) == 1
+    _zip(fat, {"p/__init__.py": b"x = 2\n"})  # the same name, another file: read again
+    assert maker.problems(fat, cut)
+    assert reads.count(fat) == 2
+    assert VariantTwins().problems(fat, cut) and reads.count(fat) == 3  # another maker (another run) reads it anew
