@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.cli import index as index_cli
 from builder.cli.main import main
 from scripts.bench.wheels import WheelSpec, make_wheel
 
@@ -42,3 +43,15 @@ def test_publish_needs_a_bucket(
     assert main(["index", "--output", str(output)]) == 0
     assert main(["publish", "--output", str(output)]) == 7
     assert "no bucket given" in capsys.readouterr().err
+
+
+def test_an_index_run_checks_every_twin_with_one_maker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The maker keeps the fat wheel its last slim check read (builder/steps/twins.py): one per run, not per call."""
+    from builder.steps import twins
+
+    makers: list[object] = []
+    monkeypatch.setattr(twins.VariantTwins, "problems", lambda self, wheel, twin: makers.append(self) or [])
+    checker = index_cli._Twins()
+    assert checker.problems(tmp_path / "a.whl", tmp_path / "a-sm90.whl") == []
+    assert checker.problems(tmp_path / "a.whl", tmp_path / "a-sm80.whl") == []
+    assert len(makers) == 2 and makers[0] is makers[1]
