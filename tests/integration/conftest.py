@@ -301,6 +301,19 @@ def real_build(e2e_workdir: Path) -> Path:
     with second.stdout:
         stamped = [f"{time.monotonic():.3f} {line}" for line in second.stdout]  # a pipe, read as a CI log is
     second.wait()
-    assert second.returncode == 0, "".join(stamped)
     (workdir / "resumed-build.stamped").write_text("".join(stamped))  # for the progress test in test_build_e2e
+    if second.returncode != 0:
+        pytest.fail(_why_the_build_failed(output, E2E_CAUSAL, second.returncode, stamped), pytrace=False)
     return output
+
+
+def _why_the_build_failed(output: Path, job: str, code: int, stamped: list[str]) -> str:
+    """What a failed real build's test prints, short and reason first: the ledger's reason and the end of the job's
+    log (a disk that ran full says so there), then the build's own lines without its summary table, whose width
+    pushed the reason out of CI's excerpt."""
+    log = output / "logs" / f"{job}.log"
+    tail = log.read_text(errors="replace").splitlines()[-40:] if log.is_file() else [f"(no log at {log})"]
+    texts = [line.split(" ", 1)[-1].rstrip("\n") for line in stamped]
+    lines = [text for text in texts if text != "build summary" and text[:1] not in "┏┃┡│└"]
+    return "\n".join([f"the resumed build exited {code}: {ledger_row(output, job).get('reason')}",
+                      f"-- the end of {log.name}:", *tail, "-- its output:", *lines[:60]])

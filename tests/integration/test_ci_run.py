@@ -4,8 +4,11 @@ where pytest collected nothing. `make` is replaced by a script that reports give
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,3 +47,25 @@ def test_a_run_over_the_budget_fails_with_one_error_line(tmp_path: Path) -> None
 def test_no_tests_collected_is_a_failure(tmp_path: Path) -> None:
     done = _ci_run(tmp_path, "unit 1.0 5\\n", exit_code=2)
     assert done.returncode == 1 and "collected no tests" in done.stderr
+
+
+@pytest.mark.parametrize("where", ["real", "missing"])
+def test_a_timed_part_says_the_free_disk_before_and_after_and_keeps_the_timings_format(
+    tmp_path: Path, where: str
+) -> None:
+    """A part that fills the disk fails in whichever test runs next; the part's line tells that apart. df's figure is
+    a number of GB for a real folder and "?" where there is none, and the timings file .ci/run sums is unchanged."""
+    temp = tmp_path / ("tmp" if where == "real" else "nowhere")
+    if where == "real":
+        temp.mkdir()
+    timings = tmp_path / "timings"
+    env = {**os.environ, "TMPDIR": str(temp), "WHEELWRIGHT_TIMINGS": str(timings)}
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "timed.sh"), "some part", "sh", "-c", "exit 3"], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 3
+    match = re.fullmatch(rf"time: some part [0-9.]+s \(exit 3\), free in {re.escape(str(temp))}: (\S+) -> (\S+) GB\n",
+                         done.stdout)
+    assert match, done.stdout
+    figures = match.groups()
+    assert all(re.fullmatch(r"[0-9]+\.[0-9]", f) for f in figures) if where == "real" else figures == ("?", "?")
+    assert re.fullmatch(r"some part [0-9.]+ 3\n", timings.read_text())
