@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from builder.core.errors import ConfigError, PublishError, one_line
 from builder.core.hashing import FileIdentity, sha256_stream
 from index_site import layout
-from index_site.site import FileRecord, load_manifest
+from index_site.records import FileRecord, load_manifest
 from index_site.tree import open_site_file, site_files
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from builder.core.errors import WheelwrightError, one_line
 from builder.core.hashing import FileIdentity, NotARegularFile, regular_identity, sha256_stream
 from builder.core.settings import deadline_scale
 from index_site import layout
-from index_site.site import FileRecord, load_manifest
+from index_site.records import FileRecord, load_manifest
 from index_site.tree import open_site_file
 
 log = logging.getLogger(__name__)

@@ -262,7 +262,7 @@ def _print_plan(report: PublishReport, where: str) -> None:
 def _warn_if_indexed_for_loopback(site: Path) -> None:
     from builder.cli.console import console
     from index_site import layout
-    from index_site.site import site_base_url
+    from index_site.records import site_base_url
 
     base_url = site_base_url(site) if (site / layout.SITE_MARKER).is_file() else None
     if base_url and urlsplit(base_url).hostname in ("127.0.0.1", "localhost", "::1"):

@@ -15,13 +15,14 @@ from packaging.version import Version
 from builder.core.hashing import regular_identity
 from builder.core.ledger import Ledger, LedgerEntry
 from index_site import pages as pages_module
+from index_site import records as records_module
 from index_site import render as render_module
-from index_site import site as site_module
 from index_site.catalog import scan
 from index_site.layout import SITE_MARKER
 from index_site.pages import people, setup_fingerprints
+from index_site.records import load_groups, load_manifest
 from index_site.render import render_site
-from index_site.site import build_site, load_groups, load_manifest
+from index_site.site import build_site
 from index_site.state import STATE_FILE
 from index_site.wheels import GpuArchs
 from scripts.bench.wheels import WheelSpec, make_wheel
@@ -119,7 +120,7 @@ def test_after_any_change_the_manifest_states_every_file_as_it_is(
     appended as a line of what moved: after a change it still names every file of the site with its own digest and
     identity, each line in the bytes json.dumps gives."""
     if appended:  # five wheels: a change line is a good part of the manifest, more than its usual eighth
-        monkeypatch.setattr(site_module, "_CHANGES_FRACTION", 1)
+        monkeypatch.setattr(records_module, "_CHANGES_FRACTION", 1)
     CHANGES[change](output)
     build_site(output, output / "site", base_url=BASE)
     site = output / "site"

@@ -16,9 +16,11 @@ from builder.core.errors import ConfigError
 from builder.core.hashing import FileIdentity
 from builder.core.ledger import Ledger, LedgerEntry
 from index_site import catalog as catalog_module
+from index_site import records as records_module
 from index_site import site as site_module
 from index_site.layout import SITE_MARKER
-from index_site.site import build_site, load_manifest
+from index_site.records import load_manifest
+from index_site.site import build_site
 from index_site.state import STATE_FILE
 from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.jobs import ledger_entry
@@ -85,8 +87,8 @@ def test_a_site_on_another_filesystem_checks_its_wheels_by_their_identity(
 ) -> None:
     """Inode numbers mean nothing across filesystems: there each site wheel is held to its full identity."""
     build_site(output, output / "site", base_url=BASE)
-    monkeypatch.setattr(site_module, "_quiet", lambda *_: (None, None))  # each run plans the whole site
-    monkeypatch.setattr(site_module, "_as_left", lambda *_: None)
+    monkeypatch.setattr(site_module, "quiet_run", lambda *_: (None, None))  # each run plans the whole site
+    monkeypatch.setattr(site_module, "as_left", lambda *_: None)
     seen: list[str] = []
     real = site_module.identity_if_regular
     monkeypatch.setattr(site_module, "identity_if_regular", lambda path: seen.append(os.fspath(path)) or real(path))
@@ -159,7 +161,7 @@ def test_a_manifest_the_typed_decoder_refuses_is_read_record_by_record(output: P
 
 
 def test_one_new_wheel_appends_a_line_of_changes_to_the_manifest(output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(site_module, "_CHANGES_FRACTION", 1)  # five wheels: a change is a good part of the file
+    monkeypatch.setattr(records_module, "_CHANGES_FRACTION", 1)  # five wheels: a change is a good part of the file
     site = output / "site"
     build_site(output, site, base_url=BASE)
     before = (site / SITE_MARKER).read_bytes()
@@ -177,7 +179,7 @@ def test_a_manifest_line_torn_by_a_kill_is_left_out_and_the_next_run_writes_the_
 ) -> None:
     """A run killed while appending leaves part of a line: a reader ignores it (the records in it are lost, so their
     files are verified again) and the next write rewrites the file whole rather than append after it."""
-    monkeypatch.setattr(site_module, "_CHANGES_FRACTION", 1)
+    monkeypatch.setattr(records_module, "_CHANGES_FRACTION", 1)
     site = output / "site"
     build_site(output, site, base_url=BASE)
     make_wheel(output / "dist", WheelSpec(label="pt213cu130", python="cp312"))
@@ -197,7 +199,7 @@ def test_change_lines_past_their_share_of_the_manifest_have_it_written_whole(
 ) -> None:
     site = output / "site"
     build_site(output, site, base_url=BASE)
-    monkeypatch.setattr(site_module, "_CHANGES_FRACTION", 10**9)  # no room for any line
+    monkeypatch.setattr(records_module, "_CHANGES_FRACTION", 10**9)  # no room for any line
     make_wheel(output / "dist", WheelSpec(label="pt213cu130", python="cp312"))
     build_site(output, site, base_url=BASE)
     assert (site / SITE_MARKER).read_bytes().count(b"\n") == 1
@@ -458,7 +460,7 @@ def test_a_folder_is_listed_again_only_when_its_folders_may_have_changed(
 ) -> None:
     import os
 
-    from index_site import site as site_module
+    from index_site import quiet
 
     top = tmp_path / "variant"
     for name in ("a", "b"):
@@ -480,6 +482,6 @@ def test_a_folder_is_listed_again_only_when_its_folders_may_have_changed(
     scanned: list[object] = []
     scandir = os.scandir
     monkeypatch.setattr(os, "scandir", lambda path: scanned.append(path) or scandir(path))
-    stats = site_module._subfolder_stats(str(top), "variant", now.st_nlink, found, left)
+    stats = quiet._subfolder_stats(str(top), "variant", now.st_nlink, found, left)
     assert bool(scanned) == listed
     assert sorted(stats) == sorted(p.name for p in top.iterdir() if p.is_dir())

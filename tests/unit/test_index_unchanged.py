@@ -35,7 +35,7 @@ def test_an_unchanged_run_reads_no_manifest_and_plans_nothing(output: Path, monk
     def fail(*args: object) -> None:
         raise AssertionError("the site was planned although nothing moved")
 
-    monkeypatch.setattr(site_module, "_recorded_manifest", fail)
+    monkeypatch.setattr(site_module, "recorded_manifest", fail)
     report = build_site(output, output / "site", base_url=BASE)
     assert report.written == () and report.deleted == () and report.unchanged == len(_tree(output / "site"))
 
@@ -72,8 +72,8 @@ def test_anything_that_moved_plans_the_site_again_and_it_ends_as_a_cold_index(
     output: Path, move: Callable[[Path], object], writes: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     planned: list[Path] = []
-    real = site_module._recorded_manifest
-    monkeypatch.setattr(site_module, "_recorded_manifest", lambda site: planned.append(site) or real(site))
+    real = site_module.recorded_manifest
+    monkeypatch.setattr(site_module, "recorded_manifest", lambda site: planned.append(site) or real(site))
     move(output)
     report = build_site(output, output / "site", base_url=BASE)
     assert planned == [output / "site"]
@@ -109,7 +109,7 @@ def test_one_added_wheel_stats_no_file_of_a_folder_nothing_moved_in(
     assert checked == []  # every folder was as recorded when the plan was made
     build_site(output, output / "cold", base_url=BASE)
     assert _tree(output / "site") == _tree(output / "cold")
-    monkeypatch.setattr(site_module, "_settled", lambda *_: site_module.Settled())  # no record of the folders
+    monkeypatch.setattr(site_module, "settled_folders", lambda *_: site_module.Settled())  # no record of the folders
     make_wheel(output / "dist", WheelSpec(python="cp310"))
     build_site(output, output / "site", base_url=BASE)
     assert [path for path in checked if "pt213cu130" in path]  # then each file's record is held to it
@@ -147,7 +147,7 @@ def test_a_quiet_run_reads_no_row_and_reports_what_the_full_run_reports(
 ) -> None:
     """With nothing moved, not even a file of dist/, the run takes the last complete run's summary: one stat per
     file, no row of the state read, and the very report a run that judges every file by its row makes."""
-    monkeypatch.setattr(site_module, "_quiet", lambda *_: (None, None))
+    monkeypatch.setattr(site_module, "quiet_run", lambda *_: (None, None))
     full = build_site(output, output / "site", base_url=BASE)
     monkeypatch.undo()
     build_site(output, output / "site", base_url=BASE)  # keeps the summary the quiet run takes
@@ -164,8 +164,8 @@ def test_anything_that_moved_ends_the_quiet_runs(output: Path, move: Callable[[P
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     build_site(output, output / "site", base_url=BASE)  # the summary is kept
     quiet: list[object] = []
-    real = site_module._quiet
-    monkeypatch.setattr(site_module, "_quiet", lambda *args: quiet.append(real(*args)) or quiet[-1])
+    real = site_module.quiet_run
+    monkeypatch.setattr(site_module, "quiet_run", lambda *args: quiet.append(real(*args)) or quiet[-1])
     build_site(output, output / "site", base_url=BASE)
     move(output)
     build_site(output, output / "site", base_url=BASE)
