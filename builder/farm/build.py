@@ -328,36 +328,17 @@ class Builder:
                 with job_context(job, self.layout.log_for(job), on_line), \
                         tempfile.TemporaryDirectory(prefix=f"{job.package}-", dir=self.layout.tmp) as work:
                     entry = self._build(job, digest, timer, ledger, share, Path(work), measured)
-            except NotBuildableHere as error:
-                entry = _base_entry(
-                    job,
-                    digest,
-                    self.layout,
-                    status=Status.UNBUILDABLE,
-                    phase=timer.phase,
-                    timings=timer.timings,
-                    reason=str(error),
-                )
-            except WheelwrightError as error:
-                entry = _base_entry(
-                    job,
-                    digest,
-                    self.layout,
-                    status=Status.FAILED,
-                    phase=timer.phase,
-                    timings=timer.timings,
-                    reason=str(error),
-                )
             except Exception as error:  # a bug or an unexpected failure of one job must not stop the others
-                log.exception("%s: unexpected error", job.identifier)
+                if not isinstance(error, WheelwrightError):
+                    log.exception("%s: unexpected error", job.identifier)
                 entry = _base_entry(
                     job,
                     digest,
                     self.layout,
-                    status=Status.FAILED,
+                    status=Status.UNBUILDABLE if isinstance(error, NotBuildableHere) else Status.FAILED,
                     phase=timer.phase,
                     timings=timer.timings,
-                    reason=f"{type(error).__name__}: {error}",
+                    reason=str(error) if isinstance(error, WheelwrightError) else f"{type(error).__name__}: {error}",
                 )
             ledger.put(entry)
             self.progress.on_done(job, entry.status)
