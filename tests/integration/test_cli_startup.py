@@ -68,3 +68,16 @@ def test_a_re_index_imports_only_what_its_work_needs(tmp_path: Path) -> None:
     assert {"pydantic", "jinja2"} <= cold  # the probe sees both where they are needed
     assert not unchanged & work, sorted(unchanged & work)
     assert printed.startswith("Indexed 3 wheels") and added & work == {"jinja2"}
+
+
+@pytest.mark.parametrize("module", ["index_site.serve", "index_site.publish"])
+def test_serve_and_publish_read_the_manifest_without_the_index_machinery(module: str) -> None:
+    """serve and publish hold each file to the manifest's record (index_site.records); neither needs the catalogue,
+    the twins or the site's planner, whose imports cost a tenth of a second before they were apart."""
+    probe = f"import sys, {module}; print(' '.join(sorted(m for m in sys.modules if m.startswith('index_site'))))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=60, check=True)
+    imported = set(result.stdout.split())
+    assert {module, "index_site.records"} <= imported
+    assert not imported & {"index_site.site", "index_site.catalog", "index_site.twins", "index_site.render"}
