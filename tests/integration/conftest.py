@@ -309,11 +309,11 @@ def real_build(e2e_workdir: Path) -> Path:
 
 def _why_the_build_failed(output: Path, job: str, code: int, stamped: list[str]) -> str:
     """What a failed real build's test prints, short and reason first: the ledger's reason and the end of the job's
-    log (a disk that ran full says so there), then the build's own lines without its summary table, whose width
-    pushed the reason out of CI's excerpt."""
+    log (a disk that ran full says so there), then the last of the build's own lines, without its summary table
+    (wider than CI's excerpt of a failure)."""
     log = output / "logs" / f"{job}.log"
     tail = log.read_text(errors="replace").splitlines()[-40:] if log.is_file() else [f"(no log at {log})"]
     texts = [line.split(" ", 1)[-1].rstrip("\n") for line in stamped]
-    lines = [text for text in texts if text != "build summary" and text[:1] not in "┏┃┡│└"]
+    lines = [text for text in texts if text != "build summary" and text[:1] not in "┏┃┡│├└"]
     return "\n".join([f"the resumed build exited {code}: {ledger_row(output, job).get('reason')}",
-                      f"-- the end of {log.name}:", *tail, "-- its output:", *lines[:60]])
+                      f"-- the end of {log.name}:", *tail, "-- the end of its output:", *lines[-30:]])
