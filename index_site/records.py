@@ -245,9 +245,7 @@ def _change_line(since: Recorded, recorded: Recorded, room: int) -> bytes | None
 
 
 def _identity_of(status: os.stat_result) -> FileIdentity | None:
-    if not stat.S_ISREG(status.st_mode):
-        return None
-    return FileIdentity(status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+    return FileIdentity.of(status) if stat.S_ISREG(status.st_mode) else None
 
 
 def current_bytes(path: Path) -> bytes | None:

@@ -55,7 +55,7 @@ def write_slims(output: Path, label: str = "pt214cu130", archs: tuple[str, ...] 
         work = output / "cut" / arch
         work.mkdir(parents=True, exist_ok=True)
         wheel = Path(shutil.copy(fat, work / fat.name))
-        provenance.embed(wheel, slim.cut_record(fat, job, arch))
+        provenance.embed(wheel, slim.cut_record(slim.Origin.of(fat), job, arch))
         made.append(make_twin(wheel, output / "variant", label=slim.slim_label(label, arch)).path)
     return made
 

@@ -135,7 +135,7 @@ class PhaseTimer:
             yield
         finally:
             spent, inner = process_cpu() - start, self._inner.pop()
-            self.cpu[name] = round(self.cpu.get(name, 0.0) + spent - inner, 3)
+            self.cpu[name] = round(self.cpu[name] + spent - inner, 3)
             if self._inner:
                 self._inner[-1] += spent
 
@@ -147,6 +147,22 @@ class PhaseTimer:
 
 
 CPU_LINE = "CPU-s by phase (this process and its children): "
+
+
+def cpu_by_phase(log: str) -> dict[str, float]:
+    """The CPU-seconds of each phase from the last line PhaseTimer.cpu_line wrote into a job's ``log``; {} where
+    there is none (code from before it, jobs side by side) or it does not read as one."""
+    lines = [line for line in log.splitlines() if CPU_LINE in line]
+    if not lines:
+        return {}
+    phases = {}
+    for part in lines[-1].split(CPU_LINE, 1)[1].split(", "):
+        phase, _, seconds = part.partition(" ")
+        try:
+            phases[phase] = float(seconds)
+        except ValueError:
+            return {}
+    return phases
 
 
 def process_cpu() -> float:
@@ -329,7 +345,8 @@ class Builder:
                         tempfile.TemporaryDirectory(prefix=f"{job.package}-", dir=self.layout.tmp) as work:
                     entry = self._build(job, digest, timer, ledger, share, Path(work), measured)
             except Exception as error:  # a bug or an unexpected failure of one job must not stop the others
-                if not isinstance(error, WheelwrightError):
+                expected = isinstance(error, WheelwrightError)
+                if not expected:
                     log.exception("%s: unexpected error", job.identifier)
                 entry = _base_entry(
                     job,
@@ -338,7 +355,7 @@ class Builder:
                     status=Status.UNBUILDABLE if isinstance(error, NotBuildableHere) else Status.FAILED,
                     phase=timer.phase,
                     timings=timer.timings,
-                    reason=str(error) if isinstance(error, WheelwrightError) else f"{type(error).__name__}: {error}",
+                    reason=str(error) if expected else f"{type(error).__name__}: {error}",
                 )
             ledger.put(entry)
             self.progress.on_done(job, entry.status)

@@ -267,10 +267,9 @@ class Origin:
         return cls(name=fat.name, record=record, sha256=sha256_of(fat))
 
 
-def cut_record(fat: Path | Origin, job: Job, arch: str) -> dict[str, object]:
+def cut_record(origin: Origin, job: Job, arch: str) -> dict[str, object]:
     """The slim wheel's provenance: the fat wheel's (its payload digests aside) with the slim arch list and the
     fat wheel it was cut from."""
-    origin = fat if isinstance(fat, Origin) else Origin.of(fat)
     record = dict(origin.record)
     slim_job = dataclasses.replace(job, archs=slim_archs(job, arch))
     record["archs"] = provenance.job_archs(slim_job)

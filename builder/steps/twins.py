@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from builder.core.archive import Archive
 from builder.core.errors import WheelError
+from builder.core.hashing import FileIdentity
 from builder.steps.variant import DerivedTwin, derive_open, make_twin, quick_problems, twin_problems
 from builder.steps.wheelzip import read_members
 
@@ -61,7 +62,7 @@ class VariantTwins:
         from builder.steps.slim import FatRead
 
         status = os.stat(wheel)
-        key = (str(wheel), status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+        key = (str(wheel), status.st_dev, FileIdentity.of(status))
         if self._fat is None or self._fat[0] != key:
             self._fat = None  # the last one's members go before the next one's are read
             self._fat = (key, FatRead.of(wheel))

@@ -52,7 +52,7 @@ from builder.core.errors import NotBuildableHere
 from builder.core.fatbin import FatbinContents
 from builder.core.ledger import Ledger, LedgerEntry
 from builder.core.wheelhouse import Layout
-from builder.farm.build import CPU_LINE
+from builder.farm.build import cpu_by_phase
 from builder.plan.arch import Arch
 from builder.plan.archs import apply_known_bad
 from builder.plan.expand import load_plan
@@ -430,18 +430,7 @@ def phase_cpu(name: str, workdir: Path, python: str) -> dict[str, float]:
     """The CPU-seconds of each phase of the build's job, from the line its log ends with (builder/farm/build.py's
     PhaseTimer, a job alone in its process); {} when the log has none (code from before it, or jobs side by side)."""
     output = workdir / name / "out"
-    log = output / "logs" / f"{ledger_entry(output, python).job_id}.log"
-    lines = [line for line in log.read_text(errors="replace").splitlines() if CPU_LINE in line]
-    if not lines:
-        return {}
-    phases = {}
-    for part in lines[-1].split(CPU_LINE, 1)[1].split(", "):
-        phase, _, seconds = part.partition(" ")
-        try:
-            phases[phase] = float(seconds)
-        except ValueError:
-            return {}
-    return phases
+    return cpu_by_phase((output / "logs" / f"{ledger_entry(output, python).job_id}.log").read_text(errors="replace"))
 
 
 def phase_line(name: str, phases: dict[str, float], measured: Measured) -> str:

@@ -78,7 +78,7 @@ def slim_build(folder: Path) -> tuple[Path, list[str]]:
     labels = []
     for arch in slim.cuttable(job):
         copy = Path(shutil.copy(fat, (folder / "cut" / arch).mkdir(parents=True) or folder / "cut" / arch))
-        provenance.embed(copy, slim.cut_record(fat, job, arch))
+        provenance.embed(copy, slim.cut_record(slim.Origin.of(fat), job, arch))
         labels.append(make_twin(copy, folder / "variant", label=slim.slim_label(job.label, arch)).label)
     finished_build(folder)
     return fat, labels

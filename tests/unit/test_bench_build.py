@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from builder.core.ledger import Ledger, LedgerEntry, Status
+from builder.farm.build import CPU_LINE
 from scripts.bench import build as bench_build
 from tests.jobs import ledger_entry
 from tests.unit.test_timeline import HAND_MADE
@@ -196,7 +197,7 @@ def test_the_cpu_by_phase_comes_from_the_jobs_log_and_the_ratio_leaves_the_slim_
     with Ledger(out / "ledger.sqlite") as ledger:
         ledger.put(entry({"compile": 61.0}))
     log = out / "logs" / f"{entry({}).job_id}.log"
-    log.write_text(f"nvcc ...\n[12:00:01] {bench_build.CPU_LINE}fetch 0.0, env 1.5, compile 2400.2, slim 90.4, "
+    log.write_text(f"nvcc ...\n[12:00:01] {CPU_LINE}fetch 0.0, env 1.5, compile 2400.2, slim 90.4, "
                    "repair 8.0, verify 6.1, install 3.0\n")
     phases = bench_build.phase_cpu("ours", tmp_path, "3.12")
     assert phases == {"fetch": 0.0, "env": 1.5, "compile": 2400.2, "slim": 90.4, "repair": 8.0, "verify": 6.1,
