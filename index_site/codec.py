@@ -5,6 +5,7 @@ library's time, before its lists are made into records at all. Encoding is a six
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgspec
@@ -15,9 +16,11 @@ class _Document(msgspec.Struct):
     base_url: str | None = None
     files: dict[str, tuple[str, int, int, int, int]] = {}
     groups: dict[str, tuple[str, tuple[str, ...]]] = {}
+    blocks: dict[str, tuple[str, int, msgspec.Raw]] = {}  # each block's files left undecoded (records.Block)
 
 
 _DECODER = msgspec.json.Decoder(_Document)
+_ENTRIES = msgspec.json.Decoder(dict[str, tuple[str, int, int, int, int]])
 
 
 def decode(first: memoryview) -> dict[str, Any] | None:
@@ -33,3 +36,19 @@ def decode(first: memoryview) -> dict[str, Any] | None:
 def encode(document: object) -> bytes:
     """Compact JSON (no spaces), in UTF-8."""
     return msgspec.json.encode(document)
+
+
+def decode_entries(raw: object) -> object:
+    """A block's files as the manifest holds them ({path: [sha256, inode, size, mtime_ns, ctime_ns]}), from the
+    bytes the document's decoding left undecoded; as the standard library decodes them where they are not as the
+    index writes them, for records._records to drop what it cannot trust; None where they are no JSON."""
+    if not isinstance(raw, msgspec.Raw):
+        return None
+    try:
+        return _ENTRIES.decode(raw)
+    except msgspec.MsgspecError:
+        pass
+    try:
+        return json.loads(bytes(raw))
+    except (ValueError, RecursionError):
+        return None

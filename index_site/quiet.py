@@ -21,9 +21,9 @@ from typing import Any
 
 from builder.core.hashing import FileIdentity
 from builder.core.wheelhouse import Layout
-from index_site import layout
+from index_site import blocks, layout
 from index_site.catalog import Judged, Listing, listing, read_ledger
-from index_site.records import Recorded
+from index_site.records import Block, Recorded
 from index_site.report import IndexReport, from_summary, summary
 from index_site.state import IndexState
 from index_site.twins import TwinReport
@@ -40,6 +40,8 @@ class Settled:
     folders: frozenset[str] = frozenset()  # site paths: "whl/pt214cu130"
     files: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # folder: its files' site paths, inodes
     subfolders: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # folder: its folders' names
+    # The manifest's blocks taken as they are (blocks.kept): their files are not among ``files``.
+    blocks: Mapping[str, Block] = field(default_factory=dict)
 
     def holds(self, path: str) -> bool:
         return path.rpartition("/")[0] in self.folders
@@ -100,7 +102,7 @@ def _quiet_key(
 ) -> str:
     """One digest of the files of dist/ and variant/ with their identities, the ledger's digest, the state's
     generation, the base URL, the code that writes the site and whether twins are made."""
-    head = [state.generation(), base_url, _code_digest(), ledger, str(twins)]
+    head = [state.generation(), base_url, code_digest(), ledger, str(twins)]
     files = [f"{name}\0{i[0]}:{i[1]}:{i[2]}:{i[3]}" for folder in (dist, variant) for name, i in sorted(folder.items())]
     return hashlib.sha256("\n".join([*head, *files, str(len(dist))]).encode()).hexdigest()
 
@@ -108,11 +110,11 @@ def _quiet_key(
 def inputs_digest(state: IndexState, catalog: Judged, base_url: str) -> str:
     """A digest of everything the site is made from: the catalogue's rows (the state's generation), the ledger's
     failures and GPU archs (catalog.ledger_digest), the base URL and the code that writes the site."""
-    parts = [state.generation(), base_url, _code_digest(), catalog.ledger]
+    parts = [state.generation(), base_url, code_digest(), catalog.ledger]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def _code_digest() -> str:
+def code_digest() -> str:
     """The code that writes the site: every module of index_site and its templates, and what doctor.py and the
     coverage model are made from (what a complete run left is used again only while this is the same)."""
     package = Path(__file__).parent
@@ -165,26 +167,32 @@ def _same_identity(site: Path, path: str, identity: object) -> bool:
     return identity == [status.st_ino, status.st_mtime_ns, status.st_ctime_ns]
 
 
-def settled_folders(site: Path, state: IndexState, recorded: Recorded) -> Settled:
-    """The folders the last complete run recorded that still have its identities, with their recorded files;
-    none where the manifest is no longer the file that run wrote."""
+def settled_folders(
+    site: Path, state: IndexState, recorded: Recorded, expected: Mapping[str, str] | None = None
+) -> Settled:
+    """The folders the last complete run recorded that still have its identities, with their recorded files, and
+    the recorded blocks still right (``expected``: the digest of each block now, blocks.expected); none where the
+    manifest is no longer the file that run wrote."""
     folders = _site_record(state, site).get("folders")
     if not isinstance(folders, dict) or not _same_identity(site, layout.SITE_MARKER, folders.get(layout.SITE_MARKER)):
         return Settled()
-    still = {
+    still = frozenset(
         path
         for path, identity in folders.items()
         if identity is not None and path != layout.SITE_MARKER and _same_identity(site, path, identity)
-    }
+    )
+    kept = blocks.kept(recorded.blocks, expected or {}, still)
+    unkept = [block.records() for key, block in recorded.blocks.items() if key not in kept]
     files: dict[str, dict[str, int]] = {}
-    for path, record in recorded.files.items():  # each record's inode, by folder: one pass over 87,000
-        files.setdefault(path.rpartition("/")[0], {})[path] = record[1][0]
+    for records in (recorded.files, *unkept):  # each record's inode, by folder: one pass over those not kept
+        for path, record in records.items():
+            files.setdefault(path.rpartition("/")[0], {})[path] = record[1][0]
     subfolders: dict[str, list[str]] = {}
     for path in folders:
         parent, _, name = path.rpartition("/")
         if parent:
             subfolders.setdefault(parent, []).append(name)
-    return Settled(frozenset(still), files, {folder: tuple(names) for folder, names in subfolders.items()})
+    return Settled(still, files, {folder: tuple(names) for folder, names in subfolders.items()}, kept)
 
 
 def leave(state: IndexState, site: Path, inputs: str, files: int, quiet: Mapping[str, Any] | None) -> None:

@@ -3,8 +3,11 @@ identity (inode, size, mtime, ctime), trusted only while that identity holds; th
 the base URL the site was indexed for. serve and publish read it to hold every file they send to its record.
 
 It is one JSON document on the first line, written whole, then change lines appended after it: one added wheel
-changes a dozen records of 87,000, a few kB where the document is 21 MB. A reader applies the lines in order; a
-torn last line (a run killed while appending) is dropped, and the next write rewrites the file whole."""
+changes a few hundred records of 87,000, some 100 kB where the document is 21 MB. A reader applies the lines in
+order; a torn last line (a run killed while appending) is dropped, and the next write rewrites the file whole.
+
+The files placed from dist/ and variant/ are recorded in blocks (blocks.py), each with the digest of its sources:
+a run takes a block it need not change as it was read, without decoding it, and writes it back so."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from builder.core.errors import ConfigError
@@ -33,16 +37,19 @@ class FileRecord(NamedTuple):
 
 
 def load_manifest(site: Path) -> dict[str, FileRecord]:
-    """What the last index run wrote into ``site``: {site path: FileRecord}."""
-    return _records(_read_marker(site))
+    """What the last index run wrote into ``site``: {site path: FileRecord}, every block's records included."""
+    document = _read_marker(site)
+    records = _records(document.get("files"))
+    for block in _blocks(document).values():
+        records.update(block.records())
+    return records
 
 
-def _records(document: Mapping[str, Any]) -> dict[str, FileRecord]:
+def _records(files: object) -> dict[str, FileRecord]:
     # [sha256, inode, size, mtime_ns, ctime_ns]; an older manifest's [sha256, size, mtime_ns] is not trusted.
     # Damaged numbers need no check here: they never equal a real file's, so the file is verified again.
     # tuple.__new__ builds the named tuples without their per-call checks: two per file of the site, every run.
     new = tuple.__new__
-    files = document.get("files")
     return {
         path: new(FileRecord, (raw[0], new(FileIdentity, raw[1:])))
         for path, raw in (files.items() if isinstance(files, dict) else ())
@@ -51,6 +58,57 @@ def _records(document: Mapping[str, Any]) -> dict[str, FileRecord]:
 
 
 _ENTRY = (tuple, list)  # as the typed decoder or a change line gives it
+
+
+class Block:
+    """One block of the manifest (blocks.py): the digest of its sources, how many files it holds, and their
+    entries, decoded only when asked for: a block taken as it is goes back into the manifest as it was read."""
+
+    __slots__ = ("_decoded", "_entries", "count", "digest")
+
+    def __init__(self, digest: str, count: int, entries: object) -> None:
+        self.digest, self.count, self._entries = digest, count, entries
+        self._decoded: dict[str, FileRecord] | None = None
+
+    @classmethod
+    def of(cls, digest: str, records: Mapping[str, FileRecord]) -> Block:
+        block = cls(digest, len(records), {path: (record[0], *record[1]) for path, record in sorted(records.items())})
+        block._decoded = dict(records)
+        return block
+
+    def records(self) -> dict[str, FileRecord]:
+        """Its files' records; a damaged entry is left out (its file is verified again)."""
+        if self._decoded is None:
+            entries = self._entries
+            if not isinstance(entries, dict):
+                from index_site import codec
+
+                entries = codec.decode_entries(entries)
+            self._decoded = _records(entries)
+        return self._decoded
+
+    def __eq__(self, other: object) -> bool:
+        """The same digest and records (a block made again of the same files equals the one read)."""
+        if self is other:
+            return True
+        if not isinstance(other, Block):
+            return NotImplemented
+        return self.digest == other.digest and self.count == other.count and self.records() == other.records()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def entry(self) -> tuple[str, int, object]:
+        """As the manifest writes it."""
+        return (self.digest, self.count, self._entries)
+
+
+def _blocks(document: Mapping[str, Any]) -> dict[str, Block]:
+    found = document.get("blocks")
+    return {
+        key: Block(raw[0], raw[1], raw[2])
+        for key, raw in (found.items() if isinstance(found, dict) else ())
+        if isinstance(raw, _ENTRY) and len(raw) == 3 and isinstance(raw[0], str) and type(raw[1]) is int
+    }
 
 
 def load_groups(site: Path) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -119,13 +177,14 @@ def _apply_changes(document: dict[str, Any], changes: bytes) -> int | None:
     records and groups are then lost, which costs only work (a file without its record is verified again, a group
     without its entry is rendered again), never trust. Returns the bytes applied, or None when some were not."""
     applied = 0
-    targets = document.setdefault("files", {}), document.setdefault("groups", {})
+    names = ("files", "groups", "blocks")
+    targets = tuple(document.setdefault(name, {}) for name in names)
     for line in changes.splitlines(keepends=True):
         try:
             change = json.loads(line) if line.endswith(b"\n") else None
         except (ValueError, RecursionError):
             change = None
-        parts = [change.get(name, {}) for name in ("files", "groups")] if isinstance(change, dict) else []
+        parts = [change.get(name, {}) for name in names] if isinstance(change, dict) else []
         if not parts or not all(isinstance(part, dict) for part in (*parts, *targets)):
             return None
         for target, part in zip(targets, parts, strict=True):
@@ -146,12 +205,13 @@ class Recorded(NamedTuple):
     where its file stood when read: its identity, the size of its document and of the change lines after it
     (None: the file must be rewritten whole before anything is appended)."""
 
-    files: dict[str, FileRecord]
+    files: dict[str, FileRecord]  # those in no block
     groups: dict[str, tuple[str, tuple[str, ...]]]
     base_url: str | None
     marker: FileIdentity | None = None
     size: int = 0
     changes: int | None = None
+    blocks: Mapping[str, Block] = MappingProxyType({})
 
 
 def recorded_manifest(site: Path) -> Recorded:
@@ -160,7 +220,8 @@ def recorded_manifest(site: Path) -> Recorded:
     before = identity_if_regular(marker)
     document, changes = _read_marker_state(site)
     size = before.size - (changes or 0) if before is not None else 0
-    return Recorded(_records(document), _groups(document), document.get("base_url"), before, size, changes)
+    files, groups, blocks = _records(document.get("files")), _groups(document), _blocks(document)
+    return Recorded(files, groups, document.get("base_url"), before, size, changes, blocks)
 
 
 def write_manifest(
@@ -171,11 +232,13 @@ def write_manifest(
     *,
     compare: bool = True,
     since: Recorded | None = None,
+    blocks: Mapping[str, Block] | None = None,
 ) -> None:
-    """Write the manifest: as one line of changes appended to the file when it is still the one read as ``since``
-    and the lines appended since it was written whole stay under an eighth of it (one added wheel changes a dozen
-    records of 20,000: a few kB, where the whole file is 4 MB), else whole."""
-    recorded = Recorded(dict(records), dict(groups or {}), base_url)
+    """Write the manifest (``records``: the files in none of ``blocks``): as one line of changes appended to the
+    file when it is still the one read as ``since`` and the lines appended since it was written whole stay under
+    an eighth of it (one added wheel changes a few hundred records of 87,000: some 100 kB, where the whole file is
+    21 MB), else whole."""
+    recorded = Recorded(dict(records), dict(groups or {}), base_url, blocks=dict(blocks or {}))
     if since is not None and _append_changes(site, since, recorded):
         return
     document = {
@@ -183,6 +246,7 @@ def write_manifest(
         "base_url": base_url,
         "files": {path: (records[path][0], *records[path][1]) for path in sorted(records)},
         "groups": dict(sorted((groups or {}).items())),
+        "blocks": {key: block.entry() for key, block in sorted(recorded.blocks.items())},
     }
     from index_site import codec
 
@@ -238,7 +302,11 @@ def _change_line(since: Recorded, recorded: Recorded, room: int) -> bytes | None
         if since.groups.get(key) != (digest, paths)
     }
     groups.update((key, None) for key in since.groups.keys() - recorded.groups.keys())
-    change = {"files": dict(sorted(files.items())), "groups": dict(sorted(groups.items()))}
+    blocks: dict[str, tuple[str, int, object] | None] = {
+        key: block.entry() for key, block in recorded.blocks.items() if since.blocks.get(key) != block
+    }
+    blocks.update((key, None) for key in since.blocks.keys() - recorded.blocks.keys())
+    change = {"files": dict(sorted(files.items())), "groups": dict(sorted(groups.items())), "blocks": blocks}
     from index_site import codec
 
     return codec.encode(change) + b"\n"

@@ -29,9 +29,18 @@ from builder.core.errors import ConfigError, FileSystemError
 from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, holds_identity, identity_if_regular, regular_identity
 from builder.core.wheelhouse import Layout
-from index_site import fallback, layout, variants
+from index_site import blocks, fallback, layout, variants
 from index_site.catalog import Catalog, Judged, RecordedFacts, catalog_of, judge
-from index_site.quiet import Settled, as_left, inputs_digest, kept_for_next, leave, quiet_run, settled_folders
+from index_site.quiet import (
+    Settled,
+    as_left,
+    code_digest,
+    inputs_digest,
+    kept_for_next,
+    leave,
+    quiet_run,
+    settled_folders,
+)
 from index_site.records import FileRecord, Recorded, current_bytes, recorded_manifest, write_manifest
 from index_site.report import IndexReport
 from index_site.state import IndexState, state_path
@@ -64,10 +73,11 @@ class SitePlan:
     groups: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)  # key: (digest, its pages)
     stale: tuple[str, ...]  # managed files no longer part of the site
     kept: Mapping[str, FileRecord]  # files already right on disk, with what the manifest should say of them
+    placing: blocks.Placing = field(default_factory=blocks.Placing)  # the blocks kept whole; how the others are made
 
     @property
     def unchanged(self) -> int:
-        return len(self.kept)
+        return len(self.kept) + self.placing.count
 
 
 def build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | None = None) -> IndexReport:
@@ -115,7 +125,11 @@ def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | N
             channel = fallback.channel_sizes(settled.twins)
             catalog = dataclasses.replace(catalog_of(judged), channel=channel, facts=RecordedFacts(state).facts())
             recorded = recorded_manifest(site)
-            still = settled_folders(site, state, recorded)
+            identities = {**catalog.identities, **{twin.filename: twin.identity for twin in settled.twins}}
+            # a site on another filesystem holds copies of dist/'s wheels: each is held to its identity, every run
+            linkable = catalog.wheels if _device(wheelhouse.dist) == os.stat(site).st_dev else ()
+            expected = blocks.expected(linkable, settled.twins, identities, code_digest())
+            still = settled_folders(site, state, recorded, expected)
             report, linked = _index(output, site, base_url, state, recorded, catalog, settled, still)
         kept = kept_for_next(state, judged, settled, linked, report, base_url, twins is not None)
         leave(state, site, inputs, report.unchanged + len(report.written), kept)
@@ -136,8 +150,10 @@ def _index(
     moved (their ctimes)."""
     from index_site.render import channel_groups  # jinja2 and the page models: only for a run that renders
 
-    manifest, previous_groups = recorded.files, recorded.groups
-    extra_files, extracted = variants.placed(twins.twins)
+    still = settled or Settled()
+    manifest, previous_groups = blocks.unpacked(recorded.files, recorded.blocks, still.blocks), recorded.groups
+    placing = _placing(catalog, twins, still)
+    extra_files, extracted = variants.placed(placing.twins)
     pages, reused, groups, digests = render_changed(
         catalog,
         site,
@@ -160,12 +176,27 @@ def _index(
         settled=settled,
         fresh=twins.fresh,
         digests=digests,
+        placing=dataclasses.replace(
+            placing, paths=blocks.members(placing.wheels, extra_files, [entry[:2] for entry in extracted])
+        ),
     )
     identities = {**catalog.identities, **{twin.filename: FileIdentity(*twin.identity) for twin in twins.twins}}
     written, linked = apply_plan(plan, site, base_url=base_url, identities=identities, recorded=recorded)
     if linked:
         state.refresh({name: (identities[name], identity) for name, identity in linked.items()})
     return _report(site, catalog, twins, written=written, deleted=plan.stale, unchanged=plan.unchanged), linked
+
+
+def _placing(catalog: Catalog, twins: TwinReport, settled: Settled) -> blocks.Placing:
+    """The blocks this run keeps as they are, and the wheels and twins it places one by one."""
+    kept = settled.blocks
+    return blocks.Placing(
+        kept=kept,
+        wheels=[wheel for wheel in catalog.wheels if blocks.WHEELS + wheel.name.label not in kept] if kept else
+        catalog.wheels,
+        twins=[twin for twin in twins.twins if blocks.TWINS + twin.label not in kept] if kept else twins.twins,
+        code=code_digest(),
+    )
 
 
 def _report(
@@ -294,14 +325,16 @@ def plan_site(
     settled: Settled | None = None,
     fresh: Mapping[tuple[str, str], bytes] | None = None,
     digests: Mapping[str, str] | None = None,
+    placing: blocks.Placing | None = None,
 ) -> SitePlan:
     """Compare what the site should hold with what it holds; nothing is written here. ``reused`` are pages known
     to be in place without rendering them (see render_changed); ``extra_files`` are other immutable files to place
     like the wheels (the variant channel's twins), ``extracted`` files taken out of them; ``digests`` are the sha256
     of pages already worked out."""
     still = settled or Settled()
+    placing = placing or blocks.Placing(wheels=catalog.wheels)
     entries = _managed_files(site, _device(dist), still)
-    links, metadata, kept = _plan_files(catalog, dist, site, manifest, entries, still)
+    links, metadata, kept = _plan_files(catalog, placing.wheels, dist, site, manifest, entries, still)
     kept.update(reused or {})
     root = os.fspath(site) + "/"
     for source, path, twin in extra_files:
@@ -336,6 +369,7 @@ def plan_site(
         stale=stale,
         kept=kept,
         groups=dict(groups or {}),
+        placing=placing,
     )
 
 
@@ -369,21 +403,23 @@ def _extracted_in_place(
 
 def _plan_files(
     catalog: Catalog,
+    wheels: Iterable[WheelFile],
     dist: Path,
     site: Path,
     manifest: Mapping[str, FileRecord],
     entries: Mapping[str, int | None],
     settled: Settled,
 ) -> tuple[list[_Link], list[Extract], dict[str, FileRecord]]:
-    """Wheels to link and .metadata files to write, and the records of those already in place. ``entries``: the
-    site's files with the inode numbers of those that may be hard links into dist/ (see _managed_files)."""
+    """Wheels to link and .metadata files to write, and the records of those already in place (of ``wheels``, the
+    catalog's not in a block kept whole). ``entries``: the site's files with the inode numbers of those that may be
+    hard links into dist/ (see _managed_files)."""
     links: list[_Link] = []
     metadata: list[Extract] = []
     kept: dict[str, FileRecord] = {}
     root = os.fspath(site) + "/"  # string paths, checks inline: this loop runs for every wheel on every index
     folder = os.fspath(dist) + "/"
     identities = catalog.identities
-    for wheel in catalog.wheels:
+    for wheel in wheels:
         filename = wheel.filename
         path = layout.wheel_path(wheel.name.label, filename)
         hashed = identities.get(filename)
@@ -445,8 +481,9 @@ def apply_plan(
             continue
         (site / path).unlink(missing_ok=True)
         _remove_empty_parents(site, site / path)
-    if recorded is None or recorded[:3] != (records, plan.groups, base_url):  # its bytes differ too: not read
-        write_manifest(site, records, base_url, plan.groups, compare=False, since=recorded)
+    packed = plan.placing.packed(records, blocks.identities_after(identities or {}, linked))
+    if recorded is None or (*recorded[:3], recorded.blocks) != (records, plan.groups, base_url, packed):
+        write_manifest(site, records, base_url, plan.groups, compare=False, since=recorded, blocks=packed)
     written = (*(path for _, path, _ in plan.links), *(extract.path for extract in plan.metadata), *pages)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
     return written, linked

@@ -97,13 +97,20 @@ def _check_manifest(site: Path, files: set[str], digests: dict[str, str]) -> lis
 
 def _recorded(marker: Path) -> dict[str, list]:
     """The manifest's records: its document's, then each complete change line's in order (null: gone); a torn last
-    line (a run killed while appending) is not part of it."""
+    line (a run killed while appending) is not part of it. The files in no block, and those of every block (a block
+    is [digest, count, {path: record}], replaced whole by a change line)."""
     head, *changes = marker.read_bytes().split(b"\n")
-    files = json.loads(head).get("files", {})
+    document = json.loads(head)
+    files, blocks = document.get("files", {}), document.get("blocks", {})
     for line in changes[:-1]:  # the last piece follows the last newline: empty, or torn
-        for path, record in json.loads(line).get("files", {}).items():
-            if record is None:
-                files.pop(path, None)
-            else:
-                files[path] = record
+        change = json.loads(line)
+        for target, part in ((files, change.get("files", {})), (blocks, change.get("blocks", {}))):
+            for key, value in part.items():
+                if value is None:
+                    target.pop(key, None)
+                else:
+                    target[key] = value
+    for _, count, records in blocks.values():
+        assert count == len(records), f"a block of {len(records)} files says {count}"
+        files.update(records)
     return files

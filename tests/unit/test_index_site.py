@@ -170,7 +170,14 @@ def test_one_new_wheel_appends_a_line_of_changes_to_the_manifest(output: Path, m
     after = (site / SITE_MARKER).read_bytes()
     assert after.startswith(before) and after.count(b"\n") == 2  # the document as it was, then one line
     change = json.loads(after[len(before) :])
-    assert {f"whl/pt213cu130/{new.name}", "wheels.json"} <= change["files"].keys() < load_manifest(site).keys()
+    assert "wheels.json" in change["files"]
+    # the new wheel's block, written whole: the label's wheels, each with its .metadata; the other label's block
+    # is left as it was
+    (key,) = change["blocks"]
+    block_paths = change["blocks"][key][2].keys()
+    assert f"whl/pt213cu130/{new.name}" in block_paths
+    assert all(path.startswith("whl/pt213cu130/") for path in block_paths)
+    assert change["files"].keys() | block_paths < load_manifest(site).keys()
     assert _stated_wrongly(site) == []
 
 

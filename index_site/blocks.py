@@ -1,0 +1,152 @@
+"""The site's files placed from dist/ and variant/, in blocks the manifest records whole: a label's wheels (each in
+``whl/<label>/`` with its .metadata) and a label's twins (each in ``variant/files/`` with its null, their .metadata
+and its wheelwright.json). Each block carries the digest of the files it was placed from: their names, sha256s and
+full identities (inode, size, mtime, ctime) as the catalog holds them, and the code that places them.
+
+A run whose catalog gives a block the digest it was recorded with, while the block's folder is settled (no entry
+added, taken out or renamed since the last complete run: quiet.Settled), takes the block's records as they are,
+undecoded: every source file still has the identity it had when its files were placed, so they are still the
+files it placed. At 10,000 wheels with twins the blocks hold 65,000 of the manifest's 87,000 records; one added
+wheel changes two blocks (a few hundred records). A file of a block is held to its record one by one again only
+where its folder moved or its block's digest did."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from builder.core.hashing import FileIdentity
+from index_site import layout
+from index_site.records import Block, FileRecord
+
+if TYPE_CHECKING:
+    from index_site.variants import VariantWheel
+    from index_site.wheels import WheelFile
+
+WHEELS = "wheels:"  # + label
+TWINS = "twins:"  # + label
+_TWIN_FOLDER = f"{layout.VARIANTS}/files"  # variants.file_path's folder
+
+
+def folder(key: str) -> str:
+    """The site folder that holds the files of block ``key``."""
+    if key.startswith(WHEELS):
+        return f"whl/{key.removeprefix(WHEELS)}"
+    return _TWIN_FOLDER
+
+
+def expected(
+    wheels: Iterable[WheelFile],
+    twins: Iterable[VariantWheel],
+    identities: Mapping[str, Sequence[int]],
+    code: str,
+) -> dict[str, str]:
+    """The digest every block should have now: {key: digest} (``identities``: each file's, by filename, as the
+    catalog checked it or this run's links left it; a twin not there carries its own). One pass over the wheels
+    and one over the twins."""
+    texts: dict[str, list[str]] = {}
+    for wheel in wheels:
+        identity = identities.get(wheel.filename)
+        if identity is None:  # not placed from a file the catalog checked: its records stay out of any block
+            continue
+        texts.setdefault(WHEELS + wheel.name.label, [code]).append(
+            f"{wheel.filename}\0{wheel.sha256}\0{wheel.metadata.sha256}\0{identity[0]}:{identity[1]}:{identity[2]}:"
+            f"{identity[3]}"
+        )
+    for twin in twins:
+        identity = identities.get(twin.filename) or twin.identity
+        texts.setdefault(TWINS + twin.label, [code]).append(
+            f"{twin.filename}\0{twin.sha256}\0{twin.metadata_sha256}\0{twin.provenance_sha256}\0"
+            f"{identity[0]}:{identity[1]}:{identity[2]}:{identity[3]}"
+        )
+    return {key: hashlib.sha256("\n".join(parts).encode()).hexdigest() for key, parts in texts.items()}
+
+
+def kept(recorded: Mapping[str, Block], now: Mapping[str, str], settled: frozenset[str]) -> dict[str, Block]:
+    """The recorded blocks still right as they are: the same digest now, in a settled folder."""
+    return {
+        key: block
+        for key, block in recorded.items()
+        if now.get(key) == block.digest and folder(key) in settled
+    }
+
+
+def unpacked(files: Mapping[str, FileRecord], recorded: Mapping[str, Block], keep: Mapping[str, Block]) -> dict[
+    str, FileRecord
+]:
+    """The records of every file outside the kept blocks: ``files`` (those in no block) and those of the other
+    blocks, decoded."""
+    if len(keep) == len(recorded):
+        return dict(files)
+    records = dict(files)
+    for key, block in recorded.items():
+        if key not in keep:
+            records.update(block.records())
+    return records
+
+
+def members(
+    wheels: Iterable[WheelFile], placed: Iterable[tuple[str, str, VariantWheel]], extracted: Iterable[tuple[str, str]]
+) -> dict[str, list[str]]:
+    """The site paths of each block the run places anew: {key: paths}. ``placed``: (source, path, twin) of
+    variants.placed; ``extracted``: (source, path) of the files taken out of those twins."""
+    paths: dict[str, list[str]] = {}
+    for wheel in wheels:
+        path = layout.wheel_path(wheel.name.label, wheel.filename)
+        paths.setdefault(WHEELS + wheel.name.label, []).extend((path, path + ".metadata"))
+    label_of: dict[str, str] = {}
+    for source, path, twin in placed:
+        label_of[source] = twin.label
+        paths.setdefault(TWINS + twin.label, []).append(path)
+    for source, path in extracted:
+        paths.setdefault(TWINS + label_of[source], []).append(path)
+    return paths
+
+
+def packed(
+    records: dict[str, FileRecord], keep: Mapping[str, Block], fresh: Mapping[str, tuple[str, Sequence[str]]]
+) -> dict[str, Block]:
+    """Every block of the site as this run leaves it: the kept ones, and ``fresh`` ({key: (digest, paths)}) made
+    from ``records``, which gives their records up (what remains there is in no block)."""
+    blocks = dict(keep)
+    for key, (digest, paths) in fresh.items():
+        found = {path: records.pop(path) for path in paths if path in records}
+        if found:
+            blocks[key] = Block.of(digest, found)
+    return blocks
+
+
+def identities_after(
+    identities: Mapping[str, FileIdentity], linked: Mapping[str, FileIdentity]
+) -> Mapping[str, FileIdentity]:
+    """Each source file's identity after this run's hard links moved their ctimes: what the next run's catalog
+    holds, so what a block's digest is made from."""
+    return {**identities, **linked} if linked else identities
+
+
+@dataclass(frozen=True)
+class Placing:
+    """What a run places of the blocks: the blocks it keeps as they are, and the wheels and twins of the others,
+    placed (or found in place) one by one, whose files make those blocks anew."""
+
+    kept: Mapping[str, Block] = field(default_factory=dict)
+    wheels: Sequence[WheelFile] = ()
+    twins: Sequence[VariantWheel] = ()
+    paths: Mapping[str, list[str]] = field(default_factory=dict)  # block key: the site paths of its files
+    code: str = ""
+
+    @property
+    def count(self) -> int:
+        """How many files the kept blocks hold."""
+        return sum(block.count for block in self.kept.values())
+
+    def packed(self, records: dict[str, FileRecord], identities: Mapping[str, Sequence[int]]) -> dict[str, Block]:
+        """The site's blocks once placed (``identities``: of the sources, as this run's links left them), their
+        records taken out of ``records``."""
+        if not self.paths:
+            return dict(self.kept)
+        digests = expected(self.wheels, self.twins, identities, self.code)
+        fresh = {key: (digests[key], paths) for key, paths in self.paths.items() if key in digests}
+        return packed(records, self.kept, fresh)
