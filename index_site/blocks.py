@@ -6,14 +6,19 @@ full identities (inode, size, mtime, ctime) as the catalog holds them, and the c
 A run whose catalog gives a block the digest it was recorded with, while the block's folder is settled (no entry
 added, taken out or renamed since the last complete run: quiet.Settled), takes the block's records as they are,
 undecoded: every source file still has the identity it had when its files were placed, so they are still the
-files it placed. At 10,000 wheels with twins the blocks hold 65,000 of the manifest's 87,000 records; one added
-wheel changes two blocks (a few hundred records). A file of a block is held to its record one by one again only
-where its folder moved or its block's digest did."""
+files it placed. A file of a block is held to its record one by one again only where its folder moved or its
+block's digest did.
+
+The pages of a page group that renders its pages itself (render.PageGroup without parts or a join: a variant's
+pages, a release's file of wheels.json, a group of the variant channel's guards, ...) are a block too, keyed by the
+group and with the group's digest: render_changed takes it whole where the group's digest holds and all its
+folders are settled. At 10,000 wheels with twins the blocks hold all but a few thousand of the manifest's 87,000
+records; one added wheel changes a few dozen blocks of some 3,000."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,6 +32,7 @@ if TYPE_CHECKING:
 
 WHEELS = "wheels:"  # + label
 TWINS = "twins:"  # + label
+PAGES = "group:"  # + the page group's key
 _TWIN_FOLDER = f"{layout.VARIANTS}/files"  # variants.file_path's folder
 
 
@@ -69,22 +75,65 @@ def kept(recorded: Mapping[str, Block], now: Mapping[str, str], settled: frozens
     return {
         key: block
         for key, block in recorded.items()
-        if now.get(key) == block.digest and folder(key) in settled
+        if now.get(key) == block.digest and not key.startswith(PAGES) and folder(key) in settled
     }
 
 
 def unpacked(files: Mapping[str, FileRecord], recorded: Mapping[str, Block], keep: Mapping[str, Block]) -> dict[
     str, FileRecord
 ]:
-    """The records of every file outside the kept blocks: ``files`` (those in no block) and those of the other
-    blocks, decoded."""
-    if len(keep) == len(recorded):
-        return dict(files)
+    """The records of every file outside the kept blocks and the page blocks (render_changed decides those): ``files``
+    (those in no block) and those of the other blocks, decoded."""
     records = dict(files)
     for key, block in recorded.items():
-        if key not in keep:
+        if key not in keep and not key.startswith(PAGES):
             records.update(block.records())
     return records
+
+
+def pages_left(recorded: Mapping[str, Block], keep: Mapping[str, Block]) -> dict[str, FileRecord]:
+    """The records of the page blocks render_changed did not take whole, decoded."""
+    records: dict[str, FileRecord] = {}
+    for key, block in recorded.items():
+        if key.startswith(PAGES) and key not in keep:
+            records.update(block.records())
+    return records
+
+
+class Lookup(Mapping[str, FileRecord]):
+    """The records a run that renders looks up by path: those unpacked, else those of a page block, decoded when
+    one of its paths is first asked for (which block holds a path: the page groups' entries say)."""
+
+    def __init__(
+        self,
+        records: Mapping[str, FileRecord],
+        recorded: Mapping[str, Block],
+        groups: Mapping[str, tuple[str, Sequence[str]]],
+    ) -> None:
+        self.records, self.recorded, self.groups = records, recorded, groups
+        self._holder: dict[str, str] | None = None
+
+    def __getitem__(self, path: str) -> FileRecord:
+        record = self.records.get(path)
+        if record is not None:
+            return record
+        if self._holder is None:  # built on the first miss: a run that takes every page block whole has none
+            self._holder = {
+                path: PAGES + key
+                for key, (_, paths) in self.groups.items()
+                if PAGES + key in self.recorded
+                for path in paths
+            }
+        holder = self._holder.get(path)
+        if holder is None:
+            raise KeyError(path)
+        return self.recorded[holder].records()[path]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
 
 
 def members(
@@ -136,6 +185,7 @@ class Placing:
     twins: Sequence[VariantWheel] = ()
     paths: Mapping[str, list[str]] = field(default_factory=dict)  # block key: the site paths of its files
     code: str = ""
+    pages: Mapping[str, tuple[str, Sequence[str]]] = field(default_factory=dict)  # page block: (digest, paths)
 
     @property
     def count(self) -> int:
@@ -145,8 +195,6 @@ class Placing:
     def packed(self, records: dict[str, FileRecord], identities: Mapping[str, Sequence[int]]) -> dict[str, Block]:
         """The site's blocks once placed (``identities``: of the sources, as this run's links left them), their
         records taken out of ``records``."""
-        if not self.paths:
-            return dict(self.kept)
-        digests = expected(self.wheels, self.twins, identities, self.code)
+        digests = expected(self.wheels, self.twins, identities, self.code) if self.paths else {}
         fresh = {key: (digests[key], paths) for key, paths in self.paths.items() if key in digests}
-        return packed(records, self.kept, fresh)
+        return packed(records, self.kept, {**fresh, **self.pages})

@@ -10,6 +10,7 @@ publish hold each one to its recorded identity anyway."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -23,7 +24,7 @@ from builder.core.hashing import FileIdentity
 from builder.core.wheelhouse import Layout
 from index_site import blocks, layout
 from index_site.catalog import Judged, Listing, listing, read_ledger
-from index_site.records import Block, Recorded
+from index_site.records import Block, FileRecord, Recorded
 from index_site.report import IndexReport, from_summary, summary
 from index_site.state import IndexState
 from index_site.twins import TwinReport
@@ -45,6 +46,19 @@ class Settled:
 
     def holds(self, path: str) -> bool:
         return path.rpartition("/")[0] in self.folders
+
+    def with_records(self, records: Mapping[str, FileRecord]) -> Settled:
+        """These records' files among those of their folders, too (the page blocks not taken whole)."""
+        if not records:
+            return self
+        files: dict[str, dict[str, int]] = {}
+        for path, record in records.items():
+            folder = path.rpartition("/")[0]
+            found = files.get(folder)
+            if found is None:
+                found = files[folder] = dict(self.files.get(folder, {}))
+            found[path] = record[1][0]
+        return dataclasses.replace(self, files={**self.files, **files})
 
 
 def quiet_run(
@@ -182,7 +196,11 @@ def settled_folders(
         if identity is not None and path != layout.SITE_MARKER and _same_identity(site, path, identity)
     )
     kept = blocks.kept(recorded.blocks, expected or {}, still)
-    unkept = [block.records() for key, block in recorded.blocks.items() if key not in kept]
+    unkept = [
+        block.records()
+        for key, block in recorded.blocks.items()
+        if key not in kept and not key.startswith(blocks.PAGES)  # render_changed decides those
+    ]
     files: dict[str, dict[str, int]] = {}
     for records in (recorded.files, *unkept):  # each record's inode, by folder: one pass over those not kept
         for path, record in records.items():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import gc
 import hashlib
 import logging
@@ -41,7 +42,7 @@ from index_site.quiet import (
     quiet_run,
     settled_folders,
 )
-from index_site.records import FileRecord, Recorded, current_bytes, recorded_manifest, write_manifest
+from index_site.records import Block, FileRecord, Recorded, current_bytes, recorded_manifest, write_manifest
 from index_site.report import IndexReport
 from index_site.state import IndexState, state_path
 from index_site.twins import TwinMaker, TwinReport, deriver, settle_twins
@@ -154,15 +155,21 @@ def _index(
     manifest, previous_groups = blocks.unpacked(recorded.files, recorded.blocks, still.blocks), recorded.groups
     placing = _placing(catalog, twins, still)
     extra_files, extracted = variants.placed(placing.twins)
-    pages, reused, groups, digests = render_changed(
+    lookup = blocks.Lookup(manifest, recorded.blocks, previous_groups)
+    pages, reused, groups, digests, page_blocks = render_changed(
         catalog,
         site,
-        manifest,
+        lookup,
         previous_groups,
         base_url=base_url,
-        extra=channel_groups(twins.twins, manifest),
+        extra=channel_groups(twins.twins, lookup),
         settled=settled,
+        recorded_blocks=recorded.blocks,
     )
+    left = blocks.pages_left(recorded.blocks, page_blocks.kept)  # their files are planned one by one
+    manifest.update(left)
+    settled = still.with_records(left)
+    placing = dataclasses.replace(placing, kept={**placing.kept, **page_blocks.kept}, pages=page_blocks.fresh)
     plan = plan_site(
         catalog,
         pages,
@@ -224,6 +231,13 @@ def _report(
     )
 
 
+class PageBlocks(NamedTuple):
+    """The page blocks of one run (blocks.py): those taken whole, and those made anew ({key: (digest, paths)})."""
+
+    kept: dict[str, Block]
+    fresh: dict[str, tuple[str, tuple[str, ...]]]
+
+
 def render_changed(
     catalog: Catalog,
     site: Path,
@@ -233,23 +247,33 @@ def render_changed(
     base_url: str,
     extra: Sequence[PageGroup] = (),
     settled: Settled | None = None,
-) -> tuple[dict[str, bytes], dict[str, FileRecord], dict[str, tuple[str, tuple[str, ...]]], dict[str, str]]:
+    recorded_blocks: Mapping[str, Block] | None = None,
+) -> tuple[dict[str, bytes], dict[str, FileRecord], dict[str, tuple[str, tuple[str, ...]]], dict[str, str], PageBlocks]:
     """Render only the page groups whose inputs moved since the last run, or whose pages are no longer exactly
     as recorded; a group in parts settles each part the same way, a joined group takes the parts that did not move
-    from its pages as they are. Returns the rendered pages, the records of pages reused as they are, every group's
-    entry, and the digests of rendered pages worked out while rendering."""
+    from its pages as they are. A group that renders its pages itself keeps them as one block of the manifest
+    (``recorded_blocks``: those recorded), taken whole where its digest holds and its folders are settled. Returns the
+    rendered pages, the records of pages reused as they are, every group's entry, the digests of rendered pages
+    worked out while rendering, and the page blocks."""
     pages: dict[str, bytes] = {}
     digests: dict[str, str] = {}
     reused: dict[str, FileRecord] = {}
     groups: dict[str, tuple[str, tuple[str, ...]]] = {}
+    page_blocks = PageBlocks({}, {})
     still = settled or Settled()
     reuse = _Reuse(site, manifest, previous, still, reused)
+    recorded = recorded_blocks or {}
+    below = functools.cache(lambda: _below(previous))
 
-    def settle(group: PageGroup) -> tuple[str, ...]:
+    def settle(group: PageGroup, top: bool = False) -> tuple[str, ...]:
         digest, paths = previous.get(group.key, ("", ()))
-        if digest == group.digest and paths and reuse.keep(paths):
+        key = _page_block(group, top)
+        block = recorded.get(key) if key is not None else None
+        if block is not None and digest == group.digest == block.digest and paths and all(map(still.holds, paths)):
+            page_blocks.kept[blocks.PAGES + group.key] = block  # its folders are settled: its pages are as recorded
+        elif digest == group.digest and paths and reuse.keep(paths):
             if group.parts is not None or group.join is not None:  # their entries stay for the run in which one moves
-                groups.update((key, entry) for key, entry in previous.items() if key.startswith(f"{group.key}/"))
+                groups.update((child, previous[child]) for child in below().get(group.key, ()))
         elif group.parts is not None:
             paths = tuple(sorted(path for part in group.parts() for path in settle(part)))
         elif group.join is not None:
@@ -263,13 +287,34 @@ def render_changed(
             pages.update(rendered)
             paths = tuple(sorted(rendered))
         groups[group.key] = (group.digest, paths)
+        if key is not None and key not in page_blocks.kept:
+            page_blocks.fresh[key] = (group.digest, paths)
         return paths
 
     from index_site.render import page_groups
 
     for group in [*page_groups(catalog, base_url=base_url), *extra]:
-        settle(group)
-    return pages, reused, groups, digests
+        settle(group, top=True)
+    return pages, reused, groups, digests, page_blocks
+
+
+def _below(entries: Iterable[str]) -> dict[str, list[str]]:
+    """The keys of ``entries`` under each key ("<key>/..."), worked out once for the run's groups: a key of a group
+    may hold slashes itself, so every one of them is a place the key of a group above may end."""
+    found: dict[str, list[str]] = {}
+    for key in entries:
+        at = key.find("/")
+        while at >= 0:
+            found.setdefault(key[:at], []).append(key)
+            at = key.find("/", at + 1)
+    return found
+
+
+def _page_block(group: PageGroup, top: bool) -> str | None:
+    """The key of the block of ``group``'s pages: a group of the top that renders its pages itself has one (the
+    parts of a group are settled, and recorded, page by page)."""
+    return blocks.PAGES + group.key if top and group.parts is None and group.join is None else None
+
 
 
 class _Reuse:
