@@ -126,15 +126,22 @@ def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | N
             channel = fallback.channel_sizes(settled.twins)
             catalog = dataclasses.replace(catalog_of(judged), channel=channel, facts=RecordedFacts(state).facts())
             recorded = recorded_manifest(site)
-            identities = {**catalog.identities, **{twin.filename: twin.identity for twin in settled.twins}}
-            # a site on another filesystem holds copies of dist/'s wheels: each is held to its identity, every run
-            linkable = catalog.wheels if _device(wheelhouse.dist) == os.stat(site).st_dev else ()
-            expected = blocks.expected(linkable, settled.twins, identities, code_digest())
-            still = settled_folders(site, state, recorded, expected)
+            still = settled_folders(site, state, recorded, _expected(wheelhouse.dist, site, recorded, catalog, settled))
             report, linked = _index(output, site, base_url, state, recorded, catalog, settled, still)
         kept = kept_for_next(state, judged, settled, linked, report, base_url, twins is not None)
         leave(state, site, inputs, report.unchanged + len(report.written), kept)
         return report
+
+
+def _expected(dist: Path, site: Path, recorded: Recorded, catalog: Catalog, twins: TwinReport) -> dict[str, str]:
+    """The digest each of the manifest's blocks of wheels and twins should have now (none to work out where it
+    records none: a cold index). A site on another filesystem than dist/ holds copies of its wheels: their blocks are
+    never taken whole, each copy is held to its identity every run."""
+    if not recorded.blocks:
+        return {}
+    identities = {**catalog.identities, **{twin.filename: twin.identity for twin in twins.twins}}
+    linkable = catalog.wheels if _device(dist) == os.stat(site).st_dev else ()
+    return blocks.expected(linkable, twins.twins, identities, code_digest())
 
 
 def _index(
