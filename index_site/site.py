@@ -175,8 +175,12 @@ def _index(
     )
     left = blocks.pages_left(recorded.blocks, page_blocks.kept)  # their files are planned one by one
     manifest.update(left)
-    settled = still.with_records(left)
-    placing = dataclasses.replace(placing, kept={**placing.kept, **page_blocks.kept}, pages=page_blocks.fresh)
+    placing = dataclasses.replace(
+        placing,
+        kept={**placing.kept, **page_blocks.kept},
+        paths=blocks.members(placing.wheels, extra_files, [entry[:2] for entry in extracted]),
+        pages=page_blocks.fresh,
+    )
     plan = plan_site(
         catalog,
         pages,
@@ -187,12 +191,10 @@ def _index(
         groups=groups,
         extra_files=extra_files,
         extracted=[Extract(*entry) for entry in extracted],
-        settled=settled,
+        settled=still.with_records(left),
         fresh=twins.fresh,
         digests=digests,
-        placing=dataclasses.replace(
-            placing, paths=blocks.members(placing.wheels, extra_files, [entry[:2] for entry in extracted])
-        ),
+        placing=placing,
     )
     identities = {**catalog.identities, **{twin.filename: FileIdentity(*twin.identity) for twin in twins.twins}}
     written, linked = apply_plan(plan, site, base_url=base_url, identities=identities, recorded=recorded)
@@ -276,8 +278,8 @@ def render_changed(
         digest, paths = previous.get(group.key, ("", ()))
         key = _page_block(group, top)
         block = recorded.get(key) if key is not None else None
-        if block is not None and digest == group.digest == block.digest and paths and all(map(still.holds, paths)):
-            page_blocks.kept[blocks.PAGES + group.key] = block  # its folders are settled: its pages are as recorded
+        if key is not None and block is not None and _whole(block, digest, group.digest, paths, still):
+            page_blocks.kept[key] = block
         elif digest == group.digest and paths and reuse.keep(paths):
             if group.parts is not None or group.join is not None:  # their entries stay for the run in which one moves
                 groups.update((child, previous[child]) for child in below().get(group.key, ()))
@@ -317,11 +319,16 @@ def _below(entries: Iterable[str]) -> dict[str, list[str]]:
     return found
 
 
+def _whole(block: Block, recorded: str, digest: str, paths: Sequence[str], settled: Settled) -> bool:
+    """Whether a group's page block is as it was recorded: the group's digest now is the one it was recorded with
+    (``recorded``, the block's), and every folder of its pages is settled."""
+    return digest == recorded == block.digest and bool(paths) and all(map(settled.holds, paths))
+
+
 def _page_block(group: PageGroup, top: bool) -> str | None:
     """The key of the block of ``group``'s pages: a group of the top that renders its pages itself has one (the
     parts of a group are settled, and recorded, page by page)."""
     return blocks.PAGES + group.key if top and group.parts is None and group.join is None else None
-
 
 
 class _Reuse:
