@@ -118,6 +118,7 @@ MOVES: list[tuple[str, Callable[[Path], object]]] = [
     ("source-touched", _touched),
     ("source-rewritten", _rewritten),
     ("source-removed", lambda out: next((out / "dist").glob("*pt213cu130-cp312*")).unlink()),
+    ("label-removed", lambda out: [wheel.unlink() for wheel in (out / "dist").glob("*pt213cu130*")]),
     ("twin-removed", lambda out: next((out / "variant").glob("*.whl")).unlink()),
     ("stray-in-its-folder", lambda out: (out / "site/whl/pt213cu130/stray.whl").write_bytes(b"x")),
     ("metadata-removed", lambda out: next((out / "site/whl/pt213cu130").glob("*.metadata")).unlink()),
