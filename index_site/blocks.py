@@ -86,19 +86,26 @@ def unpacked(files: Mapping[str, FileRecord], recorded: Mapping[str, Block], kee
     """The records of every file outside the kept blocks and the page blocks (render_changed decides those): ``files``
     (those in no block) and those of the other blocks, decoded."""
     records = dict(files)
-    for key, block in recorded.items():
-        if key not in keep and not key.startswith(PAGES):
-            records.update(block.records())
+    for found in decoded(recorded, keep, pages=False):
+        records.update(found)
     return records
 
 
 def pages_left(recorded: Mapping[str, Block], keep: Mapping[str, Block]) -> dict[str, FileRecord]:
     """The records of the page blocks render_changed did not take whole, decoded."""
     records: dict[str, FileRecord] = {}
-    for key, block in recorded.items():
-        if key.startswith(PAGES) and key not in keep:
-            records.update(block.records())
+    for found in decoded(recorded, keep, pages=True):
+        records.update(found)
     return records
+
+
+def decoded(
+    recorded: Mapping[str, Block], keep: Mapping[str, Block], *, pages: bool
+) -> Iterator[dict[str, FileRecord]]:
+    """The records of each recorded block not in ``keep``: of the page blocks (``pages``), or of the others."""
+    for key, block in recorded.items():
+        if key not in keep and key.startswith(PAGES) == pages:
+            yield block.records()
 
 
 class Lookup(Mapping[str, FileRecord]):

@@ -196,11 +196,7 @@ def settled_folders(
         if identity is not None and path != layout.SITE_MARKER and _same_identity(site, path, identity)
     )
     kept = blocks.kept(recorded.blocks, expected or {}, still)
-    unkept = [
-        block.records()
-        for key, block in recorded.blocks.items()
-        if key not in kept and not key.startswith(blocks.PAGES)  # render_changed decides those
-    ]
+    unkept = list(blocks.decoded(recorded.blocks, kept, pages=False))  # render_changed decides the page blocks
     files: dict[str, dict[str, int]] = {}
     for records in (recorded.files, *unkept):  # each record's inode, by folder: one pass over those not kept
         for path, record in records.items():

@@ -139,9 +139,8 @@ def _expected(dist: Path, site: Path, recorded: Recorded, catalog: Catalog, twin
     never taken whole, each copy is held to its identity every run."""
     if not recorded.blocks:
         return {}
-    identities = {**catalog.identities, **{twin.filename: twin.identity for twin in twins.twins}}
     linkable = catalog.wheels if _device(dist) == os.stat(site).st_dev else ()
-    return blocks.expected(linkable, twins.twins, identities, code_digest())
+    return blocks.expected(linkable, twins.twins, catalog.identities, code_digest())  # a twin carries its identity
 
 
 def _index(
