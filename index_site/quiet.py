@@ -47,17 +47,18 @@ class Settled:
     def holds(self, path: str) -> bool:
         return path.rpartition("/")[0] in self.folders
 
-    def with_records(self, records: Mapping[str, FileRecord]) -> Settled:
-        """These records' files among those of their folders, too (the page blocks not taken whole)."""
-        if not records:
+    def with_records(self, *records: Mapping[str, FileRecord]) -> Settled:
+        """These records' files among those of their folders, too, each with its recorded inode."""
+        if not any(records):
             return self
         files: dict[str, dict[str, int]] = {}
-        for path, record in records.items():
-            folder = path.rpartition("/")[0]
-            found = files.get(folder)
-            if found is None:
-                found = files[folder] = dict(self.files.get(folder, {}))
-            found[path] = record[1][0]
+        for found in records:
+            for path, record in found.items():
+                folder = path.rpartition("/")[0]
+                listed = files.get(folder)
+                if listed is None:
+                    listed = files[folder] = dict(self.files.get(folder, {}))
+                listed[path] = record[1][0]
         return dataclasses.replace(self, files={**self.files, **files})
 
 
@@ -196,17 +197,15 @@ def settled_folders(
         if identity is not None and path != layout.SITE_MARKER and _same_identity(site, path, identity)
     )
     kept = blocks.kept(recorded.blocks, expected or {}, still)
-    unkept = list(blocks.decoded(recorded.blocks, kept, pages=False))  # render_changed decides the page blocks
-    files: dict[str, dict[str, int]] = {}
-    for records in (recorded.files, *unkept):  # each record's inode, by folder: one pass over those not kept
-        for path, record in records.items():
-            files.setdefault(path.rpartition("/")[0], {})[path] = record[1][0]
+    unkept = blocks.decoded(recorded.blocks, kept, pages=False)  # render_changed decides the page blocks
     subfolders: dict[str, list[str]] = {}
     for path in folders:
         parent, _, name = path.rpartition("/")
         if parent:
             subfolders.setdefault(parent, []).append(name)
-    return Settled(still, files, {folder: tuple(names) for folder, names in subfolders.items()}, kept)
+    named = {folder: tuple(names) for folder, names in subfolders.items()}
+    # each record's inode, by folder: one pass over the records not kept in a block
+    return Settled(still, {}, named, kept).with_records(recorded.files, *unkept)
 
 
 def leave(state: IndexState, site: Path, inputs: str, files: int, quiet: Mapping[str, Any] | None) -> None:
