@@ -6,10 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+import msgspec
 import pytest
 
 from builder.core.errors import ConfigError
@@ -321,6 +324,37 @@ def test_an_index_state_deleted_or_damaged_costs_a_cold_scan_and_is_made_again(o
         (output / f"{STATE_FILE}{suffix}").unlink(missing_ok=True)
     assert catalog_module.scan(dist, ledger).stats.hashed == len(SPECS)
     assert catalog_module.scan(dist, ledger).stats.cached == len(SPECS)
+
+
+# A label's rows in the state (one MessagePack value), damaged: they are left out, their files checked again.
+DAMAGED_ROWS = [
+    ("not-messagepack", lambda value: b"\xc1" * 10),
+    ("truncated", lambda value: value[: len(value) // 2]),
+    ("a-length-past-the-end", lambda value: b"\xdd\xff\xff\xff\xff"),
+    ("text-not-a-blob", lambda value: value.hex()),
+    ("a-field-missing", lambda value: msgspec.msgpack.encode([row[:-1] for row in msgspec.msgpack.decode(value)])),
+    ("a-size-as-text", lambda value: msgspec.msgpack.encode(
+        [[*row[:2], str(row[2]), *row[3:]] for row in msgspec.msgpack.decode(value)])),
+    ("a-field-too-many", lambda value: msgspec.msgpack.encode([[*row, 1] for row in msgspec.msgpack.decode(value)])),
+    ("a-map-not-rows", lambda value: msgspec.msgpack.encode({"rows": msgspec.msgpack.decode(value)})),
+    ("deeply-nested", lambda value: b"\x91" * 100_000),
+]
+
+
+@pytest.mark.parametrize("damage", [d[1] for d in DAMAGED_ROWS], ids=[d[0] for d in DAMAGED_ROWS])
+def test_a_label_s_rows_damaged_in_the_state_cost_only_that_label_s_files_a_read(
+    output: Path, damage: Callable[[bytes], bytes | str]
+) -> None:
+    dist, ledger = output / "dist", output / "ledger.sqlite"
+    catalog_module.scan(dist, ledger)
+    with sqlite3.connect(output / STATE_FILE) as db:
+        (value,) = db.execute("SELECT rows FROM wheels WHERE label = 'pt214cu130'").fetchone()
+        db.execute("UPDATE wheels SET rows = ? WHERE label = 'pt214cu130'", (damage(value),))
+    again = catalog_module.scan(dist, ledger)
+    of_label = sum(spec.label == "pt214cu130" for spec in SPECS)
+    assert (again.stats.hashed, again.stats.cached) == (of_label, len(SPECS) - of_label)
+    assert [wheel.filename for wheel in again.wheels] == sorted(path.name for path in dist.iterdir())
+    assert catalog_module.scan(dist, ledger).stats.cached == len(SPECS)  # written again whole
 
 
 def test_a_wheel_touched_but_not_changed_keeps_its_upload_time(output: Path) -> None:
