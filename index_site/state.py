@@ -8,7 +8,6 @@ never trust, and every run's changes are one transaction (a run killed at any po
 from __future__ import annotations
 
 import logging
-import re
 import sqlite3
 import uuid
 from collections.abc import Iterable, Mapping
@@ -25,17 +24,17 @@ from builder.core.ledger import lock_timeout, sqlite_errors, write_transaction
 log = logging.getLogger(__name__)
 
 STATE_FILE = "index.sqlite"  # in the output folder, beside the ledger
-SCHEMA_VERSION = 4  # PRAGMA user_version; any other version is dropped and rebuilt (a cold run)
-# The rows of each table are kept by label, all of a label's files in one value: a run reads them all in one
-# decode per label (a quarter of the CPU of a row per file, at 10,000 wheels), and writes back only the labels of
-# the files it judged anew.
+SCHEMA_VERSION = 5  # PRAGMA user_version; any other version is dropped and rebuilt (a cold run)
+# The rows of each table are kept by release, all of a release's files in one value: a run reads them all in one
+# decode per release (0.4 of the CPU of a row per file, at 10,000 wheels), and writes back only the releases of
+# the files it judged anew (docs/index.md).
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS wheels (     -- the files of dist/: WheelRow
-    label   TEXT PRIMARY KEY,           -- the label of their names ("pt214cu130"), "" for a name without one
-    rows    BLOB NOT NULL               -- MessagePack: an array of rows, each an array of WheelRow's fields
+    release TEXT PRIMARY KEY,           -- their names' project and public version: "causal_conv1d-1.7.0"
+    rows    BLOB NOT NULL               -- MessagePack: an array of rows by filename, each an array of its fields
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS twins (      -- the files of variant/: TwinRow, by their wheels' label
-    label   TEXT PRIMARY KEY,
+CREATE TABLE IF NOT EXISTS twins (      -- the files of variant/: TwinRow
+    release TEXT PRIMARY KEY,
     rows    BLOB NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -100,7 +99,7 @@ class IndexState:
             raise FileSystemError(f"{path}: not the index's state file", tip="move it aside and index again")
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = self._connect()
-        self._loaded: dict[str, dict[str, dict[str, Any]]] = {}  # table: label: filename: row
+        self._loaded: dict[str, dict[str, dict[str, Any]]] = {}  # table: release: filename: row
 
     def _connect(self) -> sqlite3.Connection:
         """The open database; one that is not SQLite, or is damaged, is set aside and made anew (it holds only
@@ -128,12 +127,12 @@ class IndexState:
             return {str(key): str(value) for key, value in self._db.execute("SELECT key, value FROM meta")}
 
     def wheels(self) -> dict[str, WheelRow]:
-        """Every row of ``wheels`` (a label's rows that are damaged, or not of their fields' types, are left out:
+        """Every row of ``wheels`` (a release's rows that are damaged, or not of their fields' types, are left out:
         their files are checked again)."""
-        return {name: row for rows in self._labels("wheels").values() for name, row in rows.items()}
+        return {name: row for rows in self._releases("wheels").values() for name, row in rows.items()}
 
     def twins(self) -> dict[str, TwinRow]:
-        return {name: row for rows in self._labels("twins").values() for name, row in rows.items()}
+        return {name: row for rows in self._releases("twins").values() for name, row in rows.items()}
 
     def write(
         self,
@@ -144,8 +143,8 @@ class IndexState:
         twins_gone: Iterable[str] = (),
         meta: Mapping[str, str] | None = None,
     ) -> None:
-        """Write these changes in one transaction (nothing when there are none): the rows of each label they touch,
-        whole."""
+        """Write these changes in one transaction (nothing when there are none): the rows of each release they
+        touch, whole."""
         changed = {"wheels": self._change("wheels", wheels, wheels_gone)}
         changed["twins"] = self._change("twins", twins, twins_gone)
         self._write(changed, meta or {})
@@ -157,19 +156,21 @@ class IndexState:
         changed: dict[str, set[str]] = {"wheels": set(), "twins": set()}
         texts = {name: (_text(before), _text(after)) for name, (before, after) in moved.items()}
         for table in ("wheels", "twins"):
-            labels = self._labels(table)
+            releases = self._releases(table)
             for name, (before, after) in moved.items():
-                label = _label(table, name)
-                row = labels.get(label, {}).get(name)
+                release = _release(name)
+                row = releases.get(release, {}).get(name)
                 if row is not None and before[:3] == after[:3] and row.identity == before:
-                    labels[label][name] = row._replace(ctime_ns=after[3])
-                    changed[table].add(label)
-        for label, rows in self._labels("twins").items():
+                    releases[release][name] = row._replace(ctime_ns=after[3])
+                    changed[table].add(release)
+        twins = self._releases("twins")
+        for release in {_release(name) for name in texts}:  # a twin's row sits with its wheel's
+            rows = twins.get(release, {})
             for name, row in rows.items():
                 text = texts.get(row.wheel)
                 if text is not None and row.wheel_identity == text[0]:
                     rows[name] = row._replace(wheel_identity=text[1])
-                    changed["twins"].add(label)
+                    changed["twins"].add(release)
         self._write(changed, {}, generation=False)  # the same catalogue: the rows follow their files
 
     def forget_all(self, meta: Mapping[str, str]) -> None:
@@ -181,9 +182,9 @@ class IndexState:
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(fresh.items()))
         self._loaded = {"wheels": {}, "twins": {}}
 
-    def _labels(self, table: str) -> dict[str, dict[str, Any]]:
-        """The rows of ``table`` by label and filename, read on first use: each label's value decoded whole, and
-        checked against the fields' types (a damaged one is left out, and written again with the next change)."""
+    def _releases(self, table: str) -> dict[str, dict[str, Any]]:
+        """The rows of ``table`` by release and filename, read on first use: each release's value decoded whole, and
+        checked against the fields' types (a damaged one is left out, and written again with its files' rows)."""
         if table in self._loaded:
             return self._loaded[table]
         import msgspec  # only for a run that reads rows
@@ -192,37 +193,37 @@ class IndexState:
             list[WheelRow] if table == "wheels" else list[TwinRow]
         )
         with sqlite_errors(self.path):
-            stored = self._db.execute(f"SELECT label, rows FROM {table}").fetchall()
-        labels: dict[str, dict[str, Any]] = {}
-        for label, value in stored:
+            stored = self._db.execute(f"SELECT release, rows FROM {table}").fetchall()
+        releases: dict[str, dict[str, Any]] = {}
+        for release, value in stored:
             try:
                 rows = decoder.decode(value)
             except (msgspec.MsgspecError, TypeError) as error:
-                log.info("%s: the %s rows of label %r are unreadable (%s); their files are checked again",
-                         self.path, table, label, error)
+                log.info("%s: the %s rows of release %r are unreadable (%s); their files are checked again",
+                         self.path, table, release, error)
                 continue
             for row in rows:
-                labels.setdefault(_label(table, row.filename), {})[row.filename] = row
-        self._loaded[table] = labels
-        return labels
+                releases.setdefault(_release(row.filename), {})[row.filename] = row
+        self._loaded[table] = releases
+        return releases
 
     def _change(self, table: str, rows: Iterable[Any], gone: Iterable[str]) -> set[str]:
-        """Apply these changes to the rows held in memory; the labels they touch."""
+        """Apply these changes to the rows held in memory; the releases they touch."""
         changed: set[str] = set()
         rows, gone = list(rows), list(gone)
-        labels = self._labels(table) if rows or gone else {}
+        releases = self._releases(table) if rows or gone else {}
         for name in gone:
-            label = _label(table, name)
-            labels.get(label, {}).pop(name, None)
-            changed.add(label)
+            release = _release(name)
+            releases.get(release, {}).pop(name, None)
+            changed.add(release)
         for row in rows:
-            label = _label(table, row.filename)
-            labels.setdefault(label, {})[row.filename] = row
-            changed.add(label)
+            release = _release(row.filename)
+            releases.setdefault(release, {})[row.filename] = row
+            changed.add(release)
         return changed
 
     def _write(self, changed: Mapping[str, set[str]], meta: Mapping[str, str], *, generation: bool = True) -> None:
-        """Write the rows of the ``changed`` labels of each table, and ``meta``, in one transaction: a new
+        """Write the rows of the ``changed`` releases of each table, and ``meta``, in one transaction: a new
         generation, where rows changed and ``generation``."""
         if not any(changed.values()) and not meta:
             return
@@ -230,14 +231,14 @@ class IndexState:
 
         encode = msgspec.msgpack.Encoder().encode
         with self._transaction() as db:
-            for table, labels in changed.items():
+            for table, releases in changed.items():
                 held = self._loaded.get(table, {})
-                for label in sorted(labels):
-                    rows = sorted(held.get(label, {}).values())
+                for release in sorted(releases):
+                    rows = sorted(held.get(release, {}).values())
                     if rows:
-                        db.execute(f"INSERT OR REPLACE INTO {table} VALUES (?, ?)", (label, encode(rows)))
+                        db.execute(f"INSERT OR REPLACE INTO {table} VALUES (?, ?)", (release, encode(rows)))
                     else:
-                        db.execute(f"DELETE FROM {table} WHERE label = ?", (label,))
+                        db.execute(f"DELETE FROM {table} WHERE release = ?", (release,))
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(meta.items()))
             if generation and any(changed.values()):
                 db.execute(_NEXT_GENERATION)
@@ -286,16 +287,12 @@ def _locked(error: sqlite3.OperationalError) -> bool:
     return "locked" in str(error) or "busy" in str(error)
 
 
-def _label(table: str, filename: str) -> str:
-    """The label a file's row is kept under: a wheel's of its version (``...-1.7.0+pt214cu130-...``), a twin's of
-    its last part without a slim wheel's arch (``...-pt214cu130sm90.whl``), so that a twin sits with its wheel."""
-    if table == "wheels":
-        parts = filename.split("-", 2)
-        return parts[1].partition("+")[2] if len(parts) == 3 else ""
-    return _SLIM.sub("", filename.removesuffix(".whl").rpartition("-")[2])
-
-
-_SLIM = re.compile(r"sm[0-9]+[af]?$")
+def _release(filename: str) -> str:
+    """The release a file's row is kept under: its name's project and public version, ``causal_conv1d-1.7.0`` of
+    the wheel ``causal_conv1d-1.7.0+pt214cu130-cp311-...`` and of its twin ``causal_conv1d-1.7.0-cp311-...``. So a
+    release's rows sit together in the order of their names, which is the order a run goes through them in."""
+    dist, _, rest = filename.partition("-")
+    return f"{dist}-{rest.partition('-')[0].partition('+')[0]}"
 
 
 def state_path(ledger_path: Path) -> Path:

@@ -326,7 +326,7 @@ def test_an_index_state_deleted_or_damaged_costs_a_cold_scan_and_is_made_again(o
     assert catalog_module.scan(dist, ledger).stats.cached == len(SPECS)
 
 
-# A label's rows in the state (one MessagePack value), damaged: they are left out, their files checked again.
+# A release's rows in the state (one MessagePack value), damaged: they are left out, their files checked again.
 DAMAGED_ROWS = [
     ("not-messagepack", lambda value: b"\xc1" * 10),
     ("truncated", lambda value: value[: len(value) // 2]),
@@ -342,17 +342,18 @@ DAMAGED_ROWS = [
 
 
 @pytest.mark.parametrize("damage", [d[1] for d in DAMAGED_ROWS], ids=[d[0] for d in DAMAGED_ROWS])
-def test_a_label_s_rows_damaged_in_the_state_cost_only_that_label_s_files_a_read(
+def test_a_release_s_rows_damaged_in_the_state_cost_only_that_release_s_files_a_read(
     output: Path, damage: Callable[[bytes], bytes | str]
 ) -> None:
     dist, ledger = output / "dist", output / "ledger.sqlite"
     catalog_module.scan(dist, ledger)
     with sqlite3.connect(output / STATE_FILE) as db:
-        (value,) = db.execute("SELECT rows FROM wheels WHERE label = 'pt214cu130'").fetchone()
-        db.execute("UPDATE wheels SET rows = ? WHERE label = 'pt214cu130'", (damage(value),))
+        (value,) = db.execute("SELECT rows FROM wheels WHERE release = 'causal_conv1d-1.7.0'").fetchone()
+        db.execute("UPDATE wheels SET rows = ? WHERE release = 'causal_conv1d-1.7.0'", (damage(value),))
     again = catalog_module.scan(dist, ledger)
-    of_label = sum(spec.label == "pt214cu130" for spec in SPECS)
-    assert (again.stats.hashed, again.stats.cached) == (of_label, len(SPECS) - of_label)
+    of_release = sum(spec.project == "causal-conv1d" and spec.version == "1.7.0" for spec in SPECS)
+    assert 0 < of_release < len(SPECS)
+    assert (again.stats.hashed, again.stats.cached) == (of_release, len(SPECS) - of_release)
     assert [wheel.filename for wheel in again.wheels] == sorted(path.name for path in dist.iterdir())
     assert catalog_module.scan(dist, ledger).stats.cached == len(SPECS)  # written again whole
 
