@@ -19,9 +19,13 @@ file of wheels.json, its guards: some 1,300 records) and a dozen records outside
 from __future__ import annotations
 
 import hashlib
+import itertools
+import operator
+from array import array
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from builder.core.hashing import FileIdentity
 from index_site import layout
@@ -51,24 +55,51 @@ def expected(
     code: str,
 ) -> dict[str, str]:
     """The digest every block should have now: {key: digest} (``identities``: each file's, by filename, as the
-    catalog checked it or this run's links left it; a twin not there carries its own). One pass over the wheels
-    and one over the twins."""
-    texts: dict[str, list[str]] = {}
+    catalog checked it or this run's links left it; a twin not there carries its own). Each block's sources are
+    taken column by column (names, sha256s, identities), not as a line of text each: a third of the CPU."""
+    by_key: dict[str, list[Any]] = defaultdict(list)
     for wheel in wheels:
-        identity = identities.get(wheel.filename)
-        if identity is None:  # not placed from a file the catalog checked: its records stay out of any block
-            continue
-        texts.setdefault(WHEELS + wheel.name.label, [code]).append(
-            f"{wheel.filename}\0{wheel.sha256}\0{wheel.metadata.sha256}\0{identity[0]}:{identity[1]}:{identity[2]}:"
-            f"{identity[3]}"
-        )
+        by_key[WHEELS + wheel.name.label].append(wheel)
     for twin in twins:
-        identity = identities.get(twin.filename) or twin.identity
-        texts.setdefault(TWINS + twin.label, [code]).append(
-            f"{twin.filename}\0{twin.sha256}\0{twin.metadata_sha256}\0{twin.provenance_sha256}\0"
-            f"{identity[0]}:{identity[1]}:{identity[2]}:{identity[3]}"
-        )
-    return {key: hashlib.sha256("\n".join(parts).encode()).hexdigest() for key, parts in texts.items()}
+        by_key[TWINS + twin.label].append(twin)
+    digests = {key: _digest(key, sources, identities, code) for key, sources in by_key.items()}
+    return {key: digest for key, digest in digests.items() if digest is not None}
+
+
+def _digest(key: str, sources: list[Any], identities: Mapping[str, Sequence[int]], code: str) -> str | None:
+    """The digest of one block's sources: their names, sha256s, metadata's sha256s (and a twin's provenance's),
+    and identities. A wheel without an identity (not placed from a file the catalog checked) is left out: its
+    records stay out of any block (None: no source is left)."""
+    if key.startswith(WHEELS):
+        names = list(map(_FIRST, map(_FIRST, sources)))
+        found: list[Any] = list(map(identities.get, names))
+        if None in found:
+            kept = [(source, identity) for source, identity in zip(sources, found, strict=True) if identity is not None]
+            sources, found = [source for source, _ in kept], [identity for _, identity in kept]
+            names = list(map(_FIRST, map(_FIRST, sources)))
+            if not names:
+                return None
+        digests = [*map(_WHEEL_SHA, sources), *map(_FIRST, map(_WHEEL_METADATA, sources))]
+    else:
+        names = list(map(_TWIN_NAME, sources))
+        found = list(map(_TWIN_IDENTITY, sources))
+        if not identities.keys().isdisjoint(names):  # what this run's links left
+            found = [identities.get(name) or identity for name, identity in zip(names, found, strict=True)]
+        digests = [*map(_TWIN_SHA, sources), *map(_TWIN_METADATA_SHA, sources), *map(_TWIN_PROVENANCE, sources)]
+    digest = hashlib.sha256("\n".join([code, *names, *digests]).encode())
+    try:
+        digest.update(array("q", itertools.chain.from_iterable(found)).tobytes())
+    except OverflowError:  # a number past 64 bits
+        digest.update(repr([tuple(numbers) for numbers in found]).encode())
+    return digest.hexdigest()
+
+
+# The columns of WheelFile (name, sha256, size, metadata, ...) and VariantWheel taken by C, not a Python line each.
+_FIRST = operator.itemgetter(0)  # a WheelFile's name, a WheelName's filename, a CoreMetadata's sha256
+_WHEEL_SHA, _WHEEL_METADATA = operator.itemgetter(1), operator.itemgetter(3)
+_TWIN_NAME, _TWIN_SHA = operator.attrgetter("filename"), operator.attrgetter("sha256")
+_TWIN_IDENTITY = operator.attrgetter("identity")
+_TWIN_METADATA_SHA, _TWIN_PROVENANCE = operator.attrgetter("metadata_sha256"), operator.attrgetter("provenance_sha256")
 
 
 def kept(recorded: Mapping[str, Block], now: Mapping[str, str], settled: frozenset[str]) -> dict[str, Block]:

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
+import operator
 import os
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from builder.core.hashing import FileIdentity
 from builder.core.wheelhouse import Layout
@@ -78,7 +81,7 @@ def quiet_run(
     (dist, strays), (variant, refused) = found
     if strays or refused or kept.get("count") != len(dist) + len(variant):
         return None, found
-    key = _quiet_key(state, dist, variant, read_ledger(wheelhouse.ledger), base_url, twins)
+    key = _quiet_key(state, _Files(dist), _Files(variant), read_ledger(wheelhouse.ledger), base_url, twins)
     if kept.get("key") != key or not _same_folders(site, record):
         return None, found
     try:
@@ -101,25 +104,43 @@ def kept_for_next(
     holds a file the run could not judge: the next run judges again."""
     if judged.unjudged or settled.strays:
         return None
-    dist = {name: linked.get(name, row.identity) for name, row in judged.rows.items()}
-    variant = {name: linked.get(name, identity) for name, identity in settled.listing.items()}
+    rows: Mapping[str, Sequence[Any]] = judged.rows
+    if linked:  # a row's identity is its fields 1-4: a linked file's new one takes the same places
+        rows = {**rows, **{name: ("", *identity) for name, identity in linked.items() if name in rows}}
+    dist = _Files(rows, _ROW_IDENTITY)
+    variant = _Files({**settled.listing, **{n: i for n, i in linked.items() if n in settled.listing}})
     key = _quiet_key(state, dist, variant, judged.ledger, base_url, twins)
-    return {"key": key, "count": len(dist) + len(variant), "report": summary(report)}
+    return {"key": key, "count": len(rows) + len(settled.listing), "report": summary(report)}
+
+
+_ROW_IDENTITY = operator.itemgetter(1, 2, 3, 4)  # of a WheelRow: inode, size, mtime_ns, ctime_ns
+
+
+class _Files(NamedTuple):
+    """A folder's files for the quiet key: {name: what holds its identity}, and how to take it from that."""
+
+    files: Mapping[str, Sequence[Any]]
+    identity: Callable[[Sequence[Any]], Sequence[int]] | None = None
 
 
 def _quiet_key(
-    state: IndexState,
-    dist: Mapping[str, Sequence[int]],
-    variant: Mapping[str, Sequence[int]],
-    ledger: str,
-    base_url: str,
-    twins: bool,
+    state: IndexState, dist: _Files, variant: _Files, ledger: str, base_url: str, twins: bool
 ) -> str:
     """One digest of the files of dist/ and variant/ with their identities, the ledger's digest, the state's
-    generation, the base URL, the code that writes the site and whether twins are made."""
-    head = [state.generation(), base_url, code_digest(), ledger, str(twins)]
-    files = [f"{name}\0{i[0]}:{i[1]}:{i[2]}:{i[3]}" for folder in (dist, variant) for name, i in sorted(folder.items())]
-    return hashlib.sha256("\n".join([*head, *files, str(len(dist))]).encode()).hexdigest()
+    generation, the base URL, the code that writes the site and whether twins are made. Each folder's names, then
+    their identities as one array of 64-bit numbers: a fifth of the CPU of a line of text per file."""
+    head = [state.generation(), base_url, code_digest(), ledger, str(twins), str(len(dist.files))]
+    digest = hashlib.sha256("\n".join(head).encode())
+    for files, identity in (dist, variant):
+        names = sorted(files)  # dist/'s are listed in order: a pass
+        found = list(map(files.__getitem__, names))
+        identities = list(map(identity, found)) if identity else found
+        digest.update(b"\0" + "\n".join(names).encode() + b"\0")
+        try:
+            digest.update(array("q", itertools.chain.from_iterable(identities)).tobytes())
+        except OverflowError:  # a number past 64 bits
+            digest.update(repr([tuple(numbers) for numbers in identities]).encode())
+    return digest.hexdigest()
 
 
 def inputs_digest(state: IndexState, catalog: Judged, base_url: str) -> str:
