@@ -56,7 +56,7 @@ def expected(
 ) -> dict[str, str]:
     """The digest every block should have now: {key: digest} (``identities``: each file's, by filename, as the
     catalog checked it or this run's links left it; a twin not there carries its own). Each block's sources are
-    taken column by column (names, sha256s, identities), not as a line of text each: a third of the CPU."""
+    taken column by column (names, sha256s, identities), not as a line of text each: a quarter less CPU."""
     by_key: dict[str, list[Any]] = defaultdict(list)
     for wheel in wheels:
         by_key[WHEELS + wheel.name.label].append(wheel)

@@ -128,7 +128,7 @@ def _quiet_key(
 ) -> str:
     """One digest of the files of dist/ and variant/ with their identities, the ledger's digest, the state's
     generation, the base URL, the code that writes the site and whether twins are made. Each folder's names, then
-    their identities as one array of 64-bit numbers: a fifth of the CPU of a line of text per file."""
+    their identities as one array of 64-bit numbers: half the CPU of a line of text per file, or less."""
     head = [state.generation(), base_url, code_digest(), ledger, str(twins), str(len(dist.files))]
     digest = hashlib.sha256("\n".join(head).encode())
     for files, identity in (dist, variant):
