@@ -10,17 +10,18 @@ publish hold each one to its recorded identity anyway."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import itertools
 import json
-import operator
 import os
 import stat
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from builder.core.hashing import FileIdentity
@@ -29,7 +30,7 @@ from index_site import blocks, layout
 from index_site.catalog import Judged, Listing, listing, read_ledger
 from index_site.records import Block, FileRecord, Recorded
 from index_site.report import IndexReport, from_summary, summary
-from index_site.state import IndexState
+from index_site.state import ROW_IDENTITY, IndexState
 from index_site.twins import TwinReport
 from index_site.twins import listing as twin_listing
 
@@ -104,23 +105,18 @@ def kept_for_next(
     holds a file the run could not judge: the next run judges again."""
     if judged.unjudged or settled.strays:
         return None
-    rows: Mapping[str, Sequence[Any]] = judged.rows
-    if linked:  # a row's identity is its fields 1-4: a linked file's new one takes the same places
-        rows = {**rows, **{name: ("", *identity) for name, identity in linked.items() if name in rows}}
-    dist = _Files(rows, _ROW_IDENTITY)
-    variant = _Files({**settled.listing, **{n: i for n, i in linked.items() if n in settled.listing}})
+    dist, variant = _Files(judged.rows, ROW_IDENTITY, linked), _Files(settled.listing, moved=linked)
     key = _quiet_key(state, dist, variant, judged.ledger, base_url, twins)
-    return {"key": key, "count": len(rows) + len(settled.listing), "report": summary(report)}
-
-
-_ROW_IDENTITY = operator.itemgetter(1, 2, 3, 4)  # of a WheelRow: inode, size, mtime_ns, ctime_ns
+    return {"key": key, "count": len(judged.rows) + len(settled.listing), "report": summary(report)}
 
 
 class _Files(NamedTuple):
-    """A folder's files for the quiet key: {name: what holds its identity}, and how to take it from that."""
+    """A folder's files for the quiet key: {name: what holds its identity}, how to take the identity from that,
+    and the new identities this run's hard links gave some of them (any file's, of either folder)."""
 
     files: Mapping[str, Sequence[Any]]
     identity: Callable[[Sequence[Any]], Sequence[int]] | None = None
+    moved: Mapping[str, Sequence[int]] = MappingProxyType({})
 
 
 def _quiet_key(
@@ -131,10 +127,14 @@ def _quiet_key(
     their identities as one array of 64-bit numbers: half the CPU of a line of text per file, or less."""
     head = [state.generation(), base_url, code_digest(), ledger, str(twins), str(len(dist.files))]
     digest = hashlib.sha256("\n".join(head).encode())
-    for files, identity in (dist, variant):
+    for files, identity, moved in (dist, variant):
         names = sorted(files)  # dist/'s are listed in order: a pass
         found = list(map(files.__getitem__, names))
         identities = list(map(identity, found)) if identity else found
+        for name, moved_to in moved.items():  # a few: each found by bisection, not a pass
+            at = bisect.bisect_left(names, name)
+            if at < len(names) and names[at] == name:
+                identities[at] = moved_to
         digest.update(b"\0" + "\n".join(names).encode() + b"\0")
         try:
             digest.update(array("q", itertools.chain.from_iterable(identities)).tobytes())

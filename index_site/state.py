@@ -8,6 +8,7 @@ never trust, and every run's changes are one transaction (a run killed at any po
 from __future__ import annotations
 
 import logging
+import operator
 import sqlite3
 import uuid
 from collections.abc import Iterable, Mapping
@@ -40,6 +41,9 @@ CREATE TABLE IF NOT EXISTS twins (      -- the files of variant/: TwinRow
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
 _TABLES = ("wheels", "twins", "meta")
+
+
+ROW_IDENTITY = operator.itemgetter(1, 2, 3, 4)  # a WheelRow's or TwinRow's identity, taken by C: see their identity
 
 
 class WheelRow(NamedTuple):
