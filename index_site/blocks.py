@@ -74,11 +74,11 @@ def _digest(key: str, sources: list[Any], identities: Mapping[str, Sequence[int]
         names = list(map(_FIRST, map(_FIRST, sources)))
         found: list[Any] = list(map(identities.get, names))
         if None in found:
-            kept = [(source, identity) for source, identity in zip(sources, found, strict=True) if identity is not None]
-            sources, found = [source for source, _ in kept], [identity for _, identity in kept]
-            names = list(map(_FIRST, map(_FIRST, sources)))
-            if not names:
+            sources = [source for source, identity in zip(sources, found, strict=True) if identity is not None]
+            if not sources:
                 return None
+            names = list(map(_FIRST, map(_FIRST, sources)))
+            found = list(map(identities.get, names))
         digests = [*map(_WHEEL_SHA, sources), *map(_FIRST, map(_WHEEL_METADATA, sources))]
     else:
         names = list(map(_TWIN_NAME, sources))
