@@ -15,6 +15,8 @@ import pytest
 
 from builder.core.hashing import FileIdentity
 from builder.steps.twins import VariantTwins
+from index_site import blocks as blocks_module
+from index_site.catalog import scan
 from index_site.layout import SITE_MARKER
 from index_site.records import Block, load_manifest, recorded_manifest
 from index_site.site import build_site
@@ -180,3 +182,19 @@ def _tree(site: Path) -> dict[str, bytes]:
         for path in site.rglob("*")
         if path.is_file() and path.name != SITE_MARKER
     }
+
+
+def test_a_wheel_without_an_identity_is_left_out_of_its_block_s_digest(output: Path) -> None:
+    """A wheel not placed from a file the catalog checked has no identity: its block's digest is that of the others,
+    and a label none of whose wheels has one makes no block."""
+    catalog = scan(output / "dist", output / "ledger.sqlite")
+    dropped = next(w for w in catalog.wheels if w.name.label == "pt213cu130")
+    rest = [w for w in catalog.wheels if w is not dropped]
+    identities = {name: identity for name, identity in catalog.identities.items() if name != dropped.filename}
+    digests = blocks_module.expected(catalog.wheels, (), identities, "code")
+    assert digests == blocks_module.expected(rest, (), catalog.identities, "code")
+    assert digests["wheels:pt213cu130"] != blocks_module.expected(catalog.wheels, (), catalog.identities, "code")[
+        "wheels:pt213cu130"
+    ]
+    of_label = {name: identity for name, identity in catalog.identities.items() if "+pt213cu130-" not in name}
+    assert "wheels:pt213cu130" not in blocks_module.expected(catalog.wheels, (), of_label, "code")
