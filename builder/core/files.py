@@ -13,11 +13,6 @@ from typing import IO, Any
 from builder.core.errors import ConfigError
 from builder.core.resources import Resource
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 
 @contextmanager
 def atomic_file(path: Path, *, mode: int = 0o644) -> Iterator[IO[bytes]]:
@@ -52,6 +47,10 @@ def read_toml(source: Path | Resource, *, what: str, error: type[ConfigError] = 
 
 def parse_toml(text: str, where: str, *, error: type[ConfigError] = ConfigError) -> dict[str, Any]:
     """TOML text (of the file ``where`` names) as a dict; ``error`` names the file when it does not parse."""
+    if sys.version_info >= (3, 11):  # imported here: most commands, the index among them, read no TOML
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as failure:

@@ -10,18 +10,13 @@ import hashlib
 import json
 import logging
 import os
-import platform
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
-from email.parser import Parser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from builder import __version__
 from builder.core.errors import WheelError, WheelwrightError
-from builder.core.fatbin import arch_key
-from builder.core.runner import run
 from builder.core.settings import setting
 from builder.steps.wheelzip import Member, dist_info_dir, read_members, write_wheel
 
@@ -57,6 +52,8 @@ class Provenance:
 
 def _first_line(command: list[str], log_path: Path | None) -> str:
     """The first output line of a version query, or why there is none (provenance never fails a build)."""
+    from builder.core.runner import run  # a build's step: the index reads records, it runs nothing
+
     try:
         result = run(command, step=f"provenance: {command[0]}", log_path=log_path, check=False, capture=True)
     except (WheelwrightError, OSError) as error:  # recorded, not fatal: the compile step judged the toolchain
@@ -75,6 +72,8 @@ def wheelwright_commit() -> str:
 def _checkout_commit() -> str:
     """Read once per process (the build reads it as it starts): the code a process runs is the code it loaded, so a
     build whose checkout moves on meanwhile (a merge during an hour-long matrix) still records the commit it runs."""
+    import subprocess
+
     try:
         head = subprocess.run(["git", "-C", str(_REPOSITORY), "rev-parse", "HEAD"], capture_output=True, text=True,
                               encoding="utf-8", errors="replace", timeout=10, check=False)
@@ -88,6 +87,8 @@ def _checkout_commit() -> str:
 
 
 def _host() -> dict[str, str]:
+    import platform
+
     libc, libc_version = platform.libc_ver()
     return {
         "name": platform.node(),
@@ -106,6 +107,8 @@ def job_archs(job: Job) -> dict[str, list[str]]:
 
 
 def _arch_sort(arch: str) -> tuple[Any, ...]:
+    from builder.core.fatbin import arch_key  # the build's and the gate's: the index reads no ELF
+
     return arch_key(arch) if not arch.startswith("gfx") else (0, 0, arch)
 
 
@@ -280,6 +283,8 @@ def _metadata_problems(record: Mapping[str, Any], members: Mapping[str, Member],
     metadata_member = members.get(f"{dist_info}/METADATA")
     if metadata_member is None:
         return [f"no {dist_info}/METADATA"]
+    from email.parser import Parser  # the verify gate's: the index checks METADATA with packaging's parser
+
     metadata = Parser().parsestr(metadata_member.data.decode("utf-8", "replace"))
     version, label = str(record.get("version")), str(record.get("label"))
     problems = []
@@ -316,7 +321,7 @@ def _arch_problems(archs: Mapping[str, list[str]], elves: tuple[ElfFacts, ...]) 
     want_sass, want_ptx = set(archs.get("sass", [])), set(archs.get("ptx", []))
     if (sass, ptx) == (want_sass, want_ptx):
         return []
-    found = f"SASS {sorted(sass, key=arch_key)}, PTX {sorted(ptx, key=arch_key)}"
+    found = f"SASS {sorted(sass, key=_arch_sort)}, PTX {sorted(ptx, key=_arch_sort)}"
     return [f"the fatbins hold {found} but provenance records SASS {sorted(want_sass)}, PTX {sorted(want_ptx)}"]
 
 

@@ -12,7 +12,6 @@ import time
 import zipfile
 import zlib
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -137,6 +136,8 @@ def _deflate(data: bytes) -> Deflated:
     """``data`` deflated at _LEVEL in _CHUNK pieces side by side (see _CHUNK)."""
     view = memoryview(data)
     chunks = [view[start:start + _CHUNK] for start in range(0, len(data), _CHUNK)]
+    from concurrent.futures import ThreadPoolExecutor  # a build's: the index writes no wheel this large
+
     with ThreadPoolExecutor(max_workers=min(len(chunks), os.cpu_count() or 1)) as pool:
         parts = list(pool.map(_deflate_chunk, chunks, [k == len(chunks) - 1 for k in range(len(chunks))]))
     return Deflated(raw=b"".join(parts), crc=zlib.crc32(data))

@@ -161,7 +161,7 @@ def test_the_checkout_commit_is_read_once_per_process(monkeypatch: pytest.Monkey
         return subprocess.CompletedProcess(command, 0, stdout=out, stderr="")
 
     monkeypatch.delenv("WHEELWRIGHT_COMMIT")
-    monkeypatch.setattr(provenance.subprocess, "run", git)
+    monkeypatch.setattr(subprocess, "run", git)  # provenance imports it where it asks git
     provenance._checkout_commit.cache_clear()
     try:
         assert provenance.wheelwright_commit() == "1111111"
