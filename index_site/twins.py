@@ -25,7 +25,7 @@ from builder.core.archive import Archive
 from builder.core.errors import WheelwrightError, shown_name
 from builder.core.hashing import FileIdentity, open_regular, sha256_stream
 from index_site.catalog import Deriver, Judged, Listing, Rejection
-from index_site.state import IndexState, TwinRow, WheelRow
+from index_site.state import ROW_IDENTITY, IndexState, TwinRow, WheelRow
 from index_site.variants import VariantWheel
 from index_site.wheels import (
     MAX_METADATA_BYTES,
@@ -124,11 +124,11 @@ def settle_twins(
     strays = list(refused)
     known = state.twins()
     settler = _Settler(judged.rows, dist, folder, known, listed, maker, judged.fresh_twins)
-    expected = {twin_name(wheel, _label(wheel)): wheel for wheel in judged.accepted}
+    expected = {_twin_of(wheel): wheel for wheel, row in judged.rows.items() if not row.verdict}
     for name, wheel in expected.items():
         settler.settle(name, wheel)
     # A slim wheel is published with its fat wheel only, never made here (it takes the compile's objects)
-    slims = {name: expected[fat] for name in sorted(listed) if (fat := _fat_twin(name)) in expected}
+    slims = {name: expected[fat] for name in sorted(filter(_fat_twin, listed)) if (fat := _fat_twin(name)) in expected}
     for name, wheel in slims.items():
         settler.settle(name, wheel)
     expected.update(slims)
@@ -150,7 +150,7 @@ def settle_twins(
         refused=tuple(sorted(refused, key=lambda rejection: rejection.filename)),
         without={why: tuple(names) for why, names in sorted(settler.without.items())},
         fresh=settler.fresh,
-        listing={name: rows[name].identity if name in rows else found for name, found in settler.listed.items()},
+        listing={name: ROW_IDENTITY(rows[name]) if name in rows else found for name, found in settler.listed.items()},
         strays=bool(strays),
     )
 
@@ -163,26 +163,31 @@ def listing(folder: Path) -> Listing:
         entries = list(os.scandir(folder))
     except (FileNotFoundError, NotADirectoryError):
         return listed, refused
+    new, twin_name_match = tuple.__new__, TWIN_NAME.match  # as catalog.listing: one each per file, every run
     for entry in entries:
-        if not entry.name.endswith(".whl"):
+        name = entry.name
+        if not name.endswith(".whl"):
             continue
-        shown = shown_name(entry.name)
-        if shown != entry.name:
+        if not name.isascii() and shown_name(name) != name:
+            shown = shown_name(name)
             refused.append(Rejection(filename=shown, reason=f"{shown}: a name not in UTF-8; not published"))
             continue
         status = entry.stat(follow_symlinks=False)
         if (status.st_mode & 0o170000) != 0o100000:
-            refused.append(Rejection(filename=entry.name, reason=f"{entry.name}: not a regular file; not published"))
-        elif not TWIN_NAME.match(entry.name):
-            refused.append(Rejection(filename=entry.name, reason=f"{entry.name}: not a variant twin's name"))
+            refused.append(Rejection(filename=name, reason=f"{name}: not a regular file; not published"))
+        elif not twin_name_match(name):
+            refused.append(Rejection(filename=name, reason=f"{name}: not a variant twin's name"))
         else:
-            listed[entry.name] = FileIdentity.of(status)
+            listed[name] = new(FileIdentity, (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns))
     return listed, refused
 
 
-def _label(filename: str) -> str:
-    """The label of an accepted wheel's name: ``pt214cu130`` of ``causal_conv1d-1.7.0+pt214cu130-...``."""
-    return filename.split("-", 2)[1].split("+", 1)[1]
+def _twin_of(filename: str) -> str:
+    """twin_name of an accepted wheel's name, its label taken from the name (one split for both, every wheel of
+    every run)."""
+    dist, version, tag = filename.removesuffix(".whl").split("-", 2)
+    public, label = version.split("+", 1)
+    return f"{dist}-{public}-{tag}-{label}.whl"
 
 
 def _fat_twin(name: str) -> str:
@@ -271,12 +276,13 @@ class _Settler:
     def _checked(self, name: str, wheel: str, wheel_row: WheelRow, *, fresh: bool) -> TwinRow | None:
         """The twin's row, checked again unless the state holds one for both files' identities now; a twin found
         wrong is made again once (it may be stale, or tampered with). None: a file changed while being checked."""
-        wheel_identity = "{}:{}:{}:{}".format(*wheel_row[1:5])  # FileIdentity's text, of the row's identity
+        wheel_identity = "{}:{}:{}:{}".format(*ROW_IDENTITY(wheel_row))  # FileIdentity's text, of the row's identity
         old = self.known.get(name)
         if (
             old is not None
-            and old.identity == self.listed[name]
-            and (old.wheel, old.wheel_identity) == (wheel, wheel_identity)
+            and ROW_IDENTITY(old) == self.listed[name]
+            and old.wheel_identity == wheel_identity
+            and old.wheel == wheel
         ):
             return old
         row = self._check(name, wheel, wheel_identity, made=fresh)

@@ -162,7 +162,7 @@ def accepted_name(filename: str, labels: dict[str, tuple[str, Accelerator]]) -> 
     if release is None:
         release = labels[label] = parse_label(label)
     # a name parse_wheel_name accepted is in normal form: its project is the lower-case dist with '-' for '_'
-    return WheelName(filename, dist.replace("_", "-"), version, public, label, *release, *parts[-3:])
+    return tuple.__new__(WheelName, (filename, dist.replace("_", "-"), version, public, label, *release, *parts[-3:]))
 
 
 # WheelFilename.parse (packaging's parse_wheel_filename) checks the name and version part and the tags part of a
