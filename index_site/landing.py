@@ -124,14 +124,22 @@ def build_coverage(catalog: Catalog, facts: TorchFacts | None = None) -> Coverag
     variants = _variants(held, facts)
     pythons = tuple(sorted({py for _, py in held}, key=python_key))
     releases = []
+    empty = {label: [_cell(python, None, None, variant) for python in pythons] for label, variant in variants.items()}
+    failed = {key[:2] for key in failures}
     for project, version in _sorted_releases(labels):
         release_labels = tuple(label for label in variants if label in labels[(project, version)])
         built = cells.get((project, version), _NO_CELLS)
         rows = []
         for label in release_labels:
-            variant = variants[label]
-            keys = [(project, version, label, python) for python in pythons]
-            cells_here = [_cell(k[3], built.wheels_of.get((label, k[3])), failures.get(k), variant) for k in keys]
+            variant, wheels_of = variants[label], built.wheels_of
+            if (project, version) in failed:
+                keys = [(project, version, label, python) for python in pythons]
+                cells_here = [_cell(k[3], wheels_of.get((label, k[3])), failures.get(k), variant) for k in keys]
+            else:  # most releases: a cell without a wheel is one of the label's empty cells, made once a run
+                cells_here = [
+                    _cell(python, found, None, variant) if (found := wheels_of.get((label, python))) else blank
+                    for python, blank in zip(pythons, empty[label], strict=True)
+                ]
             rows.append(Row(variant=variant, cells=tuple(cells_here)))
         releases.append(_release(project, version, pythons, rows, len(built.wheels)))
     return Coverage(

@@ -121,7 +121,8 @@ def _groups(document: Mapping[str, Any]) -> dict[str, tuple[str, tuple[str, ...]
     found = document.get("groups")
     for key, raw in found.items() if isinstance(found, dict) else ():
         if isinstance(raw, _ENTRY) and len(raw) == 2 and isinstance(raw[0], str) and isinstance(raw[1], _ENTRY):
-            groups[key] = (raw[0], tuple(str(path) for path in raw[1]))
+            paths = raw[1]  # a tuple only from the typed decoder, which checked that each is text
+            groups[key] = (raw[0], paths if type(paths) is tuple else tuple(map(str, paths)))
     return groups
 
 
@@ -176,14 +177,13 @@ def _apply_changes(document: dict[str, Any], changes: bytes) -> int | None:
     """Apply the manifest's change lines to its document, in order, up to the first that is torn or not one: its
     records and groups are then lost, which costs only work (a file without its record is verified again, a group
     without its entry is rendered again), never trust. Returns the bytes applied, or None when some were not."""
+    from index_site import codec
+
     applied = 0
     names = ("files", "groups", "blocks")
     targets = tuple(document.setdefault(name, {}) for name in names)
     for line in changes.splitlines(keepends=True):
-        try:
-            change = json.loads(line) if line.endswith(b"\n") else None
-        except (ValueError, RecursionError):
-            change = None
+        change = codec.decode_line(line) if line.endswith(b"\n") else None
         parts = [change.get(name, {}) for name in names] if isinstance(change, dict) else []
         if not parts or not all(isinstance(part, dict) for part in (*parts, *targets)):
             return None
