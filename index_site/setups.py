@@ -4,7 +4,6 @@ pip and for uv, or why there is no wheel."""
 
 from __future__ import annotations
 
-import functools
 import shlex
 from collections import Counter
 from collections.abc import Mapping
@@ -212,6 +211,7 @@ class _Navigator:
                 self._main[variant.torch] = variant
         self.state = (tuple(self._variants), tuple(self._main.items()))  # everything choices() depends on
         self._choices: dict[tuple[str, str], dict[str, tuple[Choice, ...]]] = {}
+        self._paths: dict[tuple[str, str], str] = {}  # (label, python): the setup a choice leads to
 
     def choices(self, variant: Variant, python: str) -> dict[str, tuple[Choice, ...]]:
         """The setup's choices, worked out once per navigator (variant labels are unique within it)."""
@@ -225,11 +225,11 @@ class _Navigator:
         siblings = [v for v in self._variants if v.torch == variant.torch]
         return {
             "torches": tuple(
-                self._choice(torch, self._variant(torch, variant.accelerator), python, torch == variant.torch)
+                Choice(torch, self._path(self._variant(torch, variant.accelerator), python), torch == variant.torch)
                 for torch in self._torches
             ),
             "accelerators": tuple(
-                self._choice(v.accelerator_text, v, python, v.label == variant.label) for v in siblings
+                Choice(v.accelerator_text, self._path(v, python), v.label == variant.label) for v in siblings
             ),
             "pythons": tuple(
                 Choice(text=py, path=layout.setup_path(variant.label, py), current=py == python)
@@ -240,14 +240,15 @@ class _Navigator:
     def _variant(self, torch: str, accelerator: str) -> Variant:
         return self._by_build.get((torch, accelerator)) or self._main[torch]
 
-    @staticmethod
-    def _choice(text: str, variant: Variant, python: str, current: bool) -> Choice:
-        return Choice(
-            text=text, path=layout.setup_path(variant.label, _nearest(variant.pythons, python)), current=current
-        )
+    def _path(self, variant: Variant, python: str) -> str:
+        """The setup of ``variant`` nearest ``python``: a site's setups ask 7,000 times for a few hundred."""
+        key = (variant.label, python)
+        path = self._paths.get(key)
+        if path is None:
+            path = self._paths[key] = layout.setup_path(variant.label, _nearest(variant.pythons, python))
+        return path
 
 
-@functools.lru_cache(maxsize=4096)  # pure: a site's setups ask it 7,000 times of a few hundred distinct pairs
 def _nearest(pythons: tuple[str, ...], python: str) -> str:
     """``python`` if offered, else the offered one closest to it (the same kind, free-threaded or not, first; the
     newer on a tie)."""
