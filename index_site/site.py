@@ -224,10 +224,11 @@ def _report(
     unchanged: int,
 ) -> IndexReport:
     accepted = [filename for filename, row in catalog.rows.items() if not row.verdict]
+    versions = {filename.split("-", 2)[1] for filename in accepted}  # "1.7.0+pt214cu130": a few per label
     return IndexReport(
         site=site,
         wheels=len(accepted),
-        variants=tuple(sorted({filename.split("-", 2)[1].split("+", 1)[1] for filename in accepted})),
+        variants=tuple(sorted({version.split("+", 1)[1] for version in versions})),
         stats=catalog.stats,
         rejected=catalog.rejected,
         failures=len(catalog.failures),

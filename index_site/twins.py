@@ -450,11 +450,14 @@ def _properties_ok(properties: object) -> bool:
 
 
 def _variant_wheel(folder: str, row: TwinRow) -> VariantWheel:
-    dist, version, _ = row.filename.split("-", 2)
-    return VariantWheel(
-        folder, row.identity, row.filename, dist.replace("_", "-"), version, _label_of_twin(row.filename),
+    """The row's twin as the channel shows it (without VariantWheel's per-call checks: one per twin, every run
+    that renders)."""
+    filename = row.filename
+    dist, version, _ = filename.split("-", 2)
+    return tuple.__new__(VariantWheel, (
+        folder, ROW_IDENTITY(row), filename, dist.replace("_", "-"), version, _label_of_twin(filename),
         row.sha256, row.size, row.metadata_sha256, row.requires_python, row.provenance_sha256, row.variant,
-    )
+    ))
 
 
 def _label_of_twin(filename: str) -> str:
