@@ -101,10 +101,6 @@ class Judged:
     ledger: str = ""  # ledger_digest of the ledger read
 
     @property
-    def accepted(self) -> list[str]:
-        return [filename for filename, row in self.rows.items() if not row.verdict]
-
-    @property
     def rejected(self) -> tuple[Rejection, ...]:
         refused = [Rejection(filename=name, reason=row.verdict) for name, row in self.rows.items() if row.verdict]
         return tuple(sorted([*refused, *self.unjudged], key=lambda rejection: rejection.filename))
@@ -246,10 +242,11 @@ def listing(dist: Path) -> Listing:
         name = entry.name
         if not name.endswith(".whl"):
             continue
-        if not name.isascii() and shown_name(name) != name:  # no page, log line or SQLite row can hold it as it is
-            reason = f"{shown_name(name)}: a name not in UTF-8, not a wheel's; skipped"
+        shown = name if name.isascii() else shown_name(name)
+        if shown != name:  # no page, log line or SQLite row can hold it as it is
+            reason = f"{shown}: a name not in UTF-8, not a wheel's; skipped"
             log.info("not indexed: %s", reason)
-            rejected.append(Rejection(filename=shown_name(name), reason=reason))
+            rejected.append(Rejection(filename=shown, reason=reason))
             continue
         try:
             status = entry.stat(follow_symlinks=False)

@@ -102,11 +102,13 @@ class TwinReport:
         return tuple(_variant_wheel(self.folder, row) for row in self.published)
 
 
-def twin_name(filename: str, label: str) -> str:
+def twin_name(filename: str) -> str:
     """``causal_conv1d-1.7.0+pt214cu130-cp311-cp311-linux_x86_64.whl`` -> ``causal_conv1d-1.7.0-cp311-cp311-
-    linux_x86_64-pt214cu130.whl`` (builder/steps/variant.py's variant_filename, for an accepted name)."""
+    linux_x86_64-pt214cu130.whl`` (builder/steps/variant.py's variant_filename, for an accepted name; one split of
+    the name for its parts and its label: every wheel, every run)."""
     dist, version, tag = filename.removesuffix(".whl").split("-", 2)
-    return f"{dist}-{version.split('+', 1)[0]}-{tag}-{label}.whl"
+    public, label = version.split("+", 1)
+    return f"{dist}-{public}-{tag}-{label}.whl"
 
 
 def settle_twins(
@@ -124,7 +126,7 @@ def settle_twins(
     strays = list(refused)
     known = state.twins()
     settler = _Settler(judged.rows, dist, folder, known, listed, maker, judged.fresh_twins)
-    expected = {_twin_of(wheel): wheel for wheel, row in judged.rows.items() if not row.verdict}
+    expected = {twin_name(wheel): wheel for wheel, row in judged.rows.items() if not row.verdict}
     for name, wheel in expected.items():
         settler.settle(name, wheel)
     # A slim wheel is published with its fat wheel only, never made here (it takes the compile's objects)
@@ -168,8 +170,8 @@ def listing(folder: Path) -> Listing:
         name = entry.name
         if not name.endswith(".whl"):
             continue
-        if not name.isascii() and shown_name(name) != name:
-            shown = shown_name(name)
+        shown = name if name.isascii() else shown_name(name)
+        if shown != name:
             refused.append(Rejection(filename=shown, reason=f"{shown}: a name not in UTF-8; not published"))
             continue
         status = entry.stat(follow_symlinks=False)
@@ -180,14 +182,6 @@ def listing(folder: Path) -> Listing:
         else:
             listed[name] = new(FileIdentity, (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns))
     return listed, refused
-
-
-def _twin_of(filename: str) -> str:
-    """twin_name of an accepted wheel's name, its label taken from the name (one split for both, every wheel of
-    every run)."""
-    dist, version, tag = filename.removesuffix(".whl").split("-", 2)
-    public, label = version.split("+", 1)
-    return f"{dist}-{public}-{tag}-{label}.whl"
 
 
 def _fat_twin(name: str) -> str:
@@ -368,7 +362,7 @@ def deriver(maker: TwinMaker | None) -> Deriver | None:
 
     def derive(file: BinaryIO, archive: Archive, name: WheelName) -> tuple[str, dict[tuple[str, str], bytes]] | None:
         derived = maker.derive(file, archive)
-        if derived is None or derived.name != twin_name(name.filename, name.label):
+        if derived is None or derived.name != twin_name(name.filename):
             return None
         found = derived.members
         metadata, provenance = found.get(METADATA, b""), found.get(PROVENANCE, b"")
