@@ -115,7 +115,8 @@ def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | N
         quiet, found = quiet_run(state, wheelhouse, site, base_url, twins is not None)
         if quiet is not None:  # nothing moved since the last complete run, not even a file of dist/: no row read
             return quiet
-        judged = judge(wheelhouse.dist, wheelhouse.ledger, state, deriver(twins), found and found[0])
+        derive = deriver(twins, wheelhouse.variant)
+        judged = judge(wheelhouse.dist, wheelhouse.ledger, state, derive, found and found[0])
         settled = settle_twins(judged, wheelhouse.dist, wheelhouse.variant, state, twins, found and found[1])
         inputs = inputs_digest(state, judged, base_url)
         files = as_left(state, site, inputs)

@@ -64,9 +64,10 @@ class TwinMaker(Protocol):
         """Where ``twin`` is not the twin of ``wheel`` by content; empty when it is."""
         ...
 
-    def derive(self, file: BinaryIO, archive: Archive) -> Derived | None:
+    def derive(self, file: BinaryIO, archive: Archive, twin: BinaryIO | None = None) -> Derived | None:
         """The twin ``make`` writes for the wheel open as ``file`` (``archive``, opened by the index for its
-        bounded reads), worked out without writing it; None where it cannot say."""
+        bounded reads), worked out without writing it, and compared with ``twin`` where given; None where it cannot
+        say."""
         ...
 
 
@@ -82,6 +83,8 @@ class Derived(Protocol):
     def size(self) -> int: ...
     @property
     def members(self) -> Mapping[str, bytes]: ...  # METADATA, variant.json, wheelwright.json of its .dist-info
+    @property
+    def matched(self) -> bool: ...  # the file it was compared with holds exactly these bytes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -354,14 +357,16 @@ def read_twin(path: Path) -> tuple[FileIdentity, dict[str, Any]]:
     }
 
 
-def deriver(maker: TwinMaker | None) -> Deriver | None:
+def deriver(maker: TwinMaker | None, folder: Path) -> Deriver | None:
     """What the catalog asks of the twin step while it reads a wheel with provenance: the facts of the twin the
-    step makes of it (as a twin row would state them, kept in the wheel's row) and that twin's files."""
+    step makes of it (as a twin row would state them, kept in the wheel's row) and that twin's files. Where
+    ``folder`` holds that twin already (the build writes both), its bytes are compared as they are worked out, and
+    the facts keep its identity: read_derived then need not hash it (one read of a 200 MB twin, not two)."""
     if maker is None:
         return None
 
     def derive(file: BinaryIO, archive: Archive, name: WheelName) -> tuple[str, dict[tuple[str, str], bytes]] | None:
-        derived = maker.derive(file, archive)
+        derived, compared = _derived_against(maker, file, archive, folder / twin_name(name.filename))
         if derived is None or derived.name != twin_name(name.filename):
             return None
         found = derived.members
@@ -371,28 +376,46 @@ def deriver(maker: TwinMaker | None) -> Deriver | None:
         except RejectedWheel:
             return None
         facts = [derived.sha256, derived.size, _sha256(metadata), len(metadata), _sha256(provenance) if provenance
-                 else "", len(provenance), json.dumps(variant, sort_keys=True)]
+                 else "", len(provenance), json.dumps(variant, sort_keys=True), compared and list(compared)]
         read = {(derived.name, member): data for member, data in ((METADATA, metadata), (PROVENANCE, provenance))}
         return json.dumps(facts), {key: data for key, data in read.items() if data}
 
     return derive
 
 
+def _derived_against(
+    maker: TwinMaker, file: BinaryIO, archive: Archive, path: Path
+) -> tuple[Derived | None, FileIdentity | None]:
+    """The twin derived from the wheel open as ``file``, compared with the file at ``path`` where there is one; that
+    file's identity where it held exactly the derived bytes and kept its identity throughout, else None."""
+    try:
+        fd = open_regular(path)
+    except OSError:  # none yet (the twin step makes it), or no regular file (settling refuses it, as ever)
+        return maker.derive(file, archive), None
+    with os.fdopen(fd, "rb") as twin:
+        before = FileIdentity.of(os.fstat(twin.fileno()))
+        derived = maker.derive(file, archive, twin)
+        held = derived is not None and derived.matched and FileIdentity.of(os.fstat(twin.fileno())) == before
+    return derived, before if held else None
+
+
 def read_derived(path: Path, wheel: WheelRow, fresh: Mapping[str, bytes]) -> tuple[FileIdentity, dict[str, Any]] | None:
     """What the index shows of the twin at ``path`` if its bytes are those of the twin the step derived from its
-    wheel (``wheel``'s row; one read, to hash the file): the derived twin's facts, with ``fresh``, its files as the
+    wheel (``wheel``'s row; one read, to hash the file, unless the file still has the identity it had when the
+    catalog compared it with the derived bytes): the derived twin's facts, with ``fresh``, its files as the
     catalog derived them this run, by member (none where the wheel was not read again). Its METADATA is the
     wheel's with the version made public at the Version line, so it names the same project and Requires-Python.
     None if they are not its bytes, or nothing was derived."""
     try:
-        sha256, size, metadata_sha256, metadata_size, provenance_sha256, provenance_size, variant = json.loads(
-            wheel.derived
+        sha256, size, metadata_sha256, metadata_size, provenance_sha256, provenance_size, variant, *compared = (
+            json.loads(wheel.derived)
         )
     except (ValueError, TypeError):
         return None
     with os.fdopen(open_regular(path), "rb") as file:
         identity = FileIdentity.of(os.fstat(file.fileno()))
-        if identity.size != size or sha256_stream(file) != sha256:
+        held = compared == [list(identity)]  # the bytes compared with the derived twin's, and unmoved since
+        if identity.size != size or not (held or sha256_stream(file) == sha256):
             return None
         if FileIdentity.of(os.fstat(file.fileno())) != identity:
             raise OSError(f"{path.name}: changed while it was being read")

@@ -115,8 +115,8 @@ class _Twins:
     def problems(self, wheel: Path, twin: Path) -> list[str]:
         return self._twins().problems(wheel, twin)
 
-    def derive(self, file: BinaryIO, archive: Archive) -> DerivedTwin | None:
-        return self._twins().derive(file, archive)
+    def derive(self, file: BinaryIO, archive: Archive, twin: BinaryIO | None = None) -> DerivedTwin | None:
+        return self._twins().derive(file, archive, twin)
 
 
 def _twin_lines(report: IndexReport) -> tuple[list[str], list[str]]:

@@ -32,11 +32,12 @@ class VariantTwins:
         """The twin of ``wheel``, written into ``folder`` and checked; WheelError says why none can be made."""
         return make_twin(wheel, folder).path
 
-    def derive(self, file: BinaryIO, archive: Archive) -> DerivedTwin | None:
+    def derive(self, file: BinaryIO, archive: Archive, twin: BinaryIO | None = None) -> DerivedTwin | None:
         """The twin ``make`` writes for the wheel open as ``file`` (``archive``: opened for bounded reads, named
-        by the wheel's filename): its name, its bytes' sha256 and size, and the files of its .dist-info the index
-        reads; None where the wheel can have none."""
-        return derive_open(file, archive)
+        by the wheel's filename): its name, its bytes' sha256 and size, the files of its .dist-info the index
+        reads, and whether ``twin`` (a file that may hold it) holds exactly its bytes; None where the wheel can have
+        none."""
+        return derive_open(file, archive, twin)
 
     def problems(self, wheel: Path, twin: Path) -> list[str]:
         """Where ``twin`` differs from the twin of ``wheel`` (payload, metadata, variant.json, provenance): from

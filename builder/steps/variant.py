@@ -325,6 +325,7 @@ class DerivedTwin(NamedTuple):
     sha256: str
     size: int
     members: Mapping[str, bytes]
+    matched: bool = False  # derive_open's ``twin`` held exactly these bytes
 
 
 class _Entry(NamedTuple):
@@ -355,15 +356,17 @@ def derive_twin(wheel: Path) -> DerivedTwin | None:
         return None
 
 
-def derive_open(file: BinaryIO, archive: Archive) -> DerivedTwin | None:
-    """derive_twin of the wheel open as ``file``, ``archive`` (named by its filename) opened on it."""
-    digest = _Digest()
+def derive_open(file: BinaryIO, archive: Archive, twin: BinaryIO | None = None) -> DerivedTwin | None:
+    """derive_twin of the wheel open as ``file``, ``archive`` (named by its filename) opened on it. ``twin``: a file
+    that may already hold the twin, read beside the bytes as they are worked out and compared with them (``matched``):
+    one read of it, and no digest of its own."""
+    digest = _Digest(twin)
     try:
         derivation = _derivation(archive, archive.where)
         _emit(derivation, file, digest)
     except (WheelError, OSError, zipfile.BadZipFile, struct.error, UnicodeDecodeError, KeyError):
         return None
-    return DerivedTwin(derivation.name, digest.hexdigest(), digest.size, derivation.members)
+    return DerivedTwin(derivation.name, digest.hexdigest(), digest.size, derivation.members, digest.matched())
 
 
 def _write_derived(wheel: Path, target: Path, record: bytes) -> bool:
@@ -520,16 +523,25 @@ def _stored_bytes(wheel: BinaryIO, info: zipfile.ZipInfo) -> Iterator[bytes]:
 
 
 class _Digest:
-    """A write-only stream that keeps the sha256 and size of what is written to it."""
+    """A write-only stream that keeps the sha256 and size of what is written to it, and whether ``against`` holds
+    the same bytes (read as far as they agree, and no further than what is written, plus one byte)."""
 
-    def __init__(self) -> None:
+    def __init__(self, against: BinaryIO | None = None) -> None:
         self._sha256 = hashlib.sha256()
         self.size = 0
+        self._against = against
+        self._same = against is not None
 
     def write(self, data: bytes) -> int:
         self._sha256.update(data)
         self.size += len(data)
+        if self._same and self._against is not None and self._against.read(len(data)) != data:
+            self._same = False
         return len(data)
+
+    def matched(self) -> bool:
+        """Whether ``against`` held exactly what was written, and nothing after it."""
+        return self._same and self._against is not None and self._against.read(1) == b""
 
     def tell(self) -> int:
         return self.size

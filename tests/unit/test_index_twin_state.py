@@ -4,6 +4,7 @@ a wheel that cannot have a twin is asked once per identity; without a twin step 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from builder.steps.twins import VariantTwins
+from index_site import site as index_site_module
 from index_site import twins as index_twins
 from index_site.layout import SITE_MARKER
 from index_site.site import build_site
@@ -83,6 +85,82 @@ def test_a_twin_or_wheel_whose_identity_moved_is_checked_again(output: Path, mon
     hashed.clear()
     index(output, Counting())
     assert hashed == []
+
+
+def _added_with_twin(output: Path) -> Path:
+    """A new wheel with its twin beside it in variant/, as the build leaves them; the twin's path."""
+    job = local_job()
+    wheel = with_provenance(job_wheel(output / "dist", job, {"causal_conv1d/__init__.py": b"x = 2\n"},
+                                      python_tag="cp312"), job)
+    return VariantTwins().make(wheel, output / "variant")
+
+
+def _counting_hashes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The twins index_site.twins hashes from now on (one entry a file)."""
+    hashed: list[int] = []
+    real = index_twins.sha256_stream
+
+    def counted(file):
+        hashed.append(1)
+        return real(file)
+
+    monkeypatch.setattr(index_twins, "sha256_stream", counted)
+    return hashed
+
+
+def test_a_twin_the_build_wrote_beside_its_new_wheel_is_read_once(output: Path, monkeypatch) -> None:
+    """The catalog compares the twin's bytes with those it works out from the new wheel, as it works them out;
+    settling the twin takes its digest from there and hashes nothing: one read of it, where there were two."""
+    index(output, VariantTwins())
+    twin = _added_with_twin(output)
+    hashed = _counting_hashes(monkeypatch)
+    counting = Counting()
+    report = index(output, counting)
+    published = {row.filename: row.sha256 for row in report.twins.published}
+    assert hashed == [] and (counting.made, counting.checked) == ([], [])
+    assert published[twin.name] == hashlib.sha256(twin.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("damage", ["one byte changed", "one byte short", "one byte more"])
+def test_a_twin_beside_its_new_wheel_that_is_not_its_bytes_is_checked_as_ever(
+    output: Path, monkeypatch, damage: str
+) -> None:
+    """Compared and found other, the twin is not taken for the derived one: it is hashed or read, and checked as
+    ever (made again where its files differ; a byte past its archive's end hides none of them). What is published
+    is the digest of the bytes in place."""
+    index(output, VariantTwins())
+    twin = _added_with_twin(output)
+    right = twin.read_bytes()
+    middle = len(right) // 2
+    wrong = {
+        "one byte changed": right[:middle] + bytes([right[middle] ^ 1]) + right[middle + 1:],
+        "one byte short": right[:-1],
+        "one byte more": right + b"\0",
+    }[damage]
+    twin.write_bytes(wrong)
+    counting = Counting()
+    report = index(output, counting)
+    published = {row.filename: row.sha256 for row in report.twins.published}
+    assert published[twin.name] == hashlib.sha256(twin.read_bytes()).hexdigest()
+    assert twin.read_bytes() == (wrong if damage == "one byte more" else right)
+    assert len(counting.made) == (0 if damage == "one byte more" else 1)
+
+
+def test_a_twin_that_moves_after_the_catalog_compared_it_is_hashed(output: Path, monkeypatch) -> None:
+    """The comparison holds for the identity the twin had then: a write since (its ctime moved) is read again."""
+    index(output, VariantTwins())
+    twin = _added_with_twin(output)
+    settle = index_site_module.settle_twins
+
+    def touched_first(*args, **kwargs):
+        status = twin.stat()
+        os.utime(twin, ns=(status.st_atime_ns, status.st_mtime_ns))  # the same times, set again: ctime moves
+        return settle(*args, **kwargs)
+
+    monkeypatch.setattr(index_site_module, "settle_twins", touched_first)
+    hashed = _counting_hashes(monkeypatch)
+    report = index(output, Counting())
+    assert hashed == [1] and twin.name in {row.filename for row in report.twins.published}
 
 
 def test_without_a_twin_step_no_twin_is_made_and_none_unchecked_is_published(output: Path) -> None:
