@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import shutil
 from pathlib import Path
 
@@ -88,10 +89,12 @@ def test_a_twin_or_wheel_whose_identity_moved_is_checked_again(output: Path, mon
 
 
 def _added_with_twin(output: Path) -> Path:
-    """A new wheel with its twin beside it in variant/, as the build leaves them; the twin's path."""
+    """A new wheel with its twin beside it in variant/, as the build leaves them, both big enough to be compared
+    (index_site.twins._COMPARED_FROM); the twin's path."""
     job = local_job()
-    wheel = with_provenance(job_wheel(output / "dist", job, {"causal_conv1d/__init__.py": b"x = 2\n"},
-                                      python_tag="cp312"), job)
+    payload = random.Random(0).randbytes(index_twins._COMPARED_FROM + 1000)  # incompressible: the twin is as big
+    files = {"causal_conv1d/__init__.py": b"x = 2\n", "causal_conv1d/kernels.bin": payload}
+    wheel = with_provenance(job_wheel(output / "dist", job, files, python_tag="cp312"), job)
     return VariantTwins().make(wheel, output / "variant")
 
 
@@ -119,6 +122,19 @@ def test_a_twin_the_build_wrote_beside_its_new_wheel_is_read_once(output: Path, 
     published = {row.filename: row.sha256 for row in report.twins.published}
     assert hashed == [] and (counting.made, counting.checked) == ([], [])
     assert published[twin.name] == hashlib.sha256(twin.read_bytes()).hexdigest()
+
+
+def test_a_small_twin_beside_its_new_wheel_is_hashed_where_it_is_settled(output: Path, monkeypatch) -> None:
+    """Below _COMPARED_FROM the twin is not opened beside its wheel (that costs more than its digest): settling
+    hashes it, once."""
+    index(output, VariantTwins())
+    job = local_job()
+    wheel = with_provenance(job_wheel(output / "dist", job, {"causal_conv1d/__init__.py": b"x = 2\n"},
+                                      python_tag="cp312"), job)
+    twin = VariantTwins().make(wheel, output / "variant")
+    hashed = _counting_hashes(monkeypatch)
+    report = index(output, Counting())
+    assert hashed == [1] and twin.name in {row.filename for row in report.twins.published}
 
 
 @pytest.mark.parametrize("damage", ["one byte changed", "one byte short", "one byte more"])
