@@ -361,7 +361,7 @@ def deriver(maker: TwinMaker | None, folder: Path) -> Deriver | None:
     """What the catalog asks of the twin step while it reads a wheel with provenance: the facts of the twin the
     step makes of it (as a twin row would state them, kept in the wheel's row) and that twin's files. Where
     ``folder`` holds that twin already (the build writes both), its bytes are compared as they are worked out, and
-    the facts keep its identity: read_derived then need not hash it (one read of a 200 MB twin, not two)."""
+    the facts keep its identity: read_derived then need not hash it (a 200 MB twin's bytes hashed once, not twice)."""
     if maker is None:
         return None
 
