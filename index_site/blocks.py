@@ -78,7 +78,7 @@ def _digest(key: str, sources: list[Any], identities: Mapping[str, Sequence[int]
             if not sources:
                 return None
             names = list(map(_FIRST, map(_FIRST, sources)))
-            found = list(map(identities.get, names))
+            found = [identity for identity in found if identity is not None]  # in the sources' order still
         digests = [*map(_WHEEL_SHA, sources), *map(_FIRST, map(_WHEEL_METADATA, sources))]
     else:
         names = list(map(_TWIN_NAME, sources))

@@ -133,7 +133,8 @@ def settle_twins(
     for name, wheel in expected.items():
         settler.settle(name, wheel)
     # A slim wheel is published with its fat wheel only, never made here (it takes the compile's objects)
-    slims = {name: expected[fat] for name in sorted(filter(_fat_twin, listed)) if (fat := _fat_twin(name)) in expected}
+    fats = {name: fat for name in listed if (fat := _fat_twin(name))}  # the slim wheels' names: a few, or none
+    slims = {name: expected[fat] for name, fat in sorted(fats.items()) if fat in expected}
     for name, wheel in slims.items():
         settler.settle(name, wheel)
     expected.update(slims)
@@ -366,8 +367,9 @@ def deriver(maker: TwinMaker | None, folder: Path) -> Deriver | None:
         return None
 
     def derive(file: BinaryIO, archive: Archive, name: WheelName) -> tuple[str, dict[tuple[str, str], bytes]] | None:
-        derived, compared = _derived_against(maker, file, archive, folder / twin_name(name.filename))
-        if derived is None or derived.name != twin_name(name.filename):
+        twin = twin_name(name.filename)
+        derived, compared = _derived_against(maker, file, archive, folder / twin)
+        if derived is None or derived.name != twin:
             return None
         found = derived.members
         metadata, provenance = found.get(METADATA, b""), found.get(PROVENANCE, b"")
