@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import stat
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 from builder.core import resources
 from builder.core.archive import Archive
 from builder.core.errors import FileSystemError, shown_name
-from builder.core.hashing import FileIdentity, open_regular, sha256_stream
+from builder.core.hashing import FileIdentity, open_regular, sha256_stream, sorted_entries
 from builder.core.ledger import Ledger, LedgerEntry
 
 if TYPE_CHECKING:
@@ -227,44 +228,42 @@ def _name_problem(filename: str) -> str:
 
 
 def listing(dist: Path) -> Listing:
-    """Every name ending in .whl in ``dist`` with its identity (one lstat each), and those that are not regular
-    files, refused."""
-    listed: dict[str, FileIdentity] = {}
+    """Every name ending in .whl in ``dist``, in order, with its identity (one lstat each), and those that are not
+    regular files, refused."""
+    found: dict[str, FileIdentity] = {}
     rejected: list[Rejection] = []
     try:
-        entries = list(os.scandir(dist))
+        with sorted_entries(dist, ".whl") as (names, status_of):
+            new = tuple.__new__  # FileIdentity without its per-call checks: one per file, every run
+            for name in names:
+                shown = name if name.isascii() else shown_name(name)
+                if shown != name:  # no page, log line or SQLite row can hold it as it is
+                    reason = f"{shown}: a name not in UTF-8, not a wheel's; skipped"
+                    log.info("not indexed: %s", reason)
+                    rejected.append(Rejection(filename=shown, reason=reason))
+                    continue
+                try:
+                    status = status_of(name)
+                except OSError:  # gone since it was listed
+                    continue
+                if (status.st_mode & 0o170000) == 0o100000:
+                    identity = (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+                    found[name] = new(FileIdentity, identity)
+                else:
+                    reason = f"{name}: {_not_regular(status.st_mode)}, not a wheel file; skipped"
+                    log.info("not indexed: %s", reason)
+                    rejected.append(Rejection(filename=name, reason=reason))
     except FileNotFoundError:
-        return listed, rejected
+        return found, rejected
     except OSError as error:
         raise FileSystemError(f"{dist}: cannot be listed ({error.strerror or error})") from None
-    new = tuple.__new__  # FileIdentity without its per-call checks: one per file, every run (a fifth of the listing)
-    for entry in entries:
-        name = entry.name
-        if not name.endswith(".whl"):
-            continue
-        shown = name if name.isascii() else shown_name(name)
-        if shown != name:  # no page, log line or SQLite row can hold it as it is
-            reason = f"{shown}: a name not in UTF-8, not a wheel's; skipped"
-            log.info("not indexed: %s", reason)
-            rejected.append(Rejection(filename=shown, reason=reason))
-            continue
-        try:
-            status = entry.stat(follow_symlinks=False)
-        except OSError:  # gone since it was listed
-            continue
-        if (status.st_mode & 0o170000) == 0o100000:
-            listed[name] = new(FileIdentity, (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns))
-        else:
-            reason = f"{name}: {_not_regular(entry)}, not a wheel file; skipped"
-            log.info("not indexed: %s", reason)
-            rejected.append(Rejection(filename=name, reason=reason))
-    return dict(sorted(listed.items())), rejected
+    return found, rejected
 
 
-def _not_regular(entry: os.DirEntry[str]) -> str:
-    if entry.is_symlink():
+def _not_regular(mode: int) -> str:
+    if stat.S_ISLNK(mode):
         return "a symbolic link (never followed)"
-    return "a folder" if entry.is_dir(follow_symlinks=False) else "a special file (FIFO, socket or device)"
+    return "a folder" if stat.S_ISDIR(mode) else "a special file (FIFO, socket or device)"
 
 
 class RecordedFacts:

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, Protocol
 
 from builder.core.archive import Archive
 from builder.core.errors import WheelwrightError, shown_name
-from builder.core.hashing import FileIdentity, identity_if_regular, open_regular, sha256_stream
+from builder.core.hashing import FileIdentity, identity_if_regular, open_regular, sha256_stream, sorted_entries
 from index_site.catalog import Deriver, Judged, Listing, Rejection
 from index_site.state import ROW_IDENTITY, IndexState, TwinRow, WheelRow
 from index_site.variants import VariantWheel
@@ -162,30 +162,32 @@ def settle_twins(
 
 
 def listing(folder: Path) -> Listing:
-    """The regular files of ``folder`` named like wheels, with their identities; anything else named so, refused."""
-    listed: dict[str, FileIdentity] = {}
+    """The regular files of ``folder`` named like wheels, in order, with their identities; anything else named so,
+    refused."""
+    found: dict[str, FileIdentity] = {}
     refused: list[Rejection] = []
     try:
-        entries = list(os.scandir(folder))
+        with sorted_entries(folder, ".whl") as (names, status_of):
+            new, twin_name_match = tuple.__new__, TWIN_NAME.match  # as catalog.listing: one each per file, every run
+            for name in names:
+                shown = name if name.isascii() else shown_name(name)
+                if shown != name:
+                    refused.append(Rejection(filename=shown, reason=f"{shown}: a name not in UTF-8; not published"))
+                    continue
+                try:
+                    status = status_of(name)
+                except OSError:  # gone since it was listed
+                    continue
+                if (status.st_mode & 0o170000) != 0o100000:
+                    refused.append(Rejection(filename=name, reason=f"{name}: not a regular file; not published"))
+                elif not twin_name_match(name):
+                    refused.append(Rejection(filename=name, reason=f"{name}: not a variant twin's name"))
+                else:
+                    identity = (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+                    found[name] = new(FileIdentity, identity)
     except (FileNotFoundError, NotADirectoryError):
-        return listed, refused
-    new, twin_name_match = tuple.__new__, TWIN_NAME.match  # as catalog.listing: one each per file, every run
-    for entry in entries:
-        name = entry.name
-        if not name.endswith(".whl"):
-            continue
-        shown = name if name.isascii() else shown_name(name)
-        if shown != name:
-            refused.append(Rejection(filename=shown, reason=f"{shown}: a name not in UTF-8; not published"))
-            continue
-        status = entry.stat(follow_symlinks=False)
-        if (status.st_mode & 0o170000) != 0o100000:
-            refused.append(Rejection(filename=name, reason=f"{name}: not a regular file; not published"))
-        elif not twin_name_match(name):
-            refused.append(Rejection(filename=name, reason=f"{name}: not a variant twin's name"))
-        else:
-            listed[name] = new(FileIdentity, (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns))
-    return listed, refused
+        return {}, []
+    return found, refused
 
 
 def _fat_twin(name: str) -> str:

@@ -3,9 +3,12 @@ build steps and the index. Only regular files are read: a symlink, FIFO or devic
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
@@ -59,6 +62,21 @@ def identity_if_regular(path: Path | str) -> FileIdentity | None:
     except OSError:
         return None
     return FileIdentity.of(status) if stat.S_ISREG(status.st_mode) else None
+
+
+@contextmanager
+def sorted_entries(folder: Path | str, suffix: str) -> Iterator[tuple[list[str], Callable[[str], os.stat_result]]]:
+    """The names in ``folder`` that end in ``suffix``, sorted, and the lstat of a name there: one fstatat
+    relative to the folder held open, so no path is walked again per file. The index lists dist/ and variant/ on
+    every run: at 100,000 files each, a third less CPU than the stat of os.scandir's entries in the folder's
+    order (docs/runs.md). Raises what opening or listing the folder raises."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        names = [name for name in os.listdir(fd) if name.endswith(suffix)]
+        names.sort()
+        yield names, functools.partial(os.stat, dir_fd=fd, follow_symlinks=False)
+    finally:
+        os.close(fd)
 
 
 def holds_identity(path: str, identity: tuple[int, int, int, int]) -> bool:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 
 import pytest
 
-from builder.core.hashing import FileIdentity, holds_identity, regular_identity
+from builder.core.hashing import FileIdentity, holds_identity, regular_identity, sorted_entries
 
 
 @pytest.mark.parametrize(
@@ -44,3 +45,27 @@ def test_a_file_holds_its_identity_until_anything_about_it_changes(tmp_path: Pat
         path.mkdir()
     assert holds_identity(str(path), identity) is holds
     assert isinstance(identity, FileIdentity)
+
+
+def test_a_folder_is_listed_in_order_with_the_lstat_of_each_name(tmp_path: Path) -> None:
+    for name in ("b.whl", "a.whl", "notes.txt"):
+        (tmp_path / name).write_bytes(name.encode())
+    (tmp_path / "c.whl").symlink_to(tmp_path / "a.whl")
+    with sorted_entries(tmp_path, ".whl") as (names, status_of):
+        assert names == ["a.whl", "b.whl", "c.whl"]
+        assert FileIdentity.of(status_of("a.whl")) == regular_identity(tmp_path / "a.whl")
+        assert stat.S_ISLNK(status_of("c.whl").st_mode)  # the link itself, never followed
+
+
+@pytest.mark.parametrize("which", ["dist", "variant"])
+def test_a_file_gone_between_listing_and_its_stat_is_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    from index_site import catalog, twins
+
+    kept = "causal_conv1d-1.7.0-cp311-cp311-linux_x86_64-pt214cu130.whl"
+    (tmp_path / kept).write_bytes(b"x")
+    real = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda fd: [*real(fd), kept.replace("1.7.0", "1.6.0")])  # listed, then gone
+    listed, refused = (catalog.listing if which == "dist" else twins.listing)(tmp_path)
+    assert list(listed) == [kept] and refused == []
