@@ -7,6 +7,7 @@ never trust, and every run's changes are one transaction (a run killed at any po
 
 from __future__ import annotations
 
+import itertools
 import logging
 import operator
 import sqlite3
@@ -104,6 +105,7 @@ class IndexState:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = self._connect()
         self._loaded: dict[str, dict[str, dict[str, Any]]] = {}  # table: release: filename: row
+        self._misfiled: dict[str, set[str]] = {}  # table: keys whose stored rows are not all of that release
 
     def _connect(self) -> sqlite3.Connection:
         """The open database; one that is not SQLite, or is damaged, is set aside and made anew (it holds only
@@ -151,6 +153,9 @@ class IndexState:
         touch, whole."""
         changed = {"wheels": self._change("wheels", wheels, wheels_gone)}
         changed["twins"] = self._change("twins", twins, twins_gone)
+        for table, releases in changed.items():
+            if releases:
+                releases |= self._misfiled.pop(table, set())
         self._write(changed, meta or {})
 
     def refresh(self, moved: Mapping[str, tuple[tuple[int, int, int, int], tuple[int, int, int, int]]]) -> None:
@@ -184,7 +189,7 @@ class IndexState:
                 db.execute(f"DELETE FROM {table}")
             fresh = {**meta, "id": uuid.uuid4().hex, "generation": "0"}
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(fresh.items()))
-        self._loaded = {"wheels": {}, "twins": {}}
+        self._loaded, self._misfiled = {"wheels": {}, "twins": {}}, {}
 
     def _releases(self, table: str) -> dict[str, dict[str, Any]]:
         """The rows of ``table`` by release and filename, read on first use: each release's value decoded whole, and
@@ -206,8 +211,13 @@ class IndexState:
                 log.info("%s: the %s rows of release %r are unreadable (%s); their files are checked again",
                          self.path, table, release, error)
                 continue
+            names = list(map(_FILENAME, rows))
+            if _all_of(release, names):  # as written: every row under its own release
+                releases.setdefault(release, {}).update(zip(names, rows))
+                continue
             for row in rows:
                 releases.setdefault(_release(row.filename), {})[row.filename] = row
+            self._misfiled.setdefault(table, set()).add(release)  # written again, as its rows' releases are
         self._loaded[table] = releases
         return releases
 
@@ -297,6 +307,18 @@ def _release(filename: str) -> str:
     release's rows sit together in the order of their names, which is the order a run goes through them in."""
     dist, _, rest = filename.partition("-")
     return f"{dist}-{rest.partition('-')[0].partition('+')[0]}"
+
+
+_FILENAME = operator.itemgetter(0)  # a row's filename
+
+
+def _all_of(release: str, names: list[str]) -> bool:
+    """Whether each of ``names`` is kept under ``release`` (_release), by its prefix alone: a name that begins
+    with a release key of one name and one version (``causal_conv1d-1.7.0``) and a ``+`` or ``-`` is of that
+    release. One call in C for all of a release's rows, not a split of each name: 100,000 rows a run."""
+    if release.count("-") != 1 or "+" in release:
+        return False
+    return all(map(str.startswith, names, itertools.repeat((f"{release}+", f"{release}-"))))
 
 
 def state_path(ledger_path: Path) -> Path:

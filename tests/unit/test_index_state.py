@@ -1,0 +1,48 @@
+"""The index state's rows (index_site/state.py): kept by release, each read back under its own release, whatever
+release key its stored value sits under."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from index_site.state import IndexState, WheelRow
+
+WHEELS = ["causal_conv1d-1.7.0+pt214cu130-cp311-cp311-linux_x86_64.whl",
+          "causal_conv1d-1.7.0+pt214cu130-cp312-cp312-linux_x86_64.whl",
+          "causal_conv1d-1.8.0+pt214cu130-cp311-cp311-linux_x86_64.whl",
+          "causal_conv1d-1.8.0-cp311-cp311-linux_x86_64.whl"]  # refused (no label), kept under its release too
+
+
+def _row(filename: str, inode: int) -> WheelRow:
+    return WheelRow(filename, inode, 1, 2, 3, "content", "", "0" * 64, "1" * 64, 10, None, None, 0.0, None, "")
+
+
+@pytest.mark.parametrize("stored_under", [
+    None,  # as written
+    "causal_conv1d-1.7.0",  # another release's key: its rows are of 1.7.0 and 1.8.0
+    "causal_conv1d",  # not a release key of one name and one version
+    "causal_conv1d-1.8.0+pt214cu130",
+])
+def test_each_row_is_read_back_under_its_own_release(tmp_path: Path, stored_under: str | None) -> None:
+    path = tmp_path / "index.sqlite"
+    with IndexState(path) as state:
+        state.write(wheels=[_row(name, inode) for inode, name in enumerate(WHEELS)])
+    if stored_under is not None:
+        with sqlite3.connect(path) as db:
+            value = db.execute("SELECT rows FROM wheels WHERE release = 'causal_conv1d-1.8.0'").fetchone()[0]
+            db.execute("DELETE FROM wheels WHERE release = 'causal_conv1d-1.8.0'")
+            db.execute("INSERT OR REPLACE INTO wheels VALUES (?, ?)", (stored_under, value))
+            if stored_under == "causal_conv1d-1.7.0":  # both releases' rows under one key
+                db.execute("DELETE FROM wheels WHERE release = ?", (stored_under,))
+                rows = [_row(name, inode) for inode, name in enumerate(WHEELS)]
+                import msgspec
+
+                db.execute("INSERT INTO wheels VALUES (?, ?)", (stored_under, msgspec.msgpack.encode(rows)))
+    with IndexState(path) as state:
+        assert {name: row.inode for name, row in state.wheels().items()} == {n: i for i, n in enumerate(WHEELS)}
+        state.write(wheels_gone=[WHEELS[2]])  # its release's rows are written again, without it
+    with IndexState(path) as state:
+        assert sorted(state.wheels()) == sorted(WHEELS[:2] + WHEELS[3:])
