@@ -198,23 +198,29 @@ def channel_groups(
     twins: Sequence[variants.VariantWheel], records: Mapping[str, tuple[str, FileIdentity]] | None = None
 ) -> list[PageGroup]:
     """The variant channel's pages (variants.py): the guards of each project's builds in groups of their own (one per
-    version, torch minor and wheel tag), then for every torch's channel and each torch minor's, its project list,
-    and one group per project (its two pages and its variants.json documents). ``records`` (sha256 and identity by
-    site path) are what the manifest says of the files of the guard groups that are not rendered again: the site
-    lists them by those digests, found in place by render_changed before any project group renders. A guard group's
-    digest is that of the builds it is made from (fallback.guard_facts), so its guards are worked out only where it
-    renders or a channel page lists them again: at 10,000 twins 2,733 groups, 0.042 CPU-s of a +1 to work out."""
+    version and torch minor), then for every torch's channel and each torch minor's, its project list, and one
+    group per project (its two pages and its variants.json documents). ``records`` (sha256 and identity by site
+    path) are what the manifest says of the files of the guard groups that are not rendered again: the site lists
+    them by those digests, found in place by render_changed before any project group renders. A guard group's digest
+    is that of the builds it is made from (fallback.guard_facts), so its guards are worked out only where it renders
+    or a channel page lists them again. A group holds the guards of every wheel tag of its version and torch minor
+    (fallback.guarded's groups), as a farm's job builds them: at 10,000 twins 561 groups, not 2,732, each worked out
+    and settled on every run that renders (docs/runs.md)."""
     groups = []
     made = _Guards(records or {})
-    shown: dict[tuple[str, str | None], dict[str, list[tuple[str, list[variants.VariantWheel]]]]] = defaultdict(dict)
+    shown: dict[tuple[str, str | None], dict[str, list[tuple[str, _Guarded]]]] = defaultdict(dict)
     for project, of_project in variants.by_project(twins).items():
+        by_torch: dict[str, list[list[variants.VariantWheel]]] = {}
         for key, members in fallback.guarded(of_project).items():
+            by_torch.setdefault(key.rpartition("/")[0], []).append(members)  # "1.7.0/pt214/cp311-..." -> "1.7.0/pt214"
+        for key, of_torch in by_torch.items():
             group_key = f"{variants.ROOT}:guards:{project}/{key}"
-            digest = _digest([group_key, *fallback.guard_facts(members, made.seen)])
-            groups.append(PageGroup(key=group_key, digest=digest, render=functools.partial(made.render, members)))
-            version, torch = key.split("/", 2)[:2]
+            facts = (fact for members in of_torch for fact in fallback.guard_facts(members, made.seen))
+            digest = _digest([group_key, *facts])
+            groups.append(PageGroup(key=group_key, digest=digest, render=functools.partial(made.render, of_torch)))
+            version, torch = key.split("/")
             for channel in (None, torch):  # by version on every torch's channel and on its torch minor's
-                shown[(project, channel)].setdefault(version, []).append((digest, members))
+                shown[(project, channel)].setdefault(version, []).append((digest, of_torch))
     prints = made.prints = {twin.filename: variants.fingerprint(twin) for twin in twins}  # on two channels each
     for torch_tag, members in variants.by_channel(twins).items():
         root = variants.channel_root(torch_tag)
@@ -230,6 +236,9 @@ def channel_groups(
     return groups
 
 
+_Guarded = list[list[variants.VariantWheel]]  # a guard group's builds: those of each wheel tag (fallback.guarded)
+
+
 class _Guards:
     """The guards of one run: made (their bytes) only where their group renders, else listed by what the manifest
     recorded of their files (``records``), which render_changed has found in place."""
@@ -240,12 +249,13 @@ class _Guards:
         self.prints: Mapping[str, str] = {}  # each twin's variants.fingerprint, by filename
         self.seen = fallback.Seen()
 
-    def render(self, members: Sequence[variants.VariantWheel]) -> dict[str, bytes]:
+    def render(self, groups: _Guarded) -> dict[str, bytes]:
         pages = {}
-        for guard in fallback.guards_of(members, self.seen):
-            listed, data, metadata = guard.made()
-            self.made[guard.filename] = listed
-            pages.update(variants.guard_pages(guard.filename, data, metadata))
+        for members in groups:
+            for guard in fallback.guards_of(members, self.seen):
+                listed, data, metadata = guard.made()
+                self.made[guard.filename] = listed
+                pages.update(variants.guard_pages(guard.filename, data, metadata))
         return pages
 
     def listed(self, guard: fallback.Guard) -> variants.VariantWheel:
@@ -261,7 +271,7 @@ class _Guards:
         root: str,
         project: str,
         twins: list[variants.VariantWheel],
-        groups: Mapping[str, list[tuple[str, list[variants.VariantWheel]]]],
+        groups: Mapping[str, list[tuple[str, _Guarded]]],
     ) -> Callable[[], joined.Pair]:
         """The project's pages on one channel, as parts: made only when its group's digest moved. ``groups``: the
         digest and builds of each guard group the pages list, by version; each part's digest takes the digests."""
@@ -271,9 +281,14 @@ class _Guards:
         }
         return lambda: variants.project_pair(root, project, twins, digest=_digest, prints=self.prints, guarded=guarded)
 
-    def shown(self, groups: Sequence[tuple[str, Sequence[variants.VariantWheel]]]) -> list[variants.VariantWheel]:
+    def shown(self, groups: Sequence[tuple[str, _Guarded]]) -> list[variants.VariantWheel]:
         """The guards of ``groups`` as listed."""
-        return [self.listed(guard) for _, members in groups for guard in fallback.guards_of(members, self.seen)]
+        return [
+            self.listed(guard)
+            for _, of_group in groups
+            for members in of_group
+            for guard in fallback.guards_of(members, self.seen)
+        ]
 
 
 def _joined_pages(pair: Callable[[], joined.Pair]) -> dict[str, bytes]:
