@@ -16,7 +16,9 @@ import errno
 import functools
 import gc
 import hashlib
+import itertools
 import logging
+import operator
 import os
 import shutil
 import stat
@@ -44,7 +46,7 @@ from index_site.quiet import (
 )
 from index_site.records import Block, FileRecord, Recorded, current_bytes, recorded_manifest, write_manifest
 from index_site.report import IndexReport
-from index_site.state import IndexState, state_path
+from index_site.state import WHEEL_VERDICT, IndexState, state_path
 from index_site.twins import TwinMaker, TwinReport, deriver, settle_twins
 
 if TYPE_CHECKING:
@@ -224,8 +226,9 @@ def _report(
     deleted: tuple[str, ...],
     unchanged: int,
 ) -> IndexReport:
-    accepted = [filename for filename, row in catalog.rows.items() if not row.verdict]
-    versions = {filename.split("-", 2)[1] for filename in accepted}  # "1.7.0+pt214cu130": a few per label
+    rows = catalog.rows
+    accepted = list(itertools.compress(rows, map(operator.not_, map(WHEEL_VERDICT, rows.values()))))  # C's loops
+    versions = set(map(_VERSION, map(_SPLIT_NAME, accepted)))  # "1.7.0+pt214cu130": a few per label
     return IndexReport(
         site=site,
         wheels=len(accepted),
@@ -239,6 +242,9 @@ def _report(
         twins=twins,
         twins_published=len(twins.published),
     )
+
+
+_SPLIT_NAME, _VERSION = operator.methodcaller("split", "-", 2), operator.itemgetter(1)
 
 
 class PageBlocks(NamedTuple):

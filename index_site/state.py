@@ -135,10 +135,17 @@ class IndexState:
     def wheels(self) -> dict[str, WheelRow]:
         """Every row of ``wheels`` (a release's rows that are damaged, or not of their fields' types, are left out:
         their files are checked again)."""
-        return {name: row for rows in self._releases("wheels").values() for name, row in rows.items()}
+        return _flat(self._releases("wheels"))
 
     def twins(self) -> dict[str, TwinRow]:
-        return {name: row for rows in self._releases("twins").values() for name, row in rows.items()}
+        return _flat(self._releases("twins"))
+
+    def wheel_releases(self) -> Mapping[str, Mapping[str, WheelRow]]:
+        """The rows of ``wheels`` by release, as held (not to be changed: ``write`` changes them)."""
+        return self._releases("wheels")
+
+    def twin_releases(self) -> Mapping[str, Mapping[str, TwinRow]]:
+        return self._releases("twins")
 
     def write(
         self,
@@ -310,6 +317,15 @@ def _release(filename: str) -> str:
 
 
 _FILENAME = operator.itemgetter(0)  # a row's filename
+WHEEL_VERDICT = operator.itemgetter(6)  # a WheelRow's verdict, taken by C
+
+
+def _flat(releases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The rows of every release in one dict: a dict updated per release (in C), not a line of Python per row."""
+    rows: dict[str, Any] = {}
+    for of_release in releases.values():
+        rows.update(of_release)
+    return rows
 
 
 def _all_of(release: str, names: list[str]) -> bool:

@@ -157,10 +157,11 @@ def published_slims(output: Path) -> list[str]:
 
 def report_twins(output: Path) -> list:  # type: ignore[type-arg]
     from index_site.state import IndexState, state_path
-    from index_site.twins import _variant_wheel
+    from index_site.twins import TwinReport
 
     with IndexState(state_path(output / "ledger.sqlite")) as state:
-        return [_variant_wheel(str(output / "variant"), row) for row in state.twins().values() if not row.verdict]
+        published = tuple(row for row in state.twins().values() if not row.verdict)
+    return list(TwinReport(folder=str(output / "variant"), published=published).twins)
 
 
 def test_slim_wheels_are_published_with_their_fat_wheel(tmp_path: Path) -> None:

@@ -8,7 +8,13 @@ import pytest
 
 from index_site import layout
 from index_site.landing import python_key
-from index_site.wheels import RejectedWheel, check_core_metadata, parse_wheel_name, read_core_metadata
+from index_site.wheels import (
+    RejectedWheel,
+    accepted_names,
+    check_core_metadata,
+    parse_wheel_name,
+    read_core_metadata,
+)
 from scripts.bench.wheels import WheelSpec, make_wheel, metadata_text
 
 
@@ -26,6 +32,17 @@ def test_parses_a_labelled_wheel_name() -> None:
 def test_rocm_labels_and_compressed_python_tags() -> None:
     name = parse_wheel_name("mamba_ssm-2.3.2.post1+pt24rocm61-cp310.cp311-abi3-manylinux_2_28_x86_64.whl")
     assert (name.torch, name.accelerator.name, name.pythons) == ("2.4", "rocm6.1", ("3.10", "3.11"))
+
+
+def test_an_accepted_name_split_again_is_the_name_parse_wheel_name_made() -> None:
+    """accepted_names (what a re-index takes from the state's verdicts) against the full parse, field by field."""
+    names = [
+        "causal_conv1d-1.7.0+pt214cu130-cp311-cp311-linux_x86_64.whl",
+        "mamba_ssm-2.3.2.post1+pt24rocm61-cp310.cp311-abi3-manylinux_2_28_x86_64.whl",
+        "causal_conv1d-1.7.0+pt214cu130-1-cp313-cp313t-manylinux_2_28_aarch64.whl",  # a build tag
+        "causal_conv1d-1.7.0+pt214cu126-cp311-cp311-linux_x86_64.whl",
+    ]
+    assert accepted_names(names) == [parse_wheel_name(name) for name in names]
 
 
 def test_a_free_threaded_wheel_is_a_python_of_its_own() -> None:
