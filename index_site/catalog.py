@@ -31,7 +31,7 @@ from builder.core.ledger import Ledger, LedgerEntry
 
 if TYPE_CHECKING:
     from builder.plan.releases import TorchFacts
-from index_site.state import ROW_IDENTITY, WHEEL_VERDICT, IndexState, WheelRow, state_path
+from index_site.state import FILENAME, ROW_IDENTITY, WHEEL_VERDICT, IndexState, WheelRow, columns, state_path
 from index_site.wheels import (
     MAX_METADATA_BYTES,
     MAX_PROVENANCE_BYTES,
@@ -139,8 +139,8 @@ def judge(
     with Ledger(ledger_path) as ledger:
         failures = tuple(ledger.failures())
         recorded_archs = ledger.wheel_archs()
-        judged = _Judging(dist, listed_files, known, releases)
-        rows, stats, fresh, changed = judged.judge(ledger, derive, RecordedFacts(state))
+        judging = _Judging(dist, listed_files, known, releases)
+        rows, stats, fresh, changed = judging.judge(ledger, derive, RecordedFacts(state))
     state.write(wheels=changed, wheels_gone=known.keys() - rows.keys())
     unjudged += [Rejection(filename=name, reason=reason) for name, reason in fresh.items() if isinstance(reason, str)]
     accepted = list(map(WHEEL_VERDICT, rows.values())).count("")
@@ -182,7 +182,7 @@ def catalog_of(judged: Judged) -> Catalog:
     checks of the named tuples: four per wheel, every run that renders)."""
     rows = judged.rows.values()
     accepted = list(itertools.compress(rows, map(operator.not_, map(WHEEL_VERDICT, rows))))
-    filenames = list(map(_FILENAME, accepted))
+    filenames = list(map(FILENAME, accepted))
     build = functools.partial(map, tuple.__new__)
     metadata = build(itertools.repeat(CoreMetadata), map(_METADATA, accepted))
     shown = zip(accepted_names(filenames), map(_SHA256_OF, accepted), map(_SIZE, accepted), metadata,
@@ -200,10 +200,8 @@ def catalog_of(judged: Judged) -> Catalog:
     )
 
 
-# A WheelRow's columns, taken by C: filename, sha256, size, (metadata_sha256, metadata_size, requires_python,
-# summary), upload_time
-_FILENAME, _SHA256_OF, _SIZE = operator.itemgetter(0), operator.itemgetter(7), operator.itemgetter(2)
-_METADATA, _UPLOADED = operator.itemgetter(8, 9, 10, 11), operator.itemgetter(12)
+_SHA256_OF, _SIZE, _UPLOADED = (columns(WheelRow, field) for field in ("sha256", "size", "upload_time"))
+_METADATA = columns(WheelRow, "metadata_sha256", "metadata_size", "requires_python", "summary")  # CoreMetadata's
 
 
 def _known_rows(state: IndexState) -> tuple[dict[str, WheelRow], Mapping[str, Mapping[str, WheelRow]]]:

@@ -27,7 +27,7 @@ from builder.core.archive import Archive
 from builder.core.errors import WheelwrightError, shown_name
 from builder.core.hashing import FileIdentity, identity_if_regular, open_regular, sha256_stream, sorted_entries
 from index_site.catalog import Deriver, Judged, Listing, Rejection
-from index_site.state import ROW_IDENTITY, WHEEL_VERDICT, IndexState, TwinRow, WheelRow
+from index_site.state import FILENAME, ROW_IDENTITY, WHEEL_VERDICT, IndexState, TwinRow, WheelRow, columns
 from index_site.variants import VariantWheel
 from index_site.wheels import (
     MAX_METADATA_BYTES,
@@ -120,7 +120,7 @@ def _expected(wheels: Mapping[str, WheelRow]) -> dict[str, str]:
 _STEM, _SPLIT_NAME = operator.methodcaller("removesuffix", ".whl"), operator.methodcaller("split", "-", 2)
 _SPLIT_VERSION = operator.methodcaller("split", "+", 1)
 _FIRST, _SECOND, _THIRD = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
-_TWIN_NAME = "{}-{}-{}-{}.whl".format  # as twin_name writes it
+_TWIN_NAME = "{}-{}-{}-{}.whl".format  # dist, public version, tags, label: a twin's name
 
 
 def _slim_names(listed: Mapping[str, object]) -> list[str]:
@@ -158,7 +158,7 @@ def _held(
     return held
 
 
-_TWIN_WHEEL, _TWIN_WHEEL_IDENTITY, _TWIN_VERDICT = (operator.itemgetter(index) for index in (5, 6, 7))
+_TWIN_WHEEL, _TWIN_WHEEL_IDENTITY, _TWIN_VERDICT = (columns(TwinRow, f) for f in ("wheel", "wheel_identity", "verdict"))
 _IDENTITY_TEXT = "{}:{}:{}:{}".format  # FileIdentity's text, as a twin's row holds its wheel's
 
 
@@ -176,7 +176,7 @@ def twin_name(filename: str) -> str:
     the name for its parts and its label: every wheel, every run)."""
     dist, version, tag = filename.removesuffix(".whl").split("-", 2)
     public, label = version.split("+", 1)
-    return f"{dist}-{public}-{tag}-{label}.whl"
+    return _TWIN_NAME(dist, public, tag, label)
 
 
 def settle_twins(
@@ -548,15 +548,15 @@ def _properties_ok(properties: object) -> bool:
 def _variant_wheels(folder: str, rows: Sequence[TwinRow]) -> tuple[VariantWheel, ...]:
     """The rows' twins as the channel shows them, built column by column (loops in C, and no per-call checks of
     VariantWheel: one per twin, every run that renders)."""
-    names = list(map(_FIRST, rows))
+    names = list(map(FILENAME, rows))
     parts = list(map(_SPLIT_NAME, names))  # [dist, version, tag and label]
     labels = map(_SECOND, map(_SPLIT_LABEL, map(_STEM, names)))  # the name's last part: its label
     columns = zip(
         itertools.repeat(folder), map(ROW_IDENTITY, rows), names, map(_DASHED, map(_FIRST, parts)),
-        map(_SECOND, parts), labels, *(map(operator.itemgetter(index), rows) for index in _SHOWN), strict=False,
+        map(_SECOND, parts), labels, *(map(columns(TwinRow, field), rows) for field in _SHOWN), strict=False,
     )  # the repeat() is endless: zip ends with the rows
     return tuple(map(tuple.__new__, itertools.repeat(VariantWheel), columns))
 
 
 _SPLIT_LABEL, _DASHED = operator.methodcaller("rsplit", "-", 1), operator.methodcaller("replace", "_", "-")
-_SHOWN = (8, 2, 9, 11, 12, 14)  # a TwinRow's sha256, size, metadata_sha256, requires_python, provenance_sha256, variant
+_SHOWN = ("sha256", "size", "metadata_sha256", "requires_python", "provenance_sha256", "variant")  # of a TwinRow

@@ -46,3 +46,12 @@ def test_each_row_is_read_back_under_its_own_release(tmp_path: Path, stored_unde
         state.write(wheels_gone=[WHEELS[2]])  # its release's rows are written again, without it
     with IndexState(path) as state:
         assert sorted(state.wheels()) == sorted(WHEELS[:2] + WHEELS[3:])
+
+
+def test_the_shared_column_getters_take_the_same_fields_of_either_row() -> None:
+    from index_site.state import FILENAME, ROW_IDENTITY, TwinRow
+
+    wheel = _row(WHEELS[0], 7)
+    twin = TwinRow("t.whl", 8, 9, 10, 11, WHEELS[0], "7:1:2:3", "", "", "", 0, None, "", 0, "{}")
+    assert (FILENAME(wheel), ROW_IDENTITY(wheel)) == (wheel.filename, wheel.identity)
+    assert (FILENAME(twin), ROW_IDENTITY(twin)) == (twin.filename, twin.identity)
