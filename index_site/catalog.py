@@ -14,7 +14,6 @@ import hashlib
 import itertools
 import json
 import logging
-import operator
 import os
 import re
 import stat
@@ -31,7 +30,16 @@ from builder.core.ledger import Ledger, LedgerEntry
 
 if TYPE_CHECKING:
     from builder.plan.releases import TorchFacts
-from index_site.state import FILENAME, ROW_IDENTITY, WHEEL_VERDICT, IndexState, WheelRow, columns, state_path
+from index_site.state import (
+    FILENAME,
+    ROW_IDENTITY,
+    WHEEL_VERDICT,
+    IndexState,
+    WheelRow,
+    accepted,
+    columns,
+    state_path,
+)
 from index_site.wheels import (
     MAX_METADATA_BYTES,
     MAX_PROVENANCE_BYTES,
@@ -143,8 +151,8 @@ def judge(
         rows, stats, fresh, changed = judging.judge(ledger, derive, RecordedFacts(state))
     state.write(wheels=changed, wheels_gone=known.keys() - rows.keys())
     unjudged += [Rejection(filename=name, reason=reason) for name, reason in fresh.items() if isinstance(reason, str)]
-    accepted = list(map(WHEEL_VERDICT, rows.values())).count("")
-    log.info("judged %d files (%s); refused %d", len(rows), stats, len(rows) - accepted + len(unjudged))
+    indexed = list(map(WHEEL_VERDICT, rows.values())).count("")
+    log.info("judged %d files (%s); refused %d", len(rows), stats, len(rows) - indexed + len(unjudged))
     read = [data for data in fresh.values() if not isinstance(data, str)]
     return Judged(
         rows=rows,
@@ -180,14 +188,13 @@ def read_ledger(path: Path) -> str:
 def catalog_of(judged: Judged) -> Catalog:
     """The catalog of the accepted wheels, each made from its row: column by column (loops in C, and no per-call
     checks of the named tuples: four per wheel, every run that renders)."""
-    rows = judged.rows.values()
-    accepted = list(itertools.compress(rows, map(operator.not_, map(WHEEL_VERDICT, rows))))
-    filenames = list(map(FILENAME, accepted))
+    listed = accepted(judged.rows)
+    filenames = list(map(FILENAME, listed))
     build = functools.partial(map, tuple.__new__)
-    metadata = build(itertools.repeat(CoreMetadata), map(_METADATA, accepted))
-    shown = zip(accepted_names(filenames), map(_SHA256_OF, accepted), map(_SIZE, accepted), metadata,
-                map(_UPLOADED, accepted), strict=True)
-    identities = build(itertools.repeat(FileIdentity), map(ROW_IDENTITY, accepted))
+    metadata = build(itertools.repeat(CoreMetadata), map(_METADATA, listed))
+    shown = zip(accepted_names(filenames), map(_SHA256_OF, listed), map(_SIZE, listed), metadata,
+                map(_UPLOADED, listed), strict=True)
+    identities = build(itertools.repeat(FileIdentity), map(ROW_IDENTITY, listed))
     return Catalog(
         wheels=tuple(build(itertools.repeat(WheelFile), shown)),
         rejected=judged.rejected,

@@ -16,7 +16,6 @@ import errno
 import functools
 import gc
 import hashlib
-import itertools
 import logging
 import operator
 import os
@@ -46,7 +45,7 @@ from index_site.quiet import (
 )
 from index_site.records import Block, FileRecord, Recorded, current_bytes, recorded_manifest, write_manifest
 from index_site.report import IndexReport
-from index_site.state import WHEEL_VERDICT, IndexState, state_path
+from index_site.state import FILENAME, IndexState, accepted, state_path
 from index_site.twins import TwinMaker, TwinReport, deriver, settle_twins
 
 if TYPE_CHECKING:
@@ -226,12 +225,11 @@ def _report(
     deleted: tuple[str, ...],
     unchanged: int,
 ) -> IndexReport:
-    rows = catalog.rows
-    accepted = list(itertools.compress(rows, map(operator.not_, map(WHEEL_VERDICT, rows.values()))))  # C's loops
-    versions = set(map(_VERSION, map(_SPLIT_NAME, accepted)))  # "1.7.0+pt214cu130": a few per label
+    listed = list(map(FILENAME, accepted(catalog.rows)))
+    versions = set(map(_VERSION, map(_SPLIT_NAME, listed)))  # "1.7.0+pt214cu130": a few per label
     return IndexReport(
         site=site,
-        wheels=len(accepted),
+        wheels=len(listed),
         variants=tuple(sorted({version.split("+", 1)[1] for version in versions})),
         stats=catalog.stats,
         rejected=catalog.rejected,

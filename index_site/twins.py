@@ -27,7 +27,7 @@ from builder.core.archive import Archive
 from builder.core.errors import WheelwrightError, shown_name
 from builder.core.hashing import FileIdentity, identity_if_regular, open_regular, sha256_stream, sorted_entries
 from index_site.catalog import Deriver, Judged, Listing, Rejection
-from index_site.state import FILENAME, ROW_IDENTITY, WHEEL_VERDICT, IndexState, TwinRow, WheelRow, columns
+from index_site.state import FILENAME, ROW_IDENTITY, IndexState, TwinRow, WheelRow, accepted, columns
 from index_site.variants import VariantWheel
 from index_site.wheels import (
     MAX_METADATA_BYTES,
@@ -110,11 +110,11 @@ class TwinReport:
 def _expected(wheels: Mapping[str, WheelRow]) -> dict[str, str]:
     """{twin_name(wheel): wheel} of every accepted wheel, in their order: the names taken apart column by column
     (loops in C: one name of 100,000 each run)."""
-    accepted = list(itertools.compress(wheels, map(operator.not_, map(WHEEL_VERDICT, wheels.values()))))
-    parts = list(map(_SPLIT_NAME, map(_STEM, accepted)))  # [dist, version, tag]
+    names = list(map(FILENAME, accepted(wheels)))
+    parts = list(map(_SPLIT_NAME, map(_STEM, names)))  # [dist, version, tag]
     versions = list(map(_SPLIT_VERSION, map(_SECOND, parts)))  # [public, label]
-    names = map(_TWIN_NAME, map(_FIRST, parts), map(_FIRST, versions), map(_THIRD, parts), map(_SECOND, versions))
-    return dict(zip(names, accepted, strict=True))
+    twins = map(_TWIN_NAME, map(_FIRST, parts), map(_FIRST, versions), map(_THIRD, parts), map(_SECOND, versions))
+    return dict(zip(twins, names, strict=True))
 
 
 _STEM, _SPLIT_NAME = operator.methodcaller("removesuffix", ".whl"), operator.methodcaller("split", "-", 2)
