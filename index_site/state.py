@@ -328,8 +328,6 @@ def _release(filename: str) -> str:
     return f"{dist}-{rest.partition('-')[0].partition('+')[0]}"
 
 
-
-
 def _flat(releases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The rows of every release in one dict: a dict updated per release (in C), not a line of Python per row."""
     rows: dict[str, Any] = {}

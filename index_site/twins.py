@@ -550,7 +550,7 @@ def _variant_wheels(folder: str, rows: Sequence[TwinRow]) -> tuple[VariantWheel,
     VariantWheel: one per twin, every run that renders)."""
     names = list(map(FILENAME, rows))
     parts = list(map(_SPLIT_NAME, names))  # [dist, version, tag and label]
-    labels = map(_SECOND, map(_SPLIT_LABEL, map(_STEM, names)))  # the name's last part: its label
+    labels = map(_SECOND, map(_SPLIT_LAST, map(_STEM, names)))  # the name's last part: its label
     fields = zip(
         itertools.repeat(folder), map(ROW_IDENTITY, rows), names, map(_DASHED, map(_FIRST, parts)),
         map(_SECOND, parts), labels, *(map(shown, rows) for shown in _SHOWN), strict=False,
@@ -558,7 +558,7 @@ def _variant_wheels(folder: str, rows: Sequence[TwinRow]) -> tuple[VariantWheel,
     return tuple(map(tuple.__new__, itertools.repeat(VariantWheel), fields))
 
 
-_SPLIT_LABEL, _DASHED = operator.methodcaller("rsplit", "-", 1), operator.methodcaller("replace", "_", "-")
+_SPLIT_LAST, _DASHED = operator.methodcaller("rsplit", "-", 1), operator.methodcaller("replace", "_", "-")
 _SHOWN = tuple(  # a TwinRow's columns a VariantWheel takes after its name's parts
     columns(TwinRow, field)
     for field in ("sha256", "size", "metadata_sha256", "requires_python", "provenance_sha256", "variant")
