@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from builder.plan.job import parse_label
+from builder.plan.accelerator import parse_label
 
 if TYPE_CHECKING:
     from index_site.variants import VariantWheel

@@ -16,9 +16,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.core.ledger import LedgerEntry, Status
-from builder.plan.accelerator import Accelerator, version_key
+from builder.plan.accelerator import Accelerator, parse_label, version_key
 from builder.plan.facts import load_facts
-from builder.plan.job import parse_label
 from builder.plan.releases import DEFAULT_PLATFORM, PLATFORMS, TorchFacts
 from index_site.catalog import Catalog
 from index_site.wheels import GpuArchs, WheelFile

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 from builder.core.archive import RATIO_FLOOR, WHEEL, Archive, ArchiveError
 from builder.core.hashing import open_regular
 from builder.core.wheelname import InvalidWheelFilename, WheelFilename
-from builder.plan.job import parse_label
+from builder.plan.accelerator import parse_label
 
 if TYPE_CHECKING:
     from builder.plan.accelerator import Accelerator

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.wheelhouse import LEDGER, VARIANT, Layout
+from builder.plan.accelerator import format_label
 from builder.plan.facts import load_facts
-from builder.plan.job import format_label
 from builder.steps import provenance, variant
 from builder.steps.wheelzip import Member, write_wheel
 

@@ -1,8 +1,8 @@
 """The names doctor reasons with: variant labels (ours ``pt214cu130``, upstream's ``cu12torch2.4cxx11abiFALSE``),
 wheel filenames and their tags, dotted versions, and the NVIDIA driver each CUDA major needs.
 
-A standard-library twin of ``builder.plan.job.parse_label`` and ``packaging.tags``; tests hold the two to the same
-answers on every label of the release plan.
+A standard-library twin of ``builder.plan.accelerator.parse_label`` and ``packaging.tags``; tests hold the two to
+the same answers on every label of the release plan.
 """
 
 from __future__ import annotations

@@ -14,8 +14,7 @@ from builder.core.errors import ShardError
 from builder.core.hashing import sha256_of
 from builder.core.ledger import LedgerEntry, Status
 from builder.core.wheelhouse import Layout
-from builder.plan.accelerator import base_python
-from builder.plan.job import parse_label
+from builder.plan.accelerator import base_python, parse_label
 
 _TEXT = ("job_id", "package", "version", "label", "torch", "accelerator", "python", "input_hash")
 _OPTIONAL_TEXT = (

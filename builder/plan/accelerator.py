@@ -1,12 +1,15 @@
 """What a variant label and a Python of the plan are made of: the accelerator (cu130, rocm6.1), torch minors and
-CPython versions, with their order. Plain dataclasses and the standard library: the index parses every wheel's label
-with these, and must not wait for facts.py's pydantic models to import (a tenth of a second)."""
+CPython versions, with their order, and the label itself (format_label, parse_label). Plain dataclasses, the standard
+library and packaging's Version: the index parses every wheel's label with these, and must not wait for facts.py's
+pydantic models to import (a tenth of a second), nor for job.py's plan models (5 ms)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import Literal
+
+from packaging.version import Version
 
 _ACCEL_RE = re.compile(r"cu(?P<cu>[1-9]\d{1,2})|rocm(?P<rocm>[1-9]\d*(?:\.\d+){1,2})")
 
@@ -77,3 +80,31 @@ class Accelerator:
 
     def __str__(self) -> str:
         return self.name
+
+
+# No leading zeros anywhere, so that every label parses back to exactly one (torch minor, accelerator).
+_LABEL_RE = re.compile(r"pt(?P<major>[1-9])(?P<minor>0|[1-9]\d*)(?P<accel>cu[1-9]\d{1,2}|rocm[1-9]\d{1,2})")
+
+
+def format_label(torch: str, accelerator: Accelerator) -> str:
+    """``pt{major}{minor}{accelerator}``: torch 2.14.x + CUDA 13.0 -> ``pt214cu130``; 2.4 + ROCm 6.1 -> ``pt24rocm61``.
+
+    Torch's major version is one digit (1 or 2), which is what keeps ``pt214`` unambiguous.
+    """
+    major, minor = Version(torch).release[:2]
+    if major > 9:
+        raise ValueError(f"torch {torch}: the label format assumes a one-digit major version")
+    return f"pt{major}{minor}{accelerator.tag}"
+
+
+def parse_label(label: str) -> tuple[str, Accelerator]:
+    """The inverse of :func:`format_label`: ``pt214cu130`` -> ("2.14", cu130)."""
+    match = _LABEL_RE.fullmatch(label)
+    if match is None:
+        raise ValueError(f"{label!r} is not a variant label like 'pt214cu130' or 'pt24rocm61'")
+    accel = match["accel"]
+    if accel.startswith("cu"):
+        accelerator = Accelerator.parse(accel)
+    else:
+        accelerator = Accelerator.rocm(".".join(accel[len("rocm") :]))
+    return f"{match['major']}.{match['minor']}", accelerator

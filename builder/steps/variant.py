@@ -28,7 +28,7 @@ from builder.core.archive import WHEEL, Archive, open_archive
 from builder.core.errors import WheelError
 from builder.core.files import atomic_file
 from builder.core.hashing import open_regular
-from builder.plan.job import parse_label
+from builder.plan.accelerator import parse_label
 from builder.steps import provenance
 from builder.steps.wheelzip import Member, dist_info_dir, read_members, record_digest, write_wheel
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from builder.plan.job import Job, parse_label
+from builder.plan.accelerator import parse_label
+from builder.plan.job import Job
 from index_site.wheels import CoreMetadata, WheelFile, parse_wheel_name
 
 _EPOCH = (2024, 1, 1, 0, 0, 0)

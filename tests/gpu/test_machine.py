@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from builder.plan.job import parse_label
+from builder.plan.accelerator import parse_label
 from scripts.gpu.data import AcceptanceData
 from tests.gpu.device import torch_facts, unavailable_reason
 from tests.gpu.report import Recorded, Report

@@ -1,5 +1,5 @@
-"""doctor's standard-library names agree with the builder's: labels with builder.plan.job, the packages and their
-extension modules with matrix.yaml, wheel tags with packaging; and the GPU code compatibility rules."""
+"""doctor's standard-library names agree with the builder's: labels with builder.plan.accelerator, the packages and
+their extension modules with matrix.yaml, wheel tags with packaging; and the GPU code compatibility rules."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from builder.doctor.labels import (
     sass_runs,
     wheel_fits,
 )
+from builder.plan.accelerator import parse_label
 from builder.plan.expand import load_plan
-from builder.plan.job import parse_label
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from builder.plan.accelerator import Accelerator
+from builder.plan.accelerator import Accelerator, format_label, parse_label
 from builder.plan.expand import Plan, load_plan
 from builder.plan.facts import load_facts
-from builder.plan.job import format_label, parse_label
 
 ROOT = Path(__file__).resolve().parents[2]
 
