@@ -14,19 +14,18 @@ from __future__ import annotations
 import dataclasses
 import errno
 import functools
-import gc
 import hashlib
 import logging
 import operator
 import os
 import shutil
 import stat
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from builder.core.collector import collection_paused
 from builder.core.errors import ConfigError, FileSystemError
 from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, holds_identity, identity_if_regular, regular_identity
@@ -85,28 +84,8 @@ class SitePlan:
 def build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | None = None) -> IndexReport:
     """Index ``output``/dist with ``output``/ledger.sqlite into ``site``; ``twins`` makes and checks the variant
     twins of ``output``/variant (without it none is published)."""
-    with _cycle_collection_paused():
+    with collection_paused():
         return _build_site(output, site, base_url=base_url, twins=twins)
-
-
-@contextmanager
-def _cycle_collection_paused() -> Iterator[None]:
-    """Pause Python's cycle collector for one index run. A run builds some hundred thousand objects that live
-    until it ends (the catalog, the coverage model); every collection the allocations trigger walks all of them
-    again, a fifth of a re-index's time. What the run frees without a cycle is still freed at once. When it ends,
-    what it allocated is moved out of the collector's young generation (gc.freeze): else the first allocation
-    after gc.enable() walks all of it (0.13 CPU-s at 10,000 wheels). The next run hands it back (gc.unfreeze),
-    so a process that indexes many times still collects the cycles of the earlier runs, in a full collection."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.unfreeze()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        gc.enable()
 
 
 def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | None) -> IndexReport:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import urlsplit
 
 from builder.cli.arguments import site_url, whole_number
+from builder.core.collector import collection_paused
 from builder.core.errors import ConfigError, one_line
 from builder.core.settings import setting
 from builder.core.wheelhouse import Layout
@@ -84,9 +85,10 @@ def _site(args: argparse.Namespace) -> Path:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from index_site.site import build_site
+    with collection_paused():  # the index's imports too: their objects live until the process ends
+        from index_site.site import build_site
 
-    report = build_site(args.output, _site(args), base_url=args.base_url, twins=_Twins())
+        report = build_site(args.output, _site(args), base_url=args.base_url, twins=_Twins())
     lines, warnings = _index_lines(report, args.base_url)
     twin_lines, twin_warnings = _twin_lines(report)
     _emit(lines + twin_lines, warnings + twin_warnings)
