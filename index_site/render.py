@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
+import operator
 import re
 import shlex
 from collections import defaultdict
@@ -132,48 +134,86 @@ def render_site(catalog: Catalog, *, base_url: str) -> dict[str, bytes]:
 
 
 def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
-    """The site's pages in groups, none rendered yet."""
-    fingerprints = _fingerprints(catalog.wheels)
-    by_label: dict[str, list[WheelFile]] = defaultdict(list)
-    by_project: dict[str, list[WheelFile]] = defaultdict(list)
-    by_release: dict[tuple[str, str], list[WheelFile]] = defaultdict(list)
-    for wheel in catalog.wheels:
-        name = wheel.name
-        by_label[name.label].append(wheel)
-        by_project[name.project].append(wheel)
-        by_release[(name.project, name.public_version)].append(wheel)
+    """The site's pages in groups, none rendered yet. Each group's digest is made from the digests of its cells
+    (one release's wheels of one label, _cells): each wheel's fingerprint is hashed once a run, not once for each
+    group that shows it (five of them)."""
+    cells = _cells(catalog.wheels, catalog.archs)
+    by_label: dict[str, list[_Cell]] = defaultdict(list)
+    by_project: dict[str, list[_Cell]] = defaultdict(list)
+    by_release: dict[tuple[str, str], list[_Cell]] = defaultdict(list)
+    for cell in cells.values():  # a few per release, in catalog order
+        by_label[cell.label].append(cell)
+        by_project[cell.project].append(cell)
+        by_release[(cell.project, cell.version)].append(cell)
     groups = [
         PageGroup(
             key=f"variant:{label}",
-            digest=_wheels_digest(f"variant:{label}", (), wheels, fingerprints),
-            render=functools.partial(_variant_pages, label, wheels),
+            digest=_digest(map(_CELL_DIGEST, of_label)),
+            render=functools.partial(_variant_pages, label, _wheels_of(of_label)),
         )
-        for label, wheels in by_label.items()
+        for label, of_label in by_label.items()
     ]
+    releases = {release: "\n".join(map(_CELL_DIGEST, of_release)) for release, of_release in by_release.items()}
     groups += [
         PageGroup(
             key=f"project:{project}",
-            digest=_wheels_digest(f"project:{project}", (), wheels, fingerprints),
-            render=functools.partial(_project_pages, None, project, wheels),
-            join=_joining(functools.partial(_project_pair, None, project, wheels, fingerprints), f"project:{project}"),
+            digest=_digest(map(_CELL_DIGEST, of_project)),
+            render=functools.partial(_project_pages, None, project, _wheels_of(of_project)),
+            join=_joining(
+                functools.partial(_project_pair, None, project, _wheels_of(of_project), releases), f"project:{project}"
+            ),
         )
-        for project, wheels in by_project.items()
+        for project, of_project in by_project.items()
     ]
     groups += [
-        _release_group(project, version, wheels, fingerprints, catalog.archs, base_url)
-        for (project, version), wheels in by_release.items()
+        _release_group(project, version, _wheels_of(of_release), releases[(project, version)], catalog.archs, base_url)
+        for (project, version), of_release in by_release.items()
     ]
     projects = sorted(by_project)
     groups.append(PageGroup(key="projects", digest=_digest(projects), render=functools.partial(_roots, None, projects)))
     failures = sorted(repr(entry) for entry in catalog.failures)
-    arch_texts = {name: f"{name}\0{archs!r}" for name, archs in catalog.archs.items()}
     channel = [repr(size) for size in catalog.channel]  # the landing page shows the channel's sizes
-    head = (base_url, *failures, *sorted(arch_texts.values()), *channel)
-    digest = _wheels_digest("pages", head, catalog.wheels, fingerprints)
-    shown = _Shown(fingerprints, arch_texts, failures, by_project)
+    digest = _digest([base_url, *failures, *channel, *releases.values()])  # a cell's digest holds its wheels' archs
+    of_projects: dict[str, list[str]] = defaultdict(list)
+    for (project, _), of_release in releases.items():
+        of_projects[project].append(of_release)
+    shown = _Shown(failures, of_projects)
     groups.append(_people_group(catalog, digest, base_url, shown))
     groups.append(_doctor_group(base_url))
     return groups
+
+
+class _Cell(NamedTuple):
+    """One release's wheels of one label, in catalog order, and the digest of what the pages show of them."""
+
+    project: str
+    version: str
+    label: str
+    wheels: list[WheelFile]
+    digest: str
+
+
+_CELL_DIGEST, _CELL_WHEELS = operator.attrgetter("digest"), operator.attrgetter("wheels")
+
+
+def _cells(wheels: Sequence[WheelFile], archs: Mapping[str, GpuArchs]) -> dict[tuple[str, str, str], _Cell]:
+    """The catalog's wheels by (project, version, label), in catalog order (by filename: a release's wheels, and a
+    label's among them, are neighbours), each cell with the digest of its wheels' fingerprints and GPU archs."""
+    found: dict[tuple[str, str, str], list[WheelFile]] = defaultdict(list)
+    for wheel in wheels:
+        name = wheel.name
+        found[(name.project, name.public_version, name.label)].append(wheel)
+    return {key: _Cell(*key, of_cell, _cell_digest(of_cell, archs)) for key, of_cell in found.items()}
+
+
+def _cell_digest(wheels: list[WheelFile], archs: Mapping[str, GpuArchs]) -> str:
+    shown = [f"{w.filename}\0{archs[w.filename]!r}" for w in wheels if w.filename in archs] if archs else ()
+    return hashlib.sha256("\n".join([*map(_fingerprint, wheels), *shown]).encode()).hexdigest()
+
+
+def _wheels_of(cells: Iterable[_Cell]) -> list[WheelFile]:
+    """The wheels of ``cells``, in their order: catalog order, for the cells of one label, project or release."""
+    return list(itertools.chain.from_iterable(map(_CELL_WHEELS, cells)))
 
 
 def _joining(pair: Callable[[], joined.Pair], key: str) -> Callable[[joined.Reuse], joined.Joined]:
@@ -296,19 +336,14 @@ def _joined_pages(pair: Callable[[], joined.Pair]) -> dict[str, bytes]:
 
 
 def _release_group(
-    project: str,
-    version: str,
-    wheels: list[WheelFile],
-    fingerprints: Mapping[str, str],
-    archs: Mapping[str, GpuArchs],
-    base_url: str,
+    project: str, version: str, wheels: list[WheelFile], cells: str, archs: Mapping[str, GpuArchs], base_url: str
 ) -> PageGroup:
-    """The file of wheels.json that lists one release's wheels: one added wheel rewrites its release's file."""
+    """The file of wheels.json that lists one release's wheels: one added wheel rewrites its release's file
+    (``cells``: the digests of the release's cells, which hold its wheels' archs)."""
     key = f"wheels:{project}/{version}"
-    shown = tuple(f"{w.filename}\0{archs[w.filename]!r}" for w in wheels if w.filename in archs) if archs else ()
     return PageGroup(
         key=key,
-        digest=_wheels_digest(key, (base_url, *shown), wheels, fingerprints),
+        digest=_digest([key, base_url, cells]),
         render=lambda: {
             layout.release_manifest_path(project, version): release_manifest(
                 project, version, wheels, archs, base_url=base_url
@@ -318,21 +353,16 @@ def _release_group(
 
 
 class _Shown(NamedTuple):
-    """What the pages for people are made from, worked out for page_groups: each wheel's fingerprint and GPU archs
-    (as text), the failures and the wheels by project."""
+    """What the pages for people are made from, worked out for page_groups: the failures, and the digests of each
+    project's releases (their cells', which hold their wheels' fingerprints and GPU archs)."""
 
-    fingerprints: Mapping[str, str]
-    archs: Mapping[str, str]
     failures: Sequence[str]
-    by_project: Mapping[str, Sequence[WheelFile]]
+    releases: Mapping[str, Sequence[str]]  # by project
 
     def coverage_digest(self, base_url: str, path: str, columns: str, project: str) -> str:
         """The digest of a project's older versions' page: its wheels and their archs, every failure (a project
         of failures alone has a page too), and the matrices' rows and columns (pages.columns_fingerprint)."""
-        wheels = self.by_project.get(project, ())
-        archs = (self.archs[w.filename] for w in wheels if w.filename in self.archs)
-        shown = (self.fingerprints[w.filename] for w in wheels)
-        return _digest([base_url, path, columns, *self.failures, *shown, *archs])
+        return _digest([base_url, path, columns, *self.failures, *self.releases.get(project, ())])
 
 
 def _people_group(catalog: Catalog, digest: str, base_url: str, shown: _Shown) -> PageGroup:
@@ -366,10 +396,6 @@ def _people_group(catalog: Catalog, digest: str, base_url: str, shown: _Shown) -
     return PageGroup(key="pages", digest=digest, render=pages, parts=parts)
 
 
-def _fingerprints(wheels: Iterable[WheelFile]) -> dict[str, str]:
-    return {wheel.filename: _fingerprint(wheel) for wheel in wheels}
-
-
 def _fingerprint(wheel: WheelFile) -> str:
     """Everything of a wheel any page shows."""
     metadata = wheel.metadata
@@ -377,13 +403,6 @@ def _fingerprint(wheel: WheelFile) -> str:
         f"{wheel.filename}\0{wheel.sha256}\0{wheel.size}\0{wheel.upload_time!r}\0{metadata.sha256}\0"
         f"{metadata.size}\0{metadata.requires_python}\0{metadata.summary}"
     )
-
-
-def _wheels_digest(
-    key: str, head: tuple[str, ...], wheels: Sequence[WheelFile], fingerprints: Mapping[str, str]
-) -> str:
-    """``_digest`` of ``head`` and the wheels' fingerprints."""
-    return _digest([*head, *(fingerprints[w.filename] for w in wheels)])
 
 
 def _digest(parts: Iterable[str]) -> str:
@@ -439,10 +458,10 @@ def _project_pages(label: str | None, project: str, files: list[WheelFile]) -> d
 
 
 def _project_pair(
-    label: str | None, project: str, files: list[WheelFile], fingerprints: Mapping[str, str] | None = None
+    label: str | None, project: str, files: list[WheelFile], releases: Mapping[tuple[str, str], str] | None = None
 ) -> joined.Pair:
     """A project's two pages in parts, one per version (by page order: versions that compare equal, 1.0 and 1.0.0,
-    interleave, so they make one part), each with the digest of its wheels' ``fingerprints`` where given."""
+    interleave, so they make one part), each with the digest of its releases' cells (``releases``) where given."""
     simple_page = f"{layout.simple_root(label)}/{project}/index.html"
     by_version: dict[str, list[WheelFile]] = defaultdict(list)
     for wheel in files:
@@ -452,8 +471,7 @@ def _project_pair(
         versions.sort()  # one key for the same versions, whichever came first
         wheels = [wheel for version in versions for wheel in by_version[version]]
         key = " ".join(versions)
-        # in the catalog's order, as the group's digest takes them
-        shown = [fingerprints[w.filename] for w in wheels] if fingerprints is not None else None
+        shown = [releases[(project, version)] for version in versions] if releases is not None else None
         digest = _digest([simple_page, key, *shown]) if shown is not None else ""
         parts.append(joined.Part(key, digest, functools.partial(_version_lines, simple_page, wheels)))
     return joined.Pair(simple_page, f"{layout.json_root(label)}/{project}/index.json", project, parts)
