@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -150,9 +151,11 @@ def inputs_digest(state: IndexState, catalog: Judged, base_url: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
+@functools.cache
 def code_digest() -> str:
     """The code that writes the site: every module of index_site and its templates, and what doctor.py and the
-    coverage model are made from (what a complete run left is used again only while this is the same)."""
+    coverage model are made from (what a complete run left is used again only while this is the same). Worked out
+    once a process, as render's own is: a run asks five times, and 68 files do not change under a process."""
     package = Path(__file__).parent
     builder = package.parent / "builder"
     paths = [*package.glob("*.py"), *(package / "templates").rglob("*"), *(builder / "doctor").glob("*.py")]

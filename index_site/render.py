@@ -262,6 +262,7 @@ def channel_groups(
             for channel in (None, torch):  # by version on every torch's channel and on its torch minor's
                 shown[(project, channel)].setdefault(version, []).append((digest, of_torch))
     prints = made.prints = {twin.filename: variants.fingerprint(twin) for twin in twins}  # on two channels each
+    cells = _channel_cells(twins, prints)
     for torch_tag, members in variants.by_channel(twins).items():
         root = variants.channel_root(torch_tag)
         projects = variants.by_project(members)
@@ -269,11 +270,24 @@ def channel_groups(
         groups.append(PageGroup(key=f"{root}:projects", digest=_digest([root, *projects]), render=roots))
         for project, twins_of_project in projects.items():
             key = f"{root}:{project}"
-            digest = _digest([key, *(prints[twin.filename] for twin in twins_of_project)])
+            of_channel = cells[project] if torch_tag is None else {torch_tag: cells[project][torch_tag]}
+            digest = _digest([key, *(f"{tag}\0{cell}" for tag, cell in sorted(of_channel.items()))])
             pair = made.pair(root, project, twins_of_project, shown[(project, torch_tag)])
             render = functools.partial(_joined_pages, pair)
             groups.append(PageGroup(key=key, digest=digest, render=render, join=_joining(pair, key)))
     return groups
+
+
+def _channel_cells(twins: Sequence[variants.VariantWheel], prints: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """The digest of each project's twins of each torch minor ({project: {torch tag: digest}}), of their
+    fingerprints in their order: a twin is on two channels (every torch's and its torch minor's), and hashed once."""
+    found: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for twin in twins:
+        found[(twin.project, twin.torch_tag)].append(prints[twin.filename])
+    cells: dict[str, dict[str, str]] = defaultdict(dict)
+    for (project, tag), shown in found.items():
+        cells[project][tag] = hashlib.sha256("\n".join(shown).encode()).hexdigest()
+    return cells
 
 
 _Guarded = list[list[variants.VariantWheel]]  # a guard group's builds: those of each wheel tag (fallback.guarded)

@@ -110,3 +110,26 @@ def test_slim_names_are_found_whole_and_only_among_the_listed() -> None:
         "causal_conv1d-1.7.0-cp311-cp311-linux_x86_64-pt214cu130sm100a.whl": 4,
     }
     assert twins._slim_names(listed) == [slim, "causal_conv1d-1.7.0-cp311-cp311-linux_x86_64-pt214cu130sm100a.whl"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "causal_conv1d-1.7.0-cp311-cp311-linux_x86_64-pt214cu130.whl",
+        "causal_conv1d-1.7.0-1-cp311-cp311-linux_x86_64-pt214cu130.whl",  # a build tag
+        "causal_conv1d-1.7.0-cp311-cp311-linux_x86_64-pt214cu130sm90a.whl",  # a slim wheel's
+        "mamba_ssm-2.2.4-cp312-cp312-linux_aarch64-pt24rocm61.whl",
+        "causal_conv1d-1.7.0+pt214cu130-cp311-cp311-linux_x86_64.whl",  # a wheel's name, not a twin's
+        "causal_conv1d-1.7.0-cp311-cp311-linux_x86_64-pt214cu130.whl\nx.whl",  # a newline after a twin's name
+        "x\ncausal_conv1d-1.7.0-cp311-cp311-linux_x86_64-pt214cu130.whl",  # a twin's name on its second line
+        "Causal_conv1d-1.7.0-cp311-cp311-linux_x86_64-pt214cu130.whl",
+        "causal_conv1d-1.7.0-cp311-cp311-linux_x86_64-pt214cu130.whl.whl",
+        ".whl",
+    ],
+)
+def test_twin_names_found_whole_as_twin_name_matches_each(name: str) -> None:
+    """The listing's one search of all names finds a name exactly where TWIN_NAME matches it alone."""
+    neighbours = ["causal_conv1d-1.7.0-cp311-cp311-linux_x86_64-pt214cu130.whl", "junk.whl"]
+    found = twins._twin_names(sorted({name, *neighbours}))
+    assert (name in found) == bool(twins.TWIN_NAME.match(name))
+    assert "junk.whl" not in found
