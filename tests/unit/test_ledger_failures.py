@@ -1,0 +1,43 @@
+"""The ledger's failures, as the index asks for them on every run: the jobs that finished without a wheel, by job
+id, chosen by SQLite, so a built job's row (its report and ABI record, kilobytes each) is never read for them."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from builder.core.ledger import Ledger
+
+ROW = {"package": "causal-conv1d", "version": "1.7.0", "label": "pt214cu130", "torch": "2.14.1",
+       "accelerator": "cu130", "python": "3.11", "input_hash": "h", "timings": "{}", "updated_at": 1.0}
+
+
+def _ledger(path: Path, rows: list[dict[str, object]]) -> None:
+    Ledger(path).close()
+    with sqlite3.connect(path) as db:
+        for row in rows:
+            values = {**ROW, **row}
+            db.execute(f"INSERT INTO jobs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                       tuple(values.values()))
+
+
+def test_failures_are_the_jobs_without_a_wheel_in_job_order(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    statuses = {"e": "failed", "b": "built", "d": "unbuildable", "a": "quarantined", "c": "running", "f": "failed"}
+    _ledger(path, [{"job_id": job, "status": status} for job, status in statuses.items()])
+    with Ledger(path) as ledger:
+        failures = ledger.failures()
+        everything = ledger.entries()
+    assert [(entry.job_id, entry.status) for entry in failures] == [
+        ("a", "quarantined"), ("d", "unbuildable"), ("e", "failed"), ("f", "failed")
+    ]
+    assert failures == [entry for entry in everything if entry.job_id in {"a", "d", "e", "f"}]
+
+
+def test_a_built_job_is_not_read_for_the_failures(tmp_path: Path) -> None:
+    """A built row whose timings could not be read (entries() refuses it) leaves the failures as they are."""
+    path = tmp_path / "ledger.sqlite"
+    _ledger(path, [{"job_id": "built", "status": "built", "timings": "[" * 100_000},
+                   {"job_id": "failed", "status": "failed", "reason": "nvcc exploded"}])
+    with Ledger(path) as ledger:
+        assert [(entry.job_id, entry.reason) for entry in ledger.failures()] == [("failed", "nvcc exploded")]
