@@ -362,7 +362,7 @@ class _Judging:
         rows, misses = self.held()
         fresh: dict[str, _Read | str] = {}
         changed = []
-        built = ledger.wheel_hashes() if misses else {}
+        built = ledger.wheel_hashes(misses) if misses else {}
         counts = {"hashed": 0, "from_ledger": 0, "cached": list(map(WHEEL_VERDICT, rows.values())).count("")}
         for filename in misses:
             try:
@@ -446,9 +446,12 @@ def _archs(rows: Mapping[str, WheelRow], recorded: Mapping[str, tuple[str, str, 
     ledger's rows walked, not the wheels: a farm's ledger records a few hundred, dist/ may hold 10,000 wheels it did
     not build)."""
     archs = {}
+    parsed_of: dict[tuple[str, str, str | None], GpuArchs | None] = {}  # a farm's builds share a few records
     for filename, raw in recorded.items():
         row = rows.get(filename)
-        parsed = parse_gpu_archs(*raw) if row is not None and not row.verdict else None
+        if row is None or row.verdict:
+            continue
+        parsed = parsed_of[raw] if raw in parsed_of else parsed_of.setdefault(raw, parse_gpu_archs(*raw))
         if parsed is not None:
             archs[filename] = parsed
     return archs

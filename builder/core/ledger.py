@@ -8,7 +8,7 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
@@ -98,6 +98,7 @@ MIGRATIONS = {
     "stage_times": "ALTER TABLE jobs ADD COLUMN stage_times TEXT",
     "abi": "ALTER TABLE jobs ADD COLUMN abi TEXT",
 }
+_NAMES_A_QUERY = 500  # SQLite's bound parameters a statement, at most 999 in older builds
 SCHEMA_VERSION = 2  # PRAGMA user_version; a ledger with a higher one was written by a newer wheelwright
 
 class Status(str, Enum):
@@ -229,6 +230,8 @@ class Ledger:
         for column, statement in MIGRATIONS.items():
             if column not in columns:
                 self._db.execute(statement)
+        if "wheel" in columns:  # a foreign table of that name is refused where it is read
+            self._db.execute("CREATE INDEX IF NOT EXISTS jobs_by_wheel ON jobs (wheel)")
         if version < SCHEMA_VERSION:
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -293,12 +296,18 @@ class Ledger:
         with self._transaction() as db:
             db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
 
-    def wheel_hashes(self) -> dict[str, tuple[str, FileIdentity]]:
-        """{wheel filename: (sha256, identity)} of every built wheel whose identity in dist/ was recorded, so the
-        index need not re-hash a wheel still exactly as built."""
-        query = "SELECT wheel, wheel_sha256, wheel_identity FROM jobs WHERE status = 'built' AND wheel IS NOT NULL"
+    def wheel_hashes(self, wheels: Collection[str]) -> dict[str, tuple[str, FileIdentity]]:
+        """{wheel filename: (sha256, identity)} of those of ``wheels`` built here whose identity in dist/ was
+        recorded, so the index need not re-hash a wheel still exactly as built. Found by the index on ``wheel``: a
+        re-index asks for its few new files, not for every built job's row (a scan of the table, reports and all)."""
+        names = list(wheels)
+        rows = []
         with sqlite_errors(self.path):
-            rows = self._db.execute(query).fetchall()
+            for start in range(0, len(names), _NAMES_A_QUERY):
+                chunk = names[start : start + _NAMES_A_QUERY]
+                query = ("SELECT wheel, wheel_sha256, wheel_identity FROM jobs WHERE status = 'built'"
+                         f" AND wheel IN ({', '.join('?' * len(chunk))})")
+                rows += self._db.execute(query, chunk).fetchall()
         known = {}
         for row in rows:
             identity = FileIdentity.parse(row["wheel_identity"])

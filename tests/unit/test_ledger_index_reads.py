@@ -1,11 +1,13 @@
-"""The ledger's failures, as the index asks for them on every run: the jobs that finished without a wheel, by job
-id, chosen by SQLite, so a built job's row (its report and ABI record, kilobytes each) is never read for them."""
+"""What the index reads of the ledger on every run, chosen by SQLite so that a built job's row (its report and ABI
+record, kilobytes each) is read only where asked for: the failures (the jobs that finished without a wheel, by job
+id), and the recorded digests of the few wheels a re-index finds new (by the index on ``wheel``)."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
+from builder.core.hashing import FileIdentity
 from builder.core.ledger import Ledger
 
 ROW = {"package": "causal-conv1d", "version": "1.7.0", "label": "pt214cu130", "torch": "2.14.1",
@@ -41,3 +43,24 @@ def test_a_built_job_is_not_read_for_the_failures(tmp_path: Path) -> None:
                    {"job_id": "failed", "status": "failed", "reason": "nvcc exploded"}])
     with Ledger(path) as ledger:
         assert [(entry.job_id, entry.reason) for entry in ledger.failures()] == [("failed", "nvcc exploded")]
+
+
+def test_wheel_hashes_are_those_of_the_named_built_wheels_with_an_identity(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    identity = "1:2:3:4"
+    rows: list[dict[str, object]] = [
+        {"job_id": f"j{n}", "status": "built", "wheel": f"w{n}.whl", "wheel_sha256": f"{n:064x}",
+         "wheel_identity": identity} for n in range(1200)  # more names than one query binds
+    ]
+    rows += [
+        {"job_id": "no-identity", "status": "built", "wheel": "x.whl", "wheel_sha256": "0" * 64},
+        {"job_id": "quarantined", "status": "quarantined", "wheel": "q.whl", "wheel_sha256": "0" * 64,
+         "wheel_identity": identity},
+    ]
+    _ledger(path, rows)
+    asked = [f"w{n}.whl" for n in range(0, 1200, 2)] + ["x.whl", "q.whl", "absent.whl"]
+    with Ledger(path) as ledger:
+        found = ledger.wheel_hashes(asked)
+        plan = ledger._db.execute("EXPLAIN QUERY PLAN SELECT wheel FROM jobs WHERE wheel IN ('a', 'b')").fetchall()
+    assert found == {f"w{n}.whl": (f"{n:064x}", FileIdentity(1, 2, 3, 4)) for n in range(0, 1200, 2)}
+    assert any("jobs_by_wheel" in str(tuple(step)) for step in plan)  # looked up, not a scan of every row
