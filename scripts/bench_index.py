@@ -1,7 +1,8 @@
 """Benchmark `wheelwright index` as users run it: the CLI in a new process for every timed run, on synthetic wheels
 named like the release plan's (every variant torch built x its Pythons x many versions of both packages). With
-provenance (the farm's wheels: wheelwright.json inside, the variant twin beside it in variant/, as the build leaves
-them) or without (--no-provenance: wheels from before provenance was recorded). Runs: cold (no site, no index
+provenance (the farm's wheels: wheelwright.json inside, the variant twin beside it in variant/, and the build's row
+in the ledger, as the build leaves them) or without (--no-provenance: wheels from before provenance was recorded,
+and no ledger). Runs: cold (no site, no index
 state), unchanged, one wheel added (a new release's, --added-mb, with its twin), one replaced (rebuilt under its
 name) and one removed, each --repeat times: medians of CPU-seconds (the index process's user + system time) and
 wall, with the load average, and the sizes of the two largest project pages. Several --wheels print how each
@@ -29,8 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from builder.core.hashing import FileIdentity, sha256_of
+from builder.core.ledger import Ledger, LedgerEntry, Status
 from builder.core.wheelhouse import LEDGER, VARIANT, Layout
-from builder.plan.accelerator import format_label
+from builder.plan.accelerator import format_label, parse_label
 from builder.plan.facts import load_facts
 from builder.steps import provenance, variant
 from builder.steps.wheelzip import Member, write_wheel
@@ -39,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BASE_URL = "https://wheels.example.org"
 PYTHON_TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
 KINDS = ("cold", "unchanged", "+1", "replaced", "removed")
+FARM_LEDGER = "farm-ledger.sqlite"  # the ledger the synthetic builds left, kept for every cold run
 # Versions enough for 100,000 distinct wheels (each release has ~300: every variant x its Pythons), the two
 # projects' releases interleaved so that any count holds both.
 PROJECTS = {
@@ -80,9 +84,10 @@ def synthetic_specs(count: int) -> Iterator[Spec]:
         yield Spec(project, version, label, python)
 
 
-def write_wheel_and_twin(out: Path, spec: Spec, *, with_provenance: bool) -> Path:
-    """The wheel of ``spec`` in out/dist, as the build leaves it: with its wheelwright.json and its variant twin in
-    out/variant (made as builder/steps/variant.py makes it), or neither."""
+def write_wheel_and_twin(out: Path, spec: Spec, *, with_provenance: bool, ledger: Ledger | None = None) -> Path:
+    """The wheel of ``spec`` in out/dist, as the build leaves it: with its wheelwright.json, its variant twin in
+    out/variant (made as builder/steps/variant.py makes it) and its row in out's ledger (``ledger``, if open), or
+    none of them."""
     dist_info = f"{spec.dist}-{spec.version}+{spec.label}.dist-info"
     metadata = (
         f"Metadata-Version: 2.1\nName: {spec.project}\nVersion: {spec.version}+{spec.label}\n"
@@ -104,7 +109,42 @@ def write_wheel_and_twin(out: Path, spec: Spec, *, with_provenance: bool) -> Pat
         properties = variant.properties_for(spec.label, archs)
         twin = variant.twin_members(members, wheel.name, spec.label, properties)
         write_wheel(Layout(root=out).variant / variant.variant_filename(wheel.name, spec.label), twin)
+        if ledger is None:
+            with Ledger(Layout(root=out).ledger) as own:
+                own.put(farm_entry(spec, wheel, archs))
+        else:
+            ledger.put(farm_entry(spec, wheel, archs))
     return wheel
+
+
+def farm_entry(spec: Spec, wheel: Path, archs: dict[str, list[str]]) -> LedgerEntry:
+    """The row the farm leaves for a wheel it built (builder/farm/build.py): its digest and its identity in dist/
+    (so the index takes the digest from it), the verify gate's report (2 kB of JSON: its checks and the GPU code)
+    and the ABI record (9 kB: 70 symbols from each of two torch libraries, and the window). Every run of the index
+    reads the failures, the archs and the windows of a ledger like this; a bench without it measured none of it."""
+    torch, accelerator = parse_label(spec.label)
+    job = f"{spec.project}-{spec.version}+{spec.label}-{spec.python}-x86_64"
+    checks = [{"name": name, "outcome": "PASS", "detail": f"{name} as the platform tag allows: {'ok ' * 30}"}
+              for name in ("manylinux", "glibc", "needed", "rpath", "sass", "ptx", "import", "abi", "size", "record")]
+    report = {"wheel": wheel.name, "job": job, "ok": True, "checks": checks, "needed": list(_NEEDED),
+              "symbol_versions": {"GLIBC": "2.28", "GLIBCXX": "3.4.29"}, **archs, "warnings": []}
+    extension = f"{spec.dist}_cuda.{spec.python}-x86_64-linux-gnu.so"
+    abi = {"torch": torch, "accelerator": accelerator.name, "platform": "x86_64", "cxx11_abi": True,
+           "cuda_major": 13, "extensions": {extension: {"libc10.so": _SYMBOLS[:70], "libtorch_cpu.so": _SYMBOLS[70:]}},
+           "window": {"text": f"loads on torch {torch}-{torch} (checked 2.9-2.15)"}}
+    return LedgerEntry(
+        job_id=job, package=spec.project, version=spec.version, label=spec.label, torch=torch,
+        accelerator=accelerator.name, python=f"{spec.python[2]}.{spec.python[3:]}", input_hash="0" * 64,
+        status=Status.BUILT, phase="install", timings={"compile": 300.0, "repair": 4.0, "verify": 6.0},
+        wheel=wheel.name, wheel_sha256=sha256_of(wheel), wheel_size=wheel.stat().st_size,
+        wheel_identity=str(FileIdentity.of(wheel.stat())), report=json.dumps(report), abi=json.dumps(abi),
+    )
+
+
+_NEEDED = ("libc10.so", "libc10_cuda.so", "libtorch.so", "libtorch_cpu.so", "libcudart.so.13", "libc.so.6")
+_SYMBOLS = [f"_ZN3c104impl{n:03d}TensorImplSizesAndStridesEN3c108ArrayRefIlEE{n:03d}" for n in range(140)]
+
+
 
 
 def write_wheelhouse(out: Path, count: int, *, with_provenance: bool) -> None:
@@ -113,8 +153,14 @@ def write_wheelhouse(out: Path, count: int, *, with_provenance: bool) -> None:
     Layout(root=out).dist.mkdir(parents=True, exist_ok=True)
     Layout(root=out).variant.mkdir(parents=True, exist_ok=True)
     leader = Spec("causal-conv1d", "0.0.1", "pt214cu130", PYTHON_TAG)
-    for spec in (*synthetic_specs(count - 1), leader):
-        write_wheel_and_twin(out, spec, with_provenance=with_provenance)
+    if not with_provenance:
+        for spec in (*synthetic_specs(count - 1), leader):
+            write_wheel_and_twin(out, spec, with_provenance=False)
+        return
+    with Ledger(Layout(root=out).ledger) as ledger:
+        for spec in (*synthetic_specs(count - 1), leader):
+            write_wheel_and_twin(out, spec, with_provenance=True, ledger=ledger)
+    shutil.copyfile(Layout(root=out).ledger, out / FARM_LEDGER)  # as the builds left it: every cold run's (forget)
 
 
 @dataclass
@@ -153,16 +199,19 @@ class Checkout:
 
 def forget(out: Path) -> None:
     """Back to a cold index: no site and no index state (this code's, and the hash cache older code kept in the
-    ledger and variant/)."""
+    ledger and variant/); the farm's ledger as the builds left it, where the wheels have one."""
     shutil.rmtree(Layout(root=out).site, ignore_errors=True)
     for name in ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm", LEDGER, f"{LEDGER}-wal", f"{LEDGER}-shm",
                  f"{VARIANT}/.variant-index.json"):
         (out / name).unlink(missing_ok=True)
+    if (out / FARM_LEDGER).is_file():
+        shutil.copyfile(out / FARM_LEDGER, Layout(root=out).ledger)
 
 
 def change(outs: list[Path], kind: str, round_: int, *, with_provenance: bool, added_mb: float) -> None:
     """Make the same change to every copy: a new release's wheel added, a wheel rebuilt under its name (other
-    bytes), or a wheel removed; the twin goes with each, as the build would."""
+    bytes), or a wheel removed; the twin goes with each, as the build would, and an added or rebuilt wheel's
+    ledger row with it (a removed wheel's stays: its file was deleted, not its build)."""
     if kind == "+1":
         payload = os.urandom(int(added_mb * 1e6))
         spec = Spec("causal-conv1d", f"9.9.{round_}", "pt214cu130", PYTHON_TAG, payload)

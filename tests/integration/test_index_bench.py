@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_bench_index_small(tmp_path: Path) -> None:
     """Each kind of run, each `wheelwright index` in a new process: the unchanged run after a complete one costs
-    less than the cold one, and the largest project pages are named."""
+    less than the cold one, and the largest project pages are named. The wheels come with the farm's ledger rows:
+    the added wheel's digest is the one its build recorded, as on the farm."""
     arguments = ["--wheels", "300", "--repeat", "1", "--added-mb", "1", "--workdir", tmp_path, "--json"]
     command = [sys.executable, "-m", "scripts.bench_index", *arguments]
     output = run(command, step="bench_index", env=dict(os.environ), cwd=ROOT, capture=True).output
@@ -24,6 +25,7 @@ def test_bench_index_small(tmp_path: Path) -> None:
     assert result["wheels"] == 300 and set(medians) == {"cold", "unchanged", "+1", "replaced", "removed"}
     assert 0 < medians["unchanged"]["cpu"] < medians["cold"]["cpu"]
     assert len(result["largest_pages"]["this"]) == 2
+    assert "hashed 0, from ledger 1, cached 300;" in (tmp_path / "base-300-prov/index-+1.log").read_text()
 
 
 def test_bench_landing_small(tmp_path: Path) -> None:
