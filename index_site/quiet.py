@@ -83,7 +83,7 @@ def quiet_run(
     (dist, strays), (variant, refused) = found
     if strays or refused or kept.get("count") != len(dist) + len(variant):
         return None, found
-    key = _quiet_key(state, _Files(dist), _Files(variant), read_ledger(wheelhouse.ledger), base_url, twins)
+    key = _quiet_key(state, _Files(dist), _Files(variant), read_ledger(wheelhouse.ledger, state), base_url, twins)
     if kept.get("key") != key or not _same_folders(site, record):
         return None, found
     try:
