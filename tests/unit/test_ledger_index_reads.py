@@ -1,12 +1,14 @@
 """What the index reads of the ledger on every run, chosen by SQLite so that a built job's row (its report and ABI
 record, kilobytes each) is read only where asked for: the failures (the jobs that finished without a wheel, by job
-id), and the recorded digests of the few wheels a re-index finds new (by the index on ``wheel``)."""
+id), the recorded digests of the few wheels a re-index finds new, and every built wheel's GPU code and ABI window
+(both from the index of built jobs, where SQLite took them out of the JSON when the row was written)."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
+from builder.core import ledger as ledger_module
 from builder.core.hashing import FileIdentity
 from builder.core.ledger import Ledger
 
@@ -61,6 +63,42 @@ def test_wheel_hashes_are_those_of_the_named_built_wheels_with_an_identity(tmp_p
     asked = [f"w{n}.whl" for n in range(0, 1200, 2)] + ["x.whl", "q.whl", "absent.whl"]
     with Ledger(path) as ledger:
         found = ledger.wheel_hashes(asked)
-        plan = ledger._db.execute("EXPLAIN QUERY PLAN SELECT wheel FROM jobs WHERE wheel IN ('a', 'b')").fetchall()
+        query = "SELECT wheel FROM jobs WHERE status = 'built' AND wheel IN ('a', 'b')"
+        plan = ledger._db.execute(f"EXPLAIN QUERY PLAN {query}").fetchall()
     assert found == {f"w{n}.whl": (f"{n:064x}", FileIdentity(1, 2, 3, 4)) for n in range(0, 1200, 2)}
-    assert any("jobs_by_wheel" in str(tuple(step)) for step in plan)  # looked up, not a scan of every row
+    assert any("jobs_built" in str(tuple(step)) for step in plan)  # looked up, not a scan of every row
+
+
+ARCHS = [  # (report, abi, what wheel_archs gives)
+    ('{"sass": ["9.0"], "ptx": ["9.0"]}', '{"window": {"text": "loads on torch 2.14-2.14"}}',
+     ('["9.0"]', '["9.0"]', "loads on torch 2.14-2.14")),
+    ('{"sass": ["8.0", "9.0"]}', None, ('["8.0","9.0"]', None, None)),
+    ('{"sass": []}', "not json", ("[]", None, None)),
+    ('{"sass": ["9.0"]}', '{"window": "a text, not a record"}', ('["9.0"]', None, None)),
+    ('{"ptx": ["9.0"]}', None, None),  # no SASS recorded: none
+    ("not json", None, None),
+    ("[1, 2]", None, None),
+    (b"\x00\xff", b"\x00", None),  # BLOBs
+    (None, None, None),
+]
+
+
+def test_wheel_archs_come_from_the_index_of_built_jobs(tmp_path: Path) -> None:
+    """Each row's GPU code and window as the JSON holds them, NULL where it is damaged; the built jobs' index is
+    what SQLite reads (one created in a ledger from before it, too), not the rows' JSON."""
+    path = tmp_path / "ledger.sqlite"
+    rows: list[dict[str, object]] = [
+        {"job_id": f"j{n}", "status": "built", "wheel": f"w{n}.whl", "report": report, "abi": abi}
+        for n, (report, abi, _) in enumerate(ARCHS)
+    ]
+    rows.append({"job_id": "failed", "status": "failed", "wheel": "f.whl", "report": ARCHS[0][0]})
+    _ledger(path, rows)
+    with sqlite3.connect(path) as db:  # a ledger written before the index was
+        db.execute("DROP INDEX jobs_built")
+    with Ledger(path) as ledger:
+        found = ledger.wheel_archs()
+        columns = ", ".join(ledger_module._BUILT_FACTS.values())
+        plan = ledger._db.execute(f"EXPLAIN QUERY PLAN SELECT wheel, {columns} FROM jobs WHERE status = 'built'")
+        steps = " ".join(str(tuple(step)) for step in plan.fetchall())
+    assert found == {f"w{n}.whl": expected for n, (_, _, expected) in enumerate(ARCHS) if expected is not None}
+    assert "jobs_built" in steps and "SCAN jobs" not in steps
