@@ -203,11 +203,14 @@ def _cells(wheels: Sequence[WheelFile], archs: Mapping[str, GpuArchs]) -> dict[t
     for wheel in wheels:
         name = wheel.name
         found[(name.project, name.public_version, name.label)].append(wheel)
-    return {key: _Cell(*key, of_cell, _cell_digest(of_cell, archs)) for key, of_cell in found.items()}
+    texts: dict[int, str] = {}  # by id: a farm's wheels share a few records (catalog._archs), each shown once
+    shown = {name: texts.get(id(found)) or texts.setdefault(id(found), repr(found)) for name, found in archs.items()}
+    return {key: _Cell(*key, of_cell, _cell_digest(of_cell, shown)) for key, of_cell in found.items()}
 
 
-def _cell_digest(wheels: list[WheelFile], archs: Mapping[str, GpuArchs]) -> str:
-    shown = [f"{w.filename}\0{archs[w.filename]!r}" for w in wheels if w.filename in archs] if archs else ()
+def _cell_digest(wheels: list[WheelFile], archs: Mapping[str, str]) -> str:
+    """The digest of the cell's wheels' fingerprints and their GPU archs (``archs``: as text, by filename)."""
+    shown = [f"{w.filename}\0{archs[w.filename]}" for w in wheels if w.filename in archs] if archs else ()
     return hashlib.sha256("\n".join([*map(_fingerprint, wheels), *shown]).encode()).hexdigest()
 
 
