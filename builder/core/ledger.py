@@ -329,11 +329,13 @@ class Ledger:
         """{wheel filename: (SASS, PTX, ABI window)} of every built wheel whose verify report recorded its GPU code,
         each list JSON as the report holds it, the window the text its ``abi`` record holds (None where none): read
         from the index of built jobs, where SQLite extracted them from the JSON when the row was written."""
-        columns = ", ".join(f"{expression} AS {name}" for name, expression in _BUILT_FACTS.items())
-        query = f"SELECT wheel, {columns} FROM jobs WHERE status = 'built' AND wheel IS NOT NULL"
+        facts = ", ".join(_BUILT_FACTS.values())  # sass, ptx, window
+        query = f"SELECT wheel, {facts} FROM jobs WHERE status = 'built' AND wheel IS NOT NULL"
         with sqlite_errors(self.path):
-            rows = self._db.execute(query).fetchall()
-        return {row["wheel"]: (row["sass"], row["ptx"], row["window"]) for row in rows if row["sass"] is not None}
+            cursor = self._db.cursor()
+            cursor.row_factory = None  # plain tuples: a row a built job
+            rows = cursor.execute(query).fetchall()
+        return {wheel: (sass, ptx, window) for wheel, sass, ptx, window in rows if sass is not None}
 
     def failures(self) -> list[LedgerEntry]:
         """The jobs that finished without a wheel, by job id: chosen by SQLite, so the rows of built jobs (their
