@@ -151,8 +151,7 @@ def judge(
         judging = _Judging(dist, listed_files, known, releases)
         rows, stats, fresh, changed = judging.judge(ledger, derive, RecordedFacts(state))
     digest = ledger_digest(failures, recorded_archs)
-    meta = {LEDGER_KEY: json.dumps([identity, digest])}
-    state.write(wheels=changed, wheels_gone=known.keys() - rows.keys(), meta=meta)
+    state.write(wheels=changed, wheels_gone=known.keys() - rows.keys(), meta=_ledger_meta(identity, digest))
     unjudged += [Rejection(filename=name, reason=reason) for name, reason in fresh.items() if isinstance(reason, str)]
     indexed = list(map(WHEEL_VERDICT, rows.values())).count("")
     log.info("judged %d files (%s); refused %d", len(rows), stats, len(rows) - indexed + len(unjudged))
@@ -197,11 +196,16 @@ def read_ledger(path: Path, state: IndexState) -> str:
         return digest
     with Ledger(path) as ledger:
         digest = ledger_digest(tuple(ledger.failures()), ledger.wheel_archs())
-    state.write(meta={LEDGER_KEY: json.dumps([identity, digest])})
+    state.write(meta=_ledger_meta(identity, digest))
     return digest
 
 
 LEDGER_KEY = "ledger"  # the state's meta: [the ledger's identity when read, its ledger_digest]
+
+
+def _ledger_meta(identity: list[list[int] | None], digest: str) -> dict[str, str]:
+    """The state's record of the ledger as read at ``identity`` (read_ledger takes it apart)."""
+    return {LEDGER_KEY: json.dumps([identity, digest])}
 
 
 def ledger_identity(path: Path) -> list[list[int] | None]:
@@ -479,12 +483,12 @@ def _archs(rows: Mapping[str, WheelRow], recorded: Mapping[str, tuple[str, str, 
     ledger's rows walked, not the wheels: a farm's ledger records a few hundred, dist/ may hold 10,000 wheels it did
     not build)."""
     archs = {}
-    parsed_of: dict[tuple[str, str, str | None], GpuArchs | None] = {}  # a farm's builds share a few records
+    parse = functools.cache(parse_gpu_archs)  # a farm's builds share a few records: each parsed once
     for filename, raw in recorded.items():
         row = rows.get(filename)
         if row is None or row.verdict:
             continue
-        parsed = parsed_of[raw] if raw in parsed_of else parsed_of.setdefault(raw, parse_gpu_archs(*raw))
+        parsed = parse(*raw)
         if parsed is not None:
             archs[filename] = parsed
     return archs

@@ -203,8 +203,7 @@ def _cells(wheels: Sequence[WheelFile], archs: Mapping[str, GpuArchs]) -> dict[t
     for wheel in wheels:
         name = wheel.name
         found[(name.project, name.public_version, name.label)].append(wheel)
-    texts: dict[int, str] = {}  # by id: a farm's wheels share a few records (catalog._archs), each shown once
-    shown = {name: texts.get(id(arch)) or texts.setdefault(id(arch), repr(arch)) for name, arch in archs.items()}
+    shown = dict(zip(archs, map(functools.cache(repr), archs.values())))  # a farm's wheels share a few records
     return {key: _Cell(*key, of_cell, _cell_digest(of_cell, shown)) for key, of_cell in found.items()}
 
 

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,11 +110,8 @@ def write_wheel_and_twin(out: Path, spec: Spec, *, with_provenance: bool, ledger
         properties = variant.properties_for(spec.label, archs)
         twin = variant.twin_members(members, wheel.name, spec.label, properties)
         write_wheel(Layout(root=out).variant / variant.variant_filename(wheel.name, spec.label), twin)
-        if ledger is None:
-            with Ledger(Layout(root=out).ledger) as own:
-                own.put(farm_entry(spec, wheel, archs))
-        else:
-            ledger.put(farm_entry(spec, wheel, archs))
+        with nullcontext(ledger) if ledger is not None else Ledger(Layout(root=out).ledger) as into:
+            into.put(farm_entry(spec, wheel, archs))
     return wheel
 
 
