@@ -18,6 +18,7 @@ file of wheels.json, its guards: some 1,300 records) and a dozen records outside
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import operator
@@ -30,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 from builder.core.hashing import FileIdentity
 from index_site import layout
 from index_site.records import Block, FileRecord
+from index_site.state import release_of
+from index_site.summaries import Summaries, text_map
 
 if TYPE_CHECKING:
     from index_site.variants import VariantWheel
@@ -53,30 +56,79 @@ def expected(
     twins: Iterable[VariantWheel],
     identities: Mapping[str, Sequence[int]],
     code: str,
+    summaries: Summaries | None = None,
 ) -> dict[str, str]:
     """The digest every block should have now: {key: digest} (``identities``: each file's, by filename, as the
-    catalog checked it or this run's links left it; a twin not there carries its own). Each block's sources are
-    taken column by column (names, sha256s, identities), not as a line of text each: a quarter less CPU."""
-    by_key: dict[str, list[Any]] = defaultdict(list)
-    for wheel in wheels:
-        by_key[WHEELS + wheel.name.label].append(wheel)
-    for twin in twins:
-        by_key[TWINS + twin.label].append(twin)
-    digests = {key: _digest(key, sources, identities, code) for key, sources in by_key.items()}
-    return {key: digest for key, digest in digests.items() if digest is not None}
+    catalog checked it or this run's links left it; a twin not there carries its own). A block's digest is made of
+    its releases' parts (the digest of one release's sources of the block), each of the sources taken column by
+    column (names, sha256s, identities), not as a line of text each: a quarter less CPU. ``summaries``, where the
+    identities are the catalog's (its rows'), keeps each release's parts for the next run, which takes them while
+    the release's rows are the same: no source of such a release is looked at."""
+    wheels, twins = list(wheels), list(twins)
+    if summaries is None:
+        parts: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for key, of_release in _release_parts(WHEELS, wheels, identities).items():
+            parts[key] += of_release.items()
+        for key, of_release in _release_parts(TWINS, twins, identities).items():
+            parts[key] += of_release.items()
+        return {key: _combined(code, of_block) for key, of_block in parts.items()}
+    parts = defaultdict(list)
+    for prefix, table, sources, names in ((WHEELS, "wheels", wheels, map(_FIRST, map(_FIRST, wheels))),
+                                          (TWINS, "twins", twins, map(_TWIN_NAME, twins))):
+        by_name = dict(zip(names, sources, strict=True))
+        if not by_name:
+            continue
+        for release, rows in summaries.releases(table).items():
+            work = functools.partial(_parts_of, prefix, rows, by_name, identities)
+            for key, part in summaries.part(release, table, summaries.key(table, release), work, text_map).items():
+                parts[prefix + key].append((release, part))
+    return {key: _combined(code, of_block) for key, of_block in parts.items()}
 
 
-def _digest(key: str, sources: list[Any], identities: Mapping[str, Sequence[int]], code: str) -> str | None:
-    """The digest of one block's sources: their names, sha256s, metadata's sha256s (and a twin's provenance's),
-    and identities. A wheel without an identity (not placed from a file the catalog checked) is left out: its
-    records stay out of any block (None: no source is left)."""
+def _parts_of(
+    prefix: str, rows: Mapping[str, object], by_name: Mapping[str, Any], identities: Mapping[str, Sequence[int]]
+) -> dict[str, str]:
+    """One release's part of each block of ``prefix`` it has sources in: {label: part} (of its rows, the sources
+    among ``by_name``, in the order of their names, as a catalog holds them)."""
+    sources = [by_name[name] for name in sorted(rows) if name in by_name]
+    found = _release_parts(prefix, sources, identities)
+    return {key.removeprefix(prefix): part for key, of_release in found.items() for part in of_release.values()}
+
+
+def _release_parts(
+    prefix: str, sources: list[Any], identities: Mapping[str, Sequence[int]]
+) -> dict[str, dict[str, str]]:
+    """{block key: {release: its part}} of ``sources`` (WheelFiles where ``prefix`` is WHEELS, else twins)."""
+    by_part: dict[tuple[str, str], list[Any]] = defaultdict(list)  # (label, release): sources, in their order
+    labels = map(_WHEEL_LABEL, sources) if prefix == WHEELS else map(_TWIN_LABEL, sources)
+    names = map(_FIRST, map(_FIRST, sources)) if prefix == WHEELS else map(_TWIN_NAME, sources)
+    for source, label, name in zip(sources, labels, names, strict=True):
+        by_part[(label, release_of(name))].append(source)
+    found: dict[str, dict[str, str]] = defaultdict(dict)
+    for (label, release), of_part in by_part.items():
+        part = _digest(prefix, of_part, identities)
+        if part:
+            found[prefix + label][release] = part
+    return found
+
+
+def _combined(code: str, parts: list[tuple[str, str]]) -> str:
+    """A block's digest: the code's and its releases' parts, in the releases' order."""
+    shown = [code, *(f"{release} {part}" for release, part in sorted(parts))]
+    return hashlib.sha256("\n".join(shown).encode()).hexdigest()
+
+
+def _digest(key: str, sources: list[Any], identities: Mapping[str, Sequence[int]]) -> str:
+    """The digest of one release's sources of a block: their names, sha256s, metadata's sha256s (and a twin's
+    provenance's), and identities. A wheel without an identity (not placed from a file the catalog checked) is left
+    out: its records stay out of any block ("": no source is left)."""
     if key.startswith(WHEELS):
         names = list(map(_FIRST, map(_FIRST, sources)))
         found: list[Any] = list(map(identities.get, names))
         if None in found:
             sources = [source for source, identity in zip(sources, found, strict=True) if identity is not None]
             if not sources:
-                return None
+                return ""
             names = list(map(_FIRST, map(_FIRST, sources)))
             found = [identity for identity in found if identity is not None]  # in the sources' order still
         digests = [*map(_WHEEL_SHA, sources), *map(_FIRST, map(_WHEEL_METADATA, sources))]
@@ -86,7 +138,7 @@ def _digest(key: str, sources: list[Any], identities: Mapping[str, Sequence[int]
         if not identities.keys().isdisjoint(names):  # what this run's links left
             found = [identities.get(name) or identity for name, identity in zip(names, found, strict=True)]
         digests = [*map(_TWIN_SHA, sources), *map(_TWIN_METADATA_SHA, sources), *map(_TWIN_PROVENANCE, sources)]
-    digest = hashlib.sha256("\n".join([code, *names, *digests]).encode())
+    digest = hashlib.sha256("\n".join([*names, *digests]).encode())
     try:
         digest.update(array("q", itertools.chain.from_iterable(found)).tobytes())
     except OverflowError:  # a number past 64 bits
@@ -100,6 +152,7 @@ _WHEEL_SHA, _WHEEL_METADATA = operator.itemgetter(1), operator.itemgetter(3)
 _TWIN_NAME, _TWIN_SHA = operator.attrgetter("filename"), operator.attrgetter("sha256")
 _TWIN_IDENTITY = operator.attrgetter("identity")
 _TWIN_METADATA_SHA, _TWIN_PROVENANCE = operator.attrgetter("metadata_sha256"), operator.attrgetter("provenance_sha256")
+_WHEEL_LABEL, _TWIN_LABEL = operator.attrgetter("name.label"), operator.attrgetter("label")
 
 
 def kept(recorded: Mapping[str, Block], now: Mapping[str, str], settled: frozenset[str]) -> dict[str, Block]:

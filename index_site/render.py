@@ -36,6 +36,8 @@ from index_site.landing import accelerator_text
 from index_site.lines import API_VERSION, Listed, ProjectLines, simple_page
 from index_site.manifest import release_manifest
 from index_site.pages import columns_fingerprint, coverage_pages, people, render_pages, setup_fingerprints
+from index_site.state import WHEEL_VERDICT, release_of
+from index_site.summaries import Summaries, text_map
 from index_site.wheels import GpuArchs, WheelFile
 
 _AFTER_PATH_SLASH = re.compile(r"(?<=[^:/]/)(?=[^/])")  # after a path's slashes, not inside "://"
@@ -133,11 +135,11 @@ def render_site(catalog: Catalog, *, base_url: str) -> dict[str, bytes]:
     return pages
 
 
-def page_groups(catalog: Catalog, *, base_url: str) -> list[PageGroup]:
+def page_groups(catalog: Catalog, *, base_url: str, summaries: Summaries | None = None) -> list[PageGroup]:
     """The site's pages in groups, none rendered yet. Each group's digest is made from the digests of its cells
     (one release's wheels of one label, _cells): each wheel's fingerprint is hashed once a run, not once for each
-    group that shows it (five of them)."""
-    cells = _cells(catalog.wheels, catalog.archs)
+    group that shows it (five of them), and a cell's digest is kept for the next run (``summaries``)."""
+    cells = _cells(catalog.wheels, catalog.archs, summaries)
     by_label: dict[str, list[_Cell]] = defaultdict(list)
     by_project: dict[str, list[_Cell]] = defaultdict(list)
     by_release: dict[tuple[str, str], list[_Cell]] = defaultdict(list)
@@ -194,17 +196,55 @@ class _Cell(NamedTuple):
 
 
 _CELL_DIGEST, _CELL_WHEELS = operator.attrgetter("digest"), operator.attrgetter("wheels")
+_FILENAME = operator.attrgetter("filename")
 
 
-def _cells(wheels: Sequence[WheelFile], archs: Mapping[str, GpuArchs]) -> dict[tuple[str, str, str], _Cell]:
+def _cells(
+    wheels: Sequence[WheelFile], archs: Mapping[str, GpuArchs], summaries: Summaries | None = None
+) -> dict[tuple[str, str, str], _Cell]:
     """The catalog's wheels by (project, version, label), in catalog order (by filename: a release's wheels, and a
-    label's among them, are neighbours), each cell with the digest of its wheels' fingerprints and GPU archs."""
+    label's among them, are neighbours), each cell with the digest of its wheels' fingerprints and GPU archs: as
+    ``summaries`` kept them for the cell's release while its rows and its wheels' archs are the same."""
     found: dict[tuple[str, str, str], list[WheelFile]] = defaultdict(list)
     for wheel in wheels:
         name = wheel.name
         found[(name.project, name.public_version, name.label)].append(wheel)
     shown = dict(zip(archs, map(functools.cache(repr), archs.values())))  # a farm's wheels share a few records
-    return {key: _Cell(*key, of_cell, _cell_digest(of_cell, shown)) for key, of_cell in found.items()}
+    kept = _release_cell_digests(wheels, shown, summaries) if summaries is not None else {}
+    cells = {}
+    for key, of_cell in found.items():
+        release = release_of(of_cell[0].filename) if kept else ""
+        digest = kept.get(release, {}).get(key[2])
+        if digest is None or release_of(of_cell[-1].filename) != release:  # of two releases' rows: two spellings
+            digest = _cell_digest(of_cell, shown)
+        cells[key] = _Cell(*key, of_cell, digest)
+    return cells
+
+
+def _release_cell_digests(
+    wheels: Sequence[WheelFile], shown: Mapping[str, str], summaries: Summaries
+) -> dict[str, dict[str, str]]:
+    """{release: {label: its cell's digest}}, as kept while the release's rows and its wheels' archs (``shown``, as
+    the cells show them: the ledger holds them, not the rows) are the ones they were worked out from."""
+    by_name = dict(zip(map(_FILENAME, wheels), wheels, strict=True))
+    digests = {}
+    for release, rows in summaries.releases("wheels").items():
+        accepted = itertools.compress(rows, map(operator.not_, map(WHEEL_VERDICT, rows.values())))
+        names = sorted(name for name in accepted if name in by_name)  # sorted as read: one pass
+        held = "\n".join(map(shown.get, names, itertools.repeat(""))) if shown else ""
+        key = summaries.key("wheels", release, hashlib.sha256(held.encode()).hexdigest() if held else "")
+        work = functools.partial(_cells_of, names, by_name, shown)
+        digests[release] = summaries.part(release, "cells", key, work, text_map)
+    return digests
+
+
+def _cells_of(names: list[str], by_name: Mapping[str, WheelFile], shown: Mapping[str, str]) -> dict[str, str]:
+    """The digest of each label's cell of one release's wheels (``names``, in order)."""
+    by_label: dict[str, list[WheelFile]] = defaultdict(list)
+    for name in names:
+        wheel = by_name[name]
+        by_label[wheel.name.label].append(wheel)
+    return {label: _cell_digest(of_label, shown) for label, of_label in by_label.items()}
 
 
 def _cell_digest(wheels: list[WheelFile], archs: Mapping[str, str]) -> str:

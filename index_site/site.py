@@ -46,6 +46,7 @@ from index_site.quiet import (
 from index_site.records import Block, FileRecord, Recorded, current_bytes, recorded_manifest, write_manifest
 from index_site.report import IndexReport
 from index_site.state import FILENAME, IndexState, accepted, state_path
+from index_site.summaries import Summaries
 from index_site.twins import TwinMaker, TwinReport, deriver, settle_twins
 
 if TYPE_CHECKING:
@@ -108,21 +109,27 @@ def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | N
             channel = fallback.channel_sizes(settled.twins)
             catalog = dataclasses.replace(catalog_of(judged), channel=channel, facts=RecordedFacts(state).facts())
             recorded = recorded_manifest(site)
-            still = settled_folders(site, state, recorded, _expected(wheelhouse.dist, site, recorded, catalog, settled))
-            report, linked = _index(output, site, base_url, state, recorded, catalog, settled, still)
+            summaries = Summaries(state, code_digest())  # before a link moves a row's stamp
+            expected = _expected(wheelhouse.dist, site, recorded, catalog, settled, summaries)
+            still = settled_folders(site, state, recorded, expected)
+            report, linked = _index(output, site, base_url, state, recorded, catalog, settled, still, summaries)
+            summaries.save()
         kept = kept_for_next(state, judged, settled, linked, report, base_url, twins is not None)
         leave(state, site, inputs, report.unchanged + len(report.written), kept)
         return report
 
 
-def _expected(dist: Path, site: Path, recorded: Recorded, catalog: Catalog, twins: TwinReport) -> dict[str, str]:
+def _expected(
+    dist: Path, site: Path, recorded: Recorded, catalog: Catalog, twins: TwinReport, summaries: Summaries | None = None
+) -> dict[str, str]:
     """The digest each of the manifest's blocks of wheels and twins should have now (none to work out where it
     records none: a cold index). A site on another filesystem than dist/ holds copies of its wheels: their blocks are
     never taken whole, each copy is held to its identity every run."""
     if not recorded.blocks:
         return {}
     linkable = catalog.wheels if _device(dist) == os.stat(site).st_dev else ()
-    return blocks.expected(linkable, twins.twins, catalog.identities, code_digest())  # a twin carries its identity
+    # a twin carries its identity; the catalog's are its rows': the parts of both are kept in ``summaries``
+    return blocks.expected(linkable, twins.twins, catalog.identities, code_digest(), summaries)
 
 
 def _index(
@@ -134,6 +141,7 @@ def _index(
     catalog: Catalog,
     twins: TwinReport,
     settled: Settled | None = None,
+    summaries: Summaries | None = None,
 ) -> tuple[IndexReport, dict[str, FileIdentity]]:
     """Render and place what changed; the report, and the new identities of the files the site's hard links
     moved (their ctimes)."""
@@ -145,14 +153,12 @@ def _index(
     extra_files, extracted = variants.placed(placing.twins)
     lookup = blocks.Lookup(manifest, recorded.blocks, previous_groups)
     pages, reused, groups, digests, page_blocks = render_changed(
-        catalog,
-        site,
-        lookup,
-        previous_groups,
+        catalog, site, lookup, previous_groups,
         base_url=base_url,
         extra=channel_groups(twins.twins, lookup),
         settled=settled,
         recorded_blocks=recorded.blocks,
+        summaries=summaries,
     )
     left = blocks.pages_left(recorded.blocks, page_blocks.kept)  # their files are planned one by one
     manifest.update(left)
@@ -245,6 +251,7 @@ def render_changed(
     extra: Sequence[PageGroup] = (),
     settled: Settled | None = None,
     recorded_blocks: Mapping[str, Block] | None = None,
+    summaries: Summaries | None = None,
 ) -> tuple[dict[str, bytes], dict[str, FileRecord], dict[str, tuple[str, tuple[str, ...]]], dict[str, str], PageBlocks]:
     """Render only the page groups whose inputs moved since the last run, or whose pages are no longer exactly
     as recorded; a group in parts settles each part the same way, a joined group takes the parts that did not move
@@ -290,7 +297,7 @@ def render_changed(
 
     from index_site.render import page_groups
 
-    for group in [*page_groups(catalog, base_url=base_url), *extra]:
+    for group in [*page_groups(catalog, base_url=base_url, summaries=summaries), *extra]:
         settle(group, top=True)
     return pages, reused, groups, digests, page_blocks
 

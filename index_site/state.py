@@ -26,22 +26,29 @@ from builder.core.ledger import lock_timeout, sqlite_errors, write_transaction
 log = logging.getLogger(__name__)
 
 STATE_FILE = "index.sqlite"  # in the output folder, beside the ledger
-SCHEMA_VERSION = 5  # PRAGMA user_version; any other version is dropped and rebuilt (a cold run)
+SCHEMA_VERSION = 6  # PRAGMA user_version; any other version is dropped and rebuilt (a cold run)
 # The rows of each table are kept by release, all of a release's files in one value: a run reads them all in one
 # decode per release (0.4 of the CPU of a row per file, at 10,000 wheels), and writes back only the releases of
-# the files it judged anew (docs/index.md).
+# the files it judged anew (docs/index.md). Each write of a release's rows gives it a new stamp (random), so that
+# what a run works out of a release's rows can be kept for the next (summaries.py), and used while the stamp holds.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS wheels (     -- the files of dist/: WheelRow
     release TEXT PRIMARY KEY,           -- their names' project and public version: "causal_conv1d-1.7.0"
-    rows    BLOB NOT NULL               -- MessagePack: an array of rows by filename, each an array of its fields
+    rows    BLOB NOT NULL,              -- MessagePack: an array of rows by filename, each an array of its fields
+    stamp   TEXT NOT NULL               -- new with every write of these rows
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS twins (      -- the files of variant/: TwinRow
     release TEXT PRIMARY KEY,
-    rows    BLOB NOT NULL
+    rows    BLOB NOT NULL,
+    stamp   TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS summaries (  -- what the passes over the rows worked out of each release (summaries.py)
+    release TEXT PRIMARY KEY,
+    parts   BLOB NOT NULL               -- MessagePack: {part: [the stamps it holds for, what was worked out]}
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
-_TABLES = ("wheels", "twins", "meta")
+_TABLES = ("wheels", "twins", "summaries", "meta")
 
 
 class WheelRow(NamedTuple):
@@ -118,6 +125,7 @@ class IndexState:
         self._db = self._connect()
         self._loaded: dict[str, dict[str, dict[str, Any]]] = {}  # table: release: filename: row
         self._misfiled: dict[str, set[str]] = {}  # table: keys whose stored rows are not all of that release
+        self._stamps: dict[str, dict[str, str]] = {}  # table: release: the stamp of the rows held for it
 
     def _connect(self) -> sqlite3.Connection:
         """The open database; one that is not SQLite, or is damaged, is set aside and made anew (it holds only
@@ -159,6 +167,27 @@ class IndexState:
     def twin_releases(self) -> Mapping[str, Mapping[str, TwinRow]]:
         return self._releases("twins")
 
+    def stamps(self, table: str) -> Mapping[str, str]:
+        """The stamp of each release whose rows of ``table`` are held exactly as the state stores them (a release
+        with damaged or misfiled rows has none until they are written again)."""
+        self._releases(table)
+        return self._stamps[table]
+
+    def summaries(self) -> dict[str, bytes]:
+        """The summaries table's value of each release (summaries.py decodes them)."""
+        with sqlite_errors(self.path):
+            return {str(release): parts for release, parts in self._db.execute("SELECT release, parts FROM summaries")
+                    if isinstance(parts, bytes)}
+
+    def write_summaries(self, parts: Mapping[str, bytes]) -> None:
+        """Replace the summaries of these releases, and drop those of releases that hold no rows now."""
+        if not parts:
+            return
+        with self._transaction() as db:
+            db.executemany("INSERT OR REPLACE INTO summaries VALUES (?, ?)", list(parts.items()))
+            db.execute("DELETE FROM summaries WHERE release NOT IN (SELECT release FROM wheels)"
+                       " AND release NOT IN (SELECT release FROM twins)")
+
     def write(
         self,
         *,
@@ -186,13 +215,13 @@ class IndexState:
         for table in ("wheels", "twins"):
             releases = self._releases(table)
             for name, (before, after) in moved.items():
-                release = _release(name)
+                release = release_of(name)
                 row = releases.get(release, {}).get(name)
                 if row is not None and before[:3] == after[:3] and row.identity == before:
                     releases[release][name] = row._replace(ctime_ns=after[3])
                     changed[table].add(release)
         twins = self._releases("twins")
-        for release in {_release(name) for name in texts}:  # a twin's row sits with its wheel's
+        for release in {release_of(name) for name in texts}:  # a twin's row sits with its wheel's
             rows = twins.get(release, {})
             for name, row in rows.items():
                 text = texts.get(row.wheel)
@@ -208,7 +237,7 @@ class IndexState:
                 db.execute(f"DELETE FROM {table}")
             fresh = {**meta, "id": uuid.uuid4().hex, "generation": "0"}
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(fresh.items()))
-        self._loaded, self._misfiled = {"wheels": {}, "twins": {}}, {}
+        self._loaded, self._misfiled, self._stamps = {"wheels": {}, "twins": {}}, {}, {"wheels": {}, "twins": {}}
 
     def _releases(self, table: str) -> dict[str, dict[str, Any]]:
         """The rows of ``table`` by release and filename, read on first use: each release's value decoded whole, and
@@ -221,9 +250,11 @@ class IndexState:
             list[WheelRow] if table == "wheels" else list[TwinRow]
         )
         with sqlite_errors(self.path):
-            stored = self._db.execute(f"SELECT release, rows FROM {table}").fetchall()
+            stored = self._db.execute(f"SELECT release, rows, stamp FROM {table}").fetchall()
         releases: dict[str, dict[str, Any]] = {}
-        for release, value in stored:
+        stamps: dict[str, str] = {}
+        mixed: set[str] = set()  # releases holding rows stored under another release's key
+        for release, value, stamp in stored:
             try:
                 rows = decoder.decode(value)
             except (msgspec.MsgspecError, TypeError) as error:
@@ -233,11 +264,16 @@ class IndexState:
             names = list(map(FILENAME, rows))
             if _all_of(release, names):  # as written: every row under its own release
                 releases.setdefault(release, {}).update(zip(names, rows))
+                if isinstance(stamp, str) and stamp:
+                    stamps[release] = stamp
                 continue
             for row in rows:
-                releases.setdefault(_release(row.filename), {})[row.filename] = row
+                releases.setdefault(release_of(row.filename), {})[row.filename] = row
+                mixed.add(release_of(row.filename))
             self._misfiled.setdefault(table, set()).add(release)  # written again, as its rows' releases are
-        self._loaded[table] = releases
+        for release in mixed:
+            stamps.pop(release, None)
+        self._loaded[table], self._stamps[table] = releases, stamps
         return releases
 
     def _change(self, table: str, rows: Iterable[Any], gone: Iterable[str]) -> set[str]:
@@ -246,11 +282,11 @@ class IndexState:
         rows, gone = list(rows), list(gone)
         releases = self._releases(table) if rows or gone else {}
         for name in gone:
-            release = _release(name)
+            release = release_of(name)
             releases.get(release, {}).pop(name, None)
             changed.add(release)
         for row in rows:
-            release = _release(row.filename)
+            release = release_of(row.filename)
             releases.setdefault(release, {})[row.filename] = row
             changed.add(release)
         return changed
@@ -263,18 +299,28 @@ class IndexState:
         import msgspec
 
         encode = msgspec.msgpack.Encoder().encode
+        stamp = uuid.uuid4().hex  # of every release this write holds
+        written: dict[str, dict[str, str | None]] = {}
         with self._transaction() as db:
             for table, releases in changed.items():
                 held = self._loaded.get(table, {})
                 for release in sorted(releases):
                     rows = sorted(held.get(release, {}).values())
                     if rows:
-                        db.execute(f"INSERT OR REPLACE INTO {table} VALUES (?, ?)", (release, encode(rows)))
+                        db.execute(f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?)", (release, encode(rows), stamp))
                     else:
                         db.execute(f"DELETE FROM {table} WHERE release = ?", (release,))
+                    written.setdefault(table, {})[release] = stamp if rows else None
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(meta.items()))
             if generation and any(changed.values()):
                 db.execute(_NEXT_GENERATION)
+        for table, stamped in written.items():  # committed: the rows held are these stamps' now
+            stamps = self._stamps.setdefault(table, {})
+            for release, new in stamped.items():
+                if new is None:
+                    stamps.pop(release, None)
+                else:
+                    stamps[release] = new
 
     def generation(self) -> str:
         """Which catalogue this is: the state's id (new with every new state file) and the count of its changes
@@ -320,7 +366,7 @@ def _locked(error: sqlite3.OperationalError) -> bool:
     return "locked" in str(error) or "busy" in str(error)
 
 
-def _release(filename: str) -> str:
+def release_of(filename: str) -> str:
     """The release a file's row is kept under: its name's project and public version, ``causal_conv1d-1.7.0`` of
     the wheel ``causal_conv1d-1.7.0+pt214cu130-cp311-...`` and of its twin ``causal_conv1d-1.7.0-cp311-...``. So a
     release's rows sit together in the order of their names, which is the order a run goes through them in."""
@@ -337,7 +383,7 @@ def _flat(releases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _all_of(release: str, names: list[str]) -> bool:
-    """Whether each of ``names`` is kept under ``release`` (_release), by its prefix alone: a name that begins
+    """Whether each of ``names`` is kept under ``release`` (release_of), by its prefix alone: a name that begins
     with a release key of one name and one version (``causal_conv1d-1.7.0``) and a ``+`` or ``-`` is of that
     release. One call in C for all of a release's rows, not a split of each name: 100,000 rows a run."""
     if release.count("-") != 1 or "+" in release:

@@ -64,6 +64,16 @@ def _failure(output: Path) -> None:
         )
 
 
+def _archs(output: Path, sass: str = '["9.0"]') -> None:
+    """The ledger records a wheel's GPU archs (its row in the index state does not move: the archs are the ledger's)."""
+    wheel = next((output / "dist").glob("causal_conv1d-1.7.0+pt213cu130-cp311*"))
+    with Ledger(output / "ledger.sqlite") as ledger:
+        ledger.put(LedgerEntry(job_id="causal-conv1d-1.7.0-pt213cu130-py3.11", package="causal-conv1d",
+                               version="1.7.0", label="pt213cu130", torch="2.13", accelerator="cu130", python="3.11",
+                               input_hash="h", status="built", wheel=Path(wheel).name,
+                               report=f'{{"sass": {sass}, "ptx": []}}'))
+
+
 CHANGES: dict[str, Callable[[Path], object]] = {
     "new-release": lambda out: make_wheel(out / "dist", WheelSpec(version="1.8.0", label="pt214cu130")),
     "new-python": lambda out: make_wheel(out / "dist", WheelSpec(label="pt213cu130", python="cp312")),
@@ -73,6 +83,7 @@ CHANGES: dict[str, Callable[[Path], object]] = {
     "wheel-removed": lambda out: next((out / "dist").glob("*1.6.0*")).unlink(),
     "wheel-rebuilt": lambda out: make_wheel(out / "dist", WheelSpec(label="pt214cu130", payload_bytes=4321)),
     "failure-recorded": _failure,
+    "archs-recorded": _archs,
 }
 
 
@@ -84,6 +95,20 @@ def test_after_any_change_the_pages_equal_a_full_render(output: Path, change: st
     expected = render_site(catalog, base_url=BASE)
     site = output / "site"
     assert {path: (site / path).read_bytes() for path in expected} == expected
+
+
+def test_archs_the_ledger_records_anew_render_their_wheels_pages_again(output: Path) -> None:
+    """A wheel's archs are in the ledger, not in its row: what the index keeps of its release (summaries.py) for
+    the next run holds for those archs only."""
+    _archs(output)
+    build_site(output, output / "site", base_url=BASE)
+    build_site(output, output / "site", base_url=BASE)  # the release's parts kept, with these archs
+    _archs(output, sass='["8.0", "9.0"]')
+    build_site(output, output / "site", base_url=BASE)
+    expected = render_site(scan(output / "dist", output / "ledger.sqlite"), base_url=BASE)
+    site = output / "site"
+    assert [path for path, content in expected.items() if (site / path).read_bytes() != content] == []
+    assert any(b"8.0" in content for content in expected.values())
 
 
 @pytest.mark.parametrize("change", list(CHANGES))

@@ -34,18 +34,22 @@ def test_each_row_is_read_back_under_its_own_release(tmp_path: Path, stored_unde
         with sqlite3.connect(path) as db:
             value = db.execute("SELECT rows FROM wheels WHERE release = 'causal_conv1d-1.8.0'").fetchone()[0]
             db.execute("DELETE FROM wheels WHERE release = 'causal_conv1d-1.8.0'")
-            db.execute("INSERT OR REPLACE INTO wheels VALUES (?, ?)", (stored_under, value))
+            db.execute("INSERT OR REPLACE INTO wheels VALUES (?, ?, 's')", (stored_under, value))
             if stored_under == "causal_conv1d-1.7.0":  # both releases' rows under one key
                 db.execute("DELETE FROM wheels WHERE release = ?", (stored_under,))
                 rows = [_row(name, inode) for inode, name in enumerate(WHEELS)]
                 import msgspec
 
-                db.execute("INSERT INTO wheels VALUES (?, ?)", (stored_under, msgspec.msgpack.encode(rows)))
+                db.execute("INSERT INTO wheels VALUES (?, ?, 's')", (stored_under, msgspec.msgpack.encode(rows)))
     with IndexState(path) as state:
         assert {name: row.inode for name, row in state.wheels().items()} == {n: i for i, n in enumerate(WHEELS)}
+        # a release holding rows stored under another key has no stamp: nothing is kept of it (summaries.py)
+        assert ("causal_conv1d-1.8.0" in state.stamps("wheels")) == (stored_under is None)
         state.write(wheels_gone=[WHEELS[2]])  # its release's rows are written again, without it
+        assert "causal_conv1d-1.8.0" in state.stamps("wheels")
     with IndexState(path) as state:
         assert sorted(state.wheels()) == sorted(WHEELS[:2] + WHEELS[3:])
+        assert "causal_conv1d-1.8.0" in state.stamps("wheels")
 
 
 def test_the_shared_column_getters_take_the_same_fields_of_either_row() -> None:

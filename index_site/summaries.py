@@ -1,0 +1,94 @@
+"""What a run's passes over every release work out of each release (a page cell's digest, a release's part of a
+block's digest), kept in the index state for the next run beside the rows they were worked out from. Each part is
+kept with the stamps of those rows (state.py gives a release's rows a new, random stamp with every write of them)
+and the code digest, and used only while both hold: a run that adds one wheel works out the parts of its one
+release, and takes the others' as the last run left them, not one fingerprint per wheel of dist/.
+
+Only a shortcut, as the rest of the state: a part whose key does not hold, or that cannot be read, is worked out
+again; nothing is written for a release none of whose parts was."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from index_site.state import IndexState
+
+_Parts = dict[str, tuple[str, Any]]  # part: (key, what was worked out)
+T = TypeVar("T")
+
+
+class Summaries:
+    """The parts of one run: those the state holds, and those this run used or worked out, by release."""
+
+    def __init__(self, state: IndexState, code: str) -> None:
+        self._state = state
+        self._code = code
+        # copied: the stamps the rows had while this run worked its parts out (a later write moves them)
+        self._stamps = {"wheels": dict(state.stamps("wheels")), "twins": dict(state.stamps("twins"))}
+        self._stored: dict[str, _Parts] | None = None
+        self._used: dict[str, _Parts] = {}
+        self._fresh: set[str] = set()
+
+    def releases(self, table: str) -> Mapping[str, Mapping[str, Any]]:
+        """The rows of ``table`` ("wheels" or "twins") by release, as the state holds them."""
+        return self._state.wheel_releases() if table == "wheels" else self._state.twin_releases()
+
+    def key(self, table: str, release: str, *more: str) -> str | None:
+        """The key of a part worked out of ``release``'s rows of ``table`` ("wheels" or "twins") and ``more``;
+        None where those rows have no stamp (damaged or misfiled: such a part is worked out and not kept)."""
+        stamp = self._stamps[table].get(release)
+        return None if stamp is None else "\0".join((self._code, stamp, *more))
+
+    def part(
+        self, release: str, name: str, key: str | None, work: Callable[[], T], kind: Callable[[object], bool]
+    ) -> T:
+        """The part ``name`` of ``release``: as kept, where it was kept with ``key`` and is of its ``kind``, else
+        ``work()``."""
+        if key is None:
+            return work()
+        kept = self._decoded().get(release, {}).get(name)
+        if kept is not None and kept[0] == key and kind(kept[1]):
+            self._used.setdefault(release, {})[name] = kept
+            value: T = kept[1]
+            return value
+        value = work()
+        self._used.setdefault(release, {})[name] = (key, value)
+        self._fresh.add(release)
+        return value
+
+    def save(self) -> None:
+        """Keep the parts this run used of each release it worked a part out for (a release's parts not used this
+        run are of labels it no longer has, or of passes this run did not make: they go)."""
+        if not self._fresh:
+            return
+        import msgspec
+
+        encode = msgspec.msgpack.Encoder().encode
+        self._state.write_summaries({release: encode(self._used[release]) for release in sorted(self._fresh)})
+        self._fresh.clear()
+
+    def _decoded(self) -> dict[str, _Parts]:
+        if self._stored is None:
+            self._stored = _decode(self._state.summaries())
+        return self._stored
+
+
+def _decode(stored: dict[str, bytes]) -> dict[str, _Parts]:
+    """Each release's parts; a value that is not what save() writes counts as none."""
+    import msgspec
+
+    decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(dict[str, tuple[str, Any]])
+    found = {}
+    for release, value in stored.items():
+        try:
+            found[release] = decoder.decode(value)
+        except (msgspec.MsgspecError, TypeError):
+            continue
+    return found
+
+
+def text_map(value: object) -> bool:
+    """Whether ``value`` is a {text: text} map: the kind of the parts the index keeps."""
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
