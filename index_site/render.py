@@ -277,7 +277,9 @@ def _doctor_group(base_url: str) -> PageGroup:
 
 
 def channel_groups(
-    twins: Sequence[variants.VariantWheel], records: Mapping[str, tuple[str, FileIdentity]] | None = None
+    twins: Sequence[variants.VariantWheel],
+    records: Mapping[str, tuple[str, FileIdentity]] | None = None,
+    summaries: Summaries | None = None,
 ) -> list[PageGroup]:
     """The variant channel's pages (variants.py): the guards of each project's builds in groups of their own (one per
     version and torch minor), then for every torch's channel and each torch minor's, its project list, and one
@@ -287,24 +289,23 @@ def channel_groups(
     is that of the builds it is made from (fallback.guard_facts), so its guards are worked out only where it renders
     or a channel page lists them again. A group holds the guards of every wheel tag of its version and torch minor
     (fallback.guarded's groups), as a farm's job builds them: at 10,000 twins 561 groups, not 2,732, each worked out
-    and settled on every run that renders (docs/runs.md)."""
+    and settled on every run that renders (docs/runs.md). The digests are made of each release's (_ChannelParts),
+    kept in ``summaries`` for the next run."""
     groups = []
     made = _Guards(records or {})
+    parts = _ChannelParts(twins, summaries, made.seen)
     shown: dict[tuple[str, str | None], dict[str, list[tuple[str, _Guarded]]]] = defaultdict(dict)
     for project, of_project in variants.by_project(twins).items():
         by_torch: dict[str, list[list[variants.VariantWheel]]] = {}
         for key, members in fallback.guarded(of_project).items():
             by_torch.setdefault(key.rpartition("/")[0], []).append(members)  # "1.7.0/pt214/cp311-..." -> "1.7.0/pt214"
         for key, of_torch in by_torch.items():
-            group_key = f"{variants.ROOT}:guards:{project}/{key}"
-            facts = (fact for members in of_torch for fact in fallback.guard_facts(members, made.seen))
-            digest = _digest([group_key, *facts])
-            groups.append(PageGroup(key=group_key, digest=digest, render=functools.partial(made.render, of_torch)))
             version, torch = key.split("/")
+            digest = parts.guards(project, version, key) or _guard_digest(project, key, of_torch, made.seen)
+            groups.append(PageGroup(key=_guard_key(project, key), digest=digest,
+                                    render=functools.partial(made.render, of_torch)))
             for channel in (None, torch):  # by version on every torch's channel and on its torch minor's
                 shown[(project, channel)].setdefault(version, []).append((digest, of_torch))
-    prints = made.prints = {twin.filename: variants.fingerprint(twin) for twin in twins}  # on two channels each
-    cells = _channel_cells(twins, prints)
     for torch_tag, members in variants.by_channel(twins).items():
         root = variants.channel_root(torch_tag)
         projects = variants.by_project(members)
@@ -312,24 +313,113 @@ def channel_groups(
         groups.append(PageGroup(key=f"{root}:projects", digest=_digest([root, *projects]), render=roots))
         for project, twins_of_project in projects.items():
             key = f"{root}:{project}"
-            of_channel = cells[project] if torch_tag is None else {torch_tag: cells[project][torch_tag]}
+            cells = parts.cells(project)
+            of_channel = cells if torch_tag is None else {torch_tag: cells[torch_tag]}
             digest = _digest([key, *(f"{tag}\0{cell}" for tag, cell in sorted(of_channel.items()))])
-            pair = made.pair(root, project, twins_of_project, shown[(project, torch_tag)])
+            pair = made.pair(root, project, twins_of_project, shown[(project, torch_tag)],
+                             parts.inputs(project, torch_tag))
             render = functools.partial(_joined_pages, pair)
             groups.append(PageGroup(key=key, digest=digest, render=render, join=_joining(pair, key)))
     return groups
 
 
-def _channel_cells(twins: Sequence[variants.VariantWheel], prints: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """The digest of each project's twins of each torch minor ({project: {torch tag: digest}}), of their
-    fingerprints in their order: a twin is on two channels (every torch's and its torch minor's), and hashed once."""
-    found: dict[tuple[str, str], list[str]] = defaultdict(list)
+def _guard_key(project: str, key: str) -> str:
+    return f"{variants.ROOT}:guards:{project}/{key}"
+
+
+def _guard_digest(project: str, key: str, of_torch: _Guarded, seen: fallback.Seen) -> str:
+    """A guard group's digest: of the builds its guards are made from (fallback.guard_facts)."""
+    facts = (fact for members in of_torch for fact in fallback.guard_facts(members, seen))
+    return _digest([_guard_key(project, key), *facts])
+
+
+class _ChannelParts:
+    """What the channel's digests take of each release's twins (_channel_part), by (project, version): kept in
+    ``summaries`` while the release's rows hold, so a run works out only the parts of the releases it changed, not a
+    fingerprint of every twin."""
+
+    def __init__(
+        self, twins: Sequence[variants.VariantWheel], summaries: Summaries | None, seen: fallback.Seen
+    ) -> None:
+        self.by_version: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
+        self.by_project: dict[str, list[dict[str, str]]] = defaultdict(list)
+        for _, part in sorted(_channel_parts(twins, summaries, seen).items()):
+            self.by_version[(part["project"], part["version"])].append(part)
+            self.by_project[part["project"]].append(part)
+
+    def guards(self, project: str, version: str, key: str) -> str | None:
+        """The digest of a guard group of a version of one release (of two, the group's own is worked out)."""
+        found = self.by_version.get((project, version), [])
+        return found[0].get(f"guards:{key}") if len(found) == 1 else None
+
+    def cells(self, project: str) -> dict[str, str]:
+        """The digest of the project's twins of each torch minor: of its releases' parts of that channel."""
+        by_tag: dict[str, list[str]] = defaultdict(list)
+        for part in self.by_project[project]:
+            for name, digest in part.items():
+                if name.startswith("tag:"):
+                    by_tag[name.removeprefix("tag:")].append(digest)
+        return {tag: _sha256_lines(digests) for tag, digests in by_tag.items()}
+
+    def inputs(self, project: str, channel: str | None) -> dict[str, list[str]]:
+        """What a project's part of each version lists on ``channel`` (every torch's: None), as digests, by version
+        (variants.project_pair)."""
+        name = "all" if channel is None else f"tag:{channel}"
+        return {
+            version: [part[name] for part in parts if name in part]
+            for (of_project, version), parts in self.by_version.items()
+            if of_project == project
+        }
+
+
+def _channel_parts(
+    twins: Sequence[variants.VariantWheel], summaries: Summaries | None, seen: fallback.Seen
+) -> dict[str, dict[str, str]]:
+    """_channel_part of each release's twins among ``twins``, by release: as ``summaries`` kept it while the release's
+    rows are the same (its twins as published and their facts are theirs), else worked out."""
+    by_name = dict(zip(map(_FILENAME, twins), twins, strict=True))
+    if summaries is not None:
+        found, covered = {}, 0
+        for release, rows in summaries.releases("twins").items():
+            names = sorted(filter(by_name.__contains__, rows))
+            if names:
+                work = functools.partial(_channel_part_of, names, by_name, seen)
+                found[release] = summaries.part(release, "channel", summaries.key("twins", release), work, text_map)
+                covered += len(names)
+        if covered == len(by_name):  # every twin published is of a release the state holds: as it should be
+            return found
+    grouped: dict[str, list[variants.VariantWheel]] = defaultdict(list)
     for twin in twins:
-        found[(twin.project, twin.torch_tag)].append(prints[twin.filename])
-    cells: dict[str, dict[str, str]] = defaultdict(dict)
-    for (project, tag), shown in found.items():
-        cells[project][tag] = hashlib.sha256("\n".join(shown).encode()).hexdigest()
-    return cells
+        grouped[release_of(twin.filename)].append(twin)
+    return {release: _channel_part(of_release, seen) for release, of_release in grouped.items()}
+
+
+def _channel_part_of(
+    names: list[str], by_name: Mapping[str, variants.VariantWheel], seen: fallback.Seen
+) -> dict[str, str]:
+    return _channel_part([by_name[name] for name in names], seen)
+
+
+def _channel_part(twins: list[variants.VariantWheel], seen: fallback.Seen) -> dict[str, str]:
+    """What the channel's digests take of one release's twins (in the order of their names): its project and
+    version, the digest of their fingerprints ("all") and of those of each torch minor ("tag:pt214"), and the digest
+    of each of its guard groups ("guards:1.7.0/pt214")."""
+    prints = list(map(variants.fingerprint, twins))
+    part = {"project": twins[0].project, "version": twins[0].version, "all": _sha256_lines(prints)}
+    by_tag: dict[str, list[str]] = defaultdict(list)
+    for twin, shown in zip(twins, prints, strict=True):
+        by_tag[twin.torch_tag].append(shown)
+    part.update((f"tag:{tag}", _sha256_lines(of_tag)) for tag, of_tag in by_tag.items())
+    by_torch: dict[str, list[list[variants.VariantWheel]]] = {}
+    for key, members in fallback.guarded(twins).items():
+        by_torch.setdefault(key.rpartition("/")[0], []).append(members)
+    part.update((f"guards:{key}", _guard_digest(twins[0].project, key, of_torch, seen))
+                for key, of_torch in by_torch.items())
+    return part
+
+
+def _sha256_lines(lines: list[str]) -> str:
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
 _Guarded = list[list[variants.VariantWheel]]  # a guard group's builds: those of each wheel tag (fallback.guarded)
@@ -342,7 +432,6 @@ class _Guards:
     def __init__(self, records: Mapping[str, tuple[str, FileIdentity]]) -> None:
         self.records = records
         self.made: dict[str, variants.VariantWheel] = {}
-        self.prints: Mapping[str, str] = {}  # each twin's variants.fingerprint, by filename
         self.seen = fallback.Seen()
 
     def render(self, groups: _Guarded) -> dict[str, bytes]:
@@ -368,14 +457,16 @@ class _Guards:
         project: str,
         twins: list[variants.VariantWheel],
         groups: Mapping[str, list[tuple[str, _Guarded]]],
+        inputs: Mapping[str, Sequence[str]],
     ) -> Callable[[], joined.Pair]:
         """The project's pages on one channel, as parts: made only when its group's digest moved. ``groups``: the
-        digest and builds of each guard group the pages list, by version; each part's digest takes the digests."""
+        digest and builds of each guard group the pages list, by version; each part's digest takes the digests, and
+        the digests of its twins' fingerprints (``inputs``, by version: _ChannelParts.inputs)."""
         guarded = {
             version: ([digest for digest, _ in of_version], functools.partial(self.shown, of_version))
             for version, of_version in groups.items()
         }
-        return lambda: variants.project_pair(root, project, twins, digest=_digest, prints=self.prints, guarded=guarded)
+        return lambda: variants.project_pair(root, project, twins, digest=_digest, inputs=inputs, guarded=guarded)
 
     def shown(self, groups: Sequence[tuple[str, _Guarded]]) -> list[variants.VariantWheel]:
         """The guards of ``groups`` as listed."""

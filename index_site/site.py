@@ -155,7 +155,7 @@ def _index(
     pages, reused, groups, digests, page_blocks = render_changed(
         catalog, site, lookup, previous_groups,
         base_url=base_url,
-        extra=channel_groups(twins.twins, lookup),
+        extra=channel_groups(twins.twins, lookup, summaries),
         settled=settled,
         recorded_blocks=recorded.blocks,
         summaries=summaries,

@@ -195,15 +195,16 @@ def project_pair(
     twins: list[VariantWheel],
     guards: Sequence[VariantWheel] = (),
     digest: Callable[[list[str]], str] | None = None,
-    prints: Mapping[str, str] | None = None,
+    inputs: Mapping[str, Sequence[str]] | None = None,
     guarded: Mapping[str, tuple[Sequence[str], Callable[[], list[VariantWheel]]]] | None = None,
 ) -> joined.Pair:
     """A project's two pages on one channel in parts, one per version: its variants.json, its variants (slim wheels
     in place of their fat twin), the nulls and ``guards`` (fallback.py, as listed: their files are pages of their own
-    groups); each part with the ``digest`` of what it lists, where given (``prints``: fingerprints worked out).
+    groups); each part with the ``digest`` of what it lists, where given (``inputs``: by version, digests of what its
+    twins show, worked out for the run, that stand for their fingerprints).
     ``guarded`` stands for ``guards`` where a version's guards are worked out only if its part renders: by version,
     the digests of its guard groups (for the part's digest) and its guards as listed."""
-    prints = prints or {}
+    inputs = inputs or {}
     by_version: dict[str, tuple[list[VariantWheel], list[VariantWheel]]] = {}
     for twin in twins:
         by_version.setdefault(twin.version, ([], []))[0].append(twin)
@@ -218,9 +219,9 @@ def project_pair(
         # a guard's name starts with the distribution name of a build of its version: none of them comes first
         name = _document_name(min(twin.filename for twin in shown), version)
         documents = (f"{root}/simple/{project}/{name}", f"{root}/json/{project}/{name}")
-        inputs = [prints.get(twin.filename) or fingerprint(twin) for twin in shown]
+        listed = (inputs.get(version) or [fingerprint(twin) for twin in shown]) if digest else []
         later = guarded.get(version) if guarded else None
-        shows = digest([root, project, version, *inputs, *(later[0] if later else ())]) if digest else ""
+        shows = digest([root, project, version, *listed, *(later[0] if later else ())]) if digest else ""
         shown_now = (of_version, later[1]) if later else (of_version, guards_of)
         render = functools.partial(_version_part, root, project, depth, version, shown_now, dumped)
         parts.append(joined.Part(version, shows, render, documents))
