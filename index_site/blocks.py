@@ -98,14 +98,24 @@ def _parts_of(
 def _release_parts(
     prefix: str, sources: list[Any], identities: Mapping[str, Sequence[int]]
 ) -> dict[str, dict[str, str]]:
-    """{block key: {release: its part}} of ``sources`` (WheelFiles where ``prefix`` is WHEELS, else twins)."""
-    by_part: dict[tuple[str, str], list[Any]] = defaultdict(list)  # (label, release): sources, in their order
-    labels = map(_WHEEL_LABEL, sources) if prefix == WHEELS else map(_TWIN_LABEL, sources)
-    names = map(_FIRST, map(_FIRST, sources)) if prefix == WHEELS else map(_TWIN_NAME, sources)
-    for source, label, name in zip(sources, labels, names, strict=True):
-        by_part[(label, release_of(name))].append(source)
+    """{block key: {release: its part}} of ``sources`` (WheelFiles where ``prefix`` is WHEELS, else twins, in the
+    order of their names). They are grouped by the label, project and version their names give (taken in C), and a
+    group's release worked out from its first name and its last: the same unless two spellings of one project's name
+    hold its version (each name's release then)."""
+    name_of = _WHEEL_NAME if prefix == WHEELS else _TWIN_NAME
+    by_part: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
+    for source, key in zip(sources, map(_WHEEL_PART if prefix == WHEELS else _TWIN_PART, sources), strict=True):
+        by_part[key].append(source)
+    groups: dict[tuple[str, str], list[Any]] = defaultdict(list)  # (label, release): sources, in their order
+    for (label, _, _), of_part in by_part.items():
+        release = release_of(name_of(of_part[0]))
+        if release == release_of(name_of(of_part[-1])):  # in the order of names, a release's are neighbours
+            groups[(label, release)] += of_part
+            continue
+        for source in of_part:
+            groups[(label, release_of(name_of(source)))].append(source)
     found: dict[str, dict[str, str]] = defaultdict(dict)
-    for (label, release), of_part in by_part.items():
+    for (label, release), of_part in groups.items():
         part = _digest(prefix, of_part, identities)
         if part:
             found[prefix + label][release] = part
@@ -152,7 +162,9 @@ _WHEEL_SHA, _WHEEL_METADATA = operator.itemgetter(1), operator.itemgetter(3)
 _TWIN_NAME, _TWIN_SHA = operator.attrgetter("filename"), operator.attrgetter("sha256")
 _TWIN_IDENTITY = operator.attrgetter("identity")
 _TWIN_METADATA_SHA, _TWIN_PROVENANCE = operator.attrgetter("metadata_sha256"), operator.attrgetter("provenance_sha256")
-_WHEEL_LABEL, _TWIN_LABEL = operator.attrgetter("name.label"), operator.attrgetter("label")
+_WHEEL_PART = operator.attrgetter("name.label", "name.project", "name.public_version")
+_TWIN_PART = operator.attrgetter("label", "project", "version")
+_WHEEL_NAME = operator.attrgetter("name.filename")
 
 
 def kept(recorded: Mapping[str, Block], now: Mapping[str, str], settled: frozenset[str]) -> dict[str, Block]:
