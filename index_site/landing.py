@@ -200,8 +200,11 @@ def _cell(python: str, wheels: list[WheelFile] | None, failures: _Failures | Non
         if unbuilt:
             return Cell(python, FAILED, ordered, unbuilt)
     if ordered:
-        return Cell(python, BUILT, ordered)
+        return _NEW(Cell, (python, BUILT, ordered, ()))  # without the named tuple's per-call checks: every wheel
     return _empty_cell(python, NOT_SHIPPED if variant.ships(python) is False else NOT_PLANNED)
+
+
+_NEW = tuple.__new__
 
 
 def _wheel_order(wheel: WheelFile) -> tuple[tuple[int, str], str]:

@@ -4,6 +4,7 @@ pip and for uv, or why there is no wheel."""
 
 from __future__ import annotations
 
+import operator
 import shlex
 from collections import Counter
 from collections.abc import Mapping
@@ -146,12 +147,16 @@ def _summary(release: Release) -> _Summary:
         for cell in row.cells
         if cell.state in (BUILT, FAILED)
     )
-    labels = Counter(w.name.label for row in release.rows for cell in row.cells for w in cell.wheels)
+    # a row's cells hold wheels of its variant's label alone: counted by row, not wheel by wheel
+    labels = Counter({row.variant.label: sum(map(len, map(_WHEELS, row.cells))) for row in release.rows})
     return _Summary(release, records, labels)
 
 
 def _record(version: str, cell: Cell) -> Record:
-    return Record(version=version, state=cell.state, wheels=cell.wheels, failures=cell.failures)
+    return tuple.__new__(Record, (version, *cell[1:]))  # state, wheels, failures: one per wheel, without checks
+
+
+_WHEELS = operator.attrgetter("wheels")
 
 
 def _navigator(coverage: Coverage, summaries: list[_Summary]) -> _Navigator:
