@@ -313,7 +313,7 @@ def channel_groups(
         groups.append(PageGroup(key=f"{root}:projects", digest=_digest([root, *projects]), render=roots))
         for project, twins_of_project in projects.items():
             key = f"{root}:{project}"
-            cells = parts.cells(project)
+            cells = parts.cells[project]
             of_channel = cells if torch_tag is None else {torch_tag: cells[torch_tag]}
             digest = _digest([key, *(f"{tag}\0{cell}" for tag, cell in sorted(of_channel.items()))])
             pair = made.pair(root, project, twins_of_project, shown[(project, torch_tag)],
@@ -342,24 +342,20 @@ class _ChannelParts:
         self, twins: Sequence[variants.VariantWheel], summaries: Summaries | None, seen: fallback.Seen
     ) -> None:
         self.by_version: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
-        self.by_project: dict[str, list[dict[str, str]]] = defaultdict(list)
+        by_tag: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))  # project: tag: parts
         for _, part in sorted(_channel_parts(twins, summaries, seen).items()):
             self.by_version[(part["project"], part["version"])].append(part)
-            self.by_project[part["project"]].append(part)
+            for name, digest in part.items():
+                if name.startswith("tag:"):
+                    by_tag[part["project"]][name.removeprefix("tag:")].append(digest)
+        # the digest of each project's twins of each torch minor: of its releases' parts of that channel
+        self.cells = {project: {tag: _sha256_lines(parts) for tag, parts in tags.items()}
+                      for project, tags in by_tag.items()}
 
     def guards(self, project: str, version: str, key: str) -> str | None:
         """The digest of a guard group of a version of one release (of two, the group's own is worked out)."""
         found = self.by_version.get((project, version), [])
         return found[0].get(f"guards:{key}") if len(found) == 1 else None
-
-    def cells(self, project: str) -> dict[str, str]:
-        """The digest of the project's twins of each torch minor: of its releases' parts of that channel."""
-        by_tag: dict[str, list[str]] = defaultdict(list)
-        for part in self.by_project[project]:
-            for name, digest in part.items():
-                if name.startswith("tag:"):
-                    by_tag[name.removeprefix("tag:")].append(digest)
-        return {tag: _sha256_lines(digests) for tag, digests in by_tag.items()}
 
     def inputs(self, project: str, channel: str | None) -> dict[str, list[str]]:
         """What a project's part of each version lists on ``channel`` (every torch's: None), as digests, by version
