@@ -196,7 +196,7 @@ class _Cell(NamedTuple):
 
 
 _CELL_DIGEST, _CELL_WHEELS = operator.attrgetter("digest"), operator.attrgetter("wheels")
-_FILENAME = operator.attrgetter("filename")
+_FILENAME, _WHEEL_FILENAME = operator.attrgetter("filename"), operator.attrgetter("name.filename")  # in C
 
 
 def _cells(
@@ -226,11 +226,11 @@ def _release_cell_digests(
 ) -> dict[str, dict[str, str]]:
     """{release: {label: its cell's digest}}, as kept while the release's rows and its wheels' archs (``shown``, as
     the cells show them: the ledger holds them, not the rows) are the ones they were worked out from."""
-    by_name = dict(zip(map(_FILENAME, wheels), wheels, strict=True))
+    by_name = dict(zip(map(_WHEEL_FILENAME, wheels), wheels, strict=True))
     digests = {}
     for release, rows in summaries.releases("wheels").items():
         accepted = itertools.compress(rows, map(operator.not_, map(WHEEL_VERDICT, rows.values())))
-        names = sorted(name for name in accepted if name in by_name)  # sorted as read: one pass
+        names = sorted(filter(by_name.__contains__, accepted))  # sorted as read: one pass
         held = "\n".join(map(shown.get, names, itertools.repeat(""))) if shown else ""
         key = summaries.key("wheels", release, hashlib.sha256(held.encode()).hexdigest() if held else "")
         work = functools.partial(_cells_of, names, by_name, shown)
