@@ -99,7 +99,8 @@ def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | N
             return quiet
         derive = deriver(twins, wheelhouse.variant)
         judged = judge(wheelhouse.dist, wheelhouse.ledger, state, derive, found and found[0])
-        settled = settle_twins(judged, wheelhouse.dist, wheelhouse.variant, state, twins, found and found[1])
+        summaries = Summaries(state, code_digest())  # what the last run worked out of each release, for this one
+        settled = settle_twins(judged, wheelhouse.dist, wheelhouse.variant, state, twins, found and found[1], summaries)
         inputs = inputs_digest(state, judged, base_url)
         files = as_left(state, site, inputs)
         if files is not None:  # nothing moved since the last complete run: nothing to do
@@ -109,11 +110,10 @@ def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | N
             channel = fallback.channel_sizes(settled.twins)
             catalog = dataclasses.replace(catalog_of(judged), channel=channel, facts=RecordedFacts(state).facts())
             recorded = recorded_manifest(site)
-            summaries = Summaries(state, code_digest())  # before a link moves a row's stamp
             expected = _expected(wheelhouse.dist, site, recorded, catalog, settled, summaries)
             still = settled_folders(site, state, recorded, expected)
             report, linked = _index(output, site, base_url, state, recorded, catalog, settled, still, summaries)
-            summaries.save()
+        summaries.save()
         kept = kept_for_next(state, judged, settled, linked, report, base_url, twins is not None)
         leave(state, site, inputs, report.unchanged + len(report.written), kept)
         return report

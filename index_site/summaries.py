@@ -25,8 +25,6 @@ class Summaries:
     def __init__(self, state: IndexState, code: str) -> None:
         self._state = state
         self._code = code
-        # copied: the stamps the rows had while this run worked its parts out (a later write moves them)
-        self._stamps = {"wheels": dict(state.stamps("wheels")), "twins": dict(state.stamps("twins"))}
         self._stored: dict[str, _Parts] | None = None
         self._used: dict[str, _Parts] = {}
         self._fresh: set[str] = set()
@@ -36,9 +34,11 @@ class Summaries:
         return self._state.wheel_releases() if table == "wheels" else self._state.twin_releases()
 
     def key(self, table: str, release: str, *more: str) -> str | None:
-        """The key of a part worked out of ``release``'s rows of ``table`` ("wheels" or "twins") and ``more``;
-        None where those rows have no stamp (damaged or misfiled: such a part is worked out and not kept)."""
-        stamp = self._stamps[table].get(release)
+        """The key of a part worked out of ``release``'s rows of ``table`` ("wheels" or "twins") as they are now,
+        and ``more``; None where those rows have no stamp (damaged or misfiled: such a part is worked out and not
+        kept). The stamp is the rows' at the time of asking: part() works the part out then too, so a part is kept
+        with the stamp of the rows it came from, whatever this run writes before or after."""
+        stamp = self._state.stamps(table).get(release)
         return None if stamp is None else "\0".join((self._code, stamp, *more))
 
     def part(

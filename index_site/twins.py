@@ -28,6 +28,7 @@ from builder.core.errors import WheelwrightError, shown_name
 from builder.core.hashing import FileIdentity, identity_if_regular, open_regular, sha256_stream, sorted_entries
 from index_site.catalog import Deriver, Judged, Listing, Rejection
 from index_site.state import FILENAME, ROW_IDENTITY, IndexState, TwinRow, WheelRow, accepted, columns
+from index_site.summaries import Summaries, text_map
 from index_site.variants import VariantWheel
 from index_site.wheels import (
     MAX_METADATA_BYTES,
@@ -117,6 +118,16 @@ def _expected(wheels: Mapping[str, WheelRow]) -> dict[str, str]:
     return dict(zip(twins, names, strict=True))
 
 
+def _expected_by_release(summaries: Summaries) -> dict[str, str]:
+    """_expected of every release's rows, as ``summaries`` kept it while the release's rows are the same: a run
+    works out the twin names of the releases whose rows it changed, not of every wheel."""
+    expected: dict[str, str] = {}
+    for release, rows in summaries.releases("wheels").items():
+        work = functools.partial(_expected, rows)
+        expected.update(summaries.part(release, "twin names", summaries.key("wheels", release), work, text_map))
+    return expected
+
+
 _STEM, _SPLIT_NAME = operator.methodcaller("removesuffix", ".whl"), operator.methodcaller("split", "-", 2)
 _SPLIT_VERSION = operator.methodcaller("split", "+", 1)
 _FIRST, _SECOND, _THIRD = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
@@ -186,20 +197,24 @@ def settle_twins(
     state: IndexState,
     maker: TwinMaker | None,
     found: Listing | None = None,
+    summaries: Summaries | None = None,
 ) -> TwinReport:
     """The twins to publish (``found``: the folder as listing() found it, if this run has listed it already);
-    missing ones are made, changed ones checked again, and the state brought up to date."""
+    missing ones are made, changed ones checked again, and the state brought up to date. ``summaries`` keeps each
+    release's expected twin names for the next run."""
     listed, refused = found or listing(folder)
     listed, refused = dict(listed), list(refused)
     strays = list(refused)
     known = state.twins()
     settler = _Settler(judged.rows, dist, folder, known, listed, maker, judged.fresh_twins)
-    expected = _expected(judged.rows)
+    expected = _expected(judged.rows) if summaries is None else _expected_by_release(summaries)
     # A slim wheel is published with its fat wheel only, never made here (it takes the compile's objects)
     fats = {name: fat for name in _slim_names(listed) if (fat := _fat_twin(name))}  # a few, or none
     slims = {name: expected[fat] for name, fat in sorted(fats.items()) if fat in expected}
     held = _held(state.twin_releases(), listed, judged.rows, {**expected, **slims})
-    for name, wheel in [*expected.items(), *slims.items()]:
+    for name in sorted(expected.keys() - held.keys(), key=expected.__getitem__):  # in their wheels' order
+        settler.settle(name, expected[name])
+    for name, wheel in slims.items():
         if name not in held:
             settler.settle(name, wheel)
     expected.update(slims)
