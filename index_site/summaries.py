@@ -41,6 +41,12 @@ class Summaries:
         stamp = self._state.stamps(table).get(release)
         return None if stamp is None else "\0".join((self._code, stamp, *more))
 
+    def key_of_both(self, release: str) -> str | None:
+        """The key of a part worked out of both ``release``'s wheel rows and its twin rows (a twin's row sits with
+        its wheel's): None where either has no stamp."""
+        twins = self._state.stamps("twins").get(release)
+        return None if twins is None else self.key("wheels", release, twins)
+
     def part(
         self, release: str, name: str, key: str | None, work: Callable[[], T], kind: Callable[[object], bool]
     ) -> T:

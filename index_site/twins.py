@@ -148,27 +148,40 @@ def _held(
     listed: Mapping[str, FileIdentity],
     wheels: Mapping[str, WheelRow],
     wanted: Mapping[str, str],
+    summaries: Summaries | None = None,
 ) -> dict[str, TwinRow]:
-    """The rows of the releases whose every twin would settle as its row (_Settler._checked): its file and its
-    wheel's keep the identities the row has, the wheel is accepted and the one it is the twin of (``wanted``: the
-    expected twin and slim names, with their wheels), and the twin was published. Each release is compared as lists,
-    in C: a line of Python per twin took 0.05 CPU-s of a +1 at 10,000 wheels. The others are settled one by one."""
+    """The rows of the releases whose every twin would settle as its row (_Settler._checked): its file keeps the
+    identity the row has, and the row agrees with its wheel's (_agrees). Each release is compared as lists, in C:
+    a line of Python per twin took 0.05 CPU-s of a +1 at 10,000 wheels. Whether a release's twin rows agree with
+    its wheel rows is kept in ``summaries`` while both are the same. The others are settled one by one."""
     held: dict[str, TwinRow] = {}
-    for of_release in releases.values():
+    for release, of_release in releases.items():
         rows = list(of_release.values())
-        if not rows or any(map(_TWIN_VERDICT, rows)):
+        if not rows or list(map(listed.get, of_release)) != list(map(ROW_IDENTITY, rows)):
             continue
-        paired = list(map(_TWIN_WHEEL, rows))
-        same = list(map(listed.get, of_release)) == list(map(ROW_IDENTITY, rows))
-        if not same or list(map(wanted.get, of_release)) != paired:
-            continue
-        wheel_rows: list[Any] = list(map(wheels.get, paired))  # all accepted: each is wanted's
-        texts = map(_IDENTITY_TEXT, *zip(*map(ROW_IDENTITY, wheel_rows), strict=True))
-        if list(texts) == list(map(_TWIN_WHEEL_IDENTITY, rows)):
+        work = functools.partial(_agrees, of_release, wheels, wanted)
+        if summaries is None:
+            agrees = work()
+        else:
+            agrees = summaries.part(release, "twins agree", summaries.key_of_both(release), work, _AGREES.__contains__)
+        if agrees == "yes":
             held.update(of_release)
     return held
 
 
+def _agrees(of_release: Mapping[str, TwinRow], wheels: Mapping[str, WheelRow], wanted: Mapping[str, str]) -> str:
+    """"yes" where every twin of a release was published, and its row names the wheel it is the twin of (``wanted``:
+    the expected twin and slim names, with their wheels), accepted, at the identity that wheel's row has; else "no"."""
+    rows = list(of_release.values())
+    paired = list(map(_TWIN_WHEEL, rows))
+    if any(map(_TWIN_VERDICT, rows)) or list(map(wanted.get, of_release)) != paired:
+        return "no"
+    wheel_rows: list[Any] = list(map(wheels.get, paired))  # all accepted: each is wanted's
+    texts = map(_IDENTITY_TEXT, *zip(*map(ROW_IDENTITY, wheel_rows), strict=True))
+    return "yes" if list(texts) == list(map(_TWIN_WHEEL_IDENTITY, rows)) else "no"
+
+
+_AGREES = frozenset({"yes", "no"})
 _TWIN_WHEEL, _TWIN_WHEEL_IDENTITY, _TWIN_VERDICT = (columns(TwinRow, f) for f in ("wheel", "wheel_identity", "verdict"))
 _IDENTITY_TEXT = "{}:{}:{}:{}".format  # FileIdentity's text, as a twin's row holds its wheel's
 
@@ -211,7 +224,7 @@ def settle_twins(
     # A slim wheel is published with its fat wheel only, never made here (it takes the compile's objects)
     fats = {name: fat for name in _slim_names(listed) if (fat := _fat_twin(name))}  # a few, or none
     slims = {name: expected[fat] for name, fat in sorted(fats.items()) if fat in expected}
-    held = _held(state.twin_releases(), listed, judged.rows, {**expected, **slims})
+    held = _held(state.twin_releases(), listed, judged.rows, {**expected, **slims}, summaries)
     for name in sorted(expected.keys() - held.keys(), key=expected.__getitem__):  # in their wheels' order
         settler.settle(name, expected[name])
     for name, wheel in slims.items():
