@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from index_site.state import IndexState, WheelRow
+from index_site.state import IndexState, TwinRow, WheelRow
 from index_site.summaries import Summaries, text_map
 
 RELEASE, OTHER = "causal_conv1d-1.7.0", "causal_conv1d-1.8.0"
@@ -133,3 +133,29 @@ def test_the_parts_of_a_release_without_rows_go_with_the_next_save(state: Path) 
     _part(state, release=OTHER)  # worked out again: saved, and RELEASE, without rows now, dropped
     with IndexState(state) as opened:
         assert set(opened.summaries()) == {OTHER}
+
+
+def _agreement(path: Path) -> int:
+    """Whether a new run worked out again (1) or kept (0) a part of both the release's wheel and twin rows."""
+    work = _Work()
+    with IndexState(path) as state:
+        summaries = Summaries(state, "code")
+        summaries.part(RELEASE, "twins agree", summaries.key_of_both(RELEASE), work, text_map)
+        summaries.save()
+    return work.calls
+
+
+TWIN = TwinRow(f"{RELEASE}-cp311-cp311-linux_x86_64-pt214cu130.whl", 9, 1, 2, 3, ROWS[0].filename, "1:1:2:3", "",
+               "0" * 64, "1" * 64, 10, None, "", 0, "{}")
+
+
+@pytest.mark.parametrize("table", ["wheels", "twins"])
+def test_a_part_of_both_tables_is_worked_out_again_when_either_moves(state: Path, table: str) -> None:
+    assert _agreement(state) == 1  # no twin rows yet: no key, nothing kept
+    _write(state, twins=[TWIN])
+    assert (_agreement(state), _agreement(state)) == (1, 0)
+    if table == "wheels":
+        _write(state, wheels=[ROWS[2]._replace(sha256="5" * 64)])
+    else:
+        _write(state, twins=[TWIN._replace(wheel_identity="1:1:2:4")])
+    assert (_agreement(state), _agreement(state)) == (1, 0)
