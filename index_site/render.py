@@ -380,7 +380,8 @@ def _channel_parts(
             names = sorted(filter(by_name.__contains__, rows))
             if names:
                 work = functools.partial(_channel_part_of, names, by_name, seen)
-                found[release] = summaries.part(release, "channel", summaries.key("twins", release), work, text_map)
+                key = summaries.key("twins", release)
+                found[release] = summaries.part(release, "channel", key, work, _channel_kind)
                 covered += len(names)
         if covered == len(by_name):  # every twin published is of a release the state holds: as it should be
             return found
@@ -388,6 +389,11 @@ def _channel_parts(
     for twin in twins:
         grouped[release_of(twin.filename)].append(twin)
     return {release: _channel_part(of_release, seen) for release, of_release in grouped.items()}
+
+
+def _channel_kind(value: object) -> bool:
+    """Whether a kept value is a _channel_part (a damaged state's is worked out again)."""
+    return isinstance(value, dict) and text_map(value) and {"project", "version", "all"} <= value.keys()
 
 
 def _channel_part_of(

@@ -1,5 +1,6 @@
-"""What a run's passes over every release work out of each release (a page cell's digest, a release's part of a
-block's digest), kept in the index state for the next run beside the rows they were worked out from. Each part is
+"""What a run's passes over every release work out of each release (its page cells' digests, its parts of the
+blocks' and of the variant channel's digests, the twin names its wheels expect, whether its twin rows agree with its
+wheel rows), kept in the index state for the next run beside the rows they were worked out from. Each part is
 kept with the stamps of those rows (state.py gives a release's rows a new, random stamp with every write of them)
 and the code digest, and used only while both hold: a run that adds one wheel works out the parts of its one
 release, and takes the others' as the last run left them, not one fingerprint per wheel of dist/.

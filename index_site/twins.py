@@ -163,7 +163,7 @@ def _held(
         if summaries is None:
             agrees = work()
         else:
-            agrees = summaries.part(release, "twins agree", summaries.key_of_both(release), work, _AGREES.__contains__)
+            agrees = summaries.part(release, "twins agree", summaries.key_of_both(release), work, _is_agreement)
         if agrees == "yes":
             held.update(of_release)
     return held
@@ -181,7 +181,11 @@ def _agrees(of_release: Mapping[str, TwinRow], wheels: Mapping[str, WheelRow], w
     return "yes" if list(texts) == list(map(_TWIN_WHEEL_IDENTITY, rows)) else "no"
 
 
-_AGREES = frozenset({"yes", "no"})
+def _is_agreement(value: object) -> bool:
+    """Whether a kept value is _agrees's (a damaged state's is worked out again)."""
+    return value == "yes" or value == "no"
+
+
 _TWIN_WHEEL, _TWIN_WHEEL_IDENTITY, _TWIN_VERDICT = (columns(TwinRow, f) for f in ("wheel", "wheel_identity", "verdict"))
 _IDENTITY_TEXT = "{}:{}:{}:{}".format  # FileIdentity's text, as a twin's row holds its wheel's
 
@@ -214,7 +218,7 @@ def settle_twins(
 ) -> TwinReport:
     """The twins to publish (``found``: the folder as listing() found it, if this run has listed it already);
     missing ones are made, changed ones checked again, and the state brought up to date. ``summaries`` keeps each
-    release's expected twin names for the next run."""
+    release's expected twin names, and whether its twin rows agree with its wheel rows, for the next run."""
     listed, refused = found or listing(folder)
     listed, refused = dict(listed), list(refused)
     strays = list(refused)

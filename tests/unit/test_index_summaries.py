@@ -3,6 +3,7 @@ release's rows are the ones it was worked out from, and the code the same: anyth
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -159,3 +160,43 @@ def test_a_part_of_both_tables_is_worked_out_again_when_either_moves(state: Path
     else:
         _write(state, twins=[TWIN._replace(wheel_identity="1:1:2:4")])
     assert (_agreement(state), _agreement(state)) == (1, 0)
+
+
+def _tree(site: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(site)): path.read_bytes() for path in sorted(site.rglob("*")) if path.is_file()
+            and path.name != ".wheelwright-site.json"}
+
+
+@pytest.mark.parametrize("value", [{"pt214cu130": 7}, "maybe", [1, 2], 3.5], ids=["numbers", "text", "list", "float"])
+def test_kept_parts_of_another_shape_are_worked_out_again(tmp_path: Path, value: object) -> None:
+    """A state whose kept parts hold their keys but values of another shape (damaged, or written by other code):
+    each is worked out again, and the site ends as a cold index of the same files leaves it. (A value of the same
+    shape is taken as a row is: the state is the index's own file, trusted while the stamps hold.)"""
+    from builder.steps.twins import VariantTwins
+    from index_site.site import build_site
+    from scripts.bench.wheels import WheelSpec, job_wheel, make_wheel, with_provenance
+    from tests.jobs import local_job
+
+    job = local_job()
+    (tmp_path / "dist").mkdir()
+    with_provenance(job_wheel(tmp_path / "dist", job, {"causal_conv1d/__init__.py": b"x = 1\n"}), job)
+    make_wheel(tmp_path / "dist", WheelSpec(version="1.6.0", label="pt213cu130"))
+
+    def index(root: Path) -> None:
+        build_site(root, root / "site", base_url="https://wheels.example.org", twins=VariantTwins())
+
+    index(tmp_path)
+    make_wheel(tmp_path / "dist", WheelSpec(version="1.8.0"))
+    index(tmp_path)  # the releases' parts kept, with the stamps their rows have now
+    with sqlite3.connect(tmp_path / "index.sqlite") as db:
+        kept = db.execute("SELECT release, parts FROM summaries").fetchall()
+        assert kept
+        for release, stored in kept:
+            parts = {name: [key, value] for name, (key, _) in msgspec.msgpack.decode(stored).items()}
+            db.execute("UPDATE summaries SET parts = ? WHERE release = ?", (msgspec.msgpack.encode(parts), release))
+    make_wheel(tmp_path / "dist", WheelSpec(version="1.9.0"))
+    index(tmp_path)
+    cold = tmp_path / "cold"
+    shutil.copytree(tmp_path / "dist", cold / "dist")
+    index(cold)
+    assert _tree(tmp_path / "site") == _tree(cold / "site")
