@@ -78,15 +78,15 @@ def expected(
         by_name = dict(zip(names, sources, strict=True))
         if not by_name:
             continue
-        for release, rows in summaries.releases(table).items():
-            work = functools.partial(_parts_of, prefix, rows, by_name, identities)
-            for key, part in summaries.part(release, table, summaries.key(table, release), work, text_map).items():
+        work = functools.partial(_parts_of, prefix, by_name=by_name, identities=identities)
+        for release, of_release in summaries.by_release(table, table, work, text_map).items():
+            for key, part in of_release.items():
                 parts[prefix + key].append((release, part))
     return {key: _combined(code, of_block) for key, of_block in parts.items()}
 
 
 def _parts_of(
-    prefix: str, rows: Mapping[str, object], by_name: Mapping[str, Any], identities: Mapping[str, Sequence[int]]
+    prefix: str, rows: Mapping[str, object], *, by_name: Mapping[str, Any], identities: Mapping[str, Sequence[int]]
 ) -> dict[str, str]:
     """One release's part of each block of ``prefix`` it has sources in: {label: part} (of its rows, the sources
     among ``by_name``, in the order of their names, as a catalog holds them)."""

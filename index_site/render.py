@@ -341,10 +341,10 @@ class _ChannelParts:
     def __init__(
         self, twins: Sequence[variants.VariantWheel], summaries: Summaries | None, seen: fallback.Seen
     ) -> None:
-        self.by_version: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
+        self.by_version: dict[str, dict[str, list[dict[str, str]]]] = defaultdict(lambda: defaultdict(list))
         by_tag: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))  # project: tag: parts
         for _, part in sorted(_channel_parts(twins, summaries, seen).items()):
-            self.by_version[(part["project"], part["version"])].append(part)
+            self.by_version[part["project"]][part["version"]].append(part)
             for name, digest in part.items():
                 if name.startswith("tag:"):
                     by_tag[part["project"]][name.removeprefix("tag:")].append(digest)
@@ -354,18 +354,15 @@ class _ChannelParts:
 
     def guards(self, project: str, version: str, key: str) -> str | None:
         """The digest of a guard group of a version of one release (of two, the group's own is worked out)."""
-        found = self.by_version.get((project, version), [])
+        found = self.by_version[project].get(version, [])
         return found[0].get(f"guards:{key}") if len(found) == 1 else None
 
     def inputs(self, project: str, channel: str | None) -> dict[str, list[str]]:
         """What a project's part of each version lists on ``channel`` (every torch's: None), as digests, by version
         (variants.project_pair)."""
         name = "all" if channel is None else f"tag:{channel}"
-        return {
-            version: [part[name] for part in parts if name in part]
-            for (of_project, version), parts in self.by_version.items()
-            if of_project == project
-        }
+        of_project = self.by_version[project]
+        return {version: [part[name] for part in parts if name in part] for version, parts in of_project.items()}
 
 
 def _channel_parts(

@@ -10,6 +10,7 @@ again; nothing is written for a release none of whose parts was."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -64,6 +65,16 @@ class Summaries:
         self._used.setdefault(release, {})[name] = (key, value)
         self._fresh.add(release)
         return value
+
+    def by_release(
+        self, table: str, name: str, work: Callable[[Mapping[str, Any]], T], kind: Callable[[object], bool]
+    ) -> dict[str, T]:
+        """The part ``name`` of every release with rows in ``table``: as kept while its rows' stamp holds, else
+        ``work`` of its rows (part())."""
+        return {
+            release: self.part(release, name, self.key(table, release), functools.partial(work, rows), kind)
+            for release, rows in self.releases(table).items()
+        }
 
     def save(self) -> None:
         """Keep the parts this run used of each release it worked a part out for (a release's parts not used this

@@ -122,9 +122,8 @@ def _expected_by_release(summaries: Summaries) -> dict[str, str]:
     """_expected of every release's rows, as ``summaries`` kept it while the release's rows are the same: a run
     works out the twin names of the releases whose rows it changed, not of every wheel."""
     expected: dict[str, str] = {}
-    for release, rows in summaries.releases("wheels").items():
-        work = functools.partial(_expected, rows)
-        expected.update(summaries.part(release, "twin names", summaries.key("wheels", release), work, text_map))
+    for of_release in summaries.by_release("wheels", "twin names", _expected, text_map).values():
+        expected.update(of_release)
     return expected
 
 
