@@ -179,14 +179,18 @@ class IndexState:
             return {str(release): parts for release, parts in self._db.execute("SELECT release, parts FROM summaries")
                     if isinstance(parts, bytes)}
 
-    def write_summaries(self, parts: Mapping[str, bytes]) -> None:
-        """Replace the summaries of these releases, and drop those of releases that hold no rows now."""
-        if not parts:
+    def write_summaries(self, parts: Mapping[str, bytes], gone: Iterable[str] = ()) -> None:
+        """Replace the summaries of these releases, and drop those of the releases ``gone``."""
+        dropped = [(release,) for release in gone]
+        if not parts and not dropped:
             return
         with self._transaction() as db:
             db.executemany("INSERT OR REPLACE INTO summaries VALUES (?, ?)", list(parts.items()))
-            db.execute("DELETE FROM summaries WHERE release NOT IN (SELECT release FROM wheels)"
-                       " AND release NOT IN (SELECT release FROM twins)")
+            db.executemany("DELETE FROM summaries WHERE release = ?", dropped)
+
+    def releases_with_rows(self) -> set[str]:
+        """The releases that hold a row of either table now (as held: what this run wrote included)."""
+        return {release for table in ("wheels", "twins") for release, rows in self._releases(table).items() if rows}
 
     def write(
         self,

@@ -78,13 +78,16 @@ class Summaries:
 
     def save(self) -> None:
         """Keep the parts this run used of each release it worked a part out for (a release's parts not used this
-        run are of labels it no longer has, or of passes this run did not make: they go)."""
+        run are of labels it no longer has, or of passes this run did not make: they go), and drop the parts of
+        releases that hold no rows now. Which those are is worked out here from the rows held, not by SQLite: its
+        search of both tables for each release read every summary's pages (0.07 CPU-s at 100,000 wheels)."""
         if not self._fresh:
             return
         import msgspec
 
         encode = msgspec.msgpack.Encoder().encode
-        self._state.write_summaries({release: encode(self._used[release]) for release in sorted(self._fresh)})
+        gone = sorted(self._decoded().keys() - self._state.releases_with_rows())
+        self._state.write_summaries({release: encode(self._used[release]) for release in sorted(self._fresh)}, gone)
         self._fresh.clear()
 
     def _decoded(self) -> dict[str, _Parts]:

@@ -136,6 +136,25 @@ def test_the_parts_of_a_release_without_rows_go_with_the_next_save(state: Path) 
         assert set(opened.summaries()) == {OTHER}
 
 
+def test_the_parts_of_a_release_with_twin_rows_alone_stay(state: Path) -> None:
+    """A release whose wheel rows are gone but whose twin rows are not still holds rows: its parts stay."""
+    _write(state, twins=[TWIN])
+    with IndexState(state) as opened:
+        summaries = Summaries(opened, "code")
+        summaries.part(RELEASE, "twins", summaries.key("twins", RELEASE), _Work(), text_map)
+        summaries.save()
+    _write(state, wheels_gone=[ROWS[0].filename, ROWS[2].filename])
+    _write(state, wheels=[ROWS[1]._replace(sha256="4" * 64)])
+    assert _part(state, release=OTHER)[1] == 1  # saved: the releases without rows dropped, RELEASE not among them
+    with IndexState(state) as opened:
+        assert set(opened.summaries()) == {RELEASE, OTHER}
+    _write(state, twins_gone=[TWIN.filename])
+    _write(state, wheels=[ROWS[1]._replace(sha256="6" * 64)])
+    _part(state, release=OTHER)
+    with IndexState(state) as opened:
+        assert set(opened.summaries()) == {OTHER}
+
+
 def _agreement(path: Path) -> int:
     """Whether a new run worked out again (1) or kept (0) a part of both the release's wheel and twin rows."""
     work = _Work()
