@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
 import hashlib
 import itertools
 import json
@@ -29,6 +28,7 @@ from builder.core.hashing import FileIdentity
 from builder.core.wheelhouse import Layout
 from index_site import blocks, layout
 from index_site.catalog import Judged, Listing, listing, read_ledger
+from index_site.code import code_digest
 from index_site.records import Block, FileRecord, Recorded
 from index_site.report import IndexReport, from_summary, summary
 from index_site.state import ROW_IDENTITY, IndexState
@@ -149,22 +149,6 @@ def inputs_digest(state: IndexState, catalog: Judged, base_url: str) -> str:
     failures and GPU archs (catalog.ledger_digest), the base URL and the code that writes the site."""
     parts = [state.generation(), base_url, code_digest(), catalog.ledger]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
-
-
-@functools.cache
-def code_digest() -> str:
-    """The code that writes the site: every module of index_site and its templates, and what doctor.py and the
-    coverage model are made from (what a complete run left is used again only while this is the same). Worked out
-    once a process, as render's own is: a run asks five times, and 68 files do not change under a process."""
-    package = Path(__file__).parent
-    builder = package.parent / "builder"
-    paths = [*package.glob("*.py"), *(package / "templates").rglob("*"), *(builder / "doctor").glob("*.py")]
-    paths += [*(builder / "core").glob("*.py"), builder / "plan" / "facts.py", builder / "data" / "torch.toml"]
-    digest = hashlib.sha256()
-    for path in sorted(paths):
-        if path.is_file():
-            digest.update(path.as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
 
 
 def _site_record(state: IndexState, site: Path) -> dict[str, Any]:

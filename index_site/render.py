@@ -32,6 +32,7 @@ from builder.core.hashing import FileIdentity, sha256_of
 from builder.core.settings import cache_root
 from index_site import fallback, joined, layout, variants
 from index_site.catalog import Catalog
+from index_site.code import code_digest
 from index_site.landing import accelerator_text
 from index_site.lines import API_VERSION, Listed, ProjectLines, simple_page
 from index_site.manifest import release_manifest
@@ -552,21 +553,10 @@ def _fingerprint(wheel: WheelFile) -> str:
 
 
 def _digest(parts: Iterable[str]) -> str:
-    digest = hashlib.sha256(_code_digest().encode())
+    """A page group's digest: of ``parts`` and the code that writes the site (index_site.code), so a wheelwright
+    that writes a page otherwise renders it again."""
+    digest = hashlib.sha256(f"{API_VERSION}\0{code_digest()}".encode())
     digest.update("\n".join(parts).encode())
-    return digest.hexdigest()
-
-
-@functools.cache
-def _code_digest() -> str:
-    """The templates and the modules that render: a change to either renders every page again."""
-    digest = hashlib.sha256(API_VERSION.encode())
-    package = Path(__file__).parent
-    sources = [path for path in sorted((package / "templates").rglob("*")) if path.is_file()]
-    names = ("render", "lines", "joined", "landing", "pages", "setups", "manifest", "layout", "variants", "fallback")
-    modules = [package / f"{name}.py" for name in names]
-    for path in [*sources, *modules]:
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 

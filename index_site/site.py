@@ -33,10 +33,10 @@ from builder.core.hashing import FileIdentity, holds_identity, identity_if_regul
 from builder.core.wheelhouse import Layout
 from index_site import blocks, fallback, layout, variants
 from index_site.catalog import Catalog, Judged, RecordedFacts, catalog_of, judge
+from index_site.code import code_digest
 from index_site.quiet import (
     Settled,
     as_left,
-    code_digest,
     inputs_digest,
     kept_for_next,
     leave,
