@@ -86,10 +86,16 @@ class Listing(NamedTuple):
 def listing(twins: Sequence[VariantWheel], guards: Sequence[VariantWheel] = ()) -> Listing:
     """The channel's files of one project: a fat twin whose slim wheels are published gives way to them as a variant
     and stays as the null; ``guards`` (of guard_groups, as listed) are listed with them."""
-    fats = sorted((t for t in twins if has_null(t)), key=_build_tagged)
-    # one null a name: of a day-0 wheel's label and the real build beside it, the real build's (the build-tagged)
-    nulls = list({name: t._replace(filename=name) for t in fats for name in (null_name(t),)}.values())
+    nulls = [twin._replace(filename=name) for name, twin in null_twins(twins).items()]
     return Listing(variants=listed_variants(twins), nulls=nulls, guards=list(guards))
+
+
+def null_twins(twins: Iterable[VariantWheel]) -> dict[str, VariantWheel]:
+    """{null name: the fat twin offered under it}: one twin a name. Where two share one (a day-0 wheel's label and
+    the real build beside it, build-tagged), the build-tagged twin's; of two alike, the later's. The listing and
+    the files placed (variants.placed) both take it from here, so a page lists the digest of the file it links."""
+    fats = sorted((t for t in twins if has_null(t)), key=_build_tagged)
+    return {null_name(t): t for t in fats}
 
 
 def listed_variants(twins: Sequence[VariantWheel]) -> list[VariantWheel]:

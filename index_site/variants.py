@@ -103,9 +103,11 @@ def placed(
     at 10,000 twins, this one 0.013)."""
     from index_site import fallback
 
+    twins = list(twins)
     placed_files: list[tuple[str, str, VariantWheel]] = []
     found: list[tuple[str, str, str, str]] = []
     nulls: dict[str, bool] = {}  # by label: a site has a few dozen
+    offered = {twin.filename for twin in fallback.null_twins(twins).values()}  # of twins sharing a null, the listed
     for twin in twins:
         source, path = twin.source, file_path(twin.filename)
         placed_files.append((source, path, twin))
@@ -113,7 +115,7 @@ def placed(
         null = nulls.get(twin.label)
         if null is None:
             null = nulls[twin.label] = fallback.has_null(twin)
-        if null:
+        if null and twin.filename in offered:
             null_path = file_path(fallback.null_name(twin))
             placed_files.append((source, null_path, twin))
             found.append((source, null_path + ".metadata", "METADATA", twin.metadata_sha256))
