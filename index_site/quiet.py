@@ -144,10 +144,11 @@ def _quiet_key(
     return digest.hexdigest()
 
 
-def inputs_digest(state: IndexState, catalog: Judged, base_url: str) -> str:
+def inputs_digest(state: IndexState, catalog: Judged, base_url: str, twins: bool) -> str:
     """A digest of everything the site is made from: the catalogue's rows (the state's generation), the ledger's
-    failures and GPU archs (catalog.ledger_digest), the base URL and the code that writes the site."""
-    parts = [state.generation(), base_url, code_digest(), catalog.ledger]
+    failures and GPU archs (catalog.ledger_digest), the base URL, the code that writes the site and whether the
+    twin step checks the twins (without it none is published)."""
+    parts = [state.generation(), base_url, code_digest(), catalog.ledger, str(twins)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

@@ -101,7 +101,7 @@ def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | N
         judged = judge(wheelhouse.dist, wheelhouse.ledger, state, derive, found and found[0])
         summaries = Summaries(state, code_digest())  # what the last run worked out of each release, for this one
         settled = settle_twins(judged, wheelhouse.dist, wheelhouse.variant, state, twins, found and found[1], summaries)
-        inputs = inputs_digest(state, judged, base_url)
+        inputs = inputs_digest(state, judged, base_url, twins is not None)
         files = as_left(state, site, inputs)
         if files is not None:  # nothing moved since the last complete run: nothing to do
             report = _report(site, judged, settled, written=(), deleted=(), unchanged=files)

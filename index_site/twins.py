@@ -242,6 +242,10 @@ def settle_twins(
         wheels=settler.notes,
     )
     published = tuple(row for row in map(rows.__getitem__, sorted(rows)) if not row.verdict)
+    if maker is None:  # none published without the twin step; the rows a run with it checked stay for the next such
+        refused += [Rejection(filename=row.filename, reason=f"{row.filename}: {NO_CHECKER}; not published")
+                    for row in published]
+        published = ()
     for rejection in refused:
         log.info("variant twin not published: %s", rejection.reason)
     return TwinReport(
@@ -397,6 +401,8 @@ class _Settler:
         self.remade.append(Rejection(filename=name, reason=f"{name}: {row.verdict}"))
         (self.folder / name).unlink(missing_ok=True)
         del self.listed[name]
+        for member in [key for key in self.fresh if key[0] == name]:  # what was read of the file just removed
+            del self.fresh[member]
         if not self._make(name, wheel, wheel_row):
             return None
         return self._check(name, wheel, wheel_identity, made=True)
