@@ -20,6 +20,7 @@ RELEASES = "wheels"  # wheels/<package>/<version>.json: every wheel of a release
 # folder may hold other things (the build output's ledger.sqlite and dist/, when --site names it): never shown.
 VARIANTS = "variant"  # the PEP 825 variant channel (index_site/variants.py)
 MANAGED = ("whl", "simple", "json", "select", "coverage", VARIANTS, RELEASES, MANIFEST, LANDING, DOCTOR)
+FILES_AT_TOP = (MANIFEST, LANDING, DOCTOR)  # the managed names that are files: the others are folders
 
 
 def is_site_path(path: str) -> bool:

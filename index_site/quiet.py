@@ -18,7 +18,7 @@ import json
 import os
 import stat
 from array import array
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -200,11 +200,14 @@ def settled_folders(
     folders = _site_record(state, site).get("folders")
     if not isinstance(folders, dict) or not _same_identity(site, layout.SITE_MARKER, folders.get(layout.SITE_MARKER)):
         return Settled()
-    still = frozenset(
+    held = {
         path
         for path, identity in folders.items()
         if identity is not None and path != layout.SITE_MARKER and _same_identity(site, path, identity)
-    )
+    }
+    # a folder reached through one that moved is not the one recorded there (a folder replaced by a symlink to a copy
+    # of it has its children's identities): settled only with every folder above it
+    still = frozenset(path for path in held if all(map(held.__contains__, folders_above(path))))
     kept = blocks.kept(recorded.blocks, expected or {}, still)
     unkept = blocks.decoded(recorded.blocks, kept, pages=False)  # render_changed decides the page blocks
     subfolders: dict[str, list[str]] = {}
@@ -215,6 +218,24 @@ def settled_folders(
     named = {folder: tuple(names) for folder, names in subfolders.items()}
     # each record's inode, by folder: one pass over the records not kept in a block
     return Settled(still, {}, named, kept).with_records(recorded.files, *unkept)
+
+
+def folders_above(path: str) -> Iterator[str]:
+    """The folders ``path`` is in, from the top: "whl", "whl/pt214cu130" of "whl/pt214cu130/simple"."""
+    at = path.find("/")
+    while at >= 0:
+        yield path[:at]
+        at = path.find("/", at + 1)
+
+
+def unsettled_folders(state: IndexState, site: Path, settled: Settled) -> list[str] | None:
+    """The folders the last complete run into ``site`` recorded that are not ``settled`` now (moved, gone, or
+    standing under one that did), from the top; None where no run recorded any."""
+    folders = _site_record(state, site).get("folders")
+    if not isinstance(folders, dict):
+        return None
+    files = {layout.SITE_MARKER, *layout.FILES_AT_TOP}
+    return sorted(path for path in folders if path not in files and path not in settled.folders)
 
 
 def leave(state: IndexState, site: Path, inputs: str, files: int, quiet: Mapping[str, Any] | None) -> None:

@@ -37,11 +37,13 @@ from index_site.code import code_digest
 from index_site.quiet import (
     Settled,
     as_left,
+    folders_above,
     inputs_digest,
     kept_for_next,
     leave,
     quiet_run,
     settled_folders,
+    unsettled_folders,
 )
 from index_site.records import Block, FileRecord, Recorded, current_bytes, recorded_manifest, write_manifest
 from index_site.report import IndexReport
@@ -149,6 +151,7 @@ def _index(
 
     still = settled or Settled()
     manifest, previous_groups = blocks.unpacked(recorded.files, recorded.blocks, still.blocks), recorded.groups
+    _not_folders_removed(site, _unchecked_folders(state, site, still, manifest, previous_groups))
     placing = _placing(catalog, twins, still)
     extra_files, extracted = variants.placed(placing.twins)
     lookup = blocks.Lookup(manifest, recorded.blocks, previous_groups)
@@ -541,6 +544,39 @@ def apply_plan(
     written = (*(path for _, path, _ in plan.links), *(extract.path for extract in plan.metadata), *pages)
     log.info("site %s: %d written, %d unchanged, %d deleted", site, len(written), plan.unchanged, len(plan.stale))
     return written, linked
+
+
+def _not_folders_removed(site: Path, folders: Iterable[str]) -> None:
+    """Remove what stands where a folder of the site was (a symlink, a file), as the prune would at the end of the
+    run: before anything is checked in place, since a check reaches a file through the folders above it, and a
+    folder replaced by a symlink to a copy of it (moved to another disk, linked back) would hold every file as
+    recorded until the prune took the link away, their records kept for files no longer there. From the top: a
+    folder under one removed is gone with it."""
+    for folder in folders:
+        full = os.path.join(site, folder)
+        try:
+            if stat.S_ISDIR(os.lstat(full).st_mode):
+                continue
+            os.unlink(full)
+        except OSError:  # gone, or under something removed: nothing there to reach through
+            continue
+        log.info("site %s: %s was not a folder (a symlink or a file); removed, its files placed again", site, folder)
+
+
+def _unchecked_folders(
+    state: IndexState,
+    site: Path,
+    settled: Settled,
+    records: Mapping[str, FileRecord],
+    groups: Mapping[str, tuple[str, tuple[str, ...]]],
+) -> list[str]:
+    """The folders of the site this run has not found as they were, from the top: those the last complete run
+    recorded and ``settled`` does not hold; where none recorded any, every folder a record or a page is in."""
+    folders = unsettled_folders(state, site, settled)
+    if folders is not None:
+        return folders
+    paths = itertools.chain(records, (path for _, of_group in groups.values() for path in of_group))
+    return sorted({folder for path in paths for folder in folders_above(path)})
 
 
 def _real_folders(site: Path, paths: Iterable[str]) -> set[str]:
