@@ -47,7 +47,7 @@ from index_site.quiet import (
 )
 from index_site.records import Block, FileRecord, Recorded, current_bytes, recorded_manifest, write_manifest
 from index_site.report import IndexReport
-from index_site.state import FILENAME, IndexState, accepted, state_path
+from index_site.state import FILENAME, DamagedState, IndexState, accepted, set_aside, state_path
 from index_site.summaries import Summaries
 from index_site.twins import TwinMaker, TwinReport, deriver, settle_twins
 
@@ -89,7 +89,12 @@ def build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | No
     """Index ``output``/dist with ``output``/ledger.sqlite into ``site``; ``twins`` makes and checks the variant
     twins of ``output``/variant (without it none is published)."""
     with collection_paused():
-        return _build_site(output, site, base_url=base_url, twins=twins)
+        try:
+            return _build_site(output, site, base_url=base_url, twins=twins)
+        except DamagedState as error:  # it holds only what a cold run learns again: set aside, and index cold
+            log.warning("%s; set aside, this run indexes cold", error)
+            set_aside(state_path(Layout(root=output).ledger))
+            return _build_site(output, site, base_url=base_url, twins=twins)
 
 
 def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | None) -> IndexReport:

@@ -12,8 +12,8 @@ import logging
 import operator
 import sqlite3
 import uuid
-from collections.abc import Iterable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from typing import Self
 
 from builder.core.errors import FileSystemError
-from builder.core.ledger import lock_timeout, sqlite_errors, write_transaction
+from builder.core.ledger import lock_timeout, sqlite_errors
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,31 @@ def accepted(rows: Mapping[str, WheelRow]) -> list[WheelRow]:
     return list(itertools.compress(rows.values(), map(operator.not_, map(WHEEL_VERDICT, rows.values()))))
 
 
+class DamagedState(FileSystemError):
+    """The state file turned out damaged while in use (a page that does not read, a table not of its schema): the
+    run that finds it sets it aside and indexes cold (site.build_site); found again there, it is this run's error."""
+
+
+@contextmanager
+def _state_errors(path: Path) -> Iterator[None]:
+    """SQLite's errors on the state file: a lock held too long as the ledger's (one ERROR line: wait for the other
+    run); any other is damage, DamagedState."""
+    try:
+        yield
+    except sqlite3.DatabaseError as error:
+        if isinstance(error, sqlite3.OperationalError) and _locked(error):
+            with sqlite_errors(path):
+                raise
+        raise DamagedState(f"{path}: the index state is damaged ({error})",
+                           tip="move it aside and index again (it holds only what a cold run learns again)") from None
+
+
+def set_aside(path: Path) -> None:
+    """Remove the state file at ``path`` with its write-ahead log and shared memory: the next open makes it anew."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
 class IndexState:
     """The state file, open for one index run: read every row once, write the run's changes in one transaction."""
 
@@ -134,12 +159,11 @@ class IndexState:
             return _open(self.path)
         except sqlite3.DatabaseError as error:
             if isinstance(error, sqlite3.OperationalError) and _locked(error):
-                with sqlite_errors(self.path):
+                with _state_errors(self.path):
                     raise
             log.warning("%s: unusable (%s); starting a new index state", self.path, error)
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
-            with sqlite_errors(self.path):
+            set_aside(self.path)
+            with _state_errors(self.path):
                 return _open(self.path)
 
     def __enter__(self) -> Self:
@@ -149,7 +173,7 @@ class IndexState:
         self._db.close()
 
     def meta(self) -> dict[str, str]:
-        with sqlite_errors(self.path):
+        with _state_errors(self.path):
             return {str(key): str(value) for key, value in self._db.execute("SELECT key, value FROM meta")}
 
     def wheels(self) -> dict[str, WheelRow]:
@@ -175,7 +199,7 @@ class IndexState:
 
     def summaries(self) -> dict[str, bytes]:
         """The summaries table's value of each release (summaries.py decodes them)."""
-        with sqlite_errors(self.path):
+        with _state_errors(self.path):
             return {str(release): parts for release, parts in self._db.execute("SELECT release, parts FROM summaries")
                     if isinstance(parts, bytes)}
 
@@ -253,7 +277,7 @@ class IndexState:
         decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(
             list[WheelRow] if table == "wheels" else list[TwinRow]
         )
-        with sqlite_errors(self.path):
+        with _state_errors(self.path):
             stored = self._db.execute(f"SELECT release, rows, stamp FROM {table}").fetchall()
         releases: dict[str, dict[str, Any]] = {}
         stamps: dict[str, str] = {}
@@ -332,8 +356,18 @@ class IndexState:
         meta = self.meta()
         return f"{meta.get('id', '')}:{meta.get('generation', '')}"
 
-    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        return write_transaction(self._db, self.path)
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (BEGIN IMMEDIATE: a writer waits here, not halfway), committed at the end of the
+        block and rolled back on any exception; errors as _state_errors says."""
+        with _state_errors(self.path):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
 
 def _open(path: Path) -> sqlite3.Connection:

@@ -4,6 +4,7 @@ release key its stored value sits under."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,41 @@ def test_the_shared_column_getters_take_the_same_fields_of_either_row() -> None:
     twin = TwinRow("t.whl", 8, 9, 10, 11, WHEELS[0], "7:1:2:3", "", "", "", 0, None, "", 0, "{}")
     assert (FILENAME(wheel), ROW_IDENTITY(wheel)) == (wheel.filename, wheel.identity)
     assert (FILENAME(twin), ROW_IDENTITY(twin)) == (twin.filename, twin.identity)
+
+
+def _pages_damaged(state: Path) -> None:
+    """Bytes of every page but the first (the header) overwritten: the file opens, its tables do not read."""
+    data = bytearray(state.read_bytes())
+    for page in range(4096, len(data), 4096):
+        data[page + 50 : page + 300] = bytes(range(250))
+    state.write_bytes(bytes(data))
+
+
+def _meta_of_another_schema(state: Path) -> None:
+    with sqlite3.connect(state) as db:
+        db.execute("DROP TABLE meta")
+        db.execute("CREATE TABLE meta (key TEXT, value INTEGER, extra)")
+        db.execute("INSERT INTO meta VALUES ('checks', x'ff00', 1)")
+
+
+@pytest.mark.parametrize("damage", [_pages_damaged, _meta_of_another_schema], ids=["pages", "meta-of-another-schema"])
+def test_a_state_found_damaged_once_open_costs_a_cold_run(
+    tmp_path: Path, damage: Callable[[Path], None], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A state that opens but does not read (damaged pages, a table not of its schema) is set aside and the run
+    indexes cold, as one that does not open is: it holds only what a cold run learns again. It used to end every
+    run with an ERROR line naming the ledger."""
+    from index_site.site import build_site
+    from index_site.state import STATE_FILE
+    from scripts.bench.wheels import WheelSpec, make_wheel
+
+    for python in ("cp311", "cp312"):
+        make_wheel(tmp_path / "dist", WheelSpec(label="pt214cu130", python=python))
+    for _ in range(2):
+        build_site(tmp_path, tmp_path / "site", base_url="https://wheels.example.org")
+    damage(tmp_path / STATE_FILE)
+    report = build_site(tmp_path, tmp_path / "site", base_url="https://wheels.example.org")
+    assert report.wheels == 2 and report.stats.cached == 0  # every wheel judged again: a cold run
+    assert any("the index state is damaged" in record.getMessage() for record in caplog.records)
+    again = build_site(tmp_path, tmp_path / "site", base_url="https://wheels.example.org")
+    assert again.stats.cached == 2 and again.written == ()
