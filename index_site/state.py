@@ -13,7 +13,7 @@ import operator
 import sqlite3
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from typing import Self
 
 from builder.core.errors import FileSystemError
-from builder.core.ledger import lock_timeout, sqlite_errors
+from builder.core.ledger import lock_timeout, sqlite_errors, write_transaction
 
 log = logging.getLogger(__name__)
 
@@ -156,12 +156,10 @@ class IndexState:
         """The open database; one that is not SQLite, or is damaged, is set aside and made anew (it holds only
         what the next run can learn again from the files)."""
         try:
-            return _open(self.path)
-        except sqlite3.DatabaseError as error:
-            if isinstance(error, sqlite3.OperationalError) and _locked(error):
-                with _state_errors(self.path):
-                    raise
-            log.warning("%s: unusable (%s); starting a new index state", self.path, error)
+            with _state_errors(self.path):
+                return _open(self.path)
+        except DamagedState as error:  # a lock held too long is not damage: _state_errors raised it as it is
+            log.warning("%s; starting a new index state", error)
             set_aside(self.path)
             with _state_errors(self.path):
                 return _open(self.path)
@@ -356,18 +354,8 @@ class IndexState:
         meta = self.meta()
         return f"{meta.get('id', '')}:{meta.get('generation', '')}"
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction (BEGIN IMMEDIATE: a writer waits here, not halfway), committed at the end of the
-        block and rolled back on any exception; errors as _state_errors says."""
-        with _state_errors(self.path):
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return write_transaction(self._db, self.path, _state_errors)
 
 
 def _open(path: Path) -> sqlite3.Connection:

@@ -8,7 +8,7 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
@@ -196,10 +196,13 @@ _TIP = "move the file aside; `wheelwright build` records a new ledger (built whe
 
 
 @contextmanager
-def write_transaction(db: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Connection]:
+def write_transaction(
+    db: sqlite3.Connection, path: Path, errors: Callable[[Path], AbstractContextManager[None]] = sqlite_errors
+) -> Iterator[sqlite3.Connection]:
     """One write transaction on ``db`` (the file ``path``), taken at once (BEGIN IMMEDIATE: a writer waits here, not
-    halfway), committed at the end of the block and rolled back on any exception; errors as sqlite_errors says."""
-    with sqlite_errors(path):
+    halfway), committed at the end of the block and rolled back on any exception; SQLite's errors as ``errors`` says
+    (the ledger's by default; the index state maps damage to a cold run)."""
+    with errors(path):
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
