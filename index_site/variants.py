@@ -96,27 +96,24 @@ def channel_root(torch_tag: str | None) -> str:
 def placed(
     twins: Iterable[VariantWheel],
 ) -> tuple[list[tuple[str, str, VariantWheel]], list[tuple[str, str, str, str]]]:
-    """What the site holds of the twins, in one pass: (source, site path, twin) for every twin and every null (a fat
-    twin's bytes under its null name, see fallback.py), placed like the per-variant wheels (hard links); and (twin,
-    site path, member of its .dist-info, sha256) of the files served beside each: its METADATA (PEP 658) and its
-    wheelwright.json. Whether a label has a null is worked out once per label (two passes cost 0.038 CPU-s of a +1
-    at 10,000 twins, this one 0.013)."""
+    """What the site holds of the twins: (source, site path, twin) for every twin and every null (a fat twin's bytes
+    under its null name, see fallback.py), placed like the per-variant wheels (hard links); and (twin, site path,
+    member of its .dist-info, sha256) of the files served beside each: its METADATA (PEP 658) and its
+    wheelwright.json. Each null name is placed once, from the twin the channel's pages list under it
+    (fallback.null_twins)."""
     from index_site import fallback
 
     twins = list(twins)
     placed_files: list[tuple[str, str, VariantWheel]] = []
     found: list[tuple[str, str, str, str]] = []
-    nulls: dict[str, bool] = {}  # by label: a site has a few dozen
-    offered = {twin.filename for twin in fallback.null_twins(twins).values()}  # of twins sharing a null, the listed
+    nulls = {twin.filename: name for name, twin in fallback.null_twins(twins).items()}  # twin: its null, if listed
     for twin in twins:
         source, path = twin.source, file_path(twin.filename)
         placed_files.append((source, path, twin))
         found.append((source, path + ".metadata", "METADATA", twin.metadata_sha256))
-        null = nulls.get(twin.label)
-        if null is None:
-            null = nulls[twin.label] = fallback.has_null(twin)
-        if null and twin.filename in offered:
-            null_path = file_path(fallback.null_name(twin))
+        null = nulls.get(twin.filename)
+        if null is not None:
+            null_path = file_path(null)
             placed_files.append((source, null_path, twin))
             found.append((source, null_path + ".metadata", "METADATA", twin.metadata_sha256))
         if twin.provenance_sha256:
