@@ -16,8 +16,16 @@ from pathlib import Path
 from urllib.parse import urldefrag, urljoin
 
 from builder.core.runner import run
+from index_site.layout import SITE_MARKER  # the manifest, which records inodes
 
 ENTRY_PAGES = ("", "index.html", "simple/", "json/")
+
+
+def site_files(site: Path) -> dict[str, bytes]:
+    """Every file of a site but its manifest, by site path: what a re-index and a cold index of the same folders
+    must write alike."""
+    files = (path for path in sorted(site.rglob("*")) if path.is_file() and path.name != SITE_MARKER)
+    return {path.relative_to(site).as_posix(): path.read_bytes() for path in files}
 
 
 def installer_environment(uv_cache: Path) -> dict[str, str]:

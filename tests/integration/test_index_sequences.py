@@ -22,10 +22,10 @@ from builder.steps import provenance, slim
 from builder.steps.twins import VariantTwins
 from builder.steps.variant import make_twin
 from builder.steps.wheelzip import Member, read_members, write_wheel
-from index_site.layout import SITE_MARKER
 from index_site.site import build_site
 from index_site.twins import twin_name
 from scripts.bench.wheels import WheelSpec, job_wheel, make_wheel, with_provenance
+from tests.index_checks import site_files
 from tests.jobs import local_job
 
 BASE = "https://wheels.example.org"
@@ -163,9 +163,6 @@ def _killed_run(out: Path, point: str, monkeypatch: pytest.MonkeyPatch) -> None:
             pass  # a run with nothing there to stop at ends on its own
 
 
-def _tree(site: Path) -> dict[str, bytes]:
-    return {path.relative_to(site).as_posix(): path.read_bytes() for path in sorted(site.rglob("*"))
-            if path.is_file() and path.name != SITE_MARKER}
 
 
 def _cold_site(out: Path) -> Path:
@@ -200,6 +197,6 @@ def test_after_every_step_of_a_sequence_the_site_equals_a_cold_index(
             _killed_run(steps.out, point, monkeypatch)
             done.append(f"killed at {point}")
         _index(steps.out)
-        incremental, cold = _tree(steps.out / "site"), _tree(_cold_site(steps.out))
+        incremental, cold = site_files(steps.out / "site"), site_files(_cold_site(steps.out))
         differ = sorted(incremental.keys() ^ cold.keys()) + [p for p in cold if incremental.get(p, cold[p]) != cold[p]]
         assert differ == [], f"after {done}"

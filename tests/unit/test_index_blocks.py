@@ -21,6 +21,7 @@ from index_site.layout import SITE_MARKER
 from index_site.records import Block, load_manifest, recorded_manifest
 from index_site.site import build_site
 from scripts.bench.wheels import WheelSpec, job_wheel, make_wheel, with_provenance
+from tests.index_checks import site_files
 from tests.jobs import local_job
 from tests.sitecheck import check_site
 
@@ -159,7 +160,7 @@ def _ends_as_a_cold_index(output: Path) -> None:
     assert check_site(site) == []
     assert _wrongly_recorded(site) == []
     index(output, "cold")
-    assert _tree(site) == _tree(output / "cold")
+    assert site_files(site) == site_files(output / "cold")
 
 
 def _wrongly_recorded(site: Path) -> list[str]:
@@ -176,12 +177,6 @@ def _wrongly_recorded(site: Path) -> list[str]:
     return wrong
 
 
-def _tree(site: Path) -> dict[str, bytes]:
-    return {
-        path.relative_to(site).as_posix(): path.read_bytes()
-        for path in site.rglob("*")
-        if path.is_file() and path.name != SITE_MARKER
-    }
 
 
 def test_a_wheel_without_an_identity_is_left_out_of_its_block_s_digest(output: Path) -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from builder.steps.twins import VariantTwins
-from index_site.layout import SITE_MARKER
 from index_site.report import IndexReport
 from index_site.site import build_site
 from scripts.bench.wheels import job_wheel, with_provenance
 from tests import variant_channel
+from tests.index_checks import site_files
 
 BASE = "https://wheels.example.org"
 NULL = "variant/files/causal_conv1d-1.7.0-2141300_pt214cu130-cp311-cp311-manylinux_2_28_x86_64.whl"
@@ -52,9 +52,6 @@ def _cold(output: Path, twins: bool = True) -> Path:
     return cold / "site"
 
 
-def _tree(site: Path) -> dict[str, bytes]:
-    return {path.relative_to(site).as_posix(): path.read_bytes() for path in sorted(site.rglob("*"))
-            if path.is_file() and path.name != SITE_MARKER}
 
 
 def _rebuilt(output: Path, label: str, payload: bytes, build_tag: str = "") -> Path:
@@ -84,7 +81,7 @@ def test_of_two_twins_sharing_a_null_the_file_placed_is_the_one_listed(output: P
     cold = _cold(output)
     for site in (output / "site", cold):
         assert hashlib.sha256((site / NULL).read_bytes()).hexdigest() == _listed_digest(site, NULL)
-    assert _tree(output / "site") == _tree(cold)
+    assert site_files(output / "site") == site_files(cold)
     _index(cold.parent)  # nothing changed: the same file stays
     assert hashlib.sha256((cold / NULL).read_bytes()).hexdigest() == _listed_digest(cold, NULL)
 
@@ -105,7 +102,7 @@ def test_a_run_killed_after_judging_a_rebuilt_wheel_leaves_a_state_the_next_run_
         with pytest.raises(Killed):
             _index(output)
     _index(output)
-    assert _tree(output / "site") == _tree(_cold(output))
+    assert site_files(output / "site") == site_files(_cold(output))
 
 
 def test_without_the_twin_step_after_runs_with_it_no_twin_is_published(output: Path) -> None:
@@ -114,6 +111,6 @@ def test_without_the_twin_step_after_runs_with_it_no_twin_is_published(output: P
     assert (output / "site" / NULL).is_file()
     _index(output, twins=False)
     assert not (output / "site/variant").exists()
-    assert _tree(output / "site") == _tree(_cold(output, twins=False))
+    assert site_files(output / "site") == site_files(_cold(output, twins=False))
     report = _index(output)
     assert (output / "site" / NULL).is_file() and report.twins.made == () and report.twins.remade == ()

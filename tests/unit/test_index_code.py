@@ -16,6 +16,7 @@ from builder.core.resources import Resource
 from index_site import code
 from index_site.site import build_site
 from scripts.bench.wheels import WheelSpec, make_wheel
+from tests.index_checks import site_files
 
 ROOT = Path(code.__file__).parents[1]
 BASE = "https://wheels.example.org"
@@ -113,9 +114,6 @@ def _forget_digests() -> None:
     facts_module._default_facts.cache_clear()
 
 
-def _tree(site: Path) -> dict[str, bytes]:
-    return {p.relative_to(site).as_posix(): p.read_bytes() for p in sorted(site.rglob("*"))
-            if p.is_file() and p.name != ".wheelwright-site.json"}
 
 
 def test_new_torch_facts_render_the_pages_that_show_them_again(tmp_path: Path, facts_file: Path) -> None:
@@ -125,7 +123,7 @@ def test_new_torch_facts_render_the_pages_that_show_them_again(tmp_path: Path, f
     for spec in (WheelSpec(label="pt214cu130", python="cp311"), WheelSpec(label="pt213cu130", python="cp312")):
         make_wheel(out / "dist", spec)
     build_site(out, out / "site", base_url=BASE)
-    before = _tree(out / "site")
+    before = site_files(out / "site")
     shipped = 'python = ["3.10", "3.11", "3.12", "3.13", "3.14", "3.14t"]'
     text = facts_file.read_text()
     at = text.index(shipped, text.index('torch = "2.14"'))
@@ -133,7 +131,7 @@ def test_new_torch_facts_render_the_pages_that_show_them_again(tmp_path: Path, f
     _forget_digests()
     build_site(out, out / "site", base_url=BASE)
     build_site(out, out / "cold", base_url=BASE)
-    after, cold = _tree(out / "site"), _tree(out / "cold")
+    after, cold = site_files(out / "site"), site_files(out / "cold")
     assert "select/pt214cu130-cp312.html" in before.keys() - cold.keys()  # the facts moved what the site shows
     assert after.keys() == cold.keys()
     assert [path for path in cold if after[path] != cold[path]] == []

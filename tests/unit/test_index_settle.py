@@ -26,6 +26,7 @@ from index_site.site import build_site
 from index_site.state import STATE_FILE
 from index_site.wheels import GpuArchs
 from scripts.bench.wheels import WheelSpec, make_wheel
+from tests.index_checks import site_files
 
 BASE = "https://wheels.example.org"
 SPECS = [
@@ -116,7 +117,7 @@ def test_after_any_change_the_site_equals_a_cold_index_of_the_same_dist(output: 
     CHANGES[change](output)
     build_site(output, output / "site", base_url=BASE)
     build_site(output, output / "cold", base_url=BASE)
-    incremental, cold = _tree(output / "site"), _tree(output / "cold")
+    incremental, cold = site_files(output / "site"), site_files(output / "cold")
     assert incremental.keys() == cold.keys()
     assert [path for path in cold if incremental[path] != cold[path]] == []
 
@@ -154,7 +155,7 @@ def test_after_any_change_the_manifest_states_every_file_as_it_is(
     assert [
         line for line in lines if line != (json.dumps(json.loads(line), separators=(",", ":")) + "\n").encode()
     ] == []
-    records, files = load_manifest(site), _tree(site)
+    records, files = load_manifest(site), site_files(site)
     assert records.keys() == files.keys()
     wrong = [
         path
@@ -164,10 +165,6 @@ def test_after_any_change_the_manifest_states_every_file_as_it_is(
     assert wrong == []
 
 
-def _tree(site: Path) -> dict[str, bytes]:
-    """Every file of a site but its manifest (which records inodes), by site path."""
-    files = (path for path in site.rglob("*") if path.is_file() and path.name != SITE_MARKER)
-    return {path.relative_to(site).as_posix(): path.read_bytes() for path in files}
 
 
 def test_one_new_wheel_renders_its_own_setup_page_and_no_other(output: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from builder.steps.twins import VariantTwins
-from index_site.layout import SITE_MARKER
 from index_site.site import build_site
 from index_site.state import STATE_FILE
 from tests import variant_channel
+from tests.index_checks import site_files
 
 BASE = "https://wheels.example.org"
 
@@ -26,9 +26,6 @@ def _index(root: Path) -> None:
     build_site(root, root / "site", base_url=BASE, twins=VariantTwins())
 
 
-def _tree(site: Path) -> dict[str, bytes]:
-    return {path.relative_to(site).as_posix(): path.read_bytes() for path in sorted(site.rglob("*"))
-            if path.is_file() and path.name != SITE_MARKER}
 
 
 def _moved_and_linked(site: Path, folder: str, away: Path) -> None:
@@ -64,5 +61,5 @@ def test_a_folder_replaced_by_a_symlink_is_placed_again(tmp_path: Path, change: 
     _index(cold)
     for _ in range(2):  # and the run after it: nothing recorded of files that are not there
         _index(out)
-        assert _tree(out / "site") == _tree(cold / "site")
+        assert site_files(out / "site") == site_files(cold / "site")
     assert {path: path.stat().st_mtime_ns for path in away.rglob("*")} == outside  # nothing outside touched

@@ -13,6 +13,7 @@ import pytest
 
 from index_site.state import IndexState, TwinRow, WheelRow
 from index_site.summaries import Summaries, text_map
+from tests.index_checks import site_files
 
 RELEASE, OTHER = "causal_conv1d-1.7.0", "causal_conv1d-1.8.0"
 
@@ -181,9 +182,6 @@ def test_a_part_of_both_tables_is_worked_out_again_when_either_moves(state: Path
     assert (_agreement(state), _agreement(state)) == (1, 0)
 
 
-def _tree(site: Path) -> dict[str, bytes]:
-    return {str(path.relative_to(site)): path.read_bytes() for path in sorted(site.rglob("*")) if path.is_file()
-            and path.name != ".wheelwright-site.json"}
 
 
 @pytest.mark.parametrize("value", [{"pt214cu130": 7}, "maybe", [1, 2], 3.5], ids=["numbers", "text", "list", "float"])
@@ -218,4 +216,4 @@ def test_kept_parts_of_another_shape_are_worked_out_again(tmp_path: Path, value:
     cold = tmp_path / "cold"
     shutil.copytree(tmp_path / "dist", cold / "dist")
     index(cold)
-    assert _tree(tmp_path / "site") == _tree(cold / "site")
+    assert site_files(tmp_path / "site") == site_files(cold / "site")

@@ -15,10 +15,10 @@ import pytest
 from builder.steps.twins import VariantTwins
 from index_site import site as index_site_module
 from index_site import twins as index_twins
-from index_site.layout import SITE_MARKER
 from index_site.site import build_site
 from index_site.twins import NO_CHECKER, read_derived
 from scripts.bench.wheels import WheelSpec, job_wheel, make_wheel, with_provenance
+from tests.index_checks import site_files
 from tests.jobs import local_job
 
 BASE = "https://wheels.example.org"
@@ -215,10 +215,6 @@ def test_with_twins_a_re_index_leaves_the_bytes_a_cold_index_of_a_copy_writes(
         if (output / folder).exists():
             shutil.copytree(output / folder, cold / folder)
     index(cold, VariantTwins())
-    assert _tree(output / "site") == _tree(cold / "site")
+    assert site_files(output / "site") == site_files(cold / "site")
 
 
-def _tree(site: Path) -> dict[str, bytes]:
-    """Every file of a site but its manifest (which records inodes), by site path."""
-    files = (path for path in site.rglob("*") if path.is_file() and path.name != SITE_MARKER)
-    return {path.relative_to(site).as_posix(): path.read_bytes() for path in files}

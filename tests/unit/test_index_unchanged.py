@@ -19,6 +19,7 @@ from index_site.layout import SITE_MARKER
 from index_site.site import build_site
 from index_site.state import STATE_FILE, IndexState
 from scripts.bench.wheels import WheelSpec, make_wheel
+from tests.index_checks import site_files
 
 BASE = "https://wheels.example.org"
 
@@ -37,7 +38,7 @@ def test_an_unchanged_run_reads_no_manifest_and_plans_nothing(output: Path, monk
 
     monkeypatch.setattr(site_module, "recorded_manifest", fail)
     report = build_site(output, output / "site", base_url=BASE)
-    assert report.written == () and report.deleted == () and report.unchanged == len(_tree(output / "site"))
+    assert report.written == () and report.deleted == () and report.unchanged == len(site_files(output / "site"))
 
 
 def _failure(output: Path) -> None:
@@ -79,7 +80,7 @@ def test_anything_that_moved_plans_the_site_again_and_it_ends_as_a_cold_index(
     assert planned == [output / "site"]
     assert bool(report.written or report.deleted) or not writes
     build_site(output, output / "cold", base_url=BASE)
-    assert _tree(output / "site") == _tree(output / "cold")
+    assert site_files(output / "site") == site_files(output / "cold")
     planned.clear()
     build_site(output, output / "site", base_url=BASE)  # and the run after that is an unchanged one again
     assert planned == []
@@ -90,9 +91,6 @@ def test_another_base_url_plans_the_site_again(output: Path) -> None:
     assert "index.html" in report.written
 
 
-def _tree(site: Path) -> dict[str, bytes]:
-    files = (path for path in site.rglob("*") if path.is_file() and path.name != SITE_MARKER)
-    return {path.relative_to(site).as_posix(): path.read_bytes() for path in files}
 
 
 def test_one_added_wheel_stats_no_file_of_a_folder_nothing_moved_in(
@@ -108,7 +106,7 @@ def test_one_added_wheel_stats_no_file_of_a_folder_nothing_moved_in(
     assert any("pt214cu130" in path for path in report.written)
     assert checked == []  # every folder was as recorded when the plan was made
     build_site(output, output / "cold", base_url=BASE)
-    assert _tree(output / "site") == _tree(output / "cold")
+    assert site_files(output / "site") == site_files(output / "cold")
     monkeypatch.setattr(site_module, "settled_folders", lambda *_: site_module.Settled())  # no record of the folders
     make_wheel(output / "dist", WheelSpec(python="cp310"))
     build_site(output, output / "site", base_url=BASE)
@@ -171,7 +169,7 @@ def test_anything_that_moved_ends_the_quiet_runs(output: Path, move: Callable[[P
     build_site(output, output / "site", base_url=BASE)
     assert quiet[0][0] is not None and quiet[1][0] is None  # quiet before the move, judged by the rows after it
     build_site(output, output / "cold", base_url=BASE)
-    assert _tree(output / "site") == _tree(output / "cold")
+    assert site_files(output / "site") == site_files(output / "cold")
 
 
 def _no_rows(state: IndexState) -> None:
