@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
 from index_site import lines
+from index_site.records import Buffer
 
 _JSON_HEAD = b'{"files":['
 
@@ -47,7 +48,7 @@ class Reuse(Protocol):
 
     def entry(self, key: str) -> tuple[str, tuple[str, ...]] | None: ...
 
-    def page(self, path: str, sha256: str) -> bytes | None: ...
+    def page(self, path: str, sha256: str) -> Buffer | None: ...
 
     def keep(self, paths: Sequence[str]) -> bool: ...
 
@@ -58,7 +59,7 @@ class Nothing:
     def entry(self, key: str) -> tuple[str, tuple[str, ...]] | None:
         return None
 
-    def page(self, path: str, sha256: str) -> bytes | None:
+    def page(self, path: str, sha256: str) -> Buffer | None:
         return None
 
     def keep(self, paths: Sequence[str]) -> bool:
@@ -150,7 +151,7 @@ def _entry(
 
 def _before(
     pair: Pair, shell: tuple[bytes, bytes], entry: tuple[str, tuple[str, ...]] | None, reuse: Reuse
-) -> tuple[dict[str, _Kept], tuple[bytes, bytes] | None]:
+) -> tuple[dict[str, _Kept], tuple[Buffer, Buffer] | None]:
     """The last run's parts by key, with its pages' bytes (None where either is not the page it recorded)."""
     if entry is None:
         return {}, None
@@ -175,7 +176,7 @@ def _parsed(text: str) -> tuple[str, _Kept] | None:
     return fields[0], _Kept(fields[1], (s0, s1), (j0, j1), tuple(fields[6].split(" ")) if fields[6] else ())
 
 
-def _tiles(project: str, shell: tuple[bytes, bytes], parts: list[_Kept], simple: bytes, json: bytes) -> bool:
+def _tiles(project: str, shell: tuple[bytes, bytes], parts: list[_Kept], simple: Buffer, json: Buffer) -> bool:
     """Whether the recorded parts cover each page exactly, in order, between the shell join writes: offsets moved
     to other values inside the pages would otherwise cut another part's lines."""
     head, tail = shell
@@ -186,8 +187,8 @@ def _tiles(project: str, shell: tuple[bytes, bytes], parts: list[_Kept], simple:
             return False
     json_tail = lines.json_tail(project, [version for part in parts for version in part.versions])
     return (
-        simple.startswith(head)
+        simple[: len(head)] == head
         and simple[layout.at :] == tail
-        and json.startswith(_JSON_HEAD)
+        and json[: len(_JSON_HEAD)] == _JSON_HEAD
         and json[layout.json_at :] == json_tail
     )

@@ -11,18 +11,22 @@ a run takes a block it need not change as it was read, without decoding it, and 
 
 from __future__ import annotations
 
+import errno
 import json
+import mmap
 import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from builder.core.errors import ConfigError
 from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, identity_if_regular
 from index_site import layout
+
+Buffer = bytes | mmap.mmap  # a file's bytes, read or mapped (``mapped``)
 
 
 class FileRecord(NamedTuple):
@@ -145,7 +149,7 @@ def _read_marker_state(site: Path) -> tuple[dict[str, Any], int | None]:
         with os.fdopen(fd, "rb") as file:
             if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
                 raise ValueError("not a regular file")
-            data = file.read(_MAX_MANIFEST_BYTES + 1)
+            data = mapped(file, _MAX_MANIFEST_BYTES + 1)
             newline = data.find(b"\n")
             end = len(data) if newline < 0 else newline  # the document is the first line
             document = _decoded(memoryview(data)[:end])
@@ -314,6 +318,46 @@ def _change_line(since: Recorded, recorded: Recorded, room: int) -> bytes | None
 
 def _identity_of(status: os.stat_result) -> FileIdentity | None:
     return FileIdentity.of(status) if stat.S_ISREG(status.st_mode) else None
+
+
+def mapped(file: BinaryIO, limit: int) -> bytes | mmap.mmap:
+    """The first ``limit`` bytes of the open regular ``file``, mapped rather than read where the filesystem allows:
+    the manifest (230 MB at 100,000 wheels) and a project's pages (tens of MB) are scanned and cut into views, not
+    changed, and a copy would cost the process as many pages of its own, each faulted in (a +1 at 100,000 wheels:
+    0.15 CPU-s to read the manifest, 0.01 to map it; docs/runs.md). The index replaces a file it rewrites (a new
+    inode) and only appends to the manifest, so a mapping it holds stays whole; a file cut short behind a run
+    while it reads would end it with SIGBUS, as the site's trust model allows (nothing but the index writes the
+    site)."""
+    size = min(os.fstat(file.fileno()).st_size, limit)
+    if size:
+        try:
+            return mmap.mmap(file.fileno(), size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+        except OSError:  # a filesystem that cannot map its files: read them
+            pass
+    return file.read(limit)
+
+
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # every page mapped at once, not one fault each (Linux)
+
+
+def current_mapped(path: Path) -> bytes | mmap.mmap | None:
+    """The bytes of the regular file at ``path`` as ``mapped`` gives them, or None (missing, or a symlink or
+    special file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # a symlink
+            return None
+        raise
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return mapped(file, _MAX_PAGE_BYTES)
+
+
+_MAX_PAGE_BYTES = 1 << 31  # past any page the index writes
 
 
 def current_bytes(path: Path) -> bytes | None:

@@ -45,7 +45,16 @@ from index_site.quiet import (
     settled_folders,
     unsettled_folders,
 )
-from index_site.records import Block, FileRecord, Recorded, current_bytes, recorded_manifest, write_manifest
+from index_site.records import (
+    Block,
+    Buffer,
+    FileRecord,
+    Recorded,
+    current_bytes,
+    current_mapped,
+    recorded_manifest,
+    write_manifest,
+)
 from index_site.report import IndexReport
 from index_site.state import FILENAME, DamagedState, IndexState, accepted, set_aside, state_path
 from index_site.summaries import Summaries
@@ -357,11 +366,11 @@ class _Reuse:
     def entry(self, key: str) -> tuple[str, tuple[str, ...]] | None:
         return self.previous.get(key)
 
-    def page(self, path: str, sha256: str) -> bytes | None:
+    def page(self, path: str, sha256: str) -> Buffer | None:
         record = self.record(path)
         if record is None or record.sha256 != sha256:
             return None
-        content = current_bytes(self.site / path)
+        content = current_mapped(self.site / path)
         return content if content is not None and len(content) == record.size else None
 
     def keep(self, paths: Sequence[str]) -> bool:
