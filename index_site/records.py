@@ -331,13 +331,15 @@ def mapped(file: BinaryIO, limit: int) -> bytes | mmap.mmap:
     size = min(os.fstat(file.fileno()).st_size, limit)
     if size:
         try:
-            return mmap.mmap(file.fileno(), size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+            if _POPULATE:  # Linux: every page mapped at once, not one fault each
+                return mmap.mmap(file.fileno(), size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+            return mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ)
         except OSError:  # a filesystem that cannot map its files: read them
             pass
     return file.read(limit)
 
 
-_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # every page mapped at once, not one fault each (Linux)
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 def current_mapped(path: Path) -> bytes | mmap.mmap | None:
@@ -351,9 +353,10 @@ def current_mapped(path: Path) -> bytes | mmap.mmap | None:
         if error.errno == errno.ELOOP:  # a symlink
             return None
         raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
     with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         return mapped(file, _MAX_PAGE_BYTES)
 
 
