@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 from builder.core.errors import ConfigError
 from builder.core.files import write_atomic
-from builder.core.hashing import FileIdentity, identity_if_regular
+from builder.core.hashing import FileIdentity, NotARegularFile, identity_if_regular, open_regular
 from index_site import layout
 
 Buffer = bytes | mmap.mmap  # a file's bytes, read or mapped (``mapped``)
@@ -320,7 +320,7 @@ def _identity_of(status: os.stat_result) -> FileIdentity | None:
     return FileIdentity.of(status) if stat.S_ISREG(status.st_mode) else None
 
 
-def mapped(file: BinaryIO, limit: int) -> bytes | mmap.mmap:
+def mapped(file: BinaryIO, limit: int) -> Buffer:
     """The first ``limit`` bytes of the open regular ``file``, mapped rather than read where the filesystem allows:
     the manifest (230 MB at 100,000 wheels) and a project's pages (tens of MB) are scanned and cut into views, not
     changed, and a copy would cost the process as many pages of its own, each faulted in (a +1 at 100,000 wheels:
@@ -342,20 +342,17 @@ def mapped(file: BinaryIO, limit: int) -> bytes | mmap.mmap:
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
-def current_mapped(path: Path) -> bytes | mmap.mmap | None:
+def current_mapped(path: Path) -> Buffer | None:
     """The bytes of the regular file at ``path`` as ``mapped`` gives them, or None (missing, or a symlink or
-    special file)."""
+    special file: never followed or opened blocking)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (FileNotFoundError, NotADirectoryError):
+        fd = open_regular(path)
+    except (FileNotFoundError, NotADirectoryError, NotARegularFile):
         return None
     except OSError as error:
         if error.errno == errno.ELOOP:  # a symlink
             return None
         raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
     with os.fdopen(fd, "rb") as file:
         return mapped(file, _MAX_PAGE_BYTES)
 
