@@ -343,16 +343,10 @@ _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 def current_mapped(path: Path) -> Buffer | None:
-    """The bytes of the regular file at ``path`` as ``mapped`` gives them, or None (missing, or a symlink or
-    special file: never followed or opened blocking)."""
-    try:
-        fd = open_regular(path)
-    except (FileNotFoundError, NotADirectoryError, NotARegularFile):
+    """The bytes of the regular file at ``path`` as ``mapped`` gives them, or None (as ``current_bytes``)."""
+    fd = _regular_fd(path)
+    if fd is None:
         return None
-    except OSError as error:
-        if error.errno == errno.ELOOP:  # a symlink
-            return None
-        raise
     with os.fdopen(fd, "rb") as file:
         return mapped(file, _MAX_PAGE_BYTES)
 
@@ -361,10 +355,22 @@ _MAX_PAGE_BYTES = 1 << 31  # past any page the index writes
 
 
 def current_bytes(path: Path) -> bytes | None:
-    """The bytes of the regular file at ``path``, or None (missing, or a symlink or special file to replace)."""
-    if identity_if_regular(path) is None:
+    """The bytes of the regular file at ``path``, or None (missing, or a symlink or special file to replace: never
+    followed or opened blocking)."""
+    fd = _regular_fd(path)
+    if fd is None:
         return None
+    with os.fdopen(fd, "rb") as file:
+        return file.read()
+
+
+def _regular_fd(path: Path) -> int | None:
+    """A read-only descriptor of the regular file at ``path``, or None where none stands there."""
     try:
-        return path.read_bytes()
-    except FileNotFoundError:
+        return open_regular(path)
+    except (FileNotFoundError, NotADirectoryError, NotARegularFile):
         return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # a symlink
+            return None
+        raise

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -60,11 +61,12 @@ def test_a_re_index_takes_the_pages_it_keeps_from_mapped_or_read_files_and_equal
     ],
     ids=["page", "empty", "missing", "folder", "symlink", "fifo"],
 )
-def test_a_page_is_mapped_only_where_a_regular_file_stands(
-    tmp_path: Path, make: object, expected: bytes | None
+@pytest.mark.parametrize("reader", [records.current_mapped, records.current_bytes], ids=["mapped", "read"])
+def test_a_page_is_taken_only_where_a_regular_file_stands(
+    tmp_path: Path, make: object, expected: bytes | None, reader: Callable[[Path], records.Buffer | None]
 ) -> None:
     (tmp_path / "target").write_bytes(b"elsewhere")
     path = tmp_path / "page.html"
     make(path)  # type: ignore[operator]
-    content = records.current_mapped(path)
+    content = reader(path)
     assert (bytes(content) if content is not None else None) == expected
