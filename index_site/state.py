@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from typing import Self
 
 from builder.core.errors import FileSystemError
-from builder.core.ledger import lock_timeout, sqlite_errors, write_transaction
+from builder.core.sqlite import lock_timeout, sqlite_errors, write_transaction
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def accepted(rows: Mapping[str, WheelRow]) -> list[WheelRow]:
 
 class DamagedState(FileSystemError):
     """The state file turned out damaged while in use (a page that does not read, a table not of its schema): the
-    run that finds it sets it aside and indexes cold (site.build_site); found again there, it is this run's error."""
+    run that finds it sets it aside and indexes cold (stage.build_site); found again there, it is this run's error."""
 
 
 @contextmanager

@@ -8,7 +8,7 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 from builder.core.errors import LedgerError
 from builder.core.hashing import FileIdentity
-from builder.core.settings import setting_number
+from builder.core.sqlite import TIP, lock_timeout, sqlite_errors, write_transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -170,48 +170,6 @@ _REQUIRED = {
 }
 
 
-def lock_timeout() -> float:
-    """How long to wait for another process's write transaction before saying so (WHEELWRIGHT_LEDGER_TIMEOUT)."""
-    return setting_number("WHEELWRIGHT_LEDGER_TIMEOUT", at_least=0)
-
-
-@contextmanager
-def sqlite_errors(path: Path) -> Iterator[None]:
-    """Every SQLite failure on ``path`` as a LedgerError that says what is wrong with the file."""
-    try:
-        yield
-    except sqlite3.OperationalError as error:
-        text = str(error)
-        if "locked" in text or "busy" in text:
-            raise LedgerError(
-                f"{path}: locked by another process for more than {lock_timeout():g} s",
-                tip="wait for the other wheelwright run to finish (or raise WHEELWRIGHT_LEDGER_TIMEOUT)",
-            ) from None
-        raise LedgerError(f"{path}: cannot use the ledger: {text}", tip=_TIP) from None
-    except sqlite3.DatabaseError as error:  # corrupt, truncated, or not SQLite at all
-        raise LedgerError(f"{path}: not a usable ledger: {error}", tip=_TIP) from None
-
-
-_TIP = "move the file aside; `wheelwright build` records a new ledger (built wheels in dist/ are kept)"
-
-
-@contextmanager
-def write_transaction(
-    db: sqlite3.Connection, path: Path, errors: Callable[[Path], AbstractContextManager[None]] = sqlite_errors
-) -> Iterator[sqlite3.Connection]:
-    """One write transaction on ``db`` (the file ``path``), taken at once (BEGIN IMMEDIATE: a writer waits here, not
-    halfway), committed at the end of the block and rolled back on any exception; SQLite's errors as ``errors`` says
-    (the ledger's by default; the index state maps damage to a cold run)."""
-    with errors(path):
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
-
-
 class Ledger:
     """A thin, transactional wrapper over ``<output>/ledger.sqlite``."""
 
@@ -219,7 +177,7 @@ class Ledger:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.is_dir():
-            raise LedgerError(f"{path}: a folder, not a ledger file", tip=_TIP)
+            raise LedgerError(f"{path}: a folder, not a ledger file", tip=TIP)
         with sqlite_errors(path):
             self._db = sqlite3.connect(path, timeout=lock_timeout(), isolation_level=None)
             try:
@@ -355,7 +313,7 @@ def read_entries(path: Path) -> list[LedgerEntry]:
         present = _columns(db)
         if not _REQUIRED <= present:
             missing = ", ".join(sorted(_REQUIRED - present))
-            raise LedgerError(f"{path}: not a wheelwright ledger (its jobs table lacks {missing})", tip=_TIP)
+            raise LedgerError(f"{path}: not a wheelwright ledger (its jobs table lacks {missing})", tip=TIP)
         columns = ", ".join(f.name for f in dataclasses.fields(LedgerEntry) if f.name in present)
         rows = db.execute(f"SELECT {columns} FROM jobs ORDER BY job_id").fetchall()
     return [_entry(row, path) for row in rows]
@@ -368,7 +326,7 @@ def read_costs(path: Path) -> list[RecordedCosts]:
     with _read_only(path) as db:
         present = _columns(db)
         if not {"job_id", "package"} <= present:
-            raise LedgerError(f"{path}: not a wheelwright ledger (no jobs table with job_id and package)", tip=_TIP)
+            raise LedgerError(f"{path}: not a wheelwright ledger (no jobs table with job_id and package)", tip=TIP)
         recorded = [c for c in ("compile_times", "stage_times") if c in present]
         if not recorded:
             return []
@@ -380,7 +338,7 @@ def read_costs(path: Path) -> list[RecordedCosts]:
         for column in ("job_id", "package", *_COST_COLUMNS):
             if not isinstance(row[column], str) and (column in ("job_id", "package") or row[column] is not None):
                 raise LedgerError(f"{path}: job {str(row['job_id'])[:200]!r} has {column} {_shown(row[column])}, "
-                                  "not text", tip=_TIP)
+                                  "not text", tip=TIP)
         where = f"{path}: job {row['job_id']!r}"
         found.append(RecordedCosts(package=row["package"], accelerator=row["accelerator"] or "",
                                    compile_times=compile_times(row["compile_times"], where),
@@ -403,7 +361,7 @@ def _read_only(path: Path) -> Iterator[sqlite3.Connection]:
     """``path`` opened read-only, every SQLite failure a LedgerError. A finished artifact has no -wal beside it:
     it is read as immutable, so SQLite creates no -shm beside it."""
     if path.is_dir():
-        raise LedgerError(f"{path}: a folder, not a ledger file", tip=_TIP)
+        raise LedgerError(f"{path}: a folder, not a ledger file", tip=TIP)
     with sqlite_errors(path):
         live = path.with_name(path.name + "-wal").exists()
         db = sqlite3.connect(f"{path.resolve().as_uri()}?{'mode=ro' if live else 'immutable=1'}", uri=True)
@@ -426,10 +384,10 @@ def _typed_entry(row: sqlite3.Row, path: Path) -> LedgerEntry:
     for column, value in data.items():
         if not isinstance(value, _COLUMN_TYPES[column]):
             raise LedgerError(f"{path}: job {str(data.get('job_id'))[:200]!r} has {column} {_shown(value)}, not "
-                              f"{' or '.join(_TYPE_NAMES[t] for t in _COLUMN_TYPES[column])}", tip=_TIP)
+                              f"{' or '.join(_TYPE_NAMES[t] for t in _COLUMN_TYPES[column])}", tip=TIP)
     entry = _entry(row, path)
     if not all(_seconds(v) for v in entry.timings.values()):
-        raise LedgerError(f"{path}: job {entry.job_id!r} has unreadable timings", tip=_TIP)
+        raise LedgerError(f"{path}: job {entry.job_id!r} has unreadable timings", tip=TIP)
     return entry
 
 
@@ -440,11 +398,11 @@ def _entry(row: sqlite3.Row, path: Path) -> LedgerEntry:
     except (TypeError, ValueError, RecursionError):
         timings = None
     if not isinstance(timings, dict):
-        raise LedgerError(f"{path}: job {data['job_id']!r} has unreadable timings", tip=_TIP)
+        raise LedgerError(f"{path}: job {data['job_id']!r} has unreadable timings", tip=TIP)
     try:
         status = Status(data["status"])
     except ValueError:
-        raise LedgerError(f"{path}: job {data['job_id']!r} has unknown status {data['status']!r}", tip=_TIP) from None
+        raise LedgerError(f"{path}: job {data['job_id']!r} has unknown status {data['status']!r}", tip=TIP) from None
     return LedgerEntry(**{**data, "timings": timings, "status": status})
 
 
@@ -489,14 +447,14 @@ def _timing_entries(
     try:
         entries = json.loads(text or "[]")
     except (TypeError, ValueError, RecursionError):
-        raise LedgerError(f"{where}: {column} is not JSON", tip=_TIP) from None
+        raise LedgerError(f"{where}: {column} is not JSON", tip=TIP) from None
     if not isinstance(entries, list):
-        raise LedgerError(f"{where}: {column} is {_shown(entries)}, not a list", tip=_TIP)
+        raise LedgerError(f"{where}: {column} is {_shown(entries)}, not a list", tip=TIP)
     for index, entry in enumerate(entries):
         if not (isinstance(entry, dict) and all(isinstance(entry.get(k), str) for k in texts)
                 and _seconds(entry.get(number))):
             shape = ", ".join([*(f"{k}: text" for k in texts), f"{number}: a number >= 0"])
-            raise LedgerError(f"{where}: {column} entry {index} is {_shown(entry)}, not {{{shape}}}", tip=_TIP)
+            raise LedgerError(f"{where}: {column} entry {index} is {_shown(entry)}, not {{{shape}}}", tip=TIP)
     return entries
 
 
