@@ -16,17 +16,17 @@ import json
 import logging
 import os
 import re
-import stat
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from builder.core import resources
 from builder.core.archive import Archive
-from builder.core.errors import FileSystemError, shown_name
-from builder.core.hashing import FileIdentity, open_regular, sha256_stream, sorted_entries
+from builder.core.hashing import FileIdentity, open_regular, sha256_stream
 from builder.core.ledger import Ledger, LedgerEntry
+from index_site.inputs import Listing, ledger_digest, ledger_identity, ledger_meta, listing
+from index_site.report import Rejection, ScanStats
 
 if TYPE_CHECKING:
     from builder.plan.releases import TorchFacts
@@ -68,19 +68,6 @@ CHECKS_VERSION = "1"
 NAME, CONTENT = "name", "content"  # how far a file was judged: by its name alone, or by its bytes too
 # Why a wheel gets no variant twin, known as soon as its .dist-info is read: nothing to make one from.
 NO_PROVENANCE = "no wheelwright.json (built before provenance was recorded, or not by wheelwright)"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Rejection:
-    filename: str
-    reason: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class ScanStats:
-    hashed: int = 0  # read and hashed in full
-    from_ledger: int = 0  # digest taken from the build ledger
-    cached: int = 0  # unchanged since the last index run (one stat)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,9 +119,6 @@ def scan(dist: Path, ledger_path: Path, state: IndexState | None = None) -> Cata
 Deriver = Callable[[BinaryIO, Archive, WheelName], "tuple[str, Mapping[tuple[str, str], bytes]] | None"]
 
 
-Listing = tuple[dict[str, FileIdentity], list[Rejection]]  # a folder's files with identities, and what is refused
-
-
 def judge(
     dist: Path, ledger_path: Path, state: IndexState, derive: Deriver | None = None, listed: Listing | None = None
 ) -> Judged:
@@ -151,7 +135,7 @@ def judge(
         judging = _Judging(dist, listed_files, known, releases)
         rows, stats, fresh, changed = judging.judge(ledger, derive, RecordedFacts(state))
     digest = ledger_digest(failures, recorded_archs)
-    state.write(wheels=changed, wheels_gone=known.keys() - rows.keys(), meta=_ledger_meta(identity, digest))
+    state.write(wheels=changed, wheels_gone=known.keys() - rows.keys(), meta=ledger_meta(identity, digest))
     unjudged += [Rejection(filename=name, reason=reason) for name, reason in fresh.items() if isinstance(reason, str)]
     indexed = list(map(WHEEL_VERDICT, rows.values())).count("")
     log.info("judged %d files (%s); refused %d", len(rows), stats, len(rows) - indexed + len(unjudged))
@@ -173,55 +157,6 @@ class _Read(NamedTuple):
 
     metadata: bytes
     twin: Mapping[tuple[str, str], bytes]
-
-
-def ledger_digest(failures: Collection[LedgerEntry], archs: Mapping[str, object]) -> str:
-    """What of the ledger the site shows (its failures and the GPU archs of its wheels), as one digest."""
-    shown = {found: repr(found) for found in set(archs.values())}  # a farm's builds share a few records
-    archs_shown = sorted(map("\0".join, zip(archs, map(shown.__getitem__, archs.values()))))  # f"{name}\0{found!r}"
-    parts = sorted(repr(entry) for entry in failures) + archs_shown
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
-
-
-def read_ledger(path: Path, state: IndexState) -> str:
-    """ledger_digest of the ledger at ``path``: the one the state recorded while the ledger's files keep the
-    identities they had when it was read (any commit moves the mtime and ctime of the database or of its
-    write-ahead log, and no one can set a ctime back), else read again and recorded. Every run asks, the quiet run
-    too: reading a ledger of 10,000 built jobs' archs and windows takes 0.09 CPU-s."""
-    identity = ledger_identity(path)
-    recorded = state.meta().get(LEDGER_KEY)
-    try:
-        held, digest = json.loads(recorded) if recorded else (None, None)
-    except (ValueError, TypeError):
-        held, digest = None, None
-    if held == identity and isinstance(digest, str):
-        return digest
-    with Ledger(path) as ledger:
-        digest = ledger_digest(tuple(ledger.failures()), ledger.wheel_archs())
-    state.write(meta=_ledger_meta(identity, digest))
-    return digest
-
-
-LEDGER_KEY = "ledger"  # the state's meta: [the ledger's identity when read, its ledger_digest]
-
-
-def _ledger_meta(identity: list[list[int] | None], digest: str) -> dict[str, str]:
-    """The state's record of the ledger as read at ``identity`` (read_ledger takes it apart)."""
-    return {LEDGER_KEY: json.dumps([identity, digest])}
-
-
-def ledger_identity(path: Path) -> list[list[int] | None]:
-    """The identities of the ledger's database and write-ahead log files ([inode, size, mtime, ctime], None where
-    absent): what a commit by any writer moves."""
-    found: list[list[int] | None] = []
-    for name in (path, path.with_name(f"{path.name}-wal")):
-        try:
-            status = os.lstat(name)
-        except FileNotFoundError:
-            found.append(None)
-            continue
-        found.append([status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns])
-    return found
 
 
 def catalog_of(judged: Judged) -> Catalog:
@@ -278,45 +213,6 @@ def _name_problem(filename: str) -> str:
     except RejectedWheel as error:
         return str(error)
     return ""
-
-
-def listing(dist: Path) -> Listing:
-    """Every name ending in .whl in ``dist``, in order, with its identity (one lstat each), and those that are not
-    regular files, refused."""
-    found: dict[str, FileIdentity] = {}
-    rejected: list[Rejection] = []
-    try:
-        with sorted_entries(dist, ".whl") as (names, status_of):
-            new = tuple.__new__  # FileIdentity without its per-call checks: one per file, every run
-            for name in names:
-                shown = name if name.isascii() else shown_name(name)
-                if shown != name:  # no page, log line or SQLite row can hold it as it is
-                    reason = f"{shown}: a name not in UTF-8, not a wheel's; skipped"
-                    log.info("not indexed: %s", reason)
-                    rejected.append(Rejection(filename=shown, reason=reason))
-                    continue
-                try:
-                    status = status_of(name)
-                except OSError:  # gone since it was listed
-                    continue
-                if (status.st_mode & 0o170000) == 0o100000:
-                    identity = (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
-                    found[name] = new(FileIdentity, identity)
-                else:
-                    reason = f"{name}: {_not_regular(status.st_mode)}, not a wheel file; skipped"
-                    log.info("not indexed: %s", reason)
-                    rejected.append(Rejection(filename=name, reason=reason))
-    except FileNotFoundError:
-        return found, rejected
-    except OSError as error:
-        raise FileSystemError(f"{dist}: cannot be listed ({error.strerror or error})") from None
-    return found, rejected
-
-
-def _not_regular(mode: int) -> str:
-    if stat.S_ISLNK(mode):
-        return "a symbolic link (never followed)"
-    return "a folder" if stat.S_ISDIR(mode) else "a special file (FIFO, socket or device)"
 
 
 class RecordedFacts:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import posixpath
 import re
+import shlex
 from dataclasses import dataclass
 from enum import IntEnum
 from urllib.parse import quote
@@ -203,3 +204,14 @@ def directory_index(path: str) -> str | None:
     if tail in ("index.html", "index.json"):
         return head + "/" if head else ""
     return None
+
+
+def channel_root(torch_tag: str | None) -> str:
+    """The variant channel's root: of every torch minor, or of one (``pt214``)."""
+    return f"{VARIANTS}/{torch_tag}" if torch_tag else VARIANTS
+
+
+def variant_command(base_url: str, torch_tag: str | None = None, package: str = "PACKAGE") -> str:
+    """The one-URL uv command of the variant channel (all torch minors, or one)."""
+    index = shlex.quote(f"{base_url}/{channel_root(torch_tag)}/simple/")
+    return f"uv pip install --preview-features wheel-variants {shlex.quote(package)} --index-url {index}"

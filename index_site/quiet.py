@@ -22,18 +22,19 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from builder.core.hashing import FileIdentity
 from builder.core.wheelhouse import Layout
-from index_site import blocks, layout
-from index_site.catalog import Judged, Listing, listing, read_ledger
+from index_site import layout
 from index_site.code import code_digest
-from index_site.records import Block, FileRecord, Recorded
-from index_site.report import IndexReport, from_summary, summary
+from index_site.inputs import Listing, listing, read_ledger, variant_listing
+from index_site.report import IndexReport, TwinReport, from_summary, summary
 from index_site.state import ROW_IDENTITY, IndexState
-from index_site.twins import TwinReport
-from index_site.twins import listing as twin_listing
+
+if TYPE_CHECKING:  # a quiet run imports none of the judging, the records' blocks or the catalog
+    from index_site.catalog import Judged
+    from index_site.records import Block, FileRecord, Recorded
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def quiet_run(
     kept = record.get("quiet")
     if not isinstance(kept, dict) or not isinstance(record.get("files"), int):
         return None, None
-    found = listing(wheelhouse.dist), twin_listing(wheelhouse.variant)
+    found = listing(wheelhouse.dist), variant_listing(wheelhouse.variant)
     (dist, strays), (variant, refused) = found
     if strays or refused or kept.get("count") != len(dist) + len(variant):
         return None, found
@@ -208,6 +209,8 @@ def settled_folders(
     # a folder reached through one that moved is not the one recorded there (a folder replaced by a symlink to a copy
     # of it has its children's identities): settled only with every folder above it
     still = frozenset(path for path in held if all(map(held.__contains__, folders_above(path))))
+    from index_site import blocks  # a run that renders: the quiet run returns before
+
     kept = blocks.kept(recorded.blocks, expected or {}, still)
     unkept = blocks.decoded(recorded.blocks, kept, pages=False)  # render_changed decides the page blocks
     subfolders: dict[str, list[str]] = {}

@@ -308,7 +308,7 @@ def channel_groups(
             for channel in (None, torch):  # by version on every torch's channel and on its torch minor's
                 shown[(project, channel)].setdefault(version, []).append((digest, of_torch))
     for torch_tag, members in variants.by_channel(twins).items():
-        root = variants.channel_root(torch_tag)
+        root = layout.channel_root(torch_tag)
         projects = variants.by_project(members)
         roots = functools.partial(variants.channel_root_pages, torch_tag, list(projects))
         groups.append(PageGroup(key=f"{root}:projects", digest=_digest([root, *projects]), render=roots))

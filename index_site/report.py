@@ -1,15 +1,51 @@
-"""What an index run reports (IndexReport), and the summary of it a complete run keeps in the index state so that
-the next run, finding nothing moved, reports the same without judging a file (site.py's quiet run)."""
+"""What an index run reports (IndexReport: the files refused and why, how each was judged, the twins published),
+and the summary of it a complete run keeps in the index state so that the next run, finding nothing moved, reports
+the same without judging a file (quiet.py). A run that finds nothing moved imports this and not the judging."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from index_site.catalog import Rejection, ScanStats
-from index_site.twins import TwinReport
+if TYPE_CHECKING:
+    from index_site.state import TwinRow
+    from index_site.variants import VariantWheel
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejection:
+    filename: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScanStats:
+    hashed: int = 0  # read and hashed in full
+    from_ledger: int = 0  # digest taken from the build ledger
+    cached: int = 0  # unchanged since the last index run (one stat)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TwinReport:
+    folder: str = ""  # OUTPUT/variant
+    published: tuple[TwinRow, ...] = ()  # the rows of the twins published, by filename
+    made: tuple[str, ...] = ()  # twins made this run
+    remade: tuple[Rejection, ...] = ()  # twins that were not their wheel's, made again
+    refused: tuple[Rejection, ...] = ()  # files of variant/ not published, and why
+    without: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # {why no twin: wheels of dist/}
+    fresh: Mapping[tuple[str, str], bytes] = field(default_factory=dict)  # (twin, member): bytes read this run
+    listing: Mapping[str, Sequence[int]] = field(default_factory=dict)  # variant/'s twins, with identities as left
+    strays: bool = False  # variant/ holds something not named like a twin, or not a regular file
+
+    @functools.cached_property
+    def twins(self) -> tuple[VariantWheel, ...]:
+        """The twins published, as the channel's pages show them (made only for a run that renders)."""
+        from index_site.variants import variant_wheels  # only for a run that renders
+
+        return variant_wheels(self.folder, self.published)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from builder.core.collector import collection_paused
-from builder.core.errors import ConfigError, FileSystemError
+from builder.core.errors import FileSystemError
 from builder.core.files import write_atomic
 from builder.core.hashing import FileIdentity, holds_identity, identity_if_regular, regular_identity
 from builder.core.wheelhouse import Layout
 from index_site import blocks, fallback, layout, variants
 from index_site.catalog import Catalog, Judged, RecordedFacts, catalog_of, judge
 from index_site.code import code_digest
+from index_site.inputs import Listing
 from index_site.quiet import (
     Settled,
     as_left,
@@ -41,7 +41,6 @@ from index_site.quiet import (
     inputs_digest,
     kept_for_next,
     leave,
-    quiet_run,
     settled_folders,
     unsettled_folders,
 )
@@ -55,10 +54,10 @@ from index_site.records import (
     recorded_manifest,
     write_manifest,
 )
-from index_site.report import IndexReport
-from index_site.state import FILENAME, DamagedState, IndexState, accepted, set_aside, state_path
+from index_site.report import IndexReport, TwinReport
+from index_site.state import FILENAME, IndexState, accepted
 from index_site.summaries import Summaries
-from index_site.twins import TwinMaker, TwinReport, deriver, settle_twins
+from index_site.twins import TwinMaker, deriver, settle_twins
 
 if TYPE_CHECKING:
     from index_site.render import PageGroup
@@ -94,45 +93,37 @@ class SitePlan:
         return len(self.kept) + self.placing.count
 
 
-def build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | None = None) -> IndexReport:
-    """Index ``output``/dist with ``output``/ledger.sqlite into ``site``; ``twins`` makes and checks the variant
-    twins of ``output``/variant (without it none is published)."""
-    with collection_paused():
-        try:
-            return _build_site(output, site, base_url=base_url, twins=twins)
-        except DamagedState as error:  # it holds only what a cold run learns again: set aside, and index cold
-            log.warning("%s; set aside, this run indexes cold", error)
-            set_aside(state_path(Layout(root=output).ledger))
-            return _build_site(output, site, base_url=base_url, twins=twins)
-
-
-def _build_site(output: Path, site: Path, *, base_url: str, twins: TwinMaker | None) -> IndexReport:
-    _check_site(site, base_url)
-    wheelhouse = Layout(root=output)
-    with IndexState(state_path(wheelhouse.ledger)) as state:
-        quiet, found = quiet_run(state, wheelhouse, site, base_url, twins is not None)
-        if quiet is not None:  # nothing moved since the last complete run, not even a file of dist/: no row read
-            return quiet
-        derive = deriver(twins, wheelhouse.variant)
-        judged = judge(wheelhouse.dist, wheelhouse.ledger, state, derive, found and found[0])
-        summaries = Summaries(state, code_digest())  # what the last run worked out of each release, for this one
-        settled = settle_twins(judged, wheelhouse.dist, wheelhouse.variant, state, twins, found and found[1], summaries)
-        inputs = inputs_digest(state, judged, base_url, twins is not None)
-        files = as_left(state, site, inputs)
-        if files is not None:  # nothing moved since the last complete run: nothing to do
-            report = _report(site, judged, settled, written=(), deleted=(), unchanged=files)
-            linked: Mapping[str, FileIdentity] = {}
-        else:
-            channel = fallback.channel_sizes(settled.twins)
-            catalog = dataclasses.replace(catalog_of(judged), channel=channel, facts=RecordedFacts(state).facts())
-            recorded = recorded_manifest(site)
-            expected = _expected(wheelhouse.dist, site, recorded, catalog, settled, summaries)
-            still = settled_folders(site, state, recorded, expected)
-            report, linked = _index(output, site, base_url, state, recorded, catalog, settled, still, summaries)
-        summaries.save()
-        kept = kept_for_next(state, judged, settled, linked, report, base_url, twins is not None)
-        leave(state, site, inputs, report.unchanged + len(report.written), kept)
-        return report
+def index_changed(
+    state: IndexState,
+    wheelhouse: Layout,
+    site: Path,
+    base_url: str,
+    twins: TwinMaker | None,
+    found: tuple[Listing, Listing] | None,
+) -> IndexReport:
+    """Index a site in which something moved since the last complete run (stage.build_site asked quiet.py first):
+    judge every file of dist/ by its row (``found``: the listings of dist/ and variant/ where the quiet run made
+    them), settle the twins, render and place what changed, and leave what the next run needs."""
+    derive = deriver(twins, wheelhouse.variant)
+    judged = judge(wheelhouse.dist, wheelhouse.ledger, state, derive, found and found[0])
+    summaries = Summaries(state, code_digest())  # what the last run worked out of each release, for this one
+    settled = settle_twins(judged, wheelhouse.dist, wheelhouse.variant, state, twins, found and found[1], summaries)
+    inputs = inputs_digest(state, judged, base_url, twins is not None)
+    files = as_left(state, site, inputs)
+    if files is not None:  # nothing moved since the last complete run: nothing to do
+        report = _report(site, judged, settled, written=(), deleted=(), unchanged=files)
+        linked: Mapping[str, FileIdentity] = {}
+    else:
+        channel = fallback.channel_sizes(settled.twins)
+        catalog = dataclasses.replace(catalog_of(judged), channel=channel, facts=RecordedFacts(state).facts())
+        recorded = recorded_manifest(site)
+        expected = _expected(wheelhouse.dist, site, recorded, catalog, settled, summaries)
+        still = settled_folders(site, state, recorded, expected)
+        report, linked = _index(wheelhouse.root, site, base_url, state, recorded, catalog, settled, still, summaries)
+    summaries.save()
+    kept = kept_for_next(state, judged, settled, linked, report, base_url, twins is not None)
+    leave(state, site, inputs, report.unchanged + len(report.written), kept)
+    return report
 
 
 def _expected(
@@ -644,22 +635,6 @@ def _extract(extract: Extract, read: Mapping[tuple[str, str], bytes]) -> bytes:
     if hashlib.sha256(content).hexdigest() != extract.sha256:
         raise _changed(source)
     return content
-
-
-def _check_site(site: Path, base_url: str) -> None:
-    """Refuse to write into (and prune) a folder the index did not create. A new or empty folder gets the marker
-    before anything else is written, so that a run killed part-way is finished by the next, not refused."""
-    if site.exists() and not site.is_dir():
-        raise ConfigError(f"{site}: not a folder", tip="pass --site with an empty or new folder")
-    marker = site / layout.SITE_MARKER
-    if site.exists() and not (marker.exists() or marker.is_symlink()) and any(site.iterdir()):
-        raise ConfigError(
-            f"{site}: not empty and not a wheelwright site (no {layout.SITE_MARKER})",
-            tip="pass --site with an empty or new folder",
-        )
-    site.mkdir(parents=True, exist_ok=True)
-    if not marker.exists():
-        write_manifest(site, {}, base_url)
 
 
 def _recorded(path: str, record: FileRecord | None) -> FileRecord | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import itertools
 import json
 import logging
 import operator
@@ -19,17 +18,17 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from builder.core.archive import Archive
-from builder.core.errors import WheelwrightError, shown_name
-from builder.core.hashing import FileIdentity, identity_if_regular, open_regular, sha256_stream, sorted_entries
-from index_site.catalog import Deriver, Judged, Listing, Rejection
+from builder.core.errors import WheelwrightError
+from builder.core.hashing import FileIdentity, identity_if_regular, open_regular, sha256_stream
+from index_site.catalog import Deriver, Judged
+from index_site.inputs import TWIN_NAME, Listing, variant_listing
+from index_site.report import Rejection, TwinReport
 from index_site.state import FILENAME, ROW_IDENTITY, IndexState, TwinRow, WheelRow, accepted, columns
 from index_site.summaries import Summaries, text_map
-from index_site.variants import VariantWheel
 from index_site.wheels import (
     MAX_METADATA_BYTES,
     MAX_PROVENANCE_BYTES,
@@ -44,13 +43,6 @@ from index_site.wheels import (
 
 log = logging.getLogger(__name__)
 
-# name-version-python-abi-platform-label.whl, every part URL- and HTML-safe
-TWIN_NAME = re.compile(
-    # a build tag (a digit first, unlike any Python tag): a real build beside a day-0 wheel of its name (docs/abi.md)
-    r"^(?P<dist>[a-z0-9_]+)-(?P<version>[0-9][A-Za-z0-9.!_]*)(?P<build>-[0-9][A-Za-z0-9_]*)?"
-    r"-(?P<tag>[a-z0-9_.]+-[a-z0-9_.]+-[a-z0-9_.]+)"
-    r"-(?P<label>pt[1-9][0-9]+(?:cu|rocm)[0-9]+(?:sm[0-9]+[af]?)?)\.whl$"  # sm90: a slim wheel (builder/steps/slim.py)
-)
 MAX_VARIANT_BYTES = 1 << 20
 NO_CHECKER = "no twin checker was given (the CLI gives one), so no twin is made or published"
 _FEATURE = re.compile(r"^[a-z0-9_.]+$")
@@ -88,24 +80,6 @@ class Derived(Protocol):
     def members(self) -> Mapping[str, bytes]: ...  # METADATA, variant.json, wheelwright.json of its .dist-info
     @property
     def matched(self) -> bool: ...  # the file it was compared with holds exactly these bytes
-
-
-@dataclass(frozen=True, kw_only=True)
-class TwinReport:
-    folder: str = ""  # OUTPUT/variant
-    published: tuple[TwinRow, ...] = ()  # the rows of the twins published, by filename
-    made: tuple[str, ...] = ()  # twins made this run
-    remade: tuple[Rejection, ...] = ()  # twins that were not their wheel's, made again
-    refused: tuple[Rejection, ...] = ()  # files of variant/ not published, and why
-    without: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # {why no twin: wheels of dist/}
-    fresh: Mapping[tuple[str, str], bytes] = field(default_factory=dict)  # (twin, member): bytes read this run
-    listing: Mapping[str, Sequence[int]] = field(default_factory=dict)  # variant/'s twins, with identities as left
-    strays: bool = False  # variant/ holds something not named like a twin, or not a regular file
-
-    @functools.cached_property
-    def twins(self) -> tuple[VariantWheel, ...]:
-        """The twins published, as the channel's pages show them (made only for a run that renders)."""
-        return _variant_wheels(self.folder, self.published)
 
 
 def _expected(wheels: Mapping[str, WheelRow]) -> dict[str, str]:
@@ -215,10 +189,10 @@ def settle_twins(
     found: Listing | None = None,
     summaries: Summaries | None = None,
 ) -> TwinReport:
-    """The twins to publish (``found``: the folder as listing() found it, if this run has listed it already);
+    """The twins to publish (``found``: the folder as variant_listing() found it, if this run has listed it already);
     missing ones are made, changed ones checked again, and the state brought up to date. ``summaries`` keeps each
     release's expected twin names, and whether its twin rows agree with its wheel rows, for the next run."""
-    listed, refused = found or listing(folder)
+    listed, refused = found or variant_listing(folder)
     listed, refused = dict(listed), list(refused)
     strays = list(refused)
     known = state.twins()
@@ -259,45 +233,6 @@ def settle_twins(
         listing=_as_judged(settler.listed, rows),
         strays=bool(strays),
     )
-
-
-def listing(folder: Path) -> Listing:
-    """The regular files of ``folder`` named like wheels, in order, with their identities; anything else named so,
-    refused."""
-    found: dict[str, FileIdentity] = {}
-    refused: list[Rejection] = []
-    try:
-        with sorted_entries(folder, ".whl") as (names, status_of):
-            new, twins = tuple.__new__, _twin_names(names)  # as catalog.listing: one each per file, every run
-            for name in names:
-                shown = name if name.isascii() else shown_name(name)
-                if shown != name:
-                    refused.append(Rejection(filename=shown, reason=f"{shown}: a name not in UTF-8; not published"))
-                    continue
-                try:
-                    status = status_of(name)
-                except OSError:  # gone since it was listed
-                    continue
-                if (status.st_mode & 0o170000) != 0o100000:
-                    refused.append(Rejection(filename=name, reason=f"{name}: not a regular file; not published"))
-                elif name not in twins:
-                    refused.append(Rejection(filename=name, reason=f"{name}: not a variant twin's name"))
-                else:
-                    identity = (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
-                    found[name] = new(FileIdentity, identity)
-    except (FileNotFoundError, NotADirectoryError):
-        return {}, []
-    return found, refused
-
-
-def _twin_names(names: list[str]) -> set[str]:
-    """The names among ``names`` that are twins' (TWIN_NAME), found by one search of all of them joined (a line
-    each), not a match of each: a tenth of a CPU-second at 100,000 twins. A name holding a newline matches nothing,
-    as TWIN_NAME does not match it."""
-    return set(_TWIN_LINES.findall("\n".join(names)))
-
-
-_TWIN_LINES = re.compile(re.sub(r"\(\?P<\w+>", "(?:", TWIN_NAME.pattern), re.MULTILINE)  # no groups: whole names
 
 
 def _fat_twin(name: str) -> str:
@@ -591,22 +526,3 @@ def _properties_ok(properties: object) -> bool:
         for namespace, features in properties.items()
     )
 
-
-def _variant_wheels(folder: str, rows: Sequence[TwinRow]) -> tuple[VariantWheel, ...]:
-    """The rows' twins as the channel shows them, built column by column (loops in C, and no per-call checks of
-    VariantWheel: one per twin, every run that renders)."""
-    names = list(map(FILENAME, rows))
-    parts = list(map(_SPLIT_NAME, names))  # [dist, version, tag and label]
-    labels = map(_SECOND, map(_SPLIT_LAST, map(_STEM, names)))  # the name's last part: its label
-    fields = zip(
-        itertools.repeat(folder), map(ROW_IDENTITY, rows), names, map(_DASHED, map(_FIRST, parts)),
-        map(_SECOND, parts), labels, *(map(shown, rows) for shown in _SHOWN), strict=False,
-    )  # the repeat() is endless: zip ends with the rows
-    return tuple(map(tuple.__new__, itertools.repeat(VariantWheel), fields))
-
-
-_SPLIT_LAST, _DASHED = operator.methodcaller("rsplit", "-", 1), operator.methodcaller("replace", "_", "-")
-_SHOWN = tuple(  # a TwinRow's columns a VariantWheel takes after its name's parts
-    columns(TwinRow, field)
-    for field in ("sha256", "size", "metadata_sha256", "requires_python", "provenance_sha256", "variant")
-)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import logging
+import operator
 import re
 import shlex
 from collections import defaultdict
@@ -19,6 +21,7 @@ from typing import Any, NamedTuple
 
 from index_site import joined, layout
 from index_site.lines import API_VERSION, Listed, ProjectLines, simple_page
+from index_site.state import FILENAME, ROW_IDENTITY, TwinRow, columns
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +92,6 @@ def file_path(filename: str) -> str:
     return f"{ROOT}/files/{filename}"
 
 
-def channel_root(torch_tag: str | None) -> str:
-    return f"{ROOT}/{torch_tag}" if torch_tag else ROOT
-
-
 def placed(
     twins: Iterable[VariantWheel],
 ) -> tuple[list[tuple[str, str, VariantWheel]], list[tuple[str, str, str, str]]]:
@@ -153,7 +152,7 @@ def render_channel(twins: list[VariantWheel]) -> dict[str, bytes]:
         pages.update(channel_root_pages(torch_tag, sorted(by_project(members))))
         for project, twins_of_project in by_project(members).items():
             shown = [guard for guard in guards[project] if torch_tag in (None, guard.torch_tag)]
-            pages.update(project_pages(channel_root(torch_tag), project, twins_of_project, shown))
+            pages.update(project_pages(layout.channel_root(torch_tag), project, twins_of_project, shown))
     return pages
 
 
@@ -170,7 +169,7 @@ def fingerprint(twin: VariantWheel) -> str:
 
 def channel_root_pages(torch_tag: str | None, projects: list[str]) -> dict[str, bytes]:
     """A channel's project lists (PEP 503 and 691)."""
-    root = channel_root(torch_tag)
+    root = layout.channel_root(torch_tag)
     title = f"Variant index ({torch_tag})" if torch_tag else "Variant index (every torch and accelerator)"
     links = "".join(f'    <a href="{p}/">{p}</a><br>\n' for p in projects)
     return {
@@ -324,12 +323,6 @@ def _json(document: Mapping[str, object]) -> bytes:
     return (json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
-def variant_command(base_url: str, torch_tag: str | None = None, package: str = "PACKAGE") -> str:
-    """The one-URL uv command of the variant channel (all torch minors, or one)."""
-    index = shlex.quote(f"{base_url}/{channel_root(torch_tag)}/simple/")
-    return f"uv pip install --preview-features wheel-variants {shlex.quote(package)} --index-url {index}"
-
-
 # The shell names the installed torch's channel (2.13.0+cu130 -> variant/pt213/simple/): uv 0.13.9 runs no ABI
 # dependency provider (docs/variant-channel.md), so the one command a user copies finds the per-torch channel
 # itself. A torch the site has no channel for gets variant/simple/, where uv refuses naming the torch it would need
@@ -367,6 +360,28 @@ def landing_context(labels: Iterable[str]) -> dict[str, object]:
     """What the landing page's uv block needs: the channels of the site's CUDA builds and the two commands."""
     return {
         "uv_channels": landing_channels(labels),
-        "uv_command": variant_command,
+        "uv_command": layout.variant_command,
         "uv_torch_command": installed_torch_command,
     }
+
+
+def variant_wheels(folder: str, rows: Sequence[TwinRow]) -> tuple[VariantWheel, ...]:
+    """The rows' twins as the channel shows them, built column by column (loops in C, and no per-call checks of
+    VariantWheel: one per twin, every run that renders)."""
+    names = list(map(FILENAME, rows))
+    parts = list(map(_SPLIT_PARTS, names))  # [dist, version, tag and label]
+    labels = map(_SECOND, map(_SPLIT_LAST, map(_WHEEL_STEM, names)))  # the name's last part: its label
+    fields = zip(
+        itertools.repeat(folder), map(ROW_IDENTITY, rows), names, map(_DASHED, map(_FIRST, parts)),
+        map(_SECOND, parts), labels, *(map(shown, rows) for shown in _SHOWN), strict=False,
+    )  # the repeat() is endless: zip ends with the rows
+    return tuple(map(tuple.__new__, itertools.repeat(VariantWheel), fields))
+
+
+_SPLIT_LAST, _DASHED = operator.methodcaller("rsplit", "-", 1), operator.methodcaller("replace", "_", "-")
+_SHOWN = tuple(  # a TwinRow's columns a VariantWheel takes after its name's parts
+    columns(TwinRow, field)
+    for field in ("sha256", "size", "metadata_sha256", "requires_python", "provenance_sha256", "variant")
+)
+_WHEEL_STEM, _SPLIT_PARTS = operator.methodcaller("removesuffix", ".whl"), operator.methodcaller("split", "-", 2)
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)

@@ -86,7 +86,7 @@ def _site(args: argparse.Namespace) -> Path:
 
 def cmd_index(args: argparse.Namespace) -> int:
     with collection_paused():  # the index's imports too: their objects live until the process ends
-        from index_site.site import build_site
+        from index_site.stage import build_site
 
         report = build_site(args.output, _site(args), base_url=args.base_url, twins=_Twins())
     lines, warnings = _index_lines(report, args.base_url)
@@ -221,7 +221,6 @@ def cmd_publish(args: argparse.Namespace) -> int:
 def _index_lines(report: IndexReport, base_url: str) -> tuple[list[str], list[str]]:
     """What the index did, its install command per variant, and a WARN per file it did not index."""
     from index_site import layout
-    from index_site.variants import variant_command
 
     stats = report.stats
     lines = [
@@ -234,7 +233,7 @@ def _index_lines(report: IndexReport, base_url: str) -> tuple[list[str], list[st
         links = shlex.quote(f"{base_url.rstrip('/')}/{layout.findlinks_path(label)}")
         lines.append(f"  {label}  pip install PACKAGE -f {links}")
     if (report.site / layout.VARIANTS / "simple" / "index.html").is_file():
-        lines.append(f"  variant channel  {variant_command(base_url.rstrip('/'))}")
+        lines.append(f"  variant channel  {layout.variant_command(base_url.rstrip('/'))}")
     return lines, [f"not indexed: {rejection.reason}" for rejection in report.rejected]
 
 

@@ -23,9 +23,10 @@ from unittest import mock
 from builder.core.wheelhouse import Layout
 from index_site import pages as pages_module
 from index_site import render as render_module
-from index_site.catalog import Catalog, ScanStats
+from index_site.catalog import Catalog
 from index_site.render import render_site
-from index_site.site import build_site
+from index_site.report import ScanStats
+from index_site.stage import build_site
 from scripts.bench.release import BASE_URL, write_release_wheelhouse
 from scripts.bench.wheels import WheelSpec, indexed_wheel, make_wheel
 from scripts.bench_index import synthetic_specs

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.wheelhouse import Layout
-from index_site.site import build_site
+from index_site.stage import build_site
 from scripts.bench.wheels import WheelSpec, make_wheel
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ import pytest
 
 from builder.steps.twins import VariantTwins
 from index_site.serve import serving
-from index_site.site import build_site
+from index_site.stage import build_site
 from tests import variant_channel
 from tests.gpu.options import Given
 from tests.gpu.report import Recorded

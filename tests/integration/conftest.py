@@ -26,7 +26,7 @@ from builder.core.hashing import FileIdentity
 from builder.core.ledger import Ledger, LedgerEntry
 from builder.core.runner import run
 from index_site.serve import Served, serving
-from index_site.site import build_site
+from index_site.stage import build_site
 from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.build_helpers import ledger_row, wait_for_nvcc, wheelwright
 from tests.index_checks import installer_environment

@@ -22,7 +22,7 @@ import pytest
 
 from builder.steps.environment import cache_root
 from index_site.serve import serving
-from index_site.site import build_site
+from index_site.stage import build_site
 from scripts import abi_proof
 
 pytestmark = [pytest.mark.proof, pytest.mark.slow, pytest.mark.nvcc]

@@ -29,10 +29,16 @@ HEAVY = frozenset({"pydantic", "pydantic_core", "rich", "jinja2", "markupsafe", 
 
 def run_probe(*args: str) -> tuple[str, set[str]]:
     """A fresh `wheelwright ARGS`: what it printed, and the top-level packages it imported."""
+    printed, modules = probe_modules(*args)
+    return printed, {name.partition(".")[0] for name in modules}
+
+
+def probe_modules(*args: str) -> tuple[str, set[str]]:
+    """A fresh `wheelwright ARGS`: what it printed, and every module it imported."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=60, check=True)
-    return result.stdout, {name.partition(".")[0] for name in json.loads(result.stderr.splitlines()[-1])}
+    return result.stdout, set(json.loads(result.stderr.splitlines()[-1]))
 
 
 @pytest.mark.parametrize("args", [("--version",), ("--help",), ("plan", "--help"), ("doctor", "--help")],
@@ -53,20 +59,30 @@ def test_the_probe_sees_a_command_s_imports() -> None:
 
 def test_a_re_index_imports_only_what_its_work_needs(tmp_path: Path) -> None:
     """`wheelwright index` in a new process, as users run it: with nothing changed it renders nothing (no jinja2)
-    and judges no name against the torch facts' models (no pydantic); with one wheel added it renders, but takes the
-    facts from the index state the first run kept (docs/performance.md)."""
+    and judges no name against the torch facts' models (no pydantic), nor imports any module only the judging and
+    planning of a changed site need (index_site/stage.py); with one wheel added it renders, but takes the facts from
+    the index state the first run kept (docs/performance.md)."""
+    from builder.core.ledger import Ledger
     from scripts.bench.wheels import WheelSpec, make_wheel
 
     for python in ("cp311", "cp312"):
         make_wheel(tmp_path / "dist", WheelSpec(python=python))
+    with Ledger(tmp_path / "ledger.sqlite"):  # as a build leaves it: the index reads a ledger, it does not make one
+        pass
     index = ("index", "--output", str(tmp_path), "--base-url", "https://wheels.example.org")
     _, cold = run_probe(*index)
-    _, unchanged = run_probe(*index)
+    _, unchanged_modules = probe_modules(*index)
+    unchanged = {name.partition(".")[0] for name in unchanged_modules}
     make_wheel(tmp_path / "dist", WheelSpec(python="cp313"))
     printed, added = run_probe(*index)
     work = {"pydantic", "jinja2", "rich", "yaml", "boto3"}  # markupsafe, 1 ms, escapes the variant channel's names
     assert {"pydantic", "jinja2"} <= cold  # the probe sees both where they are needed
     assert not unchanged & work, sorted(unchanged & work)
+    # nor the judging, the records, the planner or the libraries under them (index_site/stage.py)
+    judging = {"index_site.site", "index_site.catalog", "index_site.twins", "index_site.blocks", "index_site.records",
+               "index_site.wheels", "index_site.variants", "builder.core.ledger", "packaging", "msgspec"}
+    assert {"index_site.stage", "index_site.quiet"} <= unchanged_modules
+    assert not unchanged_modules & judging, sorted(unchanged_modules & judging)
     assert printed.startswith("Indexed 3 wheels") and added & work == {"jinja2"}
 
 

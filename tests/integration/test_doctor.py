@@ -26,7 +26,7 @@ from builder.plan.expand import load_plan
 from builder.plan.facts import load_facts
 from builder.steps.environment import runtime_env
 from index_site.serve import serving
-from index_site.site import build_site
+from index_site.stage import build_site
 from tests.index_checks import installer_environment
 
 pytestmark = [pytest.mark.slow, pytest.mark.nvcc]

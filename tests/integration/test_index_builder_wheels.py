@@ -16,7 +16,7 @@ import pytest
 
 from builder.core.runner import run
 from index_site.serve import serving
-from index_site.site import build_site
+from index_site.stage import build_site
 from index_site.wheels import RejectedWheel, WheelName, parse_wheel_name
 from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.index_checks import crawl

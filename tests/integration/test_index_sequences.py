@@ -22,7 +22,7 @@ from builder.steps import provenance, slim
 from builder.steps.twins import VariantTwins
 from builder.steps.variant import make_twin
 from builder.steps.wheelzip import Member, read_members, write_wheel
-from index_site.site import build_site
+from index_site.stage import build_site
 from index_site.twins import twin_name
 from scripts.bench.wheels import WheelSpec, job_wheel, make_wheel, with_provenance
 from tests.index_checks import site_files

@@ -20,7 +20,7 @@ from builder.plan.accelerator import python_key
 from builder.plan.facts import load_facts
 from builder.plan.job import Job
 from index_site.serve import serving
-from index_site.site import build_site
+from index_site.stage import build_site
 from tests.index_checks import fetch
 from tests.release_site import BASE_URL, FAILURES, NOT_PLANNED, release_jobs, write_release_wheelhouse
 

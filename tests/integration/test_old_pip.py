@@ -18,7 +18,7 @@ import pytest
 
 from builder.core.runner import run
 from index_site.serve import serving
-from index_site.site import build_site
+from index_site.stage import build_site
 from scripts.bench.wheels import wheel_of_files
 
 OLD_PIP = "pip==23.0.1"

@@ -18,7 +18,7 @@ import pytest
 
 from builder.core.runner import run
 from index_site.serve import serving
-from index_site.site import build_site
+from index_site.stage import build_site
 from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.index_checks import installer_environment
 

@@ -18,7 +18,7 @@ from builder.core.runner import run
 from index_site import layout
 from index_site.publish import STATE_DIR, AlreadyExists, RemoteObject, publish
 from index_site.s3 import S3Store
-from index_site.site import build_site
+from index_site.stage import build_site
 from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.index_checks import crawl, fetch, pip_install
 from tests.integration.conftest import PYTHON_TAG, S3Endpoint, installed_wheel, write_wheelhouse

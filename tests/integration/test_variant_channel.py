@@ -26,7 +26,7 @@ from variantlib.variants_json import VariantsJson
 
 from builder.steps.twins import VariantTwins
 from index_site.serve import serving
-from index_site.site import build_site
+from index_site.stage import build_site
 from index_site.variants import installed_torch_command
 from tests import variant_channel
 from tests.index_checks import installer_environment

@@ -18,7 +18,7 @@ from builder.doctor.fix import fetch_json
 from builder.doctor.probe import Environment, Gpu, Torch
 from builder.steps.twins import VariantTwins
 from index_site.serve import serving
-from index_site.site import build_site
+from index_site.stage import build_site
 from tests import variant_channel
 from tests.index_checks import installer_environment
 
@@ -156,8 +156,8 @@ def published_slims(output: Path) -> list[str]:
 
 
 def report_twins(output: Path) -> list:  # type: ignore[type-arg]
+    from index_site.report import TwinReport
     from index_site.state import IndexState, state_path
-    from index_site.twins import TwinReport
 
     with IndexState(state_path(output / "ledger.sqlite")) as state:
         published = tuple(row for row in state.twins().values() if not row.verdict)

@@ -15,8 +15,9 @@ from builder.core.ledger import Ledger, LedgerEntry, Status
 from builder.core.symbols import TorchAbi
 from builder.steps import provenance
 from builder.steps.abi import all_imports, wheel_abi
-from index_site.catalog import Catalog, ScanStats
+from index_site.catalog import Catalog
 from index_site.render import render_site
+from index_site.report import ScanStats
 from index_site.wheels import GpuArchs
 from scripts.bench.wheels import indexed_wheel
 from tests.jobs import local_job

@@ -257,7 +257,7 @@ TAGS = "cp311-cp311-manylinux_2_34_x86_64"
 ])
 def test_the_twin_of_a_build_tagged_wheel_is_named_and_read_back_to_it(wheel: str, twin: str) -> None:
     from builder.steps.variant import variant_filename
-    from index_site.twins import TWIN_NAME
+    from index_site.inputs import TWIN_NAME
 
     assert variant_filename(wheel, "pt211cu130") == twin
     match = TWIN_NAME.match(twin)
@@ -271,7 +271,7 @@ def test_the_twin_of_a_build_tagged_wheel_is_named_and_read_back_to_it(wheel: st
     f"causal_conv1d-1.7.0-1/x-{TAGS}-pt211cu130.whl",  # no path in a build tag
 ])
 def test_a_twin_name_with_a_malformed_build_tag_is_not_a_twin(name: str) -> None:
-    from index_site.twins import TWIN_NAME
+    from index_site.inputs import TWIN_NAME
 
     assert TWIN_NAME.match(name) is None
 

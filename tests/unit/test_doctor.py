@@ -16,8 +16,9 @@ from builder.doctor.probe import Environment, parse_smi_cuda, string_abi
 from builder.doctor.report import as_json, render_text
 from builder.doctor.verdicts import diagnose
 from index_site import layout
-from index_site.catalog import Catalog, ScanStats
+from index_site.catalog import Catalog
 from index_site.render import render_site
+from index_site.report import ScanStats
 from scripts.bench.wheels import indexed_wheel
 
 DATA = Path(__file__).parent / "data" / "doctor"

@@ -12,8 +12,9 @@ from builder.doctor.fix import find_fix
 from builder.doctor.labels import parse_wheel, platform_fits, wheel_fits
 from builder.doctor.probe import Environment
 from builder.doctor.verdicts import diagnose
-from index_site.catalog import Catalog, ScanStats
+from index_site.catalog import Catalog
 from index_site.render import render_site
+from index_site.report import ScanStats
 from scripts.bench.wheels import indexed_wheel
 
 INDEX = "https://wheels.example.org"

@@ -61,11 +61,11 @@ def test_a_folder_is_listed_in_order_with_the_lstat_of_each_name(tmp_path: Path)
 def test_a_file_gone_between_listing_and_its_stat_is_left_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, which: str
 ) -> None:
-    from index_site import catalog, twins
+    from index_site import inputs
 
     kept = "causal_conv1d-1.7.0-cp311-cp311-linux_x86_64-pt214cu130.whl"
     (tmp_path / kept).write_bytes(b"x")
     real = os.listdir
     monkeypatch.setattr(os, "listdir", lambda fd: [*real(fd), kept.replace("1.7.0", "1.6.0")])  # listed, then gone
-    listed, refused = (catalog.listing if which == "dist" else twins.listing)(tmp_path)
+    listed, refused = (inputs.listing if which == "dist" else inputs.variant_listing)(tmp_path)
     assert list(listed) == [kept] and refused == []

@@ -21,7 +21,7 @@ from builder.doctor.probe import Environment
 from builder.doctor.standalone import standalone_source
 from builder.doctor.verdicts import diagnose
 from index_site.publish import RemoteObject, check_plan, plan_publish
-from index_site.site import build_site
+from index_site.stage import build_site
 from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.shellwords import shell_words
 

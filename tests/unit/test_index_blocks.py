@@ -19,7 +19,7 @@ from index_site import blocks as blocks_module
 from index_site.catalog import scan
 from index_site.layout import SITE_MARKER
 from index_site.records import Block, load_manifest, recorded_manifest
-from index_site.site import build_site
+from index_site.stage import build_site
 from scripts.bench.wheels import WheelSpec, job_wheel, make_wheel, with_provenance
 from tests.index_checks import site_files
 from tests.jobs import local_job

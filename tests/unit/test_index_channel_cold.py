@@ -14,7 +14,7 @@ import pytest
 
 from builder.steps.twins import VariantTwins
 from index_site.report import IndexReport
-from index_site.site import build_site
+from index_site.stage import build_site
 from scripts.bench.wheels import job_wheel, with_provenance
 from tests import variant_channel
 from tests.index_checks import site_files

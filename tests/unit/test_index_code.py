@@ -14,7 +14,7 @@ import builder.core.resources as resources_module
 import builder.plan.facts as facts_module
 from builder.core.resources import Resource
 from index_site import code
-from index_site.site import build_site
+from index_site.stage import build_site
 from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.index_checks import site_files
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from index_site import twins
+from index_site import inputs, twins
 from index_site.catalog import _Judging
 from index_site.state import TwinRow, WheelRow
 
@@ -130,6 +130,6 @@ def test_slim_names_are_found_whole_and_only_among_the_listed() -> None:
 def test_twin_names_found_whole_as_twin_name_matches_each(name: str) -> None:
     """The listing's one search of all names finds a name exactly where TWIN_NAME matches it alone."""
     neighbours = ["causal_conv1d-1.7.0-cp311-cp311-linux_x86_64-pt214cu130.whl", "junk.whl"]
-    found = twins._twin_names(sorted({name, *neighbours}))
-    assert (name in found) == bool(twins.TWIN_NAME.match(name))
+    found = inputs.twin_names(sorted({name, *neighbours}))
+    assert (name in found) == bool(inputs.TWIN_NAME.match(name))
     assert "junk.whl" not in found

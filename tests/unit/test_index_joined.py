@@ -12,7 +12,7 @@ import pytest
 
 from index_site import joined
 from index_site.records import load_groups
-from index_site.site import build_site
+from index_site.stage import build_site
 from index_site.wheels import WheelFile
 from scripts.bench.wheels import WheelSpec, make_wheel
 

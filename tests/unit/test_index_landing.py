@@ -11,11 +11,12 @@ from pathlib import Path
 
 from builder.core.ledger import LedgerEntry
 from index_site import layout
-from index_site.catalog import Catalog, ScanStats
+from index_site.catalog import Catalog
 from index_site.landing import BUILT, FAILED, NOT_PLANNED, NOT_SHIPPED, build_coverage
 from index_site.manifest import manifest, release_manifest
 from index_site.pages import render_pages
 from index_site.render import _render_page
+from index_site.report import ScanStats
 from index_site.setups import build_setups, default_setup
 from index_site.wheels import GpuArchs
 from scripts.bench.wheels import indexed_wheel
@@ -232,7 +233,7 @@ def test_a_megabyte_summary_and_a_long_history_stay_out_of_the_pages_for_people(
     history holds (a 1 MB Summary made a 29 MB coverage page)."""
     from index_site.landing import SUMMARY_SHOWN
     from index_site.pages import OLDER_SHOWN
-    from index_site.site import build_site
+    from index_site.stage import build_site
     from scripts.bench.wheels import WheelSpec, make_wheel
 
     for minor in range(OLDER_SHOWN + 6):

@@ -1,4 +1,4 @@
-"""The ledger's digest the index keys its runs on (catalog.read_ledger): taken from the index state while the
+"""The ledger's digest the index keys its runs on (inputs.read_ledger): taken from the index state while the
 ledger's files keep the identities they had when it was read, read again after any commit to them."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from builder.core import ledger as ledger_module
 from builder.core.ledger import Ledger, LedgerEntry, Status
-from index_site import catalog
+from index_site import catalog, inputs
 from index_site.state import IndexState
 
 
@@ -30,44 +31,44 @@ def ledger(tmp_path: Path) -> Path:
 
 def _digest(path: Path) -> str:
     with Ledger(path) as ledger:
-        return catalog.ledger_digest(tuple(ledger.failures()), ledger.wheel_archs())
+        return inputs.ledger_digest(tuple(ledger.failures()), ledger.wheel_archs())
 
 
 def test_the_recorded_digest_is_used_while_the_ledger_keeps_its_identity(
     ledger: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with IndexState(tmp_path / "index.sqlite") as state:
-        first = catalog.read_ledger(ledger, state)
+        first = inputs.read_ledger(ledger, state)
         assert first == _digest(ledger)
-        assert catalog.read_ledger(ledger, state) == first  # settled: our own reads leave the files as they were
-        monkeypatch.setattr(catalog, "Ledger", None)  # not opened again
-        assert catalog.read_ledger(ledger, state) == first
+        assert inputs.read_ledger(ledger, state) == first  # settled: our own reads leave the files as they were
+        monkeypatch.setattr(ledger_module, "Ledger", None)  # not opened again
+        assert inputs.read_ledger(ledger, state) == first
 
 
 @pytest.mark.parametrize("commit", ["a failure recorded", "a row removed", "the ledger replaced"])
 def test_a_commit_to_the_ledger_is_read_again(ledger: Path, tmp_path: Path, commit: str) -> None:
     with IndexState(tmp_path / "index.sqlite") as state:
-        before = catalog.read_ledger(ledger, state)
+        before = inputs.read_ledger(ledger, state)
         if commit == "a failure recorded":
             _put(ledger, "failed", Status.FAILED, reason="nvcc exploded")
         elif commit == "a row removed":
             _put(ledger, "failed", Status.FAILED, reason="nvcc exploded")
-            before = catalog.read_ledger(ledger, state)
+            before = inputs.read_ledger(ledger, state)
             with Ledger(ledger) as open_ledger:
                 open_ledger.remove("failed")
         else:
             other = tmp_path / "other.sqlite"
             _put(other, "failed", Status.FAILED, reason="out of memory")
             other.replace(ledger)
-        after = catalog.read_ledger(ledger, state)
+        after = inputs.read_ledger(ledger, state)
         assert after != before and after == _digest(ledger)
 
 
 @pytest.mark.parametrize("recorded", ["not json", "[1, 2, 3]", "{}", '[[null, null], 5]', "null"])
 def test_a_damaged_record_costs_a_read(ledger: Path, tmp_path: Path, recorded: str) -> None:
     with IndexState(tmp_path / "index.sqlite") as state:
-        state.write(meta={catalog.LEDGER_KEY: recorded})
-        assert catalog.read_ledger(ledger, state) == _digest(ledger)
+        state.write(meta={inputs.LEDGER_KEY: recorded})
+        assert inputs.read_ledger(ledger, state) == _digest(ledger)
 
 
 def test_the_judge_records_the_identity_it_read_at(ledger: Path, tmp_path: Path) -> None:
@@ -75,5 +76,5 @@ def test_the_judge_records_the_identity_it_read_at(ledger: Path, tmp_path: Path)
     with IndexState(tmp_path / "index.sqlite") as state:
         judged = catalog.judge(tmp_path / "dist", ledger, state)
         with sqlite3.connect(tmp_path / "index.sqlite") as db:
-            (recorded,) = db.execute("SELECT value FROM meta WHERE key = ?", (catalog.LEDGER_KEY,)).fetchone()
-        assert json.loads(recorded) == [catalog.ledger_identity(ledger), judged.ledger]
+            (recorded,) = db.execute("SELECT value FROM meta WHERE key = ?", (inputs.LEDGER_KEY,)).fetchone()
+        assert json.loads(recorded) == [inputs.ledger_identity(ledger), judged.ledger]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from index_site import records
-from index_site.site import build_site
+from index_site.stage import build_site
 from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.index_checks import site_files
 

@@ -23,7 +23,7 @@ from index_site.publish import (
     normalise_prefix,
     publish,
 )
-from index_site.site import build_site
+from index_site.stage import build_site
 from scripts.bench.wheels import WheelSpec, make_wheel
 
 

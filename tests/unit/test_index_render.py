@@ -14,8 +14,9 @@ import pytest
 from builder.core.ledger import LedgerEntry
 from builder.doctor.standalone import standalone_source
 from index_site import layout
-from index_site.catalog import Catalog, ScanStats
+from index_site.catalog import Catalog
 from index_site.render import render_site
+from index_site.report import ScanStats
 from scripts.bench.wheels import indexed_wheel
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "index_site"

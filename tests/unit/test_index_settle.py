@@ -22,7 +22,7 @@ from index_site.layout import SITE_MARKER
 from index_site.pages import people, setup_fingerprints
 from index_site.records import load_groups, load_manifest
 from index_site.render import render_site
-from index_site.site import build_site
+from index_site.stage import build_site
 from index_site.state import STATE_FILE
 from index_site.wheels import GpuArchs
 from scripts.bench.wheels import WheelSpec, make_wheel

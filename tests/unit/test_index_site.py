@@ -21,9 +21,10 @@ from builder.core.ledger import Ledger, LedgerEntry
 from index_site import catalog as catalog_module
 from index_site import records as records_module
 from index_site import site as site_module
+from index_site import stage
 from index_site.layout import SITE_MARKER
 from index_site.records import load_manifest
-from index_site.site import build_site
+from index_site.stage import build_site
 from index_site.state import STATE_FILE
 from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.jobs import ledger_entry
@@ -90,7 +91,7 @@ def test_a_site_on_another_filesystem_checks_its_wheels_by_their_identity(
 ) -> None:
     """Inode numbers mean nothing across filesystems: there each site wheel is held to its full identity."""
     build_site(output, output / "site", base_url=BASE)
-    monkeypatch.setattr(site_module, "quiet_run", lambda *_: (None, None))  # each run plans the whole site
+    monkeypatch.setattr(stage, "quiet_run", lambda *_: (None, None))  # each run plans the whole site
     monkeypatch.setattr(site_module, "as_left", lambda *_: None)
     seen: list[str] = []
     real = site_module.identity_if_regular

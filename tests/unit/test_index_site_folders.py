@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from builder.steps.twins import VariantTwins
-from index_site.site import build_site
+from index_site.stage import build_site
 from index_site.state import STATE_FILE
 from tests import variant_channel
 from tests.index_checks import site_files

@@ -84,7 +84,7 @@ def test_a_state_found_damaged_once_open_costs_a_cold_run(
     """A state that opens but does not read (damaged pages, a table not of its schema) is set aside and the run
     indexes cold, as one that does not open is: it holds only what a cold run learns again. It used to end every
     run with an ERROR line naming the ledger."""
-    from index_site.site import build_site
+    from index_site.stage import build_site
     from index_site.state import STATE_FILE
     from scripts.bench.wheels import WheelSpec, make_wheel
 

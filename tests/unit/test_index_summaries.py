@@ -190,7 +190,7 @@ def test_kept_parts_of_another_shape_are_worked_out_again(tmp_path: Path, value:
     each is worked out again, and the site ends as a cold index of the same files leaves it. (A value of the same
     shape is taken as a row is: the state is the index's own file, trusted while the stamps hold.)"""
     from builder.steps.twins import VariantTwins
-    from index_site.site import build_site
+    from index_site.stage import build_site
     from scripts.bench.wheels import WheelSpec, job_wheel, make_wheel, with_provenance
     from tests.jobs import local_job
 

@@ -15,7 +15,7 @@ import pytest
 from builder.steps.twins import VariantTwins
 from index_site import site as index_site_module
 from index_site import twins as index_twins
-from index_site.site import build_site
+from index_site.stage import build_site
 from index_site.twins import NO_CHECKER, read_derived
 from scripts.bench.wheels import WheelSpec, job_wheel, make_wheel, with_provenance
 from tests.index_checks import site_files

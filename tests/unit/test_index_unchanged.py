@@ -15,8 +15,9 @@ import pytest
 
 from builder.core.ledger import Ledger, LedgerEntry
 from index_site import site as site_module
+from index_site import stage
 from index_site.layout import SITE_MARKER
-from index_site.site import build_site
+from index_site.stage import build_site
 from index_site.state import STATE_FILE, IndexState
 from scripts.bench.wheels import WheelSpec, make_wheel
 from tests.index_checks import site_files
@@ -145,7 +146,7 @@ def test_a_quiet_run_reads_no_row_and_reports_what_the_full_run_reports(
 ) -> None:
     """With nothing moved, not even a file of dist/, the run takes the last complete run's summary: one stat per
     file, no row of the state read, and the very report a run that judges every file by its row makes."""
-    monkeypatch.setattr(site_module, "quiet_run", lambda *_: (None, None))
+    monkeypatch.setattr(stage, "quiet_run", lambda *_: (None, None))
     full = build_site(output, output / "site", base_url=BASE)
     monkeypatch.undo()
     build_site(output, output / "site", base_url=BASE)  # keeps the summary the quiet run takes
@@ -162,8 +163,8 @@ def test_anything_that_moved_ends_the_quiet_runs(output: Path, move: Callable[[P
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     build_site(output, output / "site", base_url=BASE)  # the summary is kept
     quiet: list[object] = []
-    real = site_module.quiet_run
-    monkeypatch.setattr(site_module, "quiet_run", lambda *args: quiet.append(real(*args)) or quiet[-1])
+    real = stage.quiet_run
+    monkeypatch.setattr(stage, "quiet_run", lambda *args: quiet.append(real(*args)) or quiet[-1])
     build_site(output, output / "site", base_url=BASE)
     move(output)
     build_site(output, output / "site", base_url=BASE)
