@@ -66,7 +66,7 @@ INDEX_KILLS = [
     ("placing-a-later-wheel", "os:link", 3, 2),
     ("writing-metadata", "index_site.site:_write_atomic", 2, 2),
     ("writing-pages", "index_site.site:_write_atomic", 8, 8),
-    ("before-the-manifest", "index_site.site:write_manifest", 2, 1),
+    ("before-the-manifest", "index_site.records:write_manifest", 2, 1),
     ("before-identities-are-refreshed", "index_site.state:IndexState.refresh", 1, 1),
     ("pruning", "index_site.site:_remove_empty_parents", None, 1),
 ]
@@ -322,7 +322,7 @@ def test_a_read_only_disk_is_one_error_line(tmp_path: Path, mounts: list[Path]) 
         run = wheelwright("index", "--output", out, "--site", site, cwd=tmp_path)
     else:
         arguments = ("index", "--output", out, "--site", site)
-        run = faulty("erofs", "index_site.site:write_manifest", 1, *arguments, cwd=tmp_path)
+        run = faulty("erofs", "index_site.records:write_manifest", 1, *arguments, cwd=tmp_path)
     assert_one_error(run, 11, r"Read-only file system")
 
 
