@@ -147,7 +147,7 @@ def _quiet_key(
 
 def inputs_digest(state: IndexState, catalog: Judged, base_url: str, twins: bool) -> str:
     """A digest of everything the site is made from: the catalogue's rows (the state's generation), the ledger's
-    failures and GPU archs (catalog.ledger_digest), the base URL, the code that writes the site and whether the
+    failures and GPU archs (inputs.ledger_digest), the base URL, the code that writes the site and whether the
     twin step checks the twins (without it none is published)."""
     parts = [state.generation(), base_url, code_digest(), catalog.ledger, str(twins)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
