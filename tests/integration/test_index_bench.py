@@ -54,3 +54,21 @@ def test_bench_index_ab_small(tmp_path: Path) -> None:
         assert {kind: len(cpu) for kind, cpu in runs.items()} == dict.fromkeys(runs, 2)
         assert set(runs) == {"cold", "unchanged", "+1", "replaced", "removed"}
     assert all(results["medians"][name]["+1"]["cpu"] > 0 for name in ("this", "against"))
+
+
+def test_bench_index_phases_small(tmp_path: Path) -> None:
+    """scripts/bench_index_phases.py: each +1 in a new process, every phase of the run marked in the order the run
+    reaches it, and a new release each time (its wheel is in dist/, and read: the judging's CPU is not nothing)."""
+    from scripts.bench_index_phases import PHASES
+
+    arguments = ["--wheels", "60", "--repeat", "2", "--added-mb", "0.1", "--workdir", tmp_path, "--json"]
+    command = [sys.executable, "-m", "scripts.bench_index_phases", *arguments]
+    output = run(command, step="bench_index_phases", env=dict(os.environ), cwd=ROOT, capture=True).output
+    result = json.loads(output[output.index("{") :])
+    names = ["start", "imports", *(name for _, name in PHASES), "the rest"]
+    assert [run_["phase"] for run_ in result["runs"][0]] == [run_["phase"] for run_ in result["runs"][1]] == names
+    assert [phase["phase"] for phase in result["phases"]] == names
+    judged = {phase["phase"]: phase for phase in result["phases"]}["judge"]
+    assert judged["cpu"] > 0 and judged["faults"] > 0 and judged["rss_mb"] > 0
+    added = sorted(path.name for path in (tmp_path / "base-60-prov" / "dist").glob("causal_conv1d-9.9.*"))
+    assert [name.split("+")[0] for name in added] == ["causal_conv1d-9.9.0", "causal_conv1d-9.9.1"]
