@@ -1,5 +1,6 @@
 """Where each file of the site lives, what kind of file it is, and what that means for serving and publishing:
-content type, cache lifetime, mutability and the order in which a publish may make it visible."""
+content type, cache lifetime, mutability and the order in which a publish may make it visible. Also the variant
+channel's uv command, made of its root's URL alone (the CLI prints it without importing the channel's pages)."""
 
 from __future__ import annotations
 
