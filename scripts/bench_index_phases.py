@@ -73,19 +73,20 @@ class _Marks:
 
 
 def run_marked(output: Path) -> list[dict[str, Any]]:
-    """One index of ``output`` in this process, as the CLI runs it (builder.cli.index), with each phase marked."""
+    """One index of ``output`` in this process, as the CLI runs it (builder.cli.index: the build step's twin maker),
+    with each phase marked."""
     import importlib
 
     marks = _Marks()
     marks.mark("start")  # the interpreter and this script's imports
-    from builder.cli.index import _Twins
+    from builder.steps.twins import VariantTwins
     from index_site.stage import build_site
 
     for module, name in PHASES:
         owner = importlib.import_module(module)
         setattr(owner, name, marks.ending(getattr(owner, name), name))
     marks.mark("imports")
-    build_site(output, Layout(root=output).site, base_url=BASE_URL, twins=_Twins())
+    build_site(output, Layout(root=output).site, base_url=BASE_URL, twins=VariantTwins())
     marks.mark("the rest")  # the report, the state closed
     return marks.phases
 
