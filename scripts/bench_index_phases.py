@@ -26,9 +26,6 @@ from typing import Any
 
 from builder.core.wheelhouse import Layout
 
-ROOT = Path(__file__).resolve().parents[1]
-BASE_URL = "https://wheels.example.org"  # scripts/bench_index's: the child imports none of the bench (see --child)
-
 # (module, function): each phase ends where its function returns, in the order a +1 calls them
 PHASES = [
     ("index_site.stage", "quiet_run"),
@@ -72,7 +69,7 @@ class _Marks:
         return marked
 
 
-def run_marked(output: Path) -> list[dict[str, Any]]:
+def run_marked(output: Path, base_url: str) -> list[dict[str, Any]]:
     """One index of ``output`` in this process, as the CLI runs it (builder.cli.index: the build step's twin maker),
     with each phase marked."""
     import importlib
@@ -86,14 +83,14 @@ def run_marked(output: Path) -> list[dict[str, Any]]:
         owner = importlib.import_module(module)
         setattr(owner, name, marks.ending(getattr(owner, name), name))
     marks.mark("imports")
-    build_site(output, Layout(root=output).site, base_url=BASE_URL, twins=VariantTwins())
+    build_site(output, Layout(root=output).site, base_url=base_url, twins=VariantTwins())
     marks.mark("the rest")  # the report, the state closed
     return marks.phases
 
 
 def bench(workdir: Path, count: int, repeat: int, added_mb: float) -> dict[str, Any]:
     """--repeat +1 runs on ``count`` wheels, each in a new process; the median of each figure of each phase."""
-    from scripts.bench_index import change, write_wheelhouse
+    from scripts.bench_index import BASE_URL, ROOT, change, write_wheelhouse  # the child imports none of the bench
 
     base = workdir / f"base-{count}-prov"
     if not Layout(root=base).dist.is_dir():
@@ -104,7 +101,7 @@ def bench(workdir: Path, count: int, repeat: int, added_mb: float) -> dict[str, 
     runs = []
     for round_ in range(repeat):
         change([base], "+1", _next_release(base), with_provenance=True, added_mb=added_mb)
-        child = [sys.executable, "-m", "scripts.bench_index_phases", "--child", str(base)]
+        child = [sys.executable, "-m", "scripts.bench_index_phases", "--child", str(base), "--base-url", BASE_URL]
         result = subprocess.run(child, cwd=ROOT, env=environment, check=True, capture_output=True, text=True)
         runs.append(json.loads(result.stdout.splitlines()[-1]))
     phases = [phase["phase"] for phase in runs[0]]
@@ -138,9 +135,12 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, help="keep the generated wheels here, for the next run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # one marked run of this output folder
+    parser.add_argument("--base-url", help=argparse.SUPPRESS)  # the child's: the one the cold run indexed with
     args = parser.parse_args()
     if args.child is not None:
-        print(json.dumps(run_marked(args.child)))
+        if args.base_url is None:
+            parser.error("--child needs --base-url")
+        print(json.dumps(run_marked(args.child, args.base_url)))
         return 0
     with tempfile.TemporaryDirectory(prefix="bench-phases-", ignore_cleanup_errors=True) as temporary:
         result = bench(args.workdir or Path(temporary), args.wheels, max(1, args.repeat), args.added_mb)
