@@ -369,8 +369,8 @@ def variant_wheels(folder: str, rows: Sequence[TwinRow]) -> tuple[VariantWheel, 
     """The rows' twins as the channel shows them, built column by column (loops in C, and no per-call checks of
     VariantWheel: one per twin, every run that renders)."""
     names = list(map(FILENAME, rows))
-    parts = list(map(_SPLIT_PARTS, names))  # [dist, version, tag and label]
-    labels = map(_SECOND, map(_SPLIT_LAST, map(_WHEEL_STEM, names)))  # the name's last part: its label
+    parts = list(map(_SPLIT_NAME, names))  # [dist, version, tag and label]
+    labels = map(_SECOND, map(_SPLIT_LAST, map(_STEM, names)))  # the name's last part: its label
     fields = zip(
         itertools.repeat(folder), map(ROW_IDENTITY, rows), names, map(_DASHED, map(_FIRST, parts)),
         map(_SECOND, parts), labels, *(map(shown, rows) for shown in _SHOWN), strict=False,
@@ -383,5 +383,5 @@ _SHOWN = tuple(  # a TwinRow's columns a VariantWheel takes after its name's par
     columns(TwinRow, field)
     for field in ("sha256", "size", "metadata_sha256", "requires_python", "provenance_sha256", "variant")
 )
-_WHEEL_STEM, _SPLIT_PARTS = operator.methodcaller("removesuffix", ".whl"), operator.methodcaller("split", "-", 2)
+_STEM, _SPLIT_NAME = operator.methodcaller("removesuffix", ".whl"), operator.methodcaller("split", "-", 2)
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
