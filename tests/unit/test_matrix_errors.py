@@ -359,6 +359,32 @@ def test_the_valid_matrix_is_valid(tmp_path: Path) -> None:
     assert plan.jobs[0].recipe.env == (("CAUSAL_CONV1D_FORCE_BUILD", "TRUE"),)
 
 
+def test_libyaml_reads_a_valid_matrix_and_python_words_a_broken_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A valid file is composed by libyaml alone (the same strings, lines and jobs as the pure-Python parser gives);
+    only a file libyaml refuses reaches the pure-Python parser, whose message is the one shown."""
+    from builder.plan import matrix
+
+    path = tmp_path / "matrix.yaml"
+    path.write_text(VALID)
+    python_loader = matrix._Loader
+    slow = matrix._composed(python_loader(VALID))  # (values, lines) as the pure-Python parser reads them
+    used: list[str] = []
+
+    def counted(text: str) -> matrix._Loader:
+        used.append(text)
+        return python_loader(text)
+
+    monkeypatch.setattr(matrix, "_Loader", counted)
+    assert matrix._parse_yaml(VALID, path) == slow
+    assert used == []
+    broken = VALID.replace("default_profile: local", "default_profile: [local")
+    with pytest.raises(ConfigError, match=r"matrix.yaml:\d+: not valid YAML: .*(expected|flow)"):
+        matrix._parse_yaml(broken, path)
+    assert used == [broken]
+
+
 def test_every_problem_is_reported_in_file_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "matrix.yaml"
     text = (
