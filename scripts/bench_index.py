@@ -16,6 +16,7 @@ figure grows. scripts/bench_index_ab runs the same side by side against another 
 from __future__ import annotations
 
 import argparse
+import compileall
 import itertools
 import json
 import os
@@ -169,6 +170,9 @@ class Checkout:
     root: Path
     runs: dict[str, list[dict[str, float]]] = field(default_factory=lambda: {kind: [] for kind in KINDS})
 
+    def __post_init__(self) -> None:
+        compile_bytecode(self.root)
+
     def index(self, out: Path, kind: str) -> dict[str, float]:
         """One run of the CLI in a new process; its wall and CPU seconds (user + system, from wait4)."""
         log = out / f"index-{kind}.log"
@@ -193,6 +197,14 @@ class Checkout:
             for kind, runs in self.runs.items()
             if runs
         }
+
+
+def compile_bytecode(root: Path) -> None:
+    """Bring the bytecode of a checkout's code up to date, as an installed wheel has it: where
+    PYTHONDONTWRITEBYTECODE is set, each timed process would otherwise compile every module edited since its last
+    .pyc (0.04 CPU-s of a +1 at 10,000 wheels, after an edit to the index's modules)."""
+    for package in ("builder", "index_site", "scripts"):
+        compileall.compile_dir(root / package, quiet=1)
 
 
 def forget(out: Path) -> None:

@@ -90,7 +90,9 @@ def run_marked(output: Path, base_url: str) -> list[dict[str, Any]]:
 
 def bench(workdir: Path, count: int, repeat: int, added_mb: float) -> dict[str, Any]:
     """--repeat +1 runs on ``count`` wheels, each in a new process; the median of each figure of each phase."""
-    from scripts.bench_index import BASE_URL, ROOT, change, write_wheelhouse  # the child imports none of the bench
+    from scripts.bench_index import BASE_URL, ROOT, change, compile_bytecode, write_wheelhouse  # not in the child
+
+    compile_bytecode(ROOT)
 
     base = workdir / f"base-{count}-prov"
     if not Layout(root=base).dist.is_dir():
