@@ -65,7 +65,7 @@ def _link(value: str) -> str:
 class KnownBad(BaseModel):
     """One [[known_bad]] entry: SASS a toolkit range miscompiles for some versions of a package."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True)
 
     package: str
     versions: Annotated[SpecifierSet, BeforeValidator(_specifier)]
@@ -86,7 +86,7 @@ class KnownBad(BaseModel):
 class ArchFacts(BaseModel):
     """builder/data/archs.toml."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     known_bad: tuple[KnownBad, ...] = ()
 

@@ -41,7 +41,7 @@ def _default_arch(text: str, kind: str) -> bool:
 class ReleaseTable(BaseModel):
     """One [[release]] of torch.toml as written; checked as a whole, then read as a TorchRelease."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     torch: StrictStr
     patches: tuple[StrictStr, ...]
@@ -72,7 +72,7 @@ class ReleaseTable(BaseModel):
 
 
 class RocmArchs(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     default: Annotated[tuple[StrictStr, ...], AfterValidator(_arch_list("rocm"))] = ()
 
@@ -80,7 +80,7 @@ class RocmArchs(BaseModel):
 class ArchsTable(BaseModel):
     """[archs]: the default list of each CUDA toolkit some release was built with, and ROCm's."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     cuda: dict[StrictStr, Annotated[tuple[StrictStr, ...], AfterValidator(_arch_list("cuda"))]] = {}
     rocm: RocmArchs = RocmArchs()
@@ -89,7 +89,7 @@ class ArchsTable(BaseModel):
 class FactsFile(BaseModel):
     """builder/data/torch.toml: the [[release]] tables in order, and [archs] for every toolkit they name."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     release: tuple[ReleaseTable, ...] = ()
     archs: ArchsTable = ArchsTable()

@@ -187,7 +187,7 @@ ArchLists = dict[AcceleratorName, Annotated[list[Arch], Field(min_length=1)]]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
 
 class UpstreamPin(_Strict):
