@@ -97,3 +97,26 @@ def test_serve_and_publish_read_the_manifest_without_the_index_machinery(module:
     imported = set(result.stdout.split())
     assert {module, "index_site.records"} <= imported
     assert not imported & {"index_site.site", "index_site.catalog", "index_site.twins", "index_site.render"}
+
+
+def test_the_process_entry_runs_main_and_leaves_its_objects_to_the_os(tmp_path: Path) -> None:
+    """The console script and ``python -m builder.cli.main`` run ``entry``: main's exit code, and every object the
+    process made frozen (``gc.freeze``), so the interpreter's last collection at exit skips them; what the command
+    wrote is complete by then (the plan's JSON parses)."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"wheelwright": "builder.cli.main:entry"}
+    probe = (
+        "import gc, sys\nfrom builder.cli.main import entry\nsys.argv[1:] = ['plan', '--profile', 'local', "
+        "'--format', 'json']\ncode = entry()\nsys.stderr.write(f'{code} {gc.get_freeze_count()}')"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=60, check=True)
+    code, frozen = map(int, result.stderr.split())
+    assert code == 0 and frozen > 10_000  # the modules, pydantic's schemas, the plan
+    assert json.loads(result.stdout)["include"]
+    failing = subprocess.run([sys.executable, "-m", "builder.cli.main", "plan", "--matrix", str(tmp_path / "none")],
+                             check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert failing.returncode == 2 and "cannot read the matrix" in failing.stdout + failing.stderr
