@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from builder.core.runner import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +56,23 @@ def test_bench_index_ab_small(tmp_path: Path) -> None:
         assert {kind: len(cpu) for kind, cpu in runs.items()} == dict.fromkeys(runs, 2)
         assert set(runs) == {"cold", "unchanged", "+1", "replaced", "removed"}
     assert all(results["medians"][name]["+1"]["cpu"] > 0 for name in ("this", "against"))
+    runs = results["runs"]  # each kind's ratio is the median of the two pairs' (run i of this over run i of the other)
+    for kind, ratio in results["pair_ratios"].items():
+        pairs = sorted(a / b for a, b in zip(runs["this"][kind], runs["against"][kind], strict=True))
+        assert ratio == pytest.approx((pairs[0] + pairs[1]) / 2, abs=1e-3)
+    assert set(results["pair_ratios"]) == set(runs["this"])
+
+
+def test_pair_ratios_pair_the_runs_in_order() -> None:
+    """The ratio by pairs holds where the machine's speed moves between rounds and the medians' ratio does not."""
+    from scripts.bench_index_ab import pair_ratios
+
+    kinds = ("cold", "unchanged", "+1", "replaced", "removed")
+    this = {kind: [1.0, 2.0, 4.0] for kind in kinds}  # a machine twice as slow each round
+    other = {kind: [2.0, 4.0, 8.0] for kind in kinds}  # the other checkout costs twice as much in every pair
+    assert pair_ratios({"this": this, "against": other}) == dict.fromkeys(kinds, 0.5)
+    shuffled = {kind: [8.0, 2.0, 4.0] for kind in kinds}  # the same runs of the other, out of their pairs: 1/8, 1, 1
+    assert pair_ratios({"this": this, "against": shuffled}) == dict.fromkeys(kinds, 1.0)
 
 
 def test_bench_index_phases_small(tmp_path: Path) -> None:
