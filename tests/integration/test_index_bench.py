@@ -56,11 +56,11 @@ def test_bench_index_ab_small(tmp_path: Path) -> None:
         assert {kind: len(cpu) for kind, cpu in runs.items()} == dict.fromkeys(runs, 2)
         assert set(runs) == {"cold", "unchanged", "+1", "replaced", "removed"}
     assert all(results["medians"][name]["+1"]["cpu"] > 0 for name in ("this", "against"))
-    runs = results["runs"]  # each kind's ratio is the median of the two pairs' (run i of this over run i of the other)
+    by_checkout = results["runs"]  # a kind's ratio: the median of its pairs' (run i of this / run i of the other)
     for kind, ratio in results["pair_ratios"].items():
-        pairs = sorted(a / b for a, b in zip(runs["this"][kind], runs["against"][kind], strict=True))
+        pairs = sorted(a / b for a, b in zip(by_checkout["this"][kind], by_checkout["against"][kind], strict=True))
         assert ratio == pytest.approx((pairs[0] + pairs[1]) / 2, abs=1e-3)
-    assert set(results["pair_ratios"]) == set(runs["this"])
+    assert set(results["pair_ratios"]) == set(by_checkout["this"])
 
 
 def test_pair_ratios_pair_the_runs_in_order() -> None:

@@ -362,7 +362,7 @@ def test_the_valid_matrix_is_valid(tmp_path: Path) -> None:
 def test_libyaml_reads_a_valid_matrix_and_python_words_a_broken_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A valid file is composed by libyaml alone (the same strings, lines and jobs as the pure-Python parser gives);
+    """A valid file is composed by libyaml alone (the same values and lines as the pure-Python parser gives);
     only a file libyaml refuses reaches the pure-Python parser, whose message is the one shown."""
     from builder.plan import matrix
 
